@@ -1,0 +1,22 @@
+"""The package's exception hierarchy.
+
+Every error raised on bad user input derives from :class:`FFTMatvecError`, so callers can
+catch everything the package raises on purpose with one ``except`` clause, while a wrong dtype
+or array type stays a :class:`TypeError` and a bad value or shape a :class:`ValueError`.
+"""
+
+from __future__ import annotations
+
+__all__ = ["FFTMatvecError", "FFTMatvecTypeError", "FFTMatvecValueError"]
+
+
+class FFTMatvecError(Exception):
+    """Base class of every error the package raises on bad input."""
+
+
+class FFTMatvecTypeError(FFTMatvecError, TypeError):
+    """A wrong dtype or array type (e.g. a NumPy vector given to a CuPy operator)."""
+
+
+class FFTMatvecValueError(FFTMatvecError, ValueError):
+    """A bad value or shape."""

@@ -1,0 +1,48 @@
+"""``fftmatvec info``: versions, backend, GPU, and where kernels and tuning tables come from."""
+
+from __future__ import annotations
+
+import json
+import platform
+
+
+def register(sub) -> None:
+    p = sub.add_parser("info", help="print versions, backend, GPU and kernel/tuning sources")
+    p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
+    p.set_defaults(func=run)
+
+
+def collect() -> dict:
+    import numpy
+    import scipy
+
+    from .. import __version__, backend, kernels
+
+    info: dict = {
+        "fftmatvec": __version__,
+        "python": platform.python_version(),
+        "numpy": numpy.__version__,
+        "scipy": scipy.__version__,
+    }
+    for mod in ("h5py", "yaml", "mpi4py", "cupy"):
+        try:
+            info[mod] = __import__(mod).__version__
+        except Exception:
+            info[mod] = None
+    info["backends"] = ["numpy"] + (["cupy"] if backend.gpu_available() else [])
+    info.update(backend.device_description())
+    info["kernels"] = kernels.describe()
+    return info
+
+
+def run(args) -> int:
+    info = collect()
+    if args.json:
+        print(json.dumps(info, indent=2, default=str))
+        return 0
+    width = max(len(k) for k in info)
+    for key, value in info.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k}={v}" for k, v in value.items())
+        print(f"{key:<{width}}  {value}")
+    return 0

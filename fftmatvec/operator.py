@@ -1,0 +1,558 @@
+"""The block lower-triangular Toeplitz operator and its five stages.
+
+``F`` of shape ``(Nd*Nt, Nm*Nt)`` is defined by its kernel (first block column)
+``K[i, j, l]``, the response of sensor ``i`` at lag ``l`` to a unit impulse of parameter ``j``::
+
+    (F m)[i, t]   = sum_j sum_{s <= t} K[i, j, t - s] m[j, s]
+    (F^T d)[j, s] = sum_i sum_{t >= s} K[i, j, t - s] d[i, t]
+
+Both are applied through FFTs of length ``L >= 2 Nt - 1`` in five stages, each in its own
+precision (see :class:`~fftmatvec.precision.PrecisionConfig`):
+
+1. ``broadcast_and_pad``  cast the input and zero-pad its time axis to ``L``;
+2. ``fft``                real-to-complex FFT along time;
+3. ``sbgemv``             per frequency ``f``: ``Khat[f] @ x[f]`` (adjoint ``Khat[f]^H @ x[f]``);
+4. ``ifft``               complex-to-real inverse FFT of length ``L``;
+5. ``unpad_and_reduce``   keep the first ``Nt`` samples, cast to the interface dtype.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import scipy.fft
+
+from . import backend
+from ._errors import FFTMatvecTypeError, FFTMatvecValueError
+from .precision import PrecisionConfig
+
+__all__ = ["BlockToeplitz", "NormalOperator", "fft_length"]
+
+_INTERFACE_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
+
+
+def fft_length(nt: int) -> int:
+    """Smallest fast FFT length ``L >= 2*nt - 1`` (5-smooth, fast for FFTW-style, cuFFT and
+    hipFFT alike)."""
+    if nt < 1:
+        raise FFTMatvecValueError(f"nt must be >= 1, got {nt}")
+    return int(scipy.fft.next_fast_len(2 * nt - 1, real=True))
+
+
+# ------------------------------------------------------------------------------------------
+# Validation helpers (public methods check, private methods compute)
+# ------------------------------------------------------------------------------------------
+def _check_kernel(kernel: Any):
+    xp = backend.get_array_module(kernel, name="kernel")
+    if kernel.ndim != 3:
+        raise FFTMatvecValueError(
+            f"kernel must be a 3-D array (Nd, Nm, Nt), got {kernel.ndim}-D with shape {kernel.shape}"
+        )
+    if any(n == 0 for n in kernel.shape):
+        raise FFTMatvecValueError(f"kernel must have no empty dimension, got shape {kernel.shape}")
+    dt = kernel.dtype
+    if dt.kind == "c":
+        raise FFTMatvecTypeError(f"kernel must be real (float32 or float64), got complex dtype {dt}")
+    if dt.kind != "f":
+        raise FFTMatvecTypeError(f"kernel must be real floating point (float32 or float64), got {dt}")
+    if not bool(xp.isfinite(kernel).all()):
+        raise FFTMatvecValueError("kernel contains NaN or Inf values")
+    return xp
+
+
+def _check_dtype(dtype: Any) -> np.dtype:
+    try:
+        dt = np.dtype(np.float64 if dtype is None else dtype)
+    except TypeError as exc:
+        raise FFTMatvecTypeError(f"dtype must be float32 or float64, got {dtype!r}") from exc
+    if dt not in _INTERFACE_DTYPES:
+        raise FFTMatvecTypeError(f"dtype must be float32 or float64, got {dt}")
+    return dt
+
+
+class _OperatorBase:
+    """Shared interface: shape bookkeeping, input validation, ``@``, adjoints, LinearOperator.
+
+    Subclasses set ``_xp``, ``dtype``, ``nt``, ``_n_in``, ``_n_out`` and implement
+    ``_matmat(X)`` and ``_rmatmat(Y)`` on 3-D arrays ``(k, n, nt)`` already validated.
+    """
+
+    _xp: Any
+    dtype: np.dtype
+    nt: int
+    _n_in: int
+    _n_out: int
+
+    # ---- shapes --------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self._n_out * self.nt, self._n_in * self.nt)
+
+    @property
+    def model_shape(self) -> tuple[int, int]:
+        """Shape ``(n, Nt)`` of an input vector."""
+        return (self._n_in, self.nt)
+
+    @property
+    def data_shape(self) -> tuple[int, int]:
+        """Shape ``(n, Nt)`` of an output vector."""
+        return (self._n_out, self.nt)
+
+    @property
+    def xp(self):
+        """The array module (``numpy`` or ``cupy``) the operator lives on."""
+        return self._xp
+
+    # ---- validation ----------------------------------------------------------------------
+    def _check_vector(self, x: Any, n: int, name: str, batched: bool):
+        xp = backend.get_array_module(x, name=name)
+        if xp is not self._xp:
+            where = "CuPy (GPU)" if self._xp is not np else "NumPy (CPU)"
+            got = "CuPy (GPU)" if xp is not np else "NumPy (CPU)"
+            raise FFTMatvecTypeError(
+                f"{name} is a {got} array but the operator lives on {where}; move it explicitly "
+                f"(cupy.asarray / cupy.asnumpy)"
+            )
+        if x.dtype.kind not in "f":
+            raise FFTMatvecTypeError(
+                f"{name} must be real floating point (float32 or float64), got dtype {x.dtype}"
+            )
+        if batched:
+            if x.ndim != 3 or x.shape[1:] != (n, self.nt):
+                raise FFTMatvecValueError(
+                    f"{name} must have shape (k, {n}, {self.nt}), got {x.shape}"
+                )
+            if x.shape[0] == 0:
+                raise FFTMatvecValueError(f"{name} must hold at least one vector, got shape {x.shape}")
+            return x, None
+        if x.shape == (n, self.nt):
+            return x[None], (n, self.nt)
+        if x.shape == (n * self.nt,):
+            return x.reshape(1, n, self.nt), (n * self.nt,)
+        raise FFTMatvecValueError(
+            f"{name} must have shape ({n}, {self.nt}) or ({n * self.nt},), got {x.shape}"
+        )
+
+    # ---- public products -----------------------------------------------------------------
+    def matvec(self, m):
+        """Apply the operator to one vector.
+
+        Parameters
+        ----------
+        m : (n_in, Nt) or (n_in*Nt,) array
+            Real input, on the operator's device.
+
+        Returns
+        -------
+        (n_out, Nt) or (n_out*Nt,) array
+            Same rank as ``m``, in the operator's ``dtype``.
+        """
+        x, out_shape = self._check_vector(m, self._n_in, "m", batched=False)
+        y = self._matmat(x)
+        return y.reshape((self._n_out,) + out_shape[1:] if len(out_shape) == 2 else (-1,))
+
+    def rmatvec(self, d):
+        """Apply the adjoint to one vector: ``d`` is ``(n_out, Nt)`` or flat."""
+        x, out_shape = self._check_vector(d, self._n_out, "d", batched=False)
+        y = self._rmatmat(x)
+        return y.reshape((self._n_in,) + out_shape[1:] if len(out_shape) == 2 else (-1,))
+
+    def matmat(self, M):
+        """Apply the operator to a batch ``M`` of shape ``(k, n_in, Nt)`` in one batched product."""
+        x, _ = self._check_vector(M, self._n_in, "M", batched=True)
+        return self._matmat(x)
+
+    def rmatmat(self, D):
+        """Apply the adjoint to a batch ``D`` of shape ``(k, n_out, Nt)``."""
+        x, _ = self._check_vector(D, self._n_out, "D", batched=True)
+        return self._rmatmat(x)
+
+    def __matmul__(self, x):
+        if getattr(x, "ndim", None) == 3:
+            return self.matmat(x)
+        return self.matvec(x)
+
+    @property
+    def T(self):
+        """The adjoint (transpose) as an operator sharing this one's data."""
+        return _Adjoint(self)
+
+    H = T
+
+    def aslinearoperator(self):
+        """A ``scipy.sparse.linalg.LinearOperator`` (NumPy) or cupyx one (CuPy) on flat vectors,
+        so SciPy's / cupyx's iterative solvers run on it."""
+        if self._xp is np:
+            from scipy.sparse.linalg import LinearOperator
+        else:
+            from cupyx.scipy.sparse.linalg import LinearOperator
+        n_in, n_out, nt = self._n_in, self._n_out, self.nt
+        xp, dt = self._xp, self.dtype
+
+        def _batch(V, n):  # (n*nt,) or (n*nt, k) -> (k, n, nt) in the interface dtype
+            X = V.reshape(1, -1) if V.ndim == 1 else xp.ascontiguousarray(V.T)
+            return X.reshape(-1, n, nt).astype(dt, copy=False)
+
+        def _unbatch(Y, v_ndim):
+            Y = Y.reshape(Y.shape[0], -1)
+            return Y.reshape(-1) if v_ndim == 1 else Y.T
+
+        def mv(v):
+            return _unbatch(self._matmat(_batch(v, n_in)), v.ndim)
+
+        def rmv(v):
+            return _unbatch(self._rmatmat(_batch(v, n_out)), v.ndim)
+
+        kwargs = dict(shape=self.shape, dtype=self.dtype, matvec=mv, rmatvec=rmv, matmat=mv)
+        if xp is np:
+            kwargs["rmatmat"] = rmv
+        return LinearOperator(**kwargs)
+
+    # ---- to implement --------------------------------------------------------------------
+    def _matmat(self, x):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _rmatmat(self, x):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class _Adjoint(_OperatorBase):
+    """``F^T`` of an operator ``F``, sharing its data."""
+
+    def __init__(self, op: _OperatorBase):
+        self._op = op
+        self._xp = op._xp
+        self.dtype = op.dtype
+        self.nt = op.nt
+        self._n_in, self._n_out = op._n_out, op._n_in
+
+    def _matmat(self, x):
+        return self._op._rmatmat(x)
+
+    def _rmatmat(self, x):
+        return self._op._matmat(x)
+
+    @property
+    def T(self):
+        return self._op
+
+    H = T
+
+    def __repr__(self) -> str:
+        return f"{self._op!r}.T"
+
+
+class NormalOperator(_OperatorBase):
+    """The Gauss-Newton operator ``F^T W F`` with ``W`` diagonal, applied on the device.
+
+    Parameters
+    ----------
+    op : BlockToeplitz
+    weight : None, float, or (Nd, Nt) array
+        The diagonal of ``W``; ``None`` means the identity.
+    """
+
+    def __init__(self, op: "BlockToeplitz", weight=None):
+        self._op = op
+        self._xp = op._xp
+        self.dtype = op.dtype
+        self.nt = op.nt
+        self._n_in = self._n_out = op.nm
+        if weight is None:
+            self._weight = None
+        elif np.isscalar(weight):
+            w = float(weight)
+            if not math.isfinite(w):
+                raise FFTMatvecValueError(f"weight must be finite, got {weight!r}")
+            self._weight = w
+        else:
+            xp = backend.get_array_module(weight, name="weight")
+            if xp is not op._xp:
+                raise FFTMatvecTypeError(
+                    "weight must live on the same device as the operator (NumPy vs CuPy mismatch)"
+                )
+            if weight.shape != (op.nd, op.nt):
+                raise FFTMatvecValueError(
+                    f"weight must be a scalar or have shape ({op.nd}, {op.nt}), got {weight.shape}"
+                )
+            if weight.dtype.kind not in "fiu":
+                raise FFTMatvecTypeError(f"weight must be real, got dtype {weight.dtype}")
+            if not bool(xp.isfinite(weight).all()):
+                raise FFTMatvecValueError("weight contains NaN or Inf values")
+            self._weight = weight.astype(op.dtype, copy=True)
+
+    def _apply_weight(self, d):
+        if self._weight is None:
+            return d
+        d *= self._weight
+        return d
+
+    def _matmat(self, x):
+        d = self._op._matmat(x)
+        return self._op._rmatmat(self._apply_weight(d))
+
+    _rmatmat = _matmat  # F^T W F is symmetric
+
+    def __repr__(self) -> str:
+        return f"NormalOperator({self._op!r})"
+
+
+# ------------------------------------------------------------------------------------------
+# Stage 3 engines: how Khat is stored and multiplied. Chosen once, at construction.
+# ------------------------------------------------------------------------------------------
+class _MatmulEngine:
+    """``Khat`` stored ``(Nf, Nd, Nm)``; stage 3 as a batched ``matmul`` of the array module.
+
+    Runs on NumPy (multithreaded BLAS) and on CuPy (cuBLAS / hipBLAS). Precision ``h`` is
+    emulated: ``Khat`` is stored as float16 pairs with a float32 scale per (frequency, row) and
+    expanded to complex64 one block of frequencies at a time.
+    """
+
+    name = "matmul"
+    _chunk_bytes = 256 * 2**20
+
+    def __init__(self, xp, prec: PrecisionConfig, nd: int, nm: int, nf: int):
+        self.xp, self.prec, self.nd, self.nm, self.nf = xp, prec, nd, nm, nf
+        if prec.half:
+            self.data = xp.empty((nf, nd, nm, 2), dtype=np.float16)
+            self.scale = xp.empty((nf, nd), dtype=np.float32)
+        else:
+            self.data = xp.empty((nf, nd, nm), dtype=prec.sbgemv_dtype)
+            self.scale = None
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.data.nbytes + (0 if self.scale is None else self.scale.nbytes))
+
+    def store_rows(self, i0: int, khat_rows):
+        """Store ``khat_rows`` (rows ``i0:i0+c``, shape ``(c, Nm, Nf)`` complex128)."""
+        xp = self.xp
+        blk = xp.moveaxis(khat_rows, -1, 0)  # (Nf, c, Nm)
+        i1 = i0 + blk.shape[1]
+        if self.scale is None:
+            self.data[:, i0:i1, :] = blk
+        else:
+            q, s = _quantize_half(xp, blk, axis=-1)
+            self.data[:, i0:i1] = q
+            self.scale[:, i0:i1] = s
+
+    def _blocks(self):
+        """Yield ``(f0, f1, Khat[f0:f1])`` in the compute dtype."""
+        if self.scale is None:
+            yield 0, self.nf, self.data
+            return
+        per_f = self.nd * self.nm * 8
+        step = max(1, self._chunk_bytes // per_f)
+        for f0 in range(0, self.nf, step):
+            f1 = min(self.nf, f0 + step)
+            q = self.data[f0:f1].astype(np.float32)
+            blk = (q[..., 0] + 1j * q[..., 1]).astype(np.complex64)
+            blk *= self.scale[f0:f1, :, None]
+            yield f0, f1, blk
+
+    def apply(self, xhat, adjoint: bool, out_dtype):
+        """``xhat`` is ``(k, n_in, Nf)``; return ``(k, n_out, Nf)`` in ``out_dtype``."""
+        xp = self.xp
+        cd = self.prec.sbgemv_dtype
+        x = xhat.astype(cd, copy=False).transpose(2, 1, 0)  # (Nf, n_in, k)
+        n_out = self.nm if adjoint else self.nd
+        k = xhat.shape[0]
+        y = xp.empty((self.nf, n_out, k), dtype=cd)
+        for f0, f1, kh in self._blocks():
+            if adjoint:
+                # Khat^H x = conj(Khat^T conj(x)): no conjugate transpose of Khat is formed.
+                xp.matmul(xp.swapaxes(kh, -1, -2), x[f0:f1].conj(), out=y[f0:f1])
+                xp.conjugate(y[f0:f1], out=y[f0:f1])
+            else:
+                xp.matmul(kh, x[f0:f1], out=y[f0:f1])
+        return xp.ascontiguousarray(y.transpose(2, 1, 0), dtype=out_dtype)
+
+
+def _quantize_half(xp, z, axis: int):
+    """Split complex ``z`` into float16 (re, im) pairs and a float32 scale over ``axis``.
+
+    The scale maps the largest real or imaginary magnitude of each block to ``2**15``, well
+    inside float16's range (max 65504): nothing overflows, and values down to ``2**-14`` of
+    the scale stay normal numbers (relative precision ``2**-11``).
+    """
+    amax = xp.maximum(xp.abs(z.real), xp.abs(z.imag)).max(axis=axis, keepdims=True)
+    scale = xp.where(amax > 0, amax / 2.0**15, 1.0)
+    zs = z / scale
+    q = xp.stack([zs.real, zs.imag], axis=-1).astype(np.float16)
+    return q, xp.squeeze(scale, axis=axis).astype(np.float32)
+
+
+# ------------------------------------------------------------------------------------------
+# The operator
+# ------------------------------------------------------------------------------------------
+class BlockToeplitz(_OperatorBase):
+    """Block lower-triangular Toeplitz operator ``F`` of shape ``(Nd*Nt, Nm*Nt)``.
+
+    Parameters
+    ----------
+    kernel : (Nd, Nm, Nt) real array
+        First block column: ``kernel[i, j, l]`` is the response of sensor ``i`` at lag ``l`` to
+        a unit impulse of parameter ``j``. A NumPy array gives a CPU operator, a CuPy array a
+        GPU operator on that array's device.
+    precision : str or PrecisionConfig, default ``"ddddd"``
+        One letter per stage (see :class:`~fftmatvec.precision.PrecisionConfig`).
+    dtype : float64 (default) or float32
+        Interface dtype of inputs and outputs, whatever precision the stages run in.
+
+    Attributes
+    ----------
+    nd, nm, nt : int
+        Sensors, parameters, time steps.
+    fft_len : int
+        FFT length ``L``, the smallest fast length ``>= 2*Nt - 1``.
+    nf : int
+        Number of stored frequencies, ``L//2 + 1``.
+    shape : (int, int)
+        ``(Nd*Nt, Nm*Nt)``.
+
+    Raises
+    ------
+    FFTMatvecTypeError
+        ``kernel`` is not a NumPy/CuPy array, or is complex/integer; bad ``dtype``.
+    FFTMatvecValueError
+        ``kernel`` is not 3-D, has an empty dimension, or contains NaN/Inf; bad precision.
+
+    Notes
+    -----
+    ``Khat = rfft(K, n=L)`` is computed once, in float64, and stored only in stage 3's
+    precision. Vectors are space-outer, time-inner (SOTI): ``m`` is ``(Nm, Nt)``.
+    """
+
+    def __init__(self, kernel, precision="ddddd", *, dtype=None, _share=None):
+        xp = _check_kernel(kernel)
+        self._xp = xp
+        self.dtype = _check_dtype(dtype)
+        self.precision = PrecisionConfig(precision)
+        self.nd, self.nm, self.nt = (int(n) for n in kernel.shape)
+        self._n_in, self._n_out = self.nm, self.nd
+        self.fft_len = fft_length(self.nt)
+        self.nf = self.fft_len // 2 + 1
+        self._kernel = kernel
+        self._engine = None
+        if _share is not None and _share.precision.letters[2] == self.precision.letters[2]:
+            self._engine = _share._engine
+        if self._engine is None:
+            self._engine = self._make_engine()
+            self._setup_khat()
+
+    # ---- setup ---------------------------------------------------------------------------
+    def _make_engine(self):
+        if self._xp is not np:
+            from . import kernels
+
+            if kernels.available():
+                from ._gpu import KernelEngine
+
+                return KernelEngine(self.precision, self.nd, self.nm, self.nf, self.nt, self.fft_len)
+        return _MatmulEngine(self._xp, self.precision, self.nd, self.nm, self.nf)
+
+    def _setup_khat(self):
+        """Compute ``Khat`` in float64, a block of rows at a time to bound temporary memory."""
+        xp = self._xp
+        per_row = self.nm * (self.fft_len * 8 + self.nf * 16) * 2
+        rows = max(1, min(self.nd, (512 * 2**20) // max(per_row, 1)))
+        for i0 in range(0, self.nd, rows):
+            blk = self._kernel[i0 : i0 + rows].astype(np.float64, copy=False)
+            khat = _rfft(xp, blk, self.fft_len)  # (c, Nm, Nf) complex128
+            self._engine.store_rows(i0, khat)
+            del khat
+
+    def with_precision(self, precision) -> "BlockToeplitz":
+        """A new operator in another precision, sharing the kernel and, when stage 3's letter
+        is unchanged, the stored ``Khat``."""
+        return BlockToeplitz(self._kernel, precision, dtype=self.dtype, _share=self)
+
+    def normal(self, weight=None) -> NormalOperator:
+        """The Gauss-Newton operator ``F^T W F`` (``W`` diagonal: scalar or ``(Nd, Nt)``)."""
+        return NormalOperator(self, weight)
+
+    @property
+    def khat_nbytes(self) -> int:
+        """Bytes of the stored ``Khat`` (stage 3's storage precision)."""
+        return self._engine.nbytes
+
+    @property
+    def engine(self) -> str:
+        """Which stage-3 implementation runs: ``'matmul'`` or ``'kernels'``."""
+        return self._engine.name
+
+    def __repr__(self) -> str:
+        dev = "cpu" if self._xp is np else "gpu"
+        return (
+            f"BlockToeplitz(nd={self.nd}, nm={self.nm}, nt={self.nt}, precision='{self.precision}', "
+            f"dtype={self.dtype}, device={dev})"
+        )
+
+    # ---- the five stages -----------------------------------------------------------------
+    def broadcast_and_pad(self, x):
+        """Stage 1: cast ``x`` ``(k, n, Nt)`` to stage 1's precision, zero-pad time to ``L``."""
+        e = self._engine
+        if hasattr(e, "pad"):
+            return e.pad(x, self.precision)
+        xp = self._xp
+        k, n, nt = x.shape
+        out = xp.zeros((k, n, self.fft_len), dtype=self.precision.pad_dtype)
+        out[..., :nt] = x
+        return out
+
+    def fft(self, x):
+        """Stage 2: real-to-complex FFT along time in stage 2's precision: ``(k, n, Nf)``."""
+        x = x.astype(self.precision.real_dtype("fft"), copy=False)
+        return _rfft(self._xp, x, self.fft_len)
+
+    def sbgemv(self, xhat, adjoint: bool = False):
+        """Stage 3: per-frequency product with ``Khat`` (``Khat^H`` for the adjoint)."""
+        return self._engine.apply(xhat, adjoint, self.precision.complex_dtype("ifft"))
+
+    def ifft(self, yhat):
+        """Stage 4: complex-to-real inverse FFT of length ``L`` in stage 4's precision."""
+        cd = self.precision.complex_dtype("ifft")
+        return _irfft(self._xp, yhat.astype(cd, copy=False), self.fft_len)
+
+    def unpad_and_reduce(self, y):
+        """Stage 5: keep the first ``Nt`` samples, round to stage 5's precision, return in the
+        interface dtype. (A distributed operator also sums partial outputs here.)"""
+        e = self._engine
+        if hasattr(e, "unpad"):
+            return e.unpad(y, self.precision, self.nt, self.dtype)
+        out = y[..., : self.nt].astype(self.precision.reduce_dtype)
+        return out.astype(self.dtype, copy=False)
+
+    def _apply(self, x, adjoint: bool):
+        padded = self.broadcast_and_pad(x)
+        xhat = self.fft(padded)
+        yhat = self.sbgemv(xhat, adjoint)
+        y = self.ifft(yhat)
+        return self.unpad_and_reduce(y)
+
+    def _matmat(self, x):
+        return self._apply(x, adjoint=False)
+
+    def _rmatmat(self, x):
+        return self._apply(x, adjoint=True)
+
+
+# ------------------------------------------------------------------------------------------
+# FFT leaves: scipy.fft on the CPU (all cores), cupy's cuFFT/hipFFT with cached plans on GPU.
+# ------------------------------------------------------------------------------------------
+def _rfft(xp, x, n):
+    if xp is np:
+        return scipy.fft.rfft(x, n=n, axis=-1, workers=-1)
+    import cupyx.scipy.fft as cufft
+
+    return cufft.rfft(x, n=n, axis=-1)
+
+
+def _irfft(xp, x, n):
+    if xp is np:
+        return scipy.fft.irfft(x, n=n, axis=-1, workers=-1, overwrite_x=True)
+    import cupyx.scipy.fft as cufft
+
+    return cufft.irfft(x, n=n, axis=-1, overwrite_x=True)
