@@ -1,0 +1,58 @@
+"""Shared fixtures: one test body runs on NumPy and, when a GPU is present, on CuPy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fftmatvec import backend
+
+
+def _xp_params():
+    params = [pytest.param(np, id="numpy")]
+    marks = [pytest.mark.gpu]
+    if not backend.gpu_available():
+        marks.append(pytest.mark.skip(reason="no GPU (CuPy missing or no device)"))
+    params.append(pytest.param(backend.cupy, id="cupy", marks=marks))
+    return params
+
+
+@pytest.fixture(params=_xp_params())
+def xp(request):
+    """The array module under test: ``numpy``, or ``cupy`` on a GPU machine."""
+    return request.param
+
+
+@pytest.fixture
+def rng(request):
+    """A fresh generator per test, seeded from the test's name so failures reproduce."""
+    import zlib
+
+    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
+
+
+def to_numpy(a):
+    if isinstance(a, np.ndarray):
+        return a
+    return backend.cupy.asnumpy(a)
+
+
+def dense_btt(kernel) -> np.ndarray:
+    """The float64 dense block lower-triangular Toeplitz matrix ``(Nd*Nt, Nm*Nt)`` of ``kernel``.
+
+    Rows and columns are space-outer, time-inner: ``F[i*Nt + t, j*Nt + s] = K[i, j, t - s]``
+    for ``t >= s``, zero otherwise.
+    """
+    K = np.asarray(to_numpy(kernel), dtype=np.float64)
+    nd, nm, nt = K.shape
+    t = np.arange(nt)
+    lag = t[:, None] - t[None, :]  # (t, s)
+    causal = lag >= 0
+    blocks = np.where(causal[None, None], K[:, :, np.clip(lag, 0, None)], 0.0)  # (nd, nm, nt, nt)
+    return blocks.transpose(0, 2, 1, 3).reshape(nd * nt, nm * nt)
+
+
+def rel_err(y, y_ref) -> float:
+    y = np.asarray(to_numpy(y), dtype=np.float64)
+    y_ref = np.asarray(y_ref, dtype=np.float64)
+    return float(np.linalg.norm(y - y_ref) / np.linalg.norm(y_ref))
