@@ -1,11 +1,153 @@
-"""GPU kernel loader (filled in by the kernel layer)."""
+"""Loading the GPU kernels: prebuilt code objects first, run-time compilation otherwise.
+
+The kernels are written once in CUDA C++ (``hip_kernels/``). The build compiles them ahead of
+time into code objects installed in ``fftmatvec/_kernels/``: ``fftmatvec_kernels.sm_90.cubin``
+for NVIDIA, ``fftmatvec_kernels.gfx90a.hsaco`` for AMD (after hipify). At run time the code
+object matching the current device is loaded — CUDA ``sm_XY``; on ROCm the ``gcnArchName``,
+never the compute capability, which collides between AMD architectures. With no matching code
+object the installed source is compiled through CuPy (NVRTC on NVIDIA, hiprtc with the hipified
+source on ROCm), on first use and never at import; CuPy caches the result on disk.
+
+Set ``FFTMATVEC_KERNELS=jit`` to skip the prebuilt code objects, ``=prebuilt`` to refuse JIT.
+"""
 
 from __future__ import annotations
 
+import os
+import re
+import threading
+from pathlib import Path
+
+from . import backend
+from ._errors import FFTMatvecError
+
+__all__ = ["available", "get_function", "describe", "kernel_source", "MODULE_NAME"]
+
+MODULE_NAME = "fftmatvec_kernels"
+_PKG_DIR = Path(__file__).resolve().parent
+_CODE_DIR = _PKG_DIR / "_kernels"
+_lock = threading.Lock()
+_modules: dict[int, tuple[object, str]] = {}  # device id -> (RawModule, how it was obtained)
+_functions: dict[tuple[int, str], object] = {}
+
+
+class KernelLoadError(FFTMatvecError, RuntimeError):
+    """The GPU kernels could not be loaded or compiled."""
+
+
+def source_dir() -> Path:
+    """Directory of the CUDA sources: installed copy, or the source checkout's ``hip_kernels``."""
+    for cand in (_PKG_DIR / "hip_kernels", _PKG_DIR.parent / "hip_kernels"):
+        if (cand / f"{MODULE_NAME}.cu").is_file():
+            return cand
+    raise KernelLoadError(
+        f"the kernel sources ({MODULE_NAME}.cu) are neither installed in {_PKG_DIR / 'hip_kernels'} "
+        f"nor next to the package; reinstall fftmatvec"
+    )
+
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.M)
+
+
+def kernel_source() -> str:
+    """The kernel translation unit with its local ``#include "..."`` files inlined (once each)."""
+    root = source_dir()
+    seen: set[str] = set()
+
+    def expand(name: str) -> str:
+        if name in seen:
+            return ""
+        seen.add(name)
+        text = (root / name).read_text()
+        text = text.replace("#pragma once", "")
+        return _INCLUDE.sub(lambda m: expand(m.group(1)), text)
+
+    return expand(f"{MODULE_NAME}.cu")
+
 
 def available() -> bool:
-    return False
+    """True when a GPU is present; the kernels then load or compile on first use."""
+    return backend.gpu_available()
+
+
+def _code_object_path(arch: str) -> Path | None:
+    ext = "hsaco" if backend.is_hip() else "cubin"
+    p = _CODE_DIR / f"{MODULE_NAME}.{arch}.{ext}"
+    return p if p.is_file() else None
+
+
+def _load_module():
+    cp = backend.cupy
+    dev = cp.cuda.Device().id
+    with _lock:
+        if dev in _modules:
+            return _modules[dev][0]
+        mode = os.environ.get("FFTMATVEC_KERNELS", "auto").lower()
+        if mode not in ("auto", "jit", "prebuilt"):
+            raise KernelLoadError(f"FFTMATVEC_KERNELS must be auto, jit or prebuilt, got {mode!r}")
+        arch = backend.device_arch(dev)
+        path = None if mode == "jit" else _code_object_path(arch)
+        if path is not None:
+            module = cp.RawModule(path=str(path))
+            how = f"prebuilt {path.name}"
+        elif mode == "prebuilt":
+            raise KernelLoadError(
+                f"no prebuilt code object for {arch} in {_CODE_DIR} and FFTMATVEC_KERNELS=prebuilt"
+            )
+        else:
+            src = kernel_source()
+            if backend.is_hip():
+                from ._hipify import hipify
+
+                src = hipify(src, add_runtime_header=False)
+                how = f"JIT hiprtc for {arch}"
+            else:
+                how = f"JIT NVRTC for {arch}"
+            module = cp.RawModule(code=src, options=("-std=c++17",))
+        _modules[dev] = (module, how)
+        return module
+
+
+def get_function(name: str):
+    """The kernel ``name`` (an ``extern "C"`` entry point) on the current device, memoized."""
+    cp = backend.cupy
+    key = (cp.cuda.Device().id, name)
+    fn = _functions.get(key)
+    if fn is None:
+        module = _load_module()
+        try:
+            fn = module.get_function(name)
+        except Exception as exc:  # compile errors surface here for JIT modules
+            raise KernelLoadError(f"cannot load GPU kernel {name!r}: {exc}") from exc
+        _functions[key] = fn
+    return fn
+
+
+def prebuilt_code_objects() -> list[str]:
+    if not _CODE_DIR.is_dir():
+        return []
+    return sorted(p.name for p in _CODE_DIR.iterdir() if p.suffix in (".cubin", ".hsaco", ".fatbin"))
 
 
 def describe() -> dict:
-    return {"source": "none (CPU only)"}
+    """Where kernels come from on this machine (for ``fftmatvec info``)."""
+    info: dict = {"prebuilt": ", ".join(prebuilt_code_objects()) or "none"}
+    try:
+        info["sources"] = str(source_dir())
+    except KernelLoadError:
+        info["sources"] = "missing"
+    if not backend.gpu_available():
+        info["current_device"] = "no GPU: CPU path (NumPy/SciPy)"
+        return info
+    arch = backend.device_arch()
+    dev = backend.cupy.cuda.Device().id
+    if dev in _modules:
+        info["current_device"] = _modules[dev][1]
+    else:
+        mode = os.environ.get("FFTMATVEC_KERNELS", "auto").lower()
+        path = None if mode == "jit" else _code_object_path(arch)
+        info["current_device"] = (
+            f"{arch}: will load prebuilt {path.name}" if path else
+            f"{arch}: will JIT-compile ({'hiprtc' if backend.is_hip() else 'NVRTC'}) on first use"
+        )
+    return info

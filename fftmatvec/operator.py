@@ -260,16 +260,17 @@ class NormalOperator(_OperatorBase):
         self.dtype = op.dtype
         self.nt = op.nt
         self._n_in = self._n_out = op.nm
+        xp = op._xp
         if weight is None:
             self._weight = None
         elif np.isscalar(weight):
             w = float(weight)
             if not math.isfinite(w):
                 raise FFTMatvecValueError(f"weight must be finite, got {weight!r}")
-            self._weight = w
+            self._weight = xp.full((op.nd, op.nt), w, dtype=op.dtype)
         else:
-            xp = backend.get_array_module(weight, name="weight")
-            if xp is not op._xp:
+            wxp = backend.get_array_module(weight, name="weight")
+            if wxp is not xp:
                 raise FFTMatvecTypeError(
                     "weight must live on the same device as the operator (NumPy vs CuPy mismatch)"
                 )
@@ -281,17 +282,12 @@ class NormalOperator(_OperatorBase):
                 raise FFTMatvecTypeError(f"weight must be real, got dtype {weight.dtype}")
             if not bool(xp.isfinite(weight).all()):
                 raise FFTMatvecValueError("weight contains NaN or Inf values")
-            self._weight = weight.astype(op.dtype, copy=True)
-
-    def _apply_weight(self, d):
-        if self._weight is None:
-            return d
-        d *= self._weight
-        return d
+            self._weight = xp.ascontiguousarray(weight, dtype=op.dtype)
 
     def _matmat(self, x):
-        d = self._op._matmat(x)
-        return self._op._rmatmat(self._apply_weight(d))
+        # the weight is applied inside the forward product's stage 5, on the device
+        d = self._op._apply(x, adjoint=False, weight=self._weight)
+        return self._op._apply(d, adjoint=True)
 
     _rmatmat = _matmat  # F^T W F is symmetric
 
@@ -516,21 +512,24 @@ class BlockToeplitz(_OperatorBase):
         cd = self.precision.complex_dtype("ifft")
         return _irfft(self._xp, yhat.astype(cd, copy=False), self.fft_len)
 
-    def unpad_and_reduce(self, y):
+    def unpad_and_reduce(self, y, weight=None):
         """Stage 5: keep the first ``Nt`` samples, round to stage 5's precision, return in the
-        interface dtype. (A distributed operator also sums partial outputs here.)"""
+        interface dtype, times the diagonal ``weight`` ``(n, Nt)`` if given (the normal operator).
+        (A distributed operator also sums partial outputs here.)"""
         e = self._engine
         if hasattr(e, "unpad"):
-            return e.unpad(y, self.precision, self.nt, self.dtype)
-        out = y[..., : self.nt].astype(self.precision.reduce_dtype)
-        return out.astype(self.dtype, copy=False)
+            return e.unpad(y, self.precision, self.nt, self.dtype, weight=weight)
+        out = y[..., : self.nt].astype(self.precision.reduce_dtype).astype(self.dtype, copy=False)
+        if weight is not None:
+            out *= weight
+        return out
 
-    def _apply(self, x, adjoint: bool):
+    def _apply(self, x, adjoint: bool, weight=None):
         padded = self.broadcast_and_pad(x)
         xhat = self.fft(padded)
         yhat = self.sbgemv(xhat, adjoint)
         y = self.ifft(yhat)
-        return self.unpad_and_reduce(y)
+        return self.unpad_and_reduce(y, weight)
 
     def _matmat(self, x):
         return self._apply(x, adjoint=False)

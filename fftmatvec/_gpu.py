@@ -1,0 +1,201 @@
+"""The GPU stage-3 engine and the fused stage-1/5 kernels (launch side of ``hip_kernels/``).
+
+``Khat`` is stored ``(Nd, Nm, Nf)``, frequency innermost, exactly as ``rfft`` along the time axis
+of ``K`` produces it: the stage-3 kernel reads it coalesced in both directions, and reads and
+writes the FFT stages' layouts ``(k, n, Nf)`` directly, with no transpose pass.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import backend, kernels
+from .precision import PrecisionConfig
+
+_REAL_SUFFIX = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32"}
+_CPLX_SUFFIX = {np.dtype(np.complex128): "c128", np.dtype(np.complex64): "c64"}
+_STORE_SUFFIX = {"d": "c128", "s": "c64", "h": "c32h"}
+
+# (RT, KB) tiles compiled in hip_kernels/fftmatvec_kernels.cu
+_TILES = {(1, 1), (2, 1), (4, 1), (8, 1), (2, 2), (4, 2), (2, 4), (1, 8), (2, 8), (1, 16), (2, 16)}
+_BATCH_SIZES = (16, 8, 4, 2, 1)
+
+
+@dataclass(frozen=True)
+class _Launch:
+    name: str
+    kb: int
+    grid: tuple
+    block: tuple
+    splits: int
+    red_chunk: int
+    n_ftiles: int
+
+
+def _i64(v) -> np.int64:
+    return np.int64(v)
+
+
+class KernelEngine:
+    """Stage 3 (and the fused casts of stages 1 and 5) through the package's own kernels."""
+
+    name = "kernels"
+
+    def __init__(self, prec: PrecisionConfig, nd: int, nm: int, nf: int, nt: int, fft_len: int):
+        cp = backend.cupy
+        self.cp, self.prec = cp, prec
+        self.nd, self.nm, self.nf, self.nt, self.fft_len = nd, nm, nf, nt, fft_len
+        letter = prec.letters[2]
+        self.store = _STORE_SUFFIX[letter]
+        if letter == "h":
+            self.data = cp.empty((nd, nm, nf), dtype=np.uint32)
+            self.scale = cp.empty((nd, nf), dtype=np.float32)
+        else:
+            self.data = cp.empty((nd, nm, nf), dtype=prec.sbgemv_dtype)
+            self.scale = None
+        self.compute = np.dtype(np.complex128 if letter == "d" else np.complex64)
+        props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+        self.num_sms = int(props.get("multiProcessorCount", 108))
+        self._plans: dict = {}
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.data.nbytes + (0 if self.scale is None else self.scale.nbytes))
+
+    # ---- setup ---------------------------------------------------------------------------
+    def store_rows(self, i0: int, khat_rows) -> None:
+        """Store rows ``i0:i0+c`` of ``Khat`` given as ``(c, Nm, Nf)`` complex128."""
+        cp = self.cp
+        i1 = i0 + khat_rows.shape[0]
+        if self.scale is None:
+            self.data[i0:i1] = khat_rows
+            return
+        from .operator import _quantize_half
+
+        q, s = _quantize_half(cp, khat_rows, axis=1)  # q (c, Nm, Nf, 2) float16, s (c, Nf)
+        bits = q.view(np.uint16).astype(np.uint32)
+        self.data[i0:i1] = bits[..., 0] | (bits[..., 1] << 16)
+        self.scale[i0:i1] = s
+
+    # ---- stage 3 -------------------------------------------------------------------------
+    def _plan(self, adjoint: bool, k: int, in_dtype, out_dtype) -> list[_Launch]:
+        key = (adjoint, k, in_dtype, out_dtype)
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan
+        n_out, n_red = (self.nm, self.nd) if adjoint else (self.nd, self.nm)
+        nf = self.nf
+        single = self.compute == np.complex64
+        bx = 32 if nf <= 32 else 64
+        plan = []
+        remaining = k
+        for kb in _BATCH_SIZES:
+            while remaining >= kb:
+                remaining -= kb
+                if kb == 1:
+                    rt = 8 if n_out >= 64 and single else 4 if n_out >= 4 else 2 if n_out >= 2 else 1
+                elif kb == 2:
+                    rt = 4 if single else 2
+                elif kb == 4:
+                    rt = 2
+                else:
+                    rt = 2 if single else 1
+                ty = max(1, min(256 // bx, math.ceil(n_out / rt)))
+                n_ftiles = math.ceil(nf / bx)
+                n_otiles = math.ceil(n_out / (ty * rt))
+                base = n_ftiles * n_otiles
+                target = 8 * self.num_sms * max(1, 256 // (bx * ty))
+                splits = 1
+                if base < target:
+                    splits = max(1, min(math.ceil(target / base), n_red // 32))
+                red_chunk = math.ceil(n_red / splits)
+                splits = math.ceil(n_red / red_chunk)
+                out_sfx = _CPLX_SUFFIX[self.compute if splits > 1 else np.dtype(out_dtype)]
+                name = f"sbgemv_{self.store}_{_CPLX_SUFFIX[np.dtype(in_dtype)]}_{out_sfx}_r{rt}_k{kb}"
+                assert (rt, kb) in _TILES, (rt, kb)
+                plan.append(
+                    _Launch(name, kb, (base, splits), (bx, ty), splits, red_chunk, n_ftiles)
+                )
+        self._plans[key] = plan
+        return plan
+
+    def apply(self, xhat, adjoint: bool, out_dtype, out=None):
+        """``xhat`` ``(k, n_in, Nf)`` -> ``(k, n_out, Nf)`` in ``out_dtype`` (into ``out`` if given,
+        a C-contiguous array of that shape and dtype)."""
+        cp = self.cp
+        xhat = cp.ascontiguousarray(xhat)
+        k = xhat.shape[0]
+        n_out, n_red = (self.nm, self.nd) if adjoint else (self.nd, self.nm)
+        nf = self.nf
+        so, sr = (nf, self.nm * nf) if adjoint else (self.nm * nf, nf)
+        out_dtype = np.dtype(out_dtype)
+        y = cp.empty((k, n_out, nf), dtype=out_dtype) if out is None else out
+        scale = self.scale if self.scale is not None else np.uint64(0)
+        b0 = 0
+        for launch in self._plan(adjoint, k, xhat.dtype, out_dtype):
+            fn = kernels.get_function(launch.name)
+            xb, yb = xhat[b0 : b0 + launch.kb], y[b0 : b0 + launch.kb]
+            if launch.splits > 1:
+                target = cp.empty((launch.splits, launch.kb, n_out, nf), dtype=self.compute)
+            else:
+                target = yb
+            fn(
+                launch.grid,
+                launch.block,
+                (
+                    self.data, scale, xb, target, _i64(nf), _i64(n_out), _i64(n_red),
+                    _i64(so), _i64(sr), np.int32(adjoint), _i64(launch.red_chunk),
+                    _i64(launch.n_ftiles), _i64(n_red * nf), _i64(n_out * nf),
+                    _i64(launch.kb * n_out * nf),
+                ),
+            )
+            if launch.splits > 1:
+                n = launch.kb * n_out * nf
+                red = kernels.get_function(
+                    f"reduce_{_CPLX_SUFFIX[self.compute]}_{_CPLX_SUFFIX[out_dtype]}"
+                )
+                blocks = min(math.ceil(n / 256), 16 * self.num_sms)
+                red((blocks,), (256,), (target, yb, _i64(n), np.int32(launch.splits)))
+            b0 += launch.kb
+        return y
+
+    # ---- stages 1 and 5 with fused casts -------------------------------------------------
+    def pad(self, x, prec: PrecisionConfig, out=None):
+        """Stage 1 fused with stage 2's input cast: ``(k, n, Nt)`` -> ``(k, n, L)`` in the FFT's
+        real precision, each value rounded to stage 1's precision on the way."""
+        cp = self.cp
+        x = cp.ascontiguousarray(x)
+        k, n, nt = x.shape
+        L = self.fft_len
+        out_dtype = prec.real_dtype("fft")
+        if out is None:
+            out = cp.empty((k, n, L), dtype=out_dtype)
+        name = f"pad_{_REAL_SUFFIX[x.dtype]}_{_REAL_SUFFIX[prec.pad_dtype]}_{_REAL_SUFFIX[out_dtype]}"
+        rows = k * n
+        grid = (math.ceil(L / 128), min(rows, 65535))
+        kernels.get_function(name)(grid, (128,), (x, out, _i64(rows), _i64(nt), _i64(L)))
+        return out
+
+    def unpad(self, y, prec: PrecisionConfig, nt: int, dtype, weight=None, out=None):
+        """Stage 5: ``(k, n, L)`` -> ``(k, n, Nt)`` in ``dtype``, rounded to stage 5's precision
+        on the way, optionally multiplied by a diagonal weight ``(n, Nt)``."""
+        cp = self.cp
+        y = cp.ascontiguousarray(y)
+        k, n, L = y.shape
+        dtype = np.dtype(dtype)
+        if out is None:
+            out = cp.empty((k, n, nt), dtype=dtype)
+        name = f"unpad_{_REAL_SUFFIX[y.dtype]}_{_REAL_SUFFIX[prec.reduce_dtype]}_{_REAL_SUFFIX[dtype]}"
+        rows = k * n
+        if weight is None:
+            w, n_w = np.uint64(0), 1
+        else:
+            w, n_w = cp.ascontiguousarray(weight, dtype=dtype), weight.shape[0]
+        grid = (math.ceil(nt / 128), min(rows, 65535))
+        kernels.get_function(name)(
+            grid, (128,), (y, out, w, _i64(n_w), _i64(rows), _i64(nt), _i64(L))
+        )
+        return out

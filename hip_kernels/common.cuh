@@ -1,0 +1,95 @@
+// Shared helpers for the fftmatvec kernels. Written once in CUDA C++; hipified for AMD.
+// Kernels never assume a warp of 32 lanes and index with 64-bit integers.
+#pragma once
+
+#if defined(__HIPCC__) || defined(__HIP_PLATFORM_AMD__) || defined(__HIPCC_RTC__)
+#define FFTMATVEC_HIP 1
+#endif
+
+typedef long long i64;
+
+// ---- complex arithmetic on double2 / float2 ------------------------------------------------
+template <typename T> struct Complex;
+template <> struct Complex<double> { typedef double2 type; };
+template <> struct Complex<float> { typedef float2 type; };
+
+__device__ __forceinline__ double2 make_c(double re, double im) { return make_double2(re, im); }
+__device__ __forceinline__ float2 make_c(float re, float im) { return make_float2(re, im); }
+
+// Convert between complex precisions (the casts between stages are fused into the kernels).
+template <typename To> __device__ __forceinline__ To ccast(double2 v);
+template <typename To> __device__ __forceinline__ To ccast(float2 v);
+template <> __device__ __forceinline__ double2 ccast<double2>(double2 v) { return v; }
+template <> __device__ __forceinline__ float2 ccast<float2>(double2 v) {
+  return make_float2((float)v.x, (float)v.y);
+}
+template <> __device__ __forceinline__ double2 ccast<double2>(float2 v) {
+  return make_double2((double)v.x, (double)v.y);
+}
+template <> __device__ __forceinline__ float2 ccast<float2>(float2 v) { return v; }
+
+// acc += a * b (complex multiply-add)
+template <typename C>
+__device__ __forceinline__ void cfma(C& acc, C a, C b) {
+  acc.x = fma(a.x, b.x, acc.x);
+  acc.x = fma(-a.y, b.y, acc.x);
+  acc.y = fma(a.x, b.y, acc.y);
+  acc.y = fma(a.y, b.x, acc.y);
+}
+
+// acc += conj(a) * b
+template <typename C>
+__device__ __forceinline__ void cfma_conj(C& acc, C a, C b) {
+  acc.x = fma(a.x, b.x, acc.x);
+  acc.x = fma(a.y, b.y, acc.x);
+  acc.y = fma(a.x, b.y, acc.y);
+  acc.y = fma(-a.y, b.x, acc.y);
+}
+
+// ---- streaming loads: Khat is read exactly once per product, keep it out of the caches -----
+template <typename T>
+__device__ __forceinline__ T load_stream(const T* p) {
+#if defined(FFTMATVEC_HIP)
+  return __builtin_nontemporal_load(p);
+#else
+  return __ldcs(p);
+#endif
+}
+
+// ---- float16 storage ------------------------------------------------------------------------
+// A complex float16 value is stored as one 32-bit word: real part in the low 16 bits, imaginary
+// part in the high 16 bits (IEEE binary16). Converted with the hardware instruction on both
+// vendors; no half-precision header is needed, so NVRTC and hiprtc compile it as is.
+__device__ __forceinline__ float half_bits_to_float(unsigned short h) {
+#if defined(FFTMATVEC_HIP)
+  return (float)__builtin_bit_cast(_Float16, h);
+#else
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+#endif
+}
+
+__device__ __forceinline__ float2 unpack_half2(unsigned int w) {
+  return make_float2(half_bits_to_float((unsigned short)(w & 0xffffu)),
+                     half_bits_to_float((unsigned short)(w >> 16)));
+}
+
+// Khat storage formats: load one element as the compute complex type.
+struct StoreC128 {
+  typedef double2 elem;
+  typedef double real;
+  __device__ static __forceinline__ double2 load(const double2* p) { return load_stream(p); }
+};
+struct StoreC64 {
+  typedef float2 elem;
+  typedef float real;
+  __device__ static __forceinline__ float2 load(const float2* p) { return load_stream(p); }
+};
+struct StoreC32h {
+  typedef unsigned int elem;
+  typedef float real;
+  __device__ static __forceinline__ float2 load(const unsigned int* p) {
+    return unpack_half2(load_stream(p));
+  }
+};

@@ -1,0 +1,81 @@
+// fftmatvec GPU kernels: one translation unit, compiled ahead of time (nvcc -> cubin, hipcc ->
+// hsaco after hipify) or at run time (NVRTC / hiprtc). Every entry point is extern "C" with a
+// precision suffix so that code objects are looked up by name:
+//   c128 = complex128, c64 = complex64, c32h = complex float16 pairs with float32 scales,
+//   f64 = float64, f32 = float32.
+#include "common.cuh"
+#include "sbgemv.cuh"
+#include "stages.cuh"
+
+// ---- stage 1 / stage 5 --------------------------------------------------------------------
+#define FFTMATVEC_PAD(NAME, TIN, TMID, TOUT)                                                  \
+  extern "C" __global__ void pad_##NAME(const TIN* __restrict__ in, TOUT* __restrict__ out,   \
+                                        i64 rows, i64 nt, i64 L) {                            \
+    pad_body<TIN, TMID, TOUT>(in, out, rows, nt, L);                                          \
+  }
+#define FFTMATVEC_UNPAD(NAME, TIN, TMID, TOUT)                                                \
+  extern "C" __global__ void unpad_##NAME(const TIN* __restrict__ in, TOUT* __restrict__ out, \
+                                          const TOUT* __restrict__ w, i64 n_w, i64 rows,      \
+                                          i64 nt, i64 L) {                                    \
+    unpad_body<TIN, TMID, TOUT>(in, out, w, n_w, rows, nt, L);                                \
+  }
+#define FFTMATVEC_STAGE15(A, TA, B, TB, C, TC) \
+  FFTMATVEC_PAD(A##_##B##_##C, TA, TB, TC)     \
+  FFTMATVEC_UNPAD(A##_##B##_##C, TA, TB, TC)
+
+FFTMATVEC_STAGE15(f64, double, f64, double, f64, double)
+FFTMATVEC_STAGE15(f64, double, f64, double, f32, float)
+FFTMATVEC_STAGE15(f64, double, f32, float, f64, double)
+FFTMATVEC_STAGE15(f64, double, f32, float, f32, float)
+FFTMATVEC_STAGE15(f32, float, f64, double, f64, double)
+FFTMATVEC_STAGE15(f32, float, f64, double, f32, float)
+FFTMATVEC_STAGE15(f32, float, f32, float, f64, double)
+FFTMATVEC_STAGE15(f32, float, f32, float, f32, float)
+
+// ---- split-K reduction ----------------------------------------------------------------------
+#define FFTMATVEC_REDUCE(NAME, TIN, TOUT)                                                      \
+  extern "C" __global__ void reduce_##NAME(const TIN* __restrict__ part, TOUT* __restrict__ y, \
+                                           i64 n, int splits) {                                \
+    reduce_splits_body<TIN, TOUT>(part, y, n, splits);                                         \
+  }
+FFTMATVEC_REDUCE(c128_c128, double2, double2)
+FFTMATVEC_REDUCE(c128_c64, double2, float2)
+FFTMATVEC_REDUCE(c64_c128, float2, double2)
+FFTMATVEC_REDUCE(c64_c64, float2, float2)
+
+// ---- stage 3 --------------------------------------------------------------------------------
+#define FFTMATVEC_SBGEMV(SNAME, STORE, INAME, TIN, ONAME, TOUT, RT, KB)                         \
+  extern "C" __global__ void __launch_bounds__(256)                                             \
+      sbgemv_##SNAME##_##INAME##_##ONAME##_r##RT##_k##KB(                                       \
+          const STORE::elem* __restrict__ kh, const float* __restrict__ scale,                  \
+          const TIN* __restrict__ x, TOUT* __restrict__ y, i64 nf, i64 n_out, i64 n_red,        \
+          i64 so, i64 sr, int adjoint, i64 red_chunk, i64 n_ftiles, i64 x_bstride,              \
+          i64 y_bstride, i64 y_split_stride) {                                                  \
+    sbgemv_body<STORE, TIN, TOUT, RT, KB>(kh, scale, x, y, nf, n_out, n_red, so, sr, adjoint,   \
+                                          red_chunk, n_ftiles, x_bstride, y_bstride,            \
+                                          y_split_stride);                                      \
+  }
+
+// Tile shapes (RT output rows x KB right-hand sides per thread); the host picks one per call.
+#define FFTMATVEC_SBGEMV_TILES(SNAME, STORE, INAME, TIN, ONAME, TOUT) \
+  FFTMATVEC_SBGEMV(SNAME, STORE, INAME, TIN, ONAME, TOUT, 1, 1)       \
+  FFTMATVEC_SBGEMV(SNAME, STORE, INAME, TIN, ONAME, TOUT, 2, 1)       \
+  FFTMATVEC_SBGEMV(SNAME, STORE, INAME, TIN, ONAME, TOUT, 4, 1)       \
+  FFTMATVEC_SBGEMV(SNAME, STORE, INAME, TIN, ONAME, TOUT, 8, 1)       \
+  FFTMATVEC_SBGEMV(SNAME, STORE, INAME, TIN, ONAME, TOUT, 2, 2)       \
+  FFTMATVEC_SBGEMV(SNAME, STORE, INAME, TIN, ONAME, TOUT, 4, 2)       \
+  FFTMATVEC_SBGEMV(SNAME, STORE, INAME, TIN, ONAME, TOUT, 2, 4)       \
+  FFTMATVEC_SBGEMV(SNAME, STORE, INAME, TIN, ONAME, TOUT, 1, 8)       \
+  FFTMATVEC_SBGEMV(SNAME, STORE, INAME, TIN, ONAME, TOUT, 2, 8)       \
+  FFTMATVEC_SBGEMV(SNAME, STORE, INAME, TIN, ONAME, TOUT, 1, 16)      \
+  FFTMATVEC_SBGEMV(SNAME, STORE, INAME, TIN, ONAME, TOUT, 2, 16)
+
+#define FFTMATVEC_SBGEMV_IO(SNAME, STORE)                                   \
+  FFTMATVEC_SBGEMV_TILES(SNAME, STORE, c128, double2, c128, double2)        \
+  FFTMATVEC_SBGEMV_TILES(SNAME, STORE, c128, double2, c64, float2)          \
+  FFTMATVEC_SBGEMV_TILES(SNAME, STORE, c64, float2, c128, double2)          \
+  FFTMATVEC_SBGEMV_TILES(SNAME, STORE, c64, float2, c64, float2)
+
+FFTMATVEC_SBGEMV_IO(c128, StoreC128)
+FFTMATVEC_SBGEMV_IO(c64, StoreC64)
+FFTMATVEC_SBGEMV_IO(c32h, StoreC32h)

@@ -1,0 +1,244 @@
+#!/usr/bin/env python
+"""Benchmark of the GPU matvec against the memory floor and a plain CuPy pipeline.
+
+For each size (Nm, Nd, Nt) and precision it prints, forward and adjoint: the median time of
+one product (device events, after warm-up), the floor (bytes of ``Khat`` in its stored
+precision + input and output vectors, over the device-to-device copy bandwidth measured in
+this run), the ratio floor/time, and the same for a plain CuPy pipeline
+(``rfft`` -> ``matmul`` -> ``irfft``, its adjoint through ``Khat^H`` formed per call) timed in
+the same run. Then batches (k=16 right-hand sides against k=1 and against ``cupy.matmul`` on
+the same batched product) and small problems (time per matvec and kernel launches).
+
+Usage: python scripts/bench_matvec.py [--sizes all|small|...] [--repeat N] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+SIZES = [(1000, 100, 1000), (5000, 100, 1000), (20000, 50, 500), (100000, 10, 100)]
+SMALL = [(289, 15, 10), (1000, 20, 100)]
+PRECISIONS = ["ddddd", "sssss", "ddhdd"]
+
+
+def median_time(cp, fn, repeat: int, warmup: int = 3) -> float:
+    """Median seconds of ``fn()`` measured with CUDA events around each call."""
+    for _ in range(warmup):
+        fn()
+    cp.cuda.Device().synchronize()
+    times = []
+    start, stop = cp.cuda.Event(), cp.cuda.Event()
+    for _ in range(repeat):
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, stop) * 1e-3)
+    return float(np.median(times))
+
+
+def copy_bandwidth(cp, nbytes: int = 4 * 2**30, repeat: int = 20) -> float:
+    """Device-to-device copy bandwidth in bytes/s (bytes read + bytes written)."""
+    a = cp.empty(nbytes // 8, dtype=np.float64)
+    a[:] = 1.0
+    b = cp.empty_like(a)
+    t = median_time(cp, lambda: cp.copyto(b, a), repeat)
+    del a, b
+    return 2 * nbytes / t
+
+
+class PlainCupy:
+    """The plain pipeline a CuPy user writes: rfft -> matmul -> irfft, Khat as (Nf, Nd, Nm)."""
+
+    def __init__(self, cp, K, nt, L, cdtype):
+        self.cp, self.nt, self.L = cp, nt, L
+        rdtype = np.float64 if cdtype == np.complex128 else np.float32
+        self.rdtype = rdtype
+        self.khat = cp.ascontiguousarray(
+            cp.fft.rfft(K.astype(rdtype), n=L, axis=-1).transpose(2, 0, 1)
+        ).astype(cdtype)
+
+    def matvec(self, m):
+        cp = self.cp
+        mh = cp.fft.rfft(m.astype(self.rdtype), n=self.L, axis=-1)  # (Nm, Nf)
+        dh = cp.matmul(self.khat, mh.T[:, :, None])[:, :, 0]  # (Nf, Nd)
+        return cp.fft.irfft(dh.T, n=self.L, axis=-1)[:, : self.nt]
+
+    def rmatvec(self, d):
+        cp = self.cp
+        dh = cp.fft.rfft(d.astype(self.rdtype), n=self.L, axis=-1)
+        kh_h = self.khat.conj().transpose(0, 2, 1)  # Khat^H, materialised by matmul
+        mh = cp.matmul(kh_h, dh.T[:, :, None])[:, :, 0]
+        return cp.fft.irfft(mh.T, n=self.L, axis=-1)[:, : self.nt]
+
+
+def count_launches(cp, fn) -> int | None:
+    """Kernel nodes in a CUDA graph captured from one call of ``fn`` (None if unsupported)."""
+    try:
+        from cuda.bindings import runtime as rt
+    except Exception:
+        return None
+    s = cp.cuda.Stream(non_blocking=True)
+    try:
+        with s:
+            (err,) = rt.cudaStreamBeginCapture(
+                s.ptr, rt.cudaStreamCaptureMode.cudaStreamCaptureModeRelaxed
+            )
+            if err != rt.cudaError_t.cudaSuccess:
+                return None
+            fn()
+            err, graph = rt.cudaStreamEndCapture(s.ptr)
+        if err != rt.cudaError_t.cudaSuccess:
+            return None
+        err, _, n = rt.cudaGraphGetNodes(graph, 0)
+        err, nodes, n = rt.cudaGraphGetNodes(graph, n)
+        kinds = [rt.cudaGraphNodeGetType(nd)[1] for nd in nodes]
+        rt.cudaGraphDestroy(graph)
+        return sum(1 for k in kinds if k == rt.cudaGraphNodeType.cudaGraphNodeTypeKernel)
+    except Exception as exc:  # pragma: no cover - diagnostics only
+        print(f"  (launch count unavailable: {exc})", file=sys.stderr)
+        return None
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    ap.add_argument("--sizes", default="all", help="all, or a list like 1000x100x1000,... (Nm x Nd x Nt)")
+    ap.add_argument("--precisions", default=",".join(PRECISIONS))
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--no-baseline", action="store_true")
+    ap.add_argument("--skip-batches", action="store_true")
+    ap.add_argument("--skip-small", action="store_true")
+    ap.add_argument("--json", help="write all numbers to this file")
+    args = ap.parse_args(argv)
+
+    import cupy as cp
+
+    import fftmatvec as fm
+    from fftmatvec import backend, kernels
+
+    sizes = SIZES if args.sizes == "all" else [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",")]
+    precs = args.precisions.split(",")
+    dev = backend.device_description()
+    bw = copy_bandwidth(cp)
+    print(f"# device: {dev['gpu']} ({dev['arch']}), CuPy {cp.__version__}, fftmatvec {fm.__version__}")
+    print(f"# kernels: {kernels.describe().get('current_device')}")
+    print(f"# copy bandwidth (read+write): {bw / 1e12:.3f} TB/s")
+    rng = np.random.default_rng(1234)
+    results = {"device": dev, "copy_bandwidth": bw, "matvec": [], "batches": [], "small": []}
+
+    hdr = (f"{'Nm':>7} {'Nd':>4} {'Nt':>5} {'prec':>6} {'dir':>4} | {'time ms':>8} {'floor ms':>8} "
+           f"{'ratio':>6} | {'plain ms':>8} {'ratio':>6} | {'adj/fwd':>7}")
+    print("\n## single vector: ratio = floor / time (1.0 = bandwidth limit)")
+    print(hdr)
+    print("-" * len(hdr))
+    for nm, nd, nt in sizes:
+        K = cp.asarray(rng.standard_normal((nd, nm, nt)))
+        m = cp.asarray(rng.standard_normal((nm, nt)))
+        d = cp.asarray(rng.standard_normal((nd, nt)))
+        base = None
+        for p in precs:
+            F = fm.BlockToeplitz(K, p)
+            vec_bytes = (nm + nd) * nt * 8
+            floor = (F.khat_nbytes + vec_bytes) / bw
+            tf = median_time(cp, lambda: F.matvec(m), args.repeat)
+            ta = median_time(cp, lambda: F.rmatvec(d), args.repeat)
+            plain = {}
+            if not args.no_baseline and p in ("ddddd", "sssss"):
+                P = PlainCupy(cp, K, nt, F.fft_len, np.complex128 if p == "ddddd" else np.complex64)
+                pfloor = (P.khat.nbytes + vec_bytes) / bw
+                plain = {
+                    "fwd": median_time(cp, lambda: P.matvec(m), args.repeat),
+                    "adj": median_time(cp, lambda: P.rmatvec(d), max(3, args.repeat // 4)),
+                    "floor": pfloor,
+                }
+                del P
+            for direction, t in (("fwd", tf), ("adj", ta)):
+                pt = plain.get(direction)
+                ptxt = f"{pt * 1e3:8.3f} {plain['floor'] / pt:6.2f}" if pt else f"{'-':>8} {'-':>6}"
+                adjfwd = f"{ta / tf:7.2f}" if direction == "adj" else " " * 7
+                print(f"{nm:>7} {nd:>4} {nt:>5} {p:>6} {direction:>4} | {t * 1e3:8.3f} {floor * 1e3:8.3f} "
+                      f"{floor / t:6.2f} | {ptxt} | {adjfwd}")
+                results["matvec"].append(dict(nm=nm, nd=nd, nt=nt, precision=p, direction=direction,
+                                              seconds=t, floor=floor, plain_seconds=pt,
+                                              plain_floor=plain.get("floor")))
+            sys.stdout.flush()
+            del F
+        del K
+        cp.get_default_memory_pool().free_all_blocks()
+
+    if not args.skip_batches:
+        k = args.batch
+        print(f"\n## batches: k={k} right-hand sides; per-RHS time relative to k=1 (target <= 0.10), "
+              f"against cupy.matmul (cuBLAS) on the same batched product")
+        hdr = (f"{'Nm':>7} {'Nd':>4} {'Nt':>5} {'store':>5} {'dir':>4} | {'k=1 ms':>8} {'k ms':>8} {'per-RHS':>7} | "
+               f"{'matmul1':>8} {'matmulk':>8} {'per-RHS':>7} | {'ours/cuBLAS':>11}")
+        print(hdr)
+        print("-" * len(hdr))
+        for nm, nd, nt in sizes[:2]:
+            K = cp.asarray(rng.standard_normal((nd, nm, nt)))
+            for p in precs:
+                F = fm.BlockToeplitz(K, p)
+                eng = F._engine
+                cdt = np.complex128 if p[2] == "d" else np.complex64
+                for adjoint in (False, True):
+                    n_in, n_out = (nd, nm) if adjoint else (nm, nd)
+                    x1 = (cp.asarray(rng.standard_normal((1, n_in, F.nf))) + 0j).astype(cdt)
+                    xk = (cp.asarray(rng.standard_normal((k, n_in, F.nf))) + 0j).astype(cdt)
+                    t1 = median_time(cp, lambda: eng.apply(x1, adjoint, cdt), args.repeat)
+                    tk = median_time(cp, lambda: eng.apply(xk, adjoint, cdt), args.repeat)
+                    # cuBLAS on the same product, Khat as (Nf, Nd, Nm) in complex64 for s and h
+                    kh = cp.random.standard_normal((F.nf, nd, nm), dtype=np.float32).astype(cdt)
+                    kh += 1j * cp.random.standard_normal((F.nf, nd, nm), dtype=np.float32)
+                    A = kh.conj().transpose(0, 2, 1) if adjoint else kh
+                    X1 = cp.asarray(rng.standard_normal((F.nf, n_in, 1))).astype(cdt)
+                    Xk = cp.asarray(rng.standard_normal((F.nf, n_in, k))).astype(cdt)
+                    if adjoint:
+                        A = cp.ascontiguousarray(A)  # give cuBLAS its best case: Khat^H stored
+                    m1 = median_time(cp, lambda: cp.matmul(A, X1), args.repeat)
+                    mk = median_time(cp, lambda: cp.matmul(A, Xk), args.repeat)
+                    del kh, A
+                    dname = "adj" if adjoint else "fwd"
+                    print(f"{nm:>7} {nd:>4} {nt:>5} {p[2]:>5} {dname:>4} | {t1 * 1e3:8.3f} {tk * 1e3:8.3f} "
+                          f"{tk / k / t1:7.3f} | {m1 * 1e3:8.3f} {mk * 1e3:8.3f} {mk / k / m1:7.3f} | "
+                          f"{tk / mk:11.2f}")
+                    results["batches"].append(dict(nm=nm, nd=nd, nt=nt, precision=p, direction=dname,
+                                                   k=k, t1=t1, tk=tk, matmul_t1=m1, matmul_tk=mk))
+                    sys.stdout.flush()
+                del F
+            del K
+            cp.get_default_memory_pool().free_all_blocks()
+
+    if not args.skip_small:
+        print("\n## small problems: time per matvec (launch latency dominates)")
+        hdr = f"{'Nm':>7} {'Nd':>4} {'Nt':>5} {'prec':>6} {'dir':>4} | {'time us':>8} {'launches':>8} | {'plain us':>8}"
+        print(hdr)
+        print("-" * len(hdr))
+        for nm, nd, nt in SMALL:
+            K = cp.asarray(rng.standard_normal((nd, nm, nt)))
+            m = cp.asarray(rng.standard_normal((nm, nt)))
+            d = cp.asarray(rng.standard_normal((nd, nt)))
+            for p in ("ddddd", "sssss"):
+                F = fm.BlockToeplitz(K, p)
+                P = PlainCupy(cp, K, nt, F.fft_len, np.complex128 if p == "ddddd" else np.complex64)
+                for dname, fn, pfn in (("fwd", lambda: F.matvec(m), lambda: P.matvec(m)),
+                                       ("adj", lambda: F.rmatvec(d), lambda: P.rmatvec(d))):
+                    t = median_time(cp, fn, 200, warmup=10)
+                    pt = median_time(cp, pfn, 200, warmup=10)
+                    n = count_launches(cp, fn)
+                    print(f"{nm:>7} {nd:>4} {nt:>5} {p:>6} {dname:>4} | {t * 1e6:8.1f} {str(n):>8} | {pt * 1e6:8.1f}")
+                    results["small"].append(dict(nm=nm, nd=nd, nt=nt, precision=p, direction=dname,
+                                                 seconds=t, launches=n, plain_seconds=pt))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(results, fh, indent=1, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""GPU kernels against the NumPy float64 path: fresh random inputs, outputs poisoned first.
+
+Shapes exercise the tails: Nd and Nm not multiples of any tile, Nd=1, Nm=1, k=1 and k=17
+right-hand sides, large Nm with small Nd and the reverse, few and many frequencies.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fftmatvec as fm
+from fftmatvec import backend
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not backend.gpu_available(), reason="no GPU (CuPy missing or no device)"),
+]
+
+SHAPES = [  # (Nd, Nm, Nt)
+    (1, 1, 5),
+    (1, 37, 40),
+    (37, 1, 40),
+    (13, 70, 33),
+    (3, 5000, 12),
+    (5000, 3, 12),
+    (9, 130, 100),
+]
+POISON = np.nan
+
+
+def _poisoned(cp, shape, dtype):
+    a = cp.empty(shape, dtype=dtype)
+    a.fill(POISON)
+    return a
+
+
+def _khat_reference(K, L):
+    return np.fft.rfft(K, n=L, axis=-1)  # (Nd, Nm, Nf) complex128
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("store", ["d", "s", "h"])
+@pytest.mark.parametrize("k", [1, 17])
+@pytest.mark.parametrize("adjoint", [False, True], ids=["fwd", "adj"])
+def test_sbgemv(rng, shape, store, k, adjoint):
+    cp = backend.cupy
+    nd, nm, nt = shape
+    K = rng.standard_normal(shape)
+    prec = f"dd{store}dd"
+    F = fm.BlockToeplitz(cp.asarray(K), prec)
+    assert F.engine == "kernels"
+    L, nf = F.fft_len, F.nf
+    khat = _khat_reference(K, L)
+    n_in, n_out = (nd, nm) if adjoint else (nm, nd)
+    tol = {"d": 1e-13, "s": 2e-6, "h": 2e-3}[store]
+    for in_dt, out_dt in [(np.complex128, np.complex128), (np.complex64, np.complex64),
+                          (np.complex64, np.complex128), (np.complex128, np.complex64)]:
+        x = (rng.standard_normal((k, n_in, nf)) + 1j * rng.standard_normal((k, n_in, nf)))
+        x = x.astype(in_dt)
+        if adjoint:
+            ref = np.einsum("ijf,bif->bjf", khat.conj(), x.astype(np.complex128))
+        else:
+            ref = np.einsum("ijf,bjf->bif", khat, x.astype(np.complex128))
+        out = _poisoned(cp, (k, n_out, nf), out_dt)
+        F._engine.apply(cp.asarray(x), adjoint, out_dt, out=out)
+        got = cp.asnumpy(out)
+        assert got.dtype == out_dt
+        assert np.isfinite(got).all(), "some outputs were never written"
+        err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+        t = max(tol, 2e-6 if (in_dt == np.complex64 or out_dt == np.complex64) else 0)
+        assert err < t, (in_dt, out_dt, err)
+
+
+@pytest.mark.parametrize("rows,nt", [(1, 1), (3, 7), (70000, 9), (5, 1000)])
+@pytest.mark.parametrize("types", ["ddd", "dsd", "dds", "sss", "sdd", "ssd"])
+def test_pad_unpad(rng, rows, nt, types):
+    cp = backend.cupy
+    from fftmatvec._gpu import KernelEngine
+    from fftmatvec.precision import PrecisionConfig
+
+    iface = np.float64 if types[0] == "d" else np.float32
+    p1 = types[1]
+    p2 = types[2]
+    prec = PrecisionConfig(f"{p1}{p2}d{p2}{p1}")
+    L = fm.fft_length(nt)
+    eng = KernelEngine(prec, 1, 1, L // 2 + 1, nt, L)
+    x = rng.standard_normal((1, rows, nt)).astype(iface)
+    out = _poisoned(cp, (1, rows, L), prec.real_dtype("fft"))
+    eng.pad(cp.asarray(x), prec, out=out)
+    got = cp.asnumpy(out)
+    ref = np.zeros((1, rows, L))
+    ref[..., :nt] = x.astype(prec.pad_dtype).astype(prec.real_dtype("fft"))
+    assert got.dtype == prec.real_dtype("fft")
+    np.testing.assert_array_equal(got, ref)
+
+    y = rng.standard_normal((1, rows, L)).astype(prec.real_dtype("ifft"))
+    w = rng.uniform(0.5, 2, (rows, nt)).astype(iface)
+    for weight in (None, w):
+        out = _poisoned(cp, (1, rows, nt), iface)
+        eng.unpad(cp.asarray(y), prec, nt, iface, weight=None if weight is None else cp.asarray(weight), out=out)
+        ref = y[..., :nt].astype(prec.reduce_dtype).astype(iface)
+        if weight is not None:
+            ref = ref * weight
+        got = cp.asnumpy(out)
+        assert got.dtype == iface
+        np.testing.assert_allclose(got, ref, rtol=1e-6 if iface == np.float32 else 1e-15)
+
+
+def test_kernel_source_loads_by_name():
+    from fftmatvec import kernels
+
+    fn = kernels.get_function("sbgemv_c64_c64_c64_r4_k1")
+    assert fn is kernels.get_function("sbgemv_c64_c64_c64_r4_k1")  # memoized
+    info = kernels.describe()
+    assert "current_device" in info
