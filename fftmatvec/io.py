@@ -415,7 +415,7 @@ def load_vector(path, *, space: str | None = None, shape=None) -> np.ndarray:
         if shape is not None and tuple(shape) != info.shape:
             raise FFTMatvecFileError(
                 path,
-                f"vector file {path!r} holds a {_space_name(info.space)} vector of shape "
+                f"vector file {path!r} holds {_space_name(info.space)} vector of shape "
                 f"{info.shape}, expected {tuple(shape)}",
             )
         out = np.empty(info.n * info.nt, dtype=np.float64)
@@ -923,11 +923,11 @@ def _vector_info(f: h5py.File, path: str, space: str | None):
         space = present[0]
     elif space not in present:
         other = [s for s in present if s != space]
-        got = f"a {_space_name(other[0])} vector" if other else "no space attributes"
+        got = f"{_space_name(other[0])} vector" if other else "no space attributes"
         n_name, steps_name = _VEC_ATTRS[space]
         raise FFTMatvecFileError(
             path,
-            f"{what} {path!r}: expected a {_space_name(space)} vector ({n_name}/{steps_name}), "
+            f"{what} {path!r}: expected {_space_name(space)} vector ({n_name}/{steps_name}), "
             f"got {got}",
         )
     n_name, steps_name = _VEC_ATTRS[space]
@@ -950,7 +950,8 @@ def _vector_info(f: h5py.File, path: str, space: str | None):
 
 
 def _space_name(space: str) -> str:
-    return "parameter-space" if space == "param" else "observation-space"
+    """With its article: 'a parameter-space', 'an observation-space'."""
+    return "a parameter-space" if space == "param" else "an observation-space"
 
 
 # ------------------------------------------------------------------------------------------

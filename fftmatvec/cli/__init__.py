@@ -13,7 +13,7 @@ import sys
 from .._errors import FFTMatvecError
 
 # Subcommand modules, in the order ``--help`` lists them.
-SUBCOMMANDS = ("info",)
+SUBCOMMANDS = ("info", "matvec", "convert")
 
 
 def build_parser() -> argparse.ArgumentParser:

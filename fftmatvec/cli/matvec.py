@@ -1,0 +1,244 @@
+"""``fftmatvec matvec``: apply F, F^T or F^T F from a matrix file to a vector file.
+
+The work is split into steps that each take what they need explicitly, so that a distributed
+version can run the same command under ``mpiexec``/``srun``: :func:`local_blocks` says which
+block rows and columns this process owns (all of them on one process), :func:`compute` takes
+the loaded kernel block and input block and returns the output block with its timings, and
+only the output writer would gather. Nothing lives in module-level state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import backend, io
+from .._errors import FFTMatvecValueError
+
+# mode -> (input space, output space, how the product prints)
+MODES = {
+    "forward": ("param", "obs", "F m"),
+    "adjoint": ("obs", "param", "F^T d"),
+    "normal": ("param", "param", "F^T F m"),
+}
+
+
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {n}")
+    return n
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "matvec",
+        help="apply F, F^T or F^T F from a matrix file to a vector file",
+        description=(
+            "Apply the block-triangular Toeplitz matrix in MATRIX (an FFTMatvec matrix directory "
+            "or a native .h5 file) to the vector file INPUT and write the vector file OUTPUT "
+            "(atomically). Prints the median time of the repeats."
+        ),
+    )
+    p.add_argument("matrix", metavar="MATRIX", help="FFTMatvec matrix directory or native .h5 file")
+    p.add_argument("input", metavar="INPUT", help="input vector file (FFTMatvec's vec format)")
+    p.add_argument("output", metavar="OUTPUT", help="output vector file, replaced if it exists")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--adjoint", action="store_true", help="apply F^T (INPUT in observation space)")
+    which.add_argument("--normal", action="store_true", help="apply F^T F (INPUT in parameter space)")
+    p.add_argument("--precision", default="ddddd", metavar="STR",
+                   help="five letters, one per stage, from d/s ('h' for stage 3), e.g. dssdd "
+                        "(default: ddddd)")
+    p.add_argument("--repeat", type=_positive_int, default=10, metavar="N",
+                   help="timed applications after one warm-up (default: 10)")
+    p.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
+                   help="cpu: NumPy; gpu: CuPy on the current device (default: cpu)")
+    p.add_argument("--check", action="store_true",
+                   help="also print the relative error against the float64 NumPy path")
+    p.set_defaults(func=run)
+
+
+@dataclass(frozen=True)
+class MatvecRequest:
+    """One ``fftmatvec matvec`` invocation."""
+
+    matrix: str
+    input: str
+    output: str
+    mode: str = "forward"
+    precision: str = "ddddd"
+    repeat: int = 10
+    device: str = "cpu"
+    check: bool = False
+
+    @classmethod
+    def from_args(cls, args) -> "MatvecRequest":
+        mode = "adjoint" if args.adjoint else "normal" if args.normal else "forward"
+        return cls(args.matrix, args.input, args.output, mode, args.precision, args.repeat,
+                   args.device, args.check)
+
+
+@dataclass(frozen=True)
+class MatvecResult:
+    info: io.MatrixInfo
+    output_shape: tuple
+    times: list
+    rel_err: float | None
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.times)
+
+
+def run(args) -> int:
+    request = MatvecRequest.from_args(args)
+    result = execute(request)
+    print(report(request, result))
+    return 0
+
+
+def execute(request: MatvecRequest) -> MatvecResult:
+    """Read, compute, check, write. Raises :class:`~fftmatvec.FFTMatvecError` on bad input."""
+    from ..precision import PrecisionConfig
+
+    precision = PrecisionConfig(request.precision)  # validate before any reading
+    xp = _array_module(request.device)
+    info = io.matrix_info(request.matrix)
+    in_space, out_space, _ = MODES[request.mode]
+    rows, cols = local_blocks(info)
+    x = read_input(request, info, in_space)
+    kernel = io.load_matrix(request.matrix, rows=rows, cols=cols)
+    y, times = compute(kernel, x, mode=request.mode, precision=precision, xp=xp,
+                       repeat=request.repeat)
+    err = None
+    if request.check:
+        y_ref, _ = compute(kernel, x, mode=request.mode, precision="ddddd", xp=np, repeat=0)
+        err = relative_error(y, y_ref)
+    io.save_vector(request.output, y, out_space,
+                   checksum=info.checksum if out_space == "param" else 0)
+    return MatvecResult(info, tuple(y.shape), times, err)
+
+
+def local_blocks(info: io.MatrixInfo):
+    """Block rows and columns of the kernel this process reads: everything, on one process.
+
+    A process grid would return its ``(rows, cols)`` slices here."""
+    return slice(0, info.nd), slice(0, info.nm)
+
+
+def read_input(request: MatvecRequest, info: io.MatrixInfo, space: str) -> np.ndarray:
+    """Read INPUT after checking that its space and shape fit the matrix."""
+    _, _, product = MODES[request.mode]
+    n = info.nm if space == "param" else info.nd
+    vinfo = io.vector_info(request.input)
+    want = "a parameter-space" if space == "param" else "an observation-space"
+    if vinfo.space != space or vinfo.shape != (n, info.nt):
+        got = "a parameter-space" if vinfo.space == "param" else "an observation-space"
+        raise FFTMatvecValueError(
+            f"INPUT {request.input!r} holds {got} vector of shape {vinfo.shape}, but {product} "
+            f"with MATRIX {request.matrix!r} (Nd={info.nd}, Nm={info.nm}, Nt={info.nt}) needs "
+            f"{want} vector of shape ({n}, {info.nt})"
+        )
+    if space == "param" and info.checksum and vinfo.checksum and vinfo.checksum != info.checksum:
+        raise FFTMatvecValueError(
+            f"INPUT {request.input!r}: checksum {vinfo.checksum} does not match MATRIX "
+            f"{request.matrix!r} (checksum {info.checksum})"
+        )
+    return io.load_vector(request.input, space=space)
+
+
+def compute(kernel, x, *, mode: str, precision, xp, repeat: int):
+    """Apply the operator built from a kernel block to an input block.
+
+    Parameters
+    ----------
+    kernel : (nd, nm, Nt) float64 NumPy array
+        The kernel block this process owns.
+    x : (nm, Nt) or (nd, Nt) float64 NumPy array
+        The input block (``(nd, Nt)`` for the adjoint).
+    mode : {"forward", "adjoint", "normal"}
+    precision : str or PrecisionConfig
+    xp : numpy or cupy
+        Where to compute.
+    repeat : int
+        Timed applications after one warm-up; 0 applies once, untimed.
+
+    Returns
+    -------
+    y : float64 NumPy array
+        The output block.
+    times : list of float
+        Seconds per timed application (GPU: device events).
+    """
+    from ..operator import BlockToeplitz
+
+    op = BlockToeplitz(xp.asarray(kernel), precision)
+    apply = {
+        "forward": op.matvec,
+        "adjoint": op.rmatvec,
+        "normal": op.normal().matvec,
+    }[mode]
+    xd = xp.asarray(x)
+    y = apply(xd)  # also the warm-up
+    times = _time(apply, xd, xp, repeat)
+    y = backend.cupy.asnumpy(y) if xp is not np else y
+    return np.asarray(y, dtype=np.float64), times
+
+
+def _time(apply, x, xp, repeat: int) -> list:
+    times = []
+    if xp is np:
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            apply(x)
+            times.append(time.perf_counter() - t0)
+        return times
+    cuda = backend.cupy.cuda
+    start, end = cuda.Event(), cuda.Event()
+    for _ in range(repeat):
+        start.record()
+        apply(x)
+        end.record()
+        end.synchronize()
+        times.append(cuda.get_elapsed_time(start, end) / 1e3)
+    return times
+
+
+def relative_error(y: np.ndarray, y_ref: np.ndarray) -> float:
+    """``||y - y_ref|| / ||y_ref||`` (the absolute error when ``y_ref`` is zero)."""
+    den = float(np.linalg.norm(y_ref))
+    num = float(np.linalg.norm(np.asarray(y, np.float64) - y_ref))
+    return num / den if den > 0 else num
+
+
+def _array_module(device: str):
+    if device == "cpu":
+        return np
+    if not backend.gpu_available():
+        raise FFTMatvecValueError(
+            "--device gpu: no GPU is available (CuPy is not installed, or it sees no device)"
+        )
+    return backend.cupy
+
+
+def report(request: MatvecRequest, result: MatvecResult) -> str:
+    info = result.info
+    _, out_space, product = MODES[request.mode]
+    lines = [
+        f"matrix     {request.matrix} ({info.format}): Nd={info.nd} Nm={info.nm} Nt={info.nt}",
+        f"product    {product} ({request.mode}), precision {request.precision.lower()}, "
+        f"device {request.device}",
+        f"time       median {result.median * 1e3:.4g} ms over {len(result.times)} repeats "
+        f"(min {min(result.times) * 1e3:.4g} ms)",
+    ]
+    if result.rel_err is not None:
+        lines.append(f"rel_err    {result.rel_err:.3e} vs float64 NumPy (ddddd)")
+    lines.append(f"output     {request.output} ({out_space} space, shape {result.output_shape})")
+    return "\n".join(lines)
