@@ -14,7 +14,9 @@ e.g. ``adj/vec_``), the extension (``.h5``), the reindex flag (must be 1: SOTI o
 flag (0: parameter-to-observable, 1: parameter-to-QoI), the reverse-dof flag (must be 1) and an
 optional ninth line, the checksum. Row file ``i`` holds a 1-D float64 dataset ``vec`` of length
 ``Nm*Nt`` with ``vec.reshape(Nm, Nt)[j, l] == K[i, j, l]`` and int attributes ``reindex`` (1),
-``n_param`` (``Nm``), ``param_steps`` (``Nt``) and, optionally, ``checksum``.
+``n_param`` (``Nm``), ``param_steps`` (``Nt``) and, optionally, ``checksum``. The reader honours
+whatever extension line it finds; the writer always writes ``.h5``, the only one the public code
+accepts.
 
 **Native file** (``layout="native"``): one HDF5 file with the dataset ``kernel``
 ``(Nd, Nm, Nt)`` float64, chunked in tiles of whole time series (``(cr, cc, Nt)``, about 1 MiB)
@@ -1019,7 +1021,11 @@ def _atomic_dir(path: str, overwrite: bool) -> Iterator[str]:
         if replacing:
             old = _tmp_name(path, "old")
             os.rename(path, old)
-            os.rename(tmp, path)
+            try:
+                os.rename(tmp, path)
+            except BaseException:
+                os.rename(old, path)  # put the previous matrix back
+                raise
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.rename(tmp, path)
