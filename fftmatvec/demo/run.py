@@ -1,0 +1,415 @@
+"""Orchestration of ``fftmatvec demo``: model, kernel, checks, timings, MAP solve, outputs.
+
+:func:`run_demo` runs these steps, printing one line per step (and progress bars for the long
+ones when the terminal shows them):
+
+1. build the advection-diffusion model and factorise its time stepper;
+2. compute the kernel with ``min(Nd, Nm)`` marched solves (:meth:`AdvectionDiffusion.kernel`);
+3. set up :class:`~fftmatvec.BlockToeplitz` on the chosen device, in float64 (``ddddd``) and in
+   the requested precision;
+4. check the block-Toeplitz operator against direct time stepping of the PDE, forward and
+   adjoint, for a random source and a random observation vector, and time that PDE
+   forward + adjoint solve pair;
+5. time one block-Toeplitz forward, adjoint and Gauss-Newton (``F^T W F``) product;
+6. make noisy synthetic data of a known source (by time stepping the PDE) and compute the MAP
+   source by prior-preconditioned CG;
+7. write the figure, ``summary.json``, the matrix (native HDF5) and the vectors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from .. import __version__, backend, io
+from .._errors import FFTMatvecValueError
+from ..operator import BlockToeplitz
+from ..precision import PrecisionConfig
+from .inverse import SmoothnessPrior, noisy_observations, solve_map, true_source
+from .pde import AdvectionDiffusion
+
+__all__ = ["DemoSize", "SIZES", "DEFAULT_OUT", "run_demo", "resolve_device"]
+
+DEFAULT_OUT = "fftmatvec-demo-out"
+
+
+@dataclass(frozen=True)
+class DemoSize:
+    """One problem size of the demo.
+
+    Attributes
+    ----------
+    n : int
+        Fine grid nodes per side (state dimension ``n*n``).
+    ns : int
+        Source cells per side (``Nm = ns*ns``).
+    nd : int
+        Sensors.
+    nt : int
+        Time steps.
+    note : str
+        What the size is for.
+    """
+
+    n: int
+    ns: int
+    nd: int
+    nt: int
+    note: str = ""
+
+    @property
+    def nm(self) -> int:
+        return self.ns * self.ns
+
+
+SIZES = {
+    "tiny": DemoSize(32, 8, 25, 48, "a few seconds; used by the tests"),
+    "small": DemoSize(80, 20, 40, 200, "the default; well under a minute on a 2-core CPU"),
+    "medium": DemoSize(128, 32, 96, 400, "minutes on a laptop CPU, seconds of GPU work"),
+    "large": DemoSize(128, 48, 144, 800, "sized for one GPU: Khat about 4 GiB in float64"),
+}
+
+# Model, data and prior settings shared by every size.
+_NOISE_LEVEL = 0.02  # noise standard deviation relative to the RMS of the noise-free data
+_PRIOR = dict(sigma=0.3, length_space=0.15, length_time=0.1)
+_PARALLEL_SOLVES = 2e8  # (solves x state size) above which the kernel uses worker processes
+
+
+def resolve_device(device: str) -> str:
+    """Map ``"auto" | "cpu" | "gpu"`` to ``"cpu"`` or ``"gpu"``.
+
+    Raises
+    ------
+    FFTMatvecValueError
+        Unknown name, or ``"gpu"`` without a usable GPU.
+    """
+    if device not in ("auto", "cpu", "gpu"):
+        raise FFTMatvecValueError(f"device must be 'auto', 'cpu' or 'gpu', got {device!r}")
+    if device == "auto":
+        return "gpu" if backend.gpu_available() else "cpu"
+    if device == "gpu" and not backend.gpu_available():
+        raise FFTMatvecValueError(
+            "device 'gpu' was asked for, but no GPU is usable (CuPy is missing or sees no "
+            "device); install fftmatvec[cuda12] or [cuda13], or use --device cpu"
+        )
+    return device
+
+
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))  # respects Slurm/cgroup CPU binding
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+class _Reporter:
+    """Step lines on stdout; tqdm progress bars on stderr when it is a terminal."""
+
+    def __init__(self, total_steps: int, quiet: bool = False):
+        self.total, self.step_no, self.quiet = total_steps, 0, quiet
+        self._t0 = time.perf_counter()
+
+    def step(self, text: str) -> None:
+        self.step_no += 1
+        self.say(f"[{self.step_no}/{self.total}] {text}")
+
+    def say(self, text: str) -> None:
+        if not self.quiet:
+            print(text, flush=True)
+
+    def bar(self, total, unit: str, desc: str):
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, unit=unit, desc=desc, leave=False, dynamic_ncols=True,
+                    disable=True if self.quiet else None, file=sys.stderr)
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self._t0
+
+
+def _sync(xp) -> None:
+    if xp is not np:
+        xp.cuda.get_current_stream().synchronize()
+
+
+def _median_seconds(fn, xp, *, min_repeats: int = 5, max_repeats: int = 50,
+                    budget: float = 1.0) -> float:
+    """Median wall time of ``fn()`` after one warm-up call: device events on a GPU,
+    ``perf_counter`` on the CPU; repeats until ``budget`` seconds or ``max_repeats``."""
+    fn()
+    _sync(xp)
+    times: list[float] = []
+    spent = 0.0
+    while len(times) < min_repeats or (spent < budget and len(times) < max_repeats):
+        if xp is np:
+            t0 = time.perf_counter()
+            fn()
+            dt = time.perf_counter() - t0
+        else:
+            start, stop = xp.cuda.Event(), xp.cuda.Event()
+            start.record()
+            fn()
+            stop.record()
+            stop.synchronize()
+            dt = xp.cuda.get_elapsed_time(start, stop) / 1e3
+        times.append(dt)
+        spent += dt
+    return float(statistics.median(times))
+
+
+def _rel(a, b) -> float:
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def _to_host(a) -> np.ndarray:
+    return a if isinstance(a, np.ndarray) else backend.cupy.asnumpy(a)
+
+
+def _write_json(path: str, obj: dict) -> None:
+    """Write JSON atomically: a temporary file in the same folder, then ``os.replace``."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=folder)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(obj, fh, indent=2, sort_keys=False)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def run_demo(size: str = "small", device: str = "auto", precision: str = "ddddd",
+             out: str = DEFAULT_OUT, *, seed: int = 0, rtol: float = 1e-6, maxiter: int = 1000,
+             workers: int | None = None, quiet: bool = False) -> dict:
+    """Solve the advection-diffusion source inversion end to end and write the outputs.
+
+    Parameters
+    ----------
+    size : {"tiny", "small", "medium", "large"}
+        Problem size (see :data:`SIZES`).
+    device : {"auto", "cpu", "gpu"}
+        Where the block-Toeplitz operator and CG run; ``"auto"`` picks the GPU when
+        :func:`fftmatvec.backend.gpu_available`. The PDE itself is always solved on the CPU
+        (SciPy's SuperLU).
+    precision : str
+        Five-letter precision of the operator used in the MAP solve. The consistency check
+        reports the all-double (``ddddd``) error in any case, and this precision's as well.
+    out : str or os.PathLike
+        Output folder, created if missing; existing demo files in it are replaced.
+    seed : int
+        Seed of the random check vectors and of the observation noise.
+    rtol : float
+        CG's relative residual tolerance.
+    maxiter : int
+        CG's iteration cap.
+    workers : int, optional
+        Processes for the kernel computation; default: all available cores for the larger
+        sizes, one for the small ones.
+    quiet : bool
+        Print nothing.
+
+    Returns
+    -------
+    dict
+        The summary written to ``summary.json``.
+
+    Raises
+    ------
+    FFTMatvecValueError
+        Unknown size or device, ``"gpu"`` without a GPU, bad precision, or an output path that
+        is not a folder.
+    """
+    if size not in SIZES:
+        raise FFTMatvecValueError(f"size must be one of {', '.join(SIZES)}, got {size!r}")
+    prec = PrecisionConfig(precision)
+    dev = resolve_device(device)
+    xp = backend.cupy if dev == "gpu" else np
+    out = os.fspath(out)
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise FFTMatvecValueError(f"out must be a folder, but {out!r} is a file")
+    os.makedirs(out, exist_ok=True)
+    cfg = SIZES[size]
+    rep = _Reporter(7, quiet)
+    rng = np.random.default_rng(seed)
+    rep.say(f"fftmatvec demo: size={size}, device={dev}, precision={prec}, out={out}")
+
+    # 1. Model ---------------------------------------------------------------------------
+    rep.step(f"advection-diffusion on a {cfg.n}x{cfg.n} grid, {cfg.ns}x{cfg.ns} source cells, "
+             f"{cfg.nd} sensors, {cfg.nt} backward-Euler steps; sparse LU of the stepper")
+    t0 = time.perf_counter()
+    problem = AdvectionDiffusion(cfg.n, cfg.ns, cfg.nd, cfg.nt)
+    setup_seconds = time.perf_counter() - t0
+
+    # 2. Kernel --------------------------------------------------------------------------
+    method = problem.kernel_method()
+    ncols = cfg.nd if method == "adjoint" else cfg.nm
+    total_solves = ncols * cfg.nt
+    if workers is None:
+        workers = _cpu_count() if total_solves * problem.n_state > _PARALLEL_SOLVES else 1
+    rep.step(f"kernel (Nd, Nm, Nt) = ({cfg.nd}, {cfg.nm}, {cfg.nt}) from {ncols} "
+             f"{method} solves marched over {cfg.nt} steps"
+             + (f", {workers} processes" if workers > 1 else ""))
+    t0 = time.perf_counter()
+    with rep.bar(total_solves, "solve", "kernel") as bar:
+        K = problem.kernel(progress=bar.update, method=method, workers=workers)
+    kernel_seconds = time.perf_counter() - t0
+    rep.say(f"      {kernel_seconds:.2f} s")
+
+    # 3. Operators -----------------------------------------------------------------------
+    rep.step(f"block-Toeplitz operator on the {dev.upper()}")
+    t0 = time.perf_counter()
+    K_dev = xp.asarray(K)
+    F64 = BlockToeplitz(K_dev, "ddddd")
+    F = F64 if prec.letters == "ddddd" else F64.with_precision(prec)
+    _sync(xp)
+    operator_setup_seconds = time.perf_counter() - t0
+    rep.say(f"      {F!r}, Khat {F.khat_nbytes / 2**20:.1f} MiB, engine {F.engine}, "
+            f"{operator_setup_seconds:.2f} s")
+
+    # 4. Check against direct time stepping ----------------------------------------------
+    rep.step("check: block-Toeplitz operator vs direct time stepping, forward and adjoint")
+    m_rand = rng.standard_normal((cfg.nm, cfg.nt))
+    d_rand = rng.standard_normal((cfg.nd, cfg.nt))
+    with rep.bar(2 * cfg.nt, "step", "PDE forward+adjoint") as bar:
+        t0 = time.perf_counter()
+        y_pde = problem.forward(m_rand, progress=bar.update)
+        t1 = time.perf_counter()
+        z_pde = problem.adjoint(d_rand, progress=bar.update)
+        t2 = time.perf_counter()
+    pde_forward_seconds, pde_adjoint_seconds = t1 - t0, t2 - t1
+    m_dev, d_dev = xp.asarray(m_rand), xp.asarray(d_rand)
+    errors = {}
+    for name, op in (("ddddd", F64), (str(prec), F)):
+        errors[name] = (_rel(_to_host(op.matvec(m_dev)), y_pde),
+                        _rel(_to_host(op.rmatvec(d_dev)), z_pde))
+    op_err, adj_err = errors["ddddd"]
+    op_err_p, adj_err_p = errors[str(prec)]
+    dot_pde = abs(float(np.vdot(y_pde, d_rand)) - float(np.vdot(m_rand, z_pde))) / abs(
+        float(np.vdot(y_pde, d_rand)))
+    rep.say(f"      forward rel. error {op_err:.2e}, adjoint rel. error {adj_err:.2e} (ddddd)"
+            + (f"; {op_err_p:.2e}, {adj_err_p:.2e} ({prec})" if str(prec) != "ddddd" else ""))
+    rep.say(f"      PDE forward+adjoint solve pair {pde_forward_seconds + pde_adjoint_seconds:.3f} s"
+            f" ({2 * cfg.nt} sparse LU solves), dot test of the PDE pair {dot_pde:.1e}")
+
+    # 5. Timings of the block-Toeplitz products ------------------------------------------
+    rep.step(f"timing block-Toeplitz products ({prec})")
+    normal_unit = F.normal(1.0)
+    matvec_seconds = _median_seconds(lambda: F.matvec(m_dev), xp)
+    rmatvec_seconds = _median_seconds(lambda: F.rmatvec(d_dev), xp)
+    normal_seconds = _median_seconds(lambda: normal_unit.matvec(m_dev), xp)
+    pair_seconds = pde_forward_seconds + pde_adjoint_seconds
+    speedup = pair_seconds / normal_seconds
+    rep.say(f"      F m {matvec_seconds * 1e3:.3f} ms, F^T d {rmatvec_seconds * 1e3:.3f} ms, "
+            f"F^T F m {normal_seconds * 1e3:.3f} ms: {speedup:.0f}x faster than the PDE pair")
+
+    # 6. Inverse problem -----------------------------------------------------------------
+    rep.step(f"MAP source: synthetic truth, {_NOISE_LEVEL:.0%} noise, prior-preconditioned CG on "
+             "F^T F/s^2 + R")
+    m_true = true_source(problem.source_cell_centres(), cfg.nt, problem.t_final)
+    d_clean = problem.forward(m_true)  # data from the PDE itself, not from the operator
+    d_obs, sigma = noisy_observations(d_clean, _NOISE_LEVEL, rng)
+    prior = SmoothnessPrior(cfg.ns, cfg.nt, problem.dt, xp=xp, **_PRIOR)
+    with rep.bar(None, "it", "CG") as bar:
+        result = solve_map(F, xp.asarray(d_obs), sigma, prior, rtol=rtol, maxiter=maxiter,
+                           callback=lambda: bar.update(1))
+    m_map = _to_host(result.m)
+    d_pred = _to_host(F64.matvec(result.m))
+    reconstruction_rel_error = _rel(m_map, m_true)
+    residual = d_pred - d_obs
+    data_misfit = float(np.linalg.norm(residual) / np.linalg.norm(d_obs))
+    misfit_noise = float(np.sqrt(np.mean(residual**2)) / sigma)
+    rep.say(f"      {result.iterations} CG iterations"
+            f" ({'converged' if result.converged else 'NOT converged'}, {result.seconds:.2f} s);"
+            f" reconstruction rel. error {reconstruction_rel_error:.3f}; data misfit"
+            f" {data_misfit:.4f} (RMS residual / noise = {misfit_noise:.2f})")
+
+    # 7. Outputs -------------------------------------------------------------------------
+    rep.step(f"writing outputs to {out}")
+    files = {
+        "figure": "demo.png",
+        "summary": "summary.json",
+        "matrix": "matrix.h5",
+        "m_true": "m_true.h5",
+        "m_map": "m_map.h5",
+        "d_obs": "d_obs.h5",
+    }
+    paths = {k: os.path.join(out, v) for k, v in files.items()}
+    io.save_matrix(paths["matrix"], K, layout="native")
+    io.save_vector(paths["m_true"], m_true, space="param")
+    io.save_vector(paths["m_map"], m_map, space="param")
+    io.save_vector(paths["d_obs"], d_obs, space="obs")
+    from .plot import plot_demo
+
+    plot_demo(paths["figure"], problem, m_true, m_map, d_obs, d_pred, d_clean,
+              title=(f"fftmatvec demo ({size}): {cfg.nd} sensors, {cfg.nm} source cells x "
+                     f"{cfg.nt} steps; {result.iterations} CG iterations, reconstruction error "
+                     f"{reconstruction_rel_error:.2f}"))
+
+    summary = {
+        "size": size,
+        "device": dev,
+        "precision": str(prec),
+        "nd": cfg.nd,
+        "nm": cfg.nm,
+        "nt": cfg.nt,
+        "operator_rel_error": op_err,
+        "adjoint_rel_error": adj_err,
+        "operator_rel_error_at_precision": op_err_p,
+        "adjoint_rel_error_at_precision": adj_err_p,
+        "pde_dot_test_rel_error": dot_pde,
+        "cg_iterations": result.iterations,
+        "cg_converged": result.converged,
+        "cg_rtol": rtol,
+        "cg_seconds": result.seconds,
+        "reconstruction_rel_error": reconstruction_rel_error,
+        "data_misfit": data_misfit,
+        "data_misfit_rms_over_noise": misfit_noise,
+        "noise_level": _NOISE_LEVEL,
+        "noise_std": sigma,
+        "matvec_seconds": matvec_seconds,
+        "rmatvec_seconds": rmatvec_seconds,
+        "normal_matvec_seconds": normal_seconds,
+        "pde_solve_pair_seconds": pair_seconds,
+        "pde_forward_seconds": pde_forward_seconds,
+        "pde_adjoint_seconds": pde_adjoint_seconds,
+        "speedup_normal_vs_pde_pair": speedup,
+        "kernel_seconds": kernel_seconds,
+        "kernel_method": method,
+        "kernel_solves": total_solves,
+        "kernel_workers": workers,
+        "model_setup_seconds": setup_seconds,
+        "operator_setup_seconds": operator_setup_seconds,
+        "khat_bytes": F.khat_nbytes,
+        "engine": F.engine,
+        "model": {
+            **asdict(cfg),
+            "state_size": problem.n_state,
+            "dt": problem.dt,
+            "t_final": problem.t_final,
+            "kappa": problem.kappa,
+            "speed": problem.speed,
+            "decay": problem.decay,
+            "time_stepping": "backward Euler; K[:, :, l] = dt C A^-(l+1) B",
+        },
+        "prior": dict(_PRIOR),
+        "files": files,
+        "versions": {"fftmatvec": __version__, "python": platform.python_version(),
+                     "numpy": np.__version__},
+        "gpu": backend.device_description().get("gpu") if dev == "gpu" else None,
+    }
+    summary["total_seconds"] = rep.elapsed
+    _write_json(paths["summary"], summary)
+    rep.say(f"done in {rep.elapsed:.1f} s: " + ", ".join(files.values()))
+    return summary
