@@ -19,8 +19,15 @@ _REAL_SUFFIX = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32"}
 _CPLX_SUFFIX = {np.dtype(np.complex128): "c128", np.dtype(np.complex64): "c64"}
 _STORE_SUFFIX = {"d": "c128", "s": "c64", "h": "c32h"}
 
-# (RT, KB) tiles compiled in hip_kernels/fftmatvec_kernels.cu
-_TILES = {(1, 1), (2, 1), (4, 1), (8, 1), (2, 2), (4, 2), (2, 4), (1, 8), (2, 8), (1, 16), (2, 16)}
+# (RT, KB, V) tiles compiled per storage in hip_kernels/fftmatvec_kernels.cu: each thread
+# accumulates RT output rows x KB right-hand sides x V consecutive frequencies.
+TILES = {
+    "c128": [(1, 1, 1), (2, 1, 1), (4, 1, 1), (8, 1, 1), (2, 2, 1), (2, 4, 1), (1, 8, 1), (1, 16, 1)],
+    "c64": [(1, 1, 2), (2, 1, 2), (4, 1, 2), (8, 1, 2), (2, 2, 2), (2, 4, 1), (2, 8, 1), (2, 16, 1)],
+    "c32h": [(1, 1, 4), (2, 1, 4), (4, 1, 4), (8, 1, 2), (2, 2, 2), (2, 4, 1), (2, 8, 1), (2, 16, 1)],
+}
+# Frequency padding of the stored Khat, so that V-wide loads are aligned.
+PAD = {"c128": 1, "c64": 2, "c32h": 4}
 _BATCH_SIZES = (16, 8, 4, 2, 1)
 
 
@@ -50,79 +57,96 @@ class KernelEngine:
         self.nd, self.nm, self.nf, self.nt, self.fft_len = nd, nm, nf, nt, fft_len
         letter = prec.letters[2]
         self.store = _STORE_SUFFIX[letter]
+        self.nfp = -(-nf // PAD[self.store]) * PAD[self.store]
         if letter == "h":
-            self.data = cp.empty((nd, nm, nf), dtype=np.uint32)
-            self.scale = cp.empty((nd, nf), dtype=np.float32)
+            self.data = cp.zeros((nd, nm, self.nfp), dtype=np.uint32)
+            self.scale = cp.zeros((nd, self.nfp), dtype=np.float32)
         else:
-            self.data = cp.empty((nd, nm, nf), dtype=prec.sbgemv_dtype)
+            self.data = cp.zeros((nd, nm, self.nfp), dtype=prec.sbgemv_dtype)
             self.scale = None
         self.compute = np.dtype(np.complex128 if letter == "d" else np.complex64)
         props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
         self.num_sms = int(props.get("multiProcessorCount", 108))
         self._plans: dict = {}
+        self.blocks_per_sm = 16  # split-K target: thread blocks per multiprocessor
 
     @property
     def nbytes(self) -> int:
-        return int(self.data.nbytes + (0 if self.scale is None else self.scale.nbytes))
+        """Bytes of the stored Khat (without the few padding frequencies)."""
+        per = self.data.itemsize * self.nd * self.nm * self.nf
+        return int(per + (0 if self.scale is None else 4 * self.nd * self.nf))
 
     # ---- setup ---------------------------------------------------------------------------
     def store_rows(self, i0: int, khat_rows) -> None:
         """Store rows ``i0:i0+c`` of ``Khat`` given as ``(c, Nm, Nf)`` complex128."""
         cp = self.cp
         i1 = i0 + khat_rows.shape[0]
+        nf = self.nf
         if self.scale is None:
-            self.data[i0:i1] = khat_rows
+            self.data[i0:i1, :, :nf] = khat_rows
             return
         from .operator import _quantize_half
 
         q, s = _quantize_half(cp, khat_rows, axis=1)  # q (c, Nm, Nf, 2) float16, s (c, Nf)
         bits = q.view(np.uint16).astype(np.uint32)
-        self.data[i0:i1] = bits[..., 0] | (bits[..., 1] << 16)
-        self.scale[i0:i1] = s
+        self.data[i0:i1, :, :nf] = bits[..., 0] | (bits[..., 1] << 16)
+        self.scale[i0:i1, :nf] = s
 
     # ---- stage 3 -------------------------------------------------------------------------
+    def _tile(self, kb: int, n_out: int) -> tuple[int, int]:
+        """(RT, V) for a launch of ``kb`` right-hand sides."""
+        for rt, k, v in TILES[self.store]:
+            if k == kb and kb > 1:
+                return rt, v
+        # one right-hand side: 16-byte loads, RT rows to amortise the vector reads; few rows
+        # for skinny outputs so no thread idles on clamped rows
+        v = {"c128": 1, "c64": 2, "c32h": 4}[self.store]
+        rt = 4 if n_out >= 4 else 2 if n_out >= 2 else 1
+        if self.store == "c32h":
+            rt = min(rt, 2)
+        return rt, v
+
     def _plan(self, adjoint: bool, k: int, in_dtype, out_dtype) -> list[_Launch]:
-        key = (adjoint, k, in_dtype, out_dtype)
+        key = (adjoint, k, np.dtype(in_dtype), np.dtype(out_dtype))
         plan = self._plans.get(key)
         if plan is not None:
             return plan
         n_out, n_red = (self.nm, self.nd) if adjoint else (self.nd, self.nm)
-        nf = self.nf
-        single = self.compute == np.complex64
-        bx = 32 if nf <= 32 else 64
         plan = []
         remaining = k
         for kb in _BATCH_SIZES:
             while remaining >= kb:
                 remaining -= kb
-                if kb == 1:
-                    rt = 8 if n_out >= 64 and single else 4 if n_out >= 4 else 2 if n_out >= 2 else 1
-                elif kb == 2:
-                    rt = 4 if single else 2
-                elif kb == 4:
-                    rt = 2
-                else:
-                    rt = 2 if single else 1
-                ty = max(1, min(256 // bx, math.ceil(n_out / rt)))
-                n_ftiles = math.ceil(nf / bx)
-                n_otiles = math.ceil(n_out / (ty * rt))
-                base = n_ftiles * n_otiles
-                target = 8 * self.num_sms * max(1, 256 // (bx * ty))
-                splits = 1
-                if base < target:
-                    splits = max(1, min(math.ceil(target / base), n_red // 32))
-                red_chunk = math.ceil(n_red / splits)
-                splits = math.ceil(n_red / red_chunk)
-                out_sfx = _CPLX_SUFFIX[self.compute if splits > 1 else np.dtype(out_dtype)]
-                name = f"sbgemv_{self.store}_{_CPLX_SUFFIX[np.dtype(in_dtype)]}_{out_sfx}_r{rt}_k{kb}"
-                assert (rt, kb) in _TILES, (rt, kb)
-                plan.append(
-                    _Launch(name, kb, (base, splits), (bx, ty), splits, red_chunk, n_ftiles)
-                )
+                plan.append(self._launch(kb, n_out, n_red, in_dtype, out_dtype))
         self._plans[key] = plan
         return plan
 
-    def apply(self, xhat, adjoint: bool, out_dtype, out=None):
+    def _launch(self, kb, n_out, n_red, in_dtype, out_dtype, tile=None) -> _Launch:
+        rt, v = self._tile(kb, n_out)
+        bx, ty = None, None
+        if tile is not None:  # (rt, v, bx, ty) from a tuning sweep
+            rt, v, bx, ty = tile
+        if (rt, kb, v) not in TILES[self.store]:
+            raise ValueError(f"tile (RT={rt}, KB={kb}, V={v}) is not compiled for {self.store}")
+        lanes = math.ceil(self.nf / v)
+        if bx is None:
+            bx = 32 if lanes <= 32 else 64
+            ty = max(1, min(128 // bx, math.ceil(n_out / rt)))
+        n_ftiles = math.ceil(lanes / bx)
+        n_otiles = math.ceil(n_out / (ty * rt))
+        base = n_ftiles * n_otiles
+        target = self.blocks_per_sm * self.num_sms * max(1, 128 // (bx * ty))
+        splits = 1
+        if base < target:
+            splits = max(1, min(math.ceil(target / base), n_red // 32))
+        red_chunk = math.ceil(n_red / splits)
+        splits = math.ceil(n_red / red_chunk)
+        out_sfx = _CPLX_SUFFIX[self.compute if splits > 1 else np.dtype(out_dtype)]
+        name = (f"sbgemv_{self.store}_{_CPLX_SUFFIX[np.dtype(in_dtype)]}_{out_sfx}"
+                f"_r{rt}_k{kb}_v{v}")
+        return _Launch(name, kb, (base, splits), (bx, ty), splits, red_chunk, n_ftiles)
+
+    def apply(self, xhat, adjoint: bool, out_dtype, out=None, plan=None):
         """``xhat`` ``(k, n_in, Nf)`` -> ``(k, n_out, Nf)`` in ``out_dtype`` (into ``out`` if given,
         a C-contiguous array of that shape and dtype)."""
         cp = self.cp
@@ -130,12 +154,14 @@ class KernelEngine:
         k = xhat.shape[0]
         n_out, n_red = (self.nm, self.nd) if adjoint else (self.nd, self.nm)
         nf = self.nf
-        so, sr = (nf, self.nm * nf) if adjoint else (self.nm * nf, nf)
+        nfp = self.nfp
+        so, sr = (nfp, self.nm * nfp) if adjoint else (self.nm * nfp, nfp)
         out_dtype = np.dtype(out_dtype)
         y = cp.empty((k, n_out, nf), dtype=out_dtype) if out is None else out
         scale = self.scale if self.scale is not None else np.uint64(0)
         b0 = 0
-        for launch in self._plan(adjoint, k, xhat.dtype, out_dtype):
+        plan = self._plan(adjoint, k, xhat.dtype, out_dtype) if plan is None else plan
+        for launch in plan:
             fn = kernels.get_function(launch.name)
             xb, yb = xhat[b0 : b0 + launch.kb], y[b0 : b0 + launch.kb]
             if launch.splits > 1:
@@ -146,7 +172,7 @@ class KernelEngine:
                 launch.grid,
                 launch.block,
                 (
-                    self.data, scale, xb, target, _i64(nf), _i64(n_out), _i64(n_red),
+                    self.data, scale, xb, target, _i64(nf), _i64(nfp), _i64(n_out), _i64(n_red),
                     _i64(so), _i64(sr), np.int32(adjoint), _i64(launch.red_chunk),
                     _i64(launch.n_ftiles), _i64(n_red * nf), _i64(n_out * nf),
                     _i64(launch.kb * n_out * nf),

@@ -50,7 +50,7 @@ __device__ __forceinline__ void cfma_conj(C& acc, C a, C b) {
 template <typename T>
 __device__ __forceinline__ T load_stream(const T* p) {
 #if defined(FFTMATVEC_HIP)
-  return __builtin_nontemporal_load(p);
+  return *p;
 #else
   return __ldcs(p);
 #endif
@@ -75,21 +75,57 @@ __device__ __forceinline__ float2 unpack_half2(unsigned int w) {
                      half_bits_to_float((unsigned short)(w >> 16)));
 }
 
-// Khat storage formats: load one element as the compute complex type.
+// Khat storage formats. load<V> reads V consecutive frequencies into the compute type with
+// the widest aligned loads available (16 bytes when V allows). The stored frequency axis is
+// padded to a multiple of PAD so that those loads are aligned.
 struct StoreC128 {
   typedef double2 elem;
   typedef double real;
-  __device__ static __forceinline__ double2 load(const double2* p) { return load_stream(p); }
+  static constexpr int PAD = 1;
+  template <int V>
+  __device__ static __forceinline__ void load(const elem* p, double2 (&c)[V]) {
+#pragma unroll
+    for (int v = 0; v < V; ++v) c[v] = load_stream(p + v);
+  }
 };
 struct StoreC64 {
   typedef float2 elem;
   typedef float real;
-  __device__ static __forceinline__ float2 load(const float2* p) { return load_stream(p); }
+  static constexpr int PAD = 2;
+  template <int V>
+  __device__ static __forceinline__ void load(const elem* p, float2 (&c)[V]) {
+    if constexpr (V % 2 == 0) {
+#pragma unroll
+      for (int w = 0; w < V / 2; ++w) {
+        const float4 q = load_stream(reinterpret_cast<const float4*>(p) + w);
+        c[2 * w] = make_float2(q.x, q.y);
+        c[2 * w + 1] = make_float2(q.z, q.w);
+      }
+    } else {
+#pragma unroll
+      for (int v = 0; v < V; ++v) c[v] = load_stream(p + v);
+    }
+  }
 };
 struct StoreC32h {
   typedef unsigned int elem;
   typedef float real;
-  __device__ static __forceinline__ float2 load(const unsigned int* p) {
-    return unpack_half2(load_stream(p));
+  static constexpr int PAD = 4;
+  template <int V>
+  __device__ static __forceinline__ void load(const elem* p, float2 (&c)[V]) {
+    if constexpr (V == 4) {
+      const uint4 q = load_stream(reinterpret_cast<const uint4*>(p));
+      c[0] = unpack_half2(q.x);
+      c[1] = unpack_half2(q.y);
+      c[2] = unpack_half2(q.z);
+      c[3] = unpack_half2(q.w);
+    } else if constexpr (V == 2) {
+      const uint2 q = load_stream(reinterpret_cast<const uint2*>(p));
+      c[0] = unpack_half2(q.x);
+      c[1] = unpack_half2(q.y);
+    } else {
+#pragma unroll
+      for (int v = 0; v < V; ++v) c[v] = unpack_half2(load_stream(p + v));
+    }
   }
 };

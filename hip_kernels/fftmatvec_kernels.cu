@@ -44,38 +44,48 @@ FFTMATVEC_REDUCE(c64_c128, float2, double2)
 FFTMATVEC_REDUCE(c64_c64, float2, float2)
 
 // ---- stage 3 --------------------------------------------------------------------------------
-#define FFTMATVEC_SBGEMV(SNAME, STORE, INAME, TIN, ONAME, TOUT, RT, KB)                         \
+// sbgemv_<storage>_<input>_<output>_r<RT>_k<KB>_v<V>: each thread accumulates RT output rows x
+// KB right-hand sides x V consecutive frequencies; the host picks the tile per call.
+#define FFTMATVEC_SBGEMV(SNAME, STORE, INAME, TIN, ONAME, TOUT, RT, KB, V)                      \
   extern "C" __global__ void __launch_bounds__(256)                                             \
-      sbgemv_##SNAME##_##INAME##_##ONAME##_r##RT##_k##KB(                                       \
+      sbgemv_##SNAME##_##INAME##_##ONAME##_r##RT##_k##KB##_v##V(                                \
           const STORE::elem* __restrict__ kh, const float* __restrict__ scale,                  \
-          const TIN* __restrict__ x, TOUT* __restrict__ y, i64 nf, i64 n_out, i64 n_red,        \
-          i64 so, i64 sr, int adjoint, i64 red_chunk, i64 n_ftiles, i64 x_bstride,              \
+          const TIN* __restrict__ x, TOUT* __restrict__ y, i64 nf, i64 nfp, i64 n_out,          \
+          i64 n_red, i64 so, i64 sr, int adjoint, i64 red_chunk, i64 n_ftiles, i64 x_bstride,   \
           i64 y_bstride, i64 y_split_stride) {                                                  \
-    sbgemv_body<STORE, TIN, TOUT, RT, KB>(kh, scale, x, y, nf, n_out, n_red, so, sr, adjoint,   \
-                                          red_chunk, n_ftiles, x_bstride, y_bstride,            \
-                                          y_split_stride);                                      \
+    sbgemv_body<STORE, TIN, TOUT, RT, KB, V>(kh, scale, x, y, nf, nfp, n_out, n_red, so, sr,    \
+                                             adjoint, red_chunk, n_ftiles, x_bstride,           \
+                                             y_bstride, y_split_stride);                        \
   }
 
-// Tile shapes (RT output rows x KB right-hand sides per thread); the host picks one per call.
-#define FFTMATVEC_SBGEMV_TILES(SNAME, STORE, INAME, TIN, ONAME, TOUT) \
-  FFTMATVEC_SBGEMV(SNAME, STORE, INAME, TIN, ONAME, TOUT, 1, 1)       \
-  FFTMATVEC_SBGEMV(SNAME, STORE, INAME, TIN, ONAME, TOUT, 2, 1)       \
-  FFTMATVEC_SBGEMV(SNAME, STORE, INAME, TIN, ONAME, TOUT, 4, 1)       \
-  FFTMATVEC_SBGEMV(SNAME, STORE, INAME, TIN, ONAME, TOUT, 8, 1)       \
-  FFTMATVEC_SBGEMV(SNAME, STORE, INAME, TIN, ONAME, TOUT, 2, 2)       \
-  FFTMATVEC_SBGEMV(SNAME, STORE, INAME, TIN, ONAME, TOUT, 4, 2)       \
-  FFTMATVEC_SBGEMV(SNAME, STORE, INAME, TIN, ONAME, TOUT, 2, 4)       \
-  FFTMATVEC_SBGEMV(SNAME, STORE, INAME, TIN, ONAME, TOUT, 1, 8)       \
-  FFTMATVEC_SBGEMV(SNAME, STORE, INAME, TIN, ONAME, TOUT, 2, 8)       \
-  FFTMATVEC_SBGEMV(SNAME, STORE, INAME, TIN, ONAME, TOUT, 1, 16)      \
-  FFTMATVEC_SBGEMV(SNAME, STORE, INAME, TIN, ONAME, TOUT, 2, 16)
+// The tiles compiled for each storage (keep in sync with fftmatvec/_gpu.py: TILES).
+#define FFTMATVEC_SBGEMV_IO(SNAME, STORE, RT, KB, V)                            \
+  FFTMATVEC_SBGEMV(SNAME, STORE, c128, double2, c128, double2, RT, KB, V)                \
+  FFTMATVEC_SBGEMV(SNAME, STORE, c128, double2, c64, float2, RT, KB, V)                  \
+  FFTMATVEC_SBGEMV(SNAME, STORE, c64, float2, c128, double2, RT, KB, V)                  \
+  FFTMATVEC_SBGEMV(SNAME, STORE, c64, float2, c64, float2, RT, KB, V)
 
-#define FFTMATVEC_SBGEMV_IO(SNAME, STORE)                                   \
-  FFTMATVEC_SBGEMV_TILES(SNAME, STORE, c128, double2, c128, double2)        \
-  FFTMATVEC_SBGEMV_TILES(SNAME, STORE, c128, double2, c64, float2)          \
-  FFTMATVEC_SBGEMV_TILES(SNAME, STORE, c64, float2, c128, double2)          \
-  FFTMATVEC_SBGEMV_TILES(SNAME, STORE, c64, float2, c64, float2)
-
-FFTMATVEC_SBGEMV_IO(c128, StoreC128)
-FFTMATVEC_SBGEMV_IO(c64, StoreC64)
-FFTMATVEC_SBGEMV_IO(c32h, StoreC32h)
+FFTMATVEC_SBGEMV_IO(c128, StoreC128, 1, 1, 1)
+FFTMATVEC_SBGEMV_IO(c128, StoreC128, 2, 1, 1)
+FFTMATVEC_SBGEMV_IO(c128, StoreC128, 4, 1, 1)
+FFTMATVEC_SBGEMV_IO(c128, StoreC128, 8, 1, 1)
+FFTMATVEC_SBGEMV_IO(c128, StoreC128, 2, 2, 1)
+FFTMATVEC_SBGEMV_IO(c128, StoreC128, 2, 4, 1)
+FFTMATVEC_SBGEMV_IO(c128, StoreC128, 1, 8, 1)
+FFTMATVEC_SBGEMV_IO(c128, StoreC128, 1, 16, 1)
+FFTMATVEC_SBGEMV_IO(c64, StoreC64, 1, 1, 2)
+FFTMATVEC_SBGEMV_IO(c64, StoreC64, 2, 1, 2)
+FFTMATVEC_SBGEMV_IO(c64, StoreC64, 4, 1, 2)
+FFTMATVEC_SBGEMV_IO(c64, StoreC64, 8, 1, 2)
+FFTMATVEC_SBGEMV_IO(c64, StoreC64, 2, 2, 2)
+FFTMATVEC_SBGEMV_IO(c64, StoreC64, 2, 4, 1)
+FFTMATVEC_SBGEMV_IO(c64, StoreC64, 2, 8, 1)
+FFTMATVEC_SBGEMV_IO(c64, StoreC64, 2, 16, 1)
+FFTMATVEC_SBGEMV_IO(c32h, StoreC32h, 1, 1, 4)
+FFTMATVEC_SBGEMV_IO(c32h, StoreC32h, 2, 1, 4)
+FFTMATVEC_SBGEMV_IO(c32h, StoreC32h, 4, 1, 4)
+FFTMATVEC_SBGEMV_IO(c32h, StoreC32h, 8, 1, 2)
+FFTMATVEC_SBGEMV_IO(c32h, StoreC32h, 2, 2, 2)
+FFTMATVEC_SBGEMV_IO(c32h, StoreC32h, 2, 4, 1)
+FFTMATVEC_SBGEMV_IO(c32h, StoreC32h, 2, 8, 1)
+FFTMATVEC_SBGEMV_IO(c32h, StoreC32h, 2, 16, 1)

@@ -2,101 +2,137 @@
 // (Khat[f]^H @ x[f]), for one or several right-hand sides.
 //
 // Layouts (all C order, frequency innermost, as the FFT stages produce and consume them):
-//   Khat  (Nd, Nm, Nf)        storage precision (complex128, complex64, or packed float16 pairs)
-//   scale (Nd, Nf) float32    only for float16 storage: Khat[i, j, f] = scale[i, f] * stored
+//   Khat  (Nd, Nm, Nfp)       storage precision; Nfp = Nf rounded up to the storage's PAD
+//   scale (Nd, Nfp) float32   float16 storage only: Khat[i, j, f] = scale[i, f] * stored[i, j, f]
 //   x     (k, n_red, Nf)      the FFT output, in the FFT precision
-//   y     (k, n_out, Nf)      in the inverse FFT's precision, or partial sums (compute precision)
-// Forward: out index o = sensor i, reduced index r = parameter j.  Adjoint: o = j, r = i.
-// Khat[o, r, f] lives at o*so + r*sr + f, so one kernel serves both directions.
+//   y     (k, n_out, Nf)      in the inverse FFT's precision, or split-K partial sums
+// Forward: output index o = sensor i, reduced index r = parameter j. Adjoint: o = j, r = i.
+// Khat[o, r, f] is at element o*so + r*sr + f, so one kernel serves both directions.
 //
-// Thread mapping: threadIdx.x runs over frequencies (consecutive lanes read consecutive
-// Khat entries: every load is coalesced, in both directions, with no transpose), threadIdx.y
-// over groups of RT output rows; blockIdx.x enumerates (frequency tile, output tile) pairs and
-// blockIdx.y splits the reduction (split-K) so that skinny problems fill the device. Each
-// Khat element is read exactly once per launch; a launch handles KB right-hand sides.
+// Thread mapping: threadIdx.x runs over groups of V consecutive frequencies (consecutive lanes
+// read consecutive words of Khat, 16 bytes each for one right-hand side: every load is
+// coalesced, in both directions, with no transpose); threadIdx.y over groups of RT output rows; blockIdx.x enumerates (frequency
+// tile, output tile) pairs and blockIdx.y splits the reduction (split-K) so that skinny
+// problems fill the device. Each Khat element is read once per launch; a launch handles KB
+// right-hand sides. Nothing depends on the warp or wavefront width.
 #pragma once
 #include "common.cuh"
 
-template <typename Store, typename TIn, typename TOut, int RT, int KB>
+// One or U consecutive reduction steps: all U*RT Khat loads are issued before any arithmetic so
+// that enough bytes are in flight to cover the memory latency.
+template <typename Store, typename TIn, int RT, int KB, int V, int U>
+__device__ __forceinline__ void sbgemv_steps(
+    typename Complex<typename Store::real>::type (&acc)[RT][KB][V],
+    const typename Store::elem* __restrict__ kh, const i64 (&koff)[RT], i64 r, i64 sr,
+    const TIn* __restrict__ x, i64 x_bstride, i64 nf, const i64 (&fx)[V],
+    const float* __restrict__ red_scale, i64 nfp, i64 f0, bool adjoint) {
+  typedef typename Store::real R;
+  typedef typename Complex<R>::type C;
+  C kv[U][RT][V];
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+#pragma unroll
+    for (int t = 0; t < RT; ++t) Store::template load<V>(kh + koff[t] + (r + u) * sr, kv[u][t]);
+
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    C xv[KB][V];
+#pragma unroll
+    for (int b = 0; b < KB; ++b)
+#pragma unroll
+      for (int v = 0; v < V; ++v) xv[b][v] = ccast<C>(x[b * x_bstride + (r + u) * nf + fx[v]]);
+    if (red_scale != nullptr) {  // adjoint with float16 storage: the scale varies with r
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        const R s = (R)red_scale[(r + u) * nfp + f0 + v];
+#pragma unroll
+        for (int b = 0; b < KB; ++b) {
+          xv[b][v].x *= s;
+          xv[b][v].y *= s;
+        }
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < RT; ++t)
+#pragma unroll
+      for (int v = 0; v < V; ++v)
+#pragma unroll
+        for (int b = 0; b < KB; ++b) {
+          if (adjoint)
+            cfma_conj(acc[t][b][v], kv[u][t][v], xv[b][v]);
+          else
+            cfma(acc[t][b][v], kv[u][t][v], xv[b][v]);
+        }
+  }
+}
+
+template <typename Store, typename TIn, typename TOut, int RT, int KB, int V>
 __device__ __forceinline__ void sbgemv_body(
     const typename Store::elem* __restrict__ kh, const float* __restrict__ scale,
-    const TIn* __restrict__ x, TOut* __restrict__ y, i64 nf, i64 n_out, i64 n_red,
+    const TIn* __restrict__ x, TOut* __restrict__ y, i64 nf, i64 nfp, i64 n_out, i64 n_red,
     i64 so, i64 sr, int adjoint, i64 red_chunk, i64 n_ftiles, i64 x_bstride, i64 y_bstride,
     i64 y_split_stride) {
   typedef typename Store::real R;
   typedef typename Complex<R>::type C;
-
   const i64 ftile = (i64)blockIdx.x % n_ftiles;
   const i64 otile = (i64)blockIdx.x / n_ftiles;
-  const i64 f = ftile * blockDim.x + threadIdx.x;
-  if (f >= nf) return;
+  const i64 fv = ftile * blockDim.x + threadIdx.x;
+  const i64 f0 = fv * V;
+  if (f0 >= nf) return;
   const i64 o0 = (otile * blockDim.y + threadIdx.y) * RT;
   if (o0 >= n_out) return;
   const i64 r_begin = (i64)blockIdx.y * red_chunk;
   i64 r_end = r_begin + red_chunk;
   if (r_end > n_red) r_end = n_red;
 
-  // Output rows past the end are clamped onto the last row: their loads hit the cache and their
-  // results are never written, which keeps the inner loop free of branches.
+  // Frequencies past Nf (the padding of the last vector) read x at Nf-1 and are never written;
+  // output rows past the end are clamped onto the last row likewise. Both keep the inner loop
+  // free of branches; their loads hit the cache.
+  i64 fx[V];
+#pragma unroll
+  for (int v = 0; v < V; ++v) fx[v] = (f0 + v < nf) ? f0 + v : nf - 1;
   i64 koff[RT];
 #pragma unroll
   for (int t = 0; t < RT; ++t) {
     i64 o = o0 + t;
     if (o >= n_out) o = n_out - 1;
-    koff[t] = o * so + f;
+    koff[t] = o * so + f0;
   }
 
-  C acc[RT][KB];
+  C acc[RT][KB][V];
 #pragma unroll
   for (int t = 0; t < RT; ++t)
 #pragma unroll
-    for (int b = 0; b < KB; ++b) acc[t][b] = make_c((R)0, (R)0);
+    for (int b = 0; b < KB; ++b)
+#pragma unroll
+      for (int v = 0; v < V; ++v) acc[t][b][v] = make_c((R)0, (R)0);
 
-  const bool per_reduced_scale = (scale != nullptr) && adjoint;
-#pragma unroll 2
-  for (i64 r = r_begin; r < r_end; ++r) {
-    C xv[KB];
-#pragma unroll
-    for (int b = 0; b < KB; ++b) xv[b] = ccast<C>(x[b * x_bstride + r * nf + f]);
-    if (per_reduced_scale) {
-      const R s = (R)scale[r * nf + f];
-#pragma unroll
-      for (int b = 0; b < KB; ++b) {
-        xv[b].x *= s;
-        xv[b].y *= s;
-      }
-    }
-    const i64 rof = r * sr;
-    if (adjoint) {
-#pragma unroll
-      for (int t = 0; t < RT; ++t) {
-        const C kv = Store::load(kh + koff[t] + rof);
-#pragma unroll
-        for (int b = 0; b < KB; ++b) cfma_conj(acc[t][b], kv, xv[b]);
-      }
-    } else {
-#pragma unroll
-      for (int t = 0; t < RT; ++t) {
-        const C kv = Store::load(kh + koff[t] + rof);
-#pragma unroll
-        for (int b = 0; b < KB; ++b) cfma(acc[t][b], kv, xv[b]);
-      }
-    }
-  }
+  const float* red_scale = (scale != nullptr && adjoint) ? scale : nullptr;
+  const bool adj = adjoint != 0;
+  i64 r = r_begin;
+  for (; r + 2 <= r_end; r += 2)
+    sbgemv_steps<Store, TIn, RT, KB, V, 2>(acc, kh, koff, r, sr, x, x_bstride, nf, fx, red_scale,
+                                        nfp, f0, adj);
+  if (r < r_end)
+    sbgemv_steps<Store, TIn, RT, KB, V, 1>(acc, kh, koff, r, sr, x, x_bstride, nf, fx, red_scale,
+                                        nfp, f0, adj);
 
   TOut* yb = y + (i64)blockIdx.y * y_split_stride;
 #pragma unroll
   for (int t = 0; t < RT; ++t) {
     const i64 o = o0 + t;
-    if (o < n_out) {
+    if (o >= n_out) continue;
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      if (f0 + v >= nf) continue;
       R s = (R)1;
-      if (scale != nullptr && !adjoint) s = (R)scale[o * nf + f];
+      if (scale != nullptr && !adj) s = (R)scale[o * nfp + f0 + v];
 #pragma unroll
       for (int b = 0; b < KB; ++b) {
-        C v = acc[t][b];
-        v.x *= s;
-        v.y *= s;
-        yb[b * y_bstride + o * nf + f] = ccast<TOut>(v);
+        C c = acc[t][b][v];
+        c.x *= s;
+        c.y *= s;
+        yb[b * y_bstride + o * nf + f0 + v] = ccast<TOut>(c);
       }
     }
   }

@@ -1,0 +1,72 @@
+#!/usr/bin/env python
+"""Sweep the stage-3 kernel's tile shapes (RT rows x V frequencies per thread, block shape,
+split-K target) for one right-hand side and print the fastest per case, as a fraction of the
+copy bandwidth. Used to set the defaults in fftmatvec/_gpu.py.
+
+Usage: python scripts/tune_sbgemv.py [--sizes 5000x100x1000,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="1000x100x1000,5000x100x1000,20000x50x500,100000x10x100")
+    ap.add_argument("--stores", default="d,s,h")
+    ap.add_argument("--repeat", type=int, default=10)
+    args = ap.parse_args(argv)
+    import cupy as cp
+
+    import fftmatvec as fm
+    from fftmatvec._gpu import TILES
+
+    sys.path.insert(0, __file__.rsplit("/", 1)[0])
+    from bench_matvec import copy_bandwidth, median_time
+
+    bw = copy_bandwidth(cp)
+    print(f"# copy bandwidth {bw / 1e12:.3f} TB/s")
+    rng = np.random.default_rng(7)
+    for size in args.sizes.split(","):
+        nm, nd, nt = (int(v) for v in size.split("x"))
+        K = cp.asarray(rng.standard_normal((nd, nm, nt)))
+        for st in args.stores.split(","):
+            F = fm.BlockToeplitz(K, f"dd{st}dd")
+            eng = F._engine
+            for adjoint in (False, True):
+                n_in, n_out, n_red = (nd, nm, nd) if adjoint else (nm, nd, nm)
+                x = cp.asarray(rng.standard_normal((1, n_in, F.nf)) + 1j * rng.standard_normal((1, n_in, F.nf)))
+                floor = (F.khat_nbytes + 16 * F.nf * (nm + nd)) / bw
+                rows = []
+                default = eng._plan(adjoint, 1, x.dtype, np.complex128)
+                t = median_time(cp, lambda: eng.apply(x, adjoint, np.complex128, plan=default), args.repeat)
+                rows.append((t, "default", default[0]))
+                for rt, kb, v in TILES[eng.store]:
+                    if kb != 1:
+                        continue
+                    for bx, ty in ((32, 4), (64, 2), (64, 4), (128, 1), (32, 8), (64, 1)):
+                        for bps in (8, 16, 32):
+                            eng.blocks_per_sm = bps
+                            la = eng._launch(1, n_out, n_red, x.dtype, np.complex128, tile=(rt, v, bx, ty))
+                            t = median_time(cp, lambda: eng.apply(x, adjoint, np.complex128, plan=[la]), args.repeat)
+                            rows.append((t, f"rt={rt} v={v} bx={bx} ty={ty} bps={bps}", la))
+                eng.blocks_per_sm = 16
+                rows.sort(key=lambda r: r[0])
+                d = "adj" if adjoint else "fwd"
+                print(f"{nm}x{nd}x{nt} {st} {d}: default {rows[[r[1] for r in rows].index('default')][0] * 1e3:.3f} ms "
+                      f"({floor / rows[[r[1] for r in rows].index('default')][0]:.2f} of floor)")
+                for t, desc, la in rows[:4]:
+                    print(f"    {t * 1e3:.3f} ms  {floor / t:.2f}  {desc}  splits={la.splits} grid={la.grid}")
+                sys.stdout.flush()
+            del F, eng
+        del K
+        cp.get_default_memory_pool().free_all_blocks()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
