@@ -1,14 +1,14 @@
 """The demo's figure: true and MAP sources at a few times, and sensor traces.
 
-Only the Agg backend is used (no display needed); the file is written atomically.
+The figure is drawn on a bare :class:`matplotlib.figure.Figure` and rendered by Agg: no display
+is needed and no global pyplot state is changed. The file is written atomically.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
-
 import numpy as np
+
+from ._files import atomic_open
 
 __all__ = ["plot_demo"]
 
@@ -29,10 +29,7 @@ def plot_demo(path, problem, m_true, m_map, d_obs, d_pred, d_clean, *, title: st
     title : str
         Figure title.
     """
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: no global backend state is touched
 
     from .pde import vortex_velocity
 
@@ -41,7 +38,7 @@ def plot_demo(path, problem, m_true, m_map, d_obs, d_pred, d_clean, *, title: st
     t_axis = (np.arange(nt) + 1) * dt
     vmax = float(max(np.abs(m_true).max(), np.abs(m_map).max(), 1e-300))
 
-    fig = plt.figure(figsize=(13, 9.5), layout="constrained")
+    fig = Figure(figsize=(13, 9.5), layout="constrained")
     grid = fig.add_gridspec(3, 4, height_ratios=[1, 1, 0.9])
     img = None
     for row, (field, label) in enumerate(((m_true, "true source"), (m_map, "MAP source"))):
@@ -65,7 +62,7 @@ def plot_demo(path, problem, m_true, m_map, d_obs, d_pred, d_clean, *, title: st
     ax.streamplot(X, Y, vx, vy, density=0.8, color="0.7", linewidth=0.7)
     xy = problem.sensor_xy()
     ax.plot(xy[:, 0], xy[:, 1], "k.", ms=5, label="sensors")
-    shown = np.argsort(-np.abs(d_clean).max(axis=1))[:3]
+    shown = _spread_sensors(xy, np.abs(d_clean).max(axis=1), 3)
     colors = ("C0", "C1", "C2")
     for c, i in zip(colors, shown):
         ax.plot(*xy[i], "o", mfc="none", mec=c, ms=11, mew=2)
@@ -96,16 +93,17 @@ def plot_demo(path, problem, m_true, m_map, d_obs, d_pred, d_clean, *, title: st
     if title:
         fig.suptitle(title)
 
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".png", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fig.savefig(fh, format="png", dpi=100)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    finally:
-        plt.close(fig)
+    with atomic_open(path, "wb") as fh:
+        fig.savefig(fh, format="png", dpi=100)  # Agg renders PNG
+
+
+def _spread_sensors(xy, signal, k: int, min_dist: float = 0.3) -> list[int]:
+    """Up to ``k`` sensors with the strongest signal, at least ``min_dist`` apart when possible."""
+    order = [int(i) for i in np.argsort(-signal)]
+    chosen: list[int] = []
+    for i in order:
+        if all(np.hypot(*(xy[i] - xy[j])) >= min_dist for j in chosen):
+            chosen.append(i)
+        if len(chosen) == k:
+            return chosen
+    return (chosen + [i for i in order if i not in chosen])[:k]

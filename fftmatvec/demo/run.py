@@ -23,7 +23,6 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 
@@ -33,6 +32,7 @@ from .. import __version__, backend, io
 from .._errors import FFTMatvecValueError
 from ..operator import BlockToeplitz
 from ..precision import PrecisionConfig
+from ._files import atomic_open
 from .inverse import SmoothnessPrior, noisy_observations, solve_map, true_source
 from .pde import AdvectionDiffusion
 
@@ -177,17 +177,9 @@ def _to_host(a) -> np.ndarray:
 
 def _write_json(path: str, obj: dict) -> None:
     """Write JSON atomically: a temporary file in the same folder, then ``os.replace``."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=folder)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(obj, fh, indent=2, sort_keys=False)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_open(path, "w") as fh:
+        json.dump(obj, fh, indent=2)
+        fh.write("\n")
 
 
 def run_demo(size: str = "small", device: str = "auto", precision: str = "ddddd",
