@@ -8,11 +8,14 @@ writes the FFT stages' layouts ``(k, n, Nf)`` directly, with no transpose pass.
 from __future__ import annotations
 
 import math
+import os
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import backend, kernels
+from ._matmul import quantize_half
 from .precision import PrecisionConfig
 
 _REAL_SUFFIX = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32"}
@@ -46,6 +49,10 @@ def _i64(v) -> np.int64:
     return np.int64(v)
 
 
+# Products whose Khat is smaller than this replay a captured CUDA graph (launch-bound sizes).
+GRAPH_MAX_KHAT_BYTES = 64 * 2**20
+
+
 class KernelEngine:
     """Stage 3 (and the fused casts of stages 1 and 5) through the package's own kernels."""
 
@@ -68,7 +75,9 @@ class KernelEngine:
         props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
         self.num_sms = int(props.get("multiProcessorCount", 108))
         self._plans: dict = {}
-        self.blocks_per_sm = 16  # split-K target: thread blocks per multiprocessor
+        self._fft_plans: dict = {}
+        self._graphs: OrderedDict = OrderedDict()
+        self.blocks_per_sm = 8  # split-K target: thread blocks per multiprocessor
 
     @property
     def nbytes(self) -> int:
@@ -78,32 +87,40 @@ class KernelEngine:
 
     # ---- setup ---------------------------------------------------------------------------
     def store_rows(self, i0: int, khat_rows) -> None:
-        """Store rows ``i0:i0+c`` of ``Khat`` given as ``(c, Nm, Nf)`` complex128."""
+        """Store rows ``i0:i0+c`` of ``Khat`` given as ``(c, Nm, Nf)`` complex128.
+
+        What is stored is ``Khat / L``: the normalisation of the inverse FFT is folded in, so
+        stage 4 runs the raw (unnormalised) complex-to-real transform with no extra pass."""
         cp = self.cp
         i1 = i0 + khat_rows.shape[0]
+        khat_rows = khat_rows * (1.0 / self.fft_len)
         nf = self.nf
         if self.scale is None:
             self.data[i0:i1, :, :nf] = khat_rows
             return
-        from .operator import _quantize_half
-
-        q, s = _quantize_half(cp, khat_rows, axis=1)  # q (c, Nm, Nf, 2) float16, s (c, Nf)
+        q, s = quantize_half(cp, khat_rows, axis=1)  # q (c, Nm, Nf, 2) float16, s (c, Nf)
         bits = q.view(np.uint16).astype(np.uint32)
         self.data[i0:i1, :, :nf] = bits[..., 0] | (bits[..., 1] << 16)
         self.scale[i0:i1, :nf] = s
 
     # ---- stage 3 -------------------------------------------------------------------------
-    def _tile(self, kb: int, n_out: int) -> tuple[int, int]:
-        """(RT, V) for a launch of ``kb`` right-hand sides."""
-        for rt, k, v in TILES[self.store]:
-            if k == kb and kb > 1:
-                return rt, v
-        # one right-hand side: 16-byte loads, RT rows to amortise the vector reads; few rows
-        # for skinny outputs so no thread idles on clamped rows
-        v = {"c128": 1, "c64": 2, "c32h": 4}[self.store]
-        rt = 4 if n_out >= 4 else 2 if n_out >= 2 else 1
-        if self.store == "c32h":
-            rt = min(rt, 2)
+    def _tile(self, kb: int, n_out: int, adjoint: bool) -> tuple[int, int]:
+        """(RT, V) for a launch of ``kb`` right-hand sides (defaults from scripts/tune_sbgemv.py
+        on an H200; see docs/benchmarks.md)."""
+        if kb > 1:
+            for rt, k, v in TILES[self.store]:
+                if k == kb:
+                    return rt, v
+        # One right-hand side: 16-byte loads; RT rows share each vector read. Skinny outputs
+        # take fewer rows per thread (and more split-K blocks) so no thread idles.
+        rt, v = {
+            ("c128", False): (2, 1), ("c128", True): (4, 1),
+            ("c64", False): (4, 2), ("c64", True): (2, 2),
+            ("c32h", False): (4, 4), ("c32h", True): (8, 2),
+        }[(self.store, adjoint)]
+        if n_out < 16:
+            rt = {"c128": 1, "c64": 2, "c32h": 2}[self.store]
+            v = {"c128": 1, "c64": 2, "c32h": 4}[self.store]
         return rt, v
 
     def _plan(self, adjoint: bool, k: int, in_dtype, out_dtype) -> list[_Launch]:
@@ -117,12 +134,12 @@ class KernelEngine:
         for kb in _BATCH_SIZES:
             while remaining >= kb:
                 remaining -= kb
-                plan.append(self._launch(kb, n_out, n_red, in_dtype, out_dtype))
+                plan.append(self._launch(kb, n_out, n_red, in_dtype, out_dtype, adjoint=adjoint))
         self._plans[key] = plan
         return plan
 
-    def _launch(self, kb, n_out, n_red, in_dtype, out_dtype, tile=None) -> _Launch:
-        rt, v = self._tile(kb, n_out)
+    def _launch(self, kb, n_out, n_red, in_dtype, out_dtype, tile=None, adjoint=False) -> _Launch:
+        rt, v = self._tile(kb, n_out, adjoint)
         bx, ty = None, None
         if tile is not None:  # (rt, v, bx, ty) from a tuning sweep
             rt, v, bx, ty = tile
@@ -131,7 +148,7 @@ class KernelEngine:
         lanes = math.ceil(self.nf / v)
         if bx is None:
             bx = 32 if lanes <= 32 else 64
-            ty = max(1, min(128 // bx, math.ceil(n_out / rt)))
+            ty = max(1, min(128 // bx, math.ceil(n_out / rt)))  # 128-thread blocks
         n_ftiles = math.ceil(lanes / bx)
         n_otiles = math.ceil(n_out / (ty * rt))
         base = n_ftiles * n_otiles
@@ -146,7 +163,13 @@ class KernelEngine:
                 f"_r{rt}_k{kb}_v{v}")
         return _Launch(name, kb, (base, splits), (bx, ty), splits, red_chunk, n_ftiles)
 
-    def apply(self, xhat, adjoint: bool, out_dtype, out=None, plan=None):
+    def workspace_size(self, adjoint: bool, k: int, in_dtype, out_dtype) -> int:
+        """Elements (of the compute dtype) of split-K workspace a product needs."""
+        n_out = self.nm if adjoint else self.nd
+        plan = self._plan(adjoint, k, in_dtype, out_dtype)
+        return max([la.splits * la.kb * n_out * self.nf for la in plan if la.splits > 1] or [0])
+
+    def apply(self, xhat, adjoint: bool, out_dtype, out=None, workspace=None, plan=None):
         """``xhat`` ``(k, n_in, Nf)`` -> ``(k, n_out, Nf)`` in ``out_dtype`` (into ``out`` if given,
         a C-contiguous array of that shape and dtype)."""
         cp = self.cp
@@ -165,7 +188,11 @@ class KernelEngine:
             fn = kernels.get_function(launch.name)
             xb, yb = xhat[b0 : b0 + launch.kb], y[b0 : b0 + launch.kb]
             if launch.splits > 1:
-                target = cp.empty((launch.splits, launch.kb, n_out, nf), dtype=self.compute)
+                shape = (launch.splits, launch.kb, n_out, nf)
+                if workspace is None:
+                    target = cp.empty(shape, dtype=self.compute)
+                else:
+                    target = workspace[: math.prod(shape)].reshape(shape)
             else:
                 target = yb
             fn(
@@ -187,6 +214,72 @@ class KernelEngine:
                 red((blocks,), (256,), (target, yb, _i64(n), np.int32(launch.splits)))
             b0 += launch.kb
         return y
+
+    # ---- small problems: the five stages as one CUDA graph ---------------------------------
+    def graph_runner(self, op, adjoint: bool, x, weight):
+        """A captured-graph runner for this product, or None to run the stages one by one.
+
+        Small products are dominated by launch and Python overheads; replaying the five stages
+        as one CUDA graph removes most of them. ``FFTMATVEC_CUDA_GRAPHS=0`` disables graphs,
+        ``=1`` uses them at every size; by default they serve problems whose ``Khat`` is under
+        ``GRAPH_MAX_KHAT_BYTES`` (CUDA only: graph capture is untested on ROCm here).
+        """
+        mode = os.environ.get("FFTMATVEC_CUDA_GRAPHS", "auto")
+        if mode == "0" or (mode == "auto" and (backend.is_hip() or self.nbytes > GRAPH_MAX_KHAT_BYTES)):
+            return None
+        key = (id(op), adjoint, x.shape[0], x.dtype, None if weight is None else id(weight))
+        runner = self._graphs.get(key)
+        if runner is None or runner.op is not op:
+            runner = _GraphRunner(op, self, adjoint, x.shape[0], x.dtype, weight)
+            self._graphs[key] = runner
+            while len(self._graphs) > 16:
+                self._graphs.popitem(last=False)
+        else:
+            self._graphs.move_to_end(key)
+        return runner
+
+    # ---- stages 2 and 4: cuFFT / hipFFT plans made once per batch shape ---------------------
+    def _fft_plan(self, kind: str, batch: int, dtype):
+        from cupy.cuda import cufft
+
+        key = (kind, batch, np.dtype(dtype))
+        plan = self._fft_plans.get(key)
+        if plan is None:
+            double = np.dtype(dtype) in (np.float64, np.complex128)
+            if kind == "r2c":
+                t = cufft.CUFFT_D2Z if double else cufft.CUFFT_R2C
+            else:
+                t = cufft.CUFFT_Z2D if double else cufft.CUFFT_C2R
+            plan = cufft.Plan1d(self.fft_len, t, batch)
+            self._fft_plans[key] = plan
+        return plan
+
+    def fft(self, x, out=None):
+        """Real-to-complex FFT of ``x`` ``(k, n, L)`` along time: ``(k, n, Nf)``."""
+        from cupy.cuda import cufft
+
+        cp = self.cp
+        x = cp.ascontiguousarray(x)
+        k, n, L = x.shape
+        cd = np.complex128 if x.dtype == np.float64 else np.complex64
+        if out is None:
+            out = cp.empty((k, n, self.nf), dtype=cd)
+        self._fft_plan("r2c", k * n, x.dtype).fft(x, out, cufft.CUFFT_FORWARD)
+        return out
+
+    def ifft(self, y, out=None):
+        """Complex-to-real inverse FFT of ``y`` ``(k, n, Nf)``, length ``L``, unnormalised: the
+        ``1/L`` is folded into the stored ``Khat``. ``y`` is overwritten."""
+        from cupy.cuda import cufft
+
+        cp = self.cp
+        y = cp.ascontiguousarray(y)
+        k, n, nf = y.shape
+        rd = np.float64 if y.dtype == np.complex128 else np.float32
+        if out is None:
+            out = cp.empty((k, n, self.fft_len), dtype=rd)
+        self._fft_plan("c2r", k * n, y.dtype).fft(y, out, cufft.CUFFT_INVERSE)
+        return out
 
     # ---- stages 1 and 5 with fused casts -------------------------------------------------
     def pad(self, x, prec: PrecisionConfig, out=None):
@@ -225,3 +318,47 @@ class KernelEngine:
             grid, (128,), (y, out, w, _i64(n_w), _i64(rows), _i64(nt), _i64(L))
         )
         return out
+
+
+class _GraphRunner:
+    """One product (direction, batch size, input dtype, weight) captured as a CUDA graph over
+    buffers it owns. A call copies the input in, replays the graph, and returns a fresh copy
+    of the output, so results never alias the runner's buffers."""
+
+    def __init__(self, op, engine: KernelEngine, adjoint: bool, k: int, in_dtype, weight):
+        cp = backend.cupy
+        prec = op.precision
+        n_in, n_out = (op.nd, op.nm) if adjoint else (op.nm, op.nd)
+        L, nf, nt = engine.fft_len, engine.nf, engine.nt
+        self.op, self.weight = op, weight  # keep the weight alive: the graph reads its memory
+        self.x = cp.zeros((k, n_in, nt), dtype=in_dtype)
+        self.padded = cp.empty((k, n_in, L), dtype=prec.real_dtype("fft"))
+        self.xhat = cp.empty((k, n_in, nf), dtype=prec.complex_dtype("fft"))
+        self.yhat = cp.empty((k, n_out, nf), dtype=prec.complex_dtype("ifft"))
+        ws = engine.workspace_size(adjoint, k, self.xhat.dtype, self.yhat.dtype)
+        self.workspace = cp.empty(max(ws, 1), dtype=engine.compute)
+        self.ypad = cp.empty((k, n_out, L), dtype=prec.real_dtype("ifft"))
+        self.y = cp.empty((k, n_out, nt), dtype=op.dtype)
+
+        def stages():
+            op.broadcast_and_pad(self.x, out=self.padded)
+            op.fft(self.padded, out=self.xhat)
+            op.sbgemv(self.xhat, adjoint, out=self.yhat, workspace=self.workspace)
+            op.ifft(self.yhat, out=self.ypad)
+            op.unpad_and_reduce(self.ypad, weight, out=self.y)
+
+        stages()  # warm-up: FFT plans made and kernels loaded before capture
+        stream = cp.cuda.Stream(non_blocking=True)
+        with stream:
+            stream.begin_capture()
+            try:
+                stages()
+            finally:
+                self.graph = stream.end_capture()
+        stream.synchronize()
+
+    def __call__(self, x):
+        cp = backend.cupy
+        self.x[...] = x
+        self.graph.launch(cp.cuda.get_current_stream())
+        return self.y.copy()

@@ -26,6 +26,7 @@ import scipy.fft
 
 from . import backend
 from ._errors import FFTMatvecTypeError, FFTMatvecValueError
+from ._matmul import MatmulEngine, rfft
 from .precision import PrecisionConfig
 
 __all__ = ["BlockToeplitz", "NormalOperator", "fft_length"]
@@ -296,91 +297,6 @@ class NormalOperator(_OperatorBase):
 
 
 # ------------------------------------------------------------------------------------------
-# Stage 3 engines: how Khat is stored and multiplied. Chosen once, at construction.
-# ------------------------------------------------------------------------------------------
-class _MatmulEngine:
-    """``Khat`` stored ``(Nf, Nd, Nm)``; stage 3 as a batched ``matmul`` of the array module.
-
-    Runs on NumPy (multithreaded BLAS) and on CuPy (cuBLAS / hipBLAS). Precision ``h`` is
-    emulated: ``Khat`` is stored as float16 pairs with a float32 scale per (frequency, row) and
-    expanded to complex64 one block of frequencies at a time.
-    """
-
-    name = "matmul"
-    _chunk_bytes = 256 * 2**20
-
-    def __init__(self, xp, prec: PrecisionConfig, nd: int, nm: int, nf: int):
-        self.xp, self.prec, self.nd, self.nm, self.nf = xp, prec, nd, nm, nf
-        if prec.half:
-            self.data = xp.empty((nf, nd, nm, 2), dtype=np.float16)
-            self.scale = xp.empty((nf, nd), dtype=np.float32)
-        else:
-            self.data = xp.empty((nf, nd, nm), dtype=prec.sbgemv_dtype)
-            self.scale = None
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.data.nbytes + (0 if self.scale is None else self.scale.nbytes))
-
-    def store_rows(self, i0: int, khat_rows):
-        """Store ``khat_rows`` (rows ``i0:i0+c``, shape ``(c, Nm, Nf)`` complex128)."""
-        xp = self.xp
-        blk = xp.moveaxis(khat_rows, -1, 0)  # (Nf, c, Nm)
-        i1 = i0 + blk.shape[1]
-        if self.scale is None:
-            self.data[:, i0:i1, :] = blk
-        else:
-            q, s = _quantize_half(xp, blk, axis=-1)
-            self.data[:, i0:i1] = q
-            self.scale[:, i0:i1] = s
-
-    def _blocks(self):
-        """Yield ``(f0, f1, Khat[f0:f1])`` in the compute dtype."""
-        if self.scale is None:
-            yield 0, self.nf, self.data
-            return
-        per_f = self.nd * self.nm * 8
-        step = max(1, self._chunk_bytes // per_f)
-        for f0 in range(0, self.nf, step):
-            f1 = min(self.nf, f0 + step)
-            q = self.data[f0:f1].astype(np.float32)
-            blk = (q[..., 0] + 1j * q[..., 1]).astype(np.complex64)
-            blk *= self.scale[f0:f1, :, None]
-            yield f0, f1, blk
-
-    def apply(self, xhat, adjoint: bool, out_dtype):
-        """``xhat`` is ``(k, n_in, Nf)``; return ``(k, n_out, Nf)`` in ``out_dtype``."""
-        xp = self.xp
-        cd = self.prec.sbgemv_dtype
-        x = xhat.astype(cd, copy=False).transpose(2, 1, 0)  # (Nf, n_in, k)
-        n_out = self.nm if adjoint else self.nd
-        k = xhat.shape[0]
-        y = xp.empty((self.nf, n_out, k), dtype=cd)
-        for f0, f1, kh in self._blocks():
-            if adjoint:
-                # Khat^H x = conj(Khat^T conj(x)): no conjugate transpose of Khat is formed.
-                xp.matmul(xp.swapaxes(kh, -1, -2), x[f0:f1].conj(), out=y[f0:f1])
-                xp.conjugate(y[f0:f1], out=y[f0:f1])
-            else:
-                xp.matmul(kh, x[f0:f1], out=y[f0:f1])
-        return xp.ascontiguousarray(y.transpose(2, 1, 0), dtype=out_dtype)
-
-
-def _quantize_half(xp, z, axis: int):
-    """Split complex ``z`` into float16 (re, im) pairs and a float32 scale over ``axis``.
-
-    The scale maps the largest real or imaginary magnitude of each block to ``2**15``, well
-    inside float16's range (max 65504): nothing overflows, and values down to ``2**-14`` of
-    the scale stay normal numbers (relative precision ``2**-11``).
-    """
-    amax = xp.maximum(xp.abs(z.real), xp.abs(z.imag)).max(axis=axis, keepdims=True)
-    scale = xp.where(amax > 0, amax / 2.0**15, 1.0)
-    zs = z / scale
-    q = xp.stack([zs.real, zs.imag], axis=-1).astype(np.float16)
-    return q, xp.squeeze(scale, axis=axis).astype(np.float32)
-
-
-# ------------------------------------------------------------------------------------------
 # The operator
 # ------------------------------------------------------------------------------------------
 class BlockToeplitz(_OperatorBase):
@@ -447,7 +363,7 @@ class BlockToeplitz(_OperatorBase):
                 from ._gpu import KernelEngine
 
                 return KernelEngine(self.precision, self.nd, self.nm, self.nf, self.nt, self.fft_len)
-        return _MatmulEngine(self._xp, self.precision, self.nd, self.nm, self.nf)
+        return MatmulEngine(self._xp, self.precision, self.nd, self.nm, self.nf, self.nt, self.fft_len)
 
     def _setup_khat(self):
         """Compute ``Khat`` in float64, a block of rows at a time to bound temporary memory."""
@@ -456,7 +372,7 @@ class BlockToeplitz(_OperatorBase):
         rows = max(1, min(self.nd, (512 * 2**20) // max(per_row, 1)))
         for i0 in range(0, self.nd, rows):
             blk = self._kernel[i0 : i0 + rows].astype(np.float64, copy=False)
-            khat = _rfft(xp, blk, self.fft_len)  # (c, Nm, Nf) complex128
+            khat = rfft(xp, blk, self.fft_len)  # (c, Nm, Nf) complex128
             self._engine.store_rows(i0, khat)
             del khat
 
@@ -487,44 +403,41 @@ class BlockToeplitz(_OperatorBase):
         )
 
     # ---- the five stages -----------------------------------------------------------------
-    def broadcast_and_pad(self, x):
-        """Stage 1: cast ``x`` ``(k, n, Nt)`` to stage 1's precision, zero-pad time to ``L``."""
-        e = self._engine
-        if hasattr(e, "pad"):
-            return e.pad(x, self.precision)
-        xp = self._xp
-        k, n, nt = x.shape
-        out = xp.zeros((k, n, self.fft_len), dtype=self.precision.pad_dtype)
-        out[..., :nt] = x
-        return out
+    # Each stage honours its letter of the precision string; the engine (chosen once, at
+    # construction) supplies the leaf that runs it on the operator's device.
+    def broadcast_and_pad(self, x, out=None):
+        """Stage 1: cast ``x`` ``(k, n, Nt)`` to stage 1's precision and zero-pad time to ``L``.
 
-    def fft(self, x):
+        The kernel engine writes the padded array directly in stage 2's precision (the cast of
+        the next stage fused in); each value is still rounded to stage 1's precision first."""
+        return self._engine.pad(x, self.precision, out=out)
+
+    def fft(self, x, out=None):
         """Stage 2: real-to-complex FFT along time in stage 2's precision: ``(k, n, Nf)``."""
-        x = x.astype(self.precision.real_dtype("fft"), copy=False)
-        return _rfft(self._xp, x, self.fft_len)
+        return self._engine.fft(x.astype(self.precision.real_dtype("fft"), copy=False), out=out)
 
-    def sbgemv(self, xhat, adjoint: bool = False):
-        """Stage 3: per-frequency product with ``Khat`` (``Khat^H`` for the adjoint)."""
-        return self._engine.apply(xhat, adjoint, self.precision.complex_dtype("ifft"))
+    def sbgemv(self, xhat, adjoint: bool = False, out=None, workspace=None):
+        """Stage 3: per-frequency product with ``Khat`` (``Khat^H`` for the adjoint), returned in
+        stage 4's precision (the cast fused in)."""
+        return self._engine.apply(
+            xhat, adjoint, self.precision.complex_dtype("ifft"), out=out, workspace=workspace
+        )
 
-    def ifft(self, yhat):
+    def ifft(self, yhat, out=None):
         """Stage 4: complex-to-real inverse FFT of length ``L`` in stage 4's precision."""
         cd = self.precision.complex_dtype("ifft")
-        return _irfft(self._xp, yhat.astype(cd, copy=False), self.fft_len)
+        return self._engine.ifft(yhat.astype(cd, copy=False), out=out)
 
-    def unpad_and_reduce(self, y, weight=None):
+    def unpad_and_reduce(self, y, weight=None, out=None):
         """Stage 5: keep the first ``Nt`` samples, round to stage 5's precision, return in the
-        interface dtype, times the diagonal ``weight`` ``(n, Nt)`` if given (the normal operator).
-        (A distributed operator also sums partial outputs here.)"""
-        e = self._engine
-        if hasattr(e, "unpad"):
-            return e.unpad(y, self.precision, self.nt, self.dtype, weight=weight)
-        out = y[..., : self.nt].astype(self.precision.reduce_dtype).astype(self.dtype, copy=False)
-        if weight is not None:
-            out *= weight
-        return out
+        interface dtype, times the diagonal ``weight`` ``(n, Nt)`` if given (the normal
+        operator). (A distributed operator also sums partial outputs here.)"""
+        return self._engine.unpad(y, self.precision, self.nt, self.dtype, weight=weight, out=out)
 
     def _apply(self, x, adjoint: bool, weight=None):
+        runner = self._engine.graph_runner(self, adjoint, x, weight)
+        if runner is not None:  # small problems on a GPU: one CUDA graph replay
+            return runner(x)
         padded = self.broadcast_and_pad(x)
         xhat = self.fft(padded)
         yhat = self.sbgemv(xhat, adjoint)
@@ -536,22 +449,3 @@ class BlockToeplitz(_OperatorBase):
 
     def _rmatmat(self, x):
         return self._apply(x, adjoint=True)
-
-
-# ------------------------------------------------------------------------------------------
-# FFT leaves: scipy.fft on the CPU (all cores), cupy's cuFFT/hipFFT with cached plans on GPU.
-# ------------------------------------------------------------------------------------------
-def _rfft(xp, x, n):
-    if xp is np:
-        return scipy.fft.rfft(x, n=n, axis=-1, workers=-1)
-    import cupyx.scipy.fft as cufft
-
-    return cufft.rfft(x, n=n, axis=-1)
-
-
-def _irfft(xp, x, n):
-    if xp is np:
-        return scipy.fft.irfft(x, n=n, axis=-1, workers=-1, overwrite_x=True)
-    import cupyx.scipy.fft as cufft
-
-    return cufft.irfft(x, n=n, axis=-1, overwrite_x=True)
