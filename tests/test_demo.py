@@ -238,6 +238,18 @@ def test_demo_tiny_end_to_end(tmp_path):
     assert misfit == pytest.approx(s["data_misfit"], rel=1e-8)
 
 
+@pytest.mark.slow
+def test_demo_kernel_worker_processes_from_the_cli(tmp_path):
+    out = tmp_path / "out"
+    proc = _cli("demo", "--size", "tiny", "--device", "cpu", "--workers", "2", "--quiet",
+                "--out", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert proc.stdout == ""
+    s = json.loads((out / "summary.json").read_text())
+    assert s["kernel_workers"] == 2
+    assert s["operator_rel_error"] < 1e-10 and s["adjoint_rel_error"] < 1e-10
+
+
 def test_demo_reduced_precision(tmp_path):
     from fftmatvec.demo import run_demo
 

@@ -4,27 +4,40 @@
 from __future__ import annotations
 
 import argparse
+import textwrap
+
+
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {n}")
+    return n
 
 
 def register(sub) -> None:
     from ..demo.run import DEFAULT_OUT, SIZES
 
-    sizes = "; ".join(
-        f"{name}: {s.n}x{s.n} grid, Nd={s.nd}, Nm={s.nm}, Nt={s.nt} ({s.note})"
+    sizes = "\n".join(
+        f"  {name:<7} {s.n}x{s.n} grid, Nd={s.nd}, Nm={s.nm}, Nt={s.nt}: {s.note}"
         for name, s in SIZES.items()
+    )
+    description = textwrap.fill(
+        "Build the parameter-to-observable map of a 2-D advection-diffusion equation "
+        "(time-dependent source field -> point sensors) from marched sparse solves, check the "
+        "block-Toeplitz operator against direct time stepping (forward and adjoint), time it "
+        "against a PDE forward+adjoint solve pair, and compute the MAP source from noisy "
+        "synthetic data by conjugate gradients on F^T Gamma^-1 F + R. Writes a figure, "
+        "summary.json, the matrix (native HDF5) and the vectors into --out.",
+        width=88,
     )
     p = sub.add_parser(
         "demo",
         help="recover a source in a 2-D advection-diffusion PDE from sensor data (MAP by CG)",
-        description=(
-            "Build the parameter-to-observable map of a 2-D advection-diffusion equation "
-            "(time-dependent source field -> point sensors) from marched sparse solves, check "
-            "the block-Toeplitz operator against direct time stepping (forward and adjoint), "
-            "time it against a PDE solve pair, and compute the MAP source from noisy synthetic "
-            "data by conjugate gradients on F^T Gamma^-1 F + R. Writes a figure, summary.json, "
-            "the matrix (native HDF5) and the vectors into --out."
-        ),
-        epilog=f"sizes: {sizes}",
+        description=description,
+        epilog=f"sizes:\n{sizes}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--size", choices=tuple(SIZES), default="small",
@@ -39,6 +52,9 @@ def register(sub) -> None:
     p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
                    help=f"output folder (default: {DEFAULT_OUT})")
     p.add_argument("--seed", type=int, default=0, help="seed of the random vectors and noise")
+    p.add_argument("--workers", type=_positive_int, default=None, metavar="N",
+                   help="processes computing the kernel (default: all available cores for "
+                        "medium and large, 1 otherwise)")
     p.add_argument("--quiet", action="store_true", help="print nothing")
     p.set_defaults(func=run)
 
@@ -47,5 +63,5 @@ def run(args) -> int:
     from ..demo.run import run_demo
 
     run_demo(size=args.size, device=args.device, precision=args.precision, out=args.out,
-             seed=args.seed, quiet=args.quiet)
+             seed=args.seed, workers=args.workers, quiet=args.quiet)
     return 0

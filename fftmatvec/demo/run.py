@@ -73,8 +73,8 @@ class DemoSize:
 SIZES = {
     "tiny": DemoSize(32, 8, 25, 48, "a few seconds; used by the tests"),
     "small": DemoSize(80, 20, 40, 200, "the default; well under a minute on a 2-core CPU"),
-    "medium": DemoSize(128, 32, 96, 400, "minutes on a laptop CPU, seconds of GPU work"),
-    "large": DemoSize(128, 48, 144, 800, "sized for one GPU: Khat about 4 GiB in float64"),
+    "medium": DemoSize(128, 32, 96, 400, "a few minutes on a 2-core CPU; fast on a GPU node"),
+    "large": DemoSize(128, 48, 144, 800, "one GPU and its node's cores; Khat about 4 GiB"),
 }
 
 # Model, data and prior settings shared by every size.
