@@ -109,13 +109,16 @@ __device__ __forceinline__ void sbgemv_body(
 
   const float* red_scale = (scale != nullptr && adjoint) ? scale : nullptr;
   const bool adj = adjoint != 0;
+  // Two reduction steps per iteration for memory-bound tiles; one for the arithmetic-bound
+  // multi-RHS tiles, whose registers hold accumulators instead.
+  constexpr int U = KB >= 8 ? 1 : 2;
   i64 r = r_begin;
-  for (; r + 2 <= r_end; r += 2)
-    sbgemv_steps<Store, TIn, RT, KB, V, 2>(acc, kh, koff, r, sr, x, x_bstride, nf, fx, red_scale,
-                                        nfp, f0, adj);
-  if (r < r_end)
+  for (; r + U <= r_end; r += U)
+    sbgemv_steps<Store, TIn, RT, KB, V, U>(acc, kh, koff, r, sr, x, x_bstride, nf, fx, red_scale,
+                                           nfp, f0, adj);
+  if (U > 1 && r < r_end)
     sbgemv_steps<Store, TIn, RT, KB, V, 1>(acc, kh, koff, r, sr, x, x_bstride, nf, fx, red_scale,
-                                        nfp, f0, adj);
+                                           nfp, f0, adj);
 
   TOut* yb = y + (i64)blockIdx.y * y_split_stride;
 #pragma unroll

@@ -19,6 +19,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", default="1000x100x1000,5000x100x1000,20000x50x500,100000x10x100")
     ap.add_argument("--stores", default="d,s,h")
     ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--k", type=int, default=1, help="right-hand sides (1, or 16 for the batched tiles)")
+    ap.add_argument("--blocks-per-sm", default="8,16,32")
     args = ap.parse_args(argv)
     import cupy as cp
 
@@ -39,25 +41,26 @@ def main(argv=None) -> int:
             eng = F._engine
             for adjoint in (False, True):
                 n_in, n_out, n_red = (nd, nm, nd) if adjoint else (nm, nd, nm)
-                x = cp.asarray(rng.standard_normal((1, n_in, F.nf)) + 1j * rng.standard_normal((1, n_in, F.nf)))
+                k = args.k
+                x = cp.asarray(rng.standard_normal((k, n_in, F.nf)) + 1j * rng.standard_normal((k, n_in, F.nf)))
                 floor = (F.khat_nbytes + 16 * F.nf * (nm + nd)) / bw
                 rows = []
-                default = eng._plan(adjoint, 1, x.dtype, np.complex128)
+                default = eng._plan(adjoint, k, x.dtype, np.complex128)
                 t = median_time(cp, lambda: eng.apply(x, adjoint, np.complex128, plan=default), args.repeat)
                 rows.append((t, "default", default[0]))
                 for rt, kb, v in TILES[eng.store]:
-                    if kb != 1:
+                    if kb != k:
                         continue
                     for bx, ty in ((32, 4), (64, 2), (64, 4), (128, 1), (32, 8), (64, 1)):
-                        for bps in (8, 16, 32):
+                        for bps in (int(b) for b in args.blocks_per_sm.split(",")):
                             eng.blocks_per_sm = bps
-                            la = eng._launch(1, n_out, n_red, x.dtype, np.complex128, tile=(rt, v, bx, ty))
+                            la = eng._launch(k, n_out, n_red, x.dtype, np.complex128, tile=(rt, v, bx, ty))
                             t = median_time(cp, lambda: eng.apply(x, adjoint, np.complex128, plan=[la]), args.repeat)
                             rows.append((t, f"rt={rt} v={v} bx={bx} ty={ty} bps={bps}", la))
-                eng.blocks_per_sm = 16
+                eng.blocks_per_sm = 8
                 rows.sort(key=lambda r: r[0])
                 d = "adj" if adjoint else "fwd"
-                print(f"{nm}x{nd}x{nt} {st} {d}: default {rows[[r[1] for r in rows].index('default')][0] * 1e3:.3f} ms "
+                print(f"{nm}x{nd}x{nt} k={k} {st} {d}: default {rows[[r[1] for r in rows].index('default')][0] * 1e3:.3f} ms "
                       f"({floor / rows[[r[1] for r in rows].index('default')][0]:.2f} of floor)")
                 for t, desc, la in rows[:4]:
                     print(f"    {t * 1e3:.3f} ms  {floor / t:.2f}  {desc}  splits={la.splits} grid={la.grid}")
