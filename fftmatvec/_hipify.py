@@ -12,8 +12,8 @@ When ``hipify-perl`` (ROCm's translator) is available it runs first, and this mo
 what it leaves and checks the result the same way.
 
 What is translated: code, ``#define`` bodies and ``#include`` lines. What is left alone:
-comments, string literals (inline PTX) and conditional directives (``#if``, ``#ifdef``,
-``#elif``, ...), so that platform branches such as
+comments, string literals (inline PTX) and the other directives (``#if``, ``#ifdef``,
+``#elif``, ``#pragma``, ...), so that platform branches such as
 ``#if defined(__HIP_PLATFORM_AMD__) || defined(__HIPCC__)`` keep working as written.
 """
 
@@ -82,9 +82,6 @@ _DIRECTIVE = re.compile(r"[ \t]*#[ \t]*(\w*)")
 _RAW_STRING = re.compile(r'"([^ ()\\\t\n]{0,16})\(')
 _DIGIT_SEPARATOR = re.compile(r"(?<![\w.])\d[\w.]*$")
 _INCLUDE = re.compile(r'^([ \t]*#[ \t]*include[ \t]*)([<"])([^>"]+)[>"](.*)$')
-_CONDITIONAL = {"if", "ifdef", "ifndef", "elif", "elifdef", "elifndef", "else", "endif",
-                "pragma", "line", "error", "warning", "undef", ""}
-
 
 
 def _guarded(header: str) -> str:
@@ -213,7 +210,7 @@ def hipify(text: str, *, filename: str = "<source>", add_runtime_header: bool = 
         skip.append((a, b))
         m = _INCLUDE.match(text[a:b]) if name == "include" else None
         if m is None:
-            continue  # conditionals and other directives are left alone
+            continue  # conditionals and the other directives are left alone
         header, quoted = m.group(3), m.group(2) == '"'
         if header in HEADERS:
             new = HEADERS[header]

@@ -156,7 +156,7 @@ def test_runtime_header_goes_on_top_once_guarded(line):
 def test_unknown_cuda_is_refused_with_file_and_line(code, named):
     with pytest.raises(HipifyError) as info:
         hipify(f"// line 1\n{code}\n", filename="k.cu")
-    assert f"k.cu:2: " in str(info.value) and named in str(info.value)
+    assert "k.cu:2: " in str(info.value) and named in str(info.value)
     assert isinstance(info.value, FFTMatvecValueError)
 
 
