@@ -374,6 +374,7 @@ def run_demo(size: str = "small", device: str = "auto", precision: str = "ddddd"
         "rmatvec_seconds": rmatvec_seconds,
         "normal_matvec_seconds": normal_seconds,
         "pde_solve_pair_seconds": pair_seconds,
+        "pde_device": "cpu (SciPy SuperLU, serial)",
         "pde_forward_seconds": pde_forward_seconds,
         "pde_adjoint_seconds": pde_adjoint_seconds,
         "speedup_normal_vs_pde_pair": speedup,
