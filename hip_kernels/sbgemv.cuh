@@ -18,52 +18,62 @@
 #pragma once
 #include "common.cuh"
 
-// One or U consecutive reduction steps: all U*RT Khat loads are issued before any arithmetic so
-// that enough bytes are in flight to cover the memory latency.
+// The arithmetic of one reduction step r with Khat values kv already in registers.
+template <typename Store, typename TIn, int RT, int KB, int V>
+__device__ __forceinline__ void sbgemv_fma(
+    typename Complex<typename Store::real>::type (&acc)[RT][KB][V],
+    const typename Complex<typename Store::real>::type (&kv)[RT][V], i64 r,
+    const TIn* __restrict__ x, i64 x_bstride, i64 nf, const i64 (&fx)[V],
+    const float* __restrict__ red_scale, i64 nfp, i64 f0, bool adjoint) {
+  typedef typename Store::real R;
+  typedef typename Complex<R>::type C;
+  C xv[KB][V];
+#pragma unroll
+  for (int b = 0; b < KB; ++b)
+#pragma unroll
+    for (int v = 0; v < V; ++v) xv[b][v] = ccast<C>(x[b * x_bstride + r * nf + fx[v]]);
+  if (red_scale != nullptr) {  // adjoint with float16 storage: the scale varies with r
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const R s = (R)red_scale[r * nfp + f0 + v];
+#pragma unroll
+      for (int b = 0; b < KB; ++b) {
+        xv[b][v].x *= s;
+        xv[b][v].y *= s;
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < RT; ++t)
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+#pragma unroll
+      for (int b = 0; b < KB; ++b) {
+        if (adjoint)
+          cfma_conj(acc[t][b][v], kv[t][v], xv[b][v]);
+        else
+          cfma(acc[t][b][v], kv[t][v], xv[b][v]);
+      }
+}
+
+// U consecutive reduction steps: all U*RT Khat loads are issued before any arithmetic so that
+// enough bytes are in flight to cover the memory latency.
 template <typename Store, typename TIn, int RT, int KB, int V, int U>
 __device__ __forceinline__ void sbgemv_steps(
     typename Complex<typename Store::real>::type (&acc)[RT][KB][V],
     const typename Store::elem* __restrict__ kh, const i64 (&koff)[RT], i64 r, i64 sr,
     const TIn* __restrict__ x, i64 x_bstride, i64 nf, const i64 (&fx)[V],
     const float* __restrict__ red_scale, i64 nfp, i64 f0, bool adjoint) {
-  typedef typename Store::real R;
-  typedef typename Complex<R>::type C;
+  typedef typename Complex<typename Store::real>::type C;
   C kv[U][RT][V];
 #pragma unroll
   for (int u = 0; u < U; ++u)
 #pragma unroll
     for (int t = 0; t < RT; ++t) Store::template load<V>(kh + koff[t] + (r + u) * sr, kv[u][t]);
-
 #pragma unroll
-  for (int u = 0; u < U; ++u) {
-    C xv[KB][V];
-#pragma unroll
-    for (int b = 0; b < KB; ++b)
-#pragma unroll
-      for (int v = 0; v < V; ++v) xv[b][v] = ccast<C>(x[b * x_bstride + (r + u) * nf + fx[v]]);
-    if (red_scale != nullptr) {  // adjoint with float16 storage: the scale varies with r
-#pragma unroll
-      for (int v = 0; v < V; ++v) {
-        const R s = (R)red_scale[(r + u) * nfp + f0 + v];
-#pragma unroll
-        for (int b = 0; b < KB; ++b) {
-          xv[b][v].x *= s;
-          xv[b][v].y *= s;
-        }
-      }
-    }
-#pragma unroll
-    for (int t = 0; t < RT; ++t)
-#pragma unroll
-      for (int v = 0; v < V; ++v)
-#pragma unroll
-        for (int b = 0; b < KB; ++b) {
-          if (adjoint)
-            cfma_conj(acc[t][b][v], kv[u][t][v], xv[b][v]);
-          else
-            cfma(acc[t][b][v], kv[u][t][v], xv[b][v]);
-        }
-  }
+  for (int u = 0; u < U; ++u)
+    sbgemv_fma<Store, TIn, RT, KB, V>(acc, kv[u], r + u, x, x_bstride, nf, fx, red_scale, nfp,
+                                      f0, adjoint);
 }
 
 template <typename Store, typename TIn, typename TOut, int RT, int KB, int V>
@@ -74,8 +84,11 @@ __device__ __forceinline__ void sbgemv_body(
     i64 y_split_stride) {
   typedef typename Store::real R;
   typedef typename Complex<R>::type C;
-  const i64 ftile = (i64)blockIdx.x % n_ftiles;
-  const i64 otile = (i64)blockIdx.x / n_ftiles;
+  // Output tiles vary fastest across blocks: blocks running side by side read the same vector
+  // rows x[:, r, f-tile], which then come from L2 instead of memory.
+  const i64 n_otiles = ((n_out + RT - 1) / RT + blockDim.y - 1) / blockDim.y;
+  const i64 otile = (i64)blockIdx.x % n_otiles;
+  const i64 ftile = (i64)blockIdx.x / n_otiles;
   const i64 fv = ftile * blockDim.x + threadIdx.x;
   const i64 f0 = fv * V;
   if (f0 >= nf) return;
@@ -109,16 +122,35 @@ __device__ __forceinline__ void sbgemv_body(
 
   const float* red_scale = (scale != nullptr && adjoint) ? scale : nullptr;
   const bool adj = adjoint != 0;
-  // Two reduction steps per iteration for memory-bound tiles; one for the arithmetic-bound
-  // multi-RHS tiles, whose registers hold accumulators instead.
-  constexpr int U = KB >= 8 ? 1 : 2;
-  i64 r = r_begin;
-  for (; r + U <= r_end; r += U)
-    sbgemv_steps<Store, TIn, RT, KB, V, U>(acc, kh, koff, r, sr, x, x_bstride, nf, fx, red_scale,
-                                           nfp, f0, adj);
-  if (U > 1 && r < r_end)
-    sbgemv_steps<Store, TIn, RT, KB, V, 1>(acc, kh, koff, r, sr, x, x_bstride, nf, fx, red_scale,
-                                           nfp, f0, adj);
+  if constexpr (KB < 8) {
+    // Memory-bound tiles: two reduction steps per iteration, all their loads issued first.
+    i64 r = r_begin;
+    for (; r + 2 <= r_end; r += 2)
+      sbgemv_steps<Store, TIn, RT, KB, V, 2>(acc, kh, koff, r, sr, x, x_bstride, nf, fx,
+                                             red_scale, nfp, f0, adj);
+    if (r < r_end)
+      sbgemv_steps<Store, TIn, RT, KB, V, 1>(acc, kh, koff, r, sr, x, x_bstride, nf, fx,
+                                             red_scale, nfp, f0, adj);
+  } else {
+    // Arithmetic-bound multi-RHS tiles: registers hold accumulators, so Khat is prefetched one
+    // step ahead (double buffering) instead of unrolling.
+    C kcur[RT][V], knext[RT][V];
+    if (r_begin < r_end) {
+#pragma unroll
+      for (int t = 0; t < RT; ++t) Store::template load<V>(kh + koff[t] + r_begin * sr, kcur[t]);
+    }
+    for (i64 r = r_begin; r < r_end; ++r) {
+      const i64 rn = (r + 1 < r_end) ? r + 1 : r;
+#pragma unroll
+      for (int t = 0; t < RT; ++t) Store::template load<V>(kh + koff[t] + rn * sr, knext[t]);
+      sbgemv_fma<Store, TIn, RT, KB, V>(acc, kcur, r, x, x_bstride, nf, fx, red_scale, nfp, f0,
+                                        adj);
+#pragma unroll
+      for (int t = 0; t < RT; ++t)
+#pragma unroll
+        for (int v = 0; v < V; ++v) kcur[t][v] = knext[t][v];
+    }
+  }
 
   TOut* yb = y + (i64)blockIdx.y * y_split_stride;
 #pragma unroll

@@ -128,12 +128,12 @@ def test_graph_replay_matches_stages(rng, monkeypatch, precision, shape):
     A = dense_btt(K)
     tol = 1e-12 if precision == "ddddd" else (2e-3 if "h" in precision else 1e-5)
     results = {}
+    m1 = cp.asarray(rng.standard_normal((nm, nt)))
+    m2 = cp.asarray(rng.standard_normal((nm, nt)))
+    d = cp.asarray(rng.standard_normal((nd, nt)))
     for mode in ("0", "1"):
         monkeypatch.setenv("FFTMATVEC_CUDA_GRAPHS", mode)
         F = fm.BlockToeplitz(cp.asarray(K), precision)
-        m1 = cp.asarray(rng.standard_normal((nm, nt)))
-        m2 = cp.asarray(rng.standard_normal((nm, nt)))
-        d = cp.asarray(rng.standard_normal((nd, nt)))
         y1, y2 = F @ m1, F @ m2  # the second call must not overwrite the first result
         z = F.T @ d
         N = F.normal(2.0)
