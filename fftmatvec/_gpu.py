@@ -45,7 +45,6 @@ class _Launch:
     block: tuple
     splits: int
     red_chunk: int
-    n_ftiles: int
 
 
 def _i64(v) -> np.int64:
@@ -164,7 +163,7 @@ class KernelEngine:
         out_sfx = _CPLX_SUFFIX[self.compute if splits > 1 else np.dtype(out_dtype)]
         name = (f"sbgemv_{self.store}_{_CPLX_SUFFIX[np.dtype(in_dtype)]}_{out_sfx}"
                 f"_r{rt}_k{kb}_v{v}")
-        return _Launch(name, kb, (base, splits), (bx, ty), splits, red_chunk, n_ftiles)
+        return _Launch(name, kb, (base, splits), (bx, ty), splits, red_chunk)
 
     def workspace_size(self, adjoint: bool, k: int, in_dtype, out_dtype) -> int:
         """Elements (of the compute dtype) of split-K workspace a product needs."""
@@ -204,7 +203,7 @@ class KernelEngine:
                 (
                     self.data, scale, xb, target, _i64(nf), _i64(nfp), _i64(n_out), _i64(n_red),
                     _i64(so), _i64(sr), np.int32(adjoint), _i64(launch.red_chunk),
-                    _i64(launch.n_ftiles), _i64(n_red * nf), _i64(n_out * nf),
+                    _i64(n_red * nf), _i64(n_out * nf),
                     _i64(launch.kb * n_out * nf),
                 ),
             )

@@ -95,13 +95,17 @@ def _load_module():
                 f"no prebuilt code object for {arch} in {_CODE_DIR} and FFTMATVEC_KERNELS=prebuilt"
             )
         else:
-            src = kernel_source()
             if backend.is_hip():
-                from ._hipify import hipify
+                translated = source_dir() / f"{MODULE_NAME}.hip"  # made by the build
+                if translated.is_file():
+                    src = translated.read_text()
+                else:
+                    from ._hipify import hipify
 
-                src = hipify(src, add_runtime_header=False)
+                    src = hipify(kernel_source(), add_runtime_header=False)
                 how = f"JIT hiprtc for {arch}"
             else:
+                src = kernel_source()
                 how = f"JIT NVRTC for {arch}"
             module = cp.RawModule(code=src, options=("-std=c++17",))
         _modules[dev] = (module, how)

@@ -51,10 +51,10 @@ FFTMATVEC_REDUCE(c64_c64, float2, float2)
       sbgemv_##SNAME##_##INAME##_##ONAME##_r##RT##_k##KB##_v##V(                                \
           const STORE::elem* __restrict__ kh, const float* __restrict__ scale,                  \
           const TIN* __restrict__ x, TOUT* __restrict__ y, i64 nf, i64 nfp, i64 n_out,          \
-          i64 n_red, i64 so, i64 sr, int adjoint, i64 red_chunk, i64 n_ftiles, i64 x_bstride,   \
+          i64 n_red, i64 so, i64 sr, int adjoint, i64 red_chunk, i64 x_bstride,                  \
           i64 y_bstride, i64 y_split_stride) {                                                  \
     sbgemv_body<STORE, TIN, TOUT, RT, KB, V>(kh, scale, x, y, nf, nfp, n_out, n_red, so, sr,    \
-                                             adjoint, red_chunk, n_ftiles, x_bstride,           \
+                                             adjoint, red_chunk, x_bstride,                     \
                                              y_bstride, y_split_stride);                        \
   }
 

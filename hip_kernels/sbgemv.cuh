@@ -80,7 +80,7 @@ template <typename Store, typename TIn, typename TOut, int RT, int KB, int V>
 __device__ __forceinline__ void sbgemv_body(
     const typename Store::elem* __restrict__ kh, const float* __restrict__ scale,
     const TIn* __restrict__ x, TOut* __restrict__ y, i64 nf, i64 nfp, i64 n_out, i64 n_red,
-    i64 so, i64 sr, int adjoint, i64 red_chunk, i64 n_ftiles, i64 x_bstride, i64 y_bstride,
+    i64 so, i64 sr, int adjoint, i64 red_chunk, i64 x_bstride, i64 y_bstride,
     i64 y_split_stride) {
   typedef typename Store::real R;
   typedef typename Complex<R>::type C;
