@@ -25,14 +25,13 @@ _STORE_SUFFIX = {"d": "c128", "s": "c64", "h": "c32h"}
 # (RT, KB, V) tiles compiled per storage in hip_kernels/fftmatvec_kernels.cu: each thread
 # accumulates RT output rows x KB right-hand sides x V consecutive frequencies.
 TILES = {
-    "c128": [(1, 1, 1), (2, 1, 1), (4, 1, 1), (8, 1, 1), (2, 2, 1), (2, 4, 1)],
-    "c64": [(1, 1, 2), (2, 1, 2), (4, 1, 2), (8, 1, 2), (2, 2, 2), (2, 4, 1)],
-    "c32h": [(1, 1, 4), (2, 1, 4), (4, 1, 4), (8, 1, 2), (2, 2, 2), (2, 4, 1)],
+    "c128": [(1, 1, 1), (2, 1, 1), (4, 1, 1), (8, 1, 1), (2, 2, 1), (2, 4, 1), (1, 8, 1), (2, 8, 1),
+             (1, 16, 1), (2, 16, 1)],
+    "c64": [(1, 1, 2), (2, 1, 2), (4, 1, 2), (8, 1, 2), (2, 2, 2), (2, 4, 1), (2, 8, 1), (4, 8, 1),
+            (2, 16, 1), (4, 16, 1)],
+    "c32h": [(1, 1, 4), (2, 1, 4), (4, 1, 4), (8, 1, 2), (2, 2, 2), (2, 4, 1), (2, 8, 1), (4, 8, 1),
+             (2, 16, 1), (4, 16, 1)],
 }
-# Batches of 8 or 16 right-hand sides run the shared-memory kernels of hip_kernels/sbgemm.cuh:
-# RT rows per thread, keyed by storage and KB.
-GEMM_TILES = {"c128": {8: 2, 16: 2}, "c64": {8: 4, 16: 4}, "c32h": {8: 4, 16: 4}}
-GEMM_RC = 4  # reduction steps staged per barrier (SBGEMM_RC in fftmatvec_kernels.cu)
 # Frequency padding of the stored Khat, so that V-wide loads are aligned.
 PAD = {"c128": 1, "c64": 2, "c32h": 4}
 _BATCH_SIZES = (16, 8, 4, 2, 1)
@@ -46,7 +45,6 @@ class _Launch:
     block: tuple
     splits: int
     red_chunk: int
-    shared_mem: int = 0
 
 
 def _i64(v) -> np.int64:
@@ -111,9 +109,9 @@ class KernelEngine:
     def _tile(self, kb: int, n_out: int, adjoint: bool) -> tuple[int, int]:
         """(RT, V) for a launch of ``kb`` right-hand sides (defaults from scripts/tune_sbgemv.py
         on an H200; see docs/benchmarks.md)."""
-        if kb in GEMM_TILES[self.store]:
-            return GEMM_TILES[self.store][kb], 1
         if kb > 1:
+            # several right-hand sides: the product becomes arithmetic-bound; the largest
+            # register tile keeps the vector reads per multiply-add low
             return max((rt, v) for rt, k, v in TILES[self.store] if k == kb)
         # One right-hand side: 16-byte loads; RT rows share each vector read. Skinny outputs
         # take fewer rows per thread (and more split-K blocks) so no thread idles.
@@ -147,16 +145,10 @@ class KernelEngine:
         bx, ty = None, None
         if tile is not None:  # (rt, v, bx, ty) from a tuning sweep
             rt, v, bx, ty = tile
-        gemm = kb in GEMM_TILES[self.store]
-        if gemm:
-            if (rt, v) != (GEMM_TILES[self.store][kb], 1):
-                raise ValueError(f"no batched kernel with RT={rt}, V={v} for {self.store}")
-        elif (rt, kb, v) not in TILES[self.store]:
+        if (rt, kb, v) not in TILES[self.store]:
             raise ValueError(f"tile (RT={rt}, KB={kb}, V={v}) is not compiled for {self.store}")
         lanes = math.ceil(self.nf / v)
-        if bx is None and gemm:
-            bx, ty = 32, max(1, min(8, math.ceil(n_out / rt)))
-        elif bx is None:
+        if bx is None:
             bx = 32 if lanes <= 32 else 64
             ty = max(1, min(128 // bx, math.ceil(n_out / rt)))  # 128-thread blocks
         n_ftiles = math.ceil(lanes / bx)
@@ -169,13 +161,9 @@ class KernelEngine:
         red_chunk = math.ceil(n_red / splits)
         splits = math.ceil(n_red / red_chunk)
         out_sfx = _CPLX_SUFFIX[self.compute if splits > 1 else np.dtype(out_dtype)]
-        io = f"{self.store}_{_CPLX_SUFFIX[np.dtype(in_dtype)]}_{out_sfx}"
-        if gemm:
-            name = f"sbgemm_{io}_r{rt}_k{kb}"
-            shared = GEMM_RC * kb * bx * self.compute.itemsize
-        else:
-            name, shared = f"sbgemv_{io}_r{rt}_k{kb}_v{v}", 0
-        return _Launch(name, kb, (base, splits), (bx, ty), splits, red_chunk, shared)
+        name = (f"sbgemv_{self.store}_{_CPLX_SUFFIX[np.dtype(in_dtype)]}_{out_sfx}"
+                f"_r{rt}_k{kb}_v{v}")
+        return _Launch(name, kb, (base, splits), (bx, ty), splits, red_chunk)
 
     def workspace_size(self, adjoint: bool, k: int, in_dtype, out_dtype) -> int:
         """Elements (of the compute dtype) of split-K workspace a product needs."""
@@ -218,7 +206,6 @@ class KernelEngine:
                     _i64(n_red * nf), _i64(n_out * nf),
                     _i64(launch.kb * n_out * nf),
                 ),
-                shared_mem=launch.shared_mem,
             )
             if launch.splits > 1:
                 n = launch.kb * n_out * nf

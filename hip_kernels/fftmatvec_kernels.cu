@@ -4,7 +4,6 @@
 //   c128 = complex128, c64 = complex64, c32h = complex float16 pairs with float32 scales,
 //   f64 = float64, f32 = float32.
 #include "common.cuh"
-#include "sbgemm.cuh"
 #include "sbgemv.cuh"
 #include "stages.cuh"
 
@@ -72,45 +71,27 @@ FFTMATVEC_SBGEMV_IO(c128, StoreC128, 4, 1, 1)
 FFTMATVEC_SBGEMV_IO(c128, StoreC128, 8, 1, 1)
 FFTMATVEC_SBGEMV_IO(c128, StoreC128, 2, 2, 1)
 FFTMATVEC_SBGEMV_IO(c128, StoreC128, 2, 4, 1)
+FFTMATVEC_SBGEMV_IO(c128, StoreC128, 1, 8, 1)
+FFTMATVEC_SBGEMV_IO(c128, StoreC128, 2, 8, 1)
+FFTMATVEC_SBGEMV_IO(c128, StoreC128, 1, 16, 1)
+FFTMATVEC_SBGEMV_IO(c128, StoreC128, 2, 16, 1)
 FFTMATVEC_SBGEMV_IO(c64, StoreC64, 1, 1, 2)
 FFTMATVEC_SBGEMV_IO(c64, StoreC64, 2, 1, 2)
 FFTMATVEC_SBGEMV_IO(c64, StoreC64, 4, 1, 2)
 FFTMATVEC_SBGEMV_IO(c64, StoreC64, 8, 1, 2)
 FFTMATVEC_SBGEMV_IO(c64, StoreC64, 2, 2, 2)
 FFTMATVEC_SBGEMV_IO(c64, StoreC64, 2, 4, 1)
+FFTMATVEC_SBGEMV_IO(c64, StoreC64, 2, 8, 1)
+FFTMATVEC_SBGEMV_IO(c64, StoreC64, 4, 8, 1)
+FFTMATVEC_SBGEMV_IO(c64, StoreC64, 2, 16, 1)
+FFTMATVEC_SBGEMV_IO(c64, StoreC64, 4, 16, 1)
 FFTMATVEC_SBGEMV_IO(c32h, StoreC32h, 1, 1, 4)
 FFTMATVEC_SBGEMV_IO(c32h, StoreC32h, 2, 1, 4)
 FFTMATVEC_SBGEMV_IO(c32h, StoreC32h, 4, 1, 4)
 FFTMATVEC_SBGEMV_IO(c32h, StoreC32h, 8, 1, 2)
 FFTMATVEC_SBGEMV_IO(c32h, StoreC32h, 2, 2, 2)
 FFTMATVEC_SBGEMV_IO(c32h, StoreC32h, 2, 4, 1)
-
-// ---- stage 3, several right-hand sides: shared-memory staging of the vectors ----------------
-// sbgemm_<storage>_<input>_<output>_r<RT>_k<KB>: RT rows x KB right-hand sides per thread, one
-// frequency per thread, SBGEMM_RC reduction steps staged per barrier. Dynamic shared memory:
-// SBGEMM_RC * KB * blockDim.x elements of the compute type.
-#define SBGEMM_RC 4
-#define FFTMATVEC_SBGEMM(SNAME, STORE, INAME, TIN, ONAME, TOUT, RT, KB)                          \
-  extern "C" __global__ void __launch_bounds__(256)                                             \
-      sbgemm_##SNAME##_##INAME##_##ONAME##_r##RT##_k##KB(                                       \
-          const STORE::elem* __restrict__ kh, const float* __restrict__ scale,                  \
-          const TIN* __restrict__ x, TOUT* __restrict__ y, i64 nf, i64 nfp, i64 n_out,          \
-          i64 n_red, i64 so, i64 sr, int adjoint, i64 red_chunk, i64 x_bstride,                 \
-          i64 y_bstride, i64 y_split_stride) {                                                  \
-    sbgemm_body<STORE, TIN, TOUT, RT, KB, SBGEMM_RC>(kh, scale, x, y, nf, nfp, n_out, n_red,    \
-                                                     so, sr, adjoint, red_chunk, x_bstride,     \
-                                                     y_bstride, y_split_stride);                \
-  }
-#define FFTMATVEC_SBGEMM_IO(SNAME, STORE, RT, KB)                                \
-  FFTMATVEC_SBGEMM(SNAME, STORE, c128, double2, c128, double2, RT, KB)           \
-  FFTMATVEC_SBGEMM(SNAME, STORE, c128, double2, c64, float2, RT, KB)             \
-  FFTMATVEC_SBGEMM(SNAME, STORE, c64, float2, c128, double2, RT, KB)             \
-  FFTMATVEC_SBGEMM(SNAME, STORE, c64, float2, c64, float2, RT, KB)
-
-// (keep in sync with fftmatvec/_gpu.py: GEMM_TILES)
-FFTMATVEC_SBGEMM_IO(c128, StoreC128, 2, 8)
-FFTMATVEC_SBGEMM_IO(c128, StoreC128, 2, 16)
-FFTMATVEC_SBGEMM_IO(c64, StoreC64, 4, 8)
-FFTMATVEC_SBGEMM_IO(c64, StoreC64, 4, 16)
-FFTMATVEC_SBGEMM_IO(c32h, StoreC32h, 4, 8)
-FFTMATVEC_SBGEMM_IO(c32h, StoreC32h, 4, 16)
+FFTMATVEC_SBGEMV_IO(c32h, StoreC32h, 2, 8, 1)
+FFTMATVEC_SBGEMV_IO(c32h, StoreC32h, 4, 8, 1)
+FFTMATVEC_SBGEMV_IO(c32h, StoreC32h, 2, 16, 1)
+FFTMATVEC_SBGEMV_IO(c32h, StoreC32h, 4, 16, 1)

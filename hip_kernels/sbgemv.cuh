@@ -14,7 +14,7 @@
 // coalesced, in both directions, with no transpose); threadIdx.y over groups of RT output rows; blockIdx.x enumerates (frequency
 // tile, output tile) pairs and blockIdx.y splits the reduction (split-K) so that skinny
 // problems fill the device. Each Khat element is read once per launch; a launch handles KB
-// right-hand sides (up to 4: more go to sbgemm.cuh). Nothing depends on the warp width.
+// right-hand sides. Nothing depends on the warp or wavefront width.
 #pragma once
 #include "common.cuh"
 
@@ -122,14 +122,35 @@ __device__ __forceinline__ void sbgemv_body(
 
   const float* red_scale = (scale != nullptr && adjoint) ? scale : nullptr;
   const bool adj = adjoint != 0;
-  // Two reduction steps per iteration, all their loads issued first.
-  i64 r = r_begin;
-  for (; r + 2 <= r_end; r += 2)
-    sbgemv_steps<Store, TIn, RT, KB, V, 2>(acc, kh, koff, r, sr, x, x_bstride, nf, fx, red_scale,
-                                           nfp, f0, adj);
-  if (r < r_end)
-    sbgemv_steps<Store, TIn, RT, KB, V, 1>(acc, kh, koff, r, sr, x, x_bstride, nf, fx, red_scale,
-                                           nfp, f0, adj);
+  if constexpr (KB < 8) {
+    // Memory-bound tiles: two reduction steps per iteration, all their loads issued first.
+    i64 r = r_begin;
+    for (; r + 2 <= r_end; r += 2)
+      sbgemv_steps<Store, TIn, RT, KB, V, 2>(acc, kh, koff, r, sr, x, x_bstride, nf, fx,
+                                             red_scale, nfp, f0, adj);
+    if (r < r_end)
+      sbgemv_steps<Store, TIn, RT, KB, V, 1>(acc, kh, koff, r, sr, x, x_bstride, nf, fx,
+                                             red_scale, nfp, f0, adj);
+  } else {
+    // Arithmetic-bound multi-RHS tiles: registers hold accumulators, so Khat is prefetched one
+    // step ahead (double buffering) instead of unrolling.
+    C kcur[RT][V], knext[RT][V];
+    if (r_begin < r_end) {
+#pragma unroll
+      for (int t = 0; t < RT; ++t) Store::template load<V>(kh + koff[t] + r_begin * sr, kcur[t]);
+    }
+    for (i64 r = r_begin; r < r_end; ++r) {
+      const i64 rn = (r + 1 < r_end) ? r + 1 : r;
+#pragma unroll
+      for (int t = 0; t < RT; ++t) Store::template load<V>(kh + koff[t] + rn * sr, knext[t]);
+      sbgemv_fma<Store, TIn, RT, KB, V>(acc, kcur, r, x, x_bstride, nf, fx, red_scale, nfp, f0,
+                                        adj);
+#pragma unroll
+      for (int t = 0; t < RT; ++t)
+#pragma unroll
+        for (int v = 0; v < V; ++v) kcur[t][v] = knext[t][v];
+    }
+  }
 
   TOut* yb = y + (i64)blockIdx.y * y_split_stride;
 #pragma unroll

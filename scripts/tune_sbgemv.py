@@ -25,7 +25,7 @@ def main(argv=None) -> int:
     import cupy as cp
 
     import fftmatvec as fm
-    from fftmatvec._gpu import GEMM_TILES, TILES
+    from fftmatvec._gpu import TILES
 
     sys.path.insert(0, __file__.rsplit("/", 1)[0])
     from bench_matvec import copy_bandwidth, median_time
@@ -48,14 +48,10 @@ def main(argv=None) -> int:
                 default = eng._plan(adjoint, k, x.dtype, np.complex128)
                 t = median_time(cp, lambda: eng.apply(x, adjoint, np.complex128, plan=default), args.repeat)
                 rows.append((t, "default", default[0]))
-                if k in GEMM_TILES[eng.store]:
-                    cands = [(GEMM_TILES[eng.store][k], 1)]
-                    shapes = ((32, 4), (32, 8), (64, 2), (64, 4), (16, 8), (32, 2))
-                else:
-                    cands = [(rt, v) for rt, kb, v in TILES[eng.store] if kb == k]
-                    shapes = ((32, 4), (64, 2), (64, 4), (128, 1), (32, 8), (64, 1))
-                for rt, v in cands:
-                    for bx, ty in shapes:
+                for rt, kb, v in TILES[eng.store]:
+                    if kb != k:
+                        continue
+                    for bx, ty in ((32, 4), (64, 2), (64, 4), (128, 1), (32, 8), (64, 1)):
                         for bps in (int(b) for b in args.blocks_per_sm.split(",")):
                             eng.blocks_per_sm = bps
                             la = eng._launch(k, n_out, n_red, x.dtype, np.complex128, tile=(rt, v, bx, ty))
