@@ -41,7 +41,7 @@ def _khat_reference(K, L):
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("store", ["d", "s", "h"])
-@pytest.mark.parametrize("k", [1, 17])
+@pytest.mark.parametrize("k", [1, 11, 17])  # launches of 16, 8, 2 and 1 right-hand sides
 @pytest.mark.parametrize("adjoint", [False, True], ids=["fwd", "adj"])
 def test_sbgemv(rng, shape, store, k, adjoint):
     cp = backend.cupy
