@@ -71,9 +71,18 @@ def available() -> bool:
 
 
 def _code_object_path(arch: str) -> Path | None:
-    ext = "hsaco" if backend.is_hip() else "cubin"
-    p = _CODE_DIR / f"{MODULE_NAME}.{arch}.{ext}"
-    return p if p.is_file() else None
+    """The code object for ``arch``: an exact match; on CUDA else the newest cubin of the same
+    major version and a lower minor one (``sm_80`` code runs on ``sm_86``), never across majors.
+    AMD code objects only run on the architecture they were built for."""
+    if backend.is_hip():
+        p = _CODE_DIR / f"{MODULE_NAME}.{arch}.hsaco"
+        return p if p.is_file() else None
+    cc = int(arch.removeprefix("sm_"))
+    for minor in range(cc % 10, -1, -1):
+        p = _CODE_DIR / f"{MODULE_NAME}.sm_{cc // 10}{minor}.cubin"
+        if p.is_file():
+            return p
+    return None
 
 
 def _load_module():
@@ -133,9 +142,31 @@ def prebuilt_code_objects() -> list[str]:
     return sorted(p.name for p in _CODE_DIR.iterdir() if p.suffix in (".cubin", ".hsaco", ".fatbin"))
 
 
+def build_manifest() -> dict | None:
+    """The build's record of the code objects and compilers (``_kernels/manifest.json``)."""
+    import json
+
+    path = _CODE_DIR / "manifest.json"
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def describe() -> dict:
     """Where kernels come from on this machine (for ``fftmatvec info``)."""
     info: dict = {"prebuilt": ", ".join(prebuilt_code_objects()) or "none"}
+    manifest = build_manifest()
+    if manifest:
+        for vendor in ("cuda", "hip"):
+            entry = manifest.get(vendor) or {}
+            if entry:
+                info[f"built_{vendor}"] = (
+                    f"{entry.get('status', '?')} with {entry.get('compiler') or 'no compiler'} "
+                    f"{entry.get('version') or ''}".strip()
+                )
     try:
         info["sources"] = str(source_dir())
     except KernelLoadError:
