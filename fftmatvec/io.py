@@ -110,8 +110,20 @@ class FFTMatvecFileError(FFTMatvecValueError):
 # ------------------------------------------------------------------------------------------
 # Metadata
 # ------------------------------------------------------------------------------------------
+class _InfoRecord:
+    """Dictionary-style access to a metadata dataclass (``info["nd"]``, ``info.as_dict()``)."""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def __getitem__(self, key: str):
+        if key not in self.__dataclass_fields__:
+            raise KeyError(key)
+        return getattr(self, key)
+
+
 @dataclass(frozen=True)
-class MatrixInfo:
+class MatrixInfo(_InfoRecord):
     """What a matrix file or directory holds, read without reading the kernel.
 
     Attributes
@@ -150,17 +162,10 @@ class MatrixInfo:
         """Kernel shape ``(Nd, Nm, Nt)``."""
         return (self.nd, self.nm, self.nt)
 
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-    def __getitem__(self, key: str):
-        if key not in self.__dataclass_fields__:
-            raise KeyError(key)
-        return getattr(self, key)
 
 
 @dataclass(frozen=True)
-class VectorInfo:
+class VectorInfo(_InfoRecord):
     """What a vector file holds.
 
     Attributes
@@ -187,13 +192,6 @@ class VectorInfo:
     def shape(self) -> tuple[int, int]:
         return (self.n, self.nt)
 
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-    def __getitem__(self, key: str):
-        if key not in self.__dataclass_fields__:
-            raise KeyError(key)
-        return getattr(self, key)
 
 
 # ------------------------------------------------------------------------------------------

@@ -16,6 +16,17 @@ from .._errors import FFTMatvecError
 SUBCOMMANDS = ("info", "matvec", "convert", "demo")
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {n}")
+    return n
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .. import __version__
 

@@ -6,15 +6,7 @@ from __future__ import annotations
 import argparse
 import textwrap
 
-
-def _positive_int(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {n}")
-    return n
+from . import positive_int
 
 
 def register(sub) -> None:
@@ -52,7 +44,7 @@ def register(sub) -> None:
     p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
                    help=f"output folder (default: {DEFAULT_OUT})")
     p.add_argument("--seed", type=int, default=0, help="seed of the random vectors and noise")
-    p.add_argument("--workers", type=_positive_int, default=None, metavar="N",
+    p.add_argument("--workers", type=positive_int, default=None, metavar="N",
                    help="processes computing the kernel (default: all available cores for "
                         "medium and large, 1 otherwise)")
     p.add_argument("--quiet", action="store_true", help="print nothing")

@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import backend, io
 from .._errors import FFTMatvecValueError
+from . import positive_int
 
 # mode -> (input space, output space, how the product prints)
 MODES = {
@@ -25,16 +26,6 @@ MODES = {
     "adjoint": ("obs", "param", "F^T d"),
     "normal": ("param", "param", "F^T F m"),
 }
-
-
-def _positive_int(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {n}")
-    return n
 
 
 def register(sub) -> None:
@@ -56,7 +47,7 @@ def register(sub) -> None:
     p.add_argument("--precision", default="ddddd", metavar="STR",
                    help="five letters, one per stage, from d/s ('h' for stage 3), e.g. dssdd "
                         "(default: ddddd)")
-    p.add_argument("--repeat", type=_positive_int, default=10, metavar="N",
+    p.add_argument("--repeat", type=positive_int, default=10, metavar="N",
                    help="timed applications after one warm-up (default: 10)")
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
                    help="cpu: NumPy; gpu: CuPy on the current device (default: cpu)")
