@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -80,8 +81,6 @@ class PlainCupy:
 def count_launches(cp, fn) -> int | None:
     """Kernel nodes in a CUDA graph captured from one call of ``fn`` run stage by stage
     (the operator's own graph replay switched off), or None if unsupported."""
-    import os
-
     os.environ["FFTMATVEC_CUDA_GRAPHS"] = "0"
     try:
         return _count_launches(cp, fn)
@@ -118,8 +117,6 @@ def _count_launches(cp, fn) -> int | None:
 
 def stage_table(cp, fm, sizes, precs, bw, rng, repeat, results) -> None:
     """Time each of the five stages alone, and the whole product with and without graphs."""
-    import os
-
     print("\n## stages (ms): each stage timed alone; whole product stage by stage and as one graph")
     hdr = (f"{'Nm':>7} {'Nd':>4} {'Nt':>5} {'prec':>6} {'dir':>4} | {'pad':>6} {'fft':>6} {'sbgemv':>6} "
            f"{'ifft':>6} {'unpad':>6} {'sum':>6} | {'stages':>6} {'graph':>6} | {'floor':>6}")
@@ -273,9 +270,10 @@ def main(argv=None) -> int:
             cp.get_default_memory_pool().free_all_blocks()
 
     if not args.skip_small:
-        print("\n## small problems: time per matvec (launch latency dominates); the operator replays "
-          "its stages as one CUDA graph; 'launches' counts the kernels inside it")
-        hdr = f"{'Nm':>7} {'Nd':>4} {'Nt':>5} {'prec':>6} {'dir':>4} | {'time us':>8} {'launches':>8} | {'plain us':>8}"
+        print("\n## small problems: time per matvec (launch latency dominates): the operator replaying "
+          "its stages as one CUDA graph, and stage by stage; 'launches' counts the kernels of one product")
+        hdr = (f"{'Nm':>7} {'Nd':>4} {'Nt':>5} {'prec':>6} {'dir':>4} | {'graph us':>8} {'stages us':>9} "
+               f"{'launches':>8} | {'plain us':>8}")
         print(hdr)
         print("-" * len(hdr))
         for nm, nd, nt in SMALL:
@@ -288,11 +286,16 @@ def main(argv=None) -> int:
                 for dname, fn, pfn in (("fwd", lambda: F.matvec(m), lambda: P.matvec(m)),
                                        ("adj", lambda: F.rmatvec(d), lambda: P.rmatvec(d))):
                     t = median_time(cp, fn, 200, warmup=10)
+                    os.environ["FFTMATVEC_CUDA_GRAPHS"] = "0"
+                    ts = median_time(cp, fn, 200, warmup=10)
+                    os.environ.pop("FFTMATVEC_CUDA_GRAPHS")
                     pt = median_time(cp, pfn, 200, warmup=10)
                     n = count_launches(cp, fn)
-                    print(f"{nm:>7} {nd:>4} {nt:>5} {p:>6} {dname:>4} | {t * 1e6:8.1f} {str(n):>8} | {pt * 1e6:8.1f}")
+                    print(f"{nm:>7} {nd:>4} {nt:>5} {p:>6} {dname:>4} | {t * 1e6:8.1f} {ts * 1e6:9.1f} "
+                          f"{str(n):>8} | {pt * 1e6:8.1f}")
                     results["small"].append(dict(nm=nm, nd=nd, nt=nt, precision=p, direction=dname,
-                                                 seconds=t, launches=n, plain_seconds=pt))
+                                                 seconds=t, stage_by_stage_seconds=ts, launches=n,
+                                                 plain_seconds=pt))
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=1, default=str)

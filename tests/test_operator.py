@@ -83,7 +83,7 @@ def test_every_precision(xp, rng, precision):
     assert rel_err(z.ravel(), A.T @ to_numpy(d).ravel()) < tol
 
 
-@pytest.mark.parametrize("precision", ["ddddd", "sssss", "dsdsd", "sdsds", "ddhdd", "sshss"])
+@pytest.mark.parametrize("precision", DS_STRINGS + H_STRINGS)
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_adjoint_dot(xp, rng, precision, dtype):
     shape = (6, 4, 19)

@@ -32,6 +32,7 @@ def collect() -> dict:
     info["backends"] = ["numpy"] + (["cupy"] if backend.gpu_available() else [])
     info.update(backend.device_description())
     info["kernels"] = kernels.describe()
+    info["tuning"] = "no precision tables shipped yet: the precision string is the caller's choice"
     return info
 
 
