@@ -18,6 +18,7 @@ precision (see :class:`~fftmatvec.precision.PrecisionConfig`):
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -81,6 +82,7 @@ class _OperatorBase:
     """
 
     _xp: Any
+    _device: Any = None  # the CuPy device of a GPU operator
     dtype: np.dtype
     nt: int
     _n_in: int
@@ -119,6 +121,11 @@ class _OperatorBase:
         if x.dtype.kind not in "f":
             raise FFTMatvecTypeError(
                 f"{name} must be real floating point (float32 or float64), got dtype {x.dtype}"
+            )
+        if self._device is not None and x.device.id != self._device.id:
+            raise FFTMatvecValueError(
+                f"{name} lives on GPU {x.device.id} but the operator on GPU {self._device.id}; "
+                f"move it explicitly (cupy.asarray under cupy.cuda.Device({self._device.id}))"
             )
         if batched:
             if x.ndim != 3 or x.shape[1:] != (n, self.nt):
@@ -224,7 +231,7 @@ class _Adjoint(_OperatorBase):
 
     def __init__(self, op: _OperatorBase):
         self._op = op
-        self._xp = op._xp
+        self._xp, self._device = op._xp, op._device
         self.dtype = op.dtype
         self.nt = op.nt
         self._n_in, self._n_out = op._n_out, op._n_in
@@ -257,7 +264,7 @@ class NormalOperator(_OperatorBase):
 
     def __init__(self, op: "BlockToeplitz", weight=None):
         self._op = op
-        self._xp = op._xp
+        self._xp, self._device = op._xp, op._device
         self.dtype = op.dtype
         self.nt = op.nt
         self._n_in = self._n_out = op.nm
@@ -268,12 +275,17 @@ class NormalOperator(_OperatorBase):
             w = float(weight)
             if not math.isfinite(w):
                 raise FFTMatvecValueError(f"weight must be finite, got {weight!r}")
-            self._weight = xp.full((op.nd, op.nt), w, dtype=op.dtype)
+            with op._on_device():
+                self._weight = xp.full((op.nd, op.nt), w, dtype=op.dtype)
         else:
             wxp = backend.get_array_module(weight, name="weight")
             if wxp is not xp:
                 raise FFTMatvecTypeError(
                     "weight must live on the same device as the operator (NumPy vs CuPy mismatch)"
+                )
+            if op._device is not None and weight.device.id != op._device.id:
+                raise FFTMatvecValueError(
+                    f"weight lives on GPU {weight.device.id} but the operator on GPU {op._device.id}"
                 )
             if weight.shape != (op.nd, op.nt):
                 raise FFTMatvecValueError(
@@ -347,12 +359,15 @@ class BlockToeplitz(_OperatorBase):
         self.fft_len = fft_length(self.nt)
         self.nf = self.fft_len // 2 + 1
         self._kernel = kernel
+        # the GPU the kernel lives on: products run there whatever device is current
+        self._device = None if xp is np else kernel.device
         self._engine = None
         if _share is not None and _share.precision.letters[2] == self.precision.letters[2]:
             self._engine = _share._engine
         if self._engine is None:
-            self._engine = self._make_engine()
-            self._setup_khat()
+            with self._on_device():
+                self._engine = self._make_engine()
+                self._setup_khat()
 
     # ---- setup ---------------------------------------------------------------------------
     def _make_engine(self):
@@ -434,7 +449,14 @@ class BlockToeplitz(_OperatorBase):
         operator). (A distributed operator also sums partial outputs here.)"""
         return self._engine.unpad(y, self.precision, self.nt, self.dtype, weight=weight, out=out)
 
+    def _on_device(self):
+        return contextlib.nullcontext() if self._device is None else self._device
+
     def _apply(self, x, adjoint: bool, weight=None):
+        with self._on_device():
+            return self._run_stages(x, adjoint, weight)
+
+    def _run_stages(self, x, adjoint: bool, weight=None):
         runner = self._engine.graph_runner(self, adjoint, x, weight)
         if runner is not None:  # small problems on a GPU: one CUDA graph replay
             return runner(x)
