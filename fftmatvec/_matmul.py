@@ -52,6 +52,14 @@ def quantize_half(xp, z, axis: int):
     return q, xp.squeeze(scale, axis=axis).astype(np.float32)
 
 
+def _into(out, value):
+    """``value``, or copied into ``out`` (the stages' optional output buffers) when given."""
+    if out is None:
+        return value
+    out[...] = value
+    return out
+
+
 class MatmulEngine:
     """Stages through the array module; ``Khat`` stored ``(Nf, Nd, Nm)``.
 
@@ -101,27 +109,16 @@ class MatmulEngine:
         return out
 
     def fft(self, x, out=None):
-        y = rfft(self.xp, x, self.fft_len)
-        if out is not None:
-            out[...] = y
-            return out
-        return y
+        return _into(out, rfft(self.xp, x, self.fft_len))
 
     def ifft(self, y, out=None):
-        r = irfft(self.xp, y, self.fft_len)
-        if out is not None:
-            out[...] = r
-            return out
-        return r
+        return _into(out, irfft(self.xp, y, self.fft_len))
 
     def unpad(self, y, prec: PrecisionConfig, nt: int, dtype, weight=None, out=None):
         r = y[..., :nt].astype(prec.reduce_dtype).astype(dtype, copy=False)
         if weight is not None:
             r *= weight
-        if out is not None:
-            out[...] = r
-            return out
-        return r
+        return _into(out, r)
 
     def _blocks(self):
         """Yield ``(f0, f1, Khat[f0:f1])`` in the compute dtype."""
@@ -153,7 +150,4 @@ class MatmulEngine:
             else:
                 xp.matmul(kh, x[f0:f1], out=y[f0:f1])
         r = y.transpose(2, 1, 0)
-        if out is not None:
-            out[...] = r
-            return out
-        return xp.ascontiguousarray(r, dtype=out_dtype)
+        return _into(out, r) if out is not None else xp.ascontiguousarray(r, dtype=out_dtype)

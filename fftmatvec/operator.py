@@ -134,11 +134,11 @@ class _OperatorBase:
                 )
             if x.shape[0] == 0:
                 raise FFTMatvecValueError(f"{name} must hold at least one vector, got shape {x.shape}")
-            return x, None
+            return x, False
         if x.shape == (n, self.nt):
-            return x[None], (n, self.nt)
+            return x[None], False
         if x.shape == (n * self.nt,):
-            return x.reshape(1, n, self.nt), (n * self.nt,)
+            return x.reshape(1, n, self.nt), True
         raise FFTMatvecValueError(
             f"{name} must have shape ({n}, {self.nt}) or ({n * self.nt},), got {x.shape}"
         )
@@ -157,15 +157,15 @@ class _OperatorBase:
         (n_out, Nt) or (n_out*Nt,) array
             Same rank as ``m``, in the operator's ``dtype``.
         """
-        x, out_shape = self._check_vector(m, self._n_in, "m", batched=False)
+        x, flat = self._check_vector(m, self._n_in, "m", batched=False)
         y = self._matmat(x)
-        return y.reshape((self._n_out,) + out_shape[1:] if len(out_shape) == 2 else (-1,))
+        return y.reshape(-1) if flat else y[0]
 
     def rmatvec(self, d):
         """Apply the adjoint to one vector: ``d`` is ``(n_out, Nt)`` or flat."""
-        x, out_shape = self._check_vector(d, self._n_out, "d", batched=False)
+        x, flat = self._check_vector(d, self._n_out, "d", batched=False)
         y = self._rmatmat(x)
-        return y.reshape((self._n_in,) + out_shape[1:] if len(out_shape) == 2 else (-1,))
+        return y.reshape(-1) if flat else y[0]
 
     def matmat(self, M):
         """Apply the operator to a batch ``M`` of shape ``(k, n_in, Nt)`` in one batched product."""

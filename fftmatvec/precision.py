@@ -70,32 +70,17 @@ class PrecisionConfig:
     @property
     def pad_dtype(self) -> np.dtype:
         """Real dtype of the zero-padded time series (stage 1's output)."""
-        return _REAL[self.letters[0]]
-
-    @property
-    def fft_dtype(self) -> np.dtype:
-        """Complex dtype of the forward FFT (stage 2's output)."""
-        return _COMPLEX[self.letters[1]]
+        return self.real_dtype("broadcast_and_pad")
 
     @property
     def sbgemv_dtype(self) -> np.dtype:
         """Complex dtype in which stage 3 computes (``h`` computes in complex64)."""
-        return _COMPLEX["s" if self.letters[2] == "h" else self.letters[2]]
-
-    @property
-    def khat_storage(self) -> str:
-        """``'complex128'``, ``'complex64'`` or ``'complex32-scaled'`` (stage 3's storage)."""
-        return {"d": "complex128", "s": "complex64", "h": "complex32-scaled"}[self.letters[2]]
-
-    @property
-    def ifft_dtype(self) -> np.dtype:
-        """Real dtype of the inverse FFT output (stage 4)."""
-        return _REAL[self.letters[3]]
+        return self.complex_dtype("sbgemv")
 
     @property
     def reduce_dtype(self) -> np.dtype:
         """Real dtype of the unpadded output and of any distributed reduction (stage 5)."""
-        return _REAL[self.letters[4]]
+        return self.real_dtype("unpad_and_reduce")
 
     @property
     def half(self) -> bool:

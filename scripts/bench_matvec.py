@@ -78,6 +78,14 @@ class PlainCupy:
         return cp.fft.irfft(mh.T, n=self.L, axis=-1)[:, : self.nt]
 
 
+def table_header(title: str, columns: str) -> None:
+    """Print a table's title and header; every table starts with the size (Nm, Nd, Nt)."""
+    hdr = f"{'Nm':>7} {'Nd':>4} {'Nt':>5} {columns}"
+    print(f"\n## {title}")
+    print(hdr)
+    print("-" * len(hdr))
+
+
 def count_launches(cp, fn) -> int | None:
     """Kernel nodes in a CUDA graph captured from one call of ``fn`` run stage by stage
     (the operator's own graph replay switched off), or None if unsupported."""
@@ -117,11 +125,9 @@ def _count_launches(cp, fn) -> int | None:
 
 def stage_table(cp, fm, sizes, precs, bw, rng, repeat, results) -> None:
     """Time each of the five stages alone, and the whole product with and without graphs."""
-    print("\n## stages (ms): each stage timed alone; whole product stage by stage and as one graph")
-    hdr = (f"{'Nm':>7} {'Nd':>4} {'Nt':>5} {'prec':>6} {'dir':>4} | {'pad':>6} {'fft':>6} {'sbgemv':>6} "
-           f"{'ifft':>6} {'unpad':>6} {'sum':>6} | {'stages':>6} {'graph':>6} | {'floor':>6}")
-    print(hdr)
-    print("-" * len(hdr))
+    table_header("stages (ms): each stage timed alone; whole product stage by stage and as one graph",
+                 f"{'prec':>6} {'dir':>4} | {'pad':>6} {'fft':>6} {'sbgemv':>6} {'ifft':>6} {'unpad':>6} "
+                 f"{'sum':>6} | {'stages':>6} {'graph':>6} | {'floor':>6}")
     results["stages"] = []
     for nm, nd, nt in sizes:
         K = cp.asarray(rng.standard_normal((nd, nm, nt)))
@@ -184,16 +190,13 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(1234)
     results = {"device": dev, "copy_bandwidth": bw, "matvec": [], "batches": [], "small": []}
 
-    hdr = (f"{'Nm':>7} {'Nd':>4} {'Nt':>5} {'prec':>6} {'dir':>4} | {'time ms':>8} {'floor ms':>8} "
-           f"{'ratio':>6} | {'plain ms':>8} {'ratio':>6} | {'adj/fwd':>7}")
-    print("\n## single vector: ratio = floor / time (1.0 = bandwidth limit)")
-    print(hdr)
-    print("-" * len(hdr))
+    table_header("single vector: ratio = floor / time (1.0 = bandwidth limit)",
+                 f"{'prec':>6} {'dir':>4} | {'time ms':>8} {'floor ms':>8} {'ratio':>6} | "
+                 f"{'plain ms':>8} {'ratio':>6} | {'adj/fwd':>7}")
     for nm, nd, nt in sizes:
         K = cp.asarray(rng.standard_normal((nd, nm, nt)))
         m = cp.asarray(rng.standard_normal((nm, nt)))
         d = cp.asarray(rng.standard_normal((nd, nt)))
-        base = None
         for p in precs:
             F = fm.BlockToeplitz(K, p)
             vec_bytes = (nm + nd) * nt * 8
@@ -229,12 +232,10 @@ def main(argv=None) -> int:
 
     if not args.skip_batches:
         k = args.batch
-        print(f"\n## batches: k={k} right-hand sides; per-RHS time relative to k=1 (target <= 0.10), "
-              f"against cupy.matmul (cuBLAS) on the same batched product")
-        hdr = (f"{'Nm':>7} {'Nd':>4} {'Nt':>5} {'store':>5} {'dir':>4} | {'k=1 ms':>8} {'k ms':>8} {'per-RHS':>7} | "
-               f"{'matmul1':>8} {'matmulk':>8} {'per-RHS':>7} | {'ours/cuBLAS':>11}")
-        print(hdr)
-        print("-" * len(hdr))
+        table_header(f"batches: k={k} right-hand sides; per-RHS time relative to k=1 (target <= 0.10), "
+                     f"against cupy.matmul (cuBLAS) on the same batched product",
+                     f"{'store':>5} {'dir':>4} | {'k=1 ms':>8} {'k ms':>8} {'per-RHS':>7} | "
+                     f"{'matmul1':>8} {'matmulk':>8} {'per-RHS':>7} | {'ours/cuBLAS':>11}")
         for nm, nd, nt in sizes[:2]:
             K = cp.asarray(rng.standard_normal((nd, nm, nt)))
             for p in precs:
@@ -270,12 +271,11 @@ def main(argv=None) -> int:
             cp.get_default_memory_pool().free_all_blocks()
 
     if not args.skip_small:
-        print("\n## small problems: time per matvec (launch latency dominates): the operator replaying "
-          "its stages as one CUDA graph, and stage by stage; 'launches' counts the kernels of one product")
-        hdr = (f"{'Nm':>7} {'Nd':>4} {'Nt':>5} {'prec':>6} {'dir':>4} | {'graph us':>8} {'stages us':>9} "
-               f"{'launches':>8} | {'plain us':>8}")
-        print(hdr)
-        print("-" * len(hdr))
+        table_header("small problems: time per matvec (launch latency dominates): the operator replaying "
+                     "its stages as one CUDA graph, and stage by stage; 'launches' counts the kernels of "
+                     "one product",
+                     f"{'prec':>6} {'dir':>4} | {'graph us':>8} {'stages us':>9} {'launches':>8} | "
+                     f"{'plain us':>8}")
         for nm, nd, nt in SMALL:
             K = cp.asarray(rng.standard_normal((nd, nm, nt)))
             m = cp.asarray(rng.standard_normal((nm, nt)))
