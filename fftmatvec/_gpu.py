@@ -230,8 +230,8 @@ class KernelEngine:
         if mode == "0" or (mode == "auto" and (backend.is_hip() or self.nbytes > GRAPH_MAX_KHAT_BYTES)):
             return None
         key = (id(op), adjoint, x.shape[0], x.dtype, None if weight is None else id(weight))
-        runner = self._graphs.get(key)
-        if runner is None or runner.op is not op:
+        runner = self._graphs.get(key)  # a runner keeps op and weight alive: ids stay unique
+        if runner is None:
             runner = _GraphRunner(op, self, adjoint, x.shape[0], x.dtype, weight)
             self._graphs[key] = runner
             while len(self._graphs) > 16:
@@ -258,29 +258,25 @@ class KernelEngine:
 
     def fft(self, x, out=None):
         """Real-to-complex FFT of ``x`` ``(k, n, L)`` along time: ``(k, n, Nf)``."""
-        from cupy.cuda import cufft
-
-        cp = self.cp
-        x = cp.ascontiguousarray(x)
-        k, n, L = x.shape
         cd = np.complex128 if x.dtype == np.float64 else np.complex64
-        if out is None:
-            out = cp.empty((k, n, self.nf), dtype=cd)
-        self._fft_plan("r2c", k * n, x.dtype).fft(x, out, cufft.CUFFT_FORWARD)
-        return out
+        return self._transform("r2c", x, out, self.nf, cd)
 
     def ifft(self, y, out=None):
         """Complex-to-real inverse FFT of ``y`` ``(k, n, Nf)``, length ``L``, unnormalised: the
         ``1/L`` is folded into the stored ``Khat``. ``y`` is overwritten."""
+        rd = np.float64 if y.dtype == np.complex128 else np.float32
+        return self._transform("c2r", y, out, self.fft_len, rd)
+
+    def _transform(self, kind: str, a, out, n_last: int, out_dtype):
         from cupy.cuda import cufft
 
         cp = self.cp
-        y = cp.ascontiguousarray(y)
-        k, n, nf = y.shape
-        rd = np.float64 if y.dtype == np.complex128 else np.float32
+        a = cp.ascontiguousarray(a)
+        k, n, _ = a.shape
         if out is None:
-            out = cp.empty((k, n, self.fft_len), dtype=rd)
-        self._fft_plan("c2r", k * n, y.dtype).fft(y, out, cufft.CUFFT_INVERSE)
+            out = cp.empty((k, n, n_last), dtype=out_dtype)
+        direction = cufft.CUFFT_FORWARD if kind == "r2c" else cufft.CUFFT_INVERSE
+        self._fft_plan(kind, k * n, a.dtype).fft(a, out, direction)
         return out
 
     # ---- stages 1 and 5 with fused casts -------------------------------------------------
