@@ -32,6 +32,14 @@ TILES = {
     "c32h": [(1, 1, 4), (2, 1, 4), (4, 1, 4), (8, 1, 2), (2, 2, 2), (2, 4, 1), (2, 8, 1), (4, 8, 1),
              (2, 16, 1), (4, 16, 1)],
 }
+# (RT, V) tiles of the staged one-vector kernel (sbgemvs_*: x staged through shared memory,
+# 32 x TY threads per block); keep in sync with hip_kernels/fftmatvec_kernels.cu.
+STAGED_TILES = {
+    "c128": [(1, 1), (2, 1), (4, 1)],
+    "c64": [(1, 2), (2, 2), (4, 2)],
+    "c32h": [(1, 4), (2, 4), (4, 4), (2, 2), (4, 2)],
+}
+_STAGED_J = 32  # reduction steps staged per chunk (the kernel's J)
 # Frequency padding of the stored Khat, so that V-wide loads are aligned.
 PAD = {"c128": 1, "c64": 2, "c32h": 4}
 _BATCH_SIZES = (16, 8, 4, 2, 1)
@@ -45,6 +53,7 @@ class _Launch:
     block: tuple
     splits: int
     red_chunk: int
+    staged: bool = False
 
 
 def _i64(v) -> np.int64:
@@ -80,6 +89,7 @@ class KernelEngine:
         self._fft_plans: dict = {}
         self._graphs: OrderedDict = OrderedDict()
         self.blocks_per_sm = 8  # split-K target: thread blocks per multiprocessor
+        self.staged_threads_per_sm = None  # split-K target of the staged kernel (None: default)
 
     @property
     def nbytes(self) -> int:
@@ -140,7 +150,48 @@ class KernelEngine:
         self._plans[key] = plan
         return plan
 
+    def _use_staged(self, kb: int, n_red: int, adjoint: bool) -> bool:
+        """Whether one right-hand side goes through the staged kernel. From the sweeps of
+        scripts/tune_sbgemv.py on an H200 (docs/benchmarks.md): for `s` forward and `h` both
+        ways, where the vector entries per byte of `Khat` are many; `d` streams as fast
+        unstaged. Adjoints with less than one chunk of reduction rows stay unstaged."""
+        if kb != 1:
+            return False
+        mode = os.environ.get("FFTMATVEC_STAGED", "auto")
+        if mode in ("0", "1"):
+            return mode == "1"
+        if self.store == "c32h":
+            return (not adjoint) or n_red >= _STAGED_J
+        return self.store == "c64" and not adjoint
+
+    def _launch_staged(self, n_out, n_red, in_dtype, out_dtype, tile=None) -> _Launch:
+        """A launch of the staged kernel; ``tile`` = (RT, V, TY) overrides the defaults."""
+        if tile is None:
+            rt, v = {"c128": (2, 1), "c64": (4, 2), "c32h": (4, 4)}[self.store]
+            if self.store == "c32h" and n_out <= 16:
+                rt = 1
+            ty = 16
+        else:
+            rt, v, ty = tile
+        if (rt, v) not in STAGED_TILES[self.store]:
+            raise ValueError(f"staged tile (RT={rt}, V={v}) is not compiled for {self.store}")
+        ty = max(1, min(ty, math.ceil(n_out / rt)))
+        threads = 32 * ty
+        base = math.ceil(n_out / (rt * ty)) * math.ceil(self.nf / (32 * v))
+        per_sm = self.staged_threads_per_sm or (2048 if self.store == "c64" else 1024)
+        target = self.num_sms * max(1, per_sm // threads)
+        splits = 1
+        if base < target:
+            splits = max(1, min(math.ceil(target / base), math.ceil(n_red / _STAGED_J)))
+        red_chunk = -(-math.ceil(n_red / splits) // _STAGED_J) * _STAGED_J
+        splits = math.ceil(n_red / red_chunk)
+        out_sfx = _CPLX_SUFFIX[self.compute if splits > 1 else np.dtype(out_dtype)]
+        name = f"sbgemvs_{self.store}_{_CPLX_SUFFIX[np.dtype(in_dtype)]}_{out_sfx}_r{rt}_v{v}"
+        return _Launch(name, 1, (base, splits), (32, ty), splits, red_chunk, staged=True)
+
     def _launch(self, kb, n_out, n_red, in_dtype, out_dtype, tile=None, adjoint=False) -> _Launch:
+        if tile is None and self._use_staged(kb, n_red, adjoint):
+            return self._launch_staged(n_out, n_red, in_dtype, out_dtype)
         rt, v = self._tile(kb, n_out, adjoint)
         bx, ty = None, None
         if tile is not None:  # (rt, v, bx, ty) from a tuning sweep
@@ -197,16 +248,13 @@ class KernelEngine:
                     target = workspace[: math.prod(shape)].reshape(shape)
             else:
                 target = yb
-            fn(
-                launch.grid,
-                launch.block,
-                (
-                    self.data, scale, xb, target, _i64(nf), _i64(nfp), _i64(n_out), _i64(n_red),
-                    _i64(so), _i64(sr), np.int32(adjoint), _i64(launch.red_chunk),
-                    _i64(n_red * nf), _i64(n_out * nf),
-                    _i64(launch.kb * n_out * nf),
-                ),
-            )
+            head = (self.data, scale, xb, target, _i64(nf), _i64(nfp), _i64(n_out), _i64(n_red),
+                    _i64(so), _i64(sr), np.int32(adjoint), _i64(launch.red_chunk))
+            if launch.staged:
+                fn(launch.grid, launch.block, head + (_i64(n_out * nf),))
+            else:
+                fn(launch.grid, launch.block,
+                   head + (_i64(n_red * nf), _i64(n_out * nf), _i64(launch.kb * n_out * nf)))
             if launch.splits > 1:
                 n = launch.kb * n_out * nf
                 red = kernels.get_function(
@@ -280,6 +328,12 @@ class KernelEngine:
         return out
 
     # ---- stages 1 and 5 with fused casts -------------------------------------------------
+    _ROW_BLOCK = (32, 8)  # the row kernels: 32 threads along a row, 8 rows per block
+
+    def _rows_grid(self, rows: int) -> tuple:
+        """Blocks of the row kernels: enough to fill the device, each looping over rows."""
+        return (max(1, min(math.ceil(rows / self._ROW_BLOCK[1]), 8 * self.num_sms)),)
+
     def pad(self, x, prec: PrecisionConfig, out=None):
         """Stage 1 fused with stage 2's input cast: ``(k, n, Nt)`` -> ``(k, n, L)`` in the FFT's
         real precision, each value rounded to stage 1's precision on the way."""
@@ -292,8 +346,7 @@ class KernelEngine:
             out = cp.empty((k, n, L), dtype=out_dtype)
         name = f"pad_{_REAL_SUFFIX[x.dtype]}_{_REAL_SUFFIX[prec.pad_dtype]}_{_REAL_SUFFIX[out_dtype]}"
         rows = k * n
-        grid = (math.ceil(L / 128), min(rows, 65535))
-        kernels.get_function(name)(grid, (128,), (x, out, _i64(rows), _i64(nt), _i64(L)))
+        kernels.get_function(name)(self._rows_grid(rows), self._ROW_BLOCK, (x, out, _i64(rows), _i64(nt), _i64(L)))
         return out
 
     def unpad(self, y, prec: PrecisionConfig, nt: int, dtype, weight=None, out=None):
@@ -311,9 +364,8 @@ class KernelEngine:
             w, n_w = np.uint64(0), 1
         else:
             w, n_w = cp.ascontiguousarray(weight, dtype=dtype), weight.shape[0]
-        grid = (math.ceil(nt / 128), min(rows, 65535))
         kernels.get_function(name)(
-            grid, (128,), (y, out, w, _i64(n_w), _i64(rows), _i64(nt), _i64(L))
+            self._rows_grid(rows), self._ROW_BLOCK, (y, out, w, _i64(n_w), _i64(rows), _i64(nt), _i64(L))
         )
         return out
 

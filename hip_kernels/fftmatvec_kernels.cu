@@ -95,3 +95,34 @@ FFTMATVEC_SBGEMV_IO(c32h, StoreC32h, 2, 8, 1)
 FFTMATVEC_SBGEMV_IO(c32h, StoreC32h, 4, 8, 1)
 FFTMATVEC_SBGEMV_IO(c32h, StoreC32h, 2, 16, 1)
 FFTMATVEC_SBGEMV_IO(c32h, StoreC32h, 4, 16, 1)
+
+// sbgemvs_<storage>_<input>_<output>_r<RT>_v<V>: one right-hand side, the vectors staged
+// through shared memory in chunks of 32 reduction steps; blocks are 32 x TY threads.
+#define FFTMATVEC_SBGEMVS(SNAME, STORE, INAME, TIN, ONAME, TOUT, RT, V)                        \
+  extern "C" __global__ void __launch_bounds__(512)                                             \
+      sbgemvs_##SNAME##_##INAME##_##ONAME##_r##RT##_v##V(                                       \
+          const STORE::elem* __restrict__ kh, const float* __restrict__ scale,                  \
+          const TIN* __restrict__ x, TOUT* __restrict__ y, i64 nf, i64 nfp, i64 n_out,          \
+          i64 n_red, i64 so, i64 sr, int adjoint, i64 red_chunk, i64 y_split_stride) {          \
+    sbgemv_staged_body<STORE, TIN, TOUT, RT, V, 32, 32>(kh, scale, x, y, nf, nfp, n_out, n_red, \
+                                                        so, sr, adjoint, red_chunk,             \
+                                                        y_split_stride);                        \
+  }
+#define FFTMATVEC_SBGEMVS_IO(SNAME, STORE, RT, V)                              \
+  FFTMATVEC_SBGEMVS(SNAME, STORE, c128, double2, c128, double2, RT, V)         \
+  FFTMATVEC_SBGEMVS(SNAME, STORE, c128, double2, c64, float2, RT, V)           \
+  FFTMATVEC_SBGEMVS(SNAME, STORE, c64, float2, c128, double2, RT, V)           \
+  FFTMATVEC_SBGEMVS(SNAME, STORE, c64, float2, c64, float2, RT, V)
+
+// (keep in sync with fftmatvec/_gpu.py: STAGED_TILES)
+FFTMATVEC_SBGEMVS_IO(c128, StoreC128, 1, 1)
+FFTMATVEC_SBGEMVS_IO(c128, StoreC128, 2, 1)
+FFTMATVEC_SBGEMVS_IO(c128, StoreC128, 4, 1)
+FFTMATVEC_SBGEMVS_IO(c64, StoreC64, 1, 2)
+FFTMATVEC_SBGEMVS_IO(c64, StoreC64, 2, 2)
+FFTMATVEC_SBGEMVS_IO(c64, StoreC64, 4, 2)
+FFTMATVEC_SBGEMVS_IO(c32h, StoreC32h, 1, 4)
+FFTMATVEC_SBGEMVS_IO(c32h, StoreC32h, 2, 4)
+FFTMATVEC_SBGEMVS_IO(c32h, StoreC32h, 4, 4)
+FFTMATVEC_SBGEMVS_IO(c32h, StoreC32h, 2, 2)
+FFTMATVEC_SBGEMVS_IO(c32h, StoreC32h, 4, 2)

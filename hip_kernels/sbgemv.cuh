@@ -173,6 +173,131 @@ __device__ __forceinline__ void sbgemv_body(
   }
 }
 
+// One right-hand side, the vectors staged through shared memory. A block covers BX*V
+// frequencies and RT*blockDim.y output rows (all of them when they fit), and walks its share
+// of the reduction in chunks of J steps: the chunk x[r:r+J, f-tile] is read from memory once
+// per block, converted to the compute type (and, for the float16 adjoint, multiplied by the
+// per-row scale) on the way, and every row group of the block reads it from shared memory.
+// Without staging each warp fetches its own copy of x through L2; those copies, and the ones
+// that fall out of L2, are the difference between this kernel and a plain stream of Khat.
+template <typename Store, typename TIn, typename TOut, int RT, int V, int BX, int J>
+__device__ __forceinline__ void sbgemv_staged_body(
+    const typename Store::elem* __restrict__ kh, const float* __restrict__ scale,
+    const TIn* __restrict__ x, TOut* __restrict__ y, i64 nf, i64 nfp, i64 n_out, i64 n_red,
+    i64 so, i64 sr, int adjoint, i64 red_chunk, i64 y_split_stride) {
+  typedef typename Store::real R;
+  typedef typename Complex<R>::type C;
+  constexpr int FT = BX * V;  // frequencies per block
+  __shared__ C xs[J][FT];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int nthreads = BX * blockDim.y;
+  const int tid = ty * BX + tx;
+  const i64 rows_per_block = (i64)RT * blockDim.y;
+  const i64 n_otiles = (n_out + rows_per_block - 1) / rows_per_block;
+  const i64 otile = (i64)blockIdx.x % n_otiles;
+  const i64 fbase = ((i64)blockIdx.x / n_otiles) * FT;
+  const i64 f0 = fbase + (i64)tx * V;
+  const i64 o0 = otile * rows_per_block + (i64)ty * RT;
+  const i64 r_begin = (i64)blockIdx.y * red_chunk;
+  i64 r_end = r_begin + red_chunk;
+  if (r_end > n_red) r_end = n_red;
+  const bool adj = adjoint != 0;
+  const float* red_scale = (scale != nullptr && adj) ? scale : nullptr;
+
+  // Rows past n_out are clamped onto the last row (their loads hit the cache, nothing is
+  // written); frequencies past nf read padding that is never written. No thread leaves early:
+  // all of them take part in staging x and in the barriers.
+  i64 koff[RT];
+#pragma unroll
+  for (int t = 0; t < RT; ++t) {
+    i64 o = o0 + t;
+    if (o >= n_out) o = n_out - 1;
+    koff[t] = o * so + (f0 < nfp ? f0 : nfp - V);
+  }
+  C acc[RT][V];
+#pragma unroll
+  for (int t = 0; t < RT; ++t)
+#pragma unroll
+    for (int v = 0; v < V; ++v) acc[t][v] = make_c((R)0, (R)0);
+
+  for (i64 rc = r_begin; rc < r_end; rc += J) {
+    const int nj = (int)((r_end - rc < J) ? (r_end - rc) : J);
+    __syncthreads();  // the previous chunk has been read by every thread
+    for (int e = tid; e < J * FT; e += nthreads) {
+      const int jj = e / FT, ff = e % FT;
+      if (jj < nj) {
+        i64 f = fbase + ff;
+        if (f >= nf) f = nf - 1;
+        C v = ccast<C>(x[(rc + jj) * nf + f]);
+        if (red_scale != nullptr) {
+          const R s = (R)red_scale[(rc + jj) * nfp + f];
+          v.x *= s;
+          v.y *= s;
+        }
+        xs[jj][ff] = v;
+      }
+    }
+    __syncthreads();
+    const typename Store::elem* kp = kh + rc * sr;
+    int jj = 0;
+    for (; jj + 2 <= nj; jj += 2) {
+      C kv[2][RT][V];
+#pragma unroll
+      for (int u = 0; u < 2; ++u)
+#pragma unroll
+        for (int t = 0; t < RT; ++t) Store::template load<V>(kp + koff[t] + (i64)(jj + u) * sr, kv[u][t]);
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+          const C xv = xs[jj + u][tx * V + v];
+#pragma unroll
+          for (int t = 0; t < RT; ++t) {
+            if (adj)
+              cfma_conj(acc[t][v], kv[u][t][v], xv);
+            else
+              cfma(acc[t][v], kv[u][t][v], xv);
+          }
+        }
+      }
+    }
+    if (jj < nj) {
+      C kv[RT][V];
+#pragma unroll
+      for (int t = 0; t < RT; ++t) Store::template load<V>(kp + koff[t] + (i64)jj * sr, kv[t]);
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        const C xv = xs[jj][tx * V + v];
+#pragma unroll
+        for (int t = 0; t < RT; ++t) {
+          if (adj)
+            cfma_conj(acc[t][v], kv[t][v], xv);
+          else
+            cfma(acc[t][v], kv[t][v], xv);
+        }
+      }
+    }
+  }
+
+  TOut* yb = y + (i64)blockIdx.y * y_split_stride;
+#pragma unroll
+  for (int t = 0; t < RT; ++t) {
+    const i64 o = o0 + t;
+    if (o >= n_out) continue;
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      if (f0 + v >= nf) continue;
+      C c = acc[t][v];
+      if (scale != nullptr && !adj) {
+        const R s = (R)scale[o * nfp + f0 + v];
+        c.x *= s;
+        c.y *= s;
+      }
+      yb[o * nf + f0 + v] = ccast<TOut>(c);
+    }
+  }
+}
+
 // Sum the split-K partial results (S, k, n_out, Nf) and cast to the inverse FFT's precision.
 template <typename TIn, typename TOut>
 __device__ __forceinline__ void reduce_splits_body(const TIn* __restrict__ part,

@@ -3,18 +3,22 @@
 #pragma once
 #include "common.cuh"
 
+// Both run a grid of long-lived blocks of blockDim.y rows: row group g = blockIdx.x + n *
+// gridDim.x, each row swept by blockDim.x threads (a short row then idles few of them; one
+// block per row tile would launch tens of thousands of blocks that each move a few kilobytes,
+// and the block launches, not the memory, would set the pace).
+
 // Stage 1: out[r, c] = (TOut)(TMid)in[r, c] for c < nt, 0 for nt <= c < L.
 // in (rows, nt) in the interface precision; TMid is stage 1's precision, TOut the FFT's.
-// Grid: x over column tiles, y over rows (grid-stride, so any number of rows works).
 template <typename TIn, typename TMid, typename TOut>
 __device__ __forceinline__ void pad_body(const TIn* __restrict__ in, TOut* __restrict__ out,
                                          i64 rows, i64 nt, i64 L) {
-  const i64 c = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= L) return;
-  for (i64 r = blockIdx.y; r < rows; r += gridDim.y) {
-    TOut v = (TOut)0;
-    if (c < nt) v = (TOut)(TMid)in[r * nt + c];
-    out[r * L + c] = v;
+  const i64 step = (i64)gridDim.x * blockDim.y;
+  for (i64 r = (i64)blockIdx.x * blockDim.y + threadIdx.y; r < rows; r += step) {
+    const TIn* src = in + r * nt;
+    TOut* dst = out + r * L;
+    for (i64 c = threadIdx.x; c < L; c += blockDim.x)
+      dst[c] = (c < nt) ? (TOut)(TMid)src[c] : (TOut)0;
   }
 }
 
@@ -26,11 +30,15 @@ template <typename TIn, typename TMid, typename TOut>
 __device__ __forceinline__ void unpad_body(const TIn* __restrict__ in, TOut* __restrict__ out,
                                            const TOut* __restrict__ w, i64 n_w, i64 rows, i64 nt,
                                            i64 L) {
-  const i64 c = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= nt) return;
-  for (i64 r = blockIdx.y; r < rows; r += gridDim.y) {
-    TOut v = (TOut)(TMid)in[r * L + c];
-    if (w != nullptr) v *= w[(r % n_w) * nt + c];
-    out[r * nt + c] = v;
+  const i64 step = (i64)gridDim.x * blockDim.y;
+  for (i64 r = (i64)blockIdx.x * blockDim.y + threadIdx.y; r < rows; r += step) {
+    const TIn* src = in + r * L;
+    TOut* dst = out + r * nt;
+    const TOut* wr = (w != nullptr) ? w + (r % n_w) * nt : nullptr;
+    for (i64 c = threadIdx.x; c < nt; c += blockDim.x) {
+      TOut v = (TOut)(TMid)src[c];
+      if (wr != nullptr) v *= wr[c];
+      dst[c] = v;
+    }
   }
 }

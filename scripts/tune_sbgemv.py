@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""Sweep the stage-3 kernel's tile shapes (RT rows x V frequencies per thread, block shape,
-split-K target) for one right-hand side and print the fastest per case, as a fraction of the
-copy bandwidth. Used to set the defaults in fftmatvec/_gpu.py.
+"""Sweep the stage-3 kernels' tile shapes (RT rows x V frequencies per thread, block shape,
+split-K target; for one right-hand side also the staged kernel's RT, V and TY) and print the
+fastest per case, as a fraction of the floor. Used to set the defaults in fftmatvec/_gpu.py.
 
 Usage: python scripts/tune_sbgemv.py [--sizes 5000x100x1000,...]
 """
@@ -9,6 +9,7 @@ Usage: python scripts/tune_sbgemv.py [--sizes 5000x100x1000,...]
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import numpy as np
@@ -21,6 +22,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--k", type=int, default=1, help="right-hand sides (1, or 16 for the batched tiles)")
     ap.add_argument("--blocks-per-sm", default="8,16,32")
+    ap.add_argument("--unstaged", default="all", choices=["all", "default"],
+                    help="sweep every unstaged tile, or time only its default")
     args = ap.parse_args(argv)
     import cupy as cp
 
@@ -46,10 +49,21 @@ def main(argv=None) -> int:
                 floor = (F.khat_nbytes + 16 * F.nf * (nm + nd)) / bw
                 rows = []
                 default = eng._plan(adjoint, k, x.dtype, np.complex128)
+                eng._plans.clear()
+                saved = os.environ.get("FFTMATVEC_STAGED")
+                os.environ["FFTMATVEC_STAGED"] = "0"
+                unstaged = eng._plan(adjoint, k, x.dtype, np.complex128)
+                if saved is None:
+                    os.environ.pop("FFTMATVEC_STAGED")
+                else:
+                    os.environ["FFTMATVEC_STAGED"] = saved
+                eng._plans.clear()
+                t = median_time(cp, lambda: eng.apply(x, adjoint, np.complex128, plan=unstaged), args.repeat)
+                rows.append((t, "unstaged default", unstaged[0]))
                 t = median_time(cp, lambda: eng.apply(x, adjoint, np.complex128, plan=default), args.repeat)
                 rows.append((t, "default", default[0]))
                 for rt, kb, v in TILES[eng.store]:
-                    if kb != k:
+                    if kb != k or args.unstaged == "default":
                         continue
                     for bx, ty in ((32, 4), (64, 2), (64, 4), (128, 1), (32, 8), (64, 1)):
                         for bps in (int(b) for b in args.blocks_per_sm.split(",")):
@@ -58,10 +72,23 @@ def main(argv=None) -> int:
                             t = median_time(cp, lambda: eng.apply(x, adjoint, np.complex128, plan=[la]), args.repeat)
                             rows.append((t, f"rt={rt} v={v} bx={bx} ty={ty} bps={bps}", la))
                 eng.blocks_per_sm = 8
+                if k == 1:  # the staged kernel: (RT, V, TY) and its split-K target
+                    from fftmatvec._gpu import STAGED_TILES
+
+                    for rt, v in STAGED_TILES[eng.store]:
+                        for ty in (4, 8, 16):
+                            for tps in (1024, 2048):
+                                eng.staged_threads_per_sm = tps
+                                la = eng._launch_staged(n_out, n_red, x.dtype, np.complex128, tile=(rt, v, ty))
+                                t = median_time(cp, lambda: eng.apply(x, adjoint, np.complex128, plan=[la]), args.repeat)
+                                rows.append((t, f"staged rt={rt} v={v} ty={ty} threads/SM={tps}", la))
+                    eng.staged_threads_per_sm = None
                 rows.sort(key=lambda r: r[0])
                 d = "adj" if adjoint else "fwd"
-                print(f"{nm}x{nd}x{nt} k={k} {st} {d}: default {rows[[r[1] for r in rows].index('default')][0] * 1e3:.3f} ms "
-                      f"({floor / rows[[r[1] for r in rows].index('default')][0]:.2f} of floor)")
+                times = {desc: t for t, desc, _ in rows}
+                print(f"{nm}x{nd}x{nt} k={k} {st} {d}: default {times['default'] * 1e3:.3f} ms "
+                      f"({floor / times['default']:.2f} of floor), unstaged default "
+                      f"{times['unstaged default'] * 1e3:.3f} ms ({floor / times['unstaged default']:.2f})")
                 for t, desc, la in rows[:4]:
                     print(f"    {t * 1e3:.3f} ms  {floor / t:.2f}  {desc}  splits={la.splits} grid={la.grid}")
                 sys.stdout.flush()

@@ -25,6 +25,8 @@ SHAPES = [  # (Nd, Nm, Nt)
     (3, 5000, 12),
     (5000, 3, 12),
     (9, 130, 100),
+    (45, 77, 150),  # Nd = 32 + 13: a full and a partial staged chunk in the adjoint
+    (100, 23, 1000),  # Nf = 1001: frequency tiles with a ragged end
 ]
 POISON = np.nan
 
@@ -43,7 +45,9 @@ def _khat_reference(K, L):
 @pytest.mark.parametrize("store", ["d", "s", "h"])
 @pytest.mark.parametrize("k", [1, 11, 17])  # launches of 16, 8, 2 and 1 right-hand sides
 @pytest.mark.parametrize("adjoint", [False, True], ids=["fwd", "adj"])
-def test_sbgemv(rng, shape, store, k, adjoint):
+@pytest.mark.parametrize("staged", ["auto", "0"])  # default kernel choice; unstaged only
+def test_sbgemv(rng, monkeypatch, shape, store, k, adjoint, staged):
+    monkeypatch.setenv("FFTMATVEC_STAGED", staged)
     cp = backend.cupy
     nd, nm, nt = shape
     K = rng.standard_normal(shape)
@@ -58,10 +62,7 @@ def test_sbgemv(rng, shape, store, k, adjoint):
                           (np.complex64, np.complex128), (np.complex128, np.complex64)]:
         x = (rng.standard_normal((k, n_in, nf)) + 1j * rng.standard_normal((k, n_in, nf)))
         x = x.astype(in_dt)
-        if adjoint:
-            ref = np.einsum("ijf,bif->bjf", khat.conj(), x.astype(np.complex128))
-        else:
-            ref = np.einsum("ijf,bjf->bif", khat, x.astype(np.complex128))
+        ref = _dense_product(khat, x, adjoint)
         out = _poisoned(cp, (k, n_out, nf), out_dt)
         F._engine.apply(cp.asarray(x), adjoint, out_dt, out=out)
         got = cp.asnumpy(out)
@@ -70,6 +71,47 @@ def test_sbgemv(rng, shape, store, k, adjoint):
         err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
         t = max(tol, 2e-6 if (in_dt == np.complex64 or out_dt == np.complex64) else 0)
         assert err < t, (in_dt, out_dt, err)
+
+
+def _dense_product(khat, x, adjoint):
+    if adjoint:
+        return np.einsum("ijf,bif->bjf", khat.conj(), x.astype(np.complex128))
+    return np.einsum("ijf,bjf->bif", khat, x.astype(np.complex128))
+
+
+@pytest.mark.parametrize("shape", [(45, 77, 150), (100, 23, 1000), (3, 300, 20)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("store", ["d", "s", "h"])
+@pytest.mark.parametrize("adjoint", [False, True], ids=["fwd", "adj"])
+def test_staged_tiles(rng, shape, store, adjoint):
+    """Every compiled tile of the staged kernel, with narrow and wide blocks, with and without
+    split-K, against the float64 product."""
+    cp = backend.cupy
+    from fftmatvec._gpu import STAGED_TILES
+
+    nd, nm, nt = shape
+    K = rng.standard_normal(shape)
+    F = fm.BlockToeplitz(cp.asarray(K), f"dd{store}dd")
+    eng = F._engine
+    khat = _khat_reference(K, F.fft_len) / F.fft_len
+    n_in, n_out, n_red = (nd, nm, nd) if adjoint else (nm, nd, nm)
+    x = rng.standard_normal((1, n_in, F.nf)) + 1j * rng.standard_normal((1, n_in, F.nf))
+    ref = _dense_product(khat, x, adjoint)
+    tol = {"d": 1e-13, "s": 2e-6, "h": 2e-3}[store]
+    for rt, v in STAGED_TILES[eng.store]:
+        for ty in (1, 4, 16):
+            for sms in (eng.num_sms, 1):  # split-K on the device's count; none with one SM
+                eng.num_sms, saved = sms, eng.num_sms
+                try:
+                    la = eng._launch_staged(n_out, n_red, np.complex128, np.complex128, tile=(rt, v, ty))
+                finally:
+                    eng.num_sms = saved
+                out = _poisoned(cp, (1, n_out, F.nf), np.complex128)
+                eng.apply(cp.asarray(x), adjoint, np.complex128, out=out, plan=[la])
+                got = cp.asnumpy(out)
+                assert np.isfinite(got).all(), (rt, v, ty, la)
+                err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+                assert err < tol, (rt, v, ty, la, err)
 
 
 @pytest.mark.parametrize("rows,nt", [(1, 1), (3, 7), (70000, 9), (5, 1000)])
