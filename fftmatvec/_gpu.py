@@ -173,6 +173,8 @@ class KernelEngine:
             ty = 16
         else:
             rt, v, ty = tile
+            if not 1 <= ty <= 16:  # the kernel's launch bound: 512 threads
+                raise ValueError(f"staged blocks have 1 to 16 rows of 32 threads, got {ty}")
         if (rt, v) not in STAGED_TILES[self.store]:
             raise ValueError(f"staged tile (RT={rt}, V={v}) is not compiled for {self.store}")
         ty = max(1, min(ty, math.ceil(n_out / rt)))
