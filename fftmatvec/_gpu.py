@@ -330,11 +330,16 @@ class KernelEngine:
         return out
 
     # ---- stages 1 and 5 with fused casts -------------------------------------------------
-    _ROW_BLOCK = (32, 8)  # the row kernels: 32 threads along a row, 8 rows per block
-
-    def _rows_grid(self, rows: int) -> tuple:
-        """Blocks of the row kernels: enough to fill the device, each looping over rows."""
-        return (max(1, min(math.ceil(rows / self._ROW_BLOCK[1]), 8 * self.num_sms)),)
+    def _rows_launch(self, rows: int, cols: int) -> tuple[tuple, tuple]:
+        """(grid, block) of the row kernels: blockDim.x threads along a row (about four
+        elements each, 32 to 256), 256 threads per block, enough long-lived blocks to fill the
+        device, each looping over its rows."""
+        bx = 32
+        while bx < 256 and bx * 4 < cols:
+            bx *= 2
+        by = 256 // bx
+        blocks = max(1, min(math.ceil(rows / by), 8 * self.num_sms))
+        return (blocks,), (bx, by)
 
     def pad(self, x, prec: PrecisionConfig, out=None):
         """Stage 1 fused with stage 2's input cast: ``(k, n, Nt)`` -> ``(k, n, L)`` in the FFT's
@@ -348,7 +353,7 @@ class KernelEngine:
             out = cp.empty((k, n, L), dtype=out_dtype)
         name = f"pad_{_REAL_SUFFIX[x.dtype]}_{_REAL_SUFFIX[prec.pad_dtype]}_{_REAL_SUFFIX[out_dtype]}"
         rows = k * n
-        kernels.get_function(name)(self._rows_grid(rows), self._ROW_BLOCK, (x, out, _i64(rows), _i64(nt), _i64(L)))
+        kernels.get_function(name)(*self._rows_launch(rows, L), (x, out, _i64(rows), _i64(nt), _i64(L)))
         return out
 
     def unpad(self, y, prec: PrecisionConfig, nt: int, dtype, weight=None, out=None):
@@ -367,7 +372,7 @@ class KernelEngine:
         else:
             w, n_w = cp.ascontiguousarray(weight, dtype=dtype), weight.shape[0]
         kernels.get_function(name)(
-            self._rows_grid(rows), self._ROW_BLOCK, (y, out, w, _i64(n_w), _i64(rows), _i64(nt), _i64(L))
+            *self._rows_launch(rows, nt), (y, out, w, _i64(n_w), _i64(rows), _i64(nt), _i64(L))
         )
         return out
 

@@ -4,9 +4,10 @@
 #include "common.cuh"
 
 // Both run a grid of long-lived blocks of blockDim.y rows: row group g = blockIdx.x + n *
-// gridDim.x, each row swept by blockDim.x threads (a short row then idles few of them; one
-// block per row tile would launch tens of thousands of blocks that each move a few kilobytes,
-// and the block launches, not the memory, would set the pace).
+// gridDim.x, each row swept by blockDim.x threads (the host sizes blockDim.x to the row
+// length, so short rows idle few threads and long rows keep many loads in flight; one block
+// per row tile would launch tens of thousands of blocks that each move a few kilobytes, and
+// the block launches, not the memory, would set the pace).
 
 // Stage 1: out[r, c] = (TOut)(TMid)in[r, c] for c < nt, 0 for nt <= c < L.
 // in (rows, nt) in the interface precision; TMid is stage 1's precision, TOut the FFT's.
