@@ -16,6 +16,7 @@ import numpy as np
 
 from . import backend, kernels
 from ._matmul import quantize_half
+from ._errors import FFTMatvecValueError
 from .precision import PrecisionConfig
 
 _REAL_SUFFIX = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32"}
@@ -54,6 +55,14 @@ class _Launch:
     splits: int
     red_chunk: int
     staged: bool = False
+
+
+def _switch(name: str) -> str:
+    """An ``auto|0|1`` environment switch; anything else is an error that names it."""
+    value = os.environ.get(name, "auto").strip().lower() or "auto"
+    if value not in ("auto", "0", "1"):
+        raise FFTMatvecValueError(f"{name} must be auto, 0 or 1, got {os.environ[name]!r}")
+    return value
 
 
 def _i64(v) -> np.int64:
@@ -154,11 +163,12 @@ class KernelEngine:
         """Whether one right-hand side goes through the staged kernel. From the sweeps of
         scripts/tune_sbgemv.py on an H200 (docs/benchmarks.md): for `s` forward and `h` both
         ways, where the vector entries per byte of `Khat` are many; `d` streams as fast
-        unstaged. Adjoints with less than one chunk of reduction rows stay unstaged."""
+        unstaged. Adjoints with less than one chunk of reduction rows stay unstaged.
+        ``FFTMATVEC_STAGED=0`` / ``=1`` never / always stages."""
         if kb != 1:
             return False
-        mode = os.environ.get("FFTMATVEC_STAGED", "auto")
-        if mode in ("0", "1"):
+        mode = _switch("FFTMATVEC_STAGED")
+        if mode != "auto":
             return mode == "1"
         if self.store == "c32h":
             return (not adjoint) or n_red >= _STAGED_J
@@ -276,7 +286,7 @@ class KernelEngine:
         ``=1`` uses them at every size; by default they serve problems whose ``Khat`` is under
         ``GRAPH_MAX_KHAT_BYTES`` (CUDA only: graph capture is untested on ROCm here).
         """
-        mode = os.environ.get("FFTMATVEC_CUDA_GRAPHS", "auto")
+        mode = _switch("FFTMATVEC_CUDA_GRAPHS")
         if mode == "0" or (mode == "auto" and (backend.is_hip() or self.nbytes > GRAPH_MAX_KHAT_BYTES)):
             return None
         key = (id(op), adjoint, x.shape[0], x.dtype, None if weight is None else id(weight))

@@ -1,0 +1,50 @@
+"""The GPU path's environment switches and its stage-3 kernel choice (host logic, no GPU)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from fftmatvec import FFTMatvecValueError
+from fftmatvec._gpu import KernelEngine, _switch
+
+
+@pytest.mark.parametrize("value,expected", [(None, "auto"), ("", "auto"), ("auto", "auto"),
+                                            ("0", "0"), ("1", "1"), (" AUTO ", "auto")])
+def test_switch_values(monkeypatch, value, expected):
+    if value is None:
+        monkeypatch.delenv("FFTMATVEC_STAGED", raising=False)
+    else:
+        monkeypatch.setenv("FFTMATVEC_STAGED", value)
+    assert _switch("FFTMATVEC_STAGED") == expected
+
+
+@pytest.mark.parametrize("name", ["FFTMATVEC_STAGED", "FFTMATVEC_CUDA_GRAPHS"])
+def test_switch_rejects_other_values(monkeypatch, name):
+    monkeypatch.setenv(name, "yes")
+    with pytest.raises(FFTMatvecValueError, match=name):
+        _switch(name)
+
+
+@pytest.mark.parametrize(
+    "store,kb,n_red,adjoint,expected",
+    [
+        ("c128", 1, 5000, False, False),  # d streams as fast unstaged
+        ("c128", 1, 100, True, False),
+        ("c64", 1, 5000, False, True),  # s forward: staged
+        ("c64", 1, 100, True, False),
+        ("c32h", 1, 5000, False, True),  # h: staged both ways ...
+        ("c32h", 1, 100, True, True),
+        ("c32h", 1, 10, True, False),  # ... unless the adjoint reduces over under one chunk
+        ("c32h", 16, 5000, False, False),  # batches use the register-tiled kernel
+    ],
+)
+def test_staged_choice(monkeypatch, store, kb, n_red, adjoint, expected):
+    monkeypatch.delenv("FFTMATVEC_STAGED", raising=False)
+    engine = SimpleNamespace(store=store)
+    assert KernelEngine._use_staged(engine, kb, n_red, adjoint) is expected
+    monkeypatch.setenv("FFTMATVEC_STAGED", "0")
+    assert KernelEngine._use_staged(engine, kb, n_red, adjoint) is False
+    monkeypatch.setenv("FFTMATVEC_STAGED", "1")
+    assert KernelEngine._use_staged(engine, kb, n_red, adjoint) is (kb == 1)
