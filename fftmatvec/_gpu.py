@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import backend, kernels
-from ._matmul import quantize_half
 from ._errors import FFTMatvecValueError
+from ._matmul import quantize_half
 from .precision import PrecisionConfig
 
 _REAL_SUFFIX = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32"}
