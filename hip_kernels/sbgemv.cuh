@@ -76,6 +76,33 @@ __device__ __forceinline__ void sbgemv_steps(
                                       f0, adjoint);
 }
 
+// Write a thread's RT x KB x V results (rows past n_out and frequencies past nf are skipped),
+// times the float16 row scale in the forward direction, cast to the output precision.
+template <typename TOut, int RT, int KB, int V, typename C>
+__device__ __forceinline__ void sbgemv_store(const C (&acc)[RT][KB][V], TOut* __restrict__ yb,
+                                             i64 y_bstride, const float* __restrict__ scale,
+                                             bool adj, i64 o0, i64 f0, i64 n_out, i64 nf,
+                                             i64 nfp) {
+#pragma unroll
+  for (int t = 0; t < RT; ++t) {
+    const i64 o = o0 + t;
+    if (o >= n_out) continue;
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      if (f0 + v >= nf) continue;
+      float s = 1.0f;
+      if (scale != nullptr && !adj) s = scale[o * nfp + f0 + v];
+#pragma unroll
+      for (int b = 0; b < KB; ++b) {
+        C c = acc[t][b][v];
+        c.x *= s;
+        c.y *= s;
+        yb[b * y_bstride + o * nf + f0 + v] = ccast<TOut>(c);
+      }
+    }
+  }
+}
+
 template <typename Store, typename TIn, typename TOut, int RT, int KB, int V>
 __device__ __forceinline__ void sbgemv_body(
     const typename Store::elem* __restrict__ kh, const float* __restrict__ scale,
@@ -152,25 +179,8 @@ __device__ __forceinline__ void sbgemv_body(
     }
   }
 
-  TOut* yb = y + (i64)blockIdx.y * y_split_stride;
-#pragma unroll
-  for (int t = 0; t < RT; ++t) {
-    const i64 o = o0 + t;
-    if (o >= n_out) continue;
-#pragma unroll
-    for (int v = 0; v < V; ++v) {
-      if (f0 + v >= nf) continue;
-      R s = (R)1;
-      if (scale != nullptr && !adj) s = (R)scale[o * nfp + f0 + v];
-#pragma unroll
-      for (int b = 0; b < KB; ++b) {
-        C c = acc[t][b][v];
-        c.x *= s;
-        c.y *= s;
-        yb[b * y_bstride + o * nf + f0 + v] = ccast<TOut>(c);
-      }
-    }
-  }
+  sbgemv_store<TOut, RT, KB, V>(acc, y + (i64)blockIdx.y * y_split_stride, y_bstride, scale,
+                                adj, o0, f0, n_out, nf, nfp);
 }
 
 // One right-hand side, the vectors staged through shared memory. A block covers BX*V
@@ -180,6 +190,23 @@ __device__ __forceinline__ void sbgemv_body(
 // per-row scale) on the way, and every row group of the block reads it from shared memory.
 // Without staging each warp fetches its own copy of x through L2; those copies, and the ones
 // that fall out of L2, are the difference between this kernel and a plain stream of Khat.
+// One reduction step of the staged kernel: Khat values kv in registers, x from shared memory.
+template <int RT, int V, typename C>
+__device__ __forceinline__ void staged_fma(C (&acc)[RT][1][V], const C (&kv)[RT][V],
+                                           const C* xrow, bool adj) {
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    const C xv = xrow[v];
+#pragma unroll
+    for (int t = 0; t < RT; ++t) {
+      if (adj)
+        cfma_conj(acc[t][0][v], kv[t][v], xv);
+      else
+        cfma(acc[t][0][v], kv[t][v], xv);
+    }
+  }
+}
+
 template <typename Store, typename TIn, typename TOut, int RT, int V, int BX, int J>
 __device__ __forceinline__ void sbgemv_staged_body(
     const typename Store::elem* __restrict__ kh, const float* __restrict__ scale,
@@ -214,11 +241,11 @@ __device__ __forceinline__ void sbgemv_staged_body(
     if (o >= n_out) o = n_out - 1;
     koff[t] = o * so + (f0 < nfp ? f0 : nfp - V);
   }
-  C acc[RT][V];
+  C acc[RT][1][V];
 #pragma unroll
   for (int t = 0; t < RT; ++t)
 #pragma unroll
-    for (int v = 0; v < V; ++v) acc[t][v] = make_c((R)0, (R)0);
+    for (int v = 0; v < V; ++v) acc[t][0][v] = make_c((R)0, (R)0);
 
   for (i64 rc = r_begin; rc < r_end; rc += J) {
     const int nj = (int)((r_end - rc < J) ? (r_end - rc) : J);
@@ -240,62 +267,25 @@ __device__ __forceinline__ void sbgemv_staged_body(
     __syncthreads();
     const typename Store::elem* kp = kh + rc * sr;
     int jj = 0;
-    for (; jj + 2 <= nj; jj += 2) {
+    for (; jj + 2 <= nj; jj += 2) {  // two steps, all their loads issued first
       C kv[2][RT][V];
 #pragma unroll
       for (int u = 0; u < 2; ++u)
 #pragma unroll
         for (int t = 0; t < RT; ++t) Store::template load<V>(kp + koff[t] + (i64)(jj + u) * sr, kv[u][t]);
 #pragma unroll
-      for (int u = 0; u < 2; ++u) {
-#pragma unroll
-        for (int v = 0; v < V; ++v) {
-          const C xv = xs[jj + u][tx * V + v];
-#pragma unroll
-          for (int t = 0; t < RT; ++t) {
-            if (adj)
-              cfma_conj(acc[t][v], kv[u][t][v], xv);
-            else
-              cfma(acc[t][v], kv[u][t][v], xv);
-          }
-        }
-      }
+      for (int u = 0; u < 2; ++u) staged_fma<RT, V>(acc, kv[u], &xs[jj + u][tx * V], adj);
     }
     if (jj < nj) {
       C kv[RT][V];
 #pragma unroll
       for (int t = 0; t < RT; ++t) Store::template load<V>(kp + koff[t] + (i64)jj * sr, kv[t]);
-#pragma unroll
-      for (int v = 0; v < V; ++v) {
-        const C xv = xs[jj][tx * V + v];
-#pragma unroll
-        for (int t = 0; t < RT; ++t) {
-          if (adj)
-            cfma_conj(acc[t][v], kv[t][v], xv);
-          else
-            cfma(acc[t][v], kv[t][v], xv);
-        }
-      }
+      staged_fma<RT, V>(acc, kv, &xs[jj][tx * V], adj);
     }
   }
 
-  TOut* yb = y + (i64)blockIdx.y * y_split_stride;
-#pragma unroll
-  for (int t = 0; t < RT; ++t) {
-    const i64 o = o0 + t;
-    if (o >= n_out) continue;
-#pragma unroll
-    for (int v = 0; v < V; ++v) {
-      if (f0 + v >= nf) continue;
-      C c = acc[t][v];
-      if (scale != nullptr && !adj) {
-        const R s = (R)scale[o * nfp + f0 + v];
-        c.x *= s;
-        c.y *= s;
-      }
-      yb[o * nf + f0 + v] = ccast<TOut>(c);
-    }
-  }
+  sbgemv_store<TOut, RT, 1, V>(acc, y + (i64)blockIdx.y * y_split_stride, 0, scale, adj, o0, f0,
+                               n_out, nf, nfp);
 }
 
 // Sum the split-K partial results (S, k, n_out, Nf) and cast to the inverse FFT's precision.
