@@ -41,8 +41,22 @@ STAGED_TILES = {
     "c32h": [(1, 4), (2, 4), (4, 4), (2, 2), (4, 2)],
 }
 _STAGED_J = 32  # reduction steps staged per chunk (the kernel's J)
+# (MT, V) tiles of the tensor-core kernel for several right-hand sides (sbgemm_*: a warp covers
+# MT row tiles of 8 (complex128) or 16 rows, up to 16 right-hand sides and V frequencies);
+# NVIDIA sm_80 and newer. Keep in sync with hip_kernels/fftmatvec_kernels.cu.
+MMA_TILES = {
+    "c128": [(4, 2), (2, 2), (4, 1)],
+    "c64": [(2, 2), (1, 4), (1, 2)],
+    "c32h": [(2, 2), (1, 4), (1, 2)],
+}
+# The defaults, from scripts/tune_sbgemv.py --k 16 on an H200: (MT, V), warps of a block along
+# the rows (at most; fewer when the output has fewer row tiles) and along the frequencies, and
+# the split-K target in warps per multiprocessor.
+MMA_DEFAULTS = {"c128": ((4, 2), 4, 2, 48), "c64": ((2, 2), 2, 2, 24), "c32h": ((2, 2), 1, 4, 12)}
+MMA_MAX_KB = 16  # right-hand sides per tensor-core launch (the MMA's N = 2 x 16 real columns)
+MMA_MIN_KB = 4  # fewer right-hand sides go to the GEMV kernels
 # Frequency padding of the stored Khat, so that V-wide loads are aligned.
-PAD = {"c128": 1, "c64": 2, "c32h": 4}
+PAD = {"c128": 2, "c64": 4, "c32h": 8}
 _BATCH_SIZES = (16, 8, 4, 2, 1)
 
 
@@ -55,6 +69,8 @@ class _Launch:
     splits: int
     red_chunk: int
     staged: bool = False
+    mma: bool = False
+    wo: int = 1  # tensor-core launches: warps of a block along the output rows
 
 
 def _switch(name: str) -> str:
@@ -99,6 +115,8 @@ class KernelEngine:
         self._graphs: OrderedDict = OrderedDict()
         self.blocks_per_sm = 8  # split-K target: thread blocks per multiprocessor
         self.staged_threads_per_sm = None  # split-K target of the staged kernel (None: default)
+        self._mma = None  # whether the tensor-core kernels exist here (found on first use)
+        self.mma_warps_per_sm = None  # split-K target of the tensor-core kernel (None: default)
 
     @property
     def nbytes(self) -> int:
@@ -152,12 +170,70 @@ class KernelEngine:
         n_out, n_red = (self.nm, self.nd) if adjoint else (self.nd, self.nm)
         plan = []
         remaining = k
+        mma_min = self._mma_min_kb(adjoint)
+        while mma_min is not None and remaining >= mma_min:
+            kb = min(remaining, MMA_MAX_KB)
+            remaining -= kb
+            plan.append(self._launch_mma(kb, n_out, n_red, in_dtype, out_dtype))
         for kb in _BATCH_SIZES:
             while remaining >= kb:
                 remaining -= kb
                 plan.append(self._launch(kb, n_out, n_red, in_dtype, out_dtype, adjoint=adjoint))
         self._plans[key] = plan
         return plan
+
+    def _mma_min_kb(self, adjoint: bool = False) -> int | None:
+        """The fewest right-hand sides a tensor-core launch takes, or None when that kernel is
+        not used. It exists on NVIDIA sm_80 and newer and by default serves forward products
+        of at least ``MMA_MIN_KB`` right-hand sides (adjoints are faster on the GEMV kernels,
+        scripts/tune_sbgemv.py). ``FFTMATVEC_MMA=0`` never uses it, ``=1`` uses it for every
+        launch, both directions, down to one right-hand side."""
+        mode = _switch("FFTMATVEC_MMA")
+        if mode == "0" or (mode == "auto" and adjoint):
+            return None
+        if self._mma is None:
+            self._mma = (not backend.is_hip()) and kernels.has_function(
+                self._mma_name(MMA_TILES[self.store][0], np.complex128, np.complex128))
+        if not self._mma:
+            if mode == "1":
+                raise FFTMatvecValueError(
+                    "FFTMATVEC_MMA=1, but this device has no tensor-core kernels "
+                    "(NVIDIA sm_80 or newer)")
+            return None
+        return 1 if mode == "1" else MMA_MIN_KB
+
+    def _mma_name(self, tile, in_dtype, out_dtype) -> str:
+        mt, v = tile
+        return (f"sbgemm_{self.store}_{_CPLX_SUFFIX[np.dtype(in_dtype)]}_"
+                f"{_CPLX_SUFFIX[np.dtype(out_dtype)]}_m{mt}_v{v}")
+
+    def _launch_mma(self, kb, n_out, n_red, in_dtype, out_dtype, tile=None) -> _Launch:
+        """A tensor-core launch for ``kb`` <= 16 right-hand sides; ``tile`` = (MT, V, WO, WF)
+        overrides the defaults (WO x WF warps per block: WO along the rows, WF along the
+        frequencies)."""
+        if not 1 <= kb <= MMA_MAX_KB:
+            raise ValueError(f"a tensor-core launch takes 1 to {MMA_MAX_KB} right-hand sides, got {kb}")
+        rows = 8 if self.store == "c128" else 16
+        (mt, v), wo, wf, _ = MMA_DEFAULTS[self.store]
+        if tile is None:
+            wo = max(1, min(wo, math.ceil(n_out / (rows * mt))))
+        else:
+            mt, v, wo, wf = tile
+            if not (wo >= 1 and wf >= 1 and wo * wf <= 8):
+                raise ValueError(f"tensor-core blocks have 1 to 8 warps, got {wo} x {wf}")
+        if (mt, v) not in MMA_TILES[self.store]:
+            raise ValueError(f"tensor-core tile (MT={mt}, V={v}) is not compiled for {self.store}")
+        n_otiles = math.ceil(n_out / (rows * mt))
+        base = math.ceil(n_otiles / wo) * math.ceil(math.ceil(self.nf / v) / wf)
+        per_sm = MMA_DEFAULTS[self.store][3] if self.mma_warps_per_sm is None else self.mma_warps_per_sm
+        target = self.num_sms * per_sm
+        splits = 1
+        if base * wo * wf < target:
+            splits = max(1, min(math.ceil(target / (base * wo * wf)), math.ceil(n_red / 64)))
+        red_chunk = -(-math.ceil(n_red / splits) // 4) * 4
+        splits = math.ceil(n_red / red_chunk)
+        name = self._mma_name((mt, v), in_dtype, self.compute if splits > 1 else out_dtype)
+        return _Launch(name, kb, (base, splits), (32, wo * wf), splits, red_chunk, mma=True, wo=wo)
 
     def _use_staged(self, kb: int, n_red: int, adjoint: bool) -> bool:
         """Whether one right-hand side goes through the staged kernel. From the sweeps of
@@ -264,6 +340,10 @@ class KernelEngine:
                     _i64(so), _i64(sr), np.int32(adjoint), _i64(launch.red_chunk))
             if launch.staged:
                 fn(launch.grid, launch.block, head + (_i64(n_out * nf),))
+            elif launch.mma:
+                fn(launch.grid, launch.block,
+                   head + (np.int32(launch.kb), np.int32(launch.wo), _i64(n_red * nf),
+                           _i64(n_out * nf), _i64(launch.kb * n_out * nf)))
             else:
                 fn(launch.grid, launch.block,
                    head + (_i64(n_red * nf), _i64(n_out * nf), _i64(launch.kb * n_out * nf)))

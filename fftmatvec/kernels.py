@@ -113,12 +113,31 @@ def _load_module():
 
                     src = hipify(kernel_source(), add_runtime_header=False)
                 how = f"JIT hiprtc for {arch}"
+                options = ("-std=c++17",)
             else:
                 src = kernel_source()
                 how = f"JIT NVRTC for {arch}"
-            module = cp.RawModule(code=src, options=("-std=c++17",))
+                options = ("-std=c++17",) + mma_options(arch)
+            module = cp.RawModule(code=src, options=options)
         _modules[dev] = (module, how)
         return module
+
+
+def mma_options(arch: str) -> tuple[str, ...]:
+    """Compiler options for ``arch``: the tensor-core kernels (``sbgemm_*``) exist on NVIDIA
+    sm_80 and newer only."""
+    cc = arch.removeprefix("sm_")
+    return ("-DFFTMATVEC_MMA",) if cc.isdigit() and int(cc) >= 80 else ()
+
+
+def has_function(name: str) -> bool:
+    """Whether the current device's code object has the entry point ``name``."""
+    try:
+        get_function(name)
+    except KernelLoadError:
+        _load_module()  # a module that fails to load at all is an error, not a missing name
+        return False
+    return True
 
 
 def get_function(name: str):

@@ -81,7 +81,9 @@ __device__ __forceinline__ float2 unpack_half2(unsigned int w) {
 struct StoreC128 {
   typedef double2 elem;
   typedef double real;
-  static constexpr int PAD = 1;
+  static constexpr int PAD = 2;
+  static constexpr bool exact_tf32 = false;
+  __device__ static __forceinline__ double2 to_compute(elem v) { return v; }
   template <int V>
   __device__ static __forceinline__ void load(const elem* p, double2 (&c)[V]) {
 #pragma unroll
@@ -91,7 +93,9 @@ struct StoreC128 {
 struct StoreC64 {
   typedef float2 elem;
   typedef float real;
-  static constexpr int PAD = 2;
+  static constexpr int PAD = 4;
+  static constexpr bool exact_tf32 = false;
+  __device__ static __forceinline__ float2 to_compute(elem v) { return v; }
   template <int V>
   __device__ static __forceinline__ void load(const elem* p, float2 (&c)[V]) {
     if constexpr (V % 2 == 0) {
@@ -110,15 +114,20 @@ struct StoreC64 {
 struct StoreC32h {
   typedef unsigned int elem;
   typedef float real;
-  static constexpr int PAD = 4;
+  static constexpr int PAD = 8;
+  static constexpr bool exact_tf32 = true;  // a float16 value is exact in TF32
+  __device__ static __forceinline__ float2 to_compute(elem v) { return unpack_half2(v); }
   template <int V>
   __device__ static __forceinline__ void load(const elem* p, float2 (&c)[V]) {
-    if constexpr (V == 4) {
-      const uint4 q = load_stream(reinterpret_cast<const uint4*>(p));
-      c[0] = unpack_half2(q.x);
-      c[1] = unpack_half2(q.y);
-      c[2] = unpack_half2(q.z);
-      c[3] = unpack_half2(q.w);
+    if constexpr (V % 4 == 0) {
+#pragma unroll
+      for (int w = 0; w < V / 4; ++w) {
+        const uint4 q = load_stream(reinterpret_cast<const uint4*>(p) + w);
+        c[4 * w] = unpack_half2(q.x);
+        c[4 * w + 1] = unpack_half2(q.y);
+        c[4 * w + 2] = unpack_half2(q.z);
+        c[4 * w + 3] = unpack_half2(q.w);
+      }
     } else if constexpr (V == 2) {
       const uint2 q = load_stream(reinterpret_cast<const uint2*>(p));
       c[0] = unpack_half2(q.x);

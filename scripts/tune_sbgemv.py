@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Sweep the stage-3 kernels' tile shapes (RT rows x V frequencies per thread, block shape,
-split-K target; for one right-hand side also the staged kernel's RT, V and TY) and print the
-fastest per case, as a fraction of the floor. Used to set the defaults in fftmatvec/_gpu.py.
+split-K target; for one right-hand side also the staged kernel's RT, V and TY; for several the
+tensor-core kernel's MT, V, warps per block and split-K target) and print the fastest per case,
+as a fraction of the floor. Used to set the defaults in fftmatvec/_gpu.py.
 
 Usage: python scripts/tune_sbgemv.py [--sizes 5000x100x1000,...]
 """
@@ -46,17 +47,18 @@ def main(argv=None) -> int:
                 n_in, n_out, n_red = (nd, nm, nd) if adjoint else (nm, nd, nm)
                 k = args.k
                 x = cp.asarray(rng.standard_normal((k, n_in, F.nf)) + 1j * rng.standard_normal((k, n_in, F.nf)))
-                floor = (F.khat_nbytes + 16 * F.nf * (nm + nd)) / bw
+                floor = (F.khat_nbytes + k * 16 * F.nf * (nm + nd)) / bw
                 rows = []
                 default = eng._plan(adjoint, k, x.dtype, np.complex128)
                 eng._plans.clear()
-                saved = os.environ.get("FFTMATVEC_STAGED")
-                os.environ["FFTMATVEC_STAGED"] = "0"
-                unstaged = eng._plan(adjoint, k, x.dtype, np.complex128)
-                if saved is None:
-                    os.environ.pop("FFTMATVEC_STAGED")
-                else:
-                    os.environ["FFTMATVEC_STAGED"] = saved
+                saved = {v: os.environ.get(v) for v in ("FFTMATVEC_STAGED", "FFTMATVEC_MMA")}
+                os.environ.update({"FFTMATVEC_STAGED": "0", "FFTMATVEC_MMA": "0"})
+                unstaged = eng._plan(adjoint, k, x.dtype, np.complex128)  # the GEMV kernel
+                for var, value in saved.items():
+                    if value is None:
+                        os.environ.pop(var)
+                    else:
+                        os.environ[var] = value
                 eng._plans.clear()
                 t = median_time(cp, lambda: eng.apply(x, adjoint, np.complex128, plan=unstaged), args.repeat)
                 rows.append((t, "unstaged default", unstaged[0]))
@@ -83,11 +85,22 @@ def main(argv=None) -> int:
                                 t = median_time(cp, lambda: eng.apply(x, adjoint, np.complex128, plan=[la]), args.repeat)
                                 rows.append((t, f"staged rt={rt} v={v} ty={ty} threads/SM={tps}", la))
                     eng.staged_threads_per_sm = None
+                elif eng._mma_min_kb() is not None:  # the tensor-core kernel
+                    from fftmatvec._gpu import MMA_TILES
+
+                    for mt, v in MMA_TILES[eng.store]:
+                        for wo, wf in ((1, 4), (2, 2), (4, 2), (2, 4)):
+                            for wps in (12, 24, 48):
+                                eng.mma_warps_per_sm = wps
+                                la = eng._launch_mma(k, n_out, n_red, x.dtype, np.complex128, tile=(mt, v, wo, wf))
+                                t = median_time(cp, lambda: eng.apply(x, adjoint, np.complex128, plan=[la]), args.repeat)
+                                rows.append((t, f"mma mt={mt} v={v} wo={wo} wf={wf} warps/SM={wps}", la))
+                    eng.mma_warps_per_sm = None
                 rows.sort(key=lambda r: r[0])
                 d = "adj" if adjoint else "fwd"
                 times = {desc: t for t, desc, _ in rows}
                 print(f"{nm}x{nd}x{nt} k={k} {st} {d}: default {times['default'] * 1e3:.3f} ms "
-                      f"({floor / times['default']:.2f} of floor), unstaged default "
+                      f"({floor / times['default']:.2f} of floor), GEMV default "
                       f"{times['unstaged default'] * 1e3:.3f} ms ({floor / times['unstaged default']:.2f})")
                 for t, desc, la in rows[:4]:
                     print(f"    {t * 1e3:.3f} ms  {floor / t:.2f}  {desc}  splits={la.splits} grid={la.grid}")

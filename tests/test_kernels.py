@@ -45,9 +45,13 @@ def _khat_reference(K, L):
 @pytest.mark.parametrize("store", ["d", "s", "h"])
 @pytest.mark.parametrize("k", [1, 11, 17])  # launches of 16, 8, 2 and 1 right-hand sides
 @pytest.mark.parametrize("adjoint", [False, True], ids=["fwd", "adj"])
-@pytest.mark.parametrize("staged", ["auto", "0"])  # default kernel choice; unstaged only
-def test_sbgemv(rng, monkeypatch, shape, store, k, adjoint, staged):
-    monkeypatch.setenv("FFTMATVEC_STAGED", staged)
+# default kernel choice (staged for one vector, tensor cores for several where the device has
+# them); the plain GEMV kernel only
+@pytest.mark.parametrize("kernels", ["auto", "gemv"])
+def test_sbgemv(rng, monkeypatch, shape, store, k, adjoint, kernels):
+    if kernels == "gemv":
+        monkeypatch.setenv("FFTMATVEC_STAGED", "0")
+        monkeypatch.setenv("FFTMATVEC_MMA", "0")
     cp = backend.cupy
     nd, nm, nt = shape
     K = rng.standard_normal(shape)
@@ -58,6 +62,8 @@ def test_sbgemv(rng, monkeypatch, shape, store, k, adjoint, staged):
     khat = _khat_reference(K, L) / L  # the engine stores Khat/L (normalisation of stage 4)
     n_in, n_out = (nd, nm) if adjoint else (nm, nd)
     tol = {"d": 1e-13, "s": 2e-6, "h": 2e-3}[store]
+    if store == "s" and k >= 4 and kernels == "auto" and not adjoint:
+        tol = 1e-5  # tensor cores (3xTF32) where the device has them; see test_mma_tiles
     for in_dt, out_dt in [(np.complex128, np.complex128), (np.complex64, np.complex64),
                           (np.complex64, np.complex128), (np.complex128, np.complex64)]:
         x = (rng.standard_normal((k, n_in, nf)) + 1j * rng.standard_normal((k, n_in, nf)))
@@ -112,6 +118,47 @@ def test_staged_tiles(rng, shape, store, adjoint):
                 assert np.isfinite(got).all(), (rt, v, ty, la)
                 err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
                 assert err < tol, (rt, v, ty, la, err)
+
+
+@pytest.mark.parametrize("shape", [(45, 77, 150), (100, 23, 1000), (3, 300, 20), (1, 37, 40),
+                                   (37, 1, 40)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("store", ["d", "s", "h"])
+@pytest.mark.parametrize("adjoint", [False, True], ids=["fwd", "adj"])
+def test_mma_tiles(rng, shape, store, adjoint):
+    """Every compiled tile of the tensor-core kernel, with 1, 5 and 16 right-hand sides, one
+    and eight warps per block, with and without split-K, against the float64 product, in and
+    out in both precisions, in both directions (the engine uses it for forward products)."""
+    cp = backend.cupy
+    from fftmatvec._gpu import MMA_TILES
+
+    nd, nm, nt = shape
+    K = rng.standard_normal(shape)
+    F = fm.BlockToeplitz(cp.asarray(K), f"dd{store}dd")
+    eng = F._engine
+    if eng._mma_min_kb() is None:
+        pytest.skip("no tensor-core kernels on this device")
+    khat = _khat_reference(K, F.fft_len) / F.fft_len
+    n_in, n_out, n_red = (nd, nm, nd) if adjoint else (nm, nd, nm)
+    # TF32 tensor cores accumulate in float32 with truncation: 3xTF32 (s) reaches a few 1e-6
+    tol = {"d": 1e-13, "s": 1e-5, "h": 2e-3}[store]
+    for kb in (1, 5, 16):
+        x = rng.standard_normal((kb, n_in, F.nf)) + 1j * rng.standard_normal((kb, n_in, F.nf))
+        ref = _dense_product(khat, x, adjoint)
+        for tile in MMA_TILES[eng.store]:
+            for wo, wf in ((1, 1), (4, 2)):
+                for wps in (None, 0):  # split-K on the device's count; none
+                    for in_dt, out_dt in ((np.complex128, np.complex128),
+                                          (np.complex64, np.complex64)):
+                        eng.mma_warps_per_sm = wps
+                        la = eng._launch_mma(kb, n_out, n_red, in_dt, out_dt, tile=tile + (wo, wf))
+                        out = _poisoned(cp, (kb, n_out, F.nf), out_dt)
+                        eng.apply(cp.asarray(x.astype(in_dt)), adjoint, out_dt, out=out, plan=[la])
+                        got = cp.asnumpy(out)
+                        case = (kb, tile, la, in_dt)
+                        assert np.isfinite(got).all(), case
+                        err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+                        t = tol if in_dt == np.complex128 else max(tol, 2e-6)
+                        assert err < t, (case, err)
 
 
 @pytest.mark.parametrize("rows,nt", [(1, 1), (3, 7), (70000, 9), (5, 1000)])

@@ -20,7 +20,7 @@ def test_switch_values(monkeypatch, value, expected):
     assert _switch("FFTMATVEC_STAGED") == expected
 
 
-@pytest.mark.parametrize("name", ["FFTMATVEC_STAGED", "FFTMATVEC_CUDA_GRAPHS"])
+@pytest.mark.parametrize("name", ["FFTMATVEC_STAGED", "FFTMATVEC_CUDA_GRAPHS", "FFTMATVEC_MMA"])
 def test_switch_rejects_other_values(monkeypatch, name):
     monkeypatch.setenv(name, "yes")
     with pytest.raises(FFTMatvecValueError, match=name):
@@ -48,3 +48,27 @@ def test_staged_choice(monkeypatch, store, kb, n_red, adjoint, expected):
     assert KernelEngine._use_staged(engine, kb, n_red, adjoint) is False
     monkeypatch.setenv("FFTMATVEC_STAGED", "1")
     assert KernelEngine._use_staged(engine, kb, n_red, adjoint) is (kb == 1)
+
+
+@pytest.mark.parametrize("has_mma", [True, False])
+@pytest.mark.parametrize("adjoint", [False, True])
+def test_tensor_core_choice(monkeypatch, has_mma, adjoint):
+    """Tensor cores serve forward batches by default, every launch with FFTMATVEC_MMA=1 (an
+    error where the device has none), nothing with =0."""
+    from fftmatvec._gpu import MMA_MIN_KB
+
+    engine = SimpleNamespace(_mma=has_mma)
+    monkeypatch.delenv("FFTMATVEC_MMA", raising=False)
+    expected = MMA_MIN_KB if has_mma and not adjoint else None
+    assert KernelEngine._mma_min_kb(engine, adjoint) == expected
+    monkeypatch.setenv("FFTMATVEC_MMA", "0")
+    assert KernelEngine._mma_min_kb(engine, adjoint) is None
+    monkeypatch.setenv("FFTMATVEC_MMA", "1")
+    if has_mma:
+        assert KernelEngine._mma_min_kb(engine, adjoint) == 1
+    else:
+        with pytest.raises(FFTMatvecValueError, match="FFTMATVEC_MMA"):
+            KernelEngine._mma_min_kb(engine, adjoint)
+    monkeypatch.setenv("FFTMATVEC_MMA", "maybe")
+    with pytest.raises(FFTMatvecValueError, match="FFTMATVEC_MMA"):
+        KernelEngine._mma_min_kb(engine, adjoint)
