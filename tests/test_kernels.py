@@ -62,7 +62,7 @@ def test_sbgemv(rng, monkeypatch, shape, store, k, adjoint, kernels):
     khat = _khat_reference(K, L) / L  # the engine stores Khat/L (normalisation of stage 4)
     n_in, n_out = (nd, nm) if adjoint else (nm, nd)
     tol = {"d": 1e-13, "s": 2e-6, "h": 2e-3}[store]
-    if store == "s" and k >= 4 and kernels == "auto" and not adjoint:
+    if store == "s" and k >= 16 and kernels == "auto" and not adjoint:
         tol = 1e-5  # tensor cores (3xTF32) where the device has them; see test_mma_tiles
     for in_dt, out_dt in [(np.complex128, np.complex128), (np.complex64, np.complex64),
                           (np.complex64, np.complex128), (np.complex128, np.complex64)]:
