@@ -216,7 +216,7 @@ class KernelEngine:
         if not 1 <= kb <= MMA_MAX_KB:
             raise ValueError(f"a tensor-core launch takes 1 to {MMA_MAX_KB} right-hand sides, got {kb}")
         rows = 8 if self.store == "c128" else 16
-        (mt, v), wo, wf, _ = MMA_DEFAULTS[self.store]
+        (mt, v), wo, wf, per_sm = MMA_DEFAULTS[self.store]
         if tile is None:
             wo = max(1, min(wo, math.ceil(n_out / (rows * mt))))
         else:
@@ -227,7 +227,8 @@ class KernelEngine:
             raise ValueError(f"tensor-core tile (MT={mt}, V={v}) is not compiled for {self.store}")
         n_otiles = math.ceil(n_out / (rows * mt))
         base = math.ceil(n_otiles / wo) * math.ceil(math.ceil(self.nf / v) / wf)
-        per_sm = MMA_DEFAULTS[self.store][3] if self.mma_warps_per_sm is None else self.mma_warps_per_sm
+        if self.mma_warps_per_sm is not None:
+            per_sm = self.mma_warps_per_sm
         target = self.num_sms * per_sm
         splits = 1
         if base * wo * wf < target:

@@ -131,11 +131,12 @@ def mma_options(arch: str) -> tuple[str, ...]:
 
 
 def has_function(name: str) -> bool:
-    """Whether the current device's code object has the entry point ``name``."""
+    """Whether the current device's code object has the entry point ``name``. A code object
+    that cannot be loaded at all is an error, not a missing name."""
+    _load_module()
     try:
         get_function(name)
     except KernelLoadError:
-        _load_module()  # a module that fails to load at all is an error, not a missing name
         return False
     return True
 

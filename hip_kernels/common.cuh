@@ -82,8 +82,6 @@ struct StoreC128 {
   typedef double2 elem;
   typedef double real;
   static constexpr int PAD = 2;
-  static constexpr bool exact_tf32 = false;
-  __device__ static __forceinline__ double2 to_compute(elem v) { return v; }
   template <int V>
   __device__ static __forceinline__ void load(const elem* p, double2 (&c)[V]) {
 #pragma unroll
@@ -94,8 +92,7 @@ struct StoreC64 {
   typedef float2 elem;
   typedef float real;
   static constexpr int PAD = 4;
-  static constexpr bool exact_tf32 = false;
-  __device__ static __forceinline__ float2 to_compute(elem v) { return v; }
+  static constexpr bool exact_tf32 = false;  // TF32 kernels split a float32 value in two
   template <int V>
   __device__ static __forceinline__ void load(const elem* p, float2 (&c)[V]) {
     if constexpr (V % 2 == 0) {
@@ -116,7 +113,6 @@ struct StoreC32h {
   typedef float real;
   static constexpr int PAD = 8;
   static constexpr bool exact_tf32 = true;  // a float16 value is exact in TF32
-  __device__ static __forceinline__ float2 to_compute(elem v) { return unpack_half2(v); }
   template <int V>
   __device__ static __forceinline__ void load(const elem* p, float2 (&c)[V]) {
     if constexpr (V % 4 == 0) {

@@ -163,8 +163,12 @@ __device__ __forceinline__ void sbgemm_f64_body(
       for (int n = 0; n < 4; ++n) acc[v][m][n][0] = acc[v][m][n][1] = 0.0;
 
   // Software pipeline: the loads of k-step s + 1 are in flight while k-step s multiplies.
-  double2 a[MT][V], xv[2][V];
-  auto load = [&](i64 r0, double2 (&a_)[MT][V], double2 (&x_)[2][V]) {
+  struct Step {
+    double2 a[MT][V], x[2][V];
+  } cur, nxt;
+  auto load = [&](i64 r0, Step& s) {
+    double2(&a_)[MT][V] = s.a;
+    double2(&x_)[2][V] = s.x;
     const i64 r = r0 + w.t;
     const bool valid = r < w.r_end;
     const i64 rr = valid ? r : w.r_end - 1;
@@ -178,16 +182,16 @@ __device__ __forceinline__ void sbgemm_f64_body(
     mma_load_x<double, TIn, V>(x_, x, x_bstride, nf, fx, w.g, kb, rr, valid, nullptr, nfp,
                                w.f0);
   };
-  if (w.r_begin < w.r_end) load(w.r_begin, a, xv);
+  if (w.r_begin < w.r_end) load(w.r_begin, cur);
   for (i64 r0 = w.r_begin; r0 < w.r_end; r0 += 4) {
-    double2 an[MT][V], xn[2][V];
-    load((r0 + 4 < w.r_end) ? r0 + 4 : r0, an, xn);
+    load((r0 + 4 < w.r_end) ? r0 + 4 : r0, nxt);
 #pragma unroll
     for (int v = 0; v < V; ++v) {
-      const double xr0 = xv[0][v].x, xi0 = xv[0][v].y, xr1 = xv[1][v].x, xi1 = xv[1][v].y;
+      const double xr0 = cur.x[0][v].x, xi0 = cur.x[0][v].y;
+      const double xr1 = cur.x[1][v].x, xi1 = cur.x[1][v].y;
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
-        const double ar = a[m][v].x, ai = sgn * a[m][v].y;
+        const double ar = cur.a[m][v].x, ai = sgn * cur.a[m][v].y;
         mma_f64(acc[v][m][0], ar, xr0);  // Yr += Ar Xr
         mma_f64(acc[v][m][1], ar, xr1);
         mma_f64(acc[v][m][2], ar, xi0);  // Yi += Ar Xi
@@ -198,13 +202,7 @@ __device__ __forceinline__ void sbgemm_f64_body(
         mma_f64(acc[v][m][3], ai, xr1);
       }
     }
-#pragma unroll
-    for (int v = 0; v < V; ++v) {
-#pragma unroll
-      for (int m = 0; m < MT; ++m) a[m][v] = an[m][v];
-      xv[0][v] = xn[0][v];
-      xv[1][v] = xn[1][v];
-    }
+    cur = nxt;
   }
 
   TOut* yb = y + (i64)blockIdx.y * y_split_stride;
@@ -261,8 +259,12 @@ __device__ __forceinline__ void sbgemm_tf32_body(
 #pragma unroll
         for (int c = 0; c < 4; ++c) acc[v][m][n][c] = 0.0f;
 
-  float2 a[MT][2][V], xv[2][V];
-  auto load = [&](i64 r0, float2 (&a_)[MT][2][V], float2 (&x_)[2][V]) {
+  struct Step {
+    float2 a[MT][2][V], x[2][V];
+  } cur, nxt;
+  auto load = [&](i64 r0, Step& s) {
+    float2(&a_)[MT][2][V] = s.a;
+    float2(&x_)[2][V] = s.x;
     const i64 r = r0 + w.t;
     const bool valid = r < w.r_end;
     const i64 rr = valid ? r : w.r_end - 1;
@@ -278,22 +280,21 @@ __device__ __forceinline__ void sbgemm_tf32_body(
     mma_load_x<float, TIn, V>(x_, x, x_bstride, nf, fx, w.g, kb, rr, valid, red_scale, nfp,
                               w.f0);
   };
-  if (w.r_begin < w.r_end) load(w.r_begin, a, xv);
+  if (w.r_begin < w.r_end) load(w.r_begin, cur);
   for (i64 r0 = w.r_begin; r0 < w.r_end; r0 += 4) {
-    float2 an[MT][2][V], xn[2][V];
-    load((r0 + 4 < w.r_end) ? r0 + 4 : r0, an, xn);
+    load((r0 + 4 < w.r_end) ? r0 + 4 : r0, nxt);
 #pragma unroll
     for (int v = 0; v < V; ++v) {
       Tf32Pair xr[2], xi[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        xr[h] = tf32_split(xv[h][v].x);
-        xi[h] = tf32_split(xv[h][v].y);
+        xr[h] = tf32_split(cur.x[h][v].x);
+        xi[h] = tf32_split(cur.x[h][v].y);
       }
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
-        const float f0r = a[m][0][v].x, f1r = a[m][1][v].x;
-        const float f0i = sgn * a[m][0][v].y, f1i = sgn * a[m][1][v].y;
+        const float f0r = cur.a[m][0][v].x, f1r = cur.a[m][1][v].x;
+        const float f0i = sgn * cur.a[m][0][v].y, f1i = sgn * cur.a[m][1][v].y;
         Tf32Pair a0, a1, a2, a3;
         if constexpr (split_a) {
           a0 = tf32_split(f0r);
@@ -319,16 +320,7 @@ __device__ __forceinline__ void sbgemm_tf32_body(
         }
       }
     }
-#pragma unroll
-    for (int v = 0; v < V; ++v) {
-#pragma unroll
-      for (int m = 0; m < MT; ++m) {
-        a[m][0][v] = an[m][0][v];
-        a[m][1][v] = an[m][1][v];
-      }
-      xv[0][v] = xn[0][v];
-      xv[1][v] = xn[1][v];
-    }
+    cur = nxt;
   }
 
   TOut* yb = y + (i64)blockIdx.y * y_split_stride;
