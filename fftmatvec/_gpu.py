@@ -41,22 +41,36 @@ STAGED_TILES = {
     "c32h": [(1, 4), (2, 4), (4, 4), (2, 2), (4, 2)],
 }
 _STAGED_J = 32  # reduction steps staged per chunk (the kernel's J)
-# (MT, V) tiles of the tensor-core kernel for several right-hand sides (sbgemm_*: a warp covers
-# MT row tiles of 8 (complex128) or 16 rows, up to 16 right-hand sides and V frequencies);
-# NVIDIA sm_80 and newer. Keep in sync with hip_kernels/fftmatvec_kernels.cu.
-MMA_TILES = {
-    "c128": [(4, 2), (2, 2), (4, 1)],
-    "c64": [(2, 2), (1, 4), (1, 2)],
-    "c32h": [(2, 2), (1, 4), (1, 2)],
+# (MT, V, WR, WF, KS, NS) tiles of the tensor-core kernel for several right-hand sides
+# (sbgemmp_*: a block of WR x WF warps owns WR x MT row tiles of 8 (complex128) or 16 rows and
+# WF x V frequencies, and streams KS reduction rows per stage, NS stages deep, through shared
+# memory); NVIDIA sm_80 and newer. Keep in sync with hip_kernels/fftmatvec_kernels.cu.
+PIPE_TILES = {
+    "c128": [(4, 2, 1, 4, 4, 4), (4, 1, 2, 8, 4, 4)],
+    "c64": [(2, 2, 1, 8, 4, 4), (1, 2, 4, 2, 4, 4)],
+    "c32h": [(2, 2, 2, 8, 4, 4), (2, 4, 1, 8, 4, 4)],
 }
-# The defaults, from scripts/tune_sbgemv.py --k 16 on an H200: (MT, V), warps of a block along
-# the rows (at most; fewer when the output has fewer row tiles) and along the frequencies, and
-# the split-K target in warps per multiprocessor.
-MMA_DEFAULTS = {"c128": ((4, 2), 4, 2, 48), "c64": ((2, 2), 2, 2, 24), "c32h": ((2, 2), 1, 4, 12)}
+# The defaults per (storage, adjoint), from scripts/tune_sbgemv.py --k 16 on an H200: the tile
+# and the split-K target: when the blocks fill less than one round of the device's block slots,
+# the reduction is split until they fill this many rounds.
+PIPE_DEFAULTS = {
+    ("c128", False): ((4, 2, 1, 4, 4, 4), 4), ("c128", True): ((4, 1, 2, 8, 4, 4), 4),
+    ("c64", False): ((2, 2, 1, 8, 4, 4), 4), ("c64", True): ((2, 2, 1, 8, 4, 4), 4),
+    ("c32h", False): ((2, 2, 2, 8, 4, 4), 2), ("c32h", True): ((2, 4, 1, 8, 4, 4), 4),
+}
+# Adjoints use tensor cores in `d`, and in `h` from this many reduction rows (Nd); the GEMV
+# kernels are faster for `s` adjoints and for `h` ones with few rows (docs/benchmarks.md).
+MMA_ADJ_MIN_ROWS = {"c128": 0, "c32h": 64}
+_ELEM_BYTES = {"c128": 16, "c64": 8, "c32h": 4}
 MMA_MAX_KB = 16  # right-hand sides per tensor-core launch (the MMA's N = 2 x 16 real columns)
-# Fewer right-hand sides go to the GEMV kernels: a tensor-core launch costs about the same for
-# any kb (it always computes 16 columns), and at k = 8 the GEMV kernels are faster in d, s, h.
-MMA_MIN_KB = 16
+# The fewest right-hand sides a tensor-core launch takes, per (storage, adjoint): a launch costs
+# about the same for any kb (it always computes 16 columns), so smaller batches go to the GEMV
+# kernels where those are faster. Measured on (5000, 100, 1000), H200: at k = 8 tensor cores
+# take 3.2 / 3.5 ms in `d` forward / adjoint against 4.9 / 3.7 ms (GEMV), at k = 4 and 8 in
+# `h` forward 1.4 ms against 1.8-1.9; `s` and `h` adjoints are faster on the GEMV kernels
+# below 16 (docs/benchmarks.md).
+MMA_MIN_KB = {("c128", False): 8, ("c128", True): 8, ("c64", False): 16, ("c64", True): 16,
+              ("c32h", False): 4, ("c32h", True): 16}
 # Frequency padding of the stored Khat, so that V-wide loads are aligned.
 PAD = {"c128": 2, "c64": 4, "c32h": 8}
 _BATCH_SIZES = (16, 8, 4, 2, 1)
@@ -72,7 +86,7 @@ class _Launch:
     red_chunk: int
     staged: bool = False
     mma: bool = False
-    wo: int = 1  # tensor-core launches: warps of a block along the output rows
+    smem: int = 0  # bytes of dynamic shared memory (tensor-core launches)
 
 
 def _switch(name: str) -> str:
@@ -118,7 +132,10 @@ class KernelEngine:
         self.blocks_per_sm = 8  # split-K target: thread blocks per multiprocessor
         self.staged_threads_per_sm = None  # split-K target of the staged kernel (None: default)
         self._mma = None  # whether the tensor-core kernels exist here (found on first use)
-        self.mma_warps_per_sm = None  # split-K target of the tensor-core kernel (None: default)
+        self.pipe_waves = None  # split-K target of the tensor-core kernel (None: default)
+        self.smem_per_sm = int(props.get("sharedMemPerMultiprocessor", 0)) or 228 * 1024
+        self.smem_per_block = int(props.get("sharedMemPerBlockOptin", 0)) or 227 * 1024
+        self._smem_set: dict = {}
 
     @property
     def nbytes(self) -> int:
@@ -173,10 +190,13 @@ class KernelEngine:
         plan = []
         remaining = k
         mma_min = self._mma_min_kb(adjoint)
+        tile = PIPE_DEFAULTS[(self.store, bool(adjoint))][0]
+        if mma_min is not None and self.pipe_smem(tile, in_dtype) > self.smem_per_block:
+            mma_min = None  # a device with less shared memory per block than the tile needs
         while mma_min is not None and remaining >= mma_min:
             kb = min(remaining, MMA_MAX_KB)
             remaining -= kb
-            plan.append(self._launch_mma(kb, n_out, n_red, in_dtype, out_dtype))
+            plan.append(self._launch_pipe(kb, n_out, n_red, in_dtype, out_dtype, adjoint=adjoint))
         for kb in _BATCH_SIZES:
             while remaining >= kb:
                 remaining -= kb
@@ -186,57 +206,73 @@ class KernelEngine:
 
     def _mma_min_kb(self, adjoint: bool = False) -> int | None:
         """The fewest right-hand sides a tensor-core launch takes, or None when that kernel is
-        not used. It exists on NVIDIA sm_80 and newer and by default serves forward products
-        of at least ``MMA_MIN_KB`` right-hand sides (adjoints are faster on the GEMV kernels,
-        scripts/tune_sbgemv.py). ``FFTMATVEC_MMA=0`` never uses it, ``=1`` uses it for every
-        launch, both directions, down to one right-hand side."""
+        not used. It exists on NVIDIA sm_80 and newer and by default serves launches of at least
+        ``MMA_MIN_KB`` right-hand sides: forward ones, and adjoint ones where it beats the GEMV
+        kernels (``MMA_ADJ_MIN_ROWS``; scripts/tune_sbgemv.py). ``FFTMATVEC_MMA=0`` never uses
+        it, ``=1`` uses it for every launch, both directions, down to one right-hand side."""
         mode = _switch("FFTMATVEC_MMA")
-        if mode == "0" or (mode == "auto" and adjoint):
+        if mode == "0":
             return None
+        if mode == "auto" and adjoint:
+            min_rows = MMA_ADJ_MIN_ROWS.get(self.store)
+            if min_rows is None or self.nd < min_rows:
+                return None
         if self._mma is None:
+            tile = PIPE_TILES[self.store][0]
             self._mma = (not backend.is_hip()) and kernels.has_function(
-                self._mma_name(MMA_TILES[self.store][0], np.complex128, np.complex128))
+                self._pipe_name(tile, np.complex128, np.complex128))
         if not self._mma:
             if mode == "1":
                 raise FFTMatvecValueError(
                     "FFTMATVEC_MMA=1, but this device has no tensor-core kernels "
                     "(NVIDIA sm_80 or newer)")
             return None
-        return 1 if mode == "1" else MMA_MIN_KB
+        return 1 if mode == "1" else MMA_MIN_KB[(self.store, bool(adjoint))]
 
-    def _mma_name(self, tile, in_dtype, out_dtype) -> str:
-        mt, v = tile
-        return (f"sbgemm_{self.store}_{_CPLX_SUFFIX[np.dtype(in_dtype)]}_"
-                f"{_CPLX_SUFFIX[np.dtype(out_dtype)]}_m{mt}_v{v}")
+    def _pipe_name(self, tile, in_dtype, out_dtype) -> str:
+        mt, v, wr, wf, ks, ns = tile
+        return (f"sbgemmp_{self.store}_{_CPLX_SUFFIX[np.dtype(in_dtype)]}_"
+                f"{_CPLX_SUFFIX[np.dtype(out_dtype)]}_m{mt}_v{v}_w{wr}x{wf}_k{ks}_s{ns}")
 
-    def _launch_mma(self, kb, n_out, n_red, in_dtype, out_dtype, tile=None) -> _Launch:
-        """A tensor-core launch for ``kb`` <= 16 right-hand sides; ``tile`` = (MT, V, WO, WF)
-        overrides the defaults (WO x WF warps per block: WO along the rows, WF along the
-        frequencies)."""
+    def pipe_smem(self, tile, in_dtype) -> int:
+        """Bytes of shared memory of a pipelined launch with ``tile`` = (MT, V, WR, WF, KS, NS)."""
+        mt, v, wr, wf, ks, ns = tile
+        rows = (8 if self.store == "c128" else 16) * mt * wr
+        freqs = wf * v
+        per_stage = ks * freqs * (rows * _ELEM_BYTES[self.store] + 16 * np.dtype(in_dtype).itemsize)
+        return per_stage * ns
+
+    def _launch_pipe(self, kb, n_out, n_red, in_dtype, out_dtype, tile=None,
+                     adjoint=False) -> _Launch:
+        """A tensor-core launch for ``kb`` <= 16 right-hand sides; ``tile`` = (MT, V, WR, WF,
+        KS, NS) overrides the default. When the blocks fill less than one round of the block
+        slots the shared memory and threads leave on the device, split-K makes ``pipe_waves``
+        rounds of them."""
         if not 1 <= kb <= MMA_MAX_KB:
             raise ValueError(f"a tensor-core launch takes 1 to {MMA_MAX_KB} right-hand sides, got {kb}")
-        rows = 8 if self.store == "c128" else 16
-        (mt, v), wo, wf, per_sm = MMA_DEFAULTS[self.store]
-        if tile is None:
-            wo = max(1, min(wo, math.ceil(n_out / (rows * mt))))
-        else:
-            mt, v, wo, wf = tile
-            if not (wo >= 1 and wf >= 1 and wo * wf <= 8):
-                raise ValueError(f"tensor-core blocks have 1 to 8 warps, got {wo} x {wf}")
-        if (mt, v) not in MMA_TILES[self.store]:
-            raise ValueError(f"tensor-core tile (MT={mt}, V={v}) is not compiled for {self.store}")
-        n_otiles = math.ceil(n_out / (rows * mt))
-        base = math.ceil(n_otiles / wo) * math.ceil(math.ceil(self.nf / v) / wf)
-        if self.mma_warps_per_sm is not None:
-            per_sm = self.mma_warps_per_sm
-        target = self.num_sms * per_sm
+        default, waves = PIPE_DEFAULTS[(self.store, bool(adjoint))]
+        tile = default if tile is None else tuple(tile)
+        if self.pipe_waves is not None:
+            waves = self.pipe_waves
+        if tile not in PIPE_TILES[self.store]:
+            raise ValueError(f"pipelined tile {tile} is not compiled for {self.store}")
+        mt, v, wr, wf, ks, ns = tile
+        smem = self.pipe_smem(tile, in_dtype)
+        if smem > self.smem_per_block:
+            raise ValueError(f"pipelined tile {tile} needs {smem} bytes of shared memory, "
+                             f"the device allows {self.smem_per_block} per block")
+        rows = (8 if self.store == "c128" else 16) * mt * wr
+        base = math.ceil(n_out / rows) * math.ceil(self.nf / (wf * v))
+        slots = self.num_sms * max(1, min(self.smem_per_sm // (smem + 1024), 2048 // (32 * wr * wf)))
         splits = 1
-        if base * wo * wf < target:
-            splits = max(1, min(math.ceil(target / (base * wo * wf)), math.ceil(n_red / 64)))
-        red_chunk = -(-math.ceil(n_red / splits) // 4) * 4
+        if base < slots:
+            # each split keeps at least 2 * NS stages of reduction rows
+            splits = max(1, min(math.ceil(waves * slots / base), n_red // (2 * ns * ks)))
+        red_chunk = -(-math.ceil(n_red / splits) // ks) * ks
         splits = math.ceil(n_red / red_chunk)
-        name = self._mma_name((mt, v), in_dtype, self.compute if splits > 1 else out_dtype)
-        return _Launch(name, kb, (base, splits), (32, wo * wf), splits, red_chunk, mma=True, wo=wo)
+        name = self._pipe_name(tile, in_dtype, self.compute if splits > 1 else out_dtype)
+        return _Launch(name, kb, (base, splits), (32, wr * wf), splits, red_chunk, mma=True,
+                       smem=smem)
 
     def _use_staged(self, kb: int, n_red: int, adjoint: bool) -> bool:
         """Whether one right-hand side goes through the staged kernel. From the sweeps of
@@ -344,9 +380,10 @@ class KernelEngine:
             if launch.staged:
                 fn(launch.grid, launch.block, head + (_i64(n_out * nf),))
             elif launch.mma:
+                self._allow_smem(launch.name, fn, launch.smem)
                 fn(launch.grid, launch.block,
-                   head + (np.int32(launch.kb), np.int32(launch.wo), _i64(n_red * nf),
-                           _i64(n_out * nf), _i64(launch.kb * n_out * nf)))
+                   head + (np.int32(launch.kb), _i64(n_red * nf), _i64(n_out * nf),
+                           _i64(launch.kb * n_out * nf)), shared_mem=launch.smem)
             else:
                 fn(launch.grid, launch.block,
                    head + (_i64(n_red * nf), _i64(n_out * nf), _i64(launch.kb * n_out * nf)))
@@ -359,6 +396,22 @@ class KernelEngine:
                 red((blocks,), (256,), (target, yb, _i64(n), np.int32(launch.splits)))
             b0 += launch.kb
         return y
+
+    def _allow_smem(self, name: str, fn, nbytes: int) -> None:
+        """Opt the kernel in to ``nbytes`` of dynamic shared memory (above the default 48 KB)."""
+        key = (self.cp.cuda.Device().id, name)
+        if self._smem_set.get(key, 0) >= nbytes:
+            return
+        # and ask for the largest shared-memory carveout, so that the blocks the shared memory
+        # allows are resident at once (the driver's default carveout can halve them)
+        if hasattr(type(fn), "max_dynamic_shared_size_bytes"):  # cupy.RawKernel
+            fn.max_dynamic_shared_size_bytes = nbytes
+            fn.preferred_shared_memory_carveout = 100
+        else:  # a bare cupy.cuda.Function
+            drv = self.cp.cuda.driver
+            drv.funcSetAttribute(fn.ptr, drv.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
+            drv.funcSetAttribute(fn.ptr, drv.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100)
+        self._smem_set[key] = nbytes
 
     # ---- small problems: the five stages as one CUDA graph ---------------------------------
     def graph_runner(self, op, adjoint: bool, x, weight):

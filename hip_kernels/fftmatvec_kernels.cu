@@ -128,48 +128,36 @@ FFTMATVEC_SBGEMVS_IO(c32h, StoreC32h, 4, 4)
 FFTMATVEC_SBGEMVS_IO(c32h, StoreC32h, 2, 2)
 FFTMATVEC_SBGEMVS_IO(c32h, StoreC32h, 4, 2)
 
-// sbgemm_<storage>_<input>_<output>_m<MT>_v<V>: up to 16 right-hand sides on tensor cores (see
-// sbgemm.cuh); a warp covers MT row tiles (8 rows for complex128, 16 otherwise) and V
-// frequencies. NVIDIA sm_80 and newer only: elsewhere these names do not exist and the engine
-// uses the GEMV kernels.
+// sbgemmp_<storage>_<input>_<output>_m<MT>_v<V>_w<WR>x<WF>_k<KS>_s<NS>: up to 16 right-hand
+// sides on tensor cores (see sbgemm.cuh): blocks of 32 x (WR x WF) threads own WR x MT row
+// tiles (8 rows for complex128, 16 otherwise) and WF x V frequencies, and stream KS reduction
+// rows per stage, NS stages deep, through PipeTile::BYTES x NS bytes of dynamic shared memory.
+// NVIDIA sm_80 and newer only: elsewhere these names do not exist and the engine uses the GEMV
+// kernels.
 #if defined(FFTMATVEC_MMA)
-#define FFTMATVEC_SBGEMM_ARGS(ELEM, TIN, TOUT)                                                 \
-  const ELEM* __restrict__ kh, const float* __restrict__ scale, const TIN* __restrict__ x,     \
-      TOUT* __restrict__ y, i64 nf, i64 nfp, i64 n_out, i64 n_red, i64 so, i64 sr, int adjoint, \
-      i64 red_chunk, int kb, int wo, i64 x_bstride, i64 y_bstride, i64 y_split_stride
-#define FFTMATVEC_SBGEMM_F64(INAME, TIN, ONAME, TOUT, MT, V)                                    \
-  extern "C" __global__ void __launch_bounds__(256)                                             \
-      sbgemm_c128_##INAME##_##ONAME##_m##MT##_v##V(FFTMATVEC_SBGEMM_ARGS(double2, TIN, TOUT)) {  \
-    sbgemm_f64_body<TIN, TOUT, MT, V>(kh, x, y, nf, nfp, n_out, n_red, so, sr, adjoint,         \
-                                      red_chunk, kb, wo, x_bstride, y_bstride, y_split_stride); \
+#define FFTMATVEC_SBGEMMP(SNAME, STORE, INAME, TIN, ONAME, TOUT, MT, V, WR, WF, KS, NS)          \
+  extern "C" __global__ void __launch_bounds__(32 * WR * WF)                                     \
+      sbgemmp_##SNAME##_##INAME##_##ONAME##_m##MT##_v##V##_w##WR##x##WF##_k##KS##_s##NS(          \
+          const STORE::elem* __restrict__ kh, const float* __restrict__ scale,                   \
+          const TIN* __restrict__ x, TOUT* __restrict__ y, i64 nf, i64 nfp, i64 n_out,           \
+          i64 n_red, i64 so, i64 sr, int adjoint, i64 red_chunk, int kb, i64 x_bstride,          \
+          i64 y_bstride, i64 y_split_stride) {                                                   \
+    sbgemm_pipe_body<STORE, TIN, TOUT, MT, V, WR, WF, KS, NS>(kh, scale, x, y, nf, nfp, n_out,   \
+                                                              n_red, so, sr, adjoint, red_chunk, \
+                                                              kb, x_bstride, y_bstride,          \
+                                                              y_split_stride);                   \
   }
-#define FFTMATVEC_SBGEMM_TF32(SNAME, STORE, INAME, TIN, ONAME, TOUT, MT, V)                    \
-  extern "C" __global__ void __launch_bounds__(256)                                             \
-      sbgemm_##SNAME##_##INAME##_##ONAME##_m##MT##_v##V(                                        \
-          FFTMATVEC_SBGEMM_ARGS(STORE::elem, TIN, TOUT)) {                                      \
-    sbgemm_tf32_body<STORE, TIN, TOUT, MT, V>(kh, scale, x, y, nf, nfp, n_out, n_red, so, sr,   \
-                                              adjoint, red_chunk, kb, wo, x_bstride, y_bstride, \
-                                              y_split_stride);                                  \
-  }
-#define FFTMATVEC_SBGEMM_F64_IO(MT, V)                          \
-  FFTMATVEC_SBGEMM_F64(c128, double2, c128, double2, MT, V)     \
-  FFTMATVEC_SBGEMM_F64(c128, double2, c64, float2, MT, V)       \
-  FFTMATVEC_SBGEMM_F64(c64, float2, c128, double2, MT, V)       \
-  FFTMATVEC_SBGEMM_F64(c64, float2, c64, float2, MT, V)
-#define FFTMATVEC_SBGEMM_TF32_IO(SNAME, STORE, MT, V)                          \
-  FFTMATVEC_SBGEMM_TF32(SNAME, STORE, c128, double2, c128, double2, MT, V)     \
-  FFTMATVEC_SBGEMM_TF32(SNAME, STORE, c128, double2, c64, float2, MT, V)       \
-  FFTMATVEC_SBGEMM_TF32(SNAME, STORE, c64, float2, c128, double2, MT, V)       \
-  FFTMATVEC_SBGEMM_TF32(SNAME, STORE, c64, float2, c64, float2, MT, V)
+#define FFTMATVEC_SBGEMMP_IO(SNAME, STORE, MT, V, WR, WF, KS, NS)                            \
+  FFTMATVEC_SBGEMMP(SNAME, STORE, c128, double2, c128, double2, MT, V, WR, WF, KS, NS)       \
+  FFTMATVEC_SBGEMMP(SNAME, STORE, c128, double2, c64, float2, MT, V, WR, WF, KS, NS)         \
+  FFTMATVEC_SBGEMMP(SNAME, STORE, c64, float2, c128, double2, MT, V, WR, WF, KS, NS)         \
+  FFTMATVEC_SBGEMMP(SNAME, STORE, c64, float2, c64, float2, MT, V, WR, WF, KS, NS)
 
-// (keep in sync with fftmatvec/_gpu.py: MMA_TILES)
-FFTMATVEC_SBGEMM_F64_IO(4, 2)
-FFTMATVEC_SBGEMM_F64_IO(2, 2)
-FFTMATVEC_SBGEMM_F64_IO(4, 1)
-FFTMATVEC_SBGEMM_TF32_IO(c64, StoreC64, 2, 2)
-FFTMATVEC_SBGEMM_TF32_IO(c64, StoreC64, 1, 4)
-FFTMATVEC_SBGEMM_TF32_IO(c64, StoreC64, 1, 2)
-FFTMATVEC_SBGEMM_TF32_IO(c32h, StoreC32h, 2, 2)
-FFTMATVEC_SBGEMM_TF32_IO(c32h, StoreC32h, 1, 4)
-FFTMATVEC_SBGEMM_TF32_IO(c32h, StoreC32h, 1, 2)
+// (keep in sync with fftmatvec/_gpu.py: PIPE_TILES)
+FFTMATVEC_SBGEMMP_IO(c128, StoreC128, 4, 2, 1, 4, 4, 4)
+FFTMATVEC_SBGEMMP_IO(c128, StoreC128, 4, 1, 2, 8, 4, 4)
+FFTMATVEC_SBGEMMP_IO(c64, StoreC64, 2, 2, 1, 8, 4, 4)
+FFTMATVEC_SBGEMMP_IO(c64, StoreC64, 1, 2, 4, 2, 4, 4)
+FFTMATVEC_SBGEMMP_IO(c32h, StoreC32h, 2, 2, 2, 8, 4, 4)
+FFTMATVEC_SBGEMMP_IO(c32h, StoreC32h, 2, 4, 1, 8, 4, 4)
 #endif  // FFTMATVEC_MMA

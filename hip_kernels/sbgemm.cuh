@@ -8,29 +8,25 @@
 //   [Yr Yi] = [Ar Ai] [[ Xr  Xi]
 //                      [-Xi  Xr]]
 //
-// A k-step takes 4 complex reduction rows r0..r0+3, i.e. 8 real ones: the Ar columns and the
-// Ai columns come from the same complex load of Khat, so each thread loads whole complex values,
-// V consecutive frequencies at a time, straight from the (Nd, Nm, Nfp) layout (no transpose,
-// no shared memory, no barriers). The 16 right-hand sides are
-// the MMA's N = 32 real columns: [Yr of b 0-7 | Yr of b 8-15 | Yi of b 0-7 | Yi of b 8-15].
+// A k-step takes 4 complex reduction rows, i.e. 8 real ones: the Ar columns and the Ai columns
+// come from the same complex value of Khat. The 16 right-hand sides are the MMA's N = 32 real
+// columns: [Yr of b 0-7 | Yr of b 8-15 | Yi of b 0-7 | Yi of b 8-15].
 //
 //   complex128 (`d`): DMMA m8n8k4 in float64, two MMAs (Ar and Ai) per k-step and n-tile.
-//   complex64  (`s`): TF32 m16n8k8 with float32 accumulation, operands split hi + lo ("3xTF32":
-//                     A_hi B_hi + A_hi B_lo + A_lo B_hi). The tensor cores' float32
-//                     accumulation truncates, so the error is a few times that of float32
-//                     FMAs (a few 1e-6 relative, measured; tests/test_kernels.py).
+//   complex64  (`s`): TF32 m16n8k8, operands split hi + lo ("3xTF32": A_hi B_hi + A_hi B_lo +
+//                     A_lo B_hi), each k-step's sum added in float32 FMA units (below).
 //   float16    (`h`): TF32 m16n8k8; float16 values are exact in TF32, so only X is split
 //                     (2 MMAs); the float32 scales are applied to X (adjoint) or to Y (forward).
 //
-// A warp owns MT m-tiles of output rows, all right-hand sides of the launch (kb <= 16; columns
-// past kb are zero and never stored) and V consecutive frequencies. A block has `wo` warps
-// along the rows for each of its frequency groups, so its vector reads come from L1 after the
-// first warp. blockIdx.y splits the reduction (split-K) like the GEMV kernels.
+// Khat and the vectors are read straight from the FFT layouts, (Nd, Nm, Nfp) and (k, n, Nf),
+// with no transpose pass: a block copies tiles of them into shared memory with cp.async, several
+// stages ahead (sbgemm_pipe_body below). Columns past kb are zero and never stored;
+// blockIdx.y splits the reduction (split-K) like the GEMV kernels.
 //
-// The engine uses these kernels for forward products of 16 right-hand sides, where they beat
-// the GEMV kernels by 1.06-1.4x on an H200 (docs/benchmarks.md); adjoints, with few reduction
-// rows and many scattered output rows, stay on the GEMV kernels, as do smaller batches (a
-// launch costs about the same for any kb).
+// The engine uses these kernels for launches of 16 right-hand sides, forward in every storage
+// and adjoint in `d` (and `h` with enough reduction rows), where they beat the GEMV kernels
+// (docs/benchmarks.md); smaller batches stay on the GEMV kernels (a launch costs about the same
+// for any kb: it always computes 16 columns).
 //
 // Only compiled where FFTMATVEC_MMA is defined (the build and the run-time compiler define it
 // for NVIDIA sm_80 and newer); elsewhere the GEMV kernels serve several right-hand sides.
@@ -59,68 +55,16 @@ __device__ __forceinline__ unsigned tf32_round(float v) {
   return r;
 }
 
-// v = hi + lo in TF32, to about 2^-22 relative.
+// v = hi + lo: hi rounded to TF32, lo = v - hi exactly, passed as is (the tensor cores read
+// its leading 10 mantissa bits), so v is carried to about 2^-21 relative.
 struct Tf32Pair {
   unsigned hi, lo;
 };
 __device__ __forceinline__ Tf32Pair tf32_split(float v) {
   const unsigned hi = tf32_round(v);
-  return {hi, tf32_round(v - __uint_as_float(hi))};
+  return {hi, __float_as_uint(v - __uint_as_float(hi))};
 }
 __device__ __forceinline__ unsigned tf32_neg(unsigned v) { return v ^ 0x80000000u; }
-
-// Where a warp works: MT row tiles from o0, V frequencies from f0, its split-K share.
-struct MmaWarp {
-  int g, t;  // MMA groupID (lane / 4) and thread in group (lane % 4)
-  i64 o0, f0, r_begin, r_end;
-  bool active;
-};
-
-// Warps of a block: wo along the output rows (fastest), blockDim.y / wo along the frequencies.
-// Row blocks vary fastest across blocks, so blocks running side by side read the same vectors.
-__device__ __forceinline__ MmaWarp mma_warp(int rows_per_warp, int V, i64 n_out, i64 nf,
-                                            i64 n_red, i64 red_chunk, int wo) {
-  MmaWarp w;
-  w.g = threadIdx.x >> 2;
-  w.t = threadIdx.x & 3;
-  const int osub = threadIdx.y % wo, fsub = threadIdx.y / wo, wf = blockDim.y / wo;
-  const i64 n_otiles = (n_out + rows_per_warp - 1) / rows_per_warp;
-  const i64 n_oblocks = (n_otiles + wo - 1) / wo;
-  w.o0 = ((i64)blockIdx.x % n_oblocks * wo + osub) * rows_per_warp;
-  w.f0 = ((i64)blockIdx.x / n_oblocks * wf + fsub) * V;
-  w.r_begin = (i64)blockIdx.y * red_chunk;
-  w.r_end = w.r_begin + red_chunk < n_red ? w.r_begin + red_chunk : n_red;
-  // o0 and f0 are uniform across a warp, so whole warps leave together: mma.sync needs all lanes.
-  w.active = w.o0 < n_out && w.f0 < nf;
-  return w;
-}
-
-// The vectors a thread feeds into its B fragments at reduction row r: right-hand sides g and
-// g + 8, V frequencies each; zero past kb and past the reduction (valid == false). The float16
-// adjoint multiplies by the per-row scale.
-template <typename R, typename TIn, int V>
-__device__ __forceinline__ void mma_load_x(typename Complex<R>::type (&xv)[2][V],
-                                           const TIn* __restrict__ x, i64 x_bstride, i64 nf,
-                                           const i64 (&fx)[V], int g, int kb, i64 r, bool valid,
-                                           const float* __restrict__ red_scale, i64 nfp,
-                                           i64 f0) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int b = g + 8 * h;
-    const bool ok = valid && b < kb;
-    const TIn* xb = x + (i64)(ok ? b : 0) * x_bstride + r * nf;
-#pragma unroll
-    for (int v = 0; v < V; ++v) {
-      typename Complex<R>::type c = ccast<typename Complex<R>::type>(xb[fx[v]]);
-      if (red_scale != nullptr) {
-        const R s = (R)red_scale[r * nfp + f0 + v];
-        c.x *= s;
-        c.y *= s;
-      }
-      xv[h][v] = ok ? c : make_c((R)0, (R)0);
-    }
-  }
-}
 
 // Store y[b, o, f] (skipped past kb, n_out or nf), times the forward float16 row scale.
 template <typename TOut, typename C>
@@ -136,207 +80,401 @@ __device__ __forceinline__ void mma_store_one(TOut* __restrict__ y, i64 y_bstrid
   y[(i64)b * y_bstride + o * nf + f] = ccast<TOut>(val);
 }
 
-// ---- complex128 on DMMA m8n8k4: A (row g, col t), B (row t, col g), C (row g, cols 2t, 2t+1)
-template <typename TIn, typename TOut, int MT, int V>
-__device__ __forceinline__ void sbgemm_f64_body(
-    const double2* __restrict__ kh, const TIn* __restrict__ x, TOut* __restrict__ y, i64 nf,
-    i64 nfp, i64 n_out, i64 n_red, i64 so, i64 sr, int adjoint, i64 red_chunk, int kb, int wo,
-    i64 x_bstride, i64 y_bstride, i64 y_split_stride) {
-  const MmaWarp w = mma_warp(8 * MT, V, n_out, nf, n_red, red_chunk, wo);
-  if (!w.active) return;
-  i64 koff[MT], fx[V];
-#pragma unroll
-  for (int m = 0; m < MT; ++m) {
-    const i64 o = w.o0 + 8 * m + w.g;
-    koff[m] = (o < n_out ? o : n_out - 1) * so + w.f0;  // clamped rows: cached re-reads
-  }
-#pragma unroll
-  for (int v = 0; v < V; ++v) fx[v] = (w.f0 + v < nf) ? w.f0 + v : nf - 1;
-  const double sgn = adjoint ? -1.0 : 1.0;  // conj(Khat) for the adjoint: negate Ai
+// ---- the arithmetic of one k-step (4 complex reduction rows), shared by both kernels --------
 
-  double acc[V][MT][4][2];
+// complex128 on DMMA m8n8k4: A (row g, col t), B (row t, col g), C (row g, cols 2t, 2t + 1).
+// a[m][v]: Khat at row 8m + g, reduction row t; x[h][v]: right-hand side g + 8h, row t.
+template <int MT, int V>
+__device__ __forceinline__ void mma_kstep_f64(double (&acc)[V][MT][4][2],
+                                              const double2 (&a)[MT][V],
+                                              const double2 (&x)[2][V], double sgn) {
 #pragma unroll
-  for (int v = 0; v < V; ++v)
-#pragma unroll
-    for (int m = 0; m < MT; ++m)
-#pragma unroll
-      for (int n = 0; n < 4; ++n) acc[v][m][n][0] = acc[v][m][n][1] = 0.0;
-
-  // Software pipeline: the loads of k-step s + 1 are in flight while k-step s multiplies.
-  struct Step {
-    double2 a[MT][V], x[2][V];
-  } cur, nxt;
-  auto load = [&](i64 r0, Step& s) {
-    double2(&a_)[MT][V] = s.a;
-    double2(&x_)[2][V] = s.x;
-    const i64 r = r0 + w.t;
-    const bool valid = r < w.r_end;
-    const i64 rr = valid ? r : w.r_end - 1;
+  for (int v = 0; v < V; ++v) {
+    const double xr0 = x[0][v].x, xi0 = x[0][v].y;
+    const double xr1 = x[1][v].x, xi1 = x[1][v].y;
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
-      StoreC128::load<V>(kh + koff[m] + rr * sr, a_[m]);
-#pragma unroll
-      for (int v = 0; v < V; ++v)
-        if (!valid) a_[m][v] = make_double2(0.0, 0.0);
+      const double ar = a[m][v].x, ai = sgn * a[m][v].y;
+      mma_f64(acc[v][m][0], ar, xr0);  // Yr += Ar Xr
+      mma_f64(acc[v][m][1], ar, xr1);
+      mma_f64(acc[v][m][2], ar, xi0);  // Yi += Ar Xi
+      mma_f64(acc[v][m][3], ar, xi1);
+      mma_f64(acc[v][m][0], ai, -xi0);  // Yr -= Ai Xi
+      mma_f64(acc[v][m][1], ai, -xi1);
+      mma_f64(acc[v][m][2], ai, xr0);  // Yi += Ai Xr
+      mma_f64(acc[v][m][3], ai, xr1);
     }
-    mma_load_x<double, TIn, V>(x_, x, x_bstride, nf, fx, w.g, kb, rr, valid, nullptr, nfp,
-                               w.f0);
-  };
-  if (w.r_begin < w.r_end) load(w.r_begin, cur);
-  for (i64 r0 = w.r_begin; r0 < w.r_end; r0 += 4) {
-    load((r0 + 4 < w.r_end) ? r0 + 4 : r0, nxt);
+  }
+}
+
+// complex64 and float16 storage on TF32 m16n8k8.
+// A: a0 (row g, col t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4), columns 0-3 the Ar
+// part and 4-7 the Ai part of 4 complex rows; B: b0 (row t, col g), b1 (row t + 4, col g);
+// C: c0, c1 (row g, cols 2t, 2t + 1), c2, c3 (row g + 8).
+//   n-tile 0/1 (Yr of b = g / g + 8): b0 = Xr, b1 = -Xi;  n-tile 2/3 (Yi): b0 = Xi, b1 = Xr.
+// a[m][h][v]: Khat at row 16m + 8h + g, reduction row t.
+template <bool SPLIT_A, int MT, int V>
+__device__ __forceinline__ void mma_kstep_tf32(float (&acc)[V][MT][4][4],
+                                               const float2 (&a)[MT][2][V],
+                                               const float2 (&x)[2][V], float sgn) {
 #pragma unroll
-    for (int v = 0; v < V; ++v) {
-      const double xr0 = cur.x[0][v].x, xi0 = cur.x[0][v].y;
-      const double xr1 = cur.x[1][v].x, xi1 = cur.x[1][v].y;
+  for (int v = 0; v < V; ++v) {
+    Tf32Pair xr[2], xi[2];
 #pragma unroll
-      for (int m = 0; m < MT; ++m) {
-        const double ar = cur.a[m][v].x, ai = sgn * cur.a[m][v].y;
-        mma_f64(acc[v][m][0], ar, xr0);  // Yr += Ar Xr
-        mma_f64(acc[v][m][1], ar, xr1);
-        mma_f64(acc[v][m][2], ar, xi0);  // Yi += Ar Xi
-        mma_f64(acc[v][m][3], ar, xi1);
-        mma_f64(acc[v][m][0], ai, -xi0);  // Yr -= Ai Xi
-        mma_f64(acc[v][m][1], ai, -xi1);
-        mma_f64(acc[v][m][2], ai, xr0);  // Yi += Ai Xr
-        mma_f64(acc[v][m][3], ai, xr1);
+    for (int h = 0; h < 2; ++h) {
+      xr[h] = tf32_split(x[h][v].x);
+      xi[h] = tf32_split(x[h][v].y);
+    }
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      const float f0r = a[m][0][v].x, f1r = a[m][1][v].x;
+      const float f0i = sgn * a[m][0][v].y, f1i = sgn * a[m][1][v].y;
+      Tf32Pair a0, a1, a2, a3;
+      if constexpr (SPLIT_A) {
+        a0 = tf32_split(f0r);
+        a1 = tf32_split(f1r);
+        a2 = tf32_split(f0i);
+        a3 = tf32_split(f1i);
+      } else {  // float16 values are exact in TF32
+        a0 = {__float_as_uint(f0r), 0u};
+        a1 = {__float_as_uint(f1r), 0u};
+        a2 = {__float_as_uint(f0i), 0u};
+        a3 = {__float_as_uint(f1i), 0u};
+      }
+#pragma unroll
+      for (int n = 0; n < 4; ++n) {
+        const int h = n & 1;
+        const Tf32Pair b0 = (n < 2) ? xr[h] : xi[h];
+        const Tf32Pair b1 = (n < 2) ? Tf32Pair{tf32_neg(xi[h].hi), tf32_neg(xi[h].lo)} : xr[h];
+        // the small terms first, then the leading one
+        if constexpr (SPLIT_A) {
+          // into a fresh accumulator: the tensor cores truncate when they add, which over a
+          // reduction of thousands of rows costs 1e-4 relative, so complex64 products
+          // accumulate in the float32 FMA units (rounded to nearest), one k-step at a time
+          float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          mma_tf32(part, a0.hi, a1.hi, a2.hi, a3.hi, b0.lo, b1.lo);
+          mma_tf32(part, a0.lo, a1.lo, a2.lo, a3.lo, b0.hi, b1.hi);
+          mma_tf32(part, a0.hi, a1.hi, a2.hi, a3.hi, b0.hi, b1.hi);
+#pragma unroll
+          for (int c = 0; c < 4; ++c) acc[v][m][n][c] += part[c];
+        } else {  // float16 storage: its own error (1e-3) dwarfs the truncation
+          mma_tf32(acc[v][m][n], a0.hi, a1.hi, a2.hi, a3.hi, b0.lo, b1.lo);
+          mma_tf32(acc[v][m][n], a0.hi, a1.hi, a2.hi, a3.hi, b0.hi, b1.hi);
+        }
       }
     }
-    cur = nxt;
   }
+}
 
-  TOut* yb = y + (i64)blockIdx.y * y_split_stride;
+// The accumulators of a warp whose tiles start at output row o0 and frequency f0.
+template <typename TOut, int MT, int V>
+__device__ __forceinline__ void mma_store_f64(const double (&acc)[V][MT][4][2], TOut* y,
+                                              i64 y_bstride, i64 nf, i64 nfp, i64 n_out, int kb,
+                                              i64 o0, i64 f0, int g, int t) {
 #pragma unroll
   for (int v = 0; v < V; ++v)
 #pragma unroll
     for (int m = 0; m < MT; ++m)
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        const i64 o = w.o0 + 8 * m + w.g;
-        const int b = 2 * w.t + i;
-        mma_store_one(yb, y_bstride, nf, nfp, n_out, kb, b, o, w.f0 + v,
+        const i64 o = o0 + 8 * m + g;
+        const int b = 2 * t + i;
+        mma_store_one(y, y_bstride, nf, nfp, n_out, kb, b, o, f0 + v,
                       make_double2(acc[v][m][0][i], acc[v][m][2][i]), (const float*)nullptr);
-        mma_store_one(yb, y_bstride, nf, nfp, n_out, kb, b + 8, o, w.f0 + v,
+        mma_store_one(y, y_bstride, nf, nfp, n_out, kb, b + 8, o, f0 + v,
                       make_double2(acc[v][m][1][i], acc[v][m][3][i]), (const float*)nullptr);
       }
 }
 
-// ---- complex64 and float16 storage on TF32 m16n8k8 ---------------------------------------
-// A: a0 (row g, col t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4), columns 0-3 the Ar
-// part and 4-7 the Ai part of 4 complex rows; B: b0 (row t, col g), b1 (row t + 4, col g);
-// C: c0, c1 (row g, cols 2t, 2t + 1), c2, c3 (row g + 8).
-//   n-tile 0/1 (Yr of b = g / g + 8): b0 = Xr, b1 = -Xi;  n-tile 2/3 (Yi): b0 = Xi, b1 = Xr.
-template <typename Store, typename TIn, typename TOut, int MT, int V>
-__device__ __forceinline__ void sbgemm_tf32_body(
-    const typename Store::elem* __restrict__ kh, const float* __restrict__ scale,
-    const TIn* __restrict__ x, TOut* __restrict__ y, i64 nf, i64 nfp, i64 n_out, i64 n_red,
-    i64 so, i64 sr, int adjoint, i64 red_chunk, int kb, int wo, i64 x_bstride, i64 y_bstride,
-    i64 y_split_stride) {
-  constexpr bool split_a = !Store::exact_tf32;  // float16 values are exact in TF32
-  const MmaWarp w = mma_warp(16 * MT, V, n_out, nf, n_red, red_chunk, wo);
-  if (!w.active) return;
-  i64 koff[MT][2], fx[V];
-#pragma unroll
-  for (int m = 0; m < MT; ++m)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const i64 o = w.o0 + 16 * m + 8 * h + w.g;
-      koff[m][h] = (o < n_out ? o : n_out - 1) * so + w.f0;
-    }
-#pragma unroll
-  for (int v = 0; v < V; ++v) fx[v] = (w.f0 + v < nf) ? w.f0 + v : nf - 1;
-  const float sgn = adjoint ? -1.0f : 1.0f;
-  const float* red_scale = (scale != nullptr && adjoint) ? scale : nullptr;
-  const float* fwd_scale = (scale != nullptr && !adjoint) ? scale : nullptr;
-
-  float acc[V][MT][4][4];
-#pragma unroll
-  for (int v = 0; v < V; ++v)
-#pragma unroll
-    for (int m = 0; m < MT; ++m)
-#pragma unroll
-      for (int n = 0; n < 4; ++n)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) acc[v][m][n][c] = 0.0f;
-
-  struct Step {
-    float2 a[MT][2][V], x[2][V];
-  } cur, nxt;
-  auto load = [&](i64 r0, Step& s) {
-    float2(&a_)[MT][2][V] = s.a;
-    float2(&x_)[2][V] = s.x;
-    const i64 r = r0 + w.t;
-    const bool valid = r < w.r_end;
-    const i64 rr = valid ? r : w.r_end - 1;
-#pragma unroll
-    for (int m = 0; m < MT; ++m)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        Store::template load<V>(kh + koff[m][h] + rr * sr, a_[m][h]);
-#pragma unroll
-        for (int v = 0; v < V; ++v)
-          if (!valid) a_[m][h][v] = make_float2(0.0f, 0.0f);
-      }
-    mma_load_x<float, TIn, V>(x_, x, x_bstride, nf, fx, w.g, kb, rr, valid, red_scale, nfp,
-                              w.f0);
-  };
-  if (w.r_begin < w.r_end) load(w.r_begin, cur);
-  for (i64 r0 = w.r_begin; r0 < w.r_end; r0 += 4) {
-    load((r0 + 4 < w.r_end) ? r0 + 4 : r0, nxt);
-#pragma unroll
-    for (int v = 0; v < V; ++v) {
-      Tf32Pair xr[2], xi[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        xr[h] = tf32_split(cur.x[h][v].x);
-        xi[h] = tf32_split(cur.x[h][v].y);
-      }
-#pragma unroll
-      for (int m = 0; m < MT; ++m) {
-        const float f0r = cur.a[m][0][v].x, f1r = cur.a[m][1][v].x;
-        const float f0i = sgn * cur.a[m][0][v].y, f1i = sgn * cur.a[m][1][v].y;
-        Tf32Pair a0, a1, a2, a3;
-        if constexpr (split_a) {
-          a0 = tf32_split(f0r);
-          a1 = tf32_split(f1r);
-          a2 = tf32_split(f0i);
-          a3 = tf32_split(f1i);
-        } else {
-          a0 = {__float_as_uint(f0r), 0u};
-          a1 = {__float_as_uint(f1r), 0u};
-          a2 = {__float_as_uint(f0i), 0u};
-          a3 = {__float_as_uint(f1i), 0u};
-        }
-#pragma unroll
-        for (int n = 0; n < 4; ++n) {
-          const int h = n & 1;
-          const Tf32Pair b0 = (n < 2) ? xr[h] : xi[h];
-          const Tf32Pair b1 = (n < 2) ? Tf32Pair{tf32_neg(xi[h].hi), tf32_neg(xi[h].lo)} : xr[h];
-          // the small terms first, then the leading one
-          mma_tf32(acc[v][m][n], a0.hi, a1.hi, a2.hi, a3.hi, b0.lo, b1.lo);
-          if constexpr (split_a)
-            mma_tf32(acc[v][m][n], a0.lo, a1.lo, a2.lo, a3.lo, b0.hi, b1.hi);
-          mma_tf32(acc[v][m][n], a0.hi, a1.hi, a2.hi, a3.hi, b0.hi, b1.hi);
-        }
-      }
-    }
-    cur = nxt;
-  }
-
-  TOut* yb = y + (i64)blockIdx.y * y_split_stride;
+template <typename TOut, int MT, int V>
+__device__ __forceinline__ void mma_store_tf32(const float (&acc)[V][MT][4][4], TOut* y,
+                                               i64 y_bstride, i64 nf, i64 nfp, i64 n_out,
+                                               int kb, i64 o0, i64 f0, int g, int t,
+                                               const float* __restrict__ fwd_scale) {
 #pragma unroll
   for (int v = 0; v < V; ++v)
 #pragma unroll
     for (int m = 0; m < MT; ++m)
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        const i64 o = w.o0 + 16 * m + 8 * (c >> 1) + w.g;
-        const int b = 2 * w.t + (c & 1);
-        mma_store_one(yb, y_bstride, nf, nfp, n_out, kb, b, o, w.f0 + v,
+        const i64 o = o0 + 16 * m + 8 * (c >> 1) + g;
+        const int b = 2 * t + (c & 1);
+        mma_store_one(y, y_bstride, nf, nfp, n_out, kb, b, o, f0 + v,
                       make_float2(acc[v][m][0][c], acc[v][m][2][c]), fwd_scale);
-        mma_store_one(yb, y_bstride, nf, nfp, n_out, kb, b + 8, o, w.f0 + v,
+        mma_store_one(y, y_bstride, nf, nfp, n_out, kb, b + 8, o, f0 + v,
                       make_float2(acc[v][m][1][c], acc[v][m][3][c]), fwd_scale);
       }
+}
+
+__device__ __forceinline__ void zero_fill(double& v) { v = 0.0; }
+__device__ __forceinline__ void zero_fill(float& v) { v = 0.0f; }
+template <typename A, int N>
+__device__ __forceinline__ void zero_fill(A (&acc)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) zero_fill(acc[i]);
+}
+
+// ---- the kernel: tiles staged through shared memory by cp.async, NS stages deep ------------
+//
+// A block owns R = WR x MT x (8 or 16) output rows and F = WF x V frequencies; per stage it
+// copies KS reduction rows of Khat (R x KS segments of F contiguous frequencies) and of the 16
+// vectors (16 x KS segments) into shared memory with cp.async, NS - 1 stages ahead of the
+// tensor cores, so that enough bytes are in flight to stream Khat at the memory's rate (loading
+// the MMA fragments straight from global memory, one k-step ahead in registers, was bound by
+// latency at a third of it: docs/benchmarks.md). Segments are stored as
+// 16-byte chunks, the chunk index XOR-swizzled per (row, reduction row) so that the eight
+// lanes of each 16-byte read phase (rows g, g + 1 x reduction rows t = 0..3) hit distinct
+// banks. Rows past n_out, reduction rows past the split's end, frequencies past Khat's padded
+// length and vectors past kb are zero-filled by the copy itself (src-size 0).
+
+extern __shared__ uint4 fftmatvec_dynamic_smem[];
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+  unsigned r;
+  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
+  return r;
+}
+// Copy BYTES (8 or 16) to shared memory, or zeros when !ok.
+template <int BYTES>
+__device__ __forceinline__ void cp_async(unsigned dst, const void* src, bool ok) {
+  if constexpr (BYTES == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+                 "r"(ok ? 16 : 0));
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(dst), "l"(src),
+                 "r"(ok ? 8 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N));
+}
+
+// Byte offset of element e of segment (row, r) in a tile of KS reduction rows whose segments
+// hold NCH 16-byte chunks of elements of E bytes.
+template <int NCH, int KS, int E>
+__device__ __forceinline__ int tile_offset(int row, int r, int e) {
+  int key = 0;
+  if constexpr (NCH >= 8) key = ((row & 1) << 2) | (r & 3);
+  else if constexpr (NCH == 4) key = ((row & 1) << 1) | ((r >> 1) & 1);
+  else if constexpr (NCH == 2) key = row & 1;
+  constexpr int PER = 16 / E;
+  return ((row * KS + r) * NCH + ((e / PER) ^ key)) * 16 + (e % PER) * E;
+}
+
+// N consecutive elements (within one 16-byte chunk) from shared memory.
+template <typename T, int N>
+__device__ __forceinline__ void lds(const unsigned char* p, T* out) {
+  constexpr int B = N * (int)sizeof(T);
+  static_assert(B == 4 || B == 8 || B == 16, "shared-memory reads of 4, 8 or 16 bytes");
+  if constexpr (B == 16) *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(p);
+  else if constexpr (B == 8) *reinterpret_cast<uint2*>(out) = *reinterpret_cast<const uint2*>(p);
+  else *reinterpret_cast<unsigned*>(out) = *reinterpret_cast<const unsigned*>(p);
+}
+// V consecutive elements from frequency e of segment (row, r), as N-wide reads.
+template <typename T, int V, int NCH, int KS>
+__device__ __forceinline__ void lds_run(const unsigned char* tile, int row, int r, int e,
+                                        T (&out)[V]) {
+  constexpr int PER = 16 / (int)sizeof(T);
+  constexpr int N = V < PER ? V : PER;
+#pragma unroll
+  for (int v = 0; v < V; v += N)
+    lds<T, N>(tile + tile_offset<NCH, KS, (int)sizeof(T)>(row, r, e + v), out + v);
+}
+
+template <typename Store> struct Expand;
+template <> struct Expand<StoreC128> {
+  __device__ static __forceinline__ double2 c(double2 v) { return v; }
+};
+template <> struct Expand<StoreC64> {
+  __device__ static __forceinline__ float2 c(float2 v) { return v; }
+};
+template <> struct Expand<StoreC32h> {
+  __device__ static __forceinline__ float2 c(unsigned v) { return unpack_half2(v); }
+};
+
+template <typename Store, typename TIn, int RPT, int WR, int MT, int V, int WF, int KS>
+struct PipeTile {
+  typedef typename Store::elem EA;
+  static constexpr int R = WR * MT * RPT, F = WF * V;
+  static constexpr int NCH_A = F * (int)sizeof(EA) / 16, NCH_X = F * (int)sizeof(TIn) / 16;
+  static_assert(NCH_A * 16 == F * (int)sizeof(EA) && NCH_A >= 2, "Khat runs of 32+ bytes");
+  static_assert(NCH_X * 16 == F * (int)sizeof(TIn) && NCH_X >= 2, "vector runs of 32+ bytes");
+  static_assert(KS % 4 == 0, "whole k-steps per stage");
+  static constexpr int A_BYTES = R * KS * NCH_A * 16, X_BYTES = 16 * KS * NCH_X * 16;
+  static constexpr int BYTES = A_BYTES + X_BYTES;
+};
+
+// A thread's share of copying one operand's stage: units of UB bytes (16-byte chunks of Khat,
+// single vector elements), UNITS of them per segment, ROWS x KS segments per stage, NT threads.
+// Each thread's units keep the same position in their segment and the same reduction row, and
+// lie ROW_STEP tile rows apart, so everything but the stage's advance along the reduction is
+// computed once: a copy is a pointer bump, a mask test and the cp.async.
+template <int UB, int UNITS, int ROWS, int KS, int NCH, int NT>
+struct PipeCopy {
+  static constexpr int PER_ROW = UNITS * KS, TOTAL = ROWS * PER_ROW;
+  static_assert(NT % PER_ROW == 0 && (NT / PER_ROW) % 2 == 0,
+                "a block's threads cover whole tile rows, an even number at a time");
+  static constexpr int ROW_STEP = NT / PER_ROW, ITERS = (TOTAL + NT - 1) / NT;
+  static_assert(ITERS <= 32, "one mask bit per unit");
+  const unsigned char* g;  // global address of the first unit, current stage
+  const void* base;        // a valid address for the zero-filling copies
+  i64 row_bytes;           // global bytes between units (ROW_STEP rows apart)
+  unsigned s;              // shared offset of the first unit in a stage
+  unsigned ok;             // bit j: unit j is in the tile and in bounds (rows, frequencies)
+  int rl;                  // reduction row within the stage
+
+  // base: the operand; row0: its first tile row; rs, ks: bytes between rows and between
+  // reduction rows; f_unit: first frequency (elements) of the tile; UPE elements per unit.
+  __device__ __forceinline__ void init(int tid, const void* base, i64 row0, i64 n_rows, i64 rs,
+                                       i64 ks, i64 r0, i64 f0, i64 f_limit, int epu, int esz) {
+    const int u = tid % UNITS, seg = tid / UNITS, row = seg / KS;
+    rl = seg % KS;
+    this->base = base;
+    const i64 f = f0 + (i64)u * epu;
+    g = static_cast<const unsigned char*>(base) + (row0 + row) * rs + (r0 + rl) * ks + f * esz;
+    row_bytes = ROW_STEP * rs;
+    s = tile_offset<NCH, KS, UB>(row, rl, u);
+    ok = 0;
+#pragma unroll
+    for (int j = 0; j < ITERS; ++j)
+      if (j * NT + tid < TOTAL && row0 + row + j * ROW_STEP < n_rows && f < f_limit) ok |= 1u << j;
+  }
+  // Copy this stage into `stage` (reduction rows past r_left zero-filled), then step to the next.
+  __device__ __forceinline__ void copy(unsigned stage, i64 r_left, i64 stage_bytes) {
+    const bool r_ok = rl < r_left;
+#pragma unroll
+    for (int j = 0; j < ITERS; ++j) {
+      if (TOTAL % NT != 0 && j * NT + (int)(threadIdx.y * 32 + threadIdx.x) >= TOTAL) break;
+      const bool on = r_ok && ((ok >> j) & 1u);
+      cp_async<UB>(stage + s + j * ROW_STEP * KS * NCH * 16, on ? (const void*)(g + j * row_bytes) : base, on);
+    }
+    g += stage_bytes;
+  }
+};
+
+template <typename Store, typename TIn, typename TOut, int MT, int V, int WR, int WF, int KS,
+          int NS>
+__device__ __forceinline__ void sbgemm_pipe_body(
+    const typename Store::elem* __restrict__ kh, const float* __restrict__ scale,
+    const TIn* __restrict__ x, TOut* __restrict__ y, i64 nf, i64 nfp, i64 n_out, i64 n_red,
+    i64 so, i64 sr, int adjoint, i64 red_chunk, int kb, i64 x_bstride, i64 y_bstride,
+    i64 y_split_stride) {
+  constexpr bool f64 = sizeof(typename Store::elem) == 16;
+  typedef typename Store::real Real;
+  typedef typename Complex<Real>::type C;
+  constexpr int RPT = f64 ? 8 : 16;  // rows of an m-tile
+  typedef PipeTile<Store, TIn, RPT, WR, MT, V, WF, KS> Tile;
+  unsigned char* smem = reinterpret_cast<unsigned char*>(fftmatvec_dynamic_smem);
+
+  const i64 n_oblocks = (n_out + Tile::R - 1) / Tile::R;
+  const i64 o_blk = (i64)blockIdx.x % n_oblocks * Tile::R;
+  const i64 f_blk = (i64)blockIdx.x / n_oblocks * Tile::F;
+  const i64 r_begin = (i64)blockIdx.y * red_chunk;
+  const i64 r_end = r_begin + red_chunk < n_red ? r_begin + red_chunk : n_red;
+  const i64 nsteps = r_end > r_begin ? (r_end - r_begin + KS - 1) / KS : 0;
+  const int g = threadIdx.x >> 2, t = threadIdx.x & 3;
+  const int wrow = (threadIdx.y % WR) * MT * RPT, wf = (threadIdx.y / WR) * V;
+  // whole warps idle on rows past n_out (uniform per warp, as mma.sync needs); their other
+  // m-tiles past n_out are computed on zeros (skipping them, tried, made the loop slower)
+  const bool busy = o_blk + wrow < n_out;
+  const Real sgn = adjoint ? (Real)-1 : (Real)1;  // conj(Khat) for the adjoint: negate Ai
+  const float* red_scale = (scale != nullptr && adjoint) ? scale : nullptr;
+
+  Real acc[V][MT][4][f64 ? 2 : 4];
+  zero_fill(acc);
+
+  // Khat: 16-byte chunks of (row, reduction row) runs; vectors: single elements (their rows are
+  // nf long, not padded, so complex64 ones are only 8-byte aligned).
+  constexpr int NT = 32 * WR * WF;
+  typedef typename Store::elem EA;
+  PipeCopy<16, Tile::NCH_A, Tile::R, KS, Tile::NCH_A, NT> ca;
+  PipeCopy<(int)sizeof(TIn), Tile::F, 16, KS, Tile::NCH_X, NT> cx;
+  const int tid = threadIdx.y * 32 + threadIdx.x;
+  ca.init(tid, kh, o_blk, n_out, so * (i64)sizeof(EA), sr * (i64)sizeof(EA), r_begin, f_blk, nfp,
+          16 / (int)sizeof(EA), (int)sizeof(EA));
+  cx.init(tid, x, 0, kb, x_bstride * (i64)sizeof(TIn), nf * (i64)sizeof(TIn), r_begin, f_blk, nf,
+          1, (int)sizeof(TIn));
+  const i64 a_step = KS * sr * (i64)sizeof(EA), x_step = KS * nf * (i64)sizeof(TIn);
+  const unsigned smem0 = smem_u32(smem);
+
+#pragma unroll
+  for (int s = 0; s < NS - 1; ++s) {
+    if (s < nsteps) {
+      ca.copy(smem0 + s * Tile::BYTES, r_end - r_begin - s * KS, a_step);
+      cx.copy(smem0 + s * Tile::BYTES + Tile::A_BYTES, r_end - r_begin - s * KS, x_step);
+    }
+    cp_async_commit();
+  }
+  for (i64 it = 0; it < nsteps; ++it) {
+    cp_async_wait<NS - 2>();
+    __syncthreads();  // stage `it` has landed for every thread; stage it - 1 is consumed
+    const i64 next = it + NS - 1;
+    if (next < nsteps) {
+      const unsigned st = smem0 + (unsigned)(next % NS) * Tile::BYTES;
+      ca.copy(st, r_end - r_begin - next * KS, a_step);
+      cx.copy(st + Tile::A_BYTES, r_end - r_begin - next * KS, x_step);
+    }
+    cp_async_commit();
+    if (!busy) continue;
+    const unsigned char* sa = smem + (it % NS) * Tile::BYTES;
+    const unsigned char* sx = sa + Tile::A_BYTES;
+#pragma unroll
+    for (int kk = 0; kk < KS; kk += 4) {
+      const int rl = kk + t;
+      TIn xin[2][V];
+      C xv[2][V];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        lds_run<TIn, V, Tile::NCH_X, KS>(sx, g + 8 * h, rl, wf, xin[h]);
+#pragma unroll
+        for (int v = 0; v < V; ++v) xv[h][v] = ccast<C>(xin[h][v]);
+      }
+      if (red_scale != nullptr) {  // float16 adjoint: the scale of reduction row r
+        const i64 r = r_begin + it * KS + rl;
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+          const i64 f = f_blk + wf + v;
+          const float s = (r < r_end && f < nfp) ? red_scale[r * nfp + f] : 0.0f;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            xv[h][v].x *= s;
+            xv[h][v].y *= s;
+          }
+        }
+      }
+      if constexpr (f64) {
+        double2 a[MT][V];
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+          lds_run<double2, V, Tile::NCH_A, KS>(sa, wrow + 8 * m + g, rl, wf, a[m]);
+        mma_kstep_f64<MT, V>(acc, a, xv, sgn);
+      } else {
+        float2 a[MT][2][V];
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            typename Store::elem raw[V];
+            lds_run<typename Store::elem, V, Tile::NCH_A, KS>(sa, wrow + 16 * m + 8 * h + g, rl,
+                                                            wf, raw);
+#pragma unroll
+            for (int v = 0; v < V; ++v) a[m][h][v] = Expand<Store>::c(raw[v]);
+          }
+        mma_kstep_tf32<!Store::exact_tf32, MT, V>(acc, a, xv, sgn);
+      }
+    }
+  }
+  cp_async_wait<0>();
+  if (!busy) return;
+  TOut* yb = y + (i64)blockIdx.y * y_split_stride;
+  if constexpr (f64)
+    mma_store_f64<TOut, MT, V>(acc, yb, y_bstride, nf, nfp, n_out, kb, o_blk + wrow,
+                               f_blk + wf, g, t);
+  else
+    mma_store_tf32<TOut, MT, V>(acc, yb, y_bstride, nf, nfp, n_out, kb, o_blk + wrow,
+                                f_blk + wf, g, t,
+                                (scale != nullptr && !adjoint) ? scale : nullptr);
 }
 
 #endif  // FFTMATVEC_MMA

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Sweep the stage-3 kernels' tile shapes (RT rows x V frequencies per thread, block shape,
 split-K target; for one right-hand side also the staged kernel's RT, V and TY; for several the
-tensor-core kernel's MT, V, warps per block and split-K target) and print the fastest per case,
+tensor-core kernel's tiles (MT, V, WR, WF, KS, NS) and split-K target) and print the fastest per case,
 as a fraction of the floor. Used to set the defaults in fftmatvec/_gpu.py.
 
 Usage: python scripts/tune_sbgemv.py [--sizes 5000x100x1000,...]
@@ -86,16 +86,15 @@ def main(argv=None) -> int:
                                 rows.append((t, f"staged rt={rt} v={v} ty={ty} threads/SM={tps}", la))
                     eng.staged_threads_per_sm = None
                 elif eng._mma_min_kb() is not None:  # the tensor-core kernel
-                    from fftmatvec._gpu import MMA_TILES
+                    from fftmatvec._gpu import PIPE_TILES
 
-                    for mt, v in MMA_TILES[eng.store]:
-                        for wo, wf in ((1, 4), (2, 2), (4, 2), (2, 4)):
-                            for wps in (12, 24, 48):
-                                eng.mma_warps_per_sm = wps
-                                la = eng._launch_mma(k, n_out, n_red, x.dtype, np.complex128, tile=(mt, v, wo, wf))
-                                t = median_time(cp, lambda: eng.apply(x, adjoint, np.complex128, plan=[la]), args.repeat)
-                                rows.append((t, f"mma mt={mt} v={v} wo={wo} wf={wf} warps/SM={wps}", la))
-                    eng.mma_warps_per_sm = None
+                    for tile in PIPE_TILES[eng.store]:
+                        for waves in (1, 2, 4, 8):
+                            eng.pipe_waves = waves
+                            la = eng._launch_pipe(k, n_out, n_red, x.dtype, np.complex128, tile=tile)
+                            t = median_time(cp, lambda: eng.apply(x, adjoint, np.complex128, plan=[la]), args.repeat)
+                            rows.append((t, f"mma tile={tile} waves={waves}", la))
+                    eng.pipe_waves = None
                 rows.sort(key=lambda r: r[0])
                 d = "adj" if adjoint else "fwd"
                 times = {desc: t for t, desc, _ in rows}

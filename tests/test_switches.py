@@ -52,14 +52,17 @@ def test_staged_choice(monkeypatch, store, kb, n_red, adjoint, expected):
 
 @pytest.mark.parametrize("has_mma", [True, False])
 @pytest.mark.parametrize("adjoint", [False, True])
-def test_tensor_core_choice(monkeypatch, has_mma, adjoint):
-    """Tensor cores serve forward batches by default, every launch with FFTMATVEC_MMA=1 (an
-    error where the device has none), nothing with =0."""
+@pytest.mark.parametrize("store,nd", [("c128", 1), ("c64", 100), ("c32h", 100), ("c32h", 50)])
+def test_tensor_core_choice(monkeypatch, has_mma, adjoint, store, nd):
+    """Tensor cores serve batches (of a storage's MMA_MIN_KB or more) forward, and adjoint in d
+    and in h with 64+ reduction rows, by default; every launch with FFTMATVEC_MMA=1 (an error where the device has none);
+    nothing with =0."""
     from fftmatvec._gpu import MMA_MIN_KB
 
-    engine = SimpleNamespace(_mma=has_mma)
+    engine = SimpleNamespace(_mma=has_mma, store=store, nd=nd)
     monkeypatch.delenv("FFTMATVEC_MMA", raising=False)
-    expected = MMA_MIN_KB if has_mma and not adjoint else None
+    uses = not adjoint or store == "c128" or (store == "c32h" and nd >= 64)
+    expected = MMA_MIN_KB[(store, adjoint)] if has_mma and uses else None
     assert KernelEngine._mma_min_kb(engine, adjoint) == expected
     monkeypatch.setenv("FFTMATVEC_MMA", "0")
     assert KernelEngine._mma_min_kb(engine, adjoint) is None
