@@ -50,7 +50,8 @@ PIPE_TILES = {
     "c64": [(2, 2, 1, 8, 4, 4), (1, 2, 4, 2, 4, 4)],
     "c32h": [(2, 2, 2, 8, 4, 4), (2, 4, 1, 8, 4, 4)],
 }
-# The defaults per (storage, adjoint), from scripts/tune_sbgemv.py --k 16 on an H200: the tile
+# The defaults per (storage, adjoint), from the tile sweep on an H200 (docs/benchmarks.md, fourth
+# run; scripts/tune_sbgemv.py --k 16 repeats it over the compiled tiles): the tile
 # and the split-K target: when the blocks fill less than one round of the device's block slots,
 # the reduction is split until they fill this many rounds.
 PIPE_DEFAULTS = {

@@ -324,8 +324,9 @@ struct PipeCopy {
   unsigned ok;             // bit j: unit j is in the tile and in bounds (rows, frequencies)
   int rl;                  // reduction row within the stage
 
-  // base: the operand; row0: its first tile row; rs, ks: bytes between rows and between
-  // reduction rows; f_unit: first frequency (elements) of the tile; UPE elements per unit.
+  // base: the operand; row0, n_rows: its first tile row and its row count; rs, ks: bytes
+  // between rows and between reduction rows; r0: the first reduction row; f0, f_limit: the
+  // tile's first frequency and the operand's row length; epu elements of esz bytes per unit.
   __device__ __forceinline__ void init(int tid, const void* base, i64 row0, i64 n_rows, i64 rs,
                                        i64 ks, i64 r0, i64 f0, i64 f_limit, int epu, int esz) {
     const int u = tid % UNITS, seg = tid / UNITS, row = seg / KS;
@@ -347,7 +348,8 @@ struct PipeCopy {
     for (int j = 0; j < ITERS; ++j) {
       if (TOTAL % NT != 0 && j * NT + (int)(threadIdx.y * 32 + threadIdx.x) >= TOTAL) break;
       const bool on = r_ok && ((ok >> j) & 1u);
-      cp_async<UB>(stage + s + j * ROW_STEP * KS * NCH * 16, on ? (const void*)(g + j * row_bytes) : base, on);
+      cp_async<UB>(stage + s + j * ROW_STEP * KS * NCH * 16,
+                   on ? (const void*)(g + j * row_bytes) : base, on);
     }
     g += stage_bytes;
   }
