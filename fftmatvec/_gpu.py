@@ -62,7 +62,7 @@ PIPE_DEFAULTS = {
 # Adjoints use tensor cores in `d`, and in `h` from this many reduction rows (Nd); the GEMV
 # kernels are faster for `s` adjoints and for `h` ones with few rows (docs/benchmarks.md).
 MMA_ADJ_MIN_ROWS = {"c128": 0, "c32h": 64}
-_ELEM_BYTES = {"c128": 16, "c64": 8, "c32h": 4}
+_MMA_ROWS = {"c128": 8, "c64": 16, "c32h": 16}  # rows of one MMA tile (DMMA m8, TF32 m16)
 MMA_MAX_KB = 16  # right-hand sides per tensor-core launch (the MMA's N = 2 x 16 real columns)
 # The fewest right-hand sides a tensor-core launch takes, per (storage, adjoint): a launch costs
 # about the same for any kb (it always computes 16 columns), so smaller batches go to the GEMV
@@ -136,7 +136,6 @@ class KernelEngine:
         self.pipe_waves = None  # split-K target of the tensor-core kernel (None: default)
         self.smem_per_sm = int(props.get("sharedMemPerMultiprocessor", 0)) or 228 * 1024
         self.smem_per_block = int(props.get("sharedMemPerBlockOptin", 0)) or 227 * 1024
-        self._smem_set: dict = {}
 
     @property
     def nbytes(self) -> int:
@@ -238,9 +237,9 @@ class KernelEngine:
     def pipe_smem(self, tile, in_dtype) -> int:
         """Bytes of shared memory of a pipelined launch with ``tile`` = (MT, V, WR, WF, KS, NS)."""
         mt, v, wr, wf, ks, ns = tile
-        rows = (8 if self.store == "c128" else 16) * mt * wr
+        rows = _MMA_ROWS[self.store] * mt * wr
         freqs = wf * v
-        per_stage = ks * freqs * (rows * _ELEM_BYTES[self.store] + 16 * np.dtype(in_dtype).itemsize)
+        per_stage = ks * freqs * (rows * self.data.itemsize + 16 * np.dtype(in_dtype).itemsize)
         return per_stage * ns
 
     def _launch_pipe(self, kb, n_out, n_red, in_dtype, out_dtype, tile=None,
@@ -262,7 +261,7 @@ class KernelEngine:
         if smem > self.smem_per_block:
             raise ValueError(f"pipelined tile {tile} needs {smem} bytes of shared memory, "
                              f"the device allows {self.smem_per_block} per block")
-        rows = (8 if self.store == "c128" else 16) * mt * wr
+        rows = _MMA_ROWS[self.store] * mt * wr
         base = math.ceil(n_out / rows) * math.ceil(self.nf / (wf * v))
         slots = self.num_sms * max(1, min(self.smem_per_sm // (smem + 1024), 2048 // (32 * wr * wf)))
         splits = 1
@@ -366,7 +365,7 @@ class KernelEngine:
         b0 = 0
         plan = self._plan(adjoint, k, xhat.dtype, out_dtype) if plan is None else plan
         for launch in plan:
-            fn = kernels.get_function(launch.name)
+            fn = kernels.get_function(launch.name, shared_mem=launch.smem)
             xb, yb = xhat[b0 : b0 + launch.kb], y[b0 : b0 + launch.kb]
             if launch.splits > 1:
                 shape = (launch.splits, launch.kb, n_out, nf)
@@ -381,7 +380,6 @@ class KernelEngine:
             if launch.staged:
                 fn(launch.grid, launch.block, head + (_i64(n_out * nf),))
             elif launch.mma:
-                self._allow_smem(launch.name, fn, launch.smem)
                 fn(launch.grid, launch.block,
                    head + (np.int32(launch.kb), _i64(n_red * nf), _i64(n_out * nf),
                            _i64(launch.kb * n_out * nf)), shared_mem=launch.smem)
@@ -397,22 +395,6 @@ class KernelEngine:
                 red((blocks,), (256,), (target, yb, _i64(n), np.int32(launch.splits)))
             b0 += launch.kb
         return y
-
-    def _allow_smem(self, name: str, fn, nbytes: int) -> None:
-        """Opt the kernel in to ``nbytes`` of dynamic shared memory (above the default 48 KB)."""
-        key = (self.cp.cuda.Device().id, name)
-        if self._smem_set.get(key, 0) >= nbytes:
-            return
-        # and ask for the largest shared-memory carveout, so that the blocks the shared memory
-        # allows are resident at once (the driver's default carveout can halve them)
-        if hasattr(type(fn), "max_dynamic_shared_size_bytes"):  # cupy.RawKernel
-            fn.max_dynamic_shared_size_bytes = nbytes
-            fn.preferred_shared_memory_carveout = 100
-        else:  # a bare cupy.cuda.Function
-            drv = self.cp.cuda.driver
-            drv.funcSetAttribute(fn.ptr, drv.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
-            drv.funcSetAttribute(fn.ptr, drv.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100)
-        self._smem_set[key] = nbytes
 
     # ---- small problems: the five stages as one CUDA graph ---------------------------------
     def graph_runner(self, op, adjoint: bool, x, weight):

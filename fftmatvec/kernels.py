@@ -29,6 +29,7 @@ _CODE_DIR = _PKG_DIR / "_kernels"
 _lock = threading.Lock()
 _modules: dict[int, tuple[object, str]] = {}  # device id -> (RawModule, how it was obtained)
 _functions: dict[tuple[int, str], object] = {}
+_shared_mem: dict[tuple[int, str], int] = {}  # dynamic shared memory opted in, per function
 
 
 class KernelLoadError(FFTMatvecError, RuntimeError):
@@ -141,8 +142,10 @@ def has_function(name: str) -> bool:
     return True
 
 
-def get_function(name: str):
-    """The kernel ``name`` (an ``extern "C"`` entry point) on the current device, memoized."""
+def get_function(name: str, shared_mem: int = 0):
+    """The kernel ``name`` (an ``extern "C"`` entry point) on the current device, memoized;
+    ``shared_mem`` bytes of dynamic shared memory, the largest a launch of it will ask for,
+    are opted in once (the default limit is 48 KB)."""
     cp = backend.cupy
     key = (cp.cuda.Device().id, name)
     fn = _functions.get(key)
@@ -153,7 +156,23 @@ def get_function(name: str):
         except Exception as exc:  # compile errors surface here for JIT modules
             raise KernelLoadError(f"cannot load GPU kernel {name!r}: {exc}") from exc
         _functions[key] = fn
+    if shared_mem > _shared_mem.get(key, 0):
+        _allow_shared_mem(cp, fn, shared_mem)
+        _shared_mem[key] = shared_mem
     return fn
+
+
+def _allow_shared_mem(cp, fn, nbytes: int) -> None:
+    """Let ``fn`` use ``nbytes`` of dynamic shared memory, and ask for the largest shared-memory
+    carveout, so that the blocks the shared memory allows are resident at once (the driver's
+    default carveout can halve them)."""
+    if hasattr(type(fn), "max_dynamic_shared_size_bytes"):  # cupy.RawKernel
+        fn.max_dynamic_shared_size_bytes = nbytes
+        fn.preferred_shared_memory_carveout = 100
+    else:  # a bare cupy.cuda.Function
+        drv = cp.cuda.driver
+        drv.funcSetAttribute(fn.ptr, drv.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
+        drv.funcSetAttribute(fn.ptr, drv.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100)
 
 
 def prebuilt_code_objects() -> list[str]:

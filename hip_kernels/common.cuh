@@ -82,6 +82,7 @@ struct StoreC128 {
   typedef double2 elem;
   typedef double real;
   static constexpr int PAD = 2;
+  __device__ static __forceinline__ double2 expand(elem v) { return v; }  // to the compute type
   template <int V>
   __device__ static __forceinline__ void load(const elem* p, double2 (&c)[V]) {
 #pragma unroll
@@ -93,6 +94,7 @@ struct StoreC64 {
   typedef float real;
   static constexpr int PAD = 4;
   static constexpr bool exact_tf32 = false;  // TF32 kernels split a float32 value in two
+  __device__ static __forceinline__ float2 expand(elem v) { return v; }
   template <int V>
   __device__ static __forceinline__ void load(const elem* p, float2 (&c)[V]) {
     if constexpr (V % 2 == 0) {
@@ -113,24 +115,25 @@ struct StoreC32h {
   typedef float real;
   static constexpr int PAD = 8;
   static constexpr bool exact_tf32 = true;  // a float16 value is exact in TF32
+  __device__ static __forceinline__ float2 expand(elem v) { return unpack_half2(v); }
   template <int V>
   __device__ static __forceinline__ void load(const elem* p, float2 (&c)[V]) {
     if constexpr (V % 4 == 0) {
 #pragma unroll
       for (int w = 0; w < V / 4; ++w) {
         const uint4 q = load_stream(reinterpret_cast<const uint4*>(p) + w);
-        c[4 * w] = unpack_half2(q.x);
-        c[4 * w + 1] = unpack_half2(q.y);
-        c[4 * w + 2] = unpack_half2(q.z);
-        c[4 * w + 3] = unpack_half2(q.w);
+        c[4 * w] = expand(q.x);
+        c[4 * w + 1] = expand(q.y);
+        c[4 * w + 2] = expand(q.z);
+        c[4 * w + 3] = expand(q.w);
       }
     } else if constexpr (V == 2) {
       const uint2 q = load_stream(reinterpret_cast<const uint2*>(p));
-      c[0] = unpack_half2(q.x);
-      c[1] = unpack_half2(q.y);
+      c[0] = expand(q.x);
+      c[1] = expand(q.y);
     } else {
 #pragma unroll
-      for (int v = 0; v < V; ++v) c[v] = unpack_half2(load_stream(p + v));
+      for (int v = 0; v < V; ++v) c[v] = expand(load_stream(p + v));
     }
   }
 };

@@ -282,17 +282,6 @@ __device__ __forceinline__ void lds_run(const unsigned char* tile, int row, int 
     lds<T, N>(tile + tile_offset<NCH, KS, (int)sizeof(T)>(row, r, e + v), out + v);
 }
 
-template <typename Store> struct Expand;
-template <> struct Expand<StoreC128> {
-  __device__ static __forceinline__ double2 c(double2 v) { return v; }
-};
-template <> struct Expand<StoreC64> {
-  __device__ static __forceinline__ float2 c(float2 v) { return v; }
-};
-template <> struct Expand<StoreC32h> {
-  __device__ static __forceinline__ float2 c(unsigned v) { return unpack_half2(v); }
-};
-
 template <typename Store, typename TIn, int RPT, int WR, int MT, int V, int WF, int KS>
 struct PipeTile {
   typedef typename Store::elem EA;
@@ -306,12 +295,14 @@ struct PipeTile {
 };
 
 // A thread's share of copying one operand's stage: units of UB bytes (16-byte chunks of Khat,
-// single vector elements), UNITS of them per segment, ROWS x KS segments per stage, NT threads.
+// single vector elements) of elements T, UNITS of them per segment, ROWS x KS segments per
+// stage, NT threads.
 // Each thread's units keep the same position in their segment and the same reduction row, and
 // lie ROW_STEP tile rows apart, so everything but the stage's advance along the reduction is
 // computed once: a copy is a pointer bump, a mask test and the cp.async.
-template <int UB, int UNITS, int ROWS, int KS, int NCH, int NT>
+template <typename T, int UB, int UNITS, int ROWS, int KS, int NCH, int NT>
 struct PipeCopy {
+  static constexpr int EPU = UB / (int)sizeof(T);  // elements per unit
   static constexpr int PER_ROW = UNITS * KS, TOTAL = ROWS * PER_ROW;
   static_assert(NT % PER_ROW == 0 && (NT / PER_ROW) % 2 == 0,
                 "a block's threads cover whole tile rows, an even number at a time");
@@ -324,24 +315,25 @@ struct PipeCopy {
   unsigned ok;             // bit j: unit j is in the tile and in bounds (rows, frequencies)
   int rl;                  // reduction row within the stage
 
-  // base: the operand; row0, n_rows: its first tile row and its row count; rs, ks: bytes
+  // base: the operand; row0, n_rows: its first tile row and its row count; rs, ks: elements
   // between rows and between reduction rows; r0: the first reduction row; f0, f_limit: the
-  // tile's first frequency and the operand's row length; epu elements of esz bytes per unit.
-  __device__ __forceinline__ void init(int tid, const void* base, i64 row0, i64 n_rows, i64 rs,
-                                       i64 ks, i64 r0, i64 f0, i64 f_limit, int epu, int esz) {
+  // tile's first frequency and the operand's row length.
+  __device__ __forceinline__ void init(int tid, const T* base, i64 row0, i64 n_rows, i64 rs,
+                                       i64 ks, i64 r0, i64 f0, i64 f_limit) {
     const int u = tid % UNITS, seg = tid / UNITS, row = seg / KS;
     rl = seg % KS;
     this->base = base;
-    const i64 f = f0 + (i64)u * epu;
-    g = static_cast<const unsigned char*>(base) + (row0 + row) * rs + (r0 + rl) * ks + f * esz;
-    row_bytes = ROW_STEP * rs;
+    const i64 f = f0 + (i64)u * EPU;
+    g = reinterpret_cast<const unsigned char*>(base + (row0 + row) * rs + (r0 + rl) * ks + f);
+    row_bytes = ROW_STEP * rs * (i64)sizeof(T);
     s = tile_offset<NCH, KS, UB>(row, rl, u);
     ok = 0;
 #pragma unroll
     for (int j = 0; j < ITERS; ++j)
       if (j * NT + tid < TOTAL && row0 + row + j * ROW_STEP < n_rows && f < f_limit) ok |= 1u << j;
   }
-  // Copy this stage into `stage` (reduction rows past r_left zero-filled), then step to the next.
+  // Copy this stage into `stage` (reduction rows past r_left zero-filled), then step
+  // stage_bytes to the next.
   __device__ __forceinline__ void copy(unsigned stage, i64 r_left, i64 stage_bytes) {
     const bool r_ok = rl < r_left;
 #pragma unroll
@@ -390,13 +382,11 @@ __device__ __forceinline__ void sbgemm_pipe_body(
   // nf long, not padded, so complex64 ones are only 8-byte aligned).
   constexpr int NT = 32 * WR * WF;
   typedef typename Store::elem EA;
-  PipeCopy<16, Tile::NCH_A, Tile::R, KS, Tile::NCH_A, NT> ca;
-  PipeCopy<(int)sizeof(TIn), Tile::F, 16, KS, Tile::NCH_X, NT> cx;
+  PipeCopy<EA, 16, Tile::NCH_A, Tile::R, KS, Tile::NCH_A, NT> ca;
+  PipeCopy<TIn, (int)sizeof(TIn), Tile::F, 16, KS, Tile::NCH_X, NT> cx;
   const int tid = threadIdx.y * 32 + threadIdx.x;
-  ca.init(tid, kh, o_blk, n_out, so * (i64)sizeof(EA), sr * (i64)sizeof(EA), r_begin, f_blk, nfp,
-          16 / (int)sizeof(EA), (int)sizeof(EA));
-  cx.init(tid, x, 0, kb, x_bstride * (i64)sizeof(TIn), nf * (i64)sizeof(TIn), r_begin, f_blk, nf,
-          1, (int)sizeof(TIn));
+  ca.init(tid, kh, o_blk, n_out, so, sr, r_begin, f_blk, nfp);
+  cx.init(tid, x, 0, kb, x_bstride, nf, r_begin, f_blk, nf);
   const i64 a_step = KS * sr * (i64)sizeof(EA), x_step = KS * nf * (i64)sizeof(TIn);
   const unsigned smem0 = smem_u32(smem);
 
@@ -461,7 +451,7 @@ __device__ __forceinline__ void sbgemm_pipe_body(
             lds_run<typename Store::elem, V, Tile::NCH_A, KS>(sa, wrow + 16 * m + 8 * h + g, rl,
                                                             wf, raw);
 #pragma unroll
-            for (int v = 0; v < V; ++v) a[m][h][v] = Expand<Store>::c(raw[v]);
+            for (int v = 0; v < V; ++v) a[m][h][v] = Store::expand(raw[v]);
           }
         mma_kstep_tf32<!Store::exact_tf32, MT, V>(acc, a, xv, sgn);
       }
