@@ -41,6 +41,24 @@ STAGED_TILES = {
     "c32h": [(1, 4), (2, 4), (4, 4), (2, 2), (4, 2)],
 }
 _STAGED_J = 32  # reduction steps staged per chunk (the kernel's J)
+# (RT, TY, J, NS) tiles of the one-vector kernel that streams Khat through shared memory with
+# cp.async (sbgemva_*: blocks of 32 x TY threads own RT x TY rows and 32 x V frequencies, V = 16
+# bytes of Khat, J reduction steps per stage, NS stages); NVIDIA sm_80 and newer. Keep in sync
+# with hip_kernels/fftmatvec_kernels.cu.
+ASYNC_TILES = {st: [(4, 8, 2, 3), (4, 4, 2, 4), (4, 8, 1, 4), (1, 8, 8, 3), (8, 8, 2, 3)]
+               for st in ("c128", "c64", "c32h")}
+# Where it is the default for one vector, per (storage, adjoint): from this many reduction
+# rows (None: never; the register and staged kernels are as fast there). Forward products with
+# at most ASYNC_FEW_ROWS outputs use it in every storage, with a narrow tile. From the sweeps of
+# scripts/tune_sbgemv.py on an H200 (docs/benchmarks.md, fifth run).
+ASYNC_MIN_RED = {("c128", False): None, ("c128", True): None, ("c64", False): None,
+                 ("c64", True): None, ("c32h", False): 0, ("c32h", True): 32}
+ASYNC_FEW_ROWS = 16
+# Its tile and split-K target (rounds of the block slots) per (storage, adjoint), and per
+# storage for the few-row forward products.
+ASYNC_DEFAULTS = {(st, adj): ((4, 8, 2, 3), 1 if adj else 2) for st in ("c128", "c64", "c32h")
+                  for adj in (False, True)}
+ASYNC_FEW = {"c128": ((4, 4, 2, 4), 2), "c64": ((4, 4, 2, 4), 2), "c32h": ((4, 4, 2, 4), 1)}
 # (MT, V, WR, WF, KS, NS) tiles of the tensor-core kernel for several right-hand sides
 # (sbgemmp_*: a block of WR x WF warps owns WR x MT row tiles of 8 (complex128) or 16 rows and
 # WF x V frequencies, and streams KS reduction rows per stage, NS stages deep, through shared
@@ -75,6 +93,7 @@ MMA_MIN_KB = {("c128", False): 8, ("c128", True): 8, ("c64", False): 16, ("c64",
 # Frequency padding of the stored Khat, so that V-wide loads are aligned.
 PAD = {"c128": 2, "c64": 4, "c32h": 8}
 _BATCH_SIZES = (16, 8, 4, 2, 1)
+REDUCE_LANES = 8  # the split-K reduction's largest blockDim.y (hip_kernels/sbgemv.cuh)
 
 
 @dataclass(frozen=True)
@@ -87,7 +106,7 @@ class _Launch:
     red_chunk: int
     staged: bool = False
     mma: bool = False
-    smem: int = 0  # bytes of dynamic shared memory (tensor-core launches)
+    smem: int = 0  # bytes of dynamic shared memory (tensor-core and cp.async launches)
 
 
 def _switch(name: str) -> str:
@@ -134,6 +153,8 @@ class KernelEngine:
         self.staged_threads_per_sm = None  # split-K target of the staged kernel (None: default)
         self._mma = None  # whether the tensor-core kernels exist here (found on first use)
         self.pipe_waves = None  # split-K target of the tensor-core kernel (None: default)
+        self._async = None  # whether the cp.async one-vector kernels exist here (found on first use)
+        self.async_waves = None  # split-K target of the cp.async kernel (None: default)
         self.smem_per_sm = int(props.get("sharedMemPerMultiprocessor", 0)) or 228 * 1024
         self.smem_per_block = int(props.get("sharedMemPerBlockOptin", 0)) or 227 * 1024
 
@@ -316,7 +337,83 @@ class KernelEngine:
         name = f"sbgemvs_{self.store}_{_CPLX_SUFFIX[np.dtype(in_dtype)]}_{out_sfx}_r{rt}_v{v}"
         return _Launch(name, 1, (base, splits), (32, ty), splits, red_chunk, staged=True)
 
+    def _use_async(self, kb: int, n_out: int, n_red: int, adjoint: bool, in_dtype) -> bool:
+        """Whether one right-hand side goes through the kernel that streams Khat through shared
+        memory with cp.async (NVIDIA sm_80 and newer): by default for forward products with
+        few outputs, and where ``ASYNC_MIN_RED`` says it is the fastest. ``FFTMATVEC_ASYNC=0``
+        never uses it, ``=1`` always (an error where the device has none)."""
+        if kb != 1:
+            return False
+        mode = _switch("FFTMATVEC_ASYNC")
+        if mode == "0":
+            return False
+        few = not adjoint and n_out <= ASYNC_FEW_ROWS
+        if mode == "auto" and not few:
+            min_red = ASYNC_MIN_RED[(self.store, bool(adjoint))]
+            if min_red is None or n_red < min_red:
+                return False
+        tile = (ASYNC_FEW[self.store] if few else ASYNC_DEFAULTS[(self.store, bool(adjoint))])[0]
+        ok = self._async_available() and self.async_smem(tile, in_dtype) <= self.smem_per_block
+        if mode == "1" and not ok:
+            raise FFTMatvecValueError(
+                "FFTMATVEC_ASYNC=1, but this device has no cp.async kernels (NVIDIA sm_80 or "
+                "newer, with enough shared memory per block)")
+        return ok
+
+    def _async_available(self) -> bool:
+        """Whether the cp.async kernels exist here (NVIDIA sm_80 and newer), found once."""
+        if self._async is None:
+            tile = ASYNC_TILES[self.store][0]
+            self._async = (not backend.is_hip()) and kernels.has_function(
+                self._async_name(tile, np.complex128, np.complex128))
+        return bool(self._async)
+
+    def _async_name(self, tile, in_dtype, out_dtype) -> str:
+        rt, ty, j, ns = tile
+        return (f"sbgemva_{self.store}_{_CPLX_SUFFIX[np.dtype(in_dtype)]}_"
+                f"{_CPLX_SUFFIX[np.dtype(out_dtype)]}_r{rt}_y{ty}_j{j}_s{ns}")
+
+    def async_smem(self, tile, in_dtype) -> int:
+        """Bytes of shared memory of a cp.async launch with ``tile`` = (RT, TY, J, NS)."""
+        rt, ty, j, ns = tile
+        freqs = 32 * (16 // self.data.itemsize)
+        per_stage = j * (rt * 32 * ty * 16 + freqs * np.dtype(in_dtype).itemsize
+                         + (4 * freqs if self.store == "c32h" else 0))
+        return per_stage * ns
+
+    def _launch_async(self, n_out, n_red, in_dtype, out_dtype, tile=None,
+                      adjoint=False) -> _Launch:
+        """A launch of the cp.async one-vector kernel; ``tile`` = (RT, TY, J, NS) overrides the
+        default. When the blocks fill less than ``async_waves`` rounds of the block slots the
+        shared memory and threads leave, split-K makes that many rounds of them."""
+        default, waves = ASYNC_DEFAULTS[(self.store, bool(adjoint))]
+        if not adjoint and n_out <= ASYNC_FEW_ROWS:
+            default, waves = ASYNC_FEW[self.store]
+        tile = default if tile is None else tuple(tile)
+        if self.async_waves is not None:
+            waves = self.async_waves
+        if tile not in ASYNC_TILES[self.store]:
+            raise ValueError(f"cp.async tile {tile} is not compiled for {self.store}")
+        rt, ty, j, ns = tile
+        smem = self.async_smem(tile, in_dtype)
+        if smem > self.smem_per_block:
+            raise ValueError(f"cp.async tile {tile} needs {smem} bytes of shared memory, "
+                             f"the device allows {self.smem_per_block} per block")
+        freqs = 32 * (16 // self.data.itemsize)
+        base = math.ceil(n_out / (rt * ty)) * math.ceil(self.nf / freqs)
+        slots = self.num_sms * max(1, min(self.smem_per_sm // (smem + 1024), 2048 // (32 * ty), 32))
+        splits = 1
+        if base < waves * slots:
+            # each split keeps at least 2 * NS stages of reduction steps
+            splits = max(1, min(math.ceil(waves * slots / base), n_red // (2 * ns * j)))
+        red_chunk = -(-math.ceil(n_red / splits) // j) * j
+        splits = math.ceil(n_red / red_chunk)
+        name = self._async_name(tile, in_dtype, self.compute if splits > 1 else out_dtype)
+        return _Launch(name, 1, (base, splits), (32, ty), splits, red_chunk, staged=True, smem=smem)
+
     def _launch(self, kb, n_out, n_red, in_dtype, out_dtype, tile=None, adjoint=False) -> _Launch:
+        if tile is None and self._use_async(kb, n_out, n_red, adjoint, in_dtype):
+            return self._launch_async(n_out, n_red, in_dtype, out_dtype, adjoint=adjoint)
         if tile is None and self._use_staged(kb, n_red, adjoint):
             return self._launch_staged(n_out, n_red, in_dtype, out_dtype)
         rt, v = self._tile(kb, n_out, adjoint)
@@ -378,7 +475,7 @@ class KernelEngine:
             head = (self.data, scale, xb, target, _i64(nf), _i64(nfp), _i64(n_out), _i64(n_red),
                     _i64(so), _i64(sr), np.int32(adjoint), _i64(launch.red_chunk))
             if launch.staged:
-                fn(launch.grid, launch.block, head + (_i64(n_out * nf),))
+                fn(launch.grid, launch.block, head + (_i64(n_out * nf),), shared_mem=launch.smem)
             elif launch.mma:
                 fn(launch.grid, launch.block,
                    head + (np.int32(launch.kb), _i64(n_red * nf), _i64(n_out * nf),
@@ -391,8 +488,9 @@ class KernelEngine:
                 red = kernels.get_function(
                     f"reduce_{_CPLX_SUFFIX[self.compute]}_{_CPLX_SUFFIX[out_dtype]}"
                 )
-                blocks = min(math.ceil(n / 256), 16 * self.num_sms)
-                red((blocks,), (256,), (target, yb, _i64(n), np.int32(launch.splits)))
+                lanes = min(REDUCE_LANES, launch.splits)  # threads summing one output's splits
+                blocks = min(math.ceil(n / 32), 32 * self.num_sms)
+                red((blocks,), (32, lanes), (target, yb, _i64(n), np.int32(launch.splits)))
             b0 += launch.kb
         return y
 

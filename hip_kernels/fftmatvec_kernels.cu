@@ -6,6 +6,7 @@
 #include "common.cuh"
 #include "sbgemv.cuh"
 #include "sbgemm.cuh"
+#include "sbgemva.cuh"
 #include "stages.cuh"
 
 // ---- stage 1 / stage 5 --------------------------------------------------------------------
@@ -127,6 +128,39 @@ FFTMATVEC_SBGEMVS_IO(c32h, StoreC32h, 2, 4)
 FFTMATVEC_SBGEMVS_IO(c32h, StoreC32h, 4, 4)
 FFTMATVEC_SBGEMVS_IO(c32h, StoreC32h, 2, 2)
 FFTMATVEC_SBGEMVS_IO(c32h, StoreC32h, 4, 2)
+
+// sbgemva_<storage>_<input>_<output>_r<RT>_y<TY>_j<J>_s<NS>: one right-hand side, Khat
+// streamed through shared memory by cp.async (see sbgemva.cuh): blocks of 32 x TY threads own
+// RT x TY rows and 32 x V frequencies (V = 16 bytes of Khat), J reduction steps per stage, NS
+// stages. NVIDIA sm_80 and newer only, like the tensor-core kernels below.
+#if defined(FFTMATVEC_MMA)
+#define FFTMATVEC_SBGEMVA(SNAME, STORE, INAME, TIN, ONAME, TOUT, RT, TY, J, NS)              \
+  extern "C" __global__ void __launch_bounds__(32 * TY)                                         \
+      sbgemva_##SNAME##_##INAME##_##ONAME##_r##RT##_y##TY##_j##J##_s##NS(                \
+          const STORE::elem* __restrict__ kh, const float* __restrict__ scale,                  \
+          const TIN* __restrict__ x, TOUT* __restrict__ y, i64 nf, i64 nfp, i64 n_out,          \
+          i64 n_red, i64 so, i64 sr, int adjoint, i64 red_chunk, i64 y_split_stride) {          \
+    sbgemv_async_body<STORE, TIN, TOUT, RT, TY, J, NS>(kh, scale, x, y, nf, nfp, n_out, n_red,  \
+                                                       so, sr, adjoint, red_chunk,              \
+                                                       y_split_stride);                         \
+  }
+#define FFTMATVEC_SBGEMVA_IO(SNAME, STORE, RT, TY, J, NS)                              \
+  FFTMATVEC_SBGEMVA(SNAME, STORE, c128, double2, c128, double2, RT, TY, J, NS)         \
+  FFTMATVEC_SBGEMVA(SNAME, STORE, c128, double2, c64, float2, RT, TY, J, NS)           \
+  FFTMATVEC_SBGEMVA(SNAME, STORE, c64, float2, c128, double2, RT, TY, J, NS)           \
+  FFTMATVEC_SBGEMVA(SNAME, STORE, c64, float2, c64, float2, RT, TY, J, NS)
+#define FFTMATVEC_SBGEMVA_STORES(RT, TY, J, NS)          \
+  FFTMATVEC_SBGEMVA_IO(c128, StoreC128, RT, TY, J, NS)   \
+  FFTMATVEC_SBGEMVA_IO(c64, StoreC64, RT, TY, J, NS)     \
+  FFTMATVEC_SBGEMVA_IO(c32h, StoreC32h, RT, TY, J, NS)
+
+// (keep in sync with fftmatvec/_gpu.py: ASYNC_TILES)
+FFTMATVEC_SBGEMVA_STORES(4, 8, 2, 3)
+FFTMATVEC_SBGEMVA_STORES(4, 4, 2, 4)
+FFTMATVEC_SBGEMVA_STORES(4, 8, 1, 4)
+FFTMATVEC_SBGEMVA_STORES(1, 8, 8, 3)
+FFTMATVEC_SBGEMVA_STORES(8, 8, 2, 3)
+#endif  // FFTMATVEC_MMA
 
 // sbgemmp_<storage>_<input>_<output>_m<MT>_v<V>_w<WR>x<WF>_k<KS>_s<NS>: up to 16 right-hand
 // sides on tensor cores (see sbgemm.cuh): blocks of 32 x (WR x WF) threads own WR x MT row

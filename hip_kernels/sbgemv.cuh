@@ -289,17 +289,37 @@ __device__ __forceinline__ void sbgemv_staged_body(
 }
 
 // Sum the split-K partial results (S, k, n_out, Nf) and cast to the inverse FFT's precision.
+// Blocks of 32 x blockDim.y threads (blockDim.y <= REDUCE_LANES): x over 32 consecutive
+// elements, y over every blockDim.y-th split; the partial sums meet in shared memory. Skinny
+// products split their reduction hundreds of times over a few thousand outputs, and one thread
+// per output summing every split in turn was bound by the latency of that chain.
+constexpr int REDUCE_LANES = 8;
 template <typename TIn, typename TOut>
 __device__ __forceinline__ void reduce_splits_body(const TIn* __restrict__ part,
                                                    TOut* __restrict__ y, i64 n, int splits) {
-  const i64 stride = (i64)gridDim.x * blockDim.x;
-  for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride) {
-    TIn acc = part[e];
-    for (int s = 1; s < splits; ++s) {
-      const TIn v = part[(i64)s * n + e];
-      acc.x += v.x;
-      acc.y += v.y;
+  __shared__ TIn sums[REDUCE_LANES][32];
+  const int lanes = blockDim.y;
+  for (i64 base = (i64)blockIdx.x * 32; base < n; base += (i64)gridDim.x * 32) {
+    const i64 e = base + threadIdx.x;
+    TIn acc;
+    acc.x = 0;
+    acc.y = 0;
+    if (e < n) {
+      for (int s = threadIdx.y; s < splits; s += lanes) {
+        const TIn v = part[(i64)s * n + e];
+        acc.x += v.x;
+        acc.y += v.y;
+      }
     }
-    y[e] = ccast<TOut>(acc);
+    sums[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && e < n) {
+      for (int l = 1; l < lanes; ++l) {
+        acc.x += sums[l][threadIdx.x].x;
+        acc.y += sums[l][threadIdx.x].y;
+      }
+      y[e] = ccast<TOut>(acc);
+    }
+    __syncthreads();  // sums is rewritten by the next tile
   }
 }

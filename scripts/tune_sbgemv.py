@@ -1,6 +1,7 @@
 #!/usr/bin/env python
 """Sweep the stage-3 kernels' tile shapes (RT rows x V frequencies per thread, block shape,
-split-K target; for one right-hand side also the staged kernel's RT, V and TY; for several the
+split-K target; for one right-hand side also the staged kernel's RT, V and TY and the cp.async
+kernel's (RT, TY, J, NS) and split-K target; for several the
 tensor-core kernel's tiles (MT, V, WR, WF, KS, NS) and split-K target) and print the fastest per case,
 as a fraction of the floor. Used to set the defaults in fftmatvec/_gpu.py.
 
@@ -25,6 +26,8 @@ def main(argv=None) -> int:
     ap.add_argument("--blocks-per-sm", default="8,16,32")
     ap.add_argument("--unstaged", default="all", choices=["all", "default"],
                     help="sweep every unstaged tile, or time only its default")
+    ap.add_argument("--no-staged", action="store_true", help="leave out the staged kernel's sweep")
+    ap.add_argument("--json", help="also write every timing to this file")
     args = ap.parse_args(argv)
     import cupy as cp
 
@@ -37,6 +40,7 @@ def main(argv=None) -> int:
     bw = copy_bandwidth(cp)
     print(f"# copy bandwidth {bw / 1e12:.3f} TB/s")
     rng = np.random.default_rng(7)
+    record = []
     for size in args.sizes.split(","):
         nm, nd, nt = (int(v) for v in size.split("x"))
         K = cp.asarray(rng.standard_normal((nd, nm, nt)))
@@ -51,8 +55,9 @@ def main(argv=None) -> int:
                 rows = []
                 default = eng._plan(adjoint, k, x.dtype, np.complex128)
                 eng._plans.clear()
-                saved = {v: os.environ.get(v) for v in ("FFTMATVEC_STAGED", "FFTMATVEC_MMA")}
-                os.environ.update({"FFTMATVEC_STAGED": "0", "FFTMATVEC_MMA": "0"})
+                switches = ("FFTMATVEC_STAGED", "FFTMATVEC_MMA", "FFTMATVEC_ASYNC")
+                saved = {v: os.environ.get(v) for v in switches}
+                os.environ.update({v: "0" for v in switches})
                 unstaged = eng._plan(adjoint, k, x.dtype, np.complex128)  # the GEMV kernel
                 for var, value in saved.items():
                     if value is None:
@@ -74,7 +79,19 @@ def main(argv=None) -> int:
                             t = median_time(cp, lambda: eng.apply(x, adjoint, np.complex128, plan=[la]), args.repeat)
                             rows.append((t, f"rt={rt} v={v} bx={bx} ty={ty} bps={bps}", la))
                 eng.blocks_per_sm = 8
-                if k == 1:  # the staged kernel: (RT, V, TY) and its split-K target
+                if k == 1 and eng._async_available():
+                    # the cp.async kernel: (RT, TY, J, NS) and its split-K target
+                    from fftmatvec._gpu import ASYNC_TILES
+
+                    for tile in ASYNC_TILES[eng.store]:
+                        for waves in (1, 2, 4, 8):
+                            eng.async_waves = waves
+                            la = eng._launch_async(n_out, n_red, x.dtype, np.complex128, tile=tile,
+                                                   adjoint=adjoint)
+                            t = median_time(cp, lambda: eng.apply(x, adjoint, np.complex128, plan=[la]), args.repeat)
+                            rows.append((t, f"async tile={tile} waves={waves}", la))
+                    eng.async_waves = None
+                if k == 1 and not args.no_staged:  # the staged kernel: (RT, V, TY), split-K target
                     from fftmatvec._gpu import STAGED_TILES
 
                     for rt, v in STAGED_TILES[eng.store]:
@@ -85,7 +102,7 @@ def main(argv=None) -> int:
                                 t = median_time(cp, lambda: eng.apply(x, adjoint, np.complex128, plan=[la]), args.repeat)
                                 rows.append((t, f"staged rt={rt} v={v} ty={ty} threads/SM={tps}", la))
                     eng.staged_threads_per_sm = None
-                elif eng._mma_min_kb() is not None:  # the tensor-core kernel
+                if k > 1 and eng._mma_min_kb() is not None:  # the tensor-core kernel
                     from fftmatvec._gpu import PIPE_TILES
 
                     for tile in PIPE_TILES[eng.store]:
@@ -101,12 +118,26 @@ def main(argv=None) -> int:
                 print(f"{nm}x{nd}x{nt} k={k} {st} {d}: default {times['default'] * 1e3:.3f} ms "
                       f"({floor / times['default']:.2f} of floor), GEMV default "
                       f"{times['unstaged default'] * 1e3:.3f} ms ({floor / times['unstaged default']:.2f})")
-                for t, desc, la in rows[:4]:
+                shown = rows[:4]
+                for family in ("async", "staged", "mma"):  # the best of each kernel, if not shown
+                    best = next((r for r in rows if r[1].startswith(family)), None)
+                    if best is not None and best not in shown:
+                        shown.append(best)
+                for t, desc, la in shown:
                     print(f"    {t * 1e3:.3f} ms  {floor / t:.2f}  {desc}  splits={la.splits} grid={la.grid}")
+                record += [{"size": size, "k": k, "store": st, "dir": d, "kernel": desc, "ms": t * 1e3,
+                            "of_floor": floor / t, "splits": la.splits} for t, desc, la in rows]
                 sys.stdout.flush()
             del F, eng
         del K
         cp.get_default_memory_pool().free_all_blocks()
+    if args.json:
+        import json
+
+        tmp = args.json + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"copy_bandwidth": bw, "rows": record}, f, indent=1)
+        os.replace(tmp, args.json)
     return 0
 
 

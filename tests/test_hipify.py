@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from fftmatvec import FFTMatvecValueError
-from fftmatvec._gpu import PIPE_TILES
+from fftmatvec._gpu import ASYNC_TILES, PIPE_TILES
 from fftmatvec._hipify import DROP_MASK, HipifyError, hipify, hipify_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -298,9 +298,10 @@ def test_installed_package_has_the_expected_code_objects():
         assert listed.get(tag) == Path(rel).name
         names[tag] = kernel_names(Path(files[rel].locate()).read_bytes())
     # Every code object holds the same, non-empty set of extern "C" entry points, except the
-    # tensor-core kernels (sbgemmp_*), which exist in the NVIDIA sm_80+ code objects only.
+    # tensor-core and cp.async kernels (sbgemmp_*, sbgemva_*), which exist in the NVIDIA sm_80+
+    # code objects only.
     def portable(found):
-        return {n for n in found if not n.startswith("sbgemmp_")}
+        return {n for n in found if not n.startswith(("sbgemmp_", "sbgemva_"))}
 
     first = portable(names[EXPECTED[0]])
     assert first and not any(n.startswith("_Z") for n in first)
@@ -312,9 +313,12 @@ def test_installed_package_has_the_expected_code_objects():
             expected = {f"sbgemmp_{st}_{i}_{o}_m{mt}_v{v}_w{wr}x{wf}_k{ks}_s{ns}"
                         for st, tiles in PIPE_TILES.items() for mt, v, wr, wf, ks, ns in tiles
                         for i in ("c128", "c64") for o in ("c128", "c64")}
-            assert mma == expected, f"{tag}: tensor-core kernels differ: {sorted(mma ^ expected)[:5]}"
+            expected |= {f"sbgemva_{st}_{i}_{o}_r{rt}_y{ty}_j{j}_s{ns}"
+                         for st, tiles in ASYNC_TILES.items() for rt, ty, j, ns in tiles
+                         for i in ("c128", "c64") for o in ("c128", "c64")}
+            assert mma == expected, f"{tag}: sm_80+ kernels differ: {sorted(mma ^ expected)[:5]}"
         else:
-            assert not mma, f"{tag} has tensor-core kernels: {sorted(mma)[:5]}"
+            assert not mma, f"{tag} has sm_80+ kernels: {sorted(mma)[:5]}"
     hip = files.get("fftmatvec/hip_kernels/fftmatvec_kernels.hip")
     assert hip is not None, "the hipified source is not installed"
     assert cuda_left(hip.read_text()) == []

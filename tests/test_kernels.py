@@ -45,13 +45,14 @@ def _khat_reference(K, L):
 @pytest.mark.parametrize("store", ["d", "s", "h"])
 @pytest.mark.parametrize("k", [1, 11, 17])  # launches of 16, 8, 2 and 1 right-hand sides
 @pytest.mark.parametrize("adjoint", [False, True], ids=["fwd", "adj"])
-# default kernel choice (staged for one vector, tensor cores for several where the device has
-# them); the plain GEMV kernel only
+# default kernel choice (cp.async or staged for one vector, tensor cores for several where the
+# device has them); the plain GEMV kernel only
 @pytest.mark.parametrize("kernels", ["auto", "gemv"])
 def test_sbgemv(rng, monkeypatch, shape, store, k, adjoint, kernels):
     if kernels == "gemv":
         monkeypatch.setenv("FFTMATVEC_STAGED", "0")
         monkeypatch.setenv("FFTMATVEC_MMA", "0")
+        monkeypatch.setenv("FFTMATVEC_ASYNC", "0")
     cp = backend.cupy
     nd, nm, nt = shape
     K = rng.standard_normal(shape)
@@ -118,6 +119,46 @@ def test_staged_tiles(rng, shape, store, adjoint):
                 assert np.isfinite(got).all(), (rt, v, ty, la)
                 err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
                 assert err < tol, (rt, v, ty, la, err)
+
+
+@pytest.mark.parametrize("shape", [(45, 77, 150), (100, 23, 1000), (3, 300, 20), (1, 37, 40),
+                                   (37, 1, 40), (130, 9, 64)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("store", ["d", "s", "h"])
+@pytest.mark.parametrize("adjoint", [False, True], ids=["fwd", "adj"])
+def test_async_tiles(rng, shape, store, adjoint):
+    """Every compiled tile of the cp.async one-vector kernel, in and out in both precisions,
+    with and without split-K, against the float64 product (zero-filled tails: rows, reduction
+    steps, frequencies)."""
+    cp = backend.cupy
+    from fftmatvec._gpu import ASYNC_TILES
+
+    nd, nm, nt = shape
+    K = rng.standard_normal(shape)
+    F = fm.BlockToeplitz(cp.asarray(K), f"dd{store}dd")
+    eng = F._engine
+    if not eng._async_available():
+        pytest.skip("no cp.async kernels on this device")
+    khat = _khat_reference(K, F.fft_len) / F.fft_len
+    n_in, n_out, n_red = (nd, nm, nd) if adjoint else (nm, nd, nm)
+    tol = {"d": 1e-13, "s": 2e-6, "h": 2e-3}[store]
+    for tile in ASYNC_TILES[eng.store]:
+        for waves, in_dt, out_dt in [(1, np.complex128, np.complex128), (8, np.complex64, np.complex128),
+                                     (0, np.complex128, np.complex64), (4, np.complex64, np.complex64)]:
+            x = rng.standard_normal((1, n_in, F.nf)) + 1j * rng.standard_normal((1, n_in, F.nf))
+            x = x.astype(in_dt)
+            ref = _dense_product(khat, x, adjoint)
+            eng.async_waves = waves  # 0: no split-K
+            try:
+                la = eng._launch_async(n_out, n_red, in_dt, out_dt, tile=tile, adjoint=adjoint)
+            finally:
+                eng.async_waves = None
+            out = _poisoned(cp, (1, n_out, F.nf), out_dt)
+            eng.apply(cp.asarray(x), adjoint, out_dt, out=out, plan=[la])
+            got = cp.asnumpy(out)
+            assert np.isfinite(got).all(), (tile, la)
+            err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+            t = max(tol, 2e-6 if (in_dt == np.complex64 or out_dt == np.complex64) else 0)
+            assert err < t, (tile, waves, in_dt, out_dt, la, err)
 
 
 @pytest.mark.parametrize("shape", [(45, 77, 150), (100, 23, 1000), (3, 300, 20), (1, 37, 40),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from fftmatvec import FFTMatvecValueError
@@ -20,7 +21,8 @@ def test_switch_values(monkeypatch, value, expected):
     assert _switch("FFTMATVEC_STAGED") == expected
 
 
-@pytest.mark.parametrize("name", ["FFTMATVEC_STAGED", "FFTMATVEC_CUDA_GRAPHS", "FFTMATVEC_MMA"])
+@pytest.mark.parametrize("name", ["FFTMATVEC_STAGED", "FFTMATVEC_CUDA_GRAPHS", "FFTMATVEC_MMA",
+                                  "FFTMATVEC_ASYNC"])
 def test_switch_rejects_other_values(monkeypatch, name):
     monkeypatch.setenv(name, "yes")
     with pytest.raises(FFTMatvecValueError, match=name):
@@ -75,3 +77,45 @@ def test_tensor_core_choice(monkeypatch, has_mma, adjoint, store, nd):
     monkeypatch.setenv("FFTMATVEC_MMA", "maybe")
     with pytest.raises(FFTMatvecValueError, match="FFTMATVEC_MMA"):
         KernelEngine._mma_min_kb(engine, adjoint)
+
+
+@pytest.mark.parametrize("has_async", [True, False])
+@pytest.mark.parametrize(
+    "store,adjoint,n_out,n_red,expected",
+    [
+        ("c128", False, 100, 5000, False),  # d forward: the register kernel is as fast ...
+        ("c128", False, 10, 100000, True),  # ... except with few outputs
+        ("c128", True, 5000, 100, False),
+        ("c64", False, 100, 5000, False),  # s: the staged / register kernels are as fast ...
+        ("c64", False, 16, 5000, True),  # ... except forward with few outputs
+        ("c64", True, 5000, 100, False),
+        ("c64", True, 5000, 10, False),
+        ("c32h", False, 100, 5000, True),
+        ("c32h", True, 5000, 100, True),
+        ("c32h", True, 5000, 10, False),  # h adjoints over fewer than 32 rows: register kernel
+    ],
+)
+def test_async_choice(monkeypatch, has_async, store, adjoint, n_out, n_red, expected):
+    """The cp.async kernel serves one vector where ASYNC_MIN_RED and ASYNC_FEW_ROWS say so, by
+    default; always with FFTMATVEC_ASYNC=1 (an error where the device has none); never with =0,
+    for batches, or where a device has too little shared memory per block."""
+    engine = SimpleNamespace(store=store, smem_per_block=227 * 1024,
+                             _async_available=lambda: has_async, async_smem=lambda tile, dt: 1024)
+
+    def use(kb=1):
+        return KernelEngine._use_async(engine, kb, n_out, n_red, adjoint, np.complex128)
+
+    monkeypatch.delenv("FFTMATVEC_ASYNC", raising=False)
+    assert use() is (expected and has_async)
+    assert use(16) is False
+    engine.async_smem = lambda tile, dt: 228 * 1024
+    assert use() is False
+    engine.async_smem = lambda tile, dt: 1024
+    monkeypatch.setenv("FFTMATVEC_ASYNC", "0")
+    assert use() is False
+    monkeypatch.setenv("FFTMATVEC_ASYNC", "1")
+    if has_async:
+        assert use() is True
+    else:
+        with pytest.raises(FFTMatvecValueError, match="FFTMATVEC_ASYNC"):
+            use()
