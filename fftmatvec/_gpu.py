@@ -121,8 +121,16 @@ def _i64(v) -> np.int64:
     return np.int64(v)
 
 
-# Products whose Khat is smaller than this replay a captured CUDA graph (launch-bound sizes).
+# Products whose Khat is smaller than GRAPH_MAX_KHAT_BYTES replay a captured CUDA graph
+# (launch-bound sizes); so do those with Khat up to GRAPH_MEDIUM_KHAT_BYTES whose input and output
+# vectors total at most GRAPH_MAX_VECTOR_BYTES: their GPU time (under a millisecond) is short
+# enough for the host's launches to show, and copying the vectors in and out of the graph's
+# buffers costs a few microseconds. On an H200, (1000, 100, 1000) ran 10-15 % faster as a graph;
+# (5000, 100, 1000) `ddhdd` and (100000, 10, 100), whose vectors are 40-80 MB, did not
+# (docs/benchmarks.md, fifth run).
 GRAPH_MAX_KHAT_BYTES = 64 * 2**20
+GRAPH_MEDIUM_KHAT_BYTES = 2 * 2**30
+GRAPH_MAX_VECTOR_BYTES = 16 * 2**20
 
 
 class KernelEngine:
@@ -495,16 +503,25 @@ class KernelEngine:
         return y
 
     # ---- small problems: the five stages as one CUDA graph ---------------------------------
+    def graph_pays(self, x) -> bool:
+        """Whether a product with input ``x`` ``(k, n_in, Nt)`` replays a graph by default: a
+        ``Khat`` under ``GRAPH_MAX_KHAT_BYTES``, or under ``GRAPH_MEDIUM_KHAT_BYTES`` with input
+        and output vectors of at most ``GRAPH_MAX_VECTOR_BYTES`` together."""
+        if self.nbytes <= GRAPH_MAX_KHAT_BYTES:
+            return True
+        vectors = x.shape[0] * (self.nm + self.nd) * self.nt * x.dtype.itemsize
+        return self.nbytes <= GRAPH_MEDIUM_KHAT_BYTES and vectors <= GRAPH_MAX_VECTOR_BYTES
+
     def graph_runner(self, op, adjoint: bool, x, weight):
         """A captured-graph runner for this product, or None to run the stages one by one.
 
         Small products are dominated by launch and Python overheads; replaying the five stages
         as one CUDA graph removes most of them. ``FFTMATVEC_CUDA_GRAPHS=0`` disables graphs,
-        ``=1`` uses them at every size; by default they serve problems whose ``Khat`` is under
-        ``GRAPH_MAX_KHAT_BYTES`` (CUDA only: graph capture is untested on ROCm here).
+        ``=1`` uses them at every size; by default they serve the sizes ``graph_pays`` names
+        (CUDA only: graph capture is untested on ROCm here).
         """
         mode = _switch("FFTMATVEC_CUDA_GRAPHS")
-        if mode == "0" or (mode == "auto" and (backend.is_hip() or self.nbytes > GRAPH_MAX_KHAT_BYTES)):
+        if mode == "0" or (mode == "auto" and (backend.is_hip() or not self.graph_pays(x))):
             return None
         key = (id(op), adjoint, x.shape[0], x.dtype, None if weight is None else id(weight))
         runner = self._graphs.get(key)  # a runner keeps op and weight alive: ids stay unique

@@ -119,3 +119,19 @@ def test_async_choice(monkeypatch, has_async, store, adjoint, n_out, n_red, expe
     else:
         with pytest.raises(FFTMatvecValueError, match="FFTMATVEC_ASYNC"):
             use()
+
+
+@pytest.mark.parametrize(
+    "nbytes,k,nm,nd,nt,expected",
+    [
+        (60 * 2**20, 16, 100000, 10, 100, True),  # small Khat: always a graph
+        (int(1.6e9), 1, 1000, 100, 1000, True),  # (1000, 100, 1000) complex128: 8.8 MB of vectors
+        (int(1.6e9), 16, 1000, 100, 1000, False),  # ... but not 16 of them (141 MB)
+        (int(1.6e9), 1, 100000, 10, 100, False),  # skinny: 80 MB of vectors
+        (int(8e9), 1, 5000, 100, 1000, False),  # large Khat: the launches hide behind the GPU
+    ],
+)
+def test_graph_choice(nbytes, k, nm, nd, nt, expected):
+    engine = SimpleNamespace(nbytes=nbytes, nm=nm, nd=nd, nt=nt)
+    x = np.zeros((k, 1, 1))
+    assert KernelEngine.graph_pays(engine, x) is expected
