@@ -104,7 +104,7 @@ class _Launch:
     block: tuple
     splits: int
     red_chunk: int
-    staged: bool = False
+    staged: bool = False  # the staged kernels' arguments (sbgemvs_* and sbgemva_*)
     mma: bool = False
     smem: int = 0  # bytes of dynamic shared memory (tensor-core and cp.async launches)
 
@@ -159,9 +159,8 @@ class KernelEngine:
         self._graphs: OrderedDict = OrderedDict()
         self.blocks_per_sm = 8  # split-K target: thread blocks per multiprocessor
         self.staged_threads_per_sm = None  # split-K target of the staged kernel (None: default)
-        self._mma = None  # whether the tensor-core kernels exist here (found on first use)
         self.pipe_waves = None  # split-K target of the tensor-core kernel (None: default)
-        self._async = None  # whether the cp.async one-vector kernels exist here (found on first use)
+        self._sm80 = None  # whether the sm_80+ kernels exist here (found on first use)
         self.async_waves = None  # split-K target of the cp.async kernel (None: default)
         self.smem_per_sm = int(props.get("sharedMemPerMultiprocessor", 0)) or 228 * 1024
         self.smem_per_block = int(props.get("sharedMemPerBlockOptin", 0)) or 227 * 1024
@@ -246,11 +245,7 @@ class KernelEngine:
             min_rows = MMA_ADJ_MIN_ROWS.get(self.store)
             if min_rows is None or self.nd < min_rows:
                 return None
-        if self._mma is None:
-            tile = PIPE_TILES[self.store][0]
-            self._mma = (not backend.is_hip()) and kernels.has_function(
-                self._pipe_name(tile, np.complex128, np.complex128))
-        if not self._mma:
+        if not self._sm80_kernels():
             if mode == "1":
                 raise FFTMatvecValueError(
                     "FFTMATVEC_MMA=1, but this device has no tensor-core kernels "
@@ -355,26 +350,37 @@ class KernelEngine:
         mode = _switch("FFTMATVEC_ASYNC")
         if mode == "0":
             return False
-        few = not adjoint and n_out <= ASYNC_FEW_ROWS
-        if mode == "auto" and not few:
+        if mode == "auto" and (adjoint or n_out > ASYNC_FEW_ROWS):
             min_red = ASYNC_MIN_RED[(self.store, bool(adjoint))]
             if min_red is None or n_red < min_red:
                 return False
-        tile = (ASYNC_FEW[self.store] if few else ASYNC_DEFAULTS[(self.store, bool(adjoint))])[0]
-        ok = self._async_available() and self.async_smem(tile, in_dtype) <= self.smem_per_block
+        tile = self._async_default(n_out, adjoint)[0]
+        ok = self._sm80_kernels() and self.async_smem(tile, in_dtype) <= self.smem_per_block
         if mode == "1" and not ok:
             raise FFTMatvecValueError(
                 "FFTMATVEC_ASYNC=1, but this device has no cp.async kernels (NVIDIA sm_80 or "
                 "newer, with enough shared memory per block)")
         return ok
 
-    def _async_available(self) -> bool:
-        """Whether the cp.async kernels exist here (NVIDIA sm_80 and newer), found once."""
-        if self._async is None:
-            tile = ASYNC_TILES[self.store][0]
-            self._async = (not backend.is_hip()) and kernels.has_function(
-                self._async_name(tile, np.complex128, np.complex128))
-        return bool(self._async)
+    def _sm80_kernels(self) -> bool:
+        """Whether the code object has the kernels compiled for NVIDIA sm_80 and newer only
+        (FFTMATVEC_MMA: the tensor-core and the cp.async ones), found once."""
+        if self._sm80 is None:
+            tile = PIPE_TILES[self.store][0]
+            self._sm80 = (not backend.is_hip()) and kernels.has_function(
+                self._pipe_name(tile, np.complex128, np.complex128))
+        return self._sm80
+
+    def _async_default(self, n_out: int, adjoint: bool):
+        """(tile, split-K target) of the cp.async kernel: the narrow tile for forward products
+        with few outputs."""
+        if not adjoint and n_out <= ASYNC_FEW_ROWS:
+            return ASYNC_FEW[self.store]
+        return ASYNC_DEFAULTS[(self.store, bool(adjoint))]
+
+    def _async_freqs(self) -> int:
+        """Frequencies a cp.async block covers: 32 threads x 16 bytes of Khat."""
+        return 32 * (16 // self.data.itemsize)
 
     def _async_name(self, tile, in_dtype, out_dtype) -> str:
         rt, ty, j, ns = tile
@@ -384,7 +390,7 @@ class KernelEngine:
     def async_smem(self, tile, in_dtype) -> int:
         """Bytes of shared memory of a cp.async launch with ``tile`` = (RT, TY, J, NS)."""
         rt, ty, j, ns = tile
-        freqs = 32 * (16 // self.data.itemsize)
+        freqs = self._async_freqs()
         per_stage = j * (rt * 32 * ty * 16 + freqs * np.dtype(in_dtype).itemsize
                          + (4 * freqs if self.store == "c32h" else 0))
         return per_stage * ns
@@ -394,9 +400,7 @@ class KernelEngine:
         """A launch of the cp.async one-vector kernel; ``tile`` = (RT, TY, J, NS) overrides the
         default. When the blocks fill less than ``async_waves`` rounds of the block slots the
         shared memory and threads leave, split-K makes that many rounds of them."""
-        default, waves = ASYNC_DEFAULTS[(self.store, bool(adjoint))]
-        if not adjoint and n_out <= ASYNC_FEW_ROWS:
-            default, waves = ASYNC_FEW[self.store]
+        default, waves = self._async_default(n_out, adjoint)
         tile = default if tile is None else tuple(tile)
         if self.async_waves is not None:
             waves = self.async_waves
@@ -407,8 +411,7 @@ class KernelEngine:
         if smem > self.smem_per_block:
             raise ValueError(f"cp.async tile {tile} needs {smem} bytes of shared memory, "
                              f"the device allows {self.smem_per_block} per block")
-        freqs = 32 * (16 // self.data.itemsize)
-        base = math.ceil(n_out / (rt * ty)) * math.ceil(self.nf / freqs)
+        base = math.ceil(n_out / (rt * ty)) * math.ceil(self.nf / self._async_freqs())
         slots = self.num_sms * max(1, min(self.smem_per_sm // (smem + 1024), 2048 // (32 * ty), 32))
         splits = 1
         if base < waves * slots:

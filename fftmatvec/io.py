@@ -163,7 +163,6 @@ class MatrixInfo(_InfoRecord):
         return (self.nd, self.nm, self.nt)
 
 
-
 @dataclass(frozen=True)
 class VectorInfo(_InfoRecord):
     """What a vector file holds.
@@ -191,7 +190,6 @@ class VectorInfo(_InfoRecord):
     @property
     def shape(self) -> tuple[int, int]:
         return (self.n, self.nt)
-
 
 
 # ------------------------------------------------------------------------------------------

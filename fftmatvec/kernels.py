@@ -125,8 +125,8 @@ def _load_module():
 
 
 def mma_options(arch: str) -> tuple[str, ...]:
-    """Compiler options for ``arch``: the tensor-core kernels (``sbgemm_*``) exist on NVIDIA
-    sm_80 and newer only."""
+    """Compiler options for ``arch``: the tensor-core and cp.async kernels (``sbgemmp_*``,
+    ``sbgemva_*``) exist on NVIDIA sm_80 and newer only."""
     cc = arch.removeprefix("sm_")
     return ("-DFFTMATVEC_MMA",) if cc.isdigit() and int(cc) >= 80 else ()
 

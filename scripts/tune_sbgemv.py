@@ -79,7 +79,7 @@ def main(argv=None) -> int:
                             t = median_time(cp, lambda: eng.apply(x, adjoint, np.complex128, plan=[la]), args.repeat)
                             rows.append((t, f"rt={rt} v={v} bx={bx} ty={ty} bps={bps}", la))
                 eng.blocks_per_sm = 8
-                if k == 1 and eng._async_available():
+                if k == 1 and eng._sm80_kernels():
                     # the cp.async kernel: (RT, TY, J, NS) and its split-K target
                     from fftmatvec._gpu import ASYNC_TILES
 

@@ -61,7 +61,7 @@ def test_tensor_core_choice(monkeypatch, has_mma, adjoint, store, nd):
     nothing with =0."""
     from fftmatvec._gpu import MMA_MIN_KB
 
-    engine = SimpleNamespace(_mma=has_mma, store=store, nd=nd)
+    engine = SimpleNamespace(_sm80_kernels=lambda: has_mma, store=store, nd=nd)
     monkeypatch.delenv("FFTMATVEC_MMA", raising=False)
     uses = not adjoint or store == "c128" or (store == "c32h" and nd >= 64)
     expected = MMA_MIN_KB[(store, adjoint)] if has_mma and uses else None
@@ -100,7 +100,8 @@ def test_async_choice(monkeypatch, has_async, store, adjoint, n_out, n_red, expe
     default; always with FFTMATVEC_ASYNC=1 (an error where the device has none); never with =0,
     for batches, or where a device has too little shared memory per block."""
     engine = SimpleNamespace(store=store, smem_per_block=227 * 1024,
-                             _async_available=lambda: has_async, async_smem=lambda tile, dt: 1024)
+                             _sm80_kernels=lambda: has_async, async_smem=lambda tile, dt: 1024)
+    engine._async_default = lambda n_out, adjoint: KernelEngine._async_default(engine, n_out, adjoint)
 
     def use(kb=1):
         return KernelEngine._use_async(engine, kb, n_out, n_red, adjoint, np.complex128)
