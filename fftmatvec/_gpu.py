@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import backend, kernels
+from . import _fftcb, backend, kernels
 from ._errors import FFTMatvecValueError
 from ._matmul import quantize_half
 from .precision import PrecisionConfig
@@ -157,6 +157,8 @@ class KernelEngine:
         self._plans: dict = {}
         self._fft_plans: dict = {}
         self._graphs: OrderedDict = OrderedDict()
+        self._callbacks: tuple[bool, str] | None = None  # cuFFT callbacks usable, and why not
+        self._cb_plans: dict = {}  # (adjoint, rows, dtypes) -> (r2c plan, c2r plan) or None
         self.blocks_per_sm = 8  # split-K target: thread blocks per multiprocessor
         self.staged_threads_per_sm = None  # split-K target of the staged kernel (None: default)
         self.pipe_waves = None  # split-K target of the tensor-core kernel (None: default)
@@ -526,7 +528,8 @@ class KernelEngine:
         mode = _switch("FFTMATVEC_CUDA_GRAPHS")
         if mode == "0" or (mode == "auto" and (backend.is_hip() or not self.graph_pays(x))):
             return None
-        key = (id(op), adjoint, x.shape[0], x.dtype, None if weight is None else id(weight))
+        key = (id(op), adjoint, x.shape[0], x.dtype, None if weight is None else id(weight),
+               self.callbacks()[0])
         runner = self._graphs.get(key)  # a runner keeps op and weight alive: ids stay unique
         if runner is None:
             runner = _GraphRunner(op, self, adjoint, x.shape[0], x.dtype, weight)
@@ -574,6 +577,101 @@ class KernelEngine:
             out = cp.empty((k, n, n_last), dtype=out_dtype)
         direction = cufft.CUFFT_FORWARD if kind == "r2c" else cufft.CUFFT_INVERSE
         self._fft_plan(kind, k * n, a.dtype).fft(a, out, direction)
+        return out
+
+    # ---- stages 1+2 and 4+5 fused: cuFFT plans with load and store callbacks ---------------
+    def callbacks(self) -> tuple[bool, str]:
+        """Whether the FFTs can take stages 1 and 5 as callbacks here, and if not, why not.
+        ``FFTMATVEC_FFT_CALLBACKS=0`` turns them off, ``=1`` makes their absence an error."""
+        mode = _switch("FFTMATVEC_FFT_CALLBACKS")
+        if mode == "0":
+            return False, "turned off (FFTMATVEC_FFT_CALLBACKS=0)"
+        if self._callbacks is None:
+            self._callbacks = _fftcb.support()
+        if mode == "1" and not self._callbacks[0]:
+            raise kernels.KernelLoadError(f"FFTMATVEC_FFT_CALLBACKS=1, but {self._callbacks[1]}")
+        return self._callbacks
+
+    def xhat_dtype(self, prec: PrecisionConfig) -> np.dtype:
+        """Dtype of the forward FFT's output: complex64 when stage 3 computes in float32 (it
+        rounds its input so on load), else stage 2's complex dtype."""
+        if self.compute == np.complex64:
+            return np.dtype(np.complex64)
+        return prec.complex_dtype("fft")
+
+    def fused_plans(self, prec: PrecisionConfig, adjoint: bool, k: int, in_dtype, out_dtype,
+                    weight=None):
+        """The (forward, inverse) callback plans of a product, or None where the stages run
+        one by one: no callbacks here, a weighted product (its weight changes per call), or a
+        plan cuFFT could not make (then a warning says why, once per shape)."""
+        in_dtype, out_dtype = np.dtype(in_dtype), np.dtype(out_dtype)
+        if weight is not None or in_dtype not in _REAL_SUFFIX or out_dtype not in _REAL_SUFFIX:
+            return None
+        if not self.callbacks()[0]:
+            return None
+        n_in, n_out = (self.nd, self.nm) if adjoint else (self.nm, self.nd)
+        key = (adjoint, k, in_dtype, out_dtype, str(prec))
+        if key not in self._cb_plans:
+            L, nt = self.fft_len, self.nt
+            fft_real, ifft_real = prec.real_dtype("fft"), prec.real_dtype("ifft")
+            sizes = {"FMV_L": f"{L}ULL", "FMV_NT": f"{nt}ULL"}
+            pad = ("FMV_PAD_LOAD", {**sizes, "FMV_TIN": _fftcb.ctype(in_dtype),
+                                    "FMV_TMID": _fftcb.ctype(prec.pad_dtype),
+                                    "FMV_TFFT": _fftcb.ctype(fft_real)})
+            store = None
+            if self.xhat_dtype(prec) != prec.complex_dtype("fft"):
+                store = ("FMV_XHAT_STORE", {})
+            unpad = ("FMV_UNPAD_STORE", {**sizes, "FMV_TOUT": _fftcb.ctype(out_dtype),
+                                         "FMV_TMID": _fftcb.ctype(prec.reduce_dtype),
+                                         "FMV_TFFT": _fftcb.ctype(ifft_real)})
+            try:
+                plans = (
+                    _fftcb.get_plan("r2c", L, k * n_in, fft_real == np.float64, load=pad,
+                                    store=store),
+                    _fftcb.get_plan("c2r", L, k * n_out, ifft_real == np.float64, store=unpad),
+                )
+            except _fftcb.CallbackError as exc:
+                if _switch("FFTMATVEC_FFT_CALLBACKS") == "1":
+                    raise
+                import warnings
+
+                warnings.warn(f"cuFFT callbacks unavailable for this product, running the "
+                              f"stages one by one: {exc}", RuntimeWarning, stacklevel=3)
+                plans = None
+            self._cb_plans[key] = plans
+        return self._cb_plans[key]
+
+    def xhat_buffer(self, prec: PrecisionConfig, k: int, n: int):
+        """The forward FFT's output ``(k, n, Nf)``, in memory for the plan's full logical
+        output: cuFFT may use its output buffer as scratch in the complex dtype of stage 2,
+        and with a complex64 store the array itself is half that."""
+        cp = self.cp
+        dt = self.xhat_dtype(prec)
+        size = k * n * self.nf
+        raw = cp.empty(size * max(dt.itemsize, prec.complex_dtype("fft").itemsize), dtype=np.uint8)
+        return raw.view(dt)[:size].reshape(k, n, self.nf)
+
+    def y_buffer(self, prec: PrecisionConfig, k: int, n: int, dtype):
+        """The inverse FFT's unpadded output ``(k, n, Nt)`` in ``dtype``, in memory for the
+        plan's full ``(k, n, L)`` logical output (cuFFT may use it as scratch)."""
+        cp = self.cp
+        dtype = np.dtype(dtype)
+        size = k * n * self.nt
+        nbytes = max(size * dtype.itemsize, k * n * self.fft_len * prec.real_dtype("ifft").itemsize)
+        raw = cp.empty(nbytes, dtype=np.uint8)
+        return raw.view(dtype)[:size].reshape(k, n, self.nt)
+
+    def pad_fft(self, plans, x, out):
+        """Stages 1 and 2: the forward FFT of ``x`` ``(k, n, Nt)`` zero-padded to ``L``, into
+        ``out`` (from :meth:`xhat_buffer`); the input is only read."""
+        x = self.cp.ascontiguousarray(x)
+        plans[0](x.data.ptr, out.data.ptr)
+        return out
+
+    def ifft_unpad(self, plans, yhat, out):
+        """Stages 4 and 5: the inverse FFT of ``yhat`` ``(k, n, Nf)``, its first ``Nt`` samples
+        written to ``out`` (from :meth:`y_buffer`). ``yhat`` is overwritten."""
+        plans[1](yhat.data.ptr, out.data.ptr)
         return out
 
     # ---- stages 1 and 5 with fused casts -------------------------------------------------
@@ -636,15 +734,25 @@ class _GraphRunner:
         L, nf, nt = engine.fft_len, engine.nf, engine.nt
         self.op, self.weight = op, weight  # keep the weight alive: the graph reads its memory
         self.x = cp.zeros((k, n_in, nt), dtype=in_dtype)
-        self.padded = cp.empty((k, n_in, L), dtype=prec.real_dtype("fft"))
-        self.xhat = cp.empty((k, n_in, nf), dtype=prec.complex_dtype("fft"))
         self.yhat = cp.empty((k, n_out, nf), dtype=prec.complex_dtype("ifft"))
+        plans = engine.fused_plans(prec, adjoint, k, in_dtype, op.dtype, weight)
+        if plans is not None:  # stages 1 and 5 inside the FFTs (cuFFT callbacks)
+            self.xhat = engine.xhat_buffer(prec, k, n_in)
+            self.y = engine.y_buffer(prec, k, n_out, op.dtype)
+        else:
+            self.padded = cp.empty((k, n_in, L), dtype=prec.real_dtype("fft"))
+            self.xhat = cp.empty((k, n_in, nf), dtype=prec.complex_dtype("fft"))
+            self.ypad = cp.empty((k, n_out, L), dtype=prec.real_dtype("ifft"))
+            self.y = cp.empty((k, n_out, nt), dtype=op.dtype)
         ws = engine.workspace_size(adjoint, k, self.xhat.dtype, self.yhat.dtype)
         self.workspace = cp.empty(max(ws, 1), dtype=engine.compute)
-        self.ypad = cp.empty((k, n_out, L), dtype=prec.real_dtype("ifft"))
-        self.y = cp.empty((k, n_out, nt), dtype=op.dtype)
 
         def stages():
+            if plans is not None:
+                engine.pad_fft(plans, self.x, out=self.xhat)
+                op.sbgemv(self.xhat, adjoint, out=self.yhat, workspace=self.workspace)
+                engine.ifft_unpad(plans, self.yhat, out=self.y)
+                return
             op.broadcast_and_pad(self.x, out=self.padded)
             op.fft(self.padded, out=self.xhat)
             op.sbgemv(self.xhat, adjoint, out=self.yhat, workspace=self.workspace)

@@ -457,9 +457,18 @@ class BlockToeplitz(_OperatorBase):
             return self._run_stages(x, adjoint, weight)
 
     def _run_stages(self, x, adjoint: bool, weight=None):
-        runner = self._engine.graph_runner(self, adjoint, x, weight)
+        eng = self._engine
+        runner = eng.graph_runner(self, adjoint, x, weight)
         if runner is not None:  # small problems on a GPU: one CUDA graph replay
             return runner(x)
+        plans = eng.fused_plans(self.precision, adjoint, x.shape[0], x.dtype, self.dtype, weight) \
+            if hasattr(eng, "fused_plans") else None
+        if plans is not None:  # NVIDIA: stages 1 and 5 run inside the FFTs as callbacks
+            k, n_in, _ = x.shape
+            xhat = eng.pad_fft(plans, x, out=eng.xhat_buffer(self.precision, k, n_in))
+            yhat = self.sbgemv(xhat, adjoint)
+            n_out = self.nm if adjoint else self.nd
+            return eng.ifft_unpad(plans, yhat, out=eng.y_buffer(self.precision, k, n_out, self.dtype))
         padded = self.broadcast_and_pad(x)
         xhat = self.fft(padded)
         yhat = self.sbgemv(xhat, adjoint)

@@ -51,7 +51,10 @@ def main(argv=None) -> int:
                 n_in, n_out, n_red = (nd, nm, nd) if adjoint else (nm, nd, nm)
                 k = args.k
                 x = cp.asarray(rng.standard_normal((k, n_in, F.nf)) + 1j * rng.standard_normal((k, n_in, F.nf)))
-                floor = (F.khat_nbytes + k * 16 * F.nf * (nm + nd)) / bw
+                # the input as the product's forward FFT gives it (complex64 for s and h, where
+                # stage 3 computes in float32), the output in complex128 (stage 4's dtype)
+                x = x.astype(eng.xhat_dtype(F.precision))
+                floor = (F.khat_nbytes + k * F.nf * (n_in * x.itemsize + n_out * 16)) / bw
                 rows = []
                 default = eng._plan(adjoint, k, x.dtype, np.complex128)
                 eng._plans.clear()

@@ -22,7 +22,7 @@ def test_switch_values(monkeypatch, value, expected):
 
 
 @pytest.mark.parametrize("name", ["FFTMATVEC_STAGED", "FFTMATVEC_CUDA_GRAPHS", "FFTMATVEC_MMA",
-                                  "FFTMATVEC_ASYNC"])
+                                  "FFTMATVEC_ASYNC", "FFTMATVEC_FFT_CALLBACKS"])
 def test_switch_rejects_other_values(monkeypatch, name):
     monkeypatch.setenv(name, "yes")
     with pytest.raises(FFTMatvecValueError, match=name):

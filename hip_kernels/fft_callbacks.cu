@@ -1,0 +1,46 @@
+// Stages 1 and 5 fused into the FFTs of stages 2 and 4, as cuFFT load and store callbacks
+// (NVIDIA only). NVRTC compiles them at run time to LTO-IR and cuFFT links them into its own
+// kernels when a plan is made, so the zero-padding, unpadding and precision casts cost no pass
+// over memory of their own: the forward FFT reads the unpadded input, the inverse FFT writes
+// the unpadded output.
+//
+// One callback is compiled per program (cuFFT links one image per callback it is given),
+// chosen by FMV_PAD_LOAD, FMV_XHAT_STORE or FMV_UNPAD_STORE, with the sizes and types given
+// as macros: FMV_L (FFT length), FMV_NT (samples kept), FMV_TIN / FMV_TOUT (the arrays read
+// or written), FMV_TMID (the precision the padded or unpadded values are rounded to), FMV_TFFT
+// (the FFT's real type). cuFFT passes each callback the element offset into the logical
+// array of the plan: (rows, L) reals, or (rows, L/2 + 1) complex values. With the sizes known
+// at compile time, splitting an offset into row and column is a multiply, not a division.
+// The file includes nothing: the types it needs (double2, float2) are built into NVRTC.
+
+#if defined(FMV_PAD_LOAD)
+// Stage 1 as the real-to-complex FFT's load: sample c of padded row r is in[r, c] rounded to
+// stage 1's precision for c < Nt, and zero for Nt <= c < L. dataIn is the unpadded (rows, Nt)
+// input itself.
+__device__ FMV_TFFT fmv_pad_load(void* dataIn, unsigned long long offset, void* callerInfo,
+                                 void* sharedPointer) {
+  const unsigned long long r = offset / (FMV_L), c = offset - r * (FMV_L);
+  if (c >= (FMV_NT)) return (FMV_TFFT)0;
+  return (FMV_TFFT)(FMV_TMID) static_cast<const FMV_TIN*>(dataIn)[r * (FMV_NT) + c];
+}
+#endif
+
+#if defined(FMV_XHAT_STORE)
+// The forward FFT's output written in complex64 for a stage 3 that computes in float32 (`s`
+// and `h`), which would round every value to float32 on its load anyway: half the bytes
+// written here and read there, the same product.
+__device__ void fmv_xhat_store(void* dataOut, unsigned long long offset, double2 element,
+                               void* callerInfo, void* sharedPointer) {
+  static_cast<float2*>(dataOut)[offset] = make_float2((float)element.x, (float)element.y);
+}
+#endif
+
+#if defined(FMV_UNPAD_STORE)
+// Stage 5 as the complex-to-real FFT's store: sample c < Nt of row r, rounded to stage 5's
+// precision, goes to out[r, c] in the interface dtype; the samples Nt <= c < L are dropped.
+__device__ void fmv_unpad_store(void* dataOut, unsigned long long offset, FMV_TFFT element,
+                                void* callerInfo, void* sharedPointer) {
+  const unsigned long long r = offset / (FMV_L), c = offset - r * (FMV_L);
+  if (c < (FMV_NT)) static_cast<FMV_TOUT*>(dataOut)[r * (FMV_NT) + c] = (FMV_TOUT)(FMV_TMID)element;
+}
+#endif

@@ -1,0 +1,157 @@
+"""Stages 1 and 5 inside cuFFT's transforms (LTO callbacks), against the float64 dense product
+and against the stages run one by one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fftmatvec as fm
+from fftmatvec import _fftcb, backend
+
+from conftest import dense_btt, rel_err, to_numpy
+
+gpu = pytest.mark.skipif(not backend.gpu_available(), reason="no GPU (CuPy missing or no device)")
+
+
+# ---- host side (no GPU needed) --------------------------------------------------------------
+def test_mapped_library_finds_what_is_loaded():
+    path = _fftcb._mapped_library("libc")
+    if path is None:  # a libc linked under another name
+        pytest.skip("no libc.so* mapped")
+    assert "libc.so" in path
+    assert _fftcb._mapped_library("libfftmatvec_no_such_library") is None
+
+
+def test_support_says_why_not(monkeypatch):
+    monkeypatch.setenv("FFTMATVEC_FFT_CALLBACKS", "0")
+    assert _fftcb.support() == (False, "turned off (FFTMATVEC_FFT_CALLBACKS=0)")
+    monkeypatch.delenv("FFTMATVEC_FFT_CALLBACKS")
+    ok, why = _fftcb.support()
+    if not backend.gpu_available():
+        assert (ok, why) == (False, "no GPU")
+    else:
+        assert isinstance(ok, bool) and why
+
+
+def test_ctype():
+    assert _fftcb.ctype(np.float64) == "double" and _fftcb.ctype(np.float32) == "float"
+    with pytest.raises(KeyError):
+        _fftcb.ctype(np.complex64)
+
+
+# ---- on the GPU ---------------------------------------------------------------------------
+def _needs_callbacks():
+    if backend.is_hip():
+        pytest.skip("cuFFT callbacks are NVIDIA only")
+    ok, why = _fftcb.support()
+    if not ok:
+        pytest.skip(why)
+
+
+def _op(rng, shape, precision, dtype=np.float64):
+    cp = backend.cupy
+    K = rng.standard_normal(shape)
+    return K, fm.BlockToeplitz(cp.asarray(K), precision, dtype=dtype)
+
+
+def _rand(rng, *shape, dtype=np.float64):
+    return backend.cupy.asarray(rng.standard_normal(shape).astype(dtype))
+
+
+TOL = {"ddddd": 1e-12, "sssss": 1e-5, "ddhdd": 2e-3, "dsdsd": 1e-5, "sdhds": 2e-3, "ddsdd": 1e-5}
+CASES = [("ddddd", np.float64), ("ddddd", np.float32), ("sssss", np.float32),
+         ("ddhdd", np.float64), ("dsdsd", np.float64), ("sdhds", np.float32),
+         ("ddsdd", np.float64)]
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("graphs", ["0", "1"])
+@pytest.mark.parametrize("precision,dtype", CASES, ids=lambda c: str(getattr(c, "__name__", c)))
+@pytest.mark.parametrize("shape", [(1, 1, 1), (3, 5, 11), (7, 2, 30)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_fused_matches_dense(monkeypatch, rng, graphs, precision, dtype, shape):
+    """Every product with the callbacks forced on, replayed as a graph or not, against the
+    float64 dense matrix; inputs are left as they were, outputs come in the interface dtype."""
+    _needs_callbacks()
+    monkeypatch.setenv("FFTMATVEC_FFT_CALLBACKS", "1")
+    monkeypatch.setenv("FFTMATVEC_CUDA_GRAPHS", graphs)
+    K, F = _op(rng, shape, precision, dtype)
+    A = dense_btt(K)
+    nd, nm, nt = shape
+    for k in (1, 17):
+        m = _rand(rng, k, nm, nt, dtype=dtype)
+        d = _rand(rng, k, nd, nt, dtype=dtype)
+        m0, d0 = m.copy(), d.copy()
+        Y, Z = F.matmat(m), F.rmatmat(d)
+        assert Y.shape == (k, nd, nt) and Y.dtype == dtype and Y.flags.c_contiguous
+        assert Z.shape == (k, nm, nt) and Z.dtype == dtype and Z.flags.c_contiguous
+        assert bool((m == m0).all()) and bool((d == d0).all())
+        tol = max(TOL[precision], 2e-6 if dtype == np.float32 else 0.0)
+        mm, dd = to_numpy(m).astype(np.float64), to_numpy(d).astype(np.float64)
+        for b in (0, k - 1):
+            assert rel_err(Y[b].ravel(), A @ mm[b].ravel()) < tol
+            assert rel_err(Z[b].ravel(), A.T @ dd[b].ravel()) < tol
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["ddddd", "sssss", "ddhdd"])
+def test_fused_agrees_with_stages_one_by_one(monkeypatch, rng, precision):
+    """The fused product and the unfused one differ only by the FFTs' own rounding."""
+    _needs_callbacks()
+    monkeypatch.setenv("FFTMATVEC_CUDA_GRAPHS", "0")
+    shape = (9, 40, 64)
+    K = rng.standard_normal(shape)
+    m = _rand(rng, shape[1], shape[2])
+    d = _rand(rng, shape[0], shape[2])
+    out = {}
+    for mode in ("0", "1"):
+        monkeypatch.setenv("FFTMATVEC_FFT_CALLBACKS", mode)
+        F = fm.BlockToeplitz(backend.cupy.asarray(K), precision)
+        assert F._engine.callbacks()[0] is (mode == "1")
+        out[mode] = (F.matvec(m), F.rmatvec(d))
+    tol = {"ddddd": 1e-13, "sssss": 1e-6, "ddhdd": 1e-6}[precision]
+    assert rel_err(out["1"][0], to_numpy(out["0"][0])) < tol
+    assert rel_err(out["1"][1], to_numpy(out["0"][1])) < tol
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["ddddd", "ddhdd", "sssss"])
+def test_fused_long_time_axis(monkeypatch, rng, precision):
+    """A time axis long enough that cuFFT splits each transform into several passes (and may
+    use its output buffer as scratch): against the NumPy float64 operator."""
+    _needs_callbacks()
+    monkeypatch.setenv("FFTMATVEC_FFT_CALLBACKS", "1")
+    monkeypatch.setenv("FFTMATVEC_CUDA_GRAPHS", "0")
+    shape = (2, 3, 40000)
+    K = rng.standard_normal(shape)
+    ref = fm.BlockToeplitz(K, "ddddd")
+    F = fm.BlockToeplitz(backend.cupy.asarray(K), precision)
+    m = rng.standard_normal((shape[1], shape[2]))
+    d = rng.standard_normal((shape[0], shape[2]))
+    tol = {"ddddd": 1e-11, "sssss": 2e-4, "ddhdd": 3e-3}[precision]
+    assert rel_err(F.matvec(backend.cupy.asarray(m)), ref.matvec(m)) < tol
+    assert rel_err(F.rmatvec(backend.cupy.asarray(d)), ref.rmatvec(d)) < tol
+
+
+@gpu
+@pytest.mark.gpu
+def test_weighted_products_run_unfused(monkeypatch, rng):
+    """A weighted normal operator keeps the unpad kernel (its weight changes per call)."""
+    _needs_callbacks()
+    monkeypatch.setenv("FFTMATVEC_FFT_CALLBACKS", "1")
+    monkeypatch.setenv("FFTMATVEC_CUDA_GRAPHS", "0")
+    shape = (3, 4, 10)
+    K, F = _op(rng, shape, "ddddd")
+    eng = F._engine
+    assert eng.fused_plans(F.precision, False, 1, np.float64, np.float64) is not None
+    w = _rand(rng, shape[0], shape[2])
+    assert eng.fused_plans(F.precision, False, 1, np.float64, np.float64, weight=w) is None
+    A = dense_btt(K)
+    m = _rand(rng, shape[1], shape[2])
+    got = F.normal(w).matvec(m)
+    want = A.T @ (to_numpy(w).ravel() * (A @ to_numpy(m).ravel()))
+    assert rel_err(got.ravel(), want) < 1e-12
