@@ -53,11 +53,15 @@ ASYNC_TILES = {st: [(4, 8, 2, 3), (4, 4, 2, 4), (4, 8, 1, 4), (1, 8, 8, 3), (8, 
 # scripts/tune_sbgemv.py on an H200 (docs/benchmarks.md, fifth run).
 ASYNC_MIN_RED = {("c128", False): None, ("c128", True): None, ("c64", False): None,
                  ("c64", True): None, ("c32h", False): 0, ("c32h", True): 32}
+# ... and where the input vector is complex64, as the forward FFT writes it for `s` and `h`
+# when stages 1 and 5 run inside cuFFT: `s` then gains 3-12 % on this kernel (sixth run).
+ASYNC_MIN_RED_C64_INPUT = {**ASYNC_MIN_RED, ("c64", False): 0, ("c64", True): 0}
 ASYNC_FEW_ROWS = 16
 # Its tile and split-K target (rounds of the block slots) per (storage, adjoint), and per
 # storage for the few-row forward products.
 ASYNC_DEFAULTS = {(st, adj): ((4, 8, 2, 3), 1 if adj else 2) for st in ("c128", "c64", "c32h")
                   for adj in (False, True)}
+ASYNC_DEFAULTS[("c64", False)] = ((1, 8, 8, 3), 8)
 ASYNC_FEW = {"c128": ((4, 4, 2, 4), 2), "c64": ((4, 4, 2, 4), 2), "c32h": ((4, 4, 2, 4), 1)}
 # (MT, V, WR, WF, KS, NS) tiles of the tensor-core kernel for several right-hand sides
 # (sbgemmp_*: a block of WR x WF warps owns WR x MT row tiles of 8 (complex128) or 16 rows and
@@ -353,7 +357,8 @@ class KernelEngine:
         if mode == "0":
             return False
         if mode == "auto" and (adjoint or n_out > ASYNC_FEW_ROWS):
-            min_red = ASYNC_MIN_RED[(self.store, bool(adjoint))]
+            table = ASYNC_MIN_RED_C64_INPUT if np.dtype(in_dtype) == np.complex64 else ASYNC_MIN_RED
+            min_red = table[(self.store, bool(adjoint))]
             if min_red is None or n_red < min_red:
                 return False
         tile = self._async_default(n_out, adjoint)[0]
@@ -678,13 +683,16 @@ class KernelEngine:
     def _rows_launch(self, rows: int, cols: int) -> tuple[tuple, tuple]:
         """(grid, block) of the row kernels: blockDim.x threads along a row (about four
         elements each, 32 to 256), 256 threads per block, enough long-lived blocks to fill the
-        device, each looping over its rows."""
+        device, each looping over its rows; with too few rows for that, several blocks share
+        each row (grid.y column chunks)."""
         bx = 32
         while bx < 256 and bx * 4 < cols:
             bx *= 2
         by = 256 // bx
-        blocks = max(1, min(math.ceil(rows / by), 8 * self.num_sms))
-        return (blocks,), (bx, by)
+        target = 8 * self.num_sms
+        row_blocks = max(1, min(math.ceil(rows / by), target))
+        col_blocks = max(1, min(math.ceil(cols / (4 * bx)), target // row_blocks, 65535))
+        return (row_blocks, col_blocks), (bx, by)
 
     def pad(self, x, prec: PrecisionConfig, out=None):
         """Stage 1 fused with stage 2's input cast: ``(k, n, Nt)`` -> ``(k, n, L)`` in the FFT's

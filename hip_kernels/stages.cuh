@@ -7,7 +7,8 @@
 // gridDim.x, each row swept by blockDim.x threads (the host sizes blockDim.x to the row
 // length, so short rows idle few threads and long rows keep many loads in flight; one block
 // per row tile would launch tens of thousands of blocks that each move a few kilobytes, and
-// the block launches, not the memory, would set the pace).
+// the block launches, not the memory, would set the pace). With too few rows to fill the
+// device, gridDim.y blocks share each row, column chunk blockIdx.y of every gridDim.y.
 
 // Stage 1: out[r, c] = (TOut)(TMid)in[r, c] for c < nt, 0 for nt <= c < L.
 // in (rows, nt) in the interface precision; TMid is stage 1's precision, TOut the FFT's.
@@ -18,7 +19,7 @@ __device__ __forceinline__ void pad_body(const TIn* __restrict__ in, TOut* __res
   for (i64 r = (i64)blockIdx.x * blockDim.y + threadIdx.y; r < rows; r += step) {
     const TIn* src = in + r * nt;
     TOut* dst = out + r * L;
-    for (i64 c = threadIdx.x; c < L; c += blockDim.x)
+    for (i64 c = (i64)blockIdx.y * blockDim.x + threadIdx.x; c < L; c += (i64)gridDim.y * blockDim.x)
       dst[c] = (c < nt) ? (TOut)(TMid)src[c] : (TOut)0;
   }
 }
@@ -36,7 +37,7 @@ __device__ __forceinline__ void unpad_body(const TIn* __restrict__ in, TOut* __r
     const TIn* src = in + r * L;
     TOut* dst = out + r * nt;
     const TOut* wr = (w != nullptr) ? w + (r % n_w) * nt : nullptr;
-    for (i64 c = threadIdx.x; c < nt; c += blockDim.x) {
+    for (i64 c = (i64)blockIdx.y * blockDim.x + threadIdx.x; c < nt; c += (i64)gridDim.y * blockDim.x) {
       TOut v = (TOut)(TMid)src[c];
       if (wr != nullptr) v *= wr[c];
       dst[c] = v;

@@ -67,15 +67,18 @@ CASES = [("ddddd", np.float64), ("ddddd", np.float32), ("sssss", np.float32),
 
 @gpu
 @pytest.mark.gpu
+@pytest.mark.parametrize("callbacks", ["0", "1"])
 @pytest.mark.parametrize("graphs", ["0", "1"])
 @pytest.mark.parametrize("precision,dtype", CASES, ids=lambda c: str(getattr(c, "__name__", c)))
 @pytest.mark.parametrize("shape", [(1, 1, 1), (3, 5, 11), (7, 2, 30)],
                          ids=lambda s: "x".join(map(str, s)))
-def test_fused_matches_dense(monkeypatch, rng, graphs, precision, dtype, shape):
-    """Every product with the callbacks forced on, replayed as a graph or not, against the
-    float64 dense matrix; inputs are left as they were, outputs come in the interface dtype."""
-    _needs_callbacks()
-    monkeypatch.setenv("FFTMATVEC_FFT_CALLBACKS", "1")
+def test_fused_matches_dense(monkeypatch, rng, callbacks, graphs, precision, dtype, shape):
+    """Products with stages 1 and 5 inside the FFTs and without, replayed as a graph or not,
+    against the float64 dense matrix; inputs are left as they were, outputs come in the
+    interface dtype."""
+    if callbacks == "1":
+        _needs_callbacks()
+    monkeypatch.setenv("FFTMATVEC_FFT_CALLBACKS", callbacks)
     monkeypatch.setenv("FFTMATVEC_CUDA_GRAPHS", graphs)
     K, F = _op(rng, shape, precision, dtype)
     A = dense_btt(K)

@@ -201,7 +201,7 @@ def test_pipe_tiles(rng, shape, store, adjoint):
                     assert err < t, (case, err)
 
 
-@pytest.mark.parametrize("rows,nt", [(1, 1), (3, 7), (70000, 9), (5, 1000)])
+@pytest.mark.parametrize("rows,nt", [(1, 1), (3, 7), (70000, 9), (5, 1000), (3, 50001)])
 @pytest.mark.parametrize("types", ["ddd", "dsd", "dds", "sss", "sdd", "ssd"])
 def test_pad_unpad(rng, rows, nt, types):
     cp = backend.cupy

@@ -86,16 +86,19 @@ def test_tensor_core_choice(monkeypatch, has_mma, adjoint, store, nd):
         ("c128", False, 100, 5000, False),  # d forward: the register kernel is as fast ...
         ("c128", False, 10, 100000, True),  # ... except with few outputs
         ("c128", True, 5000, 100, False),
-        ("c64", False, 100, 5000, False),  # s: the staged / register kernels are as fast ...
-        ("c64", False, 16, 5000, True),  # ... except forward with few outputs
-        ("c64", True, 5000, 100, False),
-        ("c64", True, 5000, 10, False),
+        # s: from complex128 input the staged / register kernels are as fast, except forward
+        # with few outputs; from complex64 input (the fused forward FFT's) it always serves
+        ("c64", False, 100, 5000, "c64"),
+        ("c64", False, 16, 5000, True),
+        ("c64", True, 5000, 100, "c64"),
+        ("c64", True, 5000, 10, "c64"),
         ("c32h", False, 100, 5000, True),
         ("c32h", True, 5000, 100, True),
         ("c32h", True, 5000, 10, False),  # h adjoints over fewer than 32 rows: register kernel
     ],
 )
-def test_async_choice(monkeypatch, has_async, store, adjoint, n_out, n_red, expected):
+@pytest.mark.parametrize("in_dtype", [np.complex128, np.complex64])
+def test_async_choice(monkeypatch, has_async, store, adjoint, n_out, n_red, expected, in_dtype):
     """The cp.async kernel serves one vector where ASYNC_MIN_RED and ASYNC_FEW_ROWS say so, by
     default; always with FFTMATVEC_ASYNC=1 (an error where the device has none); never with =0,
     for batches, or where a device has too little shared memory per block."""
@@ -104,8 +107,10 @@ def test_async_choice(monkeypatch, has_async, store, adjoint, n_out, n_red, expe
     engine._async_default = lambda n_out, adjoint: KernelEngine._async_default(engine, n_out, adjoint)
 
     def use(kb=1):
-        return KernelEngine._use_async(engine, kb, n_out, n_red, adjoint, np.complex128)
+        return KernelEngine._use_async(engine, kb, n_out, n_red, adjoint, in_dtype)
 
+    if expected == "c64":  # the default only for complex64 input
+        expected = in_dtype == np.complex64
     monkeypatch.delenv("FFTMATVEC_ASYNC", raising=False)
     assert use() is (expected and has_async)
     assert use(16) is False
@@ -136,3 +141,16 @@ def test_graph_choice(nbytes, k, nm, nd, nt, expected):
     engine = SimpleNamespace(nbytes=nbytes, nm=nm, nd=nd, nt=nt)
     x = np.zeros((k, 1, 1))
     assert KernelEngine.graph_pays(engine, x) is expected
+
+
+@pytest.mark.parametrize("rows,cols", [(1, 1), (5000, 2000), (3, 100000), (100000, 200), (1, 10**7)])
+def test_rows_launch_fills_the_device(rows, cols):
+    """Pad and unpad launch enough blocks to fill the device: long-lived blocks over many rows,
+    and several blocks per row when the rows are few."""
+    engine = SimpleNamespace(num_sms=132)
+    (gx, gy), (bx, by) = KernelEngine._rows_launch(engine, rows, cols)
+    assert bx * by == 256 and 32 <= bx <= 256
+    assert gx <= 8 * 132 and gx * by >= min(rows, 8 * 132 * by)
+    assert 1 <= gy <= 65535 and gx * gy <= 8 * 132
+    if rows * cols >= 8 * 132 * 256 * 4:  # work for a full device: it gets one
+        assert gx * gy >= 8 * 132 // 2
