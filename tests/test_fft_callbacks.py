@@ -3,11 +3,18 @@ and against the stages run one by one."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 import fftmatvec as fm
 from fftmatvec import _fftcb, backend
+from fftmatvec._gpu import KernelEngine
+from fftmatvec.precision import PrecisionConfig
 
 from conftest import dense_btt, rel_err, to_numpy
 
@@ -38,6 +45,99 @@ def test_ctype():
     assert _fftcb.ctype(np.float64) == "double" and _fftcb.ctype(np.float32) == "float"
     with pytest.raises(KeyError):
         _fftcb.ctype(np.complex64)
+
+
+def _host_engine(monkeypatch, ok=True, fail=None):
+    """A KernelEngine's host side (no GPU): sizes, and cuFFT plans recorded instead of made."""
+    calls = []
+
+    def get_plan(kind, L, batch, double, load=None, store=None):
+        if fail is not None:
+            raise _fftcb.CallbackError(fail)
+        calls.append((kind, L, batch, double, load, store))
+        return f"{kind} plan"
+
+    monkeypatch.setattr(_fftcb, "get_plan", get_plan)
+    engine = SimpleNamespace(nd=3, nm=5, nf=11, nt=10, fft_len=20, _cb_plans={},
+                             compute=np.dtype(np.complex64), callbacks=lambda: (ok, "why"))
+    engine.xhat_dtype = lambda prec: KernelEngine.xhat_dtype(engine, prec)
+    return engine, calls
+
+
+def test_fused_plans_name_the_right_callbacks(monkeypatch):
+    """Each plan gets the callbacks, sizes and types of its product, once per shape."""
+    engine, calls = _host_engine(monkeypatch)
+    prec = PrecisionConfig("sdhds")  # stage 1 float32, FFTs float64, stage 3 h, stage 5 float32
+    plans = KernelEngine.fused_plans(engine, prec, False, 2, np.float64, np.float32)
+    assert plans == ("r2c plan", "c2r plan")
+    sizes = {"FMV_L": "20ULL", "FMV_NT": "10ULL"}
+    assert calls == [
+        ("r2c", 20, 2 * 5, True,
+         ("FMV_PAD_LOAD", {**sizes, "FMV_TIN": "double", "FMV_TMID": "float", "FMV_TFFT": "double"}),
+         ("FMV_XHAT_STORE", {})),  # stage 3 computes in float32: complex64 out of the FFT
+        ("c2r", 20, 2 * 3, True, None,
+         ("FMV_UNPAD_STORE", {**sizes, "FMV_TOUT": "float", "FMV_TMID": "float", "FMV_TFFT": "double"})),
+    ]
+    assert KernelEngine.fused_plans(engine, prec, False, 2, np.float64, np.float32) is plans
+    assert len(calls) == 2
+    # the adjoint transforms Nd rows forward and Nm back; float32 FFTs need no complex64 store
+    calls.clear()
+    KernelEngine.fused_plans(engine, PrecisionConfig("sssss"), True, 1, np.float32, np.float32)
+    (_, _, b1, d1, _, store1), (_, _, b2, d2, _, _) = calls
+    assert (b1, b2, d1, d2, store1) == (3, 5, False, False, None)
+    # d stage 3 computes in complex128: no store callback either
+    calls.clear()
+    engine.compute = np.dtype(np.complex128)
+    KernelEngine.fused_plans(engine, PrecisionConfig("ddddd"), False, 1, np.float64, np.float64)
+    assert calls[0][5] is None
+
+
+def test_fused_plans_none_where_stages_run_one_by_one(monkeypatch):
+    engine, calls = _host_engine(monkeypatch)
+    prec = PrecisionConfig("ddddd")
+    w = np.ones((3, 10))
+    assert KernelEngine.fused_plans(engine, prec, False, 1, np.float64, np.float64, weight=w) is None
+    assert KernelEngine.fused_plans(engine, prec, False, 1, np.float16, np.float64) is None
+    engine.callbacks = lambda: (False, "no GPU")
+    assert KernelEngine.fused_plans(engine, prec, False, 1, np.float64, np.float64) is None
+    assert calls == []
+
+
+def test_fused_plans_warn_and_fall_back(monkeypatch):
+    """A plan cuFFT cannot make: a warning and the separate kernels, or with
+    FFTMATVEC_FFT_CALLBACKS=1 the error."""
+    engine, _ = _host_engine(monkeypatch, fail="link failed")
+    prec = PrecisionConfig("ddddd")
+    monkeypatch.delenv("FFTMATVEC_FFT_CALLBACKS", raising=False)
+    with pytest.warns(RuntimeWarning, match="link failed"):
+        assert KernelEngine.fused_plans(engine, prec, False, 1, np.float64, np.float64) is None
+    assert KernelEngine.fused_plans(engine, prec, False, 1, np.float64, np.float64) is None
+    monkeypatch.setenv("FFTMATVEC_FFT_CALLBACKS", "1")
+    engine._cb_plans.clear()
+    with pytest.raises(_fftcb.CallbackError, match="link failed"):
+        KernelEngine.fused_plans(engine, prec, False, 1, np.float64, np.float64)
+
+
+CALLBACKS = Path(__file__).resolve().parents[1] / "hip_kernels" / "fft_callbacks.cu"
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc")
+@pytest.mark.parametrize("which,types", [
+    ("FMV_PAD_LOAD", {"FMV_TIN": "float", "FMV_TMID": "double", "FMV_TFFT": "double"}),
+    ("FMV_PAD_LOAD", {"FMV_TIN": "double", "FMV_TMID": "float", "FMV_TFFT": "float"}),
+    ("FMV_XHAT_STORE", {}),
+    ("FMV_UNPAD_STORE", {"FMV_TOUT": "float", "FMV_TMID": "float", "FMV_TFFT": "double"}),
+])
+def test_callbacks_compile_to_lto_ir(tmp_path, which, types):
+    """Every callback compiles on its own to LTO-IR, as cuFFT takes it (nvcc here; NVRTC with
+    the same options at run time)."""
+    defines = {which: 1, "FMV_L": "2000ULL", "FMV_NT": "1000ULL", **types}
+    out = tmp_path / "cb.fatbin"
+    cmd = ["nvcc", "-arch=sm_90", "-rdc=true", "-dlto", "-fatbin", "-std=c++17", "-x", "cu",
+           *(f"-D{k}={v}" for k, v in defines.items()), str(CALLBACKS), "-o", str(out)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert out.stat().st_size > 0
 
 
 # ---- on the GPU ---------------------------------------------------------------------------
