@@ -322,3 +322,5 @@ def test_installed_package_has_the_expected_code_objects():
     hip = files.get("fftmatvec/hip_kernels/fftmatvec_kernels.hip")
     assert hip is not None, "the hipified source is not installed"
     assert cuda_left(hip.read_text()) == []
+    # the cuFFT callbacks are compiled at run time, from the installed source
+    assert "fftmatvec/hip_kernels/fft_callbacks.cu" in files, "fft_callbacks.cu is not installed"
