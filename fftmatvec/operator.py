@@ -122,6 +122,8 @@ class _OperatorBase:
             raise FFTMatvecTypeError(
                 f"{name} must be real floating point (float32 or float64), got dtype {x.dtype}"
             )
+        if x.dtype not in _INTERFACE_DTYPES:  # float16, longdouble: the stages take f32 / f64
+            x = x.astype(self.dtype)
         if self._device is not None and x.device.id != self._device.id:
             raise FFTMatvecValueError(
                 f"{name} lives on GPU {x.device.id} but the operator on GPU {self._device.id}; "

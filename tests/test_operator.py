@@ -146,6 +146,20 @@ def test_float32_interface(xp, rng):
     assert (F @ m.astype(np.float64)).dtype == np.float32
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_half_precision_input_is_cast(xp, rng, dtype):
+    """A float16 input is taken in the operator's dtype (the stages read float32 or float64)."""
+    K, F = make(xp, rng, (3, 4, 9), "ddddd", dtype=dtype)
+    m = random(xp, rng, 2, 4, 9, dtype=np.float16)
+    d = random(xp, rng, 3, 9, dtype=np.float16)
+    Y, z = F.matmat(m), F.rmatvec(d)
+    assert Y.dtype == dtype and z.dtype == dtype
+    A = dense_btt(K)
+    tol = 1e-12 if dtype == np.float64 else 1e-6
+    assert rel_err(Y[1].ravel(), A @ to_numpy(m[1]).astype(np.float64).ravel()) < tol
+    assert rel_err(z.ravel(), A.T @ to_numpy(d).astype(np.float64).ravel()) < tol
+
+
 def test_linear_operator_cg(xp, rng):
     shape = (6, 3, 8)
     K, F = make(xp, rng, shape)
