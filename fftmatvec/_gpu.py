@@ -125,6 +125,14 @@ def _i64(v) -> np.int64:
     return np.int64(v)
 
 
+def _split_k(splits: int, n_red: int, step: int) -> tuple[int, int]:
+    """(splits, rows per split) for ``splits`` wanted over ``n_red`` reduction rows, each
+    split a multiple of ``step`` rows (the kernel's chunk); fewer splits when rounding up the
+    chunks leaves some empty."""
+    red_chunk = -(-math.ceil(n_red / splits) // step) * step
+    return math.ceil(n_red / red_chunk), red_chunk
+
+
 # Products whose Khat is smaller than GRAPH_MAX_KHAT_BYTES replay a captured CUDA graph
 # (launch-bound sizes); so do those with Khat up to GRAPH_MEDIUM_KHAT_BYTES whose input and output
 # vectors total at most GRAPH_MAX_VECTOR_BYTES: their GPU time (under a millisecond) is short
@@ -298,8 +306,7 @@ class KernelEngine:
         if base < slots:
             # each split keeps at least 2 * NS stages of reduction rows
             splits = max(1, min(math.ceil(waves * slots / base), n_red // (2 * ns * ks)))
-        red_chunk = -(-math.ceil(n_red / splits) // ks) * ks
-        splits = math.ceil(n_red / red_chunk)
+        splits, red_chunk = _split_k(splits, n_red, ks)
         name = self._pipe_name(tile, in_dtype, self.compute if splits > 1 else out_dtype)
         return _Launch(name, kb, (base, splits), (32, wr * wf), splits, red_chunk, mma=True,
                        smem=smem)
@@ -340,8 +347,7 @@ class KernelEngine:
         splits = 1
         if base < target:
             splits = max(1, min(math.ceil(target / base), math.ceil(n_red / _STAGED_J)))
-        red_chunk = -(-math.ceil(n_red / splits) // _STAGED_J) * _STAGED_J
-        splits = math.ceil(n_red / red_chunk)
+        splits, red_chunk = _split_k(splits, n_red, _STAGED_J)
         out_sfx = _CPLX_SUFFIX[self.compute if splits > 1 else np.dtype(out_dtype)]
         name = f"sbgemvs_{self.store}_{_CPLX_SUFFIX[np.dtype(in_dtype)]}_{out_sfx}_r{rt}_v{v}"
         return _Launch(name, 1, (base, splits), (32, ty), splits, red_chunk, staged=True)
@@ -424,8 +430,7 @@ class KernelEngine:
         if base < waves * slots:
             # each split keeps at least 2 * NS stages of reduction steps
             splits = max(1, min(math.ceil(waves * slots / base), n_red // (2 * ns * j)))
-        red_chunk = -(-math.ceil(n_red / splits) // j) * j
-        splits = math.ceil(n_red / red_chunk)
+        splits, red_chunk = _split_k(splits, n_red, j)
         name = self._async_name(tile, in_dtype, self.compute if splits > 1 else out_dtype)
         return _Launch(name, 1, (base, splits), (32, ty), splits, red_chunk, staged=True, smem=smem)
 
@@ -646,25 +651,25 @@ class KernelEngine:
             self._cb_plans[key] = plans
         return self._cb_plans[key]
 
+    def _buffer(self, shape, dtype, nbytes: int):
+        """An array ``shape`` of ``dtype`` at the start of a buffer of at least ``nbytes``."""
+        dtype = np.dtype(dtype)
+        size = math.prod(shape)
+        raw = self.cp.empty(max(nbytes, size * dtype.itemsize), dtype=np.uint8)
+        return raw.view(dtype)[:size].reshape(shape)
+
     def xhat_buffer(self, prec: PrecisionConfig, k: int, n: int):
         """The forward FFT's output ``(k, n, Nf)``, in memory for the plan's full logical
         output: cuFFT may use its output buffer as scratch in the complex dtype of stage 2,
         and with a complex64 store the array itself is half that."""
-        cp = self.cp
-        dt = self.xhat_dtype(prec)
-        size = k * n * self.nf
-        raw = cp.empty(size * max(dt.itemsize, prec.complex_dtype("fft").itemsize), dtype=np.uint8)
-        return raw.view(dt)[:size].reshape(k, n, self.nf)
+        nbytes = k * n * self.nf * prec.complex_dtype("fft").itemsize
+        return self._buffer((k, n, self.nf), self.xhat_dtype(prec), nbytes)
 
     def y_buffer(self, prec: PrecisionConfig, k: int, n: int, dtype):
         """The inverse FFT's unpadded output ``(k, n, Nt)`` in ``dtype``, in memory for the
         plan's full ``(k, n, L)`` logical output (cuFFT may use it as scratch)."""
-        cp = self.cp
-        dtype = np.dtype(dtype)
-        size = k * n * self.nt
-        nbytes = max(size * dtype.itemsize, k * n * self.fft_len * prec.real_dtype("ifft").itemsize)
-        raw = cp.empty(nbytes, dtype=np.uint8)
-        return raw.view(dtype)[:size].reshape(k, n, self.nt)
+        nbytes = k * n * self.fft_len * prec.real_dtype("ifft").itemsize
+        return self._buffer((k, n, self.nt), dtype, nbytes)
 
     def pad_fft(self, plans, x, out):
         """Stages 1 and 2: the forward FFT of ``x`` ``(k, n, Nt)`` zero-padded to ``L``, into

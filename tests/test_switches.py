@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fftmatvec import FFTMatvecValueError
-from fftmatvec._gpu import KernelEngine, _switch
+from fftmatvec._gpu import KernelEngine, _split_k, _switch
 
 
 @pytest.mark.parametrize("value,expected", [(None, "auto"), ("", "auto"), ("auto", "auto"),
@@ -154,3 +154,12 @@ def test_rows_launch_fills_the_device(rows, cols):
     assert 1 <= gy <= 65535 and gx * gy <= 8 * 132
     if rows * cols >= 8 * 132 * 256 * 4:  # work for a full device: it gets one
         assert gx * gy >= 8 * 132 // 2
+
+
+@pytest.mark.parametrize("splits,n_red,step", [(1, 100, 32), (3, 100, 32), (8, 5000, 2),
+                                               (264, 100000, 8), (5, 7, 4), (4, 3, 1)])
+def test_split_k_rounds_to_whole_chunks(splits, n_red, step):
+    """Split-K chunks are whole multiples of the kernel's step, none of them empty."""
+    got, chunk = _split_k(splits, n_red, step)
+    assert chunk % step == 0 and 1 <= got <= splits
+    assert (got - 1) * chunk < n_red <= got * chunk
