@@ -772,7 +772,12 @@ class KernelEngine:
             # whole split-K slices per chunk, so the split-K sum is the one of the whole product
             full = self._launch(1, self.nd, self.nm, xdt, ydt)
             n_splits, per = full.splits, full.red_chunk
-            group = math.ceil(n_splits / self.overlap_chunks)
+            # cuFFT takes only pointers aligned for its element types: a chunk starts at a row
+            # whose input and output both lie on 16 bytes
+            align = math.lcm(16 // math.gcd(16, self.nt * in_dtype.itemsize),
+                             16 // math.gcd(16, self.nf * xdt.itemsize))
+            step = align // math.gcd(align, per)  # split-K slices per aligned start
+            group = -(-math.ceil(n_splits / self.overlap_chunks) // step) * step
             for s0 in range(0, n_splits, group):
                 s1 = min(n_splits, s0 + group)
                 r0, r1 = s0 * per, min(self.nm, s1 * per)
@@ -783,6 +788,7 @@ class KernelEngine:
                       + rows * self.nf * prec.complex_dtype("fft").itemsize)
             ov = _Overlap(False, chunks, n_splits, plans[1], xdt, ydt, nbytes)
         else:
+            # 64-row chunks: every chunk's pointers lie on 16 bytes (cuFFT's alignment)
             rows = -(-math.ceil(self.nm / self.overlap_chunks) // 64) * 64
             for r0 in range(0, self.nm, rows):
                 r1 = min(self.nm, r0 + rows)

@@ -221,6 +221,20 @@ def test_overlap_forward_chunks_are_whole_split_slices(overlap_engine, nm, split
     assert ov.nbytes >= (nm + max(c.r1 - c.r0 for c in ov.chunks)) * 11 * 16
 
 
+@pytest.mark.parametrize("nt,in_dtype,splits", [(13, np.float32, 9), (13, np.float64, 7), (20, np.float32, 5)])
+def test_overlap_forward_chunks_start_aligned(overlap_engine, nt, in_dtype, splits):
+    """cuFFT refuses pointers not aligned for its types: every forward chunk's input row
+    (in the interface dtype) and output row (complex128 here) starts on 16 bytes."""
+    engine = overlap_engine(7, 301, splits)
+    engine.nt, engine.nf = nt, 13  # an odd count of complex64 values per output row
+    engine.__dict__["xhat_dtype"] = lambda prec: np.dtype(np.complex64)
+    ov = engine.overlap_plan(PrecisionConfig("ddhdd"), False, 1, in_dtype, np.float64)
+    assert len(ov.chunks) >= 2 and ov.chunks[-1].r1 == 301
+    for c in ov.chunks:
+        assert c.r0 * nt * np.dtype(in_dtype).itemsize % 16 == 0
+        assert c.r0 * 13 * 8 % 16 == 0
+
+
 @pytest.mark.parametrize("nm,chunks,rows", [(5000, 4, 1280), (300, 2, 192), (129, 3, 64)])
 def test_overlap_adjoint_chunks_of_output_rows(overlap_engine, nm, chunks, rows):
     engine = overlap_engine(100, nm, 1)
