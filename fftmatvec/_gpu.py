@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -113,28 +113,6 @@ class _Launch:
     smem: int = 0  # bytes of dynamic shared memory (tensor-core and cp.async launches)
 
 
-@dataclass(frozen=True)
-class _Chunk:
-    """Rows ``r0:r1`` of an overlapped product: their FFT plan, their stage-3 launch, and
-    (forward) the first split-K slice they fill."""
-    r0: int
-    r1: int
-    fft: object
-    launch: _Launch
-    s0: int
-
-
-@dataclass(frozen=True)
-class _Overlap:
-    adjoint: bool
-    chunks: list
-    splits: int  # forward: split-K slices of the whole product; adjoint: the most of a chunk
-    other: object  # the FFT plan run whole: the inverse (forward) or the forward (adjoint)
-    xdt: np.dtype
-    ydt: np.dtype
-    nbytes: int  # memory of the chunked FFT's output (cuFFT may use it as scratch)
-
-
 def _switch(name: str) -> str:
     """An ``auto|0|1`` environment switch; anything else is an error that names it."""
     value = os.environ.get(name, "auto").strip().lower() or "auto"
@@ -165,8 +143,6 @@ def _split_k(splits: int, n_red: int, step: int) -> tuple[int, int]:
 GRAPH_MAX_KHAT_BYTES = 64 * 2**20
 GRAPH_MEDIUM_KHAT_BYTES = 2 * 2**30
 GRAPH_MAX_VECTOR_BYTES = 16 * 2**20
-# One-vector products cut their chunked FFT into this many pieces (KernelEngine.overlap_plan).
-OVERLAP_CHUNKS = 4
 
 
 class KernelEngine:
@@ -202,10 +178,6 @@ class KernelEngine:
         self.async_waves = None  # split-K target of the cp.async kernel (None: default)
         self.smem_per_sm = int(props.get("sharedMemPerMultiprocessor", 0)) or 228 * 1024
         self.smem_per_block = int(props.get("sharedMemPerBlockOptin", 0)) or 227 * 1024
-        self.overlap_chunks = OVERLAP_CHUNKS  # pieces of an overlapped FFT (overlap_plan)
-        self._overlaps: dict = {}
-        self._side_stream = None
-        self._side_events: list = []
 
     @property
     def nbytes(self) -> int:
@@ -505,11 +477,15 @@ class KernelEngine:
         k = xhat.shape[0]
         n_out, n_red = (self.nm, self.nd) if adjoint else (self.nd, self.nm)
         nf = self.nf
+        nfp = self.nfp
+        so, sr = (nfp, self.nm * nfp) if adjoint else (self.nm * nfp, nfp)
         out_dtype = np.dtype(out_dtype)
         y = cp.empty((k, n_out, nf), dtype=out_dtype) if out is None else out
+        scale = self.scale if self.scale is not None else np.uint64(0)
         b0 = 0
         plan = self._plan(adjoint, k, xhat.dtype, out_dtype) if plan is None else plan
         for launch in plan:
+            fn = kernels.get_function(launch.name, shared_mem=launch.smem)
             xb, yb = xhat[b0 : b0 + launch.kb], y[b0 : b0 + launch.kb]
             if launch.splits > 1:
                 shape = (launch.splits, launch.kb, n_out, nf)
@@ -519,41 +495,27 @@ class KernelEngine:
                     target = workspace[: math.prod(shape)].reshape(shape)
             else:
                 target = yb
-            self._run_launch(launch, self.data, xb, target, n_out, n_red, adjoint)
+            head = (self.data, scale, xb, target, _i64(nf), _i64(nfp), _i64(n_out), _i64(n_red),
+                    _i64(so), _i64(sr), np.int32(adjoint), _i64(launch.red_chunk))
+            if launch.staged:
+                fn(launch.grid, launch.block, head + (_i64(n_out * nf),), shared_mem=launch.smem)
+            elif launch.mma:
+                fn(launch.grid, launch.block,
+                   head + (np.int32(launch.kb), _i64(n_red * nf), _i64(n_out * nf),
+                           _i64(launch.kb * n_out * nf)), shared_mem=launch.smem)
+            else:
+                fn(launch.grid, launch.block,
+                   head + (_i64(n_red * nf), _i64(n_out * nf), _i64(launch.kb * n_out * nf)))
             if launch.splits > 1:
-                self._reduce(target, yb, launch.kb * n_out * nf, launch.splits, out_dtype)
+                n = launch.kb * n_out * nf
+                red = kernels.get_function(
+                    f"reduce_{_CPLX_SUFFIX[self.compute]}_{_CPLX_SUFFIX[out_dtype]}"
+                )
+                lanes = min(REDUCE_LANES, launch.splits)  # threads summing one output's splits
+                blocks = min(math.ceil(n / 32), 32 * self.num_sms)
+                red((blocks,), (32, lanes), (target, yb, _i64(n), np.int32(launch.splits)))
             b0 += launch.kb
         return y
-
-    def _run_launch(self, launch: _Launch, data, x, target, n_out: int, n_red: int,
-                    adjoint: bool) -> None:
-        """One stage-3 launch: ``data`` (Khat, or a pointer into it at the first row),
-        ``x`` and ``target`` arrays or device pointers; ``n_out`` x ``n_red`` rows of it."""
-        fn = kernels.get_function(launch.name, shared_mem=launch.smem)
-        nf, nfp = self.nf, self.nfp
-        so, sr = (nfp, self.nm * nfp) if adjoint else (self.nm * nfp, nfp)
-        scale = self.scale if self.scale is not None else np.uint64(0)
-        kb = launch.kb
-        head = (data, scale, x, target, _i64(nf), _i64(nfp), _i64(n_out), _i64(n_red),
-                _i64(so), _i64(sr), np.int32(adjoint), _i64(launch.red_chunk))
-        if launch.staged:
-            fn(launch.grid, launch.block, head + (_i64(n_out * nf),), shared_mem=launch.smem)
-        elif launch.mma:
-            fn(launch.grid, launch.block,
-               head + (np.int32(kb), _i64(n_red * nf), _i64(n_out * nf), _i64(kb * n_out * nf)),
-               shared_mem=launch.smem)
-        else:
-            fn(launch.grid, launch.block,
-               head + (_i64(n_red * nf), _i64(n_out * nf), _i64(kb * n_out * nf)))
-
-    def _reduce(self, parts, out, n: int, splits: int, out_dtype) -> None:
-        """``out`` (n values in ``out_dtype``) = the sum of ``splits`` consecutive slices of n
-        values in ``parts`` (the compute dtype); arrays or device pointers."""
-        red = kernels.get_function(
-            f"reduce_{_CPLX_SUFFIX[self.compute]}_{_CPLX_SUFFIX[np.dtype(out_dtype)]}")
-        lanes = min(REDUCE_LANES, splits)  # threads summing one output's splits
-        blocks = min(math.ceil(n / 32), 32 * self.num_sms)
-        red((blocks,), (32, lanes), (parts, out, _i64(n), np.int32(splits)))
 
     # ---- small problems: the five stages as one CUDA graph ---------------------------------
     def graph_pays(self, x) -> bool:
@@ -647,31 +609,6 @@ class KernelEngine:
             return np.dtype(np.complex64)
         return prec.complex_dtype("fft")
 
-    def _callback_specs(self, prec: PrecisionConfig, in_dtype, out_dtype):
-        """The callbacks of a fused product: ((load, store) of the forward FFT, its double
-        flag), ((store,) of the inverse FFT, its double flag)."""
-        L, nt = self.fft_len, self.nt
-        fft_real, ifft_real = prec.real_dtype("fft"), prec.real_dtype("ifft")
-        sizes = {"FMV_L": f"{L}ULL", "FMV_NT": f"{nt}ULL"}
-        pad = ("FMV_PAD_LOAD", {**sizes, "FMV_TIN": _fftcb.ctype(in_dtype),
-                                "FMV_TMID": _fftcb.ctype(prec.pad_dtype),
-                                "FMV_TFFT": _fftcb.ctype(fft_real)})
-        store = None
-        if self.xhat_dtype(prec) != prec.complex_dtype("fft"):
-            store = ("FMV_XHAT_STORE", {})
-        unpad = ("FMV_UNPAD_STORE", {**sizes, "FMV_TOUT": _fftcb.ctype(out_dtype),
-                                     "FMV_TMID": _fftcb.ctype(prec.reduce_dtype),
-                                     "FMV_TFFT": _fftcb.ctype(ifft_real)})
-        return (pad, store, fft_real == np.float64), (unpad, ifft_real == np.float64)
-
-    def _forward_fft_plan(self, specs, rows: int):
-        (pad, store, double), _ = specs
-        return _fftcb.get_plan("r2c", self.fft_len, rows, double, load=pad, store=store)
-
-    def _inverse_fft_plan(self, specs, rows: int):
-        _, (unpad, double) = specs
-        return _fftcb.get_plan("c2r", self.fft_len, rows, double, store=unpad)
-
     def fused_plans(self, prec: PrecisionConfig, adjoint: bool, k: int, in_dtype, out_dtype,
                     weight=None):
         """The (forward, inverse) callback plans of a product, or None where the stages run
@@ -685,10 +622,24 @@ class KernelEngine:
         n_in, n_out = (self.nd, self.nm) if adjoint else (self.nm, self.nd)
         key = (adjoint, k, in_dtype, out_dtype, str(prec))
         if key not in self._cb_plans:
-            specs = self._callback_specs(prec, in_dtype, out_dtype)
+            L, nt = self.fft_len, self.nt
+            fft_real, ifft_real = prec.real_dtype("fft"), prec.real_dtype("ifft")
+            sizes = {"FMV_L": f"{L}ULL", "FMV_NT": f"{nt}ULL"}
+            pad = ("FMV_PAD_LOAD", {**sizes, "FMV_TIN": _fftcb.ctype(in_dtype),
+                                    "FMV_TMID": _fftcb.ctype(prec.pad_dtype),
+                                    "FMV_TFFT": _fftcb.ctype(fft_real)})
+            store = None
+            if self.xhat_dtype(prec) != prec.complex_dtype("fft"):
+                store = ("FMV_XHAT_STORE", {})
+            unpad = ("FMV_UNPAD_STORE", {**sizes, "FMV_TOUT": _fftcb.ctype(out_dtype),
+                                         "FMV_TMID": _fftcb.ctype(prec.reduce_dtype),
+                                         "FMV_TFFT": _fftcb.ctype(ifft_real)})
             try:
-                plans = (self._forward_fft_plan(specs, k * n_in),
-                         self._inverse_fft_plan(specs, k * n_out))
+                plans = (
+                    _fftcb.get_plan("r2c", L, k * n_in, fft_real == np.float64, load=pad,
+                                    store=store),
+                    _fftcb.get_plan("c2r", L, k * n_out, ifft_real == np.float64, store=unpad),
+                )
             except _fftcb.CallbackError as exc:
                 if _switch("FFTMATVEC_FFT_CALLBACKS") == "1":
                     raise
@@ -732,148 +683,6 @@ class KernelEngine:
         written to ``out`` (from :meth:`y_buffer`). ``yhat`` is overwritten."""
         plans[1](yhat.data.ptr, out.data.ptr)
         return out
-
-    # ---- the FFTs overlapped with stage 3 -------------------------------------------------
-    def overlap_plan(self, prec: PrecisionConfig, adjoint: bool, k: int, in_dtype, out_dtype,
-                     weight=None):
-        """The chunks of a one-vector product whose FFT of stages 1+2 (forward) or 4+5
-        (adjoint) runs in pieces on a second stream, overlapping stage 3; or None.
-
-        cuFFT moves the vectors at a fraction of the memory bandwidth (docs/benchmarks.md), so
-        run alone its transforms add their whole time to stage 3's. Forward, the reduction rows
-        (``Nm``) are cut into chunks along stage 3's split-K slices: the FFT of chunk ``c + 1``
-        runs while stage 3 reduces chunk ``c`` into its own slices, and the split-K sum adds
-        them all as before. Adjoint, stage 3's output rows are cut into chunks and the inverse
-        FFT of chunk ``c`` runs while stage 3 computes chunk ``c + 1``. The FFT stream has the
-        higher priority, so its blocks take the multiprocessors stage 3's blocks free.
-
-        By default (``FFTMATVEC_OVERLAP=auto``) this serves one-vector products with stages 1
-        and 5 inside the FFTs and a ``Khat`` over ``GRAPH_MAX_KHAT_BYTES`` that do not replay a
-        graph; ``=0`` never, ``=1`` whenever the product runs fused, at any size. Rows are cut
-        into ``overlap_chunks`` pieces."""
-        mode = _switch("FFTMATVEC_OVERLAP")
-        if mode == "0" or k != 1 or self.overlap_chunks < 2:
-            return None
-        if mode == "auto" and self.nbytes <= GRAPH_MAX_KHAT_BYTES:
-            return None
-        if self._mma_min_kb(adjoint) == 1:  # FFTMATVEC_MMA=1: tensor cores for one vector too
-            return None
-        plans = self.fused_plans(prec, adjoint, k, in_dtype, out_dtype, weight)
-        if plans is None:
-            return None
-        in_dtype, out_dtype = np.dtype(in_dtype), np.dtype(out_dtype)
-        key = (adjoint, in_dtype, out_dtype, str(prec), self.overlap_chunks)
-        if key in self._overlaps:
-            return self._overlaps[key]
-        specs = self._callback_specs(prec, in_dtype, out_dtype)
-        xdt, ydt = self.xhat_dtype(prec), prec.complex_dtype("ifft")
-        chunks = []
-        if not adjoint:
-            # whole split-K slices per chunk, so the split-K sum is the one of the whole product
-            full = self._launch(1, self.nd, self.nm, xdt, ydt)
-            n_splits, per = full.splits, full.red_chunk
-            # cuFFT takes only pointers aligned for its element types: a chunk starts at a row
-            # whose input and output both lie on 16 bytes
-            align = math.lcm(16 // math.gcd(16, self.nt * in_dtype.itemsize),
-                             16 // math.gcd(16, self.nf * xdt.itemsize))
-            step = align // math.gcd(align, per)  # split-K slices per aligned start
-            group = -(-math.ceil(n_splits / self.overlap_chunks) // step) * step
-            for s0 in range(0, n_splits, group):
-                s1 = min(n_splits, s0 + group)
-                r0, r1 = s0 * per, min(self.nm, s1 * per)
-                launch = replace(full, grid=(full.grid[0], s1 - s0), splits=s1 - s0)
-                chunks.append(_Chunk(r0, r1, self._forward_fft_plan(specs, r1 - r0), launch, s0))
-            rows = max(c.r1 - c.r0 for c in chunks)
-            nbytes = (self.nm * self.nf * xdt.itemsize
-                      + rows * self.nf * prec.complex_dtype("fft").itemsize)
-            ov = _Overlap(False, chunks, n_splits, plans[1], xdt, ydt, nbytes)
-        else:
-            # 64-row chunks: every chunk's pointers lie on 16 bytes (cuFFT's alignment)
-            rows = -(-math.ceil(self.nm / self.overlap_chunks) // 64) * 64
-            for r0 in range(0, self.nm, rows):
-                r1 = min(self.nm, r0 + rows)
-                launch = self._launch(1, r1 - r0, self.nd, xdt, ydt, adjoint=True)
-                chunks.append(_Chunk(r0, r1, self._inverse_fft_plan(specs, r1 - r0), launch, 0))
-            nbytes = (self.nm * self.nt * out_dtype.itemsize
-                      + rows * self.fft_len * prec.real_dtype("ifft").itemsize)
-            ov = _Overlap(True, chunks, max(c.launch.splits for c in chunks), plans[0], xdt, ydt,
-                          nbytes)
-        if len(chunks) < 2:
-            ov = None
-        self._overlaps[key] = ov
-        return ov
-
-    def _side(self):
-        """(stream, events) of the overlapped FFTs: a non-blocking stream of the highest
-        priority, and events reused from call to call."""
-        cp = self.cp
-        if self._side_stream is None:
-            try:
-                self._side_stream = cp.cuda.Stream(non_blocking=True, priority=-1000)  # clamped
-            except TypeError:  # a CuPy without stream priorities
-                self._side_stream = cp.cuda.Stream(non_blocking=True)
-        return self._side_stream
-
-    def _event(self, i: int):
-        while len(self._side_events) <= i:
-            self._side_events.append(self.cp.cuda.Event(disable_timing=True))
-        return self._side_events[i]
-
-    def run_overlapped(self, ov: "_Overlap", prec: PrecisionConfig, x, out_dtype):
-        """The five stages of ``x`` ``(1, n_in, Nt)`` by ``ov`` (from :meth:`overlap_plan`)."""
-        cp = self.cp
-        x = cp.ascontiguousarray(x)
-        main, side = cp.cuda.get_current_stream(), self._side()
-        nf, nt, nfp = self.nf, self.nt, self.nfp
-        kh = self.data.data.ptr
-        kh_row = nfp * self.data.itemsize  # bytes between Khat[., m, .] and Khat[., m + 1, .]
-        ci = self.compute.itemsize
-        if not ov.adjoint:
-            nd = self.nd
-            xhat = self._buffer((1, self.nm, nf), ov.xdt, ov.nbytes)
-            xi, hi = x.itemsize, xhat.itemsize
-            parts = cp.empty(ov.splits * nd * nf, dtype=self.compute)
-            yhat = cp.empty((1, nd, nf), dtype=ov.ydt)
-            start = self._event(len(ov.chunks))
-            start.record(main)
-            side.wait_event(start)
-            with side:
-                for i, c in enumerate(ov.chunks):
-                    c.fft(x.data.ptr + c.r0 * nt * xi, xhat.data.ptr + c.r0 * nf * hi)
-                    self._event(i).record(side)
-            for i, c in enumerate(ov.chunks):
-                main.wait_event(self._event(i))
-                self._run_launch(c.launch, np.uint64(kh + c.r0 * kh_row),
-                                 np.uint64(xhat.data.ptr + c.r0 * nf * hi),
-                                 np.uint64(parts.data.ptr + c.s0 * nd * nf * ci),
-                                 nd, c.r1 - c.r0, False)
-            self._reduce(parts, yhat, nd * nf, ov.splits, ov.ydt)
-            return self.ifft_unpad((None, ov.other), yhat,
-                                   out=self.y_buffer(prec, 1, nd, out_dtype))
-        nm = self.nm
-        xhat = self.pad_fft((ov.other, None), x, out=self.xhat_buffer(prec, 1, self.nd))
-        yhat = cp.empty((1, nm, nf), dtype=ov.ydt)
-        y = self._buffer((1, nm, nt), out_dtype, ov.nbytes)
-        yi, oi = yhat.itemsize, y.itemsize
-        rows = max(c.r1 - c.r0 for c in ov.chunks)
-        parts = cp.empty(ov.splits * rows * nf if ov.splits > 1 else 1, dtype=self.compute)
-        for i, c in enumerate(ov.chunks):
-            n_out = c.r1 - c.r0
-            out_ptr = yhat.data.ptr + c.r0 * nf * yi
-            target = parts if c.launch.splits > 1 else np.uint64(out_ptr)
-            self._run_launch(c.launch, np.uint64(kh + c.r0 * kh_row), xhat, target, n_out,
-                             self.nd, True)
-            if c.launch.splits > 1:
-                self._reduce(parts, np.uint64(out_ptr), n_out * nf, c.launch.splits, ov.ydt)
-            done = self._event(i)
-            done.record(main)
-            side.wait_event(done)
-            with side:
-                c.fft(out_ptr, y.data.ptr + c.r0 * nt * oi)
-        end = self._event(len(ov.chunks))
-        end.record(side)
-        main.wait_event(end)
-        return y
 
     # ---- stages 1 and 5 with fused casts -------------------------------------------------
     def _rows_launch(self, rows: int, cols: int) -> tuple[tuple, tuple]:

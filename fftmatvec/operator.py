@@ -467,9 +467,6 @@ class BlockToeplitz(_OperatorBase):
             if hasattr(eng, "fused_plans") else None
         if plans is not None:  # NVIDIA: stages 1 and 5 run inside the FFTs as callbacks
             k, n_in, _ = x.shape
-            ov = eng.overlap_plan(self.precision, adjoint, k, x.dtype, self.dtype, weight)
-            if ov is not None:  # one vector: the FFT in chunks, overlapping stage 3
-                return eng.run_overlapped(ov, self.precision, x, self.dtype)
             xhat = eng.pad_fft(plans, x, out=eng.xhat_buffer(self.precision, k, n_in))
             yhat = self.sbgemv(xhat, adjoint)
             n_out = self.nm if adjoint else self.nd

@@ -125,13 +125,11 @@ def _count_launches(cp, fn) -> int | None:
 
 def stage_table(cp, fm, sizes, precs, bw, rng, repeat, results) -> None:
     """Time each of the five stages alone, and the whole product: stage by stage, with stages 1
-    and 5 inside the FFTs (cuFFT callbacks, where available), the same with the FFT chunked to
-    overlap stage 3, and as one graph."""
+    and 5 inside the FFTs (cuFFT callbacks, where available), and as one graph."""
     table_header("stages (ms): each stage timed alone; whole product stage by stage, with pad and unpad "
-                 "fused into the FFTs ('fused', NVIDIA), the same with the FFT in chunks overlapping "
-                 "stage 3 ('overlap'), and as one graph",
+                 "fused into the FFTs ('fused', NVIDIA), and as one graph",
                  f"{'prec':>6} {'dir':>4} | {'pad':>6} {'fft':>6} {'sbgemv':>6} {'ifft':>6} {'unpad':>6} "
-                 f"{'sum':>6} | {'stages':>6} {'fused':>6} {'overlap':>7} {'graph':>6} | {'floor':>6}")
+                 f"{'sum':>6} | {'stages':>6} {'fused':>6} {'graph':>6} | {'floor':>6}")
     results["stages"] = []
     for nm, nd, nt in sizes:
         K = cp.asarray(rng.standard_normal((nd, nm, nt)))
@@ -151,26 +149,22 @@ def stage_table(cp, fm, sizes, precs, bw, rng, repeat, results) -> None:
                      median_time(cp, lambda: F.ifft(yhat), repeat),
                      median_time(cp, lambda: F.unpad_and_reduce(ypad), repeat)]
                 whole = {}
-                for name, graphs, callbacks, overlap in (
-                        ("stages", "0", "0", "0"), ("fused", "0", "auto", "0"),
-                        ("overlap", "0", "auto", "1"), ("graph", "1", "auto", "auto")):
+                for name, graphs, callbacks in (("stages", "0", "0"), ("fused", "0", "auto"),
+                                                 ("graph", "1", "auto")):
                     os.environ["FFTMATVEC_CUDA_GRAPHS"] = graphs
                     os.environ["FFTMATVEC_FFT_CALLBACKS"] = callbacks
-                    os.environ["FFTMATVEC_OVERLAP"] = overlap
                     whole[name] = median_time(cp, lambda: F._apply(x, adjoint), repeat)
-                for var in ("FFTMATVEC_CUDA_GRAPHS", "FFTMATVEC_FFT_CALLBACKS", "FFTMATVEC_OVERLAP"):
-                    os.environ.pop(var)
+                os.environ.pop("FFTMATVEC_CUDA_GRAPHS")
+                os.environ.pop("FFTMATVEC_FFT_CALLBACKS")
                 if not (hasattr(F._engine, "callbacks") and F._engine.callbacks()[0]):
-                    # no callbacks here: 'fused' and 'overlap' ran stage by stage
-                    whole["fused"] = whole["overlap"] = float("nan")
+                    whole["fused"] = float("nan")  # no callbacks here: 'fused' ran stage by stage
                 d = "adj" if adjoint else "fwd"
                 print(f"{nm:>7} {nd:>4} {nt:>5} {p:>6} {d:>4} | " + " ".join(f"{v * 1e3:6.3f}" for v in t)
                       + f" {sum(t) * 1e3:6.3f} | {whole['stages'] * 1e3:6.3f} {whole['fused'] * 1e3:6.3f} "
-                      f"{whole['overlap'] * 1e3:7.3f} {whole['graph'] * 1e3:6.3f} | {floor * 1e3:6.3f}")
+                      f"{whole['graph'] * 1e3:6.3f} | {floor * 1e3:6.3f}")
                 results["stages"].append(dict(nm=nm, nd=nd, nt=nt, precision=p, direction=d, stages=t,
                                               stage_by_stage=whole["stages"], fused=whole["fused"],
-                                              overlap=whole["overlap"], graph=whole["graph"],
-                                              floor=floor))
+                                              graph=whole["graph"], floor=floor))
                 sys.stdout.flush()
             del F
         del K

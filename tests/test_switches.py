@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from fftmatvec import FFTMatvecValueError
-from fftmatvec._gpu import GRAPH_MAX_KHAT_BYTES, KernelEngine, _Launch, _split_k, _switch
-from fftmatvec.precision import PrecisionConfig
+from fftmatvec._gpu import KernelEngine, _split_k, _switch
 
 
 @pytest.mark.parametrize("value,expected", [(None, "auto"), ("", "auto"), ("auto", "auto"),
@@ -23,8 +22,7 @@ def test_switch_values(monkeypatch, value, expected):
 
 
 @pytest.mark.parametrize("name", ["FFTMATVEC_STAGED", "FFTMATVEC_CUDA_GRAPHS", "FFTMATVEC_MMA",
-                                  "FFTMATVEC_ASYNC", "FFTMATVEC_FFT_CALLBACKS",
-                                  "FFTMATVEC_OVERLAP"])
+                                  "FFTMATVEC_ASYNC", "FFTMATVEC_FFT_CALLBACKS"])
 def test_switch_rejects_other_values(monkeypatch, name):
     monkeypatch.setenv(name, "yes")
     with pytest.raises(FFTMatvecValueError, match=name):
@@ -165,107 +163,3 @@ def test_split_k_rounds_to_whole_chunks(splits, n_red, step):
     got, chunk = _split_k(splits, n_red, step)
     assert chunk % step == 0 and 1 <= got <= splits
     assert (got - 1) * chunk < n_red <= got * chunk
-
-
-def _overlap_engine(nd, nm, splits, nbytes=2**31):
-    """A KernelEngine's host side for overlap_plan: a forward launch of ``splits`` split-K
-    slices (its rows per slice rounded like the kernels'), an adjoint one unsplit."""
-    engine = KernelEngine.__new__(KernelEngine)  # no device arrays
-    engine.__dict__.update(nd=nd, nm=nm, nf=11, nt=10, fft_len=20, compute=np.dtype(np.complex128),
-                           overlap_chunks=4, _overlaps={}, _sm80=True)
-    engine.__dict__["_mma_min_kb"] = lambda adjoint=False: None
-    engine.__dict__["fused_plans"] = lambda *a, **k: ("r2c", "c2r")
-    engine.__dict__["_callback_specs"] = lambda *a: None
-    engine.__dict__["_forward_fft_plan"] = lambda specs, rows: ("r2c", rows)
-    engine.__dict__["_inverse_fft_plan"] = lambda specs, rows: ("c2r", rows)
-    engine.__dict__["xhat_dtype"] = lambda prec: np.dtype(np.complex128)
-
-    def launch(kb, n_out, n_red, in_dtype, out_dtype, adjoint=False):
-        s, per = _split_k(1 if adjoint else splits, n_red, 8)
-        return _Launch("k", kb, (5, s), (32, 4), s, per)
-
-    engine.__dict__["_launch"] = launch
-    engine.__dict__["_nbytes"] = nbytes  # read by the fixture's nbytes property
-    return engine
-
-
-@pytest.fixture
-def overlap_engine(monkeypatch):
-    monkeypatch.setattr(KernelEngine, "nbytes", property(lambda self: self._nbytes))
-    monkeypatch.delenv("FFTMATVEC_OVERLAP", raising=False)
-    monkeypatch.delenv("FFTMATVEC_MMA", raising=False)
-    return _overlap_engine
-
-
-@pytest.mark.parametrize("nm,splits,chunks", [(5000, 64, 4), (5000, 7, 4), (300, 9, 2), (129, 4, 3),
-                                              (1000, 3, 4)])
-def test_overlap_forward_chunks_are_whole_split_slices(overlap_engine, nm, splits, chunks):
-    """Forward: the chunks cover the reduction rows in order, each a run of whole split-K
-    slices of the unchunked launch (so one split-K sum adds them all), each with its own FFT
-    plan over its rows."""
-    engine = overlap_engine(100, nm, splits)
-    engine.overlap_chunks = chunks
-    ov = engine.overlap_plan(PrecisionConfig("ddddd"), False, 1, np.float64, np.float64)
-    total, per = _split_k(splits, nm, 8)
-    assert ov.splits == total and ov.other == "c2r"
-    assert 2 <= len(ov.chunks) <= chunks
-    r, s = 0, 0
-    for c in ov.chunks:
-        assert (c.r0, c.s0) == (r, s)
-        assert c.launch.red_chunk == per and c.launch.grid == (5, c.launch.splits)
-        assert c.launch.splits == -(-(c.r1 - c.r0) // per)
-        assert c.fft == ("r2c", c.r1 - c.r0)
-        r, s = c.r1, s + c.launch.splits
-    assert (r, s) == (nm, total)
-    # the chunked FFT's output has room for the last chunk's scratch (complex128 here)
-    assert ov.nbytes >= (nm + max(c.r1 - c.r0 for c in ov.chunks)) * 11 * 16
-
-
-@pytest.mark.parametrize("nt,in_dtype,splits", [(13, np.float32, 9), (13, np.float64, 7), (20, np.float32, 5)])
-def test_overlap_forward_chunks_start_aligned(overlap_engine, nt, in_dtype, splits):
-    """cuFFT refuses pointers not aligned for its types: every forward chunk's input row
-    (in the interface dtype) and output row (complex128 here) starts on 16 bytes."""
-    engine = overlap_engine(7, 301, splits)
-    engine.nt, engine.nf = nt, 13  # an odd count of complex64 values per output row
-    engine.__dict__["xhat_dtype"] = lambda prec: np.dtype(np.complex64)
-    ov = engine.overlap_plan(PrecisionConfig("ddhdd"), False, 1, in_dtype, np.float64)
-    assert len(ov.chunks) >= 2 and ov.chunks[-1].r1 == 301
-    for c in ov.chunks:
-        assert c.r0 * nt * np.dtype(in_dtype).itemsize % 16 == 0
-        assert c.r0 * 13 * 8 % 16 == 0
-
-
-@pytest.mark.parametrize("nm,chunks,rows", [(5000, 4, 1280), (300, 2, 192), (129, 3, 64)])
-def test_overlap_adjoint_chunks_of_output_rows(overlap_engine, nm, chunks, rows):
-    engine = overlap_engine(100, nm, 1)
-    engine.overlap_chunks = chunks
-    ov = engine.overlap_plan(PrecisionConfig("ddddd"), True, 1, np.float64, np.float64)
-    assert ov.other == "r2c"
-    assert [(c.r0, c.r1) for c in ov.chunks] == [(r, min(nm, r + rows)) for r in range(0, nm, rows)]
-    assert all(c.fft == ("c2r", c.r1 - c.r0) for c in ov.chunks)
-    assert ov.nbytes >= nm * 10 * 8 + rows * 20 * 8
-
-
-def test_overlap_when(overlap_engine, monkeypatch):
-    """By default for one vector and a Khat over the graph threshold; never for batches, one
-    slice or chunk, FFTMATVEC_OVERLAP=0, FFTMATVEC_MMA=1 or unfused products; =1 at any size."""
-    prec = PrecisionConfig("ddddd")
-    big = overlap_engine(100, 5000, 64)
-    assert big.overlap_plan(prec, False, 1, np.float64, np.float64) is not None
-    assert big.overlap_plan(prec, False, 2, np.float64, np.float64) is None
-    assert overlap_engine(100, 5000, 1).overlap_plan(prec, False, 1, np.float64, np.float64) is None
-    assert overlap_engine(100, 64, 1).overlap_plan(prec, True, 1, np.float64, np.float64) is None
-    small = overlap_engine(100, 5000, 64, nbytes=GRAPH_MAX_KHAT_BYTES)
-    assert small.overlap_plan(prec, False, 1, np.float64, np.float64) is None
-    monkeypatch.setenv("FFTMATVEC_OVERLAP", "1")
-    assert small.overlap_plan(prec, False, 1, np.float64, np.float64) is not None
-    monkeypatch.setenv("FFTMATVEC_OVERLAP", "0")
-    big._overlaps.clear()
-    assert big.overlap_plan(prec, False, 1, np.float64, np.float64) is None
-    monkeypatch.setenv("FFTMATVEC_OVERLAP", "auto")
-    big.__dict__["_mma_min_kb"] = lambda adjoint=False: 1
-    assert big.overlap_plan(prec, False, 1, np.float64, np.float64) is None
-    big.__dict__["_mma_min_kb"] = lambda adjoint=False: None
-    big.__dict__["fused_plans"] = lambda *a, **k: None
-    big._overlaps.clear()
-    assert big.overlap_plan(prec, False, 1, np.float64, np.float64) is None
