@@ -237,6 +237,7 @@ class CallbackPlan:
             ld = cf.CUFFT_CB_LD_COMPLEX_DOUBLE if double else cf.CUFFT_CB_LD_COMPLEX
             st = cf.CUFFT_CB_ST_REAL_DOUBLE if double else cf.CUFFT_CB_ST_REAL
         self._exec_lock = threading.Lock()  # the stream is set on the plan, then it runs
+        self._stream = None  # the stream last set on the plan
         handle = ctypes.c_int()
         _check(libs.cufft.cufftCreate(ctypes.byref(handle)), "cufftCreate")
         self.handle = handle.value
@@ -268,11 +269,11 @@ class CallbackPlan:
             raise
 
     def __call__(self, idata_ptr: int, odata_ptr: int) -> None:
-        cp = backend.cupy
-        c = self._libs.cufft
+        stream = backend.cupy.cuda.get_current_stream().ptr
         with self._exec_lock:
-            _check(c.cufftSetStream(self.handle, cp.cuda.get_current_stream().ptr),
-                   "cufftSetStream")
+            if stream != self._stream:
+                _check(self._libs.cufft.cufftSetStream(self.handle, stream), "cufftSetStream")
+                self._stream = stream
             _check(self._exec(self.handle, idata_ptr, odata_ptr), "cufftExec")
 
     def __del__(self):

@@ -173,6 +173,7 @@ class KernelEngine:
         props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
         self.num_sms = int(props.get("multiProcessorCount", 108))
         self._plans: dict = {}
+        self._args: dict = {}  # (launch, adjoint, out dtype) -> kernel, arguments (_launch_args)
         self._fft_plans: dict = {}
         self._graphs: OrderedDict = OrderedDict()
         self._callbacks: tuple[bool, str] | None = None  # cuFFT callbacks usable, and why not
@@ -483,45 +484,59 @@ class KernelEngine:
         k = xhat.shape[0]
         n_out, n_red = (self.nm, self.nd) if adjoint else (self.nd, self.nm)
         nf = self.nf
-        nfp = self.nfp
-        so, sr = (nfp, self.nm * nfp) if adjoint else (self.nm * nfp, nfp)
         out_dtype = np.dtype(out_dtype)
         y = cp.empty((k, n_out, nf), dtype=out_dtype) if out is None else out
         scale = self.scale if self.scale is not None else np.uint64(0)
         b0 = 0
         plan = self._plan(adjoint, k, xhat.dtype, out_dtype) if plan is None else plan
         for launch in plan:
-            fn = kernels.get_function(launch.name, shared_mem=launch.smem)
-            xb, yb = xhat[b0 : b0 + launch.kb], y[b0 : b0 + launch.kb]
+            fn, args, reduce = self._launch_args(launch, adjoint, n_out, n_red, out_dtype)
+            if launch.kb == k:
+                xb, yb = xhat, y
+            else:
+                xb, yb = xhat[b0 : b0 + launch.kb], y[b0 : b0 + launch.kb]
             if launch.splits > 1:
-                shape = (launch.splits, launch.kb, n_out, nf)
-                if workspace is None:
-                    target = cp.empty(shape, dtype=self.compute)
-                else:
-                    target = workspace[: math.prod(shape)].reshape(shape)
+                size = launch.splits * launch.kb * n_out * nf
+                target = cp.empty(size, dtype=self.compute) if workspace is None else workspace
             else:
                 target = yb
-            head = (self.data, scale, xb, target, _i64(nf), _i64(nfp), _i64(n_out), _i64(n_red),
-                    _i64(so), _i64(sr), np.int32(adjoint), _i64(launch.red_chunk))
-            if launch.staged:
-                fn(launch.grid, launch.block, head + (_i64(n_out * nf),), shared_mem=launch.smem)
-            elif launch.mma:
-                fn(launch.grid, launch.block,
-                   head + (np.int32(launch.kb), _i64(n_red * nf), _i64(n_out * nf),
-                           _i64(launch.kb * n_out * nf)), shared_mem=launch.smem)
-            else:
-                fn(launch.grid, launch.block,
-                   head + (_i64(n_red * nf), _i64(n_out * nf), _i64(launch.kb * n_out * nf)))
-            if launch.splits > 1:
-                n = launch.kb * n_out * nf
-                red = kernels.get_function(
-                    f"reduce_{_CPLX_SUFFIX[self.compute]}_{_CPLX_SUFFIX[out_dtype]}"
-                )
-                lanes = min(REDUCE_LANES, launch.splits)  # threads summing one output's splits
-                blocks = min(math.ceil(n / 32), 32 * self.num_sms)
-                red((blocks,), (32, lanes), (target, yb, _i64(n), np.int32(launch.splits)))
+            fn(launch.grid, launch.block, (self.data, scale, xb, target) + args,
+               shared_mem=launch.smem)
+            if reduce is not None:
+                red, grid, block, red_args = reduce
+                red(grid, block, (target, yb) + red_args)
             b0 += launch.kb
         return y
+
+    def _launch_args(self, launch: _Launch, adjoint: bool, n_out: int, n_red: int, out_dtype):
+        """(kernel, its arguments after Khat, scale, x and y, the split-K sum or None) of a
+        launch, made once: a product's host time before its first kernel runs is time the
+        device waits."""
+        key = (launch, adjoint, out_dtype)
+        hit = self._args.get(key)
+        if hit is not None:
+            return hit
+        nf, nfp, kb = self.nf, self.nfp, launch.kb
+        so, sr = (nfp, self.nm * nfp) if adjoint else (self.nm * nfp, nfp)
+        args = (_i64(nf), _i64(nfp), _i64(n_out), _i64(n_red), _i64(so), _i64(sr),
+                np.int32(adjoint), _i64(launch.red_chunk))
+        if launch.staged:
+            args += (_i64(n_out * nf),)
+        elif launch.mma:
+            args += (np.int32(kb), _i64(n_red * nf), _i64(n_out * nf), _i64(kb * n_out * nf))
+        else:
+            args += (_i64(n_red * nf), _i64(n_out * nf), _i64(kb * n_out * nf))
+        reduce = None
+        if launch.splits > 1:
+            n = kb * n_out * nf
+            red = kernels.get_function(
+                f"reduce_{_CPLX_SUFFIX[self.compute]}_{_CPLX_SUFFIX[np.dtype(out_dtype)]}")
+            lanes = min(REDUCE_LANES, launch.splits)  # threads summing one output's splits
+            blocks = min(math.ceil(n / 32), 32 * self.num_sms)
+            reduce = (red, (blocks,), (32, lanes), (_i64(n), np.int32(launch.splits)))
+        hit = (kernels.get_function(launch.name, shared_mem=launch.smem), args, reduce)
+        self._args[key] = hit
+        return hit
 
     # ---- small problems: the five stages as one CUDA graph ---------------------------------
     def graph_pays(self, x) -> bool:
@@ -626,7 +641,7 @@ class KernelEngine:
         if not self.callbacks()[0]:
             return None
         n_in, n_out = (self.nd, self.nm) if adjoint else (self.nm, self.nd)
-        key = (adjoint, k, in_dtype, out_dtype, str(prec))
+        key = (adjoint, k, in_dtype, out_dtype, prec)
         if key not in self._cb_plans:
             L, nt = self.fft_len, self.nt
             fft_real, ifft_real = prec.real_dtype("fft"), prec.real_dtype("ifft")
@@ -659,10 +674,9 @@ class KernelEngine:
 
     def _buffer(self, shape, dtype, nbytes: int):
         """An array ``shape`` of ``dtype`` at the start of a buffer of at least ``nbytes``."""
-        dtype = np.dtype(dtype)
-        size = math.prod(shape)
-        raw = self.cp.empty(max(nbytes, size * dtype.itemsize), dtype=np.uint8)
-        return raw.view(dtype)[:size].reshape(shape)
+        cp, dtype = self.cp, np.dtype(dtype)
+        memory = cp.cuda.alloc(max(nbytes, math.prod(shape) * dtype.itemsize))
+        return cp.ndarray(shape, dtype=dtype, memptr=memory)
 
     def xhat_buffer(self, prec: PrecisionConfig, k: int, n: int):
         """The forward FFT's output ``(k, n, Nf)``, in memory for the plan's full logical
