@@ -65,7 +65,8 @@ ASYNC_DEFAULTS[("c64", False)] = ((1, 8, 8, 3), 8)
 # float16 storage: the 16-row tile, which left more blocks per multiprocessor busy on the
 # reduction (forward, 4 rounds) and on the rows (adjoint, 1 round): 0.537 against 0.579 ms
 # forward on (5000, 100, 1000), 0.555-0.592 against 0.567-0.606 adjoint on the large sizes,
-# 0.132 against 0.154 on (1000, 100, 1000) adjoint; within 1 % elsewhere (seventh run).
+# 0.132 against 0.154 on (1000, 100, 1000) adjoint; 1.3 % slower on (20000, 50, 500) forward,
+# where no tile beat one exact wave of (8, 8, 2, 3) (docs/benchmarks.md, seventh run).
 ASYNC_DEFAULTS[("c32h", False)] = ((4, 4, 2, 4), 4)
 ASYNC_DEFAULTS[("c32h", True)] = ((4, 4, 2, 4), 1)
 ASYNC_FEW = {"c128": ((4, 4, 2, 4), 2), "c64": ((4, 4, 2, 4), 2), "c32h": ((4, 4, 2, 4), 1)}
