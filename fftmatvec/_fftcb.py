@@ -213,14 +213,11 @@ class CallbackPlan:
     double : bool
         Double precision (D2Z / Z2D) or single (R2C / C2R).
     load, store : (name, defines) or None
-        The callback (``FMV_PAD_LOAD``, ``FMV_XHAT_STORE``, ``FMV_YHAT_LOAD``,
-        ``FMV_UNPAD_STORE``) and its macros. With ``FMV_YHAT_LOAD`` the plan reads its input
-        from the array named by each call's ``source``, and the pointer given as its input is
-        scratch only (see :meth:`__call__`).
+        The callback (``FMV_PAD_LOAD``, ``FMV_XHAT_STORE``, ``FMV_UNPAD_STORE``) and its macros.
     """
 
     _NAMES = {"FMV_PAD_LOAD": "fmv_pad_load", "FMV_XHAT_STORE": "fmv_xhat_store",
-              "FMV_YHAT_LOAD": "fmv_yhat_load", "FMV_UNPAD_STORE": "fmv_unpad_store"}
+              "FMV_UNPAD_STORE": "fmv_unpad_store"}
 
     def __init__(self, kind: str, L: int, batch: int, double: bool, load=None, store=None):
         cp = backend.cupy
@@ -245,10 +242,6 @@ class CallbackPlan:
         _check(libs.cufft.cufftCreate(ctypes.byref(handle)), "cufftCreate")
         self.handle = handle.value
         self._keep = []  # the LTO-IR and names: cuFFT reads them when the plan is made
-        # FMV_YHAT_LOAD: a device slot holding the address of the array the load reads
-        self.slot = None
-        if load is not None and load[0] == "FMV_YHAT_LOAD":
-            self.slot = cp.zeros(1, dtype=np.uint64)
         try:
             for spec, cb_type in ((load, ld), (store, st)):
                 if spec is None:
@@ -257,7 +250,7 @@ class CallbackPlan:
                 ir = _callback_ir(which, defines, arch)
                 name = self._NAMES[which].encode()
                 buf = ctypes.create_string_buffer(ir, len(ir))
-                info = ctypes.c_void_p(self.slot.data.ptr if which == "FMV_YHAT_LOAD" else 0)
+                info = ctypes.c_void_p(0)
                 self._keep += [buf, name, info]
                 _check(libs.set_jit_callback(self.handle, name, ctypes.cast(buf, ctypes.c_void_p),
                                              len(ir), cb_type, ctypes.byref(info)),
@@ -275,19 +268,12 @@ class CallbackPlan:
             self.handle = None
             raise
 
-    def __call__(self, idata_ptr: int, odata_ptr: int, source: int | None = None) -> None:
-        """Run the transform on the current stream. A plan with ``FMV_YHAT_LOAD`` loads from
-        the device array at ``source``; ``idata_ptr`` is then scratch of the plan's full input
-        size, which cuFFT may overwrite."""
-        if (source is None) != (self.slot is None):
-            raise ValueError("a source array is given exactly to plans that load from one")
+    def __call__(self, idata_ptr: int, odata_ptr: int) -> None:
         stream = backend.cupy.cuda.get_current_stream().ptr
         with self._exec_lock:
             if stream != self._stream:
                 _check(self._libs.cufft.cufftSetStream(self.handle, stream), "cufftSetStream")
                 self._stream = stream
-            if source is not None:
-                self.slot.fill(np.uint64(source))  # in stream order, before the transform
             _check(self._exec(self.handle, idata_ptr, odata_ptr), "cufftExec")
 
     def __del__(self):

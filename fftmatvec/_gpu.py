@@ -631,14 +631,6 @@ class KernelEngine:
             return np.dtype(np.complex64)
         return prec.complex_dtype("fft")
 
-    def yhat_dtype(self, prec: PrecisionConfig) -> np.dtype:
-        """Dtype of stage 3's output in a fused product: complex64 when stage 3 computes in
-        float32 before a float64 inverse FFT (its values are float32 ones; the inverse FFT
-        loads them through a callback), else stage 4's complex dtype."""
-        if self.compute == np.complex64:
-            return np.dtype(np.complex64)
-        return prec.complex_dtype("ifft")
-
     def fused_plans(self, prec: PrecisionConfig, adjoint: bool, k: int, in_dtype, out_dtype,
                     weight=None):
         """The (forward, inverse) callback plans of a product, or None where the stages run
@@ -664,15 +656,11 @@ class KernelEngine:
             unpad = ("FMV_UNPAD_STORE", {**sizes, "FMV_TOUT": _fftcb.ctype(out_dtype),
                                          "FMV_TMID": _fftcb.ctype(prec.reduce_dtype),
                                          "FMV_TFFT": _fftcb.ctype(ifft_real)})
-            load = None
-            if self.yhat_dtype(prec) != prec.complex_dtype("ifft"):
-                load = ("FMV_YHAT_LOAD", {})
             try:
                 plans = (
                     _fftcb.get_plan("r2c", L, k * n_in, fft_real == np.float64, load=pad,
                                     store=store),
-                    _fftcb.get_plan("c2r", L, k * n_out, ifft_real == np.float64, load=load,
-                                    store=unpad),
+                    _fftcb.get_plan("c2r", L, k * n_out, ifft_real == np.float64, store=unpad),
                 )
             except _fftcb.CallbackError as exc:
                 if _switch("FFTMATVEC_FFT_CALLBACKS") == "1":
@@ -711,23 +699,10 @@ class KernelEngine:
         plans[0](x.data.ptr, out.data.ptr)
         return out
 
-    def yhat_scratch(self, plans, yhat):
-        """The scratch input of an inverse FFT that loads ``yhat`` through a callback (the
-        plan's full complex128 input), or None where it reads ``yhat`` itself."""
-        if plans[1].slot is None:
-            return None
-        return self.cp.cuda.alloc(yhat.size * 16)
-
-    def ifft_unpad(self, plans, yhat, out, scratch=None):
+    def ifft_unpad(self, plans, yhat, out):
         """Stages 4 and 5: the inverse FFT of ``yhat`` ``(k, n, Nf)``, its first ``Nt`` samples
-        written to ``out`` (from :meth:`y_buffer`). ``yhat`` is overwritten, or, where the
-        plan loads it in complex64 through a callback, ``scratch`` (:meth:`yhat_scratch`)."""
-        if plans[1].slot is None:
-            plans[1](yhat.data.ptr, out.data.ptr)
-            return out
-        if scratch is None:
-            scratch = self.yhat_scratch(plans, yhat)
-        plans[1](scratch.ptr, out.data.ptr, source=yhat.data.ptr)
+        written to ``out`` (from :meth:`y_buffer`). ``yhat`` is overwritten."""
+        plans[1](yhat.data.ptr, out.data.ptr)
         return out
 
     # ---- stages 1 and 5 with fused casts -------------------------------------------------
@@ -797,8 +772,6 @@ class _GraphRunner:
         plans = engine.fused_plans(prec, adjoint, k, in_dtype, op.dtype, weight)
         if plans is not None:  # stages 1 and 5 inside the FFTs (cuFFT callbacks)
             self.xhat = engine.xhat_buffer(prec, k, n_in)
-            self.yhat = cp.empty((k, n_out, nf), dtype=engine.yhat_dtype(prec))
-            self.scratch = engine.yhat_scratch(plans, self.yhat)
             self.y = engine.y_buffer(prec, k, n_out, op.dtype)
         else:
             self.padded = cp.empty((k, n_in, L), dtype=prec.real_dtype("fft"))
@@ -812,7 +785,7 @@ class _GraphRunner:
             if plans is not None:
                 engine.pad_fft(plans, self.x, out=self.xhat)
                 op.sbgemv(self.xhat, adjoint, out=self.yhat, workspace=self.workspace)
-                engine.ifft_unpad(plans, self.yhat, out=self.y, scratch=self.scratch)
+                engine.ifft_unpad(plans, self.yhat, out=self.y)
                 return
             op.broadcast_and_pad(self.x, out=self.padded)
             op.fft(self.padded, out=self.xhat)

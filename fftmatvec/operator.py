@@ -435,9 +435,10 @@ class BlockToeplitz(_OperatorBase):
 
     def sbgemv(self, xhat, adjoint: bool = False, out=None, workspace=None):
         """Stage 3: per-frequency product with ``Khat`` (``Khat^H`` for the adjoint), returned in
-        stage 4's precision (the cast fused in), or in ``out``'s dtype when given."""
-        dtype = self.precision.complex_dtype("ifft") if out is None else out.dtype
-        return self._engine.apply(xhat, adjoint, dtype, out=out, workspace=workspace)
+        stage 4's precision (the cast fused in)."""
+        return self._engine.apply(
+            xhat, adjoint, self.precision.complex_dtype("ifft"), out=out, workspace=workspace
+        )
 
     def ifft(self, yhat, out=None):
         """Stage 4: complex-to-real inverse FFT of length ``L`` in stage 4's precision."""
@@ -467,9 +468,8 @@ class BlockToeplitz(_OperatorBase):
         if plans is not None:  # NVIDIA: stages 1 and 5 run inside the FFTs as callbacks
             k, n_in, _ = x.shape
             xhat = eng.pad_fft(plans, x, out=eng.xhat_buffer(self.precision, k, n_in))
+            yhat = self.sbgemv(xhat, adjoint)
             n_out = self.nm if adjoint else self.nd
-            yhat = self.sbgemv(xhat, adjoint, out=eng.cp.empty(
-                (k, n_out, self.nf), dtype=eng.yhat_dtype(self.precision)))
             return eng.ifft_unpad(plans, yhat, out=eng.y_buffer(self.precision, k, n_out, self.dtype))
         padded = self.broadcast_and_pad(x)
         xhat = self.fft(padded)

@@ -5,7 +5,7 @@
 // the unpadded output.
 //
 // One callback is compiled per program (cuFFT links one image per callback it is given),
-// chosen by FMV_PAD_LOAD, FMV_XHAT_STORE, FMV_YHAT_LOAD or FMV_UNPAD_STORE, with the sizes and types given
+// chosen by FMV_PAD_LOAD, FMV_XHAT_STORE or FMV_UNPAD_STORE, with the sizes and types given
 // as macros: FMV_L (FFT length), FMV_NT (samples kept), FMV_TIN / FMV_TOUT (the arrays read
 // or written), FMV_TMID (the precision the padded or unpadded values are rounded to), FMV_TFFT
 // (the FFT's real type). cuFFT passes each callback the element offset into the logical
@@ -32,21 +32,6 @@ __device__ FMV_TFFT fmv_pad_load(void* dataIn, unsigned long long offset, void* 
 __device__ void fmv_xhat_store(void* dataOut, unsigned long long offset, double2 element,
                                void* callerInfo, void* sharedPointer) {
   static_cast<float2*>(dataOut)[offset] = make_float2((float)element.x, (float)element.y);
-}
-#endif
-
-#if defined(FMV_YHAT_LOAD)
-// The inverse FFT's input read in complex64 where stage 3 computed in float32 and stage 4 is in
-// float64 (`h`, or `s` before a `d` stage 4): stage 3's values are float32 ones, which complex64
-// holds exactly, so the product is the same and half the bytes are written and read. The
-// complex64 array is not the plan's input: callerInfo points to a device slot holding its
-// address, and the plan's own input is a scratch array of the plan's full complex128 size, so
-// cuFFT may use that as scratch (a complex-to-real transform may overwrite its input) without
-// touching the values still to be loaded.
-__device__ double2 fmv_yhat_load(void* dataIn, unsigned long long offset, void* callerInfo,
-                                 void* sharedPointer) {
-  const float2 v = (*static_cast<const float2* const*>(callerInfo))[offset];
-  return make_double2((double)v.x, (double)v.y);
 }
 #endif
 
