@@ -99,6 +99,9 @@ class MatmulEngine:
     def graph_runner(self, op, adjoint, x, weight):
         return None  # no graph capture: the stages run one by one
 
+    def fused_plans(self, prec, adjoint, k, in_dtype, out_dtype, weight=None):
+        return None  # no FFT callbacks: stages 1 and 5 run as stages of their own
+
     # ---- stages ----------------------------------------------------------------------------
     def pad(self, x, prec: PrecisionConfig, out=None):
         k, n, nt = x.shape

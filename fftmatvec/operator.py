@@ -463,8 +463,7 @@ class BlockToeplitz(_OperatorBase):
         runner = eng.graph_runner(self, adjoint, x, weight)
         if runner is not None:  # small problems on a GPU: one CUDA graph replay
             return runner(x)
-        plans = eng.fused_plans(self.precision, adjoint, x.shape[0], x.dtype, self.dtype, weight) \
-            if hasattr(eng, "fused_plans") else None
+        plans = eng.fused_plans(self.precision, adjoint, x.shape[0], x.dtype, self.dtype, weight)
         if plans is not None:  # NVIDIA: stages 1 and 5 run inside the FFTs as callbacks
             k, n_in, _ = x.shape
             xhat = eng.pad_fft(plans, x, out=eng.xhat_buffer(self.precision, k, n_in))
