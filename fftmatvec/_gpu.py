@@ -75,23 +75,26 @@ ASYNC_FEW = {"c128": ((4, 4, 2, 4), 2), "c64": ((4, 4, 2, 4), 2), "c32h": ((4, 4
 # WF x V frequencies, and streams KS reduction rows per stage, NS stages deep, through shared
 # memory); NVIDIA sm_80 and newer. Keep in sync with hip_kernels/fftmatvec_kernels.cu.
 PIPE_TILES = {
-    "c128": [(4, 2, 1, 4, 4, 4), (4, 1, 2, 8, 4, 4)],
+    "c128": [(4, 1, 1, 8, 4, 4), (2, 2, 2, 4, 4, 4), (4, 1, 2, 4, 4, 4)],
     "c64": [(2, 2, 1, 8, 4, 4), (1, 2, 4, 2, 4, 4)],
     "c32h": [(2, 2, 2, 8, 4, 4), (2, 4, 1, 8, 4, 4)],
 }
-# The defaults per (storage, adjoint), from the tile sweep on an H200 (docs/benchmarks.md, fourth
-# run; scripts/tune_sbgemv.py --k 16 repeats it over the compiled tiles): the tile
-# and the split-K target: when the blocks fill less than one round of the device's block slots,
-# the reduction is split until they fill this many rounds.
+# The defaults per (storage, adjoint), from the tile sweeps on an H200 (docs/benchmarks.md: fourth
+# run; complex128 eighth run, after its MMAs became m16n8k4; scripts/tune_sbgemv.py --k 16
+# repeats them over the compiled tiles): the tile and the split-K target: when the blocks fill
+# less than one round of the device's block slots, the reduction is split until they fill this
+# many rounds. Complex128 tiles hold 16 accumulators per 8 rows and right-hand-side pair (the
+# products by Xr and Xi apart), so they stay at MT x V = 4 per warp.
 PIPE_DEFAULTS = {
-    ("c128", False): ((4, 2, 1, 4, 4, 4), 4), ("c128", True): ((4, 1, 2, 8, 4, 4), 4),
+    ("c128", False): ((4, 1, 1, 8, 4, 4), 4), ("c128", True): ((4, 1, 1, 8, 4, 4), 4),
     ("c64", False): ((2, 2, 1, 8, 4, 4), 4), ("c64", True): ((2, 2, 1, 8, 4, 4), 4),
     ("c32h", False): ((2, 2, 2, 8, 4, 4), 2), ("c32h", True): ((2, 4, 1, 8, 4, 4), 4),
 }
 # Adjoints use tensor cores in `d`, and in `h` from this many reduction rows (Nd); the GEMV
 # kernels are faster for `s` adjoints and for `h` ones with few rows (docs/benchmarks.md).
 MMA_ADJ_MIN_ROWS = {"c128": 0, "c32h": 64}
-_MMA_ROWS = {"c128": 8, "c64": 16, "c32h": 16}  # rows of one MMA tile (DMMA m8, TF32 m16)
+# rows of one MMA tile (complex128: 8 rows, their real and imaginary parts; TF32: m16)
+_MMA_ROWS = {"c128": 8, "c64": 16, "c32h": 16}
 MMA_MAX_KB = 16  # right-hand sides per tensor-core launch (the MMA's N = 2 x 16 real columns)
 # The fewest right-hand sides a tensor-core launch takes, per (storage, adjoint): a launch costs
 # about the same for any kb (it always computes 16 columns), so smaller batches go to the GEMV

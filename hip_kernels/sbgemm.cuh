@@ -3,16 +3,19 @@
 // With k right-hand sides the per-frequency product Y[f] = A[f] X[f] (A = Khat[f] or its
 // conjugate transpose, X the k vectors) is a small complex GEMM per frequency, and with k = 16
 // its arithmetic outgrows the FMA units: the complex128 product needs 64 GFLOP for a Khat of
-// 8 GB. These kernels run it as real MMAs with the complex product folded into the reduction:
+// 8 GB. These kernels run it as real MMAs, a k-step taking 4 complex reduction rows.
 //
-//   [Yr Yi] = [Ar Ai] [[ Xr  Xi]
-//                      [-Xi  Xr]]
+//   complex128 (`d`): DMMA m16n8k4 in float64 (mma_f64_ri): the real and imaginary parts of 8
+//                     rows of Khat are the MMA's 16 rows, times Xr and times Xi of 8
+//                     right-hand sides; the store combines the four products.
+//   complex64, float16: the complex product folded into the reduction,
 //
-// A k-step takes 4 complex reduction rows, i.e. 8 real ones: the Ar columns and the Ai columns
-// come from the same complex value of Khat. The 16 right-hand sides are the MMA's N = 32 real
-// columns: [Yr of b 0-7 | Yr of b 8-15 | Yi of b 0-7 | Yi of b 8-15].
+//                       [Yr Yi] = [Ar Ai] [[ Xr  Xi]
+//                                          [-Xi  Xr]]
 //
-//   complex128 (`d`): DMMA m8n8k4 in float64, two MMAs (Ar and Ai) per k-step and n-tile.
+//                     8 real reduction rows per k-step (the Ar and the Ai columns come from the
+//                     same complex value of Khat), and the 16 right-hand sides as N = 32 real
+//                     columns: [Yr of b 0-7 | Yr of b 8-15 | Yi of b 0-7 | Yi of b 8-15].
 //   complex64  (`s`): TF32 m16n8k8, operands split hi + lo ("3xTF32": A_hi B_hi + A_hi B_lo +
 //                     A_lo B_hi), each k-step's sum added in float32 FMA units (below).
 //   float16    (`h`): TF32 m16n8k8; float16 values are exact in TF32, so only X is split
@@ -35,10 +38,25 @@
 
 #if defined(FFTMATVEC_MMA)
 
-__device__ __forceinline__ void mma_f64(double (&d)[2], double a, double b) {
-  asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};"
-      : "+d"(d[0]), "+d"(d[1])
-      : "d"(a), "d"(b));
+// [Ar; Ai] B on one 16-row MMA: the 8 rows of a tile, real parts in MMA rows 0-7 and imaginary
+// parts in rows 8-15, so that the A fragment (rows g and g + 8, reduction row t) is the complex
+// value as it lies in shared memory, with no register moves. m16n8k4 in float64 is an sm_90
+// instruction and runs there at twice the rate of m8n8k4 (66 against 33 TFLOP/s on an H200,
+// docs/benchmarks.md); elsewhere it is the two m8n8k4 it stands for.
+// d: c0, c1 = (Ar B)[g][2t, 2t + 1]; c2, c3 = (Ai B)[g][2t, 2t + 1].
+__device__ __forceinline__ void mma_f64_ri(double (&d)[4], double2 a, double b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm("mma.sync.aligned.m16n8k4.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+      "{%0,%1,%2,%3};"
+      : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
+      : "d"(a.x), "d"(a.y), "d"(b));
+#else
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};"
+        : "+d"(d[2 * h]), "+d"(d[2 * h + 1])
+        : "d"(h ? a.y : a.x), "d"(b));
+#endif
 }
 
 __device__ __forceinline__ void mma_tf32(float (&d)[4], unsigned a0, unsigned a1, unsigned a2,
@@ -82,29 +100,23 @@ __device__ __forceinline__ void mma_store_one(TOut* __restrict__ y, i64 y_bstrid
 
 // ---- the arithmetic of one k-step (4 complex reduction rows), shared by both kernels --------
 
-// complex128 on DMMA m8n8k4: A (row g, col t), B (row t, col g), C (row g, cols 2t, 2t + 1).
-// a[m][v]: Khat at row 8m + g, reduction row t; x[h][v]: right-hand side g + 8h, row t.
+// complex128: per 8-row tile, reduction rows t, frequency v and 8 right-hand sides, two MMAs
+// [Ar; Ai] Xr and [Ar; Ai] Xi (mma_f64_ri); the store combines their four products into
+// Y = A X (or A^H X). a[m][v]: Khat at row 8m + g, reduction row t; x[h][v]: right-hand side
+// g + 8h, row t. acc[v][m][n]: n = 0, 1: times Xr of right-hand sides g, g + 8; n = 2, 3: Xi.
 template <int MT, int V>
-__device__ __forceinline__ void mma_kstep_f64(double (&acc)[V][MT][4][2],
+__device__ __forceinline__ void mma_kstep_f64(double (&acc)[V][MT][4][4],
                                               const double2 (&a)[MT][V],
-                                              const double2 (&x)[2][V], double sgn) {
+                                              const double2 (&x)[2][V]) {
 #pragma unroll
-  for (int v = 0; v < V; ++v) {
-    const double xr0 = x[0][v].x, xi0 = x[0][v].y;
-    const double xr1 = x[1][v].x, xi1 = x[1][v].y;
+  for (int v = 0; v < V; ++v)
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
-      const double ar = a[m][v].x, ai = sgn * a[m][v].y;
-      mma_f64(acc[v][m][0], ar, xr0);  // Yr += Ar Xr
-      mma_f64(acc[v][m][1], ar, xr1);
-      mma_f64(acc[v][m][2], ar, xi0);  // Yi += Ar Xi
-      mma_f64(acc[v][m][3], ar, xi1);
-      mma_f64(acc[v][m][0], ai, -xi0);  // Yr -= Ai Xi
-      mma_f64(acc[v][m][1], ai, -xi1);
-      mma_f64(acc[v][m][2], ai, xr0);  // Yi += Ai Xr
-      mma_f64(acc[v][m][3], ai, xr1);
+      mma_f64_ri(acc[v][m][0], a[m][v], x[0][v].x);
+      mma_f64_ri(acc[v][m][1], a[m][v], x[1][v].x);
+      mma_f64_ri(acc[v][m][2], a[m][v], x[0][v].y);
+      mma_f64_ri(acc[v][m][3], a[m][v], x[1][v].y);
     }
-  }
 }
 
 // complex64 and float16 storage on TF32 m16n8k8.
@@ -166,24 +178,27 @@ __device__ __forceinline__ void mma_kstep_tf32(float (&acc)[V][MT][4][4],
   }
 }
 
-// The accumulators of a warp whose tiles start at output row o0 and frequency f0.
+// The accumulators of a warp whose tiles start at output row o0 and frequency f0. Complex128:
+// Y = A X from the products of mma_kstep_f64, Yr = ArXr - s AiXi, Yi = ArXi + s AiXr, s = 1,
+// or -1 for the adjoint (conj(A)).
 template <typename TOut, int MT, int V>
-__device__ __forceinline__ void mma_store_f64(const double (&acc)[V][MT][4][2], TOut* y,
+__device__ __forceinline__ void mma_store_f64(const double (&acc)[V][MT][4][4], TOut* y,
                                               i64 y_bstride, i64 nf, i64 nfp, i64 n_out, int kb,
-                                              i64 o0, i64 f0, int g, int t) {
+                                              i64 o0, i64 f0, int g, int t, double sgn) {
 #pragma unroll
   for (int v = 0; v < V; ++v)
 #pragma unroll
     for (int m = 0; m < MT; ++m)
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const i64 o = o0 + 8 * m + g;
-        const int b = 2 * t + i;
-        mma_store_one(y, y_bstride, nf, nfp, n_out, kb, b, o, f0 + v,
-                      make_double2(acc[v][m][0][i], acc[v][m][2][i]), (const float*)nullptr);
-        mma_store_one(y, y_bstride, nf, nfp, n_out, kb, b + 8, o, f0 + v,
-                      make_double2(acc[v][m][1][i], acc[v][m][3][i]), (const float*)nullptr);
-      }
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const double* p = acc[v][m][h];      // Ar Xr, Ai Xr
+          const double* q = acc[v][m][2 + h];  // Ar Xi, Ai Xi
+          mma_store_one(y, y_bstride, nf, nfp, n_out, kb, 2 * t + i + 8 * h, o0 + 8 * m + g,
+                        f0 + v, make_double2(p[i] - sgn * q[2 + i], q[i] + sgn * p[2 + i]),
+                        (const float*)nullptr);
+        }
 }
 
 template <typename TOut, int MT, int V>
@@ -375,7 +390,7 @@ __device__ __forceinline__ void sbgemm_pipe_body(
   const Real sgn = adjoint ? (Real)-1 : (Real)1;  // conj(Khat) for the adjoint: negate Ai
   const float* red_scale = (scale != nullptr && adjoint) ? scale : nullptr;
 
-  Real acc[V][MT][4][f64 ? 2 : 4];
+  Real acc[V][MT][4][4];
   zero_fill(acc);
 
   // Khat: 16-byte chunks of (row, reduction row) runs; vectors: single elements (their rows are
@@ -440,7 +455,7 @@ __device__ __forceinline__ void sbgemm_pipe_body(
 #pragma unroll
         for (int m = 0; m < MT; ++m)
           lds_run<double2, V, Tile::NCH_A, KS>(sa, wrow + 8 * m + g, rl, wf, a[m]);
-        mma_kstep_f64<MT, V>(acc, a, xv, sgn);
+        mma_kstep_f64<MT, V>(acc, a, xv);
       } else {
         float2 a[MT][2][V];
 #pragma unroll
@@ -462,7 +477,7 @@ __device__ __forceinline__ void sbgemm_pipe_body(
   TOut* yb = y + (i64)blockIdx.y * y_split_stride;
   if constexpr (f64)
     mma_store_f64<TOut, MT, V>(acc, yb, y_bstride, nf, nfp, n_out, kb, o_blk + wrow,
-                               f_blk + wf, g, t);
+                               f_blk + wf, g, t, sgn);
   else
     mma_store_tf32<TOut, MT, V>(acc, yb, y_bstride, nf, nfp, n_out, kb, o_blk + wrow,
                                 f_blk + wf, g, t,
