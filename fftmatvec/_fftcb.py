@@ -5,8 +5,10 @@ unpadded input through a callback that returns zeros past ``Nt`` (and rounds to 
 precision on the way). The inverse complex-to-real FFT stores only the first ``Nt`` samples
 of each row, in the interface dtype, through a store callback. When stage 3 computes in
 float32 and the FFT runs in float64, a second callback writes the forward FFT's output in
-complex64 (stage 3 rounds it so anyway). The callbacks are in ``hip_kernels/fft_callbacks.cu``;
-NVRTC compiles them to LTO-IR, and cuFFT links them into its kernels when a plan is made.
+complex64 (stage 3 rounds it so anyway). For an adjoint with float16 storage, that callback
+(in either FFT precision) also multiplies each value by the scale of its row of ``Khat``, so
+that stage 3 reads no scales. The callbacks are in ``hip_kernels/fft_callbacks.cu``; NVRTC
+compiles them to LTO-IR, and cuFFT links them into its kernels when a plan is made.
 
 CuPy does not expose ``cufftXtSetJITCallback`` (it must be called between ``cufftCreate`` and
 the plan), so the few cuFFT and NVRTC entry points needed are called through ``ctypes`` on the
@@ -213,13 +215,19 @@ class CallbackPlan:
     double : bool
         Double precision (D2Z / Z2D) or single (R2C / C2R).
     load, store : (name, defines) or None
-        The callback (``FMV_PAD_LOAD``, ``FMV_XHAT_STORE``, ``FMV_UNPAD_STORE``) and its macros.
+        The callback (``FMV_PAD_LOAD``, ``FMV_XHAT_STORE``, ``FMV_XHAT_SCALE_STORE``,
+        ``FMV_UNPAD_STORE``) and its macros.
+    store_info : CuPy array or None
+        Device memory the store callback reads (its ``callerInfo``): the float16 scales for
+        ``FMV_XHAT_SCALE_STORE``. The plan keeps the array alive.
     """
 
     _NAMES = {"FMV_PAD_LOAD": "fmv_pad_load", "FMV_XHAT_STORE": "fmv_xhat_store",
+              "FMV_XHAT_SCALE_STORE": "fmv_xhat_scale_store",
               "FMV_UNPAD_STORE": "fmv_unpad_store"}
 
-    def __init__(self, kind: str, L: int, batch: int, double: bool, load=None, store=None):
+    def __init__(self, kind: str, L: int, batch: int, double: bool, load=None, store=None,
+                 store_info=None):
         cp = backend.cupy
         from cupy.cuda import cufft as cf
 
@@ -241,16 +249,18 @@ class CallbackPlan:
         handle = ctypes.c_int()
         _check(libs.cufft.cufftCreate(ctypes.byref(handle)), "cufftCreate")
         self.handle = handle.value
-        self._keep = []  # the LTO-IR and names: cuFFT reads them when the plan is made
+        # the LTO-IR and names (cuFFT reads them when the plan is made), and the memory the
+        # store callback reads
+        self._keep = [store_info]
         try:
-            for spec, cb_type in ((load, ld), (store, st)):
+            for spec, cb_type, data in ((load, ld, None), (store, st, store_info)):
                 if spec is None:
                     continue
                 which, defines = spec
                 ir = _callback_ir(which, defines, arch)
                 name = self._NAMES[which].encode()
                 buf = ctypes.create_string_buffer(ir, len(ir))
-                info = ctypes.c_void_p(0)
+                info = ctypes.c_void_p(0 if data is None else int(data.data.ptr))
                 self._keep += [buf, name, info]
                 _check(libs.set_jit_callback(self.handle, name, ctypes.cast(buf, ctypes.c_void_p),
                                              len(ir), cb_type, ctypes.byref(info)),
@@ -294,18 +304,20 @@ def _spec_key(spec):
     return None if spec is None else (spec[0], tuple(sorted(spec[1].items())))
 
 
-def get_plan(kind: str, L: int, batch: int, double: bool, load=None, store=None) -> CallbackPlan:
+def get_plan(kind: str, L: int, batch: int, double: bool, load=None, store=None,
+             store_info=None) -> CallbackPlan:
     """A :class:`CallbackPlan`, shared by every operator of the process with the same sizes,
-    types and callbacks (a plan does not depend on ``Khat``; making one links cuFFT's kernels
-    with the callbacks, 0.05-1 s). The ``MAX_PLANS`` most recently used are kept."""
+    types and callbacks (making one links cuFFT's kernels with the callbacks, 0.05-1 s). A
+    plan whose store callback reads ``store_info`` (an operator's scales) serves that operator
+    only. The ``MAX_PLANS`` most recently used are kept."""
     key = (backend.cupy.cuda.Device().id, kind, L, batch, double, _spec_key(load),
-           _spec_key(store))
+           _spec_key(store), None if store_info is None else int(store_info.data.ptr))
     with _lock:
         plan = _PLANS.get(key)
         if plan is not None:
             _PLANS.move_to_end(key)
             return plan
-    plan = CallbackPlan(kind, L, batch, double, load=load, store=store)
+    plan = CallbackPlan(kind, L, batch, double, load=load, store=store, store_info=store_info)
     with _lock:
         _PLANS[key] = plan
         while len(_PLANS) > MAX_PLANS:

@@ -11,6 +11,7 @@ import math
 import os
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -108,6 +109,16 @@ MMA_MIN_KB = {("c128", False): 8, ("c128", True): 8, ("c64", False): 16, ("c64",
 PAD = {"c128": 2, "c64": 4, "c32h": 8}
 _BATCH_SIZES = (16, 8, 4, 2, 1)
 REDUCE_LANES = 8  # the split-K reduction's largest blockDim.y (hip_kernels/sbgemv.cuh)
+
+
+class FusedPlans(NamedTuple):
+    """The two callback plans of a product: stages 1+2 and 4+5. ``xhat_scaled``: the forward
+    FFT's output already carries the float16 row scales (adjoints with `h` storage), so stage 3
+    runs without them."""
+
+    fwd: object
+    inv: object
+    xhat_scaled: bool = False
 
 
 @dataclass(frozen=True)
@@ -415,8 +426,7 @@ class KernelEngine:
         """Bytes of shared memory of a cp.async launch with ``tile`` = (RT, TY, J, NS)."""
         rt, ty, j, ns = tile
         freqs = self._async_freqs()
-        per_stage = j * (rt * 32 * ty * 16 + freqs * np.dtype(in_dtype).itemsize
-                         + (4 * freqs if self.store == "c32h" else 0))
+        per_stage = j * (rt * 32 * ty * 16 + freqs * np.dtype(in_dtype).itemsize)
         return per_stage * ns
 
     def _launch_async(self, n_out, n_red, in_dtype, out_dtype, tile=None,
@@ -480,17 +490,24 @@ class KernelEngine:
         plan = self._plan(adjoint, k, in_dtype, out_dtype)
         return max([la.splits * la.kb * n_out * self.nf for la in plan if la.splits > 1] or [0])
 
-    def apply(self, xhat, adjoint: bool, out_dtype, out=None, workspace=None, plan=None):
+    def apply(self, xhat, adjoint: bool, out_dtype, out=None, workspace=None, plan=None,
+              xhat_scaled: bool = False):
         """``xhat`` ``(k, n_in, Nf)`` -> ``(k, n_out, Nf)`` in ``out_dtype`` (into ``out`` if given,
-        a C-contiguous array of that shape and dtype)."""
+        a C-contiguous array of that shape and dtype). The kernels of a float16 adjoint take
+        their input times the row scales: ``xhat_scaled`` says ``xhat`` is so already (the FFT's
+        store callback), else :meth:`scale_xhat` makes it so first."""
         cp = self.cp
         xhat = cp.ascontiguousarray(xhat)
+        if xhat_scaled and not self.scales_input(adjoint):
+            raise ValueError("only a float16 adjoint's input carries the row scales")
+        if self.scales_input(adjoint) and not xhat_scaled:
+            xhat = self.scale_xhat(xhat)
         k = xhat.shape[0]
         n_out, n_red = (self.nm, self.nd) if adjoint else (self.nd, self.nm)
         nf = self.nf
         out_dtype = np.dtype(out_dtype)
         y = cp.empty((k, n_out, nf), dtype=out_dtype) if out is None else out
-        scale = self.scale if self.scale is not None else np.uint64(0)
+        scale = np.uint64(0) if self.scale is None or adjoint else self.scale  # forward only
         b0 = 0
         plan = self._plan(adjoint, k, xhat.dtype, out_dtype) if plan is None else plan
         for launch in plan:
@@ -511,6 +528,32 @@ class KernelEngine:
                 red(grid, block, (target, yb) + red_args)
             b0 += launch.kb
         return y
+
+    def scales_input(self, adjoint: bool) -> bool:
+        """Whether a product's stage-3 input must carry the float16 row scales: adjoints with
+        `h` storage (the kernels of the adjoint read no scales)."""
+        return bool(adjoint) and self.scale is not None
+
+    def scale_xhat(self, xhat, out=None):
+        """An adjoint's input ``(k, Nd, Nf)`` times the float16 row scales, in its own dtype
+        (into ``out`` if given): what the forward FFT's store callback writes, as a kernel of
+        its own for the products that run without callbacks."""
+        if self.scale is None:
+            raise ValueError("only float16 storage has row scales")
+        cp = self.cp
+        xhat = cp.ascontiguousarray(xhat)
+        k, n, nf = xhat.shape
+        if n != self.nd or nf != self.nf:
+            raise ValueError(f"an adjoint's input is (k, {self.nd}, {self.nf}), got {xhat.shape}")
+        if out is None:
+            out = cp.empty_like(xhat)
+        rows = k * n
+        bx = 256 if nf > 128 else 128
+        grid = (max(1, min(math.ceil(nf / bx), 8)), max(1, min(rows, 65535)))
+        kernels.get_function(f"scale_rows_{_CPLX_SUFFIX[xhat.dtype]}")(
+            grid, (bx,), (xhat, self.scale, out, _i64(rows), _i64(self.nd), _i64(nf),
+                          _i64(self.nfp)))
+        return out
 
     def _launch_args(self, launch: _Launch, adjoint: bool, n_out: int, n_red: int, out_dtype):
         """(kernel, its arguments after Khat, scale, x and y, the split-K sum or None) of a
@@ -636,9 +679,10 @@ class KernelEngine:
 
     def fused_plans(self, prec: PrecisionConfig, adjoint: bool, k: int, in_dtype, out_dtype,
                     weight=None):
-        """The (forward, inverse) callback plans of a product, or None where the stages run
+        """The callback plans of a product (:class:`FusedPlans`), or None where the stages run
         one by one: no callbacks here, a weighted product (its weight changes per call), or a
-        plan cuFFT could not make (then a warning says why, once per shape)."""
+        plan cuFFT could not make (then a warning says why, once per shape). An adjoint with
+        float16 storage gets a forward FFT that writes its output times the row scales."""
         in_dtype, out_dtype = np.dtype(in_dtype), np.dtype(out_dtype)
         if weight is not None or in_dtype not in _REAL_SUFFIX or out_dtype not in _REAL_SUFFIX:
             return None
@@ -653,17 +697,25 @@ class KernelEngine:
             pad = ("FMV_PAD_LOAD", {**sizes, "FMV_TIN": _fftcb.ctype(in_dtype),
                                     "FMV_TMID": _fftcb.ctype(prec.pad_dtype),
                                     "FMV_TFFT": _fftcb.ctype(fft_real)})
-            store = None
-            if self.xhat_dtype(prec) != prec.complex_dtype("fft"):
+            store, store_info = None, None
+            scaled = self.scales_input(adjoint)
+            if scaled:  # float16 adjoint: the row scales applied on the way out of the FFT
+                store = ("FMV_XHAT_SCALE_STORE", {
+                    "FMV_NF": f"{self.nf}ULL", "FMV_ND": f"{self.nd}ULL",
+                    "FMV_NFP": f"{self.nfp}ULL",
+                    "FMV_TFFTC": "double2" if fft_real == np.float64 else "float2"})
+                store_info = self.scale
+            elif self.xhat_dtype(prec) != prec.complex_dtype("fft"):
                 store = ("FMV_XHAT_STORE", {})
             unpad = ("FMV_UNPAD_STORE", {**sizes, "FMV_TOUT": _fftcb.ctype(out_dtype),
                                          "FMV_TMID": _fftcb.ctype(prec.reduce_dtype),
                                          "FMV_TFFT": _fftcb.ctype(ifft_real)})
             try:
-                plans = (
+                plans = FusedPlans(
                     _fftcb.get_plan("r2c", L, k * n_in, fft_real == np.float64, load=pad,
-                                    store=store),
+                                    store=store, store_info=store_info),
                     _fftcb.get_plan("c2r", L, k * n_out, ifft_real == np.float64, store=unpad),
+                    scaled,
                 )
             except _fftcb.CallbackError as exc:
                 if _switch("FFTMATVEC_FFT_CALLBACKS") == "1":
@@ -779,6 +831,8 @@ class _GraphRunner:
         else:
             self.padded = cp.empty((k, n_in, L), dtype=prec.real_dtype("fft"))
             self.xhat = cp.empty((k, n_in, nf), dtype=prec.complex_dtype("fft"))
+            # a float16 adjoint's input times the row scales, in a buffer the graph owns
+            self.xs = cp.empty_like(self.xhat) if engine.scales_input(adjoint) else None
             self.ypad = cp.empty((k, n_out, L), dtype=prec.real_dtype("ifft"))
             self.y = cp.empty((k, n_out, nt), dtype=op.dtype)
         ws = engine.workspace_size(adjoint, k, self.xhat.dtype, self.yhat.dtype)
@@ -787,12 +841,17 @@ class _GraphRunner:
         def stages():
             if plans is not None:
                 engine.pad_fft(plans, self.x, out=self.xhat)
-                op.sbgemv(self.xhat, adjoint, out=self.yhat, workspace=self.workspace)
+                op.sbgemv(self.xhat, adjoint, out=self.yhat, workspace=self.workspace,
+                          xhat_scaled=plans.xhat_scaled)
                 engine.ifft_unpad(plans, self.yhat, out=self.y)
                 return
             op.broadcast_and_pad(self.x, out=self.padded)
             op.fft(self.padded, out=self.xhat)
-            op.sbgemv(self.xhat, adjoint, out=self.yhat, workspace=self.workspace)
+            xhat = self.xhat
+            if self.xs is not None:
+                xhat = engine.scale_xhat(self.xhat, out=self.xs)
+            op.sbgemv(xhat, adjoint, out=self.yhat, workspace=self.workspace,
+                      xhat_scaled=self.xs is not None)
             op.ifft(self.yhat, out=self.ypad)
             op.unpad_and_reduce(self.ypad, weight, out=self.y)
 

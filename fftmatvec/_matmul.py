@@ -137,8 +137,12 @@ class MatmulEngine:
             blk *= self.scale[f0:f1, :, None]
             yield f0, f1, blk
 
-    def apply(self, xhat, adjoint: bool, out_dtype, out=None, workspace=None):
-        """``xhat`` is ``(k, n_in, Nf)``; return ``(k, n_out, Nf)`` in ``out_dtype``."""
+    def apply(self, xhat, adjoint: bool, out_dtype, out=None, workspace=None,
+              xhat_scaled=False):
+        """``xhat`` is ``(k, n_in, Nf)``; return ``(k, n_out, Nf)`` in ``out_dtype``. This engine
+        applies the float16 scales to ``Khat`` itself, so ``xhat_scaled`` must be False."""
+        if xhat_scaled:
+            raise ValueError("the matmul engine takes xhat without the float16 row scales")
         xp = self.xp
         cd = self.prec.sbgemv_dtype
         x = xhat.astype(cd, copy=False).transpose(2, 1, 0)  # (Nf, n_in, k)

@@ -433,11 +433,13 @@ class BlockToeplitz(_OperatorBase):
         """Stage 2: real-to-complex FFT along time in stage 2's precision: ``(k, n, Nf)``."""
         return self._engine.fft(x.astype(self.precision.real_dtype("fft"), copy=False), out=out)
 
-    def sbgemv(self, xhat, adjoint: bool = False, out=None, workspace=None):
+    def sbgemv(self, xhat, adjoint: bool = False, out=None, workspace=None, xhat_scaled=False):
         """Stage 3: per-frequency product with ``Khat`` (``Khat^H`` for the adjoint), returned in
-        stage 4's precision (the cast fused in)."""
+        stage 4's precision (the cast fused in). ``xhat_scaled``: an adjoint's input already
+        multiplied by the float16 row scales (the GPU's FFT store callback does so)."""
         return self._engine.apply(
-            xhat, adjoint, self.precision.complex_dtype("ifft"), out=out, workspace=workspace
+            xhat, adjoint, self.precision.complex_dtype("ifft"), out=out, workspace=workspace,
+            xhat_scaled=xhat_scaled,
         )
 
     def ifft(self, yhat, out=None):
@@ -467,7 +469,7 @@ class BlockToeplitz(_OperatorBase):
         if plans is not None:  # NVIDIA: stages 1 and 5 run inside the FFTs as callbacks
             k, n_in, _ = x.shape
             xhat = eng.pad_fft(plans, x, out=eng.xhat_buffer(self.precision, k, n_in))
-            yhat = self.sbgemv(xhat, adjoint)
+            yhat = self.sbgemv(xhat, adjoint, xhat_scaled=plans.xhat_scaled)
             n_out = self.nm if adjoint else self.nd
             return eng.ifft_unpad(plans, yhat, out=eng.y_buffer(self.precision, k, n_out, self.dtype))
         padded = self.broadcast_and_pad(x)

@@ -5,10 +5,10 @@
 // the unpadded output.
 //
 // One callback is compiled per program (cuFFT links one image per callback it is given),
-// chosen by FMV_PAD_LOAD, FMV_XHAT_STORE or FMV_UNPAD_STORE, with the sizes and types given
-// as macros: FMV_L (FFT length), FMV_NT (samples kept), FMV_TIN / FMV_TOUT (the arrays read
-// or written), FMV_TMID (the precision the padded or unpadded values are rounded to), FMV_TFFT
-// (the FFT's real type). cuFFT passes each callback the element offset into the logical
+// chosen by FMV_PAD_LOAD, FMV_XHAT_STORE, FMV_XHAT_SCALE_STORE or FMV_UNPAD_STORE, with the
+// sizes and types given as macros: FMV_L (FFT length), FMV_NT (samples kept), FMV_TIN /
+// FMV_TOUT (the arrays read or written), FMV_TMID (the precision the padded or unpadded values
+// are rounded to), FMV_TFFT (the FFT's real type). cuFFT passes each callback the element offset into the logical
 // array of the plan: (rows, L) reals, or (rows, L/2 + 1) complex values. With the sizes known
 // at compile time, splitting an offset into row and column is a multiply, not a division.
 // The file includes nothing: the types it needs (double2, float2) are built into NVRTC.
@@ -32,6 +32,22 @@ __device__ FMV_TFFT fmv_pad_load(void* dataIn, unsigned long long offset, void* 
 __device__ void fmv_xhat_store(void* dataOut, unsigned long long offset, double2 element,
                                void* callerInfo, void* sharedPointer) {
   static_cast<float2*>(dataOut)[offset] = make_float2((float)element.x, (float)element.y);
+}
+#endif
+
+#if defined(FMV_XHAT_SCALE_STORE)
+// The forward FFT's output for a float16 adjoint, in complex64, each value times the float32
+// scale of its row of Khat: with Khat[i, j, f] = scale[i, f] q[i, j, f], the adjoint
+// Khat[f]^H x[f] is q[f]^H (scale[:, f] x[f]), so stage 3 reads one prescaled vector instead
+// of the vector and the scales again for every block of its output rows. callerInfo is the
+// scales (FMV_ND, FMV_NFP) float32; the output is (rows, FMV_NF), row r being sensor r % FMV_ND
+// of right-hand side r / FMV_ND. FMV_TFFTC is the FFT's complex type (double2 or float2).
+__device__ void fmv_xhat_scale_store(void* dataOut, unsigned long long offset,
+                                     FMV_TFFTC element, void* callerInfo, void* sharedPointer) {
+  const unsigned long long r = offset / (FMV_NF), f = offset - r * (FMV_NF);
+  const unsigned long long i = r % (FMV_ND);
+  const float s = static_cast<const float*>(callerInfo)[i * (FMV_NFP) + f];
+  static_cast<float2*>(dataOut)[offset] = make_float2((float)(element.x * s), (float)(element.y * s));
 }
 #endif
 

@@ -34,6 +34,17 @@ FFTMATVEC_STAGE15(f32, float, f64, double, f32, float)
 FFTMATVEC_STAGE15(f32, float, f32, float, f64, double)
 FFTMATVEC_STAGE15(f32, float, f32, float, f32, float)
 
+// ---- a float16 adjoint's input times the row scales: scale_rows_<input> -------------------
+#define FFTMATVEC_SCALE_ROWS(NAME, C)                                                           \
+  extern "C" __global__ void scale_rows_##NAME(const C* __restrict__ x,                         \
+                                               const float* __restrict__ scale,                 \
+                                               C* __restrict__ out, i64 rows, i64 nd, i64 nf,   \
+                                               i64 nfp) {                                       \
+    scale_rows_body<C>(x, scale, out, rows, nd, nf, nfp);                                       \
+  }
+FFTMATVEC_SCALE_ROWS(c128, double2)
+FFTMATVEC_SCALE_ROWS(c64, float2)
+
 // ---- split-K reduction ----------------------------------------------------------------------
 #define FFTMATVEC_REDUCE(NAME, TIN, TOUT)                                                      \
   extern "C" __global__ void reduce_##NAME(const TIN* __restrict__ part, TOUT* __restrict__ y, \

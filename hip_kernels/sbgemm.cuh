@@ -19,7 +19,8 @@
 //   complex64  (`s`): TF32 m16n8k8, operands split hi + lo ("3xTF32": A_hi B_hi + A_hi B_lo +
 //                     A_lo B_hi), each k-step's sum added in float32 FMA units (below).
 //   float16    (`h`): TF32 m16n8k8; float16 values are exact in TF32, so only X is split
-//                     (2 MMAs); the float32 scales are applied to X (adjoint) or to Y (forward).
+//                     (2 MMAs); the float32 scales are applied to Y (forward), or come applied
+//                     to X (adjoint: see sbgemv.cuh).
 //
 // Khat and the vectors are read straight from the FFT layouts, (Nd, Nm, Nfp) and (k, n, Nf),
 // with no transpose pass: a block copies tiles of them into shared memory with cp.async, several
@@ -388,7 +389,6 @@ __device__ __forceinline__ void sbgemm_pipe_body(
   // m-tiles past n_out are computed on zeros (skipping them, tried, made the loop slower)
   const bool busy = o_blk + wrow < n_out;
   const Real sgn = adjoint ? (Real)-1 : (Real)1;  // conj(Khat) for the adjoint: negate Ai
-  const float* red_scale = (scale != nullptr && adjoint) ? scale : nullptr;
 
   Real acc[V][MT][4][4];
   zero_fill(acc);
@@ -436,19 +436,6 @@ __device__ __forceinline__ void sbgemm_pipe_body(
         lds_run<TIn, V, Tile::NCH_X, KS>(sx, g + 8 * h, rl, wf, xin[h]);
 #pragma unroll
         for (int v = 0; v < V; ++v) xv[h][v] = ccast<C>(xin[h][v]);
-      }
-      if (red_scale != nullptr) {  // float16 adjoint: the scale of reduction row r
-        const i64 r = r_begin + it * KS + rl;
-#pragma unroll
-        for (int v = 0; v < V; ++v) {
-          const i64 f = f_blk + wf + v;
-          const float s = (r < r_end && f < nfp) ? red_scale[r * nfp + f] : 0.0f;
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            xv[h][v].x *= s;
-            xv[h][v].y *= s;
-          }
-        }
       }
       if constexpr (f64) {
         double2 a[MT][V];

@@ -3,7 +3,11 @@
 //
 // Layouts (all C order, frequency innermost, as the FFT stages produce and consume them):
 //   Khat  (Nd, Nm, Nfp)       storage precision; Nfp = Nf rounded up to the storage's PAD
-//   scale (Nd, Nfp) float32   float16 storage only: Khat[i, j, f] = scale[i, f] * stored[i, j, f]
+//   scale (Nd, Nfp) float32   float16 storage only: Khat[i, j, f] = scale[i, f] * stored[i, j, f].
+//                             The forward product multiplies its outputs by it; the adjoint's
+//                             input comes already multiplied (x[i, f] scale[i, f]: the forward
+//                             FFT's store callback, or scale_rows in stages.cuh), so the
+//                             kernels of the adjoint never read it.
 //   x     (k, n_red, Nf)      the FFT output, in the FFT precision
 //   y     (k, n_out, Nf)      in the inverse FFT's precision, or split-K partial sums
 // Forward: output index o = sensor i, reduced index r = parameter j. Adjoint: o = j, r = i.
@@ -23,8 +27,7 @@ template <typename Store, typename TIn, int RT, int KB, int V>
 __device__ __forceinline__ void sbgemv_fma(
     typename Complex<typename Store::real>::type (&acc)[RT][KB][V],
     const typename Complex<typename Store::real>::type (&kv)[RT][V], i64 r,
-    const TIn* __restrict__ x, i64 x_bstride, i64 nf, const i64 (&fx)[V],
-    const float* __restrict__ red_scale, i64 nfp, i64 f0, bool adjoint) {
+    const TIn* __restrict__ x, i64 x_bstride, i64 nf, const i64 (&fx)[V], bool adjoint) {
   typedef typename Store::real R;
   typedef typename Complex<R>::type C;
   C xv[KB][V];
@@ -32,17 +35,6 @@ __device__ __forceinline__ void sbgemv_fma(
   for (int b = 0; b < KB; ++b)
 #pragma unroll
     for (int v = 0; v < V; ++v) xv[b][v] = ccast<C>(x[b * x_bstride + r * nf + fx[v]]);
-  if (red_scale != nullptr) {  // adjoint with float16 storage: the scale varies with r
-#pragma unroll
-    for (int v = 0; v < V; ++v) {
-      const R s = (R)red_scale[r * nfp + f0 + v];
-#pragma unroll
-      for (int b = 0; b < KB; ++b) {
-        xv[b][v].x *= s;
-        xv[b][v].y *= s;
-      }
-    }
-  }
 #pragma unroll
   for (int t = 0; t < RT; ++t)
 #pragma unroll
@@ -62,8 +54,7 @@ template <typename Store, typename TIn, int RT, int KB, int V, int U>
 __device__ __forceinline__ void sbgemv_steps(
     typename Complex<typename Store::real>::type (&acc)[RT][KB][V],
     const typename Store::elem* __restrict__ kh, const i64 (&koff)[RT], i64 r, i64 sr,
-    const TIn* __restrict__ x, i64 x_bstride, i64 nf, const i64 (&fx)[V],
-    const float* __restrict__ red_scale, i64 nfp, i64 f0, bool adjoint) {
+    const TIn* __restrict__ x, i64 x_bstride, i64 nf, const i64 (&fx)[V], bool adjoint) {
   typedef typename Complex<typename Store::real>::type C;
   C kv[U][RT][V];
 #pragma unroll
@@ -72,8 +63,7 @@ __device__ __forceinline__ void sbgemv_steps(
     for (int t = 0; t < RT; ++t) Store::template load<V>(kh + koff[t] + (r + u) * sr, kv[u][t]);
 #pragma unroll
   for (int u = 0; u < U; ++u)
-    sbgemv_fma<Store, TIn, RT, KB, V>(acc, kv[u], r + u, x, x_bstride, nf, fx, red_scale, nfp,
-                                      f0, adjoint);
+    sbgemv_fma<Store, TIn, RT, KB, V>(acc, kv[u], r + u, x, x_bstride, nf, fx, adjoint);
 }
 
 // Write a thread's RT x KB x V results (rows past n_out and frequencies past nf are skipped),
@@ -147,17 +137,14 @@ __device__ __forceinline__ void sbgemv_body(
 #pragma unroll
       for (int v = 0; v < V; ++v) acc[t][b][v] = make_c((R)0, (R)0);
 
-  const float* red_scale = (scale != nullptr && adjoint) ? scale : nullptr;
   const bool adj = adjoint != 0;
   if constexpr (KB < 8) {
     // Memory-bound tiles: two reduction steps per iteration, all their loads issued first.
     i64 r = r_begin;
     for (; r + 2 <= r_end; r += 2)
-      sbgemv_steps<Store, TIn, RT, KB, V, 2>(acc, kh, koff, r, sr, x, x_bstride, nf, fx,
-                                             red_scale, nfp, f0, adj);
+      sbgemv_steps<Store, TIn, RT, KB, V, 2>(acc, kh, koff, r, sr, x, x_bstride, nf, fx, adj);
     if (r < r_end)
-      sbgemv_steps<Store, TIn, RT, KB, V, 1>(acc, kh, koff, r, sr, x, x_bstride, nf, fx,
-                                             red_scale, nfp, f0, adj);
+      sbgemv_steps<Store, TIn, RT, KB, V, 1>(acc, kh, koff, r, sr, x, x_bstride, nf, fx, adj);
   } else {
     // Arithmetic-bound multi-RHS tiles: registers hold accumulators, so Khat is prefetched one
     // step ahead (double buffering) instead of unrolling.
@@ -170,8 +157,7 @@ __device__ __forceinline__ void sbgemv_body(
       const i64 rn = (r + 1 < r_end) ? r + 1 : r;
 #pragma unroll
       for (int t = 0; t < RT; ++t) Store::template load<V>(kh + koff[t] + rn * sr, knext[t]);
-      sbgemv_fma<Store, TIn, RT, KB, V>(acc, kcur, r, x, x_bstride, nf, fx, red_scale, nfp, f0,
-                                        adj);
+      sbgemv_fma<Store, TIn, RT, KB, V>(acc, kcur, r, x, x_bstride, nf, fx, adj);
 #pragma unroll
       for (int t = 0; t < RT; ++t)
 #pragma unroll
@@ -186,8 +172,8 @@ __device__ __forceinline__ void sbgemv_body(
 // One right-hand side, the vectors staged through shared memory. A block covers BX*V
 // frequencies and RT*blockDim.y output rows (all of them when they fit), and walks its share
 // of the reduction in chunks of J steps: the chunk x[r:r+J, f-tile] is read from memory once
-// per block, converted to the compute type (and, for the float16 adjoint, multiplied by the
-// per-row scale) on the way, and every row group of the block reads it from shared memory.
+// per block, converted to the compute type on the way, and every row group of the block reads
+// it from shared memory.
 // Without staging each warp fetches its own copy of x through L2; those copies, and the ones
 // that fall out of L2, are the difference between this kernel and a plain stream of Khat.
 // One reduction step of the staged kernel: Khat values kv in registers, x from shared memory.
@@ -229,7 +215,6 @@ __device__ __forceinline__ void sbgemv_staged_body(
   i64 r_end = r_begin + red_chunk;
   if (r_end > n_red) r_end = n_red;
   const bool adj = adjoint != 0;
-  const float* red_scale = (scale != nullptr && adj) ? scale : nullptr;
 
   // Rows past n_out are clamped onto the last row (their loads hit the cache, nothing is
   // written); frequencies past nf read padding that is never written. No thread leaves early:
@@ -255,13 +240,7 @@ __device__ __forceinline__ void sbgemv_staged_body(
       if (jj < nj) {
         i64 f = fbase + ff;
         if (f >= nf) f = nf - 1;
-        C v = ccast<C>(x[(rc + jj) * nf + f]);
-        if (red_scale != nullptr) {
-          const R s = (R)red_scale[(rc + jj) * nfp + f];
-          v.x *= s;
-          v.y *= s;
-        }
-        xs[jj][ff] = v;
+        xs[jj][ff] = ccast<C>(x[(rc + jj) * nf + f]);
       }
     }
     __syncthreads();

@@ -18,8 +18,8 @@
 //   Khat   [J][RT][NT] 16-byte chunks: thread tid's chunk for step j, row t. Consecutive
 //          threads use consecutive chunks, so copies and reads are free of bank conflicts.
 //   x      [J][V][32] elements of the FFT precision: the v-th frequency of lane tx at
-//          (v, tx), so a warp's reads of one v are consecutive.
-//   scale  [J][FT] float32 (float16 storage only): the adjoint's per-row scales.
+//          (v, tx), so a warp's reads of one v are consecutive. A float16 adjoint's x comes
+//          with the row scales already applied (sbgemv.cuh), so no scales are staged.
 // Reduction steps past the split's end, rows past n_out and frequencies past the padded
 // length are zero-filled by the copy (src-size 0), so the arithmetic runs without branches.
 #pragma once
@@ -33,13 +33,10 @@ struct AsyncTile {
   typedef typename Store::elem E;
   static constexpr int V = 16 / (int)sizeof(E);
   static constexpr int NT = 32 * TY, FT = 32 * V;
-  static constexpr bool SCALED = sizeof(E) == 4;  // float16 storage carries row scales
   static constexpr int A_BYTES = J * RT * NT * 16;
   static constexpr int X_BYTES = J * FT * (int)sizeof(TIn);
-  static constexpr int S_BYTES = SCALED ? J * FT * 4 : 0;
-  static constexpr int BYTES = A_BYTES + X_BYTES + S_BYTES;
-  static constexpr int X_ITERS = (J * FT + NT - 1) / NT;          // x elements per thread
-  static constexpr int S_ITERS = (J * FT / 4 + NT - 1) / NT;      // scale chunks per thread
+  static constexpr int BYTES = A_BYTES + X_BYTES;
+  static constexpr int X_ITERS = (J * FT + NT - 1) / NT;  // x elements per thread
 };
 
 template <typename Store, typename TIn, typename TOut, int RT, int TY, int J, int NS>
@@ -66,7 +63,6 @@ __device__ __forceinline__ void sbgemv_async_body(
   const i64 r_end = r_begin + red_chunk < n_red ? r_begin + red_chunk : n_red;
   const i64 nsteps = r_end > r_begin ? (r_end - r_begin + J - 1) / J : 0;
   const bool adj = adjoint != 0;
-  const bool scaled = Tile::SCALED && adj && scale != nullptr;
 
   // This thread's Khat rows: a pointer per row at the split's first reduction step; rows past
   // n_out and frequencies past the padded length copy zeros.
@@ -106,22 +102,6 @@ __device__ __forceinline__ void sbgemv_async_body(
                                  on ? (const void*)(xg + (r0 + jj) * nf + ff) : (const void*)x,
                                  on);
     }
-    if constexpr (Tile::SCALED) {
-      if (scaled) {
-        const unsigned ss = sx + Tile::X_BYTES;
-#pragma unroll
-        for (int i = 0; i < Tile::S_ITERS; ++i) {
-          const int e = tid + i * NT;
-          if ((J * FT / 4) % NT != 0 && e >= J * FT / 4) break;
-          const int jj = e / (FT / 4), c = e % (FT / 4);
-          const bool on = jj < left && fbase + 4 * c < nfp;
-          cp_async<16>(ss + (jj * FT + 4 * c) * 4,
-                       on ? (const void*)(scale + (r_begin + r0 + jj) * nfp + fbase + 4 * c)
-                          : (const void*)scale,
-                       on);
-        }
-      }
-    }
   };
 
   C acc[RT][1][V];
@@ -150,17 +130,6 @@ __device__ __forceinline__ void sbgemv_async_body(
       for (int v = 0; v < V; ++v)
         xv[v] = ccast<C>(*reinterpret_cast<const TIn*>(sx + ((j * V + v) * 32 + tx) *
                                                              (int)sizeof(TIn)));
-      if constexpr (Tile::SCALED) {
-        if (scaled) {
-          float sc[V];
-          lds<float, V>(sx + Tile::X_BYTES + (j * FT + tx * V) * 4, sc);
-#pragma unroll
-          for (int v = 0; v < V; ++v) {
-            xv[v].x *= sc[v];
-            xv[v].y *= sc[v];
-          }
-        }
-      }
 #pragma unroll
       for (int t = 0; t < RT; ++t) {
         E raw[V];

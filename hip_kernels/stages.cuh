@@ -44,3 +44,25 @@ __device__ __forceinline__ void unpad_body(const TIn* __restrict__ in, TOut* __r
     }
   }
 }
+
+// Between stages 2 and 3 for an adjoint with float16 storage, where the forward FFT's store
+// callback cannot do it: out[r, f] = x[r, f] * scale[r % nd, f], in the input's precision.
+// x is (rows, nf), rows = k * Nd; scale is (Nd, nfp). With Khat[i, j, f] = scale[i, f]
+// q[i, j, f], the adjoint is then q[f]^H out[f], and stage 3 reads no scales. Blocks stride
+// over rows (y) and over frequencies (x), so no index is divided.
+template <typename C>
+__device__ __forceinline__ void scale_rows_body(const C* __restrict__ x,
+                                                const float* __restrict__ scale,
+                                                C* __restrict__ out, i64 rows, i64 nd, i64 nf,
+                                                i64 nfp) {
+  for (i64 r = blockIdx.y; r < rows; r += gridDim.y) {
+    const float* s = scale + (r % nd) * nfp;
+    for (i64 f = (i64)blockIdx.x * blockDim.x + threadIdx.x; f < nf;
+         f += (i64)gridDim.x * blockDim.x) {
+      C v = x[r * nf + f];
+      v.x *= s[f];
+      v.y *= s[f];
+      out[r * nf + f] = v;
+    }
+  }
+}

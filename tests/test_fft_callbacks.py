@@ -51,16 +51,20 @@ def _host_engine(monkeypatch, ok=True, fail=None):
     """A KernelEngine's host side (no GPU): sizes, and cuFFT plans recorded instead of made."""
     calls = []
 
-    def get_plan(kind, L, batch, double, load=None, store=None):
+    def get_plan(kind, L, batch, double, load=None, store=None, store_info=None):
         if fail is not None:
             raise _fftcb.CallbackError(fail)
         calls.append((kind, L, batch, double, load, store))
+        if store_info is not None:
+            calls.append(("store_info", store_info))
         return f"{kind} plan"
 
     monkeypatch.setattr(_fftcb, "get_plan", get_plan)
-    engine = SimpleNamespace(nd=3, nm=5, nf=11, nt=10, fft_len=20, _cb_plans={},
-                             compute=np.dtype(np.complex64), callbacks=lambda: (ok, "why"))
+    engine = SimpleNamespace(nd=3, nm=5, nf=11, nfp=12, nt=10, fft_len=20, _cb_plans={},
+                             compute=np.dtype(np.complex64), callbacks=lambda: (ok, "why"),
+                             scale=None)
     engine.xhat_dtype = lambda prec: KernelEngine.xhat_dtype(engine, prec)
+    engine.scales_input = lambda adjoint: KernelEngine.scales_input(engine, adjoint)
     return engine, calls
 
 
@@ -69,7 +73,7 @@ def test_fused_plans_name_the_right_callbacks(monkeypatch):
     engine, calls = _host_engine(monkeypatch)
     prec = PrecisionConfig("sdhds")  # stage 1 float32, FFTs float64, stage 3 h, stage 5 float32
     plans = KernelEngine.fused_plans(engine, prec, False, 2, np.float64, np.float32)
-    assert plans == ("r2c plan", "c2r plan")
+    assert plans == ("r2c plan", "c2r plan", False) and not plans.xhat_scaled
     sizes = {"FMV_L": "20ULL", "FMV_NT": "10ULL"}
     assert calls == [
         ("r2c", 20, 2 * 5, True,
@@ -90,6 +94,28 @@ def test_fused_plans_name_the_right_callbacks(monkeypatch):
     engine.compute = np.dtype(np.complex128)
     KernelEngine.fused_plans(engine, PrecisionConfig("ddddd"), False, 1, np.float64, np.float64)
     assert calls[0][5] is None
+
+
+def test_fused_plans_scale_float16_adjoints(monkeypatch):
+    """With float16 storage the adjoint's forward FFT writes its output times the row scales
+    (read from the engine's scale array), in either FFT precision; the forward product keeps
+    the plain complex64 store."""
+    engine, calls = _host_engine(monkeypatch)
+    engine.scale = "the scales"
+    sizes = {"FMV_NF": "11ULL", "FMV_ND": "3ULL", "FMV_NFP": "12ULL"}
+    for prec, cplx, double in (("ddhdd", "double2", True), ("sshss", "float2", False)):
+        calls.clear()
+        plans = KernelEngine.fused_plans(engine, PrecisionConfig(prec), True, 2, np.float64,
+                                         np.float64)
+        assert plans.xhat_scaled
+        (kind, _, batch, dbl, _, store), info, (kind2, _, batch2, _, _, _) = calls
+        assert (kind, batch, dbl, kind2, batch2) == ("r2c", 2 * 3, double, "c2r", 2 * 5)
+        assert store == ("FMV_XHAT_SCALE_STORE", {**sizes, "FMV_TFFTC": cplx})
+        assert info == ("store_info", "the scales")
+    calls.clear()
+    plans = KernelEngine.fused_plans(engine, PrecisionConfig("ddhdd"), False, 2, np.float64,
+                                     np.float64)
+    assert not plans.xhat_scaled and calls[0][5] == ("FMV_XHAT_STORE", {})
 
 
 def test_fused_plans_none_where_stages_run_one_by_one(monkeypatch):
@@ -126,6 +152,10 @@ CALLBACKS = Path(__file__).resolve().parents[1] / "hip_kernels" / "fft_callbacks
     ("FMV_PAD_LOAD", {"FMV_TIN": "float", "FMV_TMID": "double", "FMV_TFFT": "double"}),
     ("FMV_PAD_LOAD", {"FMV_TIN": "double", "FMV_TMID": "float", "FMV_TFFT": "float"}),
     ("FMV_XHAT_STORE", {}),
+    ("FMV_XHAT_SCALE_STORE", {"FMV_NF": "1001ULL", "FMV_ND": "7ULL", "FMV_NFP": "1008ULL",
+                              "FMV_TFFTC": "double2"}),
+    ("FMV_XHAT_SCALE_STORE", {"FMV_NF": "1001ULL", "FMV_ND": "7ULL", "FMV_NFP": "1008ULL",
+                              "FMV_TFFTC": "float2"}),
     ("FMV_UNPAD_STORE", {"FMV_TOUT": "float", "FMV_TMID": "float", "FMV_TFFT": "double"}),
 ])
 def test_callbacks_compile_to_lto_ir(tmp_path, which, types):
@@ -159,10 +189,11 @@ def _rand(rng, *shape, dtype=np.float64):
     return backend.cupy.asarray(rng.standard_normal(shape).astype(dtype))
 
 
-TOL = {"ddddd": 1e-12, "sssss": 1e-5, "ddhdd": 2e-3, "dsdsd": 1e-5, "sdhds": 2e-3, "ddsdd": 1e-5}
+TOL = {"ddddd": 1e-12, "sssss": 1e-5, "ddhdd": 2e-3, "dsdsd": 1e-5, "sdhds": 2e-3, "ddsdd": 1e-5,
+       "sshss": 2e-3}
 CASES = [("ddddd", np.float64), ("ddddd", np.float32), ("sssss", np.float32),
          ("ddhdd", np.float64), ("dsdsd", np.float64), ("sdhds", np.float32),
-         ("ddsdd", np.float64)]
+         ("ddsdd", np.float64), ("sshss", np.float32)]
 
 
 @gpu

@@ -201,6 +201,61 @@ def test_pipe_tiles(rng, shape, store, adjoint):
                     assert err < t, (case, err)
 
 
+@pytest.mark.parametrize("shape", [(45, 77, 150), (100, 23, 1000), (1, 37, 40), (37, 1, 40),
+                                   (130, 9, 64), (3, 300, 20)], ids=lambda s: "x".join(map(str, s)))
+def test_h_adjoint_prescaled(rng, monkeypatch, shape):
+    """Float16 adjoints take their input times the row scales (the FFT's store callback, or
+    the scale_rows kernel): every kernel family, every compiled tile, 1 and 17 right-hand
+    sides, against the float64 product, with outputs poisoned first."""
+    cp = backend.cupy
+    from fftmatvec._gpu import ASYNC_TILES, PIPE_TILES, STAGED_TILES
+
+    nd, nm, nt = shape
+    K = rng.standard_normal(shape)
+    F = fm.BlockToeplitz(cp.asarray(K), "ddhdd")
+    eng = F._engine
+    khat = _khat_reference(K, F.fft_len) / F.fft_len
+    with pytest.raises(ValueError, match="adjoint"):
+        eng.apply(cp.zeros((1, nm, F.nf), np.complex64), False, np.complex128, xhat_scaled=True)
+    with pytest.raises(ValueError, match=r"\(k, %d, %d\)" % (nd, F.nf)):
+        eng.scale_xhat(cp.zeros((1, nd + 1, F.nf), np.complex64))
+    sm80 = eng._sm80_kernels()
+    for k in (1, 17):
+        x = rng.standard_normal((k, nd, F.nf)) + 1j * rng.standard_normal((k, nd, F.nf))
+        ref = _dense_product(khat, x, True)
+        xs = eng.scale_xhat(cp.asarray(x).astype(np.complex64))  # as the FFT's callback writes it
+        assert xs.dtype == np.complex64 and xs.shape == x.shape
+        scale = cp.asnumpy(eng.scale)[:, : F.nf]
+        np.testing.assert_allclose(cp.asnumpy(xs), x.astype(np.complex64) * scale, rtol=1e-6)
+        # in complex128 the product is exact to the last bit: x times the float32 scale
+        np.testing.assert_array_equal(cp.asnumpy(eng.scale_xhat(cp.asarray(x))),
+                                      x * scale.astype(np.float64))
+        plans = [None]  # the default plan
+        if k == 1:
+            plans += [[eng._launch_staged(nm, nd, xs.dtype, np.complex128, tile=(rt, v, 8))]
+                      for rt, v in STAGED_TILES[eng.store]]
+            plans += [[eng._launch(1, nm, nd, xs.dtype, np.complex128, tile=(rt, v, 32, 4))]
+                      for rt, kb, v in [(2, 1, 4), (8, 1, 2)]]
+            if sm80:
+                plans += [[eng._launch_async(nm, nd, xs.dtype, np.complex128, tile=t, adjoint=True)]
+                          for t in ASYNC_TILES[eng.store]]
+        elif sm80:
+            plans += [[eng._launch_pipe(16, nm, nd, xs.dtype, np.complex128, tile=t, adjoint=True),
+                       eng._launch(1, nm, nd, xs.dtype, np.complex128, adjoint=True)]
+                      for t in PIPE_TILES[eng.store]]
+        for plan in plans:
+            out = _poisoned(cp, (k, nm, F.nf), np.complex128)
+            eng.apply(xs, True, np.complex128, out=out, plan=plan, xhat_scaled=True)
+            got = cp.asnumpy(out)
+            assert np.isfinite(got).all(), plan
+            err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+            assert err < 2e-3, (k, plan, err)
+        # without the flag the kernels apply the scales again: the product must change
+        out = _poisoned(cp, (k, nm, F.nf), np.complex128)
+        eng.apply(xs, True, np.complex128, out=out)
+        assert np.linalg.norm(cp.asnumpy(out) - ref) / np.linalg.norm(ref) > 1e-2
+
+
 @pytest.mark.parametrize("rows,nt", [(1, 1), (3, 7), (70000, 9), (5, 1000), (3, 50001)])
 @pytest.mark.parametrize("types", ["ddd", "dsd", "dds", "sss", "sdd", "ssd"])
 def test_pad_unpad(rng, rows, nt, types):
