@@ -548,11 +548,9 @@ class KernelEngine:
         if out is None:
             out = cp.empty_like(xhat)
         rows = k * n
-        bx = 256 if nf > 128 else 128
-        grid = (max(1, min(math.ceil(nf / bx), 8)), max(1, min(rows, 65535)))
         kernels.get_function(f"scale_rows_{_CPLX_SUFFIX[xhat.dtype]}")(
-            grid, (bx,), (xhat, self.scale, out, _i64(rows), _i64(self.nd), _i64(nf),
-                          _i64(self.nfp)))
+            *self._rows_launch(rows, nf),
+            (xhat, self.scale, out, _i64(rows), _i64(self.nd), _i64(nf), _i64(self.nfp)))
         return out
 
     def _launch_args(self, launch: _Launch, adjoint: bool, n_out: int, n_red: int, out_dtype):

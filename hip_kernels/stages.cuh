@@ -3,12 +3,13 @@
 #pragma once
 #include "common.cuh"
 
-// Both run a grid of long-lived blocks of blockDim.y rows: row group g = blockIdx.x + n *
-// gridDim.x, each row swept by blockDim.x threads (the host sizes blockDim.x to the row
-// length, so short rows idle few threads and long rows keep many loads in flight; one block
-// per row tile would launch tens of thousands of blocks that each move a few kilobytes, and
-// the block launches, not the memory, would set the pace). With too few rows to fill the
-// device, gridDim.y blocks share each row, column chunk blockIdx.y of every gridDim.y.
+// The row kernels run a grid of long-lived blocks of blockDim.y rows: row group
+// g = blockIdx.x + n * gridDim.x, each row swept by blockDim.x threads (the host sizes
+// blockDim.x to the row length, so short rows idle few threads and long rows keep many loads
+// in flight; one block per row tile would launch tens of thousands of blocks that each move a
+// few kilobytes, and the block launches, not the memory, would set the pace). With too few
+// rows to fill the device, gridDim.y blocks share each row, column chunk blockIdx.y of every
+// gridDim.y.
 
 // Stage 1: out[r, c] = (TOut)(TMid)in[r, c] for c < nt, 0 for nt <= c < L.
 // in (rows, nt) in the interface precision; TMid is stage 1's precision, TOut the FFT's.
@@ -48,17 +49,17 @@ __device__ __forceinline__ void unpad_body(const TIn* __restrict__ in, TOut* __r
 // Between stages 2 and 3 for an adjoint with float16 storage, where the forward FFT's store
 // callback cannot do it: out[r, f] = x[r, f] * scale[r % nd, f], in the input's precision.
 // x is (rows, nf), rows = k * Nd; scale is (Nd, nfp). With Khat[i, j, f] = scale[i, f]
-// q[i, j, f], the adjoint is then q[f]^H out[f], and stage 3 reads no scales. Blocks stride
-// over rows (y) and over frequencies (x), so no index is divided.
+// q[i, j, f], the adjoint is then q[f]^H out[f], and stage 3 reads no scales. Launched like
+// the row kernels above (KernelEngine._rows_launch).
 template <typename C>
 __device__ __forceinline__ void scale_rows_body(const C* __restrict__ x,
                                                 const float* __restrict__ scale,
                                                 C* __restrict__ out, i64 rows, i64 nd, i64 nf,
                                                 i64 nfp) {
-  for (i64 r = blockIdx.y; r < rows; r += gridDim.y) {
+  const i64 step = (i64)gridDim.x * blockDim.y;
+  for (i64 r = (i64)blockIdx.x * blockDim.y + threadIdx.y; r < rows; r += step) {
     const float* s = scale + (r % nd) * nfp;
-    for (i64 f = (i64)blockIdx.x * blockDim.x + threadIdx.x; f < nf;
-         f += (i64)gridDim.x * blockDim.x) {
+    for (i64 f = (i64)blockIdx.y * blockDim.x + threadIdx.x; f < nf; f += (i64)gridDim.y * blockDim.x) {
       C v = x[r * nf + f];
       v.x *= s[f];
       v.y *= s[f];

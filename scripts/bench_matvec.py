@@ -257,7 +257,7 @@ def main(argv=None) -> int:
                     xk = (cp.asarray(rng.standard_normal((k, n_in, F.nf))) + 0j).astype(cdt)
                     # a float16 adjoint's input carries the row scales where the FFT's store
                     # callback applies them (the product's path on NVIDIA)
-                    scaled = adjoint and eng.scale is not None and eng.callbacks()[0]
+                    scaled = eng.scales_input(adjoint) and eng.callbacks()[0]
                     if scaled:
                         x1, xk = eng.scale_xhat(x1), eng.scale_xhat(xk)
                     t1 = median_time(cp, lambda: eng.apply(x1, adjoint, cdt, xhat_scaled=scaled),

@@ -56,7 +56,7 @@ def main(argv=None) -> int:
                 x = x.astype(eng.xhat_dtype(F.precision))
                 # a float16 adjoint's input carries the row scales where the FFT's store
                 # callback applies them (the product's path on NVIDIA)
-                scaled = adjoint and eng.scale is not None and eng.callbacks()[0]
+                scaled = eng.scales_input(adjoint) and eng.callbacks()[0]
                 if scaled:
                     x = eng.scale_xhat(x)
                 floor = (F.khat_nbytes + k * F.nf * (n_in * x.itemsize + n_out * 16)) / bw
