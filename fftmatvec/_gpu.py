@@ -82,14 +82,27 @@ PIPE_TILES = {
 }
 # The defaults per (storage, adjoint), from the tile sweeps on an H200 (docs/benchmarks.md: fourth
 # run; complex128 eighth run, after its MMAs became m16n8k4; scripts/tune_sbgemv.py --k 16
-# repeats them over the compiled tiles): the tile and the split-K target: when the blocks fill
-# less than one round of the device's block slots, the reduction is split until they fill this
-# many rounds. Complex128 tiles hold 16 accumulators per 8 rows and right-hand-side pair (the
-# products by Xr and Xi apart), so they stay at MT x V = 4 per warp.
+# repeats them over the compiled tiles). Complex128 tiles hold 16 accumulators per 8 rows and
+# right-hand-side pair (the products by Xr and Xi apart), so they stay at MT x V = 4 per warp.
 PIPE_DEFAULTS = {
-    ("c128", False): ((4, 1, 1, 8, 4, 4), 4), ("c128", True): ((4, 1, 1, 8, 4, 4), 4),
-    ("c64", False): ((2, 2, 1, 8, 4, 4), 4), ("c64", True): ((2, 2, 1, 8, 4, 4), 4),
-    ("c32h", False): ((2, 2, 2, 8, 4, 4), 2), ("c32h", True): ((2, 4, 1, 8, 4, 4), 4),
+    ("c128", False): (4, 1, 1, 8, 4, 4), ("c128", True): (4, 1, 1, 8, 4, 4),
+    ("c64", False): (2, 2, 1, 8, 4, 4), ("c64", True): (2, 2, 1, 8, 4, 4),
+    ("c32h", False): (2, 2, 2, 8, 4, 4), ("c32h", True): (2, 4, 1, 8, 4, 4),
+}
+# The split-K count of a tensor-core launch minimises a model of its time,
+#
+#     T(S) = W(S) (a c(S) + w) + b (S > 1) S kb n_out Nf e / 1e6   (microseconds)
+#
+# S splits of c(S) reduction rows each (whole stages), W(S) = ceil(B S / P) rounds of blocks (B
+# blocks per split, P resident on the device at once by shared memory, threads and registers),
+# e bytes per partial sum. a: the time of one reduction row for a round of blocks; w: a round's
+# fill and stores; b: a megabyte of partial sums, written by the launch and read by the split-K
+# sum. (a, w, b) per (storage, adjoint), fitted by scripts/tune_sbgemv.py --k 16 --pipe-splits
+# on an H200 (docs/benchmarks.md, tenth run).
+PIPE_SPLIT_MODEL = {
+    ("c128", False): (0.28, 0.0, 1.9), ("c128", True): (0.28, 0.0, 1.9),
+    ("c64", False): (0.28, 0.0, 1.9), ("c64", True): (0.28, 0.0, 1.9),
+    ("c32h", False): (0.28, 0.0, 1.9), ("c32h", True): (0.28, 0.0, 1.9),
 }
 # Adjoints use tensor cores in `d`, and in `h` from this many reduction rows (Nd); the GEMV
 # kernels are faster for `s` adjoints and for `h` ones with few rows (docs/benchmarks.md).
@@ -132,6 +145,8 @@ class _Launch:
     staged: bool = False  # the staged kernels' arguments (sbgemvs_* and sbgemva_*)
     mma: bool = False
     smem: int = 0  # bytes of dynamic shared memory (tensor-core and cp.async launches)
+    resident: int = 0  # blocks resident on the device at once (tensor-core launches)
+    freq_major: bool = False  # consecutive blocks take consecutive frequency tiles (tensor cores)
 
 
 def _switch(name: str) -> str:
@@ -152,6 +167,35 @@ def _split_k(splits: int, n_red: int, step: int) -> tuple[int, int]:
     chunks leaves some empty."""
     red_chunk = -(-math.ceil(n_red / splits) // step) * step
     return math.ceil(n_red / red_chunk), red_chunk
+
+
+def pipe_split_time(splits: int, chunk: int, base: int, resident: int, partial_bytes: int,
+                    model) -> float:
+    """``PIPE_SPLIT_MODEL``'s time (microseconds) of a launch of ``splits`` splits of ``chunk``
+    reduction rows, ``base`` blocks per split, ``resident`` blocks on the device at once,
+    ``partial_bytes`` of partial sums per split; ``model`` = (a, w, b)."""
+    a, w, b = model
+    t = math.ceil(base * splits / resident) * (a * chunk + w)
+    return t + (b * splits * partial_bytes / 1e6 if splits > 1 else 0.0)
+
+
+def pipe_split_count(base: int, resident: int, n_red: int, step: int, max_splits: int,
+                     partial_bytes: int, model) -> int:
+    """The split-K count, 1 to ``max_splits``, that minimises ``pipe_split_time`` over
+    ``n_red`` reduction rows split in whole multiples of ``step``."""
+    best_t, best = math.inf, 1
+    # past 64 rounds of blocks the rounding of the last one no longer matters
+    top = max(1, min(max_splits, math.ceil(64 * resident / max(1, base))))
+    seen = set()
+    for want in range(1, top + 1):
+        splits, chunk = _split_k(want, n_red, step)
+        if splits in seen:
+            continue
+        seen.add(splits)
+        t = pipe_split_time(splits, chunk, base, resident, partial_bytes, model)
+        if t < best_t * (1 - 1e-9):
+            best_t, best = t, splits
+    return best
 
 
 # Products whose Khat is smaller than GRAPH_MAX_KHAT_BYTES replay a captured CUDA graph
@@ -195,11 +239,16 @@ class KernelEngine:
         self._cb_plans: dict = {}  # (adjoint, rows, dtypes) -> (r2c plan, c2r plan) or None
         self.blocks_per_sm = 8  # split-K target: thread blocks per multiprocessor
         self.staged_threads_per_sm = None  # split-K target of the staged kernel (None: default)
-        self.pipe_waves = None  # split-K target of the tensor-core kernel (None: default)
+        self.pipe_waves = None  # split-K target of the tensor-core kernel (None: the model)
+        self.pipe_splits = None  # split-K count of the tensor-core kernel (None: the model)
+        self.pipe_freq_major = None  # block order of the tensor-core kernel (None: adjoints)
+        self._num_regs: dict = {}  # kernel name -> registers per thread (0: unknown)
         self._sm80 = None  # whether the sm_80+ kernels exist here (found on first use)
         self.async_waves = None  # split-K target of the cp.async kernel (None: default)
         self.smem_per_sm = int(props.get("sharedMemPerMultiprocessor", 0)) or 228 * 1024
         self.smem_per_block = int(props.get("sharedMemPerBlockOptin", 0)) or 227 * 1024
+        self.threads_per_sm = int(props.get("maxThreadsPerMultiProcessor", 0)) or 2048
+        self.regs_per_sm = int(props.get("regsPerMultiprocessor", 0)) or 65536
 
     @property
     def nbytes(self) -> int:
@@ -254,7 +303,7 @@ class KernelEngine:
         plan = []
         remaining = k
         mma_min = self._mma_min_kb(adjoint)
-        tile = PIPE_DEFAULTS[(self.store, bool(adjoint))][0]
+        tile = PIPE_DEFAULTS[(self.store, bool(adjoint))]
         if mma_min is not None and self.pipe_smem(tile, in_dtype) > self.smem_per_block:
             mma_min = None  # a device with less shared memory per block than the tile needs
         while mma_min is not None and remaining >= mma_min:
@@ -305,15 +354,13 @@ class KernelEngine:
     def _launch_pipe(self, kb, n_out, n_red, in_dtype, out_dtype, tile=None,
                      adjoint=False) -> _Launch:
         """A tensor-core launch for ``kb`` <= 16 right-hand sides; ``tile`` = (MT, V, WR, WF,
-        KS, NS) overrides the default. When the blocks fill less than one round of the block
-        slots the shared memory and threads leave on the device, split-K makes ``pipe_waves``
-        rounds of them."""
+        KS, NS) overrides the default. The split-K count minimises ``PIPE_SPLIT_MODEL``'s time
+        over the counts that leave each split at least 2 x NS stages; ``pipe_splits`` sets it,
+        and ``pipe_waves`` (the tile tests) splits until the blocks fill that many rounds of the
+        device's resident blocks."""
         if not 1 <= kb <= MMA_MAX_KB:
             raise ValueError(f"a tensor-core launch takes 1 to {MMA_MAX_KB} right-hand sides, got {kb}")
-        default, waves = PIPE_DEFAULTS[(self.store, bool(adjoint))]
-        tile = default if tile is None else tuple(tile)
-        if self.pipe_waves is not None:
-            waves = self.pipe_waves
+        tile = PIPE_DEFAULTS[(self.store, bool(adjoint))] if tile is None else tuple(tile)
         if tile not in PIPE_TILES[self.store]:
             raise ValueError(f"pipelined tile {tile} is not compiled for {self.store}")
         mt, v, wr, wf, ks, ns = tile
@@ -323,15 +370,46 @@ class KernelEngine:
                              f"the device allows {self.smem_per_block} per block")
         rows = _MMA_ROWS[self.store] * mt * wr
         base = math.ceil(n_out / rows) * math.ceil(self.nf / (wf * v))
-        slots = self.num_sms * max(1, min(self.smem_per_sm // (smem + 1024), 2048 // (32 * wr * wf)))
-        splits = 1
-        if base < slots:
-            # each split keeps at least 2 * NS stages of reduction rows
-            splits = max(1, min(math.ceil(waves * slots / base), n_red // (2 * ns * ks)))
+        threads = 32 * wr * wf
+        # the split kernel writes partial sums in the compute dtype: its registers decide
+        resident = self.num_sms * self.resident_blocks(
+            self._pipe_name(tile, in_dtype, self.compute), threads, smem)
+        max_splits = max(1, n_red // (2 * ns * ks))  # each split keeps 2 x NS stages
+        if self.pipe_splits is not None:
+            splits = max(1, min(self.pipe_splits, max_splits))
+        elif self.pipe_waves is not None:
+            splits = 1
+            if base < self.pipe_waves * resident:
+                splits = max(1, min(math.ceil(self.pipe_waves * resident / base), max_splits))
+        else:
+            splits = pipe_split_count(base, resident, n_red, ks, max_splits,
+                                      kb * n_out * self.nf * self.compute.itemsize,
+                                      PIPE_SPLIT_MODEL[(self.store, bool(adjoint))])
         splits, red_chunk = _split_k(splits, n_red, ks)
         name = self._pipe_name(tile, in_dtype, self.compute if splits > 1 else out_dtype)
+        freq_major = bool(adjoint) if self.pipe_freq_major is None else bool(self.pipe_freq_major)
         return _Launch(name, kb, (base, splits), (32, wr * wf), splits, red_chunk, mma=True,
-                       smem=smem)
+                       smem=smem, resident=resident, freq_major=freq_major)
+
+    def resident_blocks(self, name: str, threads: int, smem: int) -> int:
+        """Blocks of kernel ``name`` (``threads`` threads, ``smem`` bytes of dynamic shared
+        memory) that one multiprocessor holds at once: the least of what its shared memory
+        (1 KB reserved per block), threads and registers allow. The registers come from the
+        compiled kernel; where the driver does not report them they are left out."""
+        by_smem = self.smem_per_sm // (smem + 1024) if smem else 32
+        by_threads = self.threads_per_sm // threads
+        by_regs = 32
+        regs = self._num_regs.get(name)
+        if regs is None:
+            try:
+                regs = int(kernels.get_function(name).attributes["num_regs"])
+            except Exception:  # no such kernel, or no attribute on this platform
+                regs = 0
+            self._num_regs[name] = regs
+        if regs:
+            per_warp = -(-regs * 32 // 256) * 256  # registers are allocated 256 per warp
+            by_regs = (self.regs_per_sm // per_warp) // max(1, threads // 32)
+        return max(1, min(by_smem, by_threads, by_regs, 32))
 
     def _use_staged(self, kb: int, n_red: int, adjoint: bool) -> bool:
         """Whether one right-hand side goes through the staged kernel. From the sweeps of
@@ -568,7 +646,8 @@ class KernelEngine:
         if launch.staged:
             args += (_i64(n_out * nf),)
         elif launch.mma:
-            args += (np.int32(kb), _i64(n_red * nf), _i64(n_out * nf), _i64(kb * n_out * nf))
+            args += (np.int32(kb), _i64(n_red * nf), _i64(n_out * nf), _i64(kb * n_out * nf),
+                     np.int32(launch.freq_major))
         else:
             args += (_i64(n_red * nf), _i64(n_out * nf), _i64(kb * n_out * nf))
         reduce = None

@@ -186,11 +186,11 @@ FFTMATVEC_SBGEMVA_STORES(8, 8, 2, 3)
           const STORE::elem* __restrict__ kh, const float* __restrict__ scale,                   \
           const TIN* __restrict__ x, TOUT* __restrict__ y, i64 nf, i64 nfp, i64 n_out,           \
           i64 n_red, i64 so, i64 sr, int adjoint, i64 red_chunk, int kb, i64 x_bstride,          \
-          i64 y_bstride, i64 y_split_stride) {                                                   \
+          i64 y_bstride, i64 y_split_stride, int freq_major) {                                   \
     sbgemm_pipe_body<STORE, TIN, TOUT, MT, V, WR, WF, KS, NS>(kh, scale, x, y, nf, nfp, n_out,   \
                                                               n_red, so, sr, adjoint, red_chunk, \
                                                               kb, x_bstride, y_bstride,          \
-                                                              y_split_stride);                   \
+                                                              y_split_stride, freq_major);       \
   }
 #define FFTMATVEC_SBGEMMP_IO(SNAME, STORE, MT, V, WR, WF, KS, NS)                            \
   FFTMATVEC_SBGEMMP(SNAME, STORE, c128, double2, c128, double2, MT, V, WR, WF, KS, NS)       \

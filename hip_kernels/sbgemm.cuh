@@ -369,7 +369,7 @@ __device__ __forceinline__ void sbgemm_pipe_body(
     const typename Store::elem* __restrict__ kh, const float* __restrict__ scale,
     const TIn* __restrict__ x, TOut* __restrict__ y, i64 nf, i64 nfp, i64 n_out, i64 n_red,
     i64 so, i64 sr, int adjoint, i64 red_chunk, int kb, i64 x_bstride, i64 y_bstride,
-    i64 y_split_stride) {
+    i64 y_split_stride, int freq_major) {
   constexpr bool f64 = sizeof(typename Store::elem) == 16;
   typedef typename Store::real Real;
   typedef typename Complex<Real>::type C;
@@ -377,9 +377,14 @@ __device__ __forceinline__ void sbgemm_pipe_body(
   typedef PipeTile<Store, TIn, RPT, WR, MT, V, WF, KS> Tile;
   unsigned char* smem = reinterpret_cast<unsigned char*>(fftmatvec_dynamic_smem);
 
+  // Consecutive blocks take the row tiles of one frequency tile (they share its vector tiles
+  // in L2: forward products, whose vectors are large), or with freq_major the frequency tiles
+  // of one row tile (a round of blocks then reads each row's frequencies as one run: adjoints,
+  // whose rows are many and vectors small).
   const i64 n_oblocks = (n_out + Tile::R - 1) / Tile::R;
-  const i64 o_blk = (i64)blockIdx.x % n_oblocks * Tile::R;
-  const i64 f_blk = (i64)blockIdx.x / n_oblocks * Tile::F;
+  const i64 n_fblocks = (nf + Tile::F - 1) / Tile::F;
+  const i64 o_blk = (freq_major ? (i64)blockIdx.x / n_fblocks : (i64)blockIdx.x % n_oblocks) * Tile::R;
+  const i64 f_blk = (freq_major ? (i64)blockIdx.x % n_fblocks : (i64)blockIdx.x / n_oblocks) * Tile::F;
   const i64 r_begin = (i64)blockIdx.y * red_chunk;
   const i64 r_end = r_begin + red_chunk < n_red ? r_begin + red_chunk : n_red;
   const i64 nsteps = r_end > r_begin ? (r_end - r_begin + KS - 1) / KS : 0;

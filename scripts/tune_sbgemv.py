@@ -27,6 +27,9 @@ def main(argv=None) -> int:
     ap.add_argument("--unstaged", default="all", choices=["all", "default"],
                     help="sweep every unstaged tile, or time only its default")
     ap.add_argument("--no-staged", action="store_true", help="leave out the staged kernel's sweep")
+    ap.add_argument("--pipe-splits", default="",
+                    help="split-K counts to time the default tensor-core tile at (k > 1), e.g. "
+                         "1,2,3,4,6,8,12,17,24,33,48; then fit PIPE_SPLIT_MODEL to them")
     ap.add_argument("--json", help="also write every timing to this file")
     args = ap.parse_args(argv)
     import cupy as cp
@@ -41,6 +44,7 @@ def main(argv=None) -> int:
     print(f"# copy bandwidth {bw / 1e12:.3f} TB/s")
     rng = np.random.default_rng(7)
     record = []
+    points = []  # the default tensor-core tile at each split-K count of --pipe-splits
     for size in args.sizes.split(","):
         nm, nd, nt = (int(v) for v in size.split("x"))
         K = cp.asarray(rng.standard_normal((nd, nm, nt)))
@@ -116,10 +120,43 @@ def main(argv=None) -> int:
                     for tile in PIPE_TILES[eng.store]:
                         for waves in (1, 2, 4, 8):
                             eng.pipe_waves = waves
-                            la = eng._launch_pipe(k, n_out, n_red, x.dtype, np.complex128, tile=tile)
+                            la = eng._launch_pipe(k, n_out, n_red, x.dtype, np.complex128, tile=tile, adjoint=adjoint)
                             t = median_time(cp, lambda: eng.apply(x, adjoint, np.complex128, plan=[la], xhat_scaled=scaled), args.repeat)
                             rows.append((t, f"mma tile={tile} waves={waves}", la))
                     eng.pipe_waves = None
+                    from fftmatvec._gpu import PIPE_DEFAULTS
+
+                    ks, ns = PIPE_DEFAULTS[(eng.store, adjoint)][4:6]
+                    # the default tile at each split-K count, timed in two passes (the counts
+                    # in order, then reversed) keeping each count's faster time, so that a
+                    # drift of the device's clocks over the sweep does not pass for a trend
+                    launches = {}
+                    for want in (int(v) for v in args.pipe_splits.split(",") if v):
+                        eng.pipe_splits = want
+                        la = eng._launch_pipe(k, n_out, n_red, x.dtype, np.complex128, adjoint=adjoint)
+                        launches.setdefault(la.splits, la)
+                    eng.pipe_splits = None
+                    best_t = {}
+                    for order in (list(launches), list(launches)[::-1]):
+                        for sp in order:
+                            la = launches[sp]
+                            t = median_time(cp, lambda: eng.apply(x, adjoint, np.complex128, plan=[la], xhat_scaled=scaled), args.repeat)
+                            best_t[sp] = min(t, best_t.get(sp, t))
+                    for sp, la in launches.items():
+                        t = best_t[sp]
+                        rows.append((t, f"mma default splits={sp}", la))
+                        points.append({"case": (size, st, adjoint), "store": eng.store, "adjoint": adjoint,
+                                       "ms": t * 1e3, "splits": la.splits, "chunk": la.red_chunk,
+                                       "base": la.grid[0], "resident": la.resident,
+                                       "partial_bytes": k * n_out * F.nf * eng.compute.itemsize,
+                                       "n_red": n_red, "step": ks, "max_splits": max(1, n_red // (2 * ns * ks)),
+                                       "model_choice": default[0].splits if default[0].mma else None})
+                    if default[0].mma:  # the default launch with the other block order
+                        eng.pipe_freq_major = not default[0].freq_major
+                        la = eng._launch_pipe(k, n_out, n_red, x.dtype, np.complex128, adjoint=adjoint)
+                        eng.pipe_freq_major = None
+                        t = median_time(cp, lambda: eng.apply(x, adjoint, np.complex128, plan=[la], xhat_scaled=scaled), args.repeat)
+                        rows.append((t, f"mma default order={'frequency' if la.freq_major else 'row'}-major", la))
                 rows.sort(key=lambda r: r[0])
                 d = "adj" if adjoint else "fwd"
                 times = {desc: t for t, desc, _ in rows}
@@ -139,14 +176,55 @@ def main(argv=None) -> int:
             del F, eng
         del K
         cp.get_default_memory_pool().free_all_blocks()
+    fits = fit_split_model(points)
     if args.json:
         import json
 
         tmp = args.json + ".tmp"
         with open(tmp, "w") as f:
-            json.dump({"copy_bandwidth": bw, "rows": record}, f, indent=1)
+            json.dump({"copy_bandwidth": bw, "rows": record, "split_points": points,
+                       "split_model": {f"{st} {'adj' if adj else 'fwd'}": m
+                                       for (st, adj), m in fits.items()}}, f, indent=1)
         os.replace(tmp, args.json)
     return 0
+
+
+def fit_split_model(points) -> dict:
+    """Fit PIPE_SPLIT_MODEL's (a, w, b) per (storage, adjoint) to the timed split-K counts
+    (non-negative least squares, relative errors), print them with each case's measured best
+    count, the fitted model's choice and the engine's, and return them."""
+    from scipy.optimize import nnls
+
+    from fftmatvec._gpu import pipe_split_count, pipe_split_time
+
+    fits = {}
+    for key in sorted({(p["store"], p["adjoint"]) for p in points}):
+        pts = [p for p in points if (p["store"], p["adjoint"]) == key]
+        rows, rhs = [], []
+        for p in pts:
+            waves = -(-p["base"] * p["splits"] // p["resident"])
+            feats = [waves * p["chunk"], waves,
+                     p["splits"] * p["partial_bytes"] / 1e6 if p["splits"] > 1 else 0.0]
+            us = p["ms"] * 1e3
+            rows.append([f / us for f in feats])  # relative errors: every case weighs the same
+            rhs.append(1.0)
+        coef, _ = nnls(np.array(rows), np.array(rhs))
+        model = tuple(float(c) for c in coef)
+        fits[key] = model
+        print(f"# split model {key[0]} {'adj' if key[1] else 'fwd'}: a = {model[0]:.4f} us/row, "
+              f"w = {model[1]:.2f} us/round, b = {model[2]:.3f} us/MB")
+        for case in sorted({p["case"] for p in pts}, key=str):
+            cp_ = [p for p in pts if p["case"] == case]
+            best = min(cp_, key=lambda p: p["ms"])
+            p0 = cp_[0]
+            mine = pipe_split_count(p0["base"], p0["resident"], p0["n_red"], p0["step"],
+                                    p0["max_splits"], p0["partial_bytes"], model)
+            errs = [abs(pipe_split_time(p["splits"], p["chunk"], p["base"], p["resident"],
+                                        p["partial_bytes"], model) / 1e3 / p["ms"] - 1) for p in cp_]
+            print(f"    {case[0]} {case[1]}: measured best {best['splits']} splits "
+                  f"({best['ms']:.3f} ms), the engine's choice {p0['model_choice'] or 'GEMV'}, "
+                  f"the fitted model's {mine}; model error up to {max(errs) * 100:.1f} %")
+    return fits
 
 
 if __name__ == "__main__":

@@ -186,11 +186,13 @@ def test_pipe_tiles(rng, shape, store, adjoint):
         x = rng.standard_normal((kb, n_in, F.nf)) + 1j * rng.standard_normal((kb, n_in, F.nf))
         ref = _dense_product(khat, x, adjoint)
         for tile in PIPE_TILES[eng.store]:
-            for waves in (64, 0):  # split-K as far as the reduction allows; none
+            # split-K as far as the reduction allows, or none; both block orders
+            for waves, freq_major in ((64, False), (0, True), (64, True), (0, False)):
                 for in_dt, out_dt in ((np.complex128, np.complex128),
                                       (np.complex64, np.complex64)):
-                    eng.pipe_waves = waves
+                    eng.pipe_waves, eng.pipe_freq_major = waves, freq_major
                     la = eng._launch_pipe(kb, n_out, n_red, in_dt, out_dt, tile=tile)
+                    assert la.freq_major == freq_major
                     out = _poisoned(cp, (kb, n_out, F.nf), out_dt)
                     eng.apply(cp.asarray(x.astype(in_dt)), adjoint, out_dt, out=out, plan=[la])
                     got = cp.asnumpy(out)

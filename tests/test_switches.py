@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fftmatvec import FFTMatvecValueError
-from fftmatvec._gpu import KernelEngine, _split_k, _switch
+from fftmatvec._gpu import KernelEngine, _split_k, _switch, pipe_split_count, pipe_split_time
 
 
 @pytest.mark.parametrize("value,expected", [(None, "auto"), ("", "auto"), ("auto", "auto"),
@@ -163,3 +163,48 @@ def test_split_k_rounds_to_whole_chunks(splits, n_red, step):
     got, chunk = _split_k(splits, n_red, step)
     assert chunk % step == 0 and 1 <= got <= splits
     assert (got - 1) * chunk < n_red <= got * chunk
+
+
+@pytest.mark.parametrize("base,resident,n_red,step,max_splits", [
+    (32, 132, 20000, 4, 625), (126, 132, 5000, 4, 156), (504, 132, 5000, 4, 156),
+    (7, 132, 100000, 4, 3125), (5024, 132, 100, 4, 3), (1, 1, 40, 4, 1)])
+@pytest.mark.parametrize("model", [(0.25, 20.0, 0.85), (0.16, 0.0, 1.1), (1.0, 0.0, 0.0)])
+def test_pipe_split_count_minimises_the_model(base, resident, n_red, step, max_splits, model):
+    """The tensor-core launches' split-K count is the model's best over every allowed count
+    (up to the 64 rounds of blocks past which it stops looking), and stays in range."""
+    partial = 16 * 100 * 1001 * 8
+    got = pipe_split_count(base, resident, n_red, step, max_splits, partial, model)
+    assert 1 <= got <= max_splits
+    splits, chunk = _split_k(got, n_red, step)
+    assert splits == got
+    t_got = pipe_split_time(got, chunk, base, resident, partial, model)
+    top = min(max_splits, -(-64 * resident // base))
+    for want in range(1, top + 1):
+        s, c = _split_k(want, n_red, step)
+        assert t_got <= pipe_split_time(s, c, base, resident, partial, model) * (1 + 1e-9)
+
+
+def test_pipe_split_count_prefers_whole_rounds():
+    """Rows alone (no partial sums, no fill): 32 blocks a split on 132 slots take 4 splits
+    (one round, 97 % full) over 5 (two rounds, the second nearly empty)."""
+    model = (1.0, 0.0, 0.0)
+    t4 = pipe_split_time(4, 5000, 32, 132, 0, model)
+    t5 = pipe_split_time(5, 4000, 32, 132, 0, model)
+    assert t4 < t5
+    assert pipe_split_count(32, 132, 20000, 4, 4, 0, model) == 4
+    # partial sums that cost more than the rows keep the reduction whole
+    assert pipe_split_count(32, 132, 20000, 4, 625, 10**9, (1.0, 0.0, 1e3)) == 1
+
+
+@pytest.mark.parametrize("regs,threads,smem,expected", [
+    (168, 256, 98304, 1),   # registers: 12 warps fit, a block has 8
+    (64, 256, 98304, 2),    # shared memory: two blocks of 96 KB (and 1 KB each reserved)
+    (0, 256, 98304, 2),     # registers unknown: left out
+    (32, 1024, 0, 2),       # threads
+    (128, 512, 49152, 1),   # 512 threads x 128 registers fill the register file
+    (255, 32, 0, 8),        # one warp of 255 registers (256 allocated): 8 of them
+])
+def test_resident_blocks(regs, threads, smem, expected):
+    engine = SimpleNamespace(smem_per_sm=228 * 1024, threads_per_sm=2048, regs_per_sm=65536,
+                             _num_regs={"k": regs})
+    assert KernelEngine.resident_blocks(engine, "k", threads, smem) == expected
