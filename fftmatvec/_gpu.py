@@ -91,22 +91,30 @@ PIPE_DEFAULTS = {
 }
 # The split-K count of a tensor-core launch minimises a model of its time,
 #
-#     T(S) = W(S) (a c(S) + w) + b (S > 1) S kb n_out Nf e / 1e6   (microseconds)
+#     T(S) = W(S) (a c(S) + w) + b (S > 1) S kb n_out Nf e / 1e6 + constant   (microseconds)
 #
 # S splits of c(S) reduction rows each (whole stages), W(S) = ceil(B S / P) rounds of blocks (B
 # blocks per split, P resident on the device at once by shared memory, threads and registers),
 # e bytes per partial sum. a: the time of one reduction row for a round of blocks; w: a round's
 # fill and stores; b: a megabyte of partial sums, written by the launch and read by the split-K
 # sum. (a, w, b) per (storage, adjoint), fitted by scripts/tune_sbgemv.py --k 16 --pipe-splits
-# on an H200 (docs/benchmarks.md, tenth run).
+# on an H200 over four sizes (docs/benchmarks.md, tenth run): within 6 % of the 60 forward
+# times of `s` and `h`, 16 % of those of `d` (whose times move with the power limit), and its
+# choice within 5 % of the best count timed, where the old rule (a fixed number of rounds of
+# an estimate of the block slots that left out the registers) lost up to 36 %.
 PIPE_SPLIT_MODEL = {
-    ("c128", False): (0.28, 0.0, 1.9), ("c128", True): (0.28, 0.0, 1.9),
-    ("c64", False): (0.28, 0.0, 1.9), ("c64", True): (0.28, 0.0, 1.9),
-    ("c32h", False): (0.28, 0.0, 1.9), ("c32h", True): (0.28, 0.0, 1.9),
+    ("c128", False): (0.1505, 0.0, 1.134), ("c128", True): (0.1495, 8.01, 0.297),
+    ("c64", False): (0.2347, 0.0, 1.592), ("c64", True): (0.1616, 22.73, 0.0),
+    ("c32h", False): (0.2424, 0.0, 2.105), ("c32h", True): (0.3584, 46.66, 0.0),
 }
-# Adjoints use tensor cores in `d`, and in `h` from this many reduction rows (Nd); the GEMV
-# kernels are faster for `s` adjoints and for `h` ones with few rows (docs/benchmarks.md).
-MMA_ADJ_MIN_ROWS = {"c128": 0, "c32h": 64}
+# The complex128 launches run slower per row in splits of many thousand rows than the model
+# says (k = 16, Nd = 10: one round of 10000-row splits 1.52 ms, five of 2084 rows 1.43 ms), so
+# their splits keep at most this many rows.
+PIPE_MAX_SPLIT_ROWS = {"c128": 2048}
+# Adjoints use tensor cores in `d` and `h` from this many reduction rows (Nd); the GEMV
+# kernels are faster for `s` adjoints and for those with few rows: `d` on (100000, 10, 100),
+# k = 16, 2.40 ms against 3.26 (docs/benchmarks.md, tenth run).
+MMA_ADJ_MIN_ROWS = {"c128": 32, "c32h": 64}
 # rows of one MMA tile (complex128: 8 rows, their real and imaginary parts; TF32: m16)
 _MMA_ROWS = {"c128": 8, "c64": 16, "c32h": 16}
 MMA_MAX_KB = 16  # right-hand sides per tensor-core launch (the MMA's N = 2 x 16 real columns)
@@ -180,14 +188,16 @@ def pipe_split_time(splits: int, chunk: int, base: int, resident: int, partial_b
 
 
 def pipe_split_count(base: int, resident: int, n_red: int, step: int, max_splits: int,
-                     partial_bytes: int, model) -> int:
+                     partial_bytes: int, model, max_rows: int | None = None) -> int:
     """The split-K count, 1 to ``max_splits``, that minimises ``pipe_split_time`` over
-    ``n_red`` reduction rows split in whole multiples of ``step``."""
+    ``n_red`` reduction rows split in whole multiples of ``step``, with at most ``max_rows``
+    rows a split where that leaves ``max_splits`` or fewer splits."""
     best_t, best = math.inf, 1
+    first = 1 if max_rows is None else max(1, min(max_splits, math.ceil(n_red / max_rows)))
     # past 64 rounds of blocks the rounding of the last one no longer matters
-    top = max(1, min(max_splits, math.ceil(64 * resident / max(1, base))))
+    top = max(first, min(max_splits, math.ceil(64 * resident / max(1, base))))
     seen = set()
-    for want in range(1, top + 1):
+    for want in range(first, top + 1):
         splits, chunk = _split_k(want, n_red, step)
         if splits in seen:
             continue
@@ -384,7 +394,8 @@ class KernelEngine:
         else:
             splits = pipe_split_count(base, resident, n_red, ks, max_splits,
                                       kb * n_out * self.nf * self.compute.itemsize,
-                                      PIPE_SPLIT_MODEL[(self.store, bool(adjoint))])
+                                      PIPE_SPLIT_MODEL[(self.store, bool(adjoint))],
+                                      PIPE_MAX_SPLIT_ROWS.get(self.store))
         splits, red_chunk = _split_k(splits, n_red, ks)
         name = self._pipe_name(tile, in_dtype, self.compute if splits > 1 else out_dtype)
         freq_major = bool(adjoint) if self.pipe_freq_major is None else bool(self.pipe_freq_major)

@@ -28,7 +28,7 @@
 // blockIdx.y splits the reduction (split-K) like the GEMV kernels.
 //
 // The engine uses these kernels for launches of 16 right-hand sides, forward in every storage
-// and adjoint in `d` (and `h` with enough reduction rows), where they beat the GEMV kernels
+// and adjoint in `d` and `h` with enough reduction rows, where they beat the GEMV kernels
 // (docs/benchmarks.md); smaller batches stay on the GEMV kernels (a launch costs about the same
 // for any kb: it always computes 16 columns).
 //

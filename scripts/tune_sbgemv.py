@@ -190,9 +190,10 @@ def main(argv=None) -> int:
 
 
 def fit_split_model(points) -> dict:
-    """Fit PIPE_SPLIT_MODEL's (a, w, b) per (storage, adjoint) to the timed split-K counts
-    (non-negative least squares, relative errors), print them with each case's measured best
-    count, the fitted model's choice and the engine's, and return them."""
+    """Fit PIPE_SPLIT_MODEL's (a, w, b) per (storage, adjoint), and the constant the choice
+    does not depend on, to the timed split-K counts (non-negative least squares, relative
+    errors), print them with each case's measured best count, the fitted model's choice and
+    the engine's, and return (a, w, b)."""
     from scipy.optimize import nnls
 
     from fftmatvec._gpu import pipe_split_count, pipe_split_time
@@ -204,23 +205,24 @@ def fit_split_model(points) -> dict:
         for p in pts:
             waves = -(-p["base"] * p["splits"] // p["resident"])
             feats = [waves * p["chunk"], waves,
-                     p["splits"] * p["partial_bytes"] / 1e6 if p["splits"] > 1 else 0.0]
+                     p["splits"] * p["partial_bytes"] / 1e6 if p["splits"] > 1 else 0.0, 1.0]
             us = p["ms"] * 1e3
             rows.append([f / us for f in feats])  # relative errors: every case weighs the same
             rhs.append(1.0)
         coef, _ = nnls(np.array(rows), np.array(rhs))
-        model = tuple(float(c) for c in coef)
+        model, const = tuple(float(c) for c in coef[:3]), float(coef[3])
         fits[key] = model
         print(f"# split model {key[0]} {'adj' if key[1] else 'fwd'}: a = {model[0]:.4f} us/row, "
-              f"w = {model[1]:.2f} us/round, b = {model[2]:.3f} us/MB")
+              f"w = {model[1]:.2f} us/round, b = {model[2]:.3f} us/MB, constant {const:.1f} us")
         for case in sorted({p["case"] for p in pts}, key=str):
             cp_ = [p for p in pts if p["case"] == case]
             best = min(cp_, key=lambda p: p["ms"])
             p0 = cp_[0]
             mine = pipe_split_count(p0["base"], p0["resident"], p0["n_red"], p0["step"],
                                     p0["max_splits"], p0["partial_bytes"], model)
-            errs = [abs(pipe_split_time(p["splits"], p["chunk"], p["base"], p["resident"],
-                                        p["partial_bytes"], model) / 1e3 / p["ms"] - 1) for p in cp_]
+            errs = [abs((pipe_split_time(p["splits"], p["chunk"], p["base"], p["resident"],
+                                         p["partial_bytes"], model) + const) / 1e3 / p["ms"] - 1)
+                    for p in cp_]
             print(f"    {case[0]} {case[1]}: measured best {best['splits']} splits "
                   f"({best['ms']:.3f} ms), the engine's choice {p0['model_choice'] or 'GEMV'}, "
                   f"the fitted model's {mine}; model error up to {max(errs) * 100:.1f} %")

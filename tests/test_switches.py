@@ -54,16 +54,17 @@ def test_staged_choice(monkeypatch, store, kb, n_red, adjoint, expected):
 
 @pytest.mark.parametrize("has_mma", [True, False])
 @pytest.mark.parametrize("adjoint", [False, True])
-@pytest.mark.parametrize("store,nd", [("c128", 1), ("c64", 100), ("c32h", 100), ("c32h", 50)])
+@pytest.mark.parametrize("store,nd", [("c128", 1), ("c128", 32), ("c64", 100), ("c32h", 100),
+                                      ("c32h", 50)])
 def test_tensor_core_choice(monkeypatch, has_mma, adjoint, store, nd):
     """Tensor cores serve batches (of a storage's MMA_MIN_KB or more) forward, and adjoint in d
-    and in h with 64+ reduction rows, by default; every launch with FFTMATVEC_MMA=1 (an error where the device has none);
-    nothing with =0."""
+    with 32+ and in h with 64+ reduction rows, by default; every launch with FFTMATVEC_MMA=1
+    (an error where the device has none); nothing with =0."""
     from fftmatvec._gpu import MMA_MIN_KB
 
     engine = SimpleNamespace(_sm80_kernels=lambda: has_mma, store=store, nd=nd)
     monkeypatch.delenv("FFTMATVEC_MMA", raising=False)
-    uses = not adjoint or store == "c128" or (store == "c32h" and nd >= 64)
+    uses = not adjoint or (store == "c128" and nd >= 32) or (store == "c32h" and nd >= 64)
     expected = MMA_MIN_KB[(store, adjoint)] if has_mma and uses else None
     assert KernelEngine._mma_min_kb(engine, adjoint) == expected
     monkeypatch.setenv("FFTMATVEC_MMA", "0")
@@ -208,3 +209,13 @@ def test_resident_blocks(regs, threads, smem, expected):
     engine = SimpleNamespace(smem_per_sm=228 * 1024, threads_per_sm=2048, regs_per_sm=65536,
                              _num_regs={"k": regs})
     assert KernelEngine.resident_blocks(engine, "k", threads, smem) == expected
+
+
+def test_pipe_split_count_caps_the_rows_of_a_split():
+    """A cap on the rows of a split raises the count to ceil(n_red / cap) at least, unless the
+    reduction is too short for that many splits."""
+    model = (0.15, 0.0, 1.1)
+    assert pipe_split_count(126, 132, 20000, 4, 625, 16 * 50 * 501 * 16, model) == 1
+    got = pipe_split_count(126, 132, 20000, 4, 625, 16 * 50 * 501 * 16, model, max_rows=2048)
+    assert got >= 10 and _split_k(got, 20000, 4)[1] <= 2048
+    assert pipe_split_count(126, 132, 20000, 4, 3, 0, model, max_rows=2048) <= 3
