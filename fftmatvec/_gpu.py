@@ -76,7 +76,8 @@ ASYNC_FEW = {"c128": ((4, 4, 2, 4), 2), "c64": ((4, 4, 2, 4), 2), "c32h": ((4, 4
 # WF x V frequencies, and streams KS reduction rows per stage, NS stages deep, through shared
 # memory); NVIDIA sm_80 and newer. Keep in sync with hip_kernels/fftmatvec_kernels.cu.
 PIPE_TILES = {
-    "c128": [(4, 1, 1, 8, 4, 4), (2, 2, 2, 4, 4, 4), (4, 1, 2, 4, 4, 4)],
+    "c128": [(4, 1, 1, 8, 4, 4), (2, 2, 2, 4, 4, 4), (4, 1, 2, 4, 4, 4), (2, 1, 1, 8, 4, 4),
+             (2, 1, 2, 8, 4, 4)],
     "c64": [(2, 2, 1, 8, 4, 4), (1, 2, 4, 2, 4, 4)],
     "c32h": [(2, 2, 2, 8, 4, 4), (2, 4, 1, 8, 4, 4)],
 }
@@ -251,7 +252,7 @@ class KernelEngine:
         self.staged_threads_per_sm = None  # split-K target of the staged kernel (None: default)
         self.pipe_waves = None  # split-K target of the tensor-core kernel (None: the model)
         self.pipe_splits = None  # split-K count of the tensor-core kernel (None: the model)
-        self.pipe_freq_major = None  # block order of the tensor-core kernel (None: adjoints)
+        self.pipe_freq_major = None  # block order of the tensor-core kernel (None: the rule)
         self._num_regs: dict = {}  # kernel name -> registers per thread (0: unknown)
         self._sm80 = None  # whether the sm_80+ kernels exist here (found on first use)
         self.async_waves = None  # split-K target of the cp.async kernel (None: default)
@@ -398,7 +399,15 @@ class KernelEngine:
                                       PIPE_MAX_SPLIT_ROWS.get(self.store))
         splits, red_chunk = _split_k(splits, n_red, ks)
         name = self._pipe_name(tile, in_dtype, self.compute if splits > 1 else out_dtype)
-        freq_major = bool(adjoint) if self.pipe_freq_major is None else bool(self.pipe_freq_major)
+        # Adjoints whose row tiles outnumber the resident blocks take the frequency tiles of a
+        # row tile together: a round of blocks in the row order would read 128-byte runs of one
+        # frequency tile, 16 KB apart (k = 16, `d`: 3.77 against 4.76 ms on (5000, 100, 1000),
+        # 4.42 against 7.24 on (20000, 50, 500); 0.81 against 0.75 on (1000, 100, 1000), whose
+        # 32 row tiles fit one round). Forward products keep the row order: their row tiles share
+        # the large vectors' tiles in L2 (docs/benchmarks.md, tenth run).
+        freq_major = bool(adjoint) and math.ceil(n_out / rows) > resident
+        if self.pipe_freq_major is not None:
+            freq_major = bool(self.pipe_freq_major)
         return _Launch(name, kb, (base, splits), (32, wr * wf), splits, red_chunk, mma=True,
                        smem=smem, resident=resident, freq_major=freq_major)
 
