@@ -76,8 +76,7 @@ ASYNC_FEW = {"c128": ((4, 4, 2, 4), 2), "c64": ((4, 4, 2, 4), 2), "c32h": ((4, 4
 # WF x V frequencies, and streams KS reduction rows per stage, NS stages deep, through shared
 # memory); NVIDIA sm_80 and newer. Keep in sync with hip_kernels/fftmatvec_kernels.cu.
 PIPE_TILES = {
-    "c128": [(4, 1, 1, 8, 4, 4), (2, 2, 2, 4, 4, 4), (4, 1, 2, 4, 4, 4), (2, 1, 1, 8, 4, 4),
-             (2, 1, 2, 8, 4, 4)],
+    "c128": [(4, 1, 1, 8, 4, 4), (2, 2, 2, 4, 4, 4), (4, 1, 2, 4, 4, 4)],
     "c64": [(2, 2, 1, 8, 4, 4), (1, 2, 4, 2, 4, 4)],
     "c32h": [(2, 2, 2, 8, 4, 4), (2, 4, 1, 8, 4, 4)],
 }
@@ -112,10 +111,11 @@ PIPE_SPLIT_MODEL = {
 # says (k = 16, Nd = 10: one round of 10000-row splits 1.52 ms, five of 2084 rows 1.43 ms), so
 # their splits keep at most this many rows.
 PIPE_MAX_SPLIT_ROWS = {"c128": 2048}
-# Adjoints use tensor cores in `d` and `h` from this many reduction rows (Nd); the GEMV
-# kernels are faster for `s` adjoints and for those with few rows: `d` on (100000, 10, 100),
-# k = 16, 2.40 ms against 3.26 (docs/benchmarks.md, tenth run).
-MMA_ADJ_MIN_ROWS = {"c128": 32, "c32h": 64}
+# Adjoints use tensor cores from this many reduction rows (Nd); the GEMV kernels are faster
+# with fewer: `d` on (100000, 10, 100), k = 16, 2.40 ms against 3.26; `s` on (20000, 50, 500)
+# 4.00 against 4.89, where on (5000, 100, 1000) tensor cores take 3.15 against 3.54
+# (docs/benchmarks.md, tenth run).
+MMA_ADJ_MIN_ROWS = {"c128": 32, "c64": 100, "c32h": 64}
 # rows of one MMA tile (complex128: 8 rows, their real and imaginary parts; TF32: m16)
 _MMA_ROWS = {"c128": 8, "c64": 16, "c32h": 16}
 MMA_MAX_KB = 16  # right-hand sides per tensor-core launch (the MMA's N = 2 x 16 real columns)
