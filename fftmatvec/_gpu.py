@@ -98,10 +98,11 @@ PIPE_DEFAULTS = {
 # e bytes per partial sum. a: the time of one reduction row for a round of blocks; w: a round's
 # fill and stores; b: a megabyte of partial sums, written by the launch and read by the split-K
 # sum. (a, w, b) per (storage, adjoint), fitted by scripts/tune_sbgemv.py --k 16 --pipe-splits
-# on an H200 over four sizes (docs/benchmarks.md, tenth run): within 6 % of the 60 forward
-# times of `s` and `h`, 16 % of those of `d` (whose times move with the power limit), and its
-# choice within 5 % of the best count timed, where the old rule (a fixed number of rounds of
-# an estimate of the block slots that left out the registers) lost up to 36 %.
+# on an H200 over four sizes (docs/benchmarks.md, tenth run): within 6 % of the forward times
+# of `s` and `h` swept, 16 % of those of `d` (whose times move with the power limit). Its
+# choices were the fastest count timed or within 2 % of it; the old rule (a fixed number of
+# rounds of an estimate of the block slots that left out the registers) took up to 44 % longer
+# (`h`, (1000, 100, 1000): 0.440 against 0.306 ms).
 PIPE_SPLIT_MODEL = {
     ("c128", False): (0.1505, 0.0, 1.134), ("c128", True): (0.1495, 8.01, 0.297),
     ("c64", False): (0.2347, 0.0, 1.592), ("c64", True): (0.1616, 22.73, 0.0),
