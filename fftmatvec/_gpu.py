@@ -424,8 +424,8 @@ class KernelEngine:
         if regs is None:
             try:
                 regs = int(kernels.get_function(name).attributes["num_regs"])
-            except Exception:  # no such kernel, or no attribute on this platform
-                regs = 0
+            except (RuntimeError, KeyError, AttributeError):  # KernelLoadError is a RuntimeError
+                regs = 0  # no such kernel, or no such attribute on this platform
             self._num_regs[name] = regs
         if regs:
             per_warp = -(-regs * 32 // 256) * 256  # registers are allocated 256 per warp
