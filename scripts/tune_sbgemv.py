@@ -196,7 +196,7 @@ def fit_split_model(points) -> dict:
     the engine's, and return (a, w, b)."""
     from scipy.optimize import nnls
 
-    from fftmatvec._gpu import pipe_split_count, pipe_split_time
+    from fftmatvec._gpu import PIPE_MAX_SPLIT_ROWS, pipe_split_count, pipe_split_time
 
     fits = {}
     for key in sorted({(p["store"], p["adjoint"]) for p in points}):
@@ -219,7 +219,8 @@ def fit_split_model(points) -> dict:
             best = min(cp_, key=lambda p: p["ms"])
             p0 = cp_[0]
             mine = pipe_split_count(p0["base"], p0["resident"], p0["n_red"], p0["step"],
-                                    p0["max_splits"], p0["partial_bytes"], model)
+                                    p0["max_splits"], p0["partial_bytes"], model,
+                                    PIPE_MAX_SPLIT_ROWS.get(key[0]))
             errs = [abs((pipe_split_time(p["splits"], p["chunk"], p["base"], p["resident"],
                                          p["partial_bytes"], model) + const) / 1e3 / p["ms"] - 1)
                     for p in cp_]
