@@ -113,10 +113,11 @@ PIPE_SPLIT_MODEL = {
 # their splits keep at most this many rows.
 PIPE_MAX_SPLIT_ROWS = {"c128": 2048}
 # Adjoints use tensor cores from this many reduction rows (Nd); the GEMV kernels are faster
-# with fewer: `d` on (100000, 10, 100), k = 16, 2.40 ms against 3.26; `s` on (20000, 50, 500)
-# 4.00 against 4.89, where on (5000, 100, 1000) tensor cores take 3.15 against 3.54
+# with fewer: `s` on (20000, 50, 500), k = 16, 4.00 ms against 4.89, where on (5000, 100, 1000)
+# tensor cores take 3.15 against 3.54. `d` ones use them at any Nd since their stores go
+# through shared memory: 1.94 ms against 2.39 for the GEMV kernels on (100000, 10, 100)
 # (docs/benchmarks.md, tenth run).
-MMA_ADJ_MIN_ROWS = {"c128": 32, "c64": 100, "c32h": 64}
+MMA_ADJ_MIN_ROWS = {"c128": 0, "c64": 100, "c32h": 64}
 # rows of one MMA tile (complex128: 8 rows, their real and imaginary parts; TF32: m16)
 _MMA_ROWS = {"c128": 8, "c64": 16, "c32h": 16}
 MMA_MAX_KB = 16  # right-hand sides per tensor-core launch (the MMA's N = 2 x 16 real columns)

@@ -179,27 +179,42 @@ __device__ __forceinline__ void mma_kstep_tf32(float (&acc)[V][MT][4][4],
   }
 }
 
-// The accumulators of a warp whose tiles start at output row o0 and frequency f0. Complex128:
-// Y = A X from the products of mma_kstep_f64, Yr = ArXr - s AiXi, Yi = ArXi + s AiXr, s = 1,
-// or -1 for the adjoint (conj(A)).
-template <typename TOut, int MT, int V>
-__device__ __forceinline__ void mma_store_f64(const double (&acc)[V][MT][4][4], TOut* y,
-                                              i64 y_bstride, i64 nf, i64 nfp, i64 n_out, int kb,
-                                              i64 o0, i64 f0, int g, int t, double sgn) {
+// The complex128 accumulators of a block, stored through shared memory (free once the
+// pipeline is drained): Y = A X from the products of mma_kstep_f64, Yr = ArXr - s AiXi,
+// Yi = ArXi + s AiXr, s = 1, or -1 for the adjoint (conj(A)). A lane holds one 16-byte value
+// per (vector, row), so stored directly every lane would write its own 16 bytes; staged as
+// tile[b][row][f] (rows RS = F + 1 apart where that fits: no bank conflicts between the lanes
+// g of one write), the block stores runs of F contiguous frequencies per (vector, row):
+// 8-37 % faster complex128 adjoints with 16 vectors (docs/benchmarks.md, tenth run).
+template <typename TOut, int MT, int V, int R, int F, int RS, int NT>
+__device__ __forceinline__ void mma_store_f64_staged(
+    const double (&acc)[V][MT][4][4], unsigned char* smem, TOut* y, i64 y_bstride, i64 nf,
+    i64 n_out, int kb, i64 o_blk, i64 f_blk, int wrow, int wf, int g, int t, double sgn,
+    bool busy, int tid) {
+  double2* tile = reinterpret_cast<double2*>(smem);
+  if (busy) {
 #pragma unroll
-  for (int v = 0; v < V; ++v)
+    for (int v = 0; v < V; ++v)
 #pragma unroll
-    for (int m = 0; m < MT; ++m)
+      for (int m = 0; m < MT; ++m)
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+        for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const double* p = acc[v][m][h];      // Ar Xr, Ai Xr
-          const double* q = acc[v][m][2 + h];  // Ar Xi, Ai Xi
-          mma_store_one(y, y_bstride, nf, nfp, n_out, kb, 2 * t + i + 8 * h, o0 + 8 * m + g,
-                        f0 + v, make_double2(p[i] - sgn * q[2 + i], q[i] + sgn * p[2 + i]),
-                        (const float*)nullptr);
-        }
+          for (int i = 0; i < 2; ++i) {
+            const double* p = acc[v][m][h];      // Ar Xr, Ai Xr
+            const double* q = acc[v][m][2 + h];  // Ar Xi, Ai Xi
+            const int b = 2 * t + i + 8 * h, row = wrow + 8 * m + g;
+            tile[(b * R + row) * RS + wf + v] =
+                make_double2(p[i] - sgn * q[2 + i], q[i] + sgn * p[2 + i]);
+          }
+  }
+  __syncthreads();
+  for (int e = tid; e < 16 * R * F; e += NT) {
+    const int f = e % F, row = (e / F) % R, b = e / (F * R);
+    const i64 o = o_blk + row, ff = f_blk + f;
+    if (b < kb && o < n_out && ff < nf)
+      y[(i64)b * y_bstride + o * nf + ff] = ccast<TOut>(tile[(b * R + row) * RS + f]);
+  }
 }
 
 template <typename TOut, int MT, int V>
@@ -465,15 +480,19 @@ __device__ __forceinline__ void sbgemm_pipe_body(
     }
   }
   cp_async_wait<0>();
-  if (!busy) return;
-  TOut* yb = y + (i64)blockIdx.y * y_split_stride;
-  if constexpr (f64)
-    mma_store_f64<TOut, MT, V>(acc, yb, y_bstride, nf, nfp, n_out, kb, o_blk + wrow,
-                               f_blk + wf, g, t, sgn);
-  else
-    mma_store_tf32<TOut, MT, V>(acc, yb, y_bstride, nf, nfp, n_out, kb, o_blk + wrow,
-                                f_blk + wf, g, t,
+  if constexpr (f64) {  // a lane's outputs are one 16-byte value per (vector, row): stage them
+    constexpr int RS = 16 * Tile::R * (Tile::F + 1) * 16 <= NS * Tile::BYTES ? Tile::F + 1 : Tile::F;
+    static_assert(16 * Tile::R * RS * 16 <= NS * Tile::BYTES,
+                  "the staged store fits the pipeline's shared memory");
+    __syncthreads();  // every warp has read its last stage
+    mma_store_f64_staged<TOut, MT, V, Tile::R, Tile::F, RS, NT>(
+        acc, smem, y + (i64)blockIdx.y * y_split_stride, y_bstride, nf, n_out, kb, o_blk, f_blk,
+        wrow, wf, g, t, sgn, busy, tid);
+  } else if (busy) {
+    mma_store_tf32<TOut, MT, V>(acc, y + (i64)blockIdx.y * y_split_stride, y_bstride, nf, nfp,
+                                n_out, kb, o_blk + wrow, f_blk + wf, g, t,
                                 (scale != nullptr && !adjoint) ? scale : nullptr);
+  }
 }
 
 #endif  // FFTMATVEC_MMA
