@@ -180,6 +180,13 @@ def _split_k(splits: int, n_red: int, step: int) -> tuple[int, int]:
     return math.ceil(n_red / red_chunk), red_chunk
 
 
+def pipe_max_splits(n_red: int, tile) -> int:
+    """The most splits a tensor-core launch with ``tile`` = (MT, V, WR, WF, KS, NS) takes over
+    ``n_red`` reduction rows: each split keeps at least 2 x NS stages of KS rows."""
+    ks, ns = tile[4], tile[5]
+    return max(1, n_red // (2 * ns * ks))
+
+
 def pipe_split_time(splits: int, chunk: int, base: int, resident: int, partial_bytes: int,
                     model) -> float:
     """``PIPE_SPLIT_MODEL``'s time (microseconds) of a launch of ``splits`` splits of ``chunk``
@@ -376,7 +383,7 @@ class KernelEngine:
         tile = PIPE_DEFAULTS[(self.store, bool(adjoint))] if tile is None else tuple(tile)
         if tile not in PIPE_TILES[self.store]:
             raise ValueError(f"pipelined tile {tile} is not compiled for {self.store}")
-        mt, v, wr, wf, ks, ns = tile
+        mt, v, wr, wf, ks, _ = tile
         smem = self.pipe_smem(tile, in_dtype)
         if smem > self.smem_per_block:
             raise ValueError(f"pipelined tile {tile} needs {smem} bytes of shared memory, "
@@ -387,7 +394,7 @@ class KernelEngine:
         # the split kernel writes partial sums in the compute dtype: its registers decide
         resident = self.num_sms * self.resident_blocks(
             self._pipe_name(tile, in_dtype, self.compute), threads, smem)
-        max_splits = max(1, n_red // (2 * ns * ks))  # each split keeps 2 x NS stages
+        max_splits = pipe_max_splits(n_red, tile)
         if self.pipe_splits is not None:
             splits = max(1, min(self.pipe_splits, max_splits))
         elif self.pipe_waves is not None:
@@ -577,8 +584,7 @@ class KernelEngine:
         splits = 1
         if base < target:
             splits = max(1, min(math.ceil(target / base), n_red // 32))
-        red_chunk = math.ceil(n_red / splits)
-        splits = math.ceil(n_red / red_chunk)
+        splits, red_chunk = _split_k(splits, n_red, 1)
         out_sfx = _CPLX_SUFFIX[self.compute if splits > 1 else np.dtype(out_dtype)]
         name = (f"sbgemv_{self.store}_{_CPLX_SUFFIX[np.dtype(in_dtype)]}_{out_sfx}"
                 f"_r{rt}_k{kb}_v{v}")
@@ -598,9 +604,10 @@ class KernelEngine:
         store callback), else :meth:`scale_xhat` makes it so first."""
         cp = self.cp
         xhat = cp.ascontiguousarray(xhat)
-        if xhat_scaled and not self.scales_input(adjoint):
+        scales = self.scales_input(adjoint)
+        if xhat_scaled and not scales:
             raise ValueError("only a float16 adjoint's input carries the row scales")
-        if self.scales_input(adjoint) and not xhat_scaled:
+        if scales and not xhat_scaled:
             xhat = self.scale_xhat(xhat)
         k = xhat.shape[0]
         n_out, n_red = (self.nm, self.nd) if adjoint else (self.nd, self.nm)

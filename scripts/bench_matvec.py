@@ -43,6 +43,14 @@ def median_time(cp, fn, repeat: int, warmup: int = 10) -> float:
     return float(np.median(times))
 
 
+def stage3_input(eng, x, adjoint: bool):
+    """(x, scaled): stage 3's input as the product's forward FFT gives it. A float16 adjoint's
+    input carries the row scales where the FFT's store callback applies them (the product's
+    path on NVIDIA); ``scaled`` is then True, to pass as ``xhat_scaled``."""
+    scaled = eng.scales_input(adjoint) and eng.callbacks()[0]
+    return (eng.scale_xhat(x) if scaled else x), scaled
+
+
 def copy_bandwidth(cp, nbytes: int = 4 * 2**30, repeat: int = 20) -> float:
     """Device-to-device copy bandwidth in bytes/s (bytes read + bytes written)."""
     a = cp.empty(nbytes // 8, dtype=np.float64)
@@ -255,11 +263,8 @@ def main(argv=None) -> int:
                     n_in, n_out = (nd, nm) if adjoint else (nm, nd)
                     x1 = (cp.asarray(rng.standard_normal((1, n_in, F.nf))) + 0j).astype(cdt)
                     xk = (cp.asarray(rng.standard_normal((k, n_in, F.nf))) + 0j).astype(cdt)
-                    # a float16 adjoint's input carries the row scales where the FFT's store
-                    # callback applies them (the product's path on NVIDIA)
-                    scaled = eng.scales_input(adjoint) and eng.callbacks()[0]
-                    if scaled:
-                        x1, xk = eng.scale_xhat(x1), eng.scale_xhat(xk)
+                    x1, scaled = stage3_input(eng, x1, adjoint)
+                    xk, _ = stage3_input(eng, xk, adjoint)
                     t1 = median_time(cp, lambda: eng.apply(x1, adjoint, cdt, xhat_scaled=scaled),
                                      args.repeat)
                     tk = median_time(cp, lambda: eng.apply(xk, adjoint, cdt, xhat_scaled=scaled),

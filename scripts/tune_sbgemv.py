@@ -35,10 +35,11 @@ def main(argv=None) -> int:
     import cupy as cp
 
     import fftmatvec as fm
-    from fftmatvec._gpu import TILES
+    from fftmatvec._gpu import (ASYNC_TILES, PIPE_DEFAULTS, PIPE_TILES, STAGED_TILES, TILES,
+                                pipe_max_splits)
 
     sys.path.insert(0, __file__.rsplit("/", 1)[0])
-    from bench_matvec import copy_bandwidth, median_time
+    from bench_matvec import copy_bandwidth, median_time, stage3_input
 
     bw = copy_bandwidth(cp)
     print(f"# copy bandwidth {bw / 1e12:.3f} TB/s")
@@ -57,12 +58,12 @@ def main(argv=None) -> int:
                 x = cp.asarray(rng.standard_normal((k, n_in, F.nf)) + 1j * rng.standard_normal((k, n_in, F.nf)))
                 # the input as the product's forward FFT gives it (complex64 for s and h, where
                 # stage 3 computes in float32), the output in complex128 (stage 4's dtype)
-                x = x.astype(eng.xhat_dtype(F.precision))
-                # a float16 adjoint's input carries the row scales where the FFT's store
-                # callback applies them (the product's path on NVIDIA)
-                scaled = eng.scales_input(adjoint) and eng.callbacks()[0]
-                if scaled:
-                    x = eng.scale_xhat(x)
+                x, scaled = stage3_input(eng, x.astype(eng.xhat_dtype(F.precision)), adjoint)
+
+                def time_plan(plan):
+                    return median_time(cp, lambda: eng.apply(x, adjoint, np.complex128, plan=plan,
+                                                             xhat_scaled=scaled), args.repeat)
+
                 floor = (F.khat_nbytes + k * F.nf * (n_in * x.itemsize + n_out * 16)) / bw
                 rows = []
                 default = eng._plan(adjoint, k, x.dtype, np.complex128)
@@ -77,9 +78,9 @@ def main(argv=None) -> int:
                     else:
                         os.environ[var] = value
                 eng._plans.clear()
-                t = median_time(cp, lambda: eng.apply(x, adjoint, np.complex128, plan=unstaged, xhat_scaled=scaled), args.repeat)
+                t = time_plan(unstaged)
                 rows.append((t, "unstaged default", unstaged[0]))
-                t = median_time(cp, lambda: eng.apply(x, adjoint, np.complex128, plan=default, xhat_scaled=scaled), args.repeat)
+                t = time_plan(default)
                 rows.append((t, "default", default[0]))
                 for rt, kb, v in TILES[eng.store]:
                     if kb != k or args.unstaged == "default":
@@ -88,45 +89,37 @@ def main(argv=None) -> int:
                         for bps in (int(b) for b in args.blocks_per_sm.split(",")):
                             eng.blocks_per_sm = bps
                             la = eng._launch(k, n_out, n_red, x.dtype, np.complex128, tile=(rt, v, bx, ty))
-                            t = median_time(cp, lambda: eng.apply(x, adjoint, np.complex128, plan=[la], xhat_scaled=scaled), args.repeat)
+                            t = time_plan([la])
                             rows.append((t, f"rt={rt} v={v} bx={bx} ty={ty} bps={bps}", la))
                 eng.blocks_per_sm = 8
                 if k == 1 and eng._sm80_kernels():
                     # the cp.async kernel: (RT, TY, J, NS) and its split-K target
-                    from fftmatvec._gpu import ASYNC_TILES
-
                     for tile in ASYNC_TILES[eng.store]:
                         for waves in (1, 2, 4, 8):
                             eng.async_waves = waves
                             la = eng._launch_async(n_out, n_red, x.dtype, np.complex128, tile=tile,
                                                    adjoint=adjoint)
-                            t = median_time(cp, lambda: eng.apply(x, adjoint, np.complex128, plan=[la], xhat_scaled=scaled), args.repeat)
+                            t = time_plan([la])
                             rows.append((t, f"async tile={tile} waves={waves}", la))
                     eng.async_waves = None
                 if k == 1 and not args.no_staged:  # the staged kernel: (RT, V, TY), split-K target
-                    from fftmatvec._gpu import STAGED_TILES
-
                     for rt, v in STAGED_TILES[eng.store]:
                         for ty in (4, 8, 16):
                             for tps in (1024, 2048):
                                 eng.staged_threads_per_sm = tps
                                 la = eng._launch_staged(n_out, n_red, x.dtype, np.complex128, tile=(rt, v, ty))
-                                t = median_time(cp, lambda: eng.apply(x, adjoint, np.complex128, plan=[la], xhat_scaled=scaled), args.repeat)
+                                t = time_plan([la])
                                 rows.append((t, f"staged rt={rt} v={v} ty={ty} threads/SM={tps}", la))
                     eng.staged_threads_per_sm = None
                 if k > 1 and eng._mma_min_kb() is not None:  # the tensor-core kernel
-                    from fftmatvec._gpu import PIPE_TILES
-
                     for tile in PIPE_TILES[eng.store]:
                         for waves in (1, 2, 4, 8):
                             eng.pipe_waves = waves
                             la = eng._launch_pipe(k, n_out, n_red, x.dtype, np.complex128, tile=tile, adjoint=adjoint)
-                            t = median_time(cp, lambda: eng.apply(x, adjoint, np.complex128, plan=[la], xhat_scaled=scaled), args.repeat)
+                            t = time_plan([la])
                             rows.append((t, f"mma tile={tile} waves={waves}", la))
                     eng.pipe_waves = None
-                    from fftmatvec._gpu import PIPE_DEFAULTS
-
-                    ks, ns = PIPE_DEFAULTS[(eng.store, adjoint)][4:6]
+                    tile = PIPE_DEFAULTS[(eng.store, adjoint)]
                     # the default tile at each split-K count, timed in two passes (the counts
                     # in order, then reversed) keeping each count's faster time, so that a
                     # drift of the device's clocks over the sweep does not pass for a trend
@@ -140,7 +133,7 @@ def main(argv=None) -> int:
                     for order in (list(launches), list(launches)[::-1]):
                         for sp in order:
                             la = launches[sp]
-                            t = median_time(cp, lambda: eng.apply(x, adjoint, np.complex128, plan=[la], xhat_scaled=scaled), args.repeat)
+                            t = time_plan([la])
                             best_t[sp] = min(t, best_t.get(sp, t))
                     for sp, la in launches.items():
                         t = best_t[sp]
@@ -149,13 +142,14 @@ def main(argv=None) -> int:
                                        "ms": t * 1e3, "splits": la.splits, "chunk": la.red_chunk,
                                        "base": la.grid[0], "resident": la.resident,
                                        "partial_bytes": k * n_out * F.nf * eng.compute.itemsize,
-                                       "n_red": n_red, "step": ks, "max_splits": max(1, n_red // (2 * ns * ks)),
+                                       "n_red": n_red, "step": tile[4],
+                                       "max_splits": pipe_max_splits(n_red, tile),
                                        "model_choice": default[0].splits if default[0].mma else None})
                     if default[0].mma:  # the default launch with the other block order
                         eng.pipe_freq_major = not default[0].freq_major
                         la = eng._launch_pipe(k, n_out, n_red, x.dtype, np.complex128, adjoint=adjoint)
                         eng.pipe_freq_major = None
-                        t = median_time(cp, lambda: eng.apply(x, adjoint, np.complex128, plan=[la], xhat_scaled=scaled), args.repeat)
+                        t = time_plan([la])
                         rows.append((t, f"mma default order={'frequency' if la.freq_major else 'row'}-major", la))
                 rows.sort(key=lambda r: r[0])
                 d = "adj" if adjoint else "fwd"
