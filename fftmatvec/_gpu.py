@@ -112,12 +112,6 @@ PIPE_SPLIT_MODEL = {
 # says (k = 16, Nd = 10: one round of 10000-row splits 1.52 ms, five of 2084 rows 1.43 ms), so
 # their splits keep at most this many rows.
 PIPE_MAX_SPLIT_ROWS = {"c128": 2048}
-# Adjoints use tensor cores from this many reduction rows (Nd); the GEMV kernels are faster
-# with fewer: `s` on (20000, 50, 500), k = 16, 4.00 ms against 4.89, where on (5000, 100, 1000)
-# tensor cores take 3.15 against 3.54. `d` ones use them at any Nd since their stores go
-# through shared memory: 1.94 ms against 2.39 for the GEMV kernels on (100000, 10, 100)
-# (docs/benchmarks.md, tenth run).
-MMA_ADJ_MIN_ROWS = {"c128": 0, "c64": 100, "c32h": 64}
 # rows of one MMA tile (complex128: 8 rows, their real and imaginary parts; TF32: m16)
 _MMA_ROWS = {"c128": 8, "c64": 16, "c32h": 16}
 MMA_MAX_KB = 16  # right-hand sides per tensor-core launch (the MMA's N = 2 x 16 real columns)
@@ -125,10 +119,15 @@ MMA_MAX_KB = 16  # right-hand sides per tensor-core launch (the MMA's N = 2 x 16
 # about the same for any kb (it always computes 16 columns), so smaller batches go to the GEMV
 # kernels where those are faster. Measured on (5000, 100, 1000), H200: at k = 8 tensor cores
 # take 3.2 / 3.5 ms in `d` forward / adjoint against 4.9 / 3.7 ms (GEMV), at k = 4 and 8 in
-# `h` forward 1.4 ms against 1.8-1.9; `s` and `h` adjoints are faster on the GEMV kernels
-# below 16 (docs/benchmarks.md).
-MMA_MIN_KB = {("c128", False): 8, ("c128", True): 8, ("c64", False): 16, ("c64", True): 16,
-              ("c32h", False): 4, ("c32h", True): 16}
+# `h` forward 1.4 ms against 1.8-1.9, and at k = 8 adjoint 1.21 / 2.01 ms in `h` / `s` against
+# 1.96 / 2.16 (docs/benchmarks.md, eleventh run).
+#
+# Adjoints take tensor cores at any Nd since the float32 accumulators are stored through shared
+# memory like the complex128 ones (eleventh run): k = 16 on (20000, 50, 500) 1.80 / 2.65 ms in
+# `h` / `s` against 3.59 / 3.72 on the GEMV kernels, and 1.14 / 1.32 against 1.44 / 1.48 on
+# (100000, 10, 100).
+MMA_MIN_KB = {("c128", False): 8, ("c128", True): 8, ("c64", False): 16, ("c64", True): 8,
+              ("c32h", False): 4, ("c32h", True): 8}
 # Frequency padding of the stored Khat, so that V-wide loads are aligned.
 PAD = {"c128": 2, "c64": 4, "c32h": 8}
 _BATCH_SIZES = (16, 8, 4, 2, 1)
@@ -340,16 +339,11 @@ class KernelEngine:
     def _mma_min_kb(self, adjoint: bool = False) -> int | None:
         """The fewest right-hand sides a tensor-core launch takes, or None when that kernel is
         not used. It exists on NVIDIA sm_80 and newer and by default serves launches of at least
-        ``MMA_MIN_KB`` right-hand sides: forward ones, and adjoint ones where it beats the GEMV
-        kernels (``MMA_ADJ_MIN_ROWS``; scripts/tune_sbgemv.py). ``FFTMATVEC_MMA=0`` never uses
+        ``MMA_MIN_KB`` right-hand sides in either direction. ``FFTMATVEC_MMA=0`` never uses
         it, ``=1`` uses it for every launch, both directions, down to one right-hand side."""
         mode = _switch("FFTMATVEC_MMA")
         if mode == "0":
             return None
-        if mode == "auto" and adjoint:
-            min_rows = MMA_ADJ_MIN_ROWS.get(self.store)
-            if min_rows is None or self.nd < min_rows:
-                return None
         if not self._sm80_kernels():
             if mode == "1":
                 raise FFTMatvecValueError(

@@ -27,9 +27,9 @@
 // stages ahead (sbgemm_pipe_body below). Columns past kb are zero and never stored;
 // blockIdx.y splits the reduction (split-K) like the GEMV kernels.
 //
-// The engine uses these kernels for launches of 16 right-hand sides, forward in every storage
-// and adjoint in `d` and `h` with enough reduction rows, where they beat the GEMV kernels
-// (docs/benchmarks.md); smaller batches stay on the GEMV kernels (a launch costs about the same
+// The engine uses these kernels for launches of up to 16 right-hand sides in both directions,
+// from a per-storage count where they beat the GEMV kernels (MMA_MIN_KB in fftmatvec/_gpu.py,
+// docs/benchmarks.md); smaller batches stay on the GEMV kernels (a launch costs about the same
 // for any kb: it always computes 16 columns).
 //
 // Only compiled where FFTMATVEC_MMA is defined (the build and the run-time compiler define it
@@ -84,20 +84,6 @@ __device__ __forceinline__ Tf32Pair tf32_split(float v) {
   return {hi, __float_as_uint(v - __uint_as_float(hi))};
 }
 __device__ __forceinline__ unsigned tf32_neg(unsigned v) { return v ^ 0x80000000u; }
-
-// Store y[b, o, f] (skipped past kb, n_out or nf), times the forward float16 row scale.
-template <typename TOut, typename C>
-__device__ __forceinline__ void mma_store_one(TOut* __restrict__ y, i64 y_bstride, i64 nf,
-                                              i64 nfp, i64 n_out, int kb, int b, i64 o, i64 f,
-                                              C val, const float* __restrict__ fwd_scale) {
-  if (b >= kb || o >= n_out || f >= nf) return;
-  if (fwd_scale != nullptr) {
-    const float s = fwd_scale[o * nfp + f];
-    val.x *= s;
-    val.y *= s;
-  }
-  y[(i64)b * y_bstride + o * nf + f] = ccast<TOut>(val);
-}
 
 // ---- the arithmetic of one k-step (4 complex reduction rows), shared by both kernels --------
 
@@ -179,6 +165,15 @@ __device__ __forceinline__ void mma_kstep_tf32(float (&acc)[V][MT][4][4],
   }
 }
 
+// Where a block and a lane of the tensor-core kernel store: the block's first output row and
+// frequency, the lane's MMA coordinates (g, t), its warp's first row and frequency in the
+// block, its thread index, and whether its warp has rows.
+struct PipePlace {
+  i64 o_blk, f_blk;
+  int g, t, wrow, wf, tid;
+  bool busy;
+};
+
 // The complex128 accumulators of a block, stored through shared memory (free once the
 // pipeline is drained): Y = A X from the products of mma_kstep_f64, Yr = ArXr - s AiXi,
 // Yi = ArXi + s AiXr, s = 1, or -1 for the adjoint (conj(A)). A lane holds one 16-byte value
@@ -189,10 +184,11 @@ __device__ __forceinline__ void mma_kstep_tf32(float (&acc)[V][MT][4][4],
 template <typename TOut, int MT, int V, int R, int F, int RS, int NT>
 __device__ __forceinline__ void mma_store_f64_staged(
     const double (&acc)[V][MT][4][4], unsigned char* smem, TOut* y, i64 y_bstride, i64 nf,
-    i64 n_out, int kb, i64 o_blk, i64 f_blk, int wrow, int wf, int g, int t, double sgn,
-    bool busy, int tid) {
+    i64 n_out, int kb, const PipePlace& p, double sgn) {
+  const i64 o_blk = p.o_blk, f_blk = p.f_blk;
+  const int g = p.g, t = p.t, wrow = p.wrow, wf = p.wf, tid = p.tid;
   double2* tile = reinterpret_cast<double2*>(smem);
-  if (busy) {
+  if (p.busy) {
 #pragma unroll
     for (int v = 0; v < V; ++v)
 #pragma unroll
@@ -217,23 +213,80 @@ __device__ __forceinline__ void mma_store_f64_staged(
   }
 }
 
+// The float32 accumulators of a block (complex64 and float16 storage), stored through shared
+// memory like the complex128 ones: a lane holds one 8-byte value per (vector, row) and
+// frequency, 32 scattered pieces per store instruction when stored directly. Staged as
+// tile[b][row][f] for the 8 vectors of one half of the 16 at a time (so that every tile fits
+// the pipeline's shared memory), rows RS = F + 1 and vectors BS = R RS + PAD apart: the lanes
+// of one write (rows g, vectors 2t + i) then fall on distinct 8-byte slots of a 128-byte line
+// in each half-warp. The block then stores runs of F contiguous frequencies per (vector, row),
+// times the forward float16 row scale.
+template <typename TOut, int MT, int V, int R, int F, int NT>
+__device__ __forceinline__ void mma_store_tf32_staged(
+    const float (&acc)[V][MT][4][4], unsigned char* smem, TOut* y, i64 y_bstride, i64 nf,
+    i64 nfp, i64 n_out, int kb, const PipePlace& p, const float* __restrict__ fwd_scale) {
+  const i64 o_blk = p.o_blk, f_blk = p.f_blk;
+  const int g = p.g, t = p.t, wrow = p.wrow, wf = p.wf, tid = p.tid;
+  constexpr int RS = F + 1, BS = R * RS + ((2 - R * RS) % 8 + 8) % 8;  // BS = 2 (mod 8)
+  float2* tile = reinterpret_cast<float2*>(smem);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {  // vectors 8h .. 8h + 7
+    if (8 * h >= kb) break;       // uniform: kb is a kernel argument
+    if (h > 0) __syncthreads();   // the first half's tile has been stored
+    if (p.busy) {
+#pragma unroll
+      for (int v = 0; v < V; ++v)
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            const int b = 2 * t + (c & 1), row = wrow + 16 * m + 8 * (c >> 1) + g;
+            tile[b * BS + row * RS + wf + v] = make_float2(acc[v][m][h][c], acc[v][m][2 + h][c]);
+          }
+    }
+    __syncthreads();
+    for (int e = tid; e < 8 * R * F; e += NT) {
+      const int f = e % F, row = (e / F) % R, b = e / (F * R);
+      const i64 o = o_blk + row, ff = f_blk + f;
+      if (8 * h + b < kb && o < n_out && ff < nf) {
+        float2 val = tile[b * BS + row * RS + f];
+        if (fwd_scale != nullptr) {
+          const float s = fwd_scale[o * nfp + ff];
+          val.x *= s;
+          val.y *= s;
+        }
+        y[(i64)(8 * h + b) * y_bstride + o * nf + ff] = ccast<TOut>(val);
+      }
+    }
+  }
+}
+
+// The same accumulators stored directly, each lane its own 8-byte values: forward products,
+// whose outputs are few (Nd rows), and the tiles of 512 threads, whose 128 registers the staged
+// store's code crowds (the float16 forward tile's main loop grew from 190 to 236 instructions).
 template <typename TOut, int MT, int V>
 __device__ __forceinline__ void mma_store_tf32(const float (&acc)[V][MT][4][4], TOut* y,
                                                i64 y_bstride, i64 nf, i64 nfp, i64 n_out,
-                                               int kb, i64 o0, i64 f0, int g, int t,
+                                               int kb, const PipePlace& p,
                                                const float* __restrict__ fwd_scale) {
+  if (!p.busy) return;
+  const i64 o0 = p.o_blk + p.wrow, f0 = p.f_blk + p.wf;
 #pragma unroll
   for (int v = 0; v < V; ++v)
 #pragma unroll
     for (int m = 0; m < MT; ++m)
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        const i64 o = o0 + 16 * m + 8 * (c >> 1) + g;
-        const int b = 2 * t + (c & 1);
-        mma_store_one(y, y_bstride, nf, nfp, n_out, kb, b, o, f0 + v,
-                      make_float2(acc[v][m][0][c], acc[v][m][2][c]), fwd_scale);
-        mma_store_one(y, y_bstride, nf, nfp, n_out, kb, b + 8, o, f0 + v,
-                      make_float2(acc[v][m][1][c], acc[v][m][3][c]), fwd_scale);
+        const i64 o = o0 + 16 * m + 8 * (c >> 1) + p.g, f = f0 + v;
+        if (o >= n_out || f >= nf) continue;
+        const float s = fwd_scale != nullptr ? fwd_scale[o * nfp + f] : 1.0f;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int b = 2 * p.t + (c & 1) + 8 * h;
+          if (b < kb)
+            y[(i64)b * y_bstride + o * nf + f] =
+                ccast<TOut>(make_float2(s * acc[v][m][h][c], s * acc[v][m][2 + h][c]));
+        }
       }
 }
 
@@ -400,14 +453,14 @@ __device__ __forceinline__ void sbgemm_pipe_body(
   const i64 n_fblocks = (nf + Tile::F - 1) / Tile::F;
   const i64 o_blk = (freq_major ? (i64)blockIdx.x / n_fblocks : (i64)blockIdx.x % n_oblocks) * Tile::R;
   const i64 f_blk = (freq_major ? (i64)blockIdx.x % n_fblocks : (i64)blockIdx.x / n_oblocks) * Tile::F;
-  const i64 r_begin = (i64)blockIdx.y * red_chunk;
-  const i64 r_end = r_begin + red_chunk < n_red ? r_begin + red_chunk : n_red;
-  const i64 nsteps = r_end > r_begin ? (r_end - r_begin + KS - 1) / KS : 0;
   const int g = threadIdx.x >> 2, t = threadIdx.x & 3;
   const int wrow = (threadIdx.y % WR) * MT * RPT, wf = (threadIdx.y / WR) * V;
   // whole warps idle on rows past n_out (uniform per warp, as mma.sync needs); their other
   // m-tiles past n_out are computed on zeros (skipping them, tried, made the loop slower)
   const bool busy = o_blk + wrow < n_out;
+  const i64 r_begin = (i64)blockIdx.y * red_chunk;
+  const i64 r_end = r_begin + red_chunk < n_red ? r_begin + red_chunk : n_red;
+  const i64 nsteps = r_end > r_begin ? (r_end - r_begin + KS - 1) / KS : 0;
   const Real sgn = adjoint ? (Real)-1 : (Real)1;  // conj(Khat) for the adjoint: negate Ai
 
   Real acc[V][MT][4][4];
@@ -480,18 +533,31 @@ __device__ __forceinline__ void sbgemm_pipe_body(
     }
   }
   cp_async_wait<0>();
+  // the stores' place, recomputed rather than held in registers through the loop
+  // (kept in registers through the loop: recomputing it after, from the special registers read
+  // by volatile asm, took the float16 forward tile's main loop from 190 to 236 instructions)
+  const PipePlace q = {o_blk, f_blk, g, t, wrow, wf, tid, busy};
+  TOut* y_split = y + (i64)blockIdx.y * y_split_stride;
   if constexpr (f64) {  // a lane's outputs are one 16-byte value per (vector, row): stage them
     constexpr int RS = 16 * Tile::R * (Tile::F + 1) * 16 <= NS * Tile::BYTES ? Tile::F + 1 : Tile::F;
     static_assert(16 * Tile::R * RS * 16 <= NS * Tile::BYTES,
                   "the staged store fits the pipeline's shared memory");
     __syncthreads();  // every warp has read its last stage
-    mma_store_f64_staged<TOut, MT, V, Tile::R, Tile::F, RS, NT>(
-        acc, smem, y + (i64)blockIdx.y * y_split_stride, y_bstride, nf, n_out, kb, o_blk, f_blk,
-        wrow, wf, g, t, sgn, busy, tid);
-  } else if (busy) {
-    mma_store_tf32<TOut, MT, V>(acc, y + (i64)blockIdx.y * y_split_stride, y_bstride, nf, nfp,
-                                n_out, kb, o_blk + wrow, f_blk + wf, g, t,
-                                (scale != nullptr && !adjoint) ? scale : nullptr);
+    mma_store_f64_staged<TOut, MT, V, Tile::R, Tile::F, RS, NT>(acc, smem, y_split, y_bstride, nf,
+                                                                n_out, kb, q, sgn);
+  } else {
+    const float* fwd_scale = (scale != nullptr && !adjoint) ? scale : nullptr;
+    if constexpr (NT <= 256) {
+      if (adjoint) {  // Nm output rows: one float2 per (vector, row) and frequency, staged
+        static_assert(8 * (Tile::R * (Tile::F + 1) + 8) * 8 <= NS * Tile::BYTES,
+                      "the staged store fits the pipeline's shared memory");
+        __syncthreads();  // every warp has read its last stage
+        mma_store_tf32_staged<TOut, MT, V, Tile::R, Tile::F, NT>(
+            acc, smem, y_split, y_bstride, nf, nfp, n_out, kb, q, fwd_scale);
+        return;
+      }
+    }
+    mma_store_tf32<TOut, MT, V>(acc, y_split, y_bstride, nf, nfp, n_out, kb, q, fwd_scale);
   }
 }
 

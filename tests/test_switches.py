@@ -57,16 +57,14 @@ def test_staged_choice(monkeypatch, store, kb, n_red, adjoint, expected):
 @pytest.mark.parametrize("store,nd", [("c128", 1), ("c128", 32), ("c64", 50), ("c64", 100),
                                       ("c32h", 100), ("c32h", 50)])
 def test_tensor_core_choice(monkeypatch, has_mma, adjoint, store, nd):
-    """Tensor cores serve batches (of a storage's MMA_MIN_KB or more) forward, and adjoint in d,
-    in s with 100+ and in h with 64+ reduction rows, by default; every launch with FFTMATVEC_MMA=1
-    (an error where the device has none); nothing with =0."""
+    """Tensor cores serve batches of a storage's MMA_MIN_KB or more right-hand sides, in both
+    directions and at any Nd, by default; every launch with FFTMATVEC_MMA=1 (an error where the
+    device has none); nothing with =0."""
     from fftmatvec._gpu import MMA_MIN_KB
 
     engine = SimpleNamespace(_sm80_kernels=lambda: has_mma, store=store, nd=nd)
     monkeypatch.delenv("FFTMATVEC_MMA", raising=False)
-    uses = not adjoint or store == "c128" or (store == "c64" and nd >= 100) \
-        or (store == "c32h" and nd >= 64)
-    expected = MMA_MIN_KB[(store, adjoint)] if has_mma and uses else None
+    expected = MMA_MIN_KB[(store, adjoint)] if has_mma else None
     assert KernelEngine._mma_min_kb(engine, adjoint) == expected
     monkeypatch.setenv("FFTMATVEC_MMA", "0")
     assert KernelEngine._mma_min_kb(engine, adjoint) is None
