@@ -76,9 +76,9 @@ ASYNC_FEW = {"c128": ((4, 4, 2, 4), 2), "c64": ((4, 4, 2, 4), 2), "c32h": ((4, 4
 # WF x V frequencies, and streams KS reduction rows per stage, NS stages deep, through shared
 # memory); NVIDIA sm_80 and newer. Keep in sync with hip_kernels/fftmatvec_kernels.cu.
 PIPE_TILES = {
-    "c128": [(4, 1, 1, 8, 4, 4), (2, 2, 2, 4, 4, 4), (4, 1, 2, 4, 4, 4)],
-    "c64": [(2, 2, 1, 8, 4, 4), (1, 2, 4, 2, 4, 4)],
-    "c32h": [(2, 2, 2, 8, 4, 4), (2, 4, 1, 8, 4, 4)],
+    "c128": [(4, 1, 1, 8, 4, 4), (2, 2, 2, 4, 4, 4), (4, 1, 2, 4, 4, 4), (2, 2, 1, 8, 4, 4)],
+    "c64": [(2, 2, 1, 8, 4, 4), (1, 2, 4, 2, 4, 4), (1, 2, 1, 8, 4, 2)],
+    "c32h": [(2, 2, 2, 8, 4, 4), (2, 4, 1, 8, 4, 4), (1, 2, 1, 8, 4, 2)],
 }
 # The defaults per (storage, adjoint), from the tile sweeps on an H200 (docs/benchmarks.md: fourth
 # run; complex128 eighth run, after its MMAs became m16n8k4; scripts/tune_sbgemv.py --k 16
@@ -89,6 +89,18 @@ PIPE_DEFAULTS = {
     ("c64", False): (2, 2, 1, 8, 4, 4), ("c64", True): (2, 2, 1, 8, 4, 4),
     ("c32h", False): (2, 2, 2, 8, 4, 4), ("c32h", True): (2, 4, 1, 8, 4, 4),
 }
+# Forward products with at most PIPE_FEW_ROWS outputs (Nd), and `s` and `h` adjoints over at most
+# that many reduction rows, take a tile of 16 rows, and split the reduction until the blocks fill
+# PIPE_FEW_WAVES rounds of the resident ones: the default tiles of 32 or 64 rows compute 3-6 times
+# the rows there are at Nd = 10. k = 16 on (100000, 10, 100), H200, forward 1.23 / 0.90 / 0.72 ms
+# in `d` / `s` / `h` against 1.43 / 1.25 / 1.33 for the default tiles, adjoint 1.53 / 1.22 in
+# `s` / `h` against 1.63 / 1.26 (`d` adjoints: no gain); at Nd = 50 the default tiles were
+# faster (docs/benchmarks.md, eleventh run).
+PIPE_FEW_ROWS = 16
+PIPE_FEW = {("c128", False): (2, 2, 1, 8, 4, 4), ("c64", False): (1, 2, 1, 8, 4, 2),
+            ("c32h", False): (1, 2, 1, 8, 4, 2), ("c64", True): (1, 2, 1, 8, 4, 2),
+            ("c32h", True): (1, 2, 1, 8, 4, 2)}
+PIPE_FEW_WAVES = 4
 # The split-K count of a tensor-core launch minimises a model of its time,
 #
 #     T(S) = W(S) (a c(S) + w) + b (S > 1) S kb n_out Nf e / 1e6 + constant   (microseconds)
@@ -322,7 +334,7 @@ class KernelEngine:
         plan = []
         remaining = k
         mma_min = self._mma_min_kb(adjoint)
-        tile = PIPE_DEFAULTS[(self.store, bool(adjoint))]
+        tile, _ = self._pipe_tile(n_out, n_red, adjoint)
         if mma_min is not None and self.pipe_smem(tile, in_dtype) > self.smem_per_block:
             mma_min = None  # a device with less shared memory per block than the tile needs
         while mma_min is not None and remaining >= mma_min:
@@ -368,13 +380,17 @@ class KernelEngine:
     def _launch_pipe(self, kb, n_out, n_red, in_dtype, out_dtype, tile=None,
                      adjoint=False) -> _Launch:
         """A tensor-core launch for ``kb`` <= 16 right-hand sides; ``tile`` = (MT, V, WR, WF,
-        KS, NS) overrides the default. The split-K count minimises ``PIPE_SPLIT_MODEL``'s time
-        over the counts that leave each split at least 2 x NS stages; ``pipe_splits`` sets it,
-        and ``pipe_waves`` (the tile tests) splits until the blocks fill that many rounds of the
-        device's resident blocks."""
+        KS, NS) overrides the default (:meth:`_pipe_tile`). The split-K count minimises
+        ``PIPE_SPLIT_MODEL``'s time over the counts that leave each split at least 2 x NS
+        stages, or for the few-row tile fills ``PIPE_FEW_WAVES`` rounds of the device's resident
+        blocks; ``pipe_splits`` sets it, and ``pipe_waves`` (the tile tests) sets the rounds."""
         if not 1 <= kb <= MMA_MAX_KB:
             raise ValueError(f"a tensor-core launch takes 1 to {MMA_MAX_KB} right-hand sides, got {kb}")
-        tile = PIPE_DEFAULTS[(self.store, bool(adjoint))] if tile is None else tuple(tile)
+        waves = self.pipe_waves
+        if tile is None:
+            tile, few_waves = self._pipe_tile(n_out, n_red, adjoint)
+            waves = few_waves if waves is None and self.pipe_splits is None else waves
+        tile = tuple(tile)
         if tile not in PIPE_TILES[self.store]:
             raise ValueError(f"pipelined tile {tile} is not compiled for {self.store}")
         mt, v, wr, wf, ks, _ = tile
@@ -391,10 +407,10 @@ class KernelEngine:
         max_splits = pipe_max_splits(n_red, tile)
         if self.pipe_splits is not None:
             splits = max(1, min(self.pipe_splits, max_splits))
-        elif self.pipe_waves is not None:
+        elif waves is not None:
             splits = 1
-            if base < self.pipe_waves * resident:
-                splits = max(1, min(math.ceil(self.pipe_waves * resident / base), max_splits))
+            if base < waves * resident:
+                splits = max(1, min(math.ceil(waves * resident / base), max_splits))
         else:
             splits = pipe_split_count(base, resident, n_red, ks, max_splits,
                                       kb * n_out * self.nf * self.compute.itemsize,
@@ -413,6 +429,15 @@ class KernelEngine:
             freq_major = bool(self.pipe_freq_major)
         return _Launch(name, kb, (base, splits), (32, wr * wf), splits, red_chunk, mma=True,
                        smem=smem, resident=resident, freq_major=freq_major)
+
+    def _pipe_tile(self, n_out: int, n_red: int, adjoint: bool):
+        """(tile, rounds of resident blocks its split-K fills, or None for the fitted model) of
+        a tensor-core launch: the 16-row tile of ``PIPE_FEW`` for few outputs (forward) or few
+        reduction rows (adjoint), else the storage's default."""
+        few = PIPE_FEW.get((self.store, bool(adjoint)))
+        if few is not None and (n_red if adjoint else n_out) <= PIPE_FEW_ROWS:
+            return few, PIPE_FEW_WAVES
+        return PIPE_DEFAULTS[(self.store, bool(adjoint))], None
 
     def resident_blocks(self, name: str, threads: int, smem: int) -> int:
         """Blocks of kernel ``name`` (``threads`` threads, ``smem`` bytes of dynamic shared

@@ -4,7 +4,9 @@
 For each size (Nm, Nd, Nt) and precision it prints, forward and adjoint: the median time of
 one product (device events, after warm-up), the floor (bytes of ``Khat`` in its stored
 precision + input and output vectors, over the device-to-device copy bandwidth measured in
-this run), the ratio floor/time, and the same for a plain CuPy pipeline
+this run), the ratio floor/time, the best ratio the FFT stages leave (``bound``: the floor over
+the FFTs' time as the product runs them, timed alone, plus stage 3's bytes at the read-only
+bandwidth measured in this run), and the same for a plain CuPy pipeline
 (``rfft`` -> ``matmul`` -> ``irfft``, its adjoint through ``Khat^H`` formed per call) timed in
 the same run. Then batches (k=16 right-hand sides against k=1 and against ``cupy.matmul`` on
 the same batched product) and small problems (time per matvec and kernel launches).
@@ -59,6 +61,62 @@ def copy_bandwidth(cp, nbytes: int = 4 * 2**30, repeat: int = 20) -> float:
     t = median_time(cp, lambda: cp.copyto(b, a), repeat)
     del a, b
     return 2 * nbytes / t
+
+
+_READ_KERNEL = r"""
+extern "C" __global__ void read_all(const double2* __restrict__ a, long long n, double* out) {
+  double s = 0.0;
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  for (; i + 3 * stride < n; i += 4 * stride) {
+    const double2 v0 = a[i], v1 = a[i + stride], v2 = a[i + 2 * stride], v3 = a[i + 3 * stride];
+    s += (v0.x + v1.x) + (v2.x + v3.x);
+  }
+  for (; i < n; i += stride) s += a[i].x;
+  out[(long long)blockIdx.x * blockDim.x + threadIdx.x] = s;
+}
+"""
+
+
+def read_bandwidth(cp, nbytes: int = 4 * 2**30, repeat: int = 20) -> float:
+    """Bytes/s a kernel that only reads reaches (each thread sums its share of a large array and
+    writes one value): what stage 3, which reads Khat and writes little, could reach at best."""
+    a = cp.empty(nbytes // 16, dtype=np.complex128)
+    a[:] = 1.0
+    fn = cp.RawKernel(_READ_KERNEL, "read_all")
+    blocks = cp.cuda.Device().attributes["MultiProcessorCount"] * 8
+    out = cp.empty(blocks * 256, dtype=np.float64)
+    t = median_time(cp, lambda: fn((blocks,), (256,), (a, np.int64(a.size), out)), repeat)
+    del a, out
+    return nbytes / t
+
+
+def fft_stage_times(cp, F, x, adjoint: bool, repeat: int):
+    """(seconds of stages 1+2, of stages 4+5, bytes stage 3 must move) for one product as the
+    operator runs it: the FFTs with pad and unpad inside (cuFFT callbacks) where it fuses them,
+    else the four stages one by one; stage 3's bytes are Khat, its input and its output."""
+    eng = F._engine
+    k, _, _ = x.shape
+    plans = eng.fused_plans(F.precision, adjoint, k, x.dtype, F.dtype) if hasattr(eng, "fused_plans") \
+        else None
+    if plans is not None:
+        n_in, n_out = (F.nd, F.nm) if adjoint else (F.nm, F.nd)
+        xb = eng.xhat_buffer(F.precision, k, n_in)
+        xhat = eng.pad_fft(plans, x, out=xb)
+        yhat = F.sbgemv(xhat, adjoint, xhat_scaled=plans.xhat_scaled)
+        yb = eng.y_buffer(F.precision, k, n_out, F.dtype)
+        scratch = yhat.copy()
+        t_in = median_time(cp, lambda: eng.pad_fft(plans, x, out=xb), repeat)
+        t_out = median_time(cp, lambda: eng.ifft_unpad(plans, scratch, out=yb), repeat)
+    else:
+        padded = F.broadcast_and_pad(x)
+        xhat = F.fft(padded)
+        yhat = F.sbgemv(xhat, adjoint)
+        ypad = F.ifft(yhat.copy())
+        t_in = median_time(cp, lambda: F.fft(F.broadcast_and_pad(x)), repeat)
+        t_out = median_time(cp, lambda: F.unpad_and_reduce(F.ifft(yhat)), repeat)
+        del padded, ypad
+    return t_in, t_out, F.khat_nbytes + xhat.nbytes + yhat.nbytes
 
 
 class PlainCupy:
@@ -185,6 +243,8 @@ def main(argv=None) -> int:
     ap.add_argument("--precisions", default=",".join(PRECISIONS))
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--batch-sizes", type=int, default=4, metavar="N",
+                    help="the batch table takes the first N of --sizes (default 4)")
     ap.add_argument("--no-baseline", action="store_true")
     ap.add_argument("--skip-batches", action="store_true")
     ap.add_argument("--skip-small", action="store_true")
@@ -201,14 +261,18 @@ def main(argv=None) -> int:
     precs = args.precisions.split(",")
     dev = backend.device_description()
     bw = copy_bandwidth(cp)
+    bw_read = read_bandwidth(cp)
     print(f"# device: {dev['gpu']} ({dev['arch']}), CuPy {cp.__version__}, fftmatvec {fm.__version__}")
     print(f"# kernels: {kernels.describe().get('current_device')}")
-    print(f"# copy bandwidth (read+write): {bw / 1e12:.3f} TB/s")
+    print(f"# copy bandwidth (read+write): {bw / 1e12:.3f} TB/s; read-only: {bw_read / 1e12:.3f} TB/s")
     rng = np.random.default_rng(1234)
-    results = {"device": dev, "copy_bandwidth": bw, "matvec": [], "batches": [], "small": []}
+    results = {"device": dev, "copy_bandwidth": bw, "read_bandwidth": bw_read, "matvec": [],
+               "batches": [], "small": []}
 
-    table_header("single vector: ratio = floor / time (1.0 = bandwidth limit)",
-                 f"{'prec':>6} {'dir':>4} | {'time ms':>8} {'floor ms':>8} {'ratio':>6} | "
+    table_header("single vector: ratio = floor / time (1.0 = bandwidth limit); 'bound' = the best "
+                 "ratio the FFT stages allow: floor / (the FFTs as the product runs them, timed "
+                 "alone + stage 3's bytes at the read-only bandwidth)",
+                 f"{'prec':>6} {'dir':>4} | {'time ms':>8} {'floor ms':>8} {'ratio':>6} {'bound':>6} | "
                  f"{'plain ms':>8} {'ratio':>6} | {'adj/fwd':>7}")
     for nm, nd, nt in sizes:
         K = cp.asarray(rng.standard_normal((nd, nm, nt)))
@@ -230,14 +294,20 @@ def main(argv=None) -> int:
                     "floor": pfloor,
                 }
                 del P
+            bounds = {}
+            for direction, vec in (("fwd", m), ("adj", d)):
+                t_in, t_out, nbytes3 = fft_stage_times(cp, F, vec[None], direction == "adj",
+                                                       args.repeat)
+                bounds[direction] = floor / (t_in + t_out + nbytes3 / bw_read)
             for direction, t in (("fwd", tf), ("adj", ta)):
                 pt = plain.get(direction)
                 ptxt = f"{pt * 1e3:8.3f} {plain['floor'] / pt:6.2f}" if pt else f"{'-':>8} {'-':>6}"
                 adjfwd = f"{ta / tf:7.2f}" if direction == "adj" else " " * 7
                 print(f"{nm:>7} {nd:>4} {nt:>5} {p:>6} {direction:>4} | {t * 1e3:8.3f} {floor * 1e3:8.3f} "
-                      f"{floor / t:6.2f} | {ptxt} | {adjfwd}")
+                      f"{floor / t:6.2f} {bounds[direction]:6.2f} | {ptxt} | {adjfwd}")
                 results["matvec"].append(dict(nm=nm, nd=nd, nt=nt, precision=p, direction=direction,
-                                              seconds=t, floor=floor, plain_seconds=pt,
+                                              seconds=t, floor=floor, bound=bounds[direction],
+                                              plain_seconds=pt,
                                               plain_floor=plain.get("floor")))
             sys.stdout.flush()
             del F
@@ -253,7 +323,7 @@ def main(argv=None) -> int:
                      f"against cupy.matmul (cuBLAS) on the same batched product",
                      f"{'store':>5} {'dir':>4} | {'k=1 ms':>8} {'k ms':>8} {'per-RHS':>7} | "
                      f"{'matmul1':>8} {'matmulk':>8} {'per-RHS':>7} | {'ours/cuBLAS':>11}")
-        for nm, nd, nt in sizes[:2]:
+        for nm, nd, nt in sizes[: args.batch_sizes]:
             K = cp.asarray(rng.standard_normal((nd, nm, nt)))
             for p in precs:
                 F = fm.BlockToeplitz(K, p)

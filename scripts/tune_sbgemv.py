@@ -35,7 +35,7 @@ def main(argv=None) -> int:
     import cupy as cp
 
     import fftmatvec as fm
-    from fftmatvec._gpu import (ASYNC_TILES, PIPE_DEFAULTS, PIPE_TILES, STAGED_TILES, TILES,
+    from fftmatvec._gpu import (ASYNC_TILES, PIPE_TILES, STAGED_TILES, TILES,
                                 pipe_max_splits)
 
     sys.path.insert(0, __file__.rsplit("/", 1)[0])
@@ -119,12 +119,13 @@ def main(argv=None) -> int:
                             t = time_plan([la])
                             rows.append((t, f"mma tile={tile} waves={waves}", la))
                     eng.pipe_waves = None
-                    tile = PIPE_DEFAULTS[(eng.store, adjoint)]
+                    tile, few_waves = eng._pipe_tile(n_out, n_red, adjoint)
                     # the default tile at each split-K count, timed in two passes (the counts
                     # in order, then reversed) keeping each count's faster time, so that a
                     # drift of the device's clocks over the sweep does not pass for a trend
                     launches = {}
-                    for want in (int(v) for v in args.pipe_splits.split(",") if v):
+                    # (the few-row tile splits by rounds, not by the model: no points to fit)
+                    for want in (int(v) for v in args.pipe_splits.split(",") if v and few_waves is None):
                         eng.pipe_splits = want
                         la = eng._launch_pipe(k, n_out, n_red, x.dtype, np.complex128, adjoint=adjoint)
                         launches.setdefault(la.splits, la)

@@ -218,3 +218,25 @@ def test_pipe_split_count_caps_the_rows_of_a_split():
     got = pipe_split_count(126, 132, 20000, 4, 625, 16 * 50 * 501 * 16, model, max_rows=2048)
     assert got >= 10 and _split_k(got, 20000, 4)[1] <= 2048
     assert pipe_split_count(126, 132, 20000, 4, 3, 0, model, max_rows=2048) <= 3
+
+
+@pytest.mark.parametrize("store", ["c128", "c64", "c32h"])
+@pytest.mark.parametrize("adjoint", [False, True])
+@pytest.mark.parametrize("nd", [1, 10, 16, 17, 100])
+def test_pipe_tile_for_few_rows(store, adjoint, nd):
+    """Forward products with at most PIPE_FEW_ROWS outputs, and `s` / `h` adjoints over at most
+    that many rows, take the 16-row tile with a split-K by rounds; the rest the default tile and
+    the fitted model. Every tile chosen is compiled."""
+    from fftmatvec._gpu import PIPE_DEFAULTS, PIPE_FEW, PIPE_FEW_ROWS, PIPE_FEW_WAVES, PIPE_TILES
+
+    engine = SimpleNamespace(store=store)
+    n_out, n_red = (5000, nd) if adjoint else (nd, 5000)
+    tile, waves = KernelEngine._pipe_tile(engine, n_out, n_red, adjoint)
+    few = nd <= PIPE_FEW_ROWS and not (adjoint and store == "c128")
+    if few:
+        assert tile == PIPE_FEW[(store, adjoint)] and waves == PIPE_FEW_WAVES
+        rows = (8 if store == "c128" else 16) * tile[0] * tile[2]
+        assert rows == 16
+    else:
+        assert tile == PIPE_DEFAULTS[(store, adjoint)] and waves is None
+    assert tile in PIPE_TILES[store]
