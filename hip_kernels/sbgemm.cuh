@@ -83,6 +83,14 @@ __device__ __forceinline__ Tf32Pair tf32_split(float v) {
   const unsigned hi = tf32_round(v);
   return {hi, __float_as_uint(v - __uint_as_float(hi))};
 }
+// v = hi + lo with hi truncated to TF32 (one AND instead of the rounding's four instructions:
+// sm_90 has no single conversion for it): lo is then below 2^-10 |v| instead of 2^-11, and v is
+// carried to about 2^-20 relative. The float16 products use it for X, whose rounding error there
+// is far below Khat's own (2^-11); complex64 ones keep the rounded split.
+__device__ __forceinline__ Tf32Pair tf32_split_trunc(float v) {
+  const unsigned hi = __float_as_uint(v) & 0xffffe000u;
+  return {hi, __float_as_uint(v - __uint_as_float(hi))};
+}
 __device__ __forceinline__ unsigned tf32_neg(unsigned v) { return v ^ 0x80000000u; }
 
 // ---- the arithmetic of one k-step (4 complex reduction rows), shared by both kernels --------
@@ -121,8 +129,13 @@ __device__ __forceinline__ void mma_kstep_tf32(float (&acc)[V][MT][4][4],
     Tf32Pair xr[2], xi[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      xr[h] = tf32_split(x[h][v].x);
-      xi[h] = tf32_split(x[h][v].y);
+      if constexpr (SPLIT_A) {
+        xr[h] = tf32_split(x[h][v].x);
+        xi[h] = tf32_split(x[h][v].y);
+      } else {  // float16 storage
+        xr[h] = tf32_split_trunc(x[h][v].x);
+        xi[h] = tf32_split_trunc(x[h][v].y);
+      }
     }
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
