@@ -275,8 +275,8 @@ __device__ __forceinline__ void mma_store_tf32_staged(
 }
 
 // The same accumulators stored directly, each lane its own 8-byte values: forward products,
-// whose outputs are few (Nd rows), and the tiles of 512 threads, whose 128 registers the staged
-// store's code crowds (the float16 forward tile's main loop grew from 190 to 236 instructions).
+// whose outputs are few (Nd rows), and the tiles of 512 threads, whose 128 registers the float16
+// forward tile already uses to the last (it serves forward products only, by default).
 template <typename TOut, int MT, int V>
 __device__ __forceinline__ void mma_store_tf32(const float (&acc)[V][MT][4][4], TOut* y,
                                                i64 y_bstride, i64 nf, i64 nfp, i64 n_out,
@@ -546,9 +546,9 @@ __device__ __forceinline__ void sbgemm_pipe_body(
     }
   }
   cp_async_wait<0>();
-  // the stores' place, recomputed rather than held in registers through the loop
-  // (kept in registers through the loop: recomputing it after, from the special registers read
-  // by volatile asm, took the float16 forward tile's main loop from 190 to 236 instructions)
+  // the stores' place, from the values the loop kept in registers (recomputing it here from the
+  // special registers, read by volatile asm, took the float16 forward tile's main loop from 190
+  // to 236 instructions)
   const PipePlace q = {o_blk, f_blk, g, t, wrow, wf, tid, busy};
   TOut* y_split = y + (i64)blockIdx.y * y_split_stride;
   if constexpr (f64) {  // a lane's outputs are one 16-byte value per (vector, row): stage them
