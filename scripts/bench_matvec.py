@@ -9,7 +9,8 @@ the FFTs' time as the product runs them, timed alone, plus stage 3's bytes at th
 bandwidth measured in this run), and the same for a plain CuPy pipeline
 (``rfft`` -> ``matmul`` -> ``irfft``, its adjoint through ``Khat^H`` formed per call) timed in
 the same run. Then batches (k=16 right-hand sides against k=1 and against ``cupy.matmul`` on
-the same batched product) and small problems (time per matvec and kernel launches).
+the same batched product) and small problems (time per matvec and kernel launches). It ends
+with the run checked against the targets of the GPU kernel layer (``target_summary``).
 
 Usage: python scripts/bench_matvec.py [--sizes all|small|...] [--repeat N] [--json FILE]
 """
@@ -237,6 +238,49 @@ def stage_table(cp, fm, sizes, precs, bw, rng, repeat, results) -> None:
         cp.get_default_memory_pool().free_all_blocks()
 
 
+TARGET_RATIO = 0.90        # single vector: floor / time, forward and adjoint
+TARGET_H_SPEEDUP = 3.3     # ddhdd against ddddd on (5000, 100, 1000)
+TARGET_PER_RHS = 0.10      # batches: time per right-hand side over the k = 1 time
+
+
+def target_summary(results) -> list[str]:
+    """Lines that check a run's numbers against the GPU kernel layer's targets: every single
+    product at TARGET_RATIO of the floor (and, where it falls short, whether the FFT stages'
+    bound leaves room for it), ddhdd TARGET_H_SPEEDUP times faster than ddddd on (5000, 100,
+    1000), and batches at TARGET_PER_RHS per right-hand side and no slower than cuBLAS."""
+    lines = []
+    mv = results.get("matvec", [])
+    if mv:
+        short = [r for r in mv if r["floor"] / r["seconds"] < TARGET_RATIO]
+        lines.append(f"single vector at >= {TARGET_RATIO:.2f} of the floor: "
+                     f"{len(mv) - len(short)} of {len(mv)}")
+        for r in short:
+            bound = r.get("bound")
+            why = "" if bound is None else (f"; bound {bound:.2f}" + (
+                ", below the target: the FFT stages leave no room" if bound < TARGET_RATIO else ""))
+            lines.append(f"  short: ({r['nm']}, {r['nd']}, {r['nt']}) {r['precision']} {r['direction']} "
+                         f"{r['floor'] / r['seconds']:.2f}{why}")
+        times = {(r["nm"], r["nd"], r["nt"], r["precision"], r["direction"]): r["seconds"] for r in mv}
+        for d in ("fwd", "adj"):
+            key = (5000, 100, 1000)
+            if key + ("ddddd", d) in times and key + ("ddhdd", d) in times:
+                x = times[key + ("ddddd", d)] / times[key + ("ddhdd", d)]
+                ok = "met" if x >= TARGET_H_SPEEDUP else "short"
+                lines.append(f"ddhdd against ddddd on (5000, 100, 1000) {d}: {x:.2f}x "
+                             f"(target {TARGET_H_SPEEDUP}x): {ok}")
+    bt = results.get("batches", [])
+    if bt:
+        per = [r for r in bt if r["tk"] / r["k"] / r["t1"] > TARGET_PER_RHS]
+        slow = [r for r in bt if r["tk"] > r["matmul_tk"]]
+        lines.append(f"batches at <= {TARGET_PER_RHS:.2f} per right-hand side: "
+                     f"{len(bt) - len(per)} of {len(bt)}; no slower than cuBLAS: "
+                     f"{len(bt) - len(slow)} of {len(bt)}")
+        for r in slow:
+            lines.append(f"  slower than cuBLAS: ({r['nm']}, {r['nd']}, {r['nt']}) {r['precision'][2]} "
+                         f"{r['direction']} {r['tk'] / r['matmul_tk']:.2f}x")
+    return lines
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     ap.add_argument("--sizes", default="all", help="all, or a list like 1000x100x1000,... (Nm x Nd x Nt)")
@@ -387,9 +431,15 @@ def main(argv=None) -> int:
                     results["small"].append(dict(nm=nm, nd=nd, nt=nt, precision=p, direction=dname,
                                                  seconds=t, stage_by_stage_seconds=ts, launches=n,
                                                  plain_seconds=pt))
+    summary = target_summary(results)
+    if summary:
+        print("\n## targets")
+        print("\n".join(summary))
     if args.json:
-        with open(args.json, "w") as fh:
+        tmp = args.json + ".tmp"
+        with open(tmp, "w") as fh:
             json.dump(results, fh, indent=1, default=str)
+        os.replace(tmp, args.json)
     return 0
 
 

@@ -1,0 +1,52 @@
+"""The target check of scripts/bench_matvec.py (CPU only: synthetic results)."""
+
+import importlib.util
+from pathlib import Path
+
+
+def _bench():
+    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_matvec.py"
+    spec = importlib.util.spec_from_file_location("bench_matvec", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _mv(precision, direction, seconds, floor, bound, size=(5000, 100, 1000)):
+    nm, nd, nt = size
+    return dict(nm=nm, nd=nd, nt=nt, precision=precision, direction=direction, seconds=seconds,
+                floor=floor, bound=bound)
+
+
+def test_single_vector_targets_and_bounds():
+    bench = _bench()
+    results = {"matvec": [
+        _mv("ddddd", "fwd", 2.0, 1.9, 1.0),            # 0.95: met
+        _mv("ddddd", "adj", 2.5, 1.9, 0.99),           # 0.76: short, the bound leaves room
+        _mv("ddhdd", "fwd", 0.6, 0.48, 0.85),          # 0.80: short, bound below the target
+        _mv("ddhdd", "adj", 0.7, 0.48, None),          # no bound measured
+    ]}
+    lines = bench.target_summary(results)
+    assert lines[0] == "single vector at >= 0.90 of the floor: 1 of 4"
+    assert any("ddddd adj 0.76; bound 0.99" in ln and "no room" not in ln for ln in lines)
+    assert any("ddhdd fwd 0.80; bound 0.85, below the target" in ln for ln in lines)
+    assert any(ln.endswith("ddhdd adj 0.69") for ln in lines)
+    # speed-up: 2.0 / 0.6 = 3.33x met forward, 2.5 / 0.7 = 3.57x met adjoint
+    assert "ddhdd against ddddd on (5000, 100, 1000) fwd: 3.33x (target 3.3x): met" in lines
+    results["matvec"][1]["seconds"] = 2.2
+    lines = bench.target_summary(results)
+    assert "ddhdd against ddddd on (5000, 100, 1000) adj: 3.14x (target 3.3x): short" in lines
+
+
+def test_batch_targets():
+    bench = _bench()
+    row = dict(nm=1000, nd=100, nt=1000, k=16)
+    results = {"batches": [
+        {**row, "precision": "ddddd", "direction": "fwd", "t1": 1.0, "tk": 1.5, "matmul_tk": 1.6},
+        {**row, "precision": "ddhdd", "direction": "adj", "t1": 1.0, "tk": 2.0, "matmul_tk": 1.6},
+    ]}
+    lines = bench.target_summary(results)
+    assert lines[0] == ("batches at <= 0.10 per right-hand side: 1 of 2; "
+                        "no slower than cuBLAS: 1 of 2")
+    assert lines[1] == "  slower than cuBLAS: (1000, 100, 1000) h adj 1.25x"
+    assert bench.target_summary({}) == []
