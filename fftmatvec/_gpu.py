@@ -191,6 +191,14 @@ def _split_k(splits: int, n_red: int, step: int) -> tuple[int, int]:
     return math.ceil(n_red / red_chunk), red_chunk
 
 
+def _fill_splits(base: int, target: int, max_splits: int) -> int:
+    """Split-K count that brings ``base`` blocks up to ``target`` (whole rounds of the device's
+    block slots), at most ``max_splits``; 1 when ``base`` already reaches it."""
+    if base >= target:
+        return 1
+    return max(1, min(math.ceil(target / base), max_splits))
+
+
 def pipe_max_splits(n_red: int, tile) -> int:
     """The most splits a tensor-core launch with ``tile`` = (MT, V, WR, WF, KS, NS) takes over
     ``n_red`` reduction rows: each split keeps at least 2 x NS stages of KS rows."""
@@ -389,7 +397,8 @@ class KernelEngine:
         waves = self.pipe_waves
         if tile is None:
             tile, few_waves = self._pipe_tile(n_out, n_red, adjoint)
-            waves = few_waves if waves is None and self.pipe_splits is None else waves
+            if waves is None:
+                waves = few_waves
         tile = tuple(tile)
         if tile not in PIPE_TILES[self.store]:
             raise ValueError(f"pipelined tile {tile} is not compiled for {self.store}")
@@ -408,9 +417,7 @@ class KernelEngine:
         if self.pipe_splits is not None:
             splits = max(1, min(self.pipe_splits, max_splits))
         elif waves is not None:
-            splits = 1
-            if base < waves * resident:
-                splits = max(1, min(math.ceil(waves * resident / base), max_splits))
+            splits = _fill_splits(base, waves * resident, max_splits)
         else:
             splits = pipe_split_count(base, resident, n_red, ks, max_splits,
                                       kb * n_out * self.nf * self.compute.itemsize,
@@ -492,9 +499,7 @@ class KernelEngine:
         base = math.ceil(n_out / (rt * ty)) * math.ceil(self.nf / (32 * v))
         per_sm = self.staged_threads_per_sm or (2048 if self.store == "c64" else 1024)
         target = self.num_sms * max(1, per_sm // threads)
-        splits = 1
-        if base < target:
-            splits = max(1, min(math.ceil(target / base), math.ceil(n_red / _STAGED_J)))
+        splits = _fill_splits(base, target, math.ceil(n_red / _STAGED_J))
         splits, red_chunk = _split_k(splits, n_red, _STAGED_J)
         out_sfx = _CPLX_SUFFIX[self.compute if splits > 1 else np.dtype(out_dtype)]
         name = f"sbgemvs_{self.store}_{_CPLX_SUFFIX[np.dtype(in_dtype)]}_{out_sfx}_r{rt}_v{v}"
@@ -573,10 +578,8 @@ class KernelEngine:
                              f"the device allows {self.smem_per_block} per block")
         base = math.ceil(n_out / (rt * ty)) * math.ceil(self.nf / self._async_freqs())
         slots = self.num_sms * max(1, min(self.smem_per_sm // (smem + 1024), 2048 // (32 * ty), 32))
-        splits = 1
-        if base < waves * slots:
-            # each split keeps at least 2 * NS stages of reduction steps
-            splits = max(1, min(math.ceil(waves * slots / base), n_red // (2 * ns * j)))
+        # each split keeps at least 2 * NS stages of reduction steps
+        splits = _fill_splits(base, waves * slots, n_red // (2 * ns * j))
         splits, red_chunk = _split_k(splits, n_red, j)
         name = self._async_name(tile, in_dtype, self.compute if splits > 1 else out_dtype)
         return _Launch(name, 1, (base, splits), (32, ty), splits, red_chunk, staged=True, smem=smem)
@@ -600,9 +603,7 @@ class KernelEngine:
         n_otiles = math.ceil(n_out / (ty * rt))
         base = n_ftiles * n_otiles
         target = self.blocks_per_sm * self.num_sms * max(1, 128 // (bx * ty))
-        splits = 1
-        if base < target:
-            splits = max(1, min(math.ceil(target / base), n_red // 32))
+        splits = _fill_splits(base, target, n_red // 32)
         splits, red_chunk = _split_k(splits, n_red, 1)
         out_sfx = _CPLX_SUFFIX[self.compute if splits > 1 else np.dtype(out_dtype)]
         name = (f"sbgemv_{self.store}_{_CPLX_SUFFIX[np.dtype(in_dtype)]}_{out_sfx}"

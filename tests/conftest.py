@@ -56,3 +56,15 @@ def rel_err(y, y_ref) -> float:
     y = np.asarray(to_numpy(y), dtype=np.float64)
     y_ref = np.asarray(y_ref, dtype=np.float64)
     return float(np.linalg.norm(y - y_ref) / np.linalg.norm(y_ref))
+
+
+def load_script(name: str):
+    """The module of ``scripts/<name>.py`` (the scripts are not a package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

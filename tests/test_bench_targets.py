@@ -1,15 +1,6 @@
 """The target check of scripts/bench_matvec.py (CPU only: synthetic results)."""
 
-import importlib.util
-from pathlib import Path
-
-
-def _bench():
-    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_matvec.py"
-    spec = importlib.util.spec_from_file_location("bench_matvec", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from conftest import load_script
 
 
 def _mv(precision, direction, seconds, floor, bound, size=(5000, 100, 1000)):
@@ -19,7 +10,7 @@ def _mv(precision, direction, seconds, floor, bound, size=(5000, 100, 1000)):
 
 
 def test_single_vector_targets_and_bounds():
-    bench = _bench()
+    bench = load_script("bench_matvec")
     results = {"matvec": [
         _mv("ddddd", "fwd", 2.0, 1.9, 1.0),            # 0.95: met
         _mv("ddddd", "adj", 2.5, 1.9, 0.99),           # 0.76: short, the bound leaves room
@@ -39,7 +30,7 @@ def test_single_vector_targets_and_bounds():
 
 
 def test_batch_targets():
-    bench = _bench()
+    bench = load_script("bench_matvec")
     row = dict(nm=1000, nd=100, nt=1000, k=16)
     results = {"batches": [
         {**row, "precision": "ddddd", "direction": "fwd", "t1": 1.0, "tk": 1.5, "matmul_tk": 1.6},

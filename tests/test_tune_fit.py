@@ -1,22 +1,13 @@
 """The split-K model fit of scripts/tune_sbgemv.py (CPU only: synthetic sweeps)."""
 
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 from fftmatvec._gpu import _split_k, pipe_split_count, pipe_split_time
 
 pytest.importorskip("scipy")
-
-
-def _tuner():
-    path = Path(__file__).resolve().parents[1] / "scripts" / "tune_sbgemv.py"
-    spec = importlib.util.spec_from_file_location("tune_sbgemv", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _points(model, const, cases, counts):
@@ -41,7 +32,7 @@ def test_fit_recovers_the_model(capsys):
              ("20000x50x500", 32, 20000, 16 * 50 * 501 * 8),
              ("100000x10x100", 7, 100000, 16 * 10 * 101 * 8)]
     pts = _points(model, const, cases, (1, 2, 3, 4, 5, 6, 8, 9, 12, 16, 17, 24, 33, 48, 66))
-    fits = _tuner().fit_split_model(pts)
+    fits = load_script("tune_sbgemv").fit_split_model(pts)
     got = fits[("c32h", False)]
     assert got == pytest.approx(model, rel=1e-6, abs=1e-6)
     for size, base, n_red, partial in cases:
@@ -61,6 +52,6 @@ def test_fit_is_not_fooled_by_one_count():
     """A single count per case cannot separate the rows from the rounds: the fit still returns
     non-negative constants, and the model built from them gives a valid count."""
     pts = _points((0.3, 0.0, 1.0), 0.0, [("1000x100x1000", 126, 1000, 10**6)], (1,))
-    got = _tuner().fit_split_model(pts)[("c32h", False)]
+    got = load_script("tune_sbgemv").fit_split_model(pts)[("c32h", False)]
     assert all(c >= 0 and math.isfinite(c) for c in got)
     assert 1 <= pipe_split_count(126, 132, 1000, 4, 31, 10**6, got) <= 31
