@@ -34,6 +34,25 @@ TILES = {
     "c32h": [(1, 1, 4), (2, 1, 4), (4, 1, 4), (8, 1, 2), (2, 2, 2), (2, 4, 1), (2, 8, 1), (4, 8, 1),
              (2, 16, 1), (4, 16, 1)],
 }
+# (RT, V, W) tiles of the one-vector GEMV kernel whose threads own W groups of V consecutive
+# frequencies, blockDim.x groups apart (sbgemv_*_k1_v<V>_w<W>); keep in sync with
+# hip_kernels/fftmatvec_kernels.cu. float16 storage has none: its cp.async kernel is faster.
+WIDE_TILES = {
+    "c128": [(2, 1, 4), (1, 1, 8), (4, 1, 2), (1, 1, 4)],
+    "c64": [(2, 2, 4), (1, 2, 8), (4, 2, 2)],
+    "c32h": [],
+}
+# Where one of them is the default for one vector, per (storage, adjoint): ((RT, V, W), (BX, TY)
+# block, split-K target in blocks per multiprocessor); see KernelEngine._wide_default. From
+# scripts/tune_sbgemv.py --unstaged wide on an H200 (docs/benchmarks.md, twelfth run): complex128
+# forward 1.99 / 1.91 ms against 2.13 / 2.18 for the tile of one group on (5000, 100, 1000) /
+# (20000, 50, 500), adjoint 1.96 / 1.97 against 2.01 / 2.04, 0.43 against 0.46 at Nd = 10. The
+# complex64 tiles were within the noise (2-4 %) of the cp.async and GEMV defaults, and stay
+# out of the defaults.
+WIDE_DEFAULTS = {
+    ("c128", False): ((2, 1, 4), (32, 4), 16),
+    ("c128", True): ((2, 1, 4), (32, 4), 4),
+}
 # (RT, V) tiles of the staged one-vector kernel (sbgemvs_*: x staged through shared memory,
 # 32 x TY threads per block); keep in sync with hip_kernels/fftmatvec_kernels.cu.
 STAGED_TILES = {
@@ -589,26 +608,49 @@ class KernelEngine:
             return self._launch_async(n_out, n_red, in_dtype, out_dtype, adjoint=adjoint)
         if tile is None and self._use_staged(kb, n_red, adjoint):
             return self._launch_staged(n_out, n_red, in_dtype, out_dtype)
-        rt, v = self._tile(kb, n_out, adjoint)
-        bx, ty = None, None
-        if tile is not None:  # (rt, v, bx, ty) from a tuning sweep
-            rt, v, bx, ty = tile
-        if (rt, kb, v) not in TILES[self.store]:
+        bx = ty = None
+        w, per_sm = 1, self.blocks_per_sm
+        if tile is not None:  # (rt, v, bx, ty) or (rt, v, bx, ty, w) from a tuning sweep
+            rt, v, bx, ty, w = (tuple(tile) + (1,))[:5]
+        else:
+            wide = self._wide_default(kb, n_out, adjoint)
+            if wide is not None:
+                (rt, v, w), (bx, ty), per_sm = wide
+                ty = max(1, min(ty, math.ceil(n_out / rt)))
+            else:
+                rt, v = self._tile(kb, n_out, adjoint)
+        if w == 1 and (rt, kb, v) not in TILES[self.store]:
             raise ValueError(f"tile (RT={rt}, KB={kb}, V={v}) is not compiled for {self.store}")
+        if w != 1 and (kb != 1 or (rt, v, w) not in WIDE_TILES[self.store]):
+            raise ValueError(f"tile (RT={rt}, KB={kb}, V={v}, W={w}) is not compiled for "
+                             f"{self.store}")
         lanes = math.ceil(self.nf / v)
         if bx is None:
             bx = 32 if lanes <= 32 else 64
             ty = max(1, min(128 // bx, math.ceil(n_out / rt)))  # 128-thread blocks
-        n_ftiles = math.ceil(lanes / bx)
+        n_ftiles = math.ceil(lanes / (bx * w))
         n_otiles = math.ceil(n_out / (ty * rt))
         base = n_ftiles * n_otiles
-        target = self.blocks_per_sm * self.num_sms * max(1, 128 // (bx * ty))
+        target = per_sm * self.num_sms * max(1, 128 // (bx * ty))
         splits = _fill_splits(base, target, n_red // 32)
         splits, red_chunk = _split_k(splits, n_red, 1)
         out_sfx = _CPLX_SUFFIX[self.compute if splits > 1 else np.dtype(out_dtype)]
         name = (f"sbgemv_{self.store}_{_CPLX_SUFFIX[np.dtype(in_dtype)]}_{out_sfx}"
-                f"_r{rt}_k{kb}_v{v}")
+                f"_r{rt}_k{kb}_v{v}" + (f"_w{w}" if w > 1 else ""))
         return _Launch(name, kb, (base, splits), (bx, ty), splits, red_chunk)
+
+    def _wide_default(self, kb: int, n_out: int, adjoint: bool):
+        """((RT, V, W), (BX, TY), split-K target in blocks per multiprocessor) of the wide GEMV
+        tile that serves one right-hand side by default (``WIDE_DEFAULTS``), or None. Products
+        with fewer than two of its frequency tiles, or fewer than ``ASYNC_FEW_ROWS`` outputs,
+        keep the tiles of one group."""
+        wide = WIDE_DEFAULTS.get((self.store, bool(adjoint))) if kb == 1 else None
+        if wide is None:
+            return None
+        (rt, v, w), (bx, _), _ = wide
+        if n_out < ASYNC_FEW_ROWS or self.nf < 2 * bx * w * v:
+            return None
+        return wide
 
     def workspace_size(self, adjoint: bool, k: int, in_dtype, out_dtype) -> int:
         """Elements (of the compute dtype) of split-K workspace a product needs."""

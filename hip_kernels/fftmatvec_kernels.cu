@@ -57,19 +57,22 @@ FFTMATVEC_REDUCE(c64_c128, float2, double2)
 FFTMATVEC_REDUCE(c64_c64, float2, float2)
 
 // ---- stage 3 --------------------------------------------------------------------------------
+// One GEMV entry point NAME: sbgemv_body<STORE, TIN, TOUT, RT, KB, V, W> (sbgemv.cuh).
+#define FFTMATVEC_SBGEMV_ENTRY(NAME, STORE, TIN, TOUT, RT, KB, V, W)                            \
+  extern "C" __global__ void __launch_bounds__(256)                                             \
+      NAME(const STORE::elem* __restrict__ kh, const float* __restrict__ scale,                 \
+           const TIN* __restrict__ x, TOUT* __restrict__ y, i64 nf, i64 nfp, i64 n_out,         \
+           i64 n_red, i64 so, i64 sr, int adjoint, i64 red_chunk, i64 x_bstride,                 \
+           i64 y_bstride, i64 y_split_stride) {                                                 \
+    sbgemv_body<STORE, TIN, TOUT, RT, KB, V, W>(kh, scale, x, y, nf, nfp, n_out, n_red, so, sr, \
+                                                adjoint, red_chunk, x_bstride, y_bstride,       \
+                                                y_split_stride);                                \
+  }
 // sbgemv_<storage>_<input>_<output>_r<RT>_k<KB>_v<V>: each thread accumulates RT output rows x
 // KB right-hand sides x V consecutive frequencies; the host picks the tile per call.
-#define FFTMATVEC_SBGEMV(SNAME, STORE, INAME, TIN, ONAME, TOUT, RT, KB, V)                      \
-  extern "C" __global__ void __launch_bounds__(256)                                             \
-      sbgemv_##SNAME##_##INAME##_##ONAME##_r##RT##_k##KB##_v##V(                                \
-          const STORE::elem* __restrict__ kh, const float* __restrict__ scale,                  \
-          const TIN* __restrict__ x, TOUT* __restrict__ y, i64 nf, i64 nfp, i64 n_out,          \
-          i64 n_red, i64 so, i64 sr, int adjoint, i64 red_chunk, i64 x_bstride,                  \
-          i64 y_bstride, i64 y_split_stride) {                                                  \
-    sbgemv_body<STORE, TIN, TOUT, RT, KB, V>(kh, scale, x, y, nf, nfp, n_out, n_red, so, sr,    \
-                                             adjoint, red_chunk, x_bstride,                     \
-                                             y_bstride, y_split_stride);                        \
-  }
+#define FFTMATVEC_SBGEMV(SNAME, STORE, INAME, TIN, ONAME, TOUT, RT, KB, V)                \
+  FFTMATVEC_SBGEMV_ENTRY(sbgemv_##SNAME##_##INAME##_##ONAME##_r##RT##_k##KB##_v##V, STORE, \
+                         TIN, TOUT, RT, KB, V, 1)
 
 // The tiles compiled for each storage (keep in sync with fftmatvec/_gpu.py: TILES).
 #define FFTMATVEC_SBGEMV_IO(SNAME, STORE, RT, KB, V)                            \
@@ -108,6 +111,26 @@ FFTMATVEC_SBGEMV_IO(c32h, StoreC32h, 2, 8, 1)
 FFTMATVEC_SBGEMV_IO(c32h, StoreC32h, 4, 8, 1)
 FFTMATVEC_SBGEMV_IO(c32h, StoreC32h, 2, 16, 1)
 FFTMATVEC_SBGEMV_IO(c32h, StoreC32h, 4, 16, 1)
+
+// sbgemv_<storage>_<input>_<output>_r<RT>_k1_v<V>_w<W>: one right-hand side, each thread
+// W groups of V consecutive frequencies, blockDim.x groups apart (sbgemv.cuh).
+#define FFTMATVEC_SBGEMVW(SNAME, STORE, INAME, TIN, ONAME, TOUT, RT, V, W)                \
+  FFTMATVEC_SBGEMV_ENTRY(sbgemv_##SNAME##_##INAME##_##ONAME##_r##RT##_k1_v##V##_w##W, STORE, \
+                         TIN, TOUT, RT, 1, V, W)
+#define FFTMATVEC_SBGEMVW_IO(SNAME, STORE, RT, V, W)                            \
+  FFTMATVEC_SBGEMVW(SNAME, STORE, c128, double2, c128, double2, RT, V, W)       \
+  FFTMATVEC_SBGEMVW(SNAME, STORE, c128, double2, c64, float2, RT, V, W)         \
+  FFTMATVEC_SBGEMVW(SNAME, STORE, c64, float2, c128, double2, RT, V, W)         \
+  FFTMATVEC_SBGEMVW(SNAME, STORE, c64, float2, c64, float2, RT, V, W)
+
+// (keep in sync with fftmatvec/_gpu.py: WIDE_TILES)
+FFTMATVEC_SBGEMVW_IO(c128, StoreC128, 2, 1, 4)
+FFTMATVEC_SBGEMVW_IO(c128, StoreC128, 1, 1, 8)
+FFTMATVEC_SBGEMVW_IO(c128, StoreC128, 4, 1, 2)
+FFTMATVEC_SBGEMVW_IO(c128, StoreC128, 1, 1, 4)
+FFTMATVEC_SBGEMVW_IO(c64, StoreC64, 2, 2, 4)
+FFTMATVEC_SBGEMVW_IO(c64, StoreC64, 1, 2, 8)
+FFTMATVEC_SBGEMVW_IO(c64, StoreC64, 4, 2, 2)
 
 // sbgemvs_<storage>_<input>_<output>_r<RT>_v<V>: one right-hand side, the vectors staged
 // through shared memory in chunks of 32 reduction steps; blocks are 32 x TY threads.

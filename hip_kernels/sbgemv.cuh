@@ -15,10 +15,12 @@
 //
 // Thread mapping: threadIdx.x runs over groups of V consecutive frequencies (consecutive lanes
 // read consecutive words of Khat, 16 bytes each for one right-hand side: every load is
-// coalesced, in both directions, with no transpose); threadIdx.y over groups of RT output rows; blockIdx.x enumerates (frequency
-// tile, output tile) pairs and blockIdx.y splits the reduction (split-K) so that skinny
-// problems fill the device. Each Khat element is read once per launch; a launch handles KB
-// right-hand sides. Nothing depends on the warp or wavefront width.
+// coalesced, in both directions, with no transpose); a thread owns W such groups, blockDim.x
+// groups apart (W = 1 but for the wide one-vector tiles); threadIdx.y runs over groups of RT
+// output rows; blockIdx.x enumerates (frequency tile, output tile) pairs and blockIdx.y splits
+// the reduction (split-K) so that skinny problems fill the device. Each Khat element is read
+// once per launch; a launch handles KB right-hand sides. Nothing depends on the warp or
+// wavefront width.
 #pragma once
 #include "common.cuh"
 
@@ -48,52 +50,79 @@ __device__ __forceinline__ void sbgemv_fma(
       }
 }
 
-// U consecutive reduction steps: all U*RT Khat loads are issued before any arithmetic so that
-// enough bytes are in flight to cover the memory latency.
-template <typename Store, typename TIn, int RT, int KB, int V, int U>
-__device__ __forceinline__ void sbgemv_steps(
-    typename Complex<typename Store::real>::type (&acc)[RT][KB][V],
-    const typename Store::elem* __restrict__ kh, const i64 (&koff)[RT], i64 r, i64 sr,
-    const TIn* __restrict__ x, i64 x_bstride, i64 nf, const i64 (&fx)[V], bool adjoint) {
+// Khat at one reduction step for one output row: W groups of V consecutive frequencies, group g
+// kf[g] elements past p, into the slots g*V .. g*V + V - 1 of kv.
+template <typename Store, int V, int W>
+__device__ __forceinline__ void load_groups(
+    const typename Store::elem* __restrict__ p, const i64 (&kf)[W],
+    typename Complex<typename Store::real>::type (&kv)[W * V]) {
   typedef typename Complex<typename Store::real>::type C;
-  C kv[U][RT][V];
 #pragma unroll
-  for (int u = 0; u < U; ++u)
+  for (int g = 0; g < W; ++g) {
+    C part[V];
+    Store::template load<V>(p + kf[g], part);
 #pragma unroll
-    for (int t = 0; t < RT; ++t) Store::template load<V>(kh + koff[t] + (r + u) * sr, kv[u][t]);
-#pragma unroll
-  for (int u = 0; u < U; ++u)
-    sbgemv_fma<Store, TIn, RT, KB, V>(acc, kv[u], r + u, x, x_bstride, nf, fx, adjoint);
+    for (int v = 0; v < V; ++v) kv[g * V + v] = part[v];
+  }
 }
 
-// Write a thread's RT x KB x V results (rows past n_out and frequencies past nf are skipped),
-// times the float16 row scale in the forward direction, cast to the output precision.
-template <typename TOut, int RT, int KB, int V, typename C>
-__device__ __forceinline__ void sbgemv_store(const C (&acc)[RT][KB][V], TOut* __restrict__ yb,
+// U consecutive reduction steps: all U*RT*W Khat loads are issued before any arithmetic so that
+// enough bytes are in flight to cover the memory latency.
+template <typename Store, typename TIn, int RT, int KB, int V, int W, int U>
+__device__ __forceinline__ void sbgemv_steps(
+    typename Complex<typename Store::real>::type (&acc)[RT][KB][W * V],
+    const typename Store::elem* __restrict__ kh, const i64 (&koff)[RT], const i64 (&kf)[W],
+    i64 r, i64 sr, const TIn* __restrict__ x, i64 x_bstride, i64 nf, const i64 (&fx)[W * V],
+    bool adjoint) {
+  typedef typename Complex<typename Store::real>::type C;
+  C kv[U][RT][W * V];
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+#pragma unroll
+    for (int t = 0; t < RT; ++t)
+      load_groups<Store, V, W>(kh + koff[t] + (r + u) * sr, kf, kv[u][t]);
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+    sbgemv_fma<Store, TIn, RT, KB, W * V>(acc, kv[u], r + u, x, x_bstride, nf, fx, adjoint);
+}
+
+// Write a thread's RT x KB x (W x V) results (rows past n_out and frequencies past nf are
+// skipped), times the float16 row scale in the forward direction, cast to the output precision.
+// Group g of V frequencies starts at f0 + g * gstride.
+template <typename TOut, int RT, int KB, int V, int W = 1, typename C>
+__device__ __forceinline__ void sbgemv_store(const C (&acc)[RT][KB][W * V], TOut* __restrict__ yb,
                                              i64 y_bstride, const float* __restrict__ scale,
                                              bool adj, i64 o0, i64 f0, i64 n_out, i64 nf,
-                                             i64 nfp) {
+                                             i64 nfp, i64 gstride = 0) {
 #pragma unroll
   for (int t = 0; t < RT; ++t) {
     const i64 o = o0 + t;
     if (o >= n_out) continue;
 #pragma unroll
-    for (int v = 0; v < V; ++v) {
-      if (f0 + v >= nf) continue;
-      float s = 1.0f;
-      if (scale != nullptr && !adj) s = scale[o * nfp + f0 + v];
+    for (int g = 0; g < W; ++g)
 #pragma unroll
-      for (int b = 0; b < KB; ++b) {
-        C c = acc[t][b][v];
-        c.x *= s;
-        c.y *= s;
-        yb[b * y_bstride + o * nf + f0 + v] = ccast<TOut>(c);
+      for (int v = 0; v < V; ++v) {
+        const i64 f = f0 + g * gstride + v;
+        if (f >= nf) continue;
+        float s = 1.0f;
+        if (scale != nullptr && !adj) s = scale[o * nfp + f];
+#pragma unroll
+        for (int b = 0; b < KB; ++b) {
+          C c = acc[t][b][g * V + v];
+          c.x *= s;
+          c.y *= s;
+          yb[b * y_bstride + o * nf + f] = ccast<TOut>(c);
+        }
       }
-    }
   }
 }
 
-template <typename Store, typename TIn, typename TOut, int RT, int KB, int V>
+// W > 1 (one right-hand side): a thread owns W groups of V consecutive frequencies, blockDim.x
+// groups apart, so a block reads W runs of blockDim.x x 16 contiguous bytes per row and step,
+// and a thread has RT x W loads of 16 bytes in flight, issued for one step at a time. Measured on
+// an H200 it streams complex128 Khat about 10 % faster than the tiles of one group, which
+// unroll two steps instead (docs/benchmarks.md, twelfth run).
+template <typename Store, typename TIn, typename TOut, int RT, int KB, int V, int W = 1>
 __device__ __forceinline__ void sbgemv_body(
     const typename Store::elem* __restrict__ kh, const float* __restrict__ scale,
     const TIn* __restrict__ x, TOut* __restrict__ y, i64 nf, i64 nfp, i64 n_out, i64 n_red,
@@ -101,14 +130,17 @@ __device__ __forceinline__ void sbgemv_body(
     i64 y_split_stride) {
   typedef typename Store::real R;
   typedef typename Complex<R>::type C;
+  constexpr int S = W * V;  // frequencies per thread
+  static_assert(W == 1 || KB < 8, "several frequency groups only for the memory-bound tiles");
   // Output tiles vary fastest across blocks: blocks running side by side read the same vector
   // rows x[:, r, f-tile], which then come from L2 instead of memory.
   const i64 n_otiles = ((n_out + RT - 1) / RT + blockDim.y - 1) / blockDim.y;
   const i64 otile = (i64)blockIdx.x % n_otiles;
   const i64 ftile = (i64)blockIdx.x / n_otiles;
-  const i64 fv = ftile * blockDim.x + threadIdx.x;
+  const i64 fv = ftile * blockDim.x * W + threadIdx.x;
   const i64 f0 = fv * V;
   if (f0 >= nf) return;
+  const i64 gstride = (i64)blockDim.x * V;  // frequencies from one group to the next
   const i64 o0 = (otile * blockDim.y + threadIdx.y) * RT;
   if (o0 >= n_out) return;
   const i64 r_begin = (i64)blockIdx.y * red_chunk;
@@ -116,11 +148,17 @@ __device__ __forceinline__ void sbgemv_body(
   if (r_end > n_red) r_end = n_red;
 
   // Frequencies past Nf (the padding of the last vector) read x at Nf-1 and are never written;
-  // output rows past the end are clamped onto the last row likewise. Both keep the inner loop
-  // free of branches; their loads hit the cache.
-  i64 fx[V];
+  // groups that start past the padded length read group 0's Khat; output rows past the end are
+  // clamped onto the last row likewise. All keep the inner loop free of branches; their loads
+  // hit the cache.
+  i64 fx[S], kf[W];  // kf: a group's Khat offset from group 0's
 #pragma unroll
-  for (int v = 0; v < V; ++v) fx[v] = (f0 + v < nf) ? f0 + v : nf - 1;
+  for (int g = 0; g < W; ++g) {
+    const i64 fg = f0 + g * gstride;
+    kf[g] = (g == 0 || fg >= nfp) ? 0 : g * gstride;
+#pragma unroll
+    for (int v = 0; v < V; ++v) fx[g * V + v] = (fg + v < nf) ? fg + v : nf - 1;
+  }
   i64 koff[RT];
 #pragma unroll
   for (int t = 0; t < RT; ++t) {
@@ -129,44 +167,48 @@ __device__ __forceinline__ void sbgemv_body(
     koff[t] = o * so + f0;
   }
 
-  C acc[RT][KB][V];
+  C acc[RT][KB][S];
 #pragma unroll
   for (int t = 0; t < RT; ++t)
 #pragma unroll
     for (int b = 0; b < KB; ++b)
 #pragma unroll
-      for (int v = 0; v < V; ++v) acc[t][b][v] = make_c((R)0, (R)0);
+      for (int s = 0; s < S; ++s) acc[t][b][s] = make_c((R)0, (R)0);
 
   const bool adj = adjoint != 0;
   if constexpr (KB < 8) {
-    // Memory-bound tiles: two reduction steps per iteration, all their loads issued first.
+    // Memory-bound tiles: U reduction steps per iteration, all their loads issued first.
+    constexpr int U = W > 1 ? 1 : 2;
     i64 r = r_begin;
-    for (; r + 2 <= r_end; r += 2)
-      sbgemv_steps<Store, TIn, RT, KB, V, 2>(acc, kh, koff, r, sr, x, x_bstride, nf, fx, adj);
-    if (r < r_end)
-      sbgemv_steps<Store, TIn, RT, KB, V, 1>(acc, kh, koff, r, sr, x, x_bstride, nf, fx, adj);
+    for (; r + U <= r_end; r += U)
+      sbgemv_steps<Store, TIn, RT, KB, V, W, U>(acc, kh, koff, kf, r, sr, x, x_bstride, nf, fx,
+                                                adj);
+    if (U > 1 && r < r_end)
+      sbgemv_steps<Store, TIn, RT, KB, V, W, 1>(acc, kh, koff, kf, r, sr, x, x_bstride, nf, fx,
+                                                adj);
   } else {
     // Arithmetic-bound multi-RHS tiles: registers hold accumulators, so Khat is prefetched one
     // step ahead (double buffering) instead of unrolling.
-    C kcur[RT][V], knext[RT][V];
+    C kcur[RT][S], knext[RT][S];
     if (r_begin < r_end) {
 #pragma unroll
-      for (int t = 0; t < RT; ++t) Store::template load<V>(kh + koff[t] + r_begin * sr, kcur[t]);
+      for (int t = 0; t < RT; ++t)
+        load_groups<Store, V, W>(kh + koff[t] + r_begin * sr, kf, kcur[t]);
     }
     for (i64 r = r_begin; r < r_end; ++r) {
       const i64 rn = (r + 1 < r_end) ? r + 1 : r;
 #pragma unroll
-      for (int t = 0; t < RT; ++t) Store::template load<V>(kh + koff[t] + rn * sr, knext[t]);
-      sbgemv_fma<Store, TIn, RT, KB, V>(acc, kcur, r, x, x_bstride, nf, fx, adj);
+      for (int t = 0; t < RT; ++t) load_groups<Store, V, W>(kh + koff[t] + rn * sr, kf, knext[t]);
+      sbgemv_fma<Store, TIn, RT, KB, S>(acc, kcur, r, x, x_bstride, nf, fx, adj);
 #pragma unroll
       for (int t = 0; t < RT; ++t)
 #pragma unroll
-        for (int v = 0; v < V; ++v) kcur[t][v] = knext[t][v];
+        for (int s = 0; s < S; ++s) kcur[t][s] = knext[t][s];
     }
   }
 
-  sbgemv_store<TOut, RT, KB, V>(acc, y + (i64)blockIdx.y * y_split_stride, y_bstride, scale,
-                                adj, o0, f0, n_out, nf, nfp);
+  sbgemv_store<TOut, RT, KB, V, W>(acc, y + (i64)blockIdx.y * y_split_stride, y_bstride, scale,
+                                   adj, o0, f0, n_out, nf, nfp, gstride);
 }
 
 // One right-hand side, the vectors staged through shared memory. A block covers BX*V

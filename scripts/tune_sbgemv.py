@@ -24,8 +24,9 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--k", type=int, default=1, help="right-hand sides (1, or 16 for the batched tiles)")
     ap.add_argument("--blocks-per-sm", default="8,16,32")
-    ap.add_argument("--unstaged", default="all", choices=["all", "default"],
-                    help="sweep every unstaged tile, or time only its default")
+    ap.add_argument("--unstaged", default="all", choices=["all", "default", "wide"],
+                    help="sweep every unstaged tile, time only its default, or sweep only the "
+                         "one-vector tiles of several frequency groups")
     ap.add_argument("--no-staged", action="store_true", help="leave out the staged kernel's sweep")
     ap.add_argument("--pipe-splits", default="",
                     help="split-K counts to time the default tensor-core tile at (k > 1), e.g. "
@@ -35,7 +36,7 @@ def main(argv=None) -> int:
     import cupy as cp
 
     import fftmatvec as fm
-    from fftmatvec._gpu import (ASYNC_TILES, PIPE_TILES, STAGED_TILES, TILES,
+    from fftmatvec._gpu import (ASYNC_TILES, PIPE_TILES, STAGED_TILES, TILES, WIDE_TILES,
                                 pipe_max_splits)
 
     sys.path.insert(0, __file__.rsplit("/", 1)[0])
@@ -82,15 +83,25 @@ def main(argv=None) -> int:
                 rows.append((t, "unstaged default", unstaged[0]))
                 t = time_plan(default)
                 rows.append((t, "default", default[0]))
-                for rt, kb, v in TILES[eng.store]:
-                    if kb != k or args.unstaged == "default":
-                        continue
+                if k == 1:  # the default tile of one frequency group, as a reference
+                    rt, v = eng._tile(k, n_out, adjoint)
+                    bx = 32 if F.nf <= 32 * v else 64
+                    la = eng._launch(k, n_out, n_red, x.dtype, np.complex128,
+                                     tile=(rt, v, bx, max(1, min(128 // bx, -(-n_out // rt)))))
+                    rows.append((time_plan([la]), "one-group default", la))
+                # the GEMV tiles: RT x V (x W groups, one right-hand side) per thread
+                tiles = [(rt, v, 1) for rt, kb, v in TILES[eng.store]
+                         if kb == k and args.unstaged == "all"]
+                if k == 1 and args.unstaged in ("all", "wide"):
+                    tiles += WIDE_TILES[eng.store]
+                for rt, v, w in tiles:
                     for bx, ty in ((32, 4), (64, 2), (64, 4), (128, 1), (32, 8), (64, 1)):
                         for bps in (int(b) for b in args.blocks_per_sm.split(",")):
                             eng.blocks_per_sm = bps
-                            la = eng._launch(k, n_out, n_red, x.dtype, np.complex128, tile=(rt, v, bx, ty))
+                            la = eng._launch(k, n_out, n_red, x.dtype, np.complex128,
+                                             tile=(rt, v, bx, ty, w))
                             t = time_plan([la])
-                            rows.append((t, f"rt={rt} v={v} bx={bx} ty={ty} bps={bps}", la))
+                            rows.append((t, f"rt={rt} v={v} w={w} bx={bx} ty={ty} bps={bps}", la))
                 eng.blocks_per_sm = 8
                 if k == 1 and eng._sm80_kernels():
                     # the cp.async kernel: (RT, TY, J, NS) and its split-K target
@@ -159,7 +170,7 @@ def main(argv=None) -> int:
                       f"({floor / times['default']:.2f} of floor), GEMV default "
                       f"{times['unstaged default'] * 1e3:.3f} ms ({floor / times['unstaged default']:.2f})")
                 shown = rows[:4]
-                for family in ("async", "staged", "mma"):  # the best of each kernel, if not shown
+                for family in ("async", "staged", "mma", "one-group"):  # the best of each, if not shown
                     best = next((r for r in rows if r[1].startswith(family)), None)
                     if best is not None and best not in shown:
                         shown.append(best)

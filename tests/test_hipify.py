@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from fftmatvec import FFTMatvecValueError
-from fftmatvec._gpu import ASYNC_TILES, PIPE_TILES
+from fftmatvec._gpu import ASYNC_TILES, PIPE_TILES, STAGED_TILES, TILES, WIDE_TILES
 from fftmatvec._hipify import DROP_MASK, HipifyError, hipify, hipify_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -305,6 +305,15 @@ def test_installed_package_has_the_expected_code_objects():
 
     first = portable(names[EXPECTED[0]])
     assert first and not any(n.startswith("_Z") for n in first)
+    # every GEMV tile the engine may launch is there, under the name it asks for
+    io = [(i, o) for i in ("c128", "c64") for o in ("c128", "c64")]
+    gemv = {f"sbgemv_{st}_{i}_{o}_r{rt}_k{kb}_v{v}"
+            for st, tiles in TILES.items() for rt, kb, v in tiles for i, o in io}
+    gemv |= {f"sbgemv_{st}_{i}_{o}_r{rt}_k1_v{v}_w{w}"
+             for st, tiles in WIDE_TILES.items() for rt, v, w in tiles for i, o in io}
+    gemv |= {f"sbgemvs_{st}_{i}_{o}_r{rt}_v{v}"
+             for st, tiles in STAGED_TILES.items() for rt, v in tiles for i, o in io}
+    assert gemv <= first, f"GEMV tiles missing: {sorted(gemv - first)[:5]}"
     for tag, found in names.items():
         got = portable(found)
         assert got == first, f"{tag} differs from {EXPECTED[0]}: {sorted(got ^ first)[:5]}"

@@ -86,6 +86,17 @@ def _dense_product(khat, x, adjoint):
     return np.einsum("ijf,bjf->bif", khat, x.astype(np.complex128))
 
 
+def _tile_case(rng, shape, store, adjoint):
+    """(operator, its engine, the float64 Khat / L, n_in, n_out, n_red) of a tile test."""
+    cp = backend.cupy
+    K = rng.standard_normal(shape)
+    F = fm.BlockToeplitz(cp.asarray(K), f"dd{store}dd")
+    khat = _khat_reference(K, F.fft_len) / F.fft_len
+    nd, nm, _ = shape
+    n_in, n_out, n_red = (nd, nm, nd) if adjoint else (nm, nd, nm)
+    return F, F._engine, khat, n_in, n_out, n_red
+
+
 @pytest.mark.parametrize("shape", [(45, 77, 150), (100, 23, 1000), (3, 300, 20)],
                          ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("store", ["d", "s", "h"])
@@ -96,12 +107,7 @@ def test_staged_tiles(rng, shape, store, adjoint):
     cp = backend.cupy
     from fftmatvec._gpu import STAGED_TILES
 
-    nd, nm, nt = shape
-    K = rng.standard_normal(shape)
-    F = fm.BlockToeplitz(cp.asarray(K), f"dd{store}dd")
-    eng = F._engine
-    khat = _khat_reference(K, F.fft_len) / F.fft_len
-    n_in, n_out, n_red = (nd, nm, nd) if adjoint else (nm, nd, nm)
+    F, eng, khat, n_in, n_out, n_red = _tile_case(rng, shape, store, adjoint)
     x = rng.standard_normal((1, n_in, F.nf)) + 1j * rng.standard_normal((1, n_in, F.nf))
     ref = _dense_product(khat, x, adjoint)
     tol = {"d": 1e-13, "s": 2e-6, "h": 2e-3}[store]
@@ -122,6 +128,43 @@ def test_staged_tiles(rng, shape, store, adjoint):
 
 
 @pytest.mark.parametrize("shape", [(45, 77, 150), (100, 23, 1000), (3, 300, 20), (1, 37, 40),
+                                   (37, 1, 40), (9, 130, 700)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("store", ["d", "s"])  # float16 storage has no such tiles
+@pytest.mark.parametrize("adjoint", [False, True], ids=["fwd", "adj"])
+def test_wide_tiles(rng, shape, store, adjoint):
+    """Every compiled one-vector tile of several frequency groups per thread, with blocks of
+    32 to 128 lanes, with and without split-K, in and out in both precisions, against the float64
+    product (groups past the padded frequencies, rows past the end)."""
+    cp = backend.cupy
+    from fftmatvec._gpu import WIDE_TILES
+
+    F, eng, khat, n_in, n_out, n_red = _tile_case(rng, shape, store, adjoint)
+    tol = {"d": 1e-13, "s": 2e-6}[store]
+    assert WIDE_TILES[eng.store]
+    for rt, v, w in WIDE_TILES[eng.store]:
+        for (bx, ty), per_sm, in_dt, out_dt in [((32, 4), 64, np.complex128, np.complex128),
+                                                ((64, 2), 1, np.complex64, np.complex128),
+                                                ((128, 1), 0, np.complex128, np.complex64),
+                                                ((32, 1), 8, np.complex64, np.complex64)]:
+            x = rng.standard_normal((1, n_in, F.nf)) + 1j * rng.standard_normal((1, n_in, F.nf))
+            x = x.astype(in_dt)
+            ref = _dense_product(khat, x, adjoint)
+            eng.blocks_per_sm, saved = per_sm, eng.blocks_per_sm  # 0: no split-K
+            try:
+                la = eng._launch(1, n_out, n_red, in_dt, out_dt, tile=(rt, v, bx, ty, w))
+            finally:
+                eng.blocks_per_sm = saved
+            assert la.name.endswith(f"_w{w}")
+            out = _poisoned(cp, (1, n_out, F.nf), out_dt)
+            eng.apply(cp.asarray(x), adjoint, out_dt, out=out, plan=[la])
+            got = cp.asnumpy(out)
+            assert np.isfinite(got).all(), la
+            err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+            t = max(tol, 2e-6 if (in_dt == np.complex64 or out_dt == np.complex64) else 0)
+            assert err < t, (la, in_dt, out_dt, err)
+
+
+@pytest.mark.parametrize("shape", [(45, 77, 150), (100, 23, 1000), (3, 300, 20), (1, 37, 40),
                                    (37, 1, 40), (130, 9, 64)], ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("store", ["d", "s", "h"])
 @pytest.mark.parametrize("adjoint", [False, True], ids=["fwd", "adj"])
@@ -132,14 +175,9 @@ def test_async_tiles(rng, shape, store, adjoint):
     cp = backend.cupy
     from fftmatvec._gpu import ASYNC_TILES
 
-    nd, nm, nt = shape
-    K = rng.standard_normal(shape)
-    F = fm.BlockToeplitz(cp.asarray(K), f"dd{store}dd")
-    eng = F._engine
+    F, eng, khat, n_in, n_out, n_red = _tile_case(rng, shape, store, adjoint)
     if not eng._sm80_kernels():
         pytest.skip("no cp.async kernels on this device")
-    khat = _khat_reference(K, F.fft_len) / F.fft_len
-    n_in, n_out, n_red = (nd, nm, nd) if adjoint else (nm, nd, nm)
     tol = {"d": 1e-13, "s": 2e-6, "h": 2e-3}[store]
     for tile in ASYNC_TILES[eng.store]:
         for waves, in_dt, out_dt in [(1, np.complex128, np.complex128), (8, np.complex64, np.complex128),
@@ -172,14 +210,9 @@ def test_pipe_tiles(rng, shape, store, adjoint):
     cp = backend.cupy
     from fftmatvec._gpu import PIPE_TILES
 
-    nd, nm, nt = shape
-    K = rng.standard_normal(shape)
-    F = fm.BlockToeplitz(cp.asarray(K), f"dd{store}dd")
-    eng = F._engine
+    F, eng, khat, n_in, n_out, n_red = _tile_case(rng, shape, store, adjoint)
     if eng._mma_min_kb() is None:
         pytest.skip("no tensor-core kernels on this device")
-    khat = _khat_reference(K, F.fft_len) / F.fft_len
-    n_in, n_out, n_red = (nd, nm, nd) if adjoint else (nm, nd, nm)
     # 3xTF32 with each k-step's sum added in float32: a few 1e-7, like float32 FMAs
     tol = {"d": 1e-13, "s": 4e-6, "h": 2e-3}[store]
     for kb in (1, 5, 16):
