@@ -53,6 +53,14 @@ WIDE_DEFAULTS = {
     ("c128", False): ((2, 1, 4), (32, 4), 16),
     ("c128", True): ((2, 1, 4), (32, 4), 4),
 }
+# ... for products whose frequencies fill at least WIDE_MIN_FILL of the blocks' frequency spans
+# and that make, split, at least WIDE_MIN_BLOCKS_PER_SM blocks per multiprocessor (one round: at
+# 126 registers a thread, 4 blocks of 128 threads fit). At Nf = 101, complex128, H200: (20000,
+# 50, 100) 0.440 / 0.394 ms forward / adjoint against 0.508 / 0.459 for the tile of one group,
+# (100000, 10, 100) adjoint 0.430 against 0.457; (1000, 20, 100) forward, whose 3 row tiles
+# split to 93 blocks, 49.8 against 36.2 us (docs/benchmarks.md, twelfth run).
+WIDE_MIN_FILL = 0.75
+WIDE_MIN_BLOCKS_PER_SM = 4
 # (RT, V) tiles of the staged one-vector kernel (sbgemvs_*: x staged through shared memory,
 # 32 x TY threads per block); keep in sync with hip_kernels/fftmatvec_kernels.cu.
 STAGED_TILES = {
@@ -613,7 +621,7 @@ class KernelEngine:
         if tile is not None:  # (rt, v, bx, ty) or (rt, v, bx, ty, w) from a tuning sweep
             rt, v, bx, ty, w = (tuple(tile) + (1,))[:5]
         else:
-            wide = self._wide_default(kb, n_out, adjoint)
+            wide = self._wide_default(kb, n_out, n_red, adjoint)
             if wide is not None:
                 (rt, v, w), (bx, ty), per_sm = wide
                 ty = max(1, min(ty, math.ceil(n_out / rt)))
@@ -639,16 +647,23 @@ class KernelEngine:
                 f"_r{rt}_k{kb}_v{v}" + (f"_w{w}" if w > 1 else ""))
         return _Launch(name, kb, (base, splits), (bx, ty), splits, red_chunk)
 
-    def _wide_default(self, kb: int, n_out: int, adjoint: bool):
+    def _wide_default(self, kb: int, n_out: int, n_red: int, adjoint: bool):
         """((RT, V, W), (BX, TY), split-K target in blocks per multiprocessor) of the wide GEMV
-        tile that serves one right-hand side by default (``WIDE_DEFAULTS``), or None. Products
-        with fewer than two of its frequency tiles, or fewer than ``ASYNC_FEW_ROWS`` outputs,
-        keep the tiles of one group."""
+        tile that serves one right-hand side by default (``WIDE_DEFAULTS``), or None: products
+        with fewer than ``ASYNC_FEW_ROWS`` outputs, frequencies that fill less than
+        ``WIDE_MIN_FILL`` of the blocks' spans, or too few blocks, even split, for
+        ``WIDE_MIN_BLOCKS_PER_SM`` per multiprocessor keep the tiles of one group."""
         wide = WIDE_DEFAULTS.get((self.store, bool(adjoint))) if kb == 1 else None
-        if wide is None:
+        if wide is None or n_out < ASYNC_FEW_ROWS:
             return None
-        (rt, v, w), (bx, _), _ = wide
-        if n_out < ASYNC_FEW_ROWS or self.nf < 2 * bx * w * v:
+        (rt, v, w), (bx, ty), per_sm = wide
+        span = bx * w * v  # frequencies of one block
+        n_ftiles = math.ceil(self.nf / span)
+        if self.nf < WIDE_MIN_FILL * n_ftiles * span:
+            return None
+        base = n_ftiles * math.ceil(n_out / (rt * max(1, min(ty, math.ceil(n_out / rt)))))
+        splits = _fill_splits(base, per_sm * self.num_sms, n_red // 32)
+        if base * splits < WIDE_MIN_BLOCKS_PER_SM * self.num_sms:
             return None
         return wide
 

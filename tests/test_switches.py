@@ -240,3 +240,34 @@ def test_pipe_tile_for_few_rows(store, adjoint, nd):
     else:
         assert tile == PIPE_DEFAULTS[(store, adjoint)] and waves is None
     assert tile in PIPE_TILES[store]
+
+
+@pytest.mark.parametrize("shape, adjoint, wide", [
+    ((100, 5000, 1000), False, True), ((100, 5000, 1000), True, True),
+    ((50, 20000, 500), False, True), ((50, 20000, 500), True, True),
+    ((100, 1000, 1000), False, True), ((100, 1000, 1000), True, True),
+    ((50, 20000, 100), False, True),  # Nf = 101 fills 0.79 of one 128-frequency span
+    ((10, 100000, 100), True, True),
+    ((10, 100000, 100), False, False),  # 10 outputs
+    ((20, 1000, 100), False, False),  # 3 row tiles, 31 splits at most: 93 blocks
+    ((20, 1000, 100), True, False),  # 125 blocks, 20 reduction rows: no split
+    ((15, 289, 10), True, False),  # Nf = 11 fills 0.09 of the span
+    ((60, 20000, 70), False, False),  # Nf = 71: 0.55
+])
+def test_wide_tile_choice(shape, adjoint, wide):
+    """One complex128 vector takes the wide GEMV tile where its frequencies fill the blocks'
+    spans and its blocks, split, fill the device once; small and skinny products keep the tile
+    of one group. Other storages and batches never take it by default."""
+    from fftmatvec._gpu import WIDE_DEFAULTS, WIDE_TILES
+
+    nd, nm, nt = shape
+    n_out, n_red = (nm, nd) if adjoint else (nd, nm)
+    engine = SimpleNamespace(store="c128", nf=nt + 1, num_sms=132)
+    got = KernelEngine._wide_default(engine, 1, n_out, n_red, adjoint)
+    assert (got is not None) == wide
+    if wide:
+        assert got == WIDE_DEFAULTS[("c128", adjoint)] and got[0] in WIDE_TILES["c128"]
+    assert KernelEngine._wide_default(engine, 2, n_out, n_red, adjoint) is None
+    for store in ("c64", "c32h"):
+        engine.store = store
+        assert KernelEngine._wide_default(engine, 1, n_out, n_red, adjoint) is None
