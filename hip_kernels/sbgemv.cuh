@@ -120,8 +120,8 @@ __device__ __forceinline__ void sbgemv_store(const C (&acc)[RT][KB][W * V], TOut
 // W > 1 (one right-hand side): a thread owns W groups of V consecutive frequencies, blockDim.x
 // groups apart, so a block reads W runs of blockDim.x x 16 contiguous bytes per row and step,
 // and a thread has RT x W loads of 16 bytes in flight, issued for one step at a time. Measured on
-// an H200 it streams complex128 Khat about 10 % faster than the tiles of one group, which
-// unroll two steps instead (docs/benchmarks.md, twelfth run).
+// an H200 it streams complex128 Khat 4-8 % faster than the tiles of one group, which unroll two
+// steps instead (docs/benchmarks.md, twelfth run).
 template <typename Store, typename TIn, typename TOut, int RT, int KB, int V, int W = 1>
 __device__ __forceinline__ void sbgemv_body(
     const typename Store::elem* __restrict__ kh, const float* __restrict__ scale,
