@@ -632,15 +632,10 @@ class KernelEngine:
         if w != 1 and (kb != 1 or (rt, v, w) not in WIDE_TILES[self.store]):
             raise ValueError(f"tile (RT={rt}, KB={kb}, V={v}, W={w}) is not compiled for "
                              f"{self.store}")
-        lanes = math.ceil(self.nf / v)
         if bx is None:
-            bx = 32 if lanes <= 32 else 64
+            bx = 32 if math.ceil(self.nf / v) <= 32 else 64
             ty = max(1, min(128 // bx, math.ceil(n_out / rt)))  # 128-thread blocks
-        n_ftiles = math.ceil(lanes / (bx * w))
-        n_otiles = math.ceil(n_out / (ty * rt))
-        base = n_ftiles * n_otiles
-        target = per_sm * self.num_sms * max(1, 128 // (bx * ty))
-        splits = _fill_splits(base, target, n_red // 32)
+        base, splits = self._gemv_blocks(n_out, n_red, rt, v, w, bx, ty, per_sm)
         splits, red_chunk = _split_k(splits, n_red, 1)
         out_sfx = _CPLX_SUFFIX[self.compute if splits > 1 else np.dtype(out_dtype)]
         name = (f"sbgemv_{self.store}_{_CPLX_SUFFIX[np.dtype(in_dtype)]}_{out_sfx}"
@@ -658,14 +653,21 @@ class KernelEngine:
             return None
         (rt, v, w), (bx, ty), per_sm = wide
         span = bx * w * v  # frequencies of one block
-        n_ftiles = math.ceil(self.nf / span)
-        if self.nf < WIDE_MIN_FILL * n_ftiles * span:
+        if self.nf < WIDE_MIN_FILL * math.ceil(self.nf / span) * span:
             return None
-        base = n_ftiles * math.ceil(n_out / (rt * max(1, min(ty, math.ceil(n_out / rt)))))
-        splits = _fill_splits(base, per_sm * self.num_sms, n_red // 32)
+        ty = max(1, min(ty, math.ceil(n_out / rt)))
+        base, splits = self._gemv_blocks(n_out, n_red, rt, v, w, bx, ty, per_sm)
         if base * splits < WIDE_MIN_BLOCKS_PER_SM * self.num_sms:
             return None
         return wide
+
+    def _gemv_blocks(self, n_out, n_red, rt, v, w, bx, ty, per_sm) -> tuple[int, int]:
+        """(blocks of one split, split-K count) of a GEMV launch: blocks of bx x ty threads, each
+        thread RT rows x W groups of V frequencies, split until ``per_sm`` blocks of 128 threads
+        per multiprocessor are reached, each split keeping at least 32 reduction rows."""
+        base = math.ceil(math.ceil(self.nf / v) / (bx * w)) * math.ceil(n_out / (ty * rt))
+        target = per_sm * self.num_sms * max(1, 128 // (bx * ty))
+        return base, _fill_splits(base, target, n_red // 32)
 
     def workspace_size(self, adjoint: bool, k: int, in_dtype, out_dtype) -> int:
         """Elements (of the compute dtype) of split-K workspace a product needs."""

@@ -83,11 +83,9 @@ def main(argv=None) -> int:
                 rows.append((t, "unstaged default", unstaged[0]))
                 t = time_plan(default)
                 rows.append((t, "default", default[0]))
-                if k == 1:  # the default tile of one frequency group, as a reference
+                if k == 1:  # the default tile of one frequency group (default block), as a reference
                     rt, v = eng._tile(k, n_out, adjoint)
-                    bx = 32 if F.nf <= 32 * v else 64
-                    la = eng._launch(k, n_out, n_red, x.dtype, np.complex128,
-                                     tile=(rt, v, bx, max(1, min(128 // bx, -(-n_out // rt)))))
+                    la = eng._launch(k, n_out, n_red, x.dtype, np.complex128, tile=(rt, v, None, None))
                     rows.append((time_plan([la]), "one-group default", la))
                 # the GEMV tiles: RT x V (x W groups, one right-hand side) per thread
                 tiles = [(rt, v, 1) for rt, kb, v in TILES[eng.store]

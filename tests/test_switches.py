@@ -263,6 +263,7 @@ def test_wide_tile_choice(shape, adjoint, wide):
     nd, nm, nt = shape
     n_out, n_red = (nm, nd) if adjoint else (nd, nm)
     engine = SimpleNamespace(store="c128", nf=nt + 1, num_sms=132)
+    engine._gemv_blocks = lambda *a: KernelEngine._gemv_blocks(engine, *a)
     got = KernelEngine._wide_default(engine, 1, n_out, n_red, adjoint)
     assert (got is not None) == wide
     if wide:
