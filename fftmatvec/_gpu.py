@@ -69,12 +69,13 @@ STAGED_TILES = {
     "c32h": [(1, 4), (2, 4), (4, 4), (2, 2), (4, 2)],
 }
 _STAGED_J = 32  # reduction steps staged per chunk (the kernel's J)
-# (RT, TY, J, NS) tiles of the one-vector kernel that streams Khat through shared memory with
-# cp.async (sbgemva_*: blocks of 32 x TY threads own RT x TY rows and 32 x V frequencies, V = 16
-# bytes of Khat, J reduction steps per stage, NS stages); NVIDIA sm_80 and newer. Keep in sync
-# with hip_kernels/fftmatvec_kernels.cu.
+# (RT, TY, J, NS[, W]) tiles of the one-vector kernel that streams Khat through shared memory
+# with cp.async (sbgemva_*: blocks of 32 x TY threads own RT x TY rows and 32 x V x W
+# frequencies, V = 16 bytes of Khat, W = 1 when left out, J reduction steps per stage, NS
+# stages); NVIDIA sm_80 and newer. Keep in sync with hip_kernels/fftmatvec_kernels.cu.
 ASYNC_TILES = {st: [(4, 8, 2, 3), (4, 4, 2, 4), (4, 8, 1, 4), (1, 8, 8, 3), (8, 8, 2, 3)]
                for st in ("c128", "c64", "c32h")}
+ASYNC_TILES["c32h"] += [(4, 4, 2, 3, 2), (4, 4, 1, 4, 2), (2, 4, 2, 4, 2)]
 # Where it is the default for one vector, per (storage, adjoint): from this many reduction
 # rows (None: never; the register and staged kernels are as fast there). Forward products with
 # at most ASYNC_FEW_ROWS outputs use it in every storage, with a narrow tile. From the sweeps of
@@ -90,13 +91,20 @@ ASYNC_FEW_ROWS = 16
 ASYNC_DEFAULTS = {(st, adj): ((4, 8, 2, 3), 1 if adj else 2) for st in ("c128", "c64", "c32h")
                   for adj in (False, True)}
 ASYNC_DEFAULTS[("c64", False)] = ((1, 8, 8, 3), 8)
-# float16 storage: the 16-row tile, which left more blocks per multiprocessor busy on the
-# reduction (forward, 4 rounds) and on the rows (adjoint, 1 round): 0.537 against 0.579 ms
-# forward on (5000, 100, 1000), 0.555-0.592 against 0.567-0.606 adjoint on the large sizes,
-# 0.132 against 0.154 on (1000, 100, 1000) adjoint; 1.3 % slower on (20000, 50, 500) forward,
-# where no tile beat one exact wave of (8, 8, 2, 3) (docs/benchmarks.md, seventh run).
-ASYNC_DEFAULTS[("c32h", False)] = ((4, 4, 2, 4), 4)
+# float16 storage: forward, 16-row tiles with two chunks of 4 frequencies per thread and row,
+# 2 rounds of split-K; adjoint, the one-chunk 16-row tile, 1 round (seventh run). On an H200 the
+# forward tile took 0.540 against 0.540 ms on (5000, 100, 1000), 0.568 against 0.577 on
+# (20000, 50, 500) and 0.135 against 0.136 on (1000, 100, 1000) (the mean of two sweeps) against
+# the one-chunk tile (4, 4, 2, 4) with 4 rounds that was the default before, and 1-4 % less in
+# four runs of the same kernel code outside the engine (docs/benchmarks.md, thirteenth run).
+ASYNC_DEFAULTS[("c32h", False)] = ((4, 4, 2, 3, 2), 2)
 ASYNC_DEFAULTS[("c32h", True)] = ((4, 4, 2, 4), 1)
+# Where the default's blocks fill less than ASYNC_MIN_FILL of their last round of block slots (a
+# round and a bit: the adjoint of (1000, 100, 1000) has 504 blocks for 396 slots), this tile
+# takes over if it fills more: 0.124 against 0.137 ms there; on (5000, 100, 1000) and
+# (20000, 50, 500), where the default fills 90-97 %, it was 0-4 % slower (thirteenth run).
+ASYNC_FILL_ALT = {("c32h", True): ((2, 4, 2, 4, 2), 1)}
+ASYNC_MIN_FILL = 0.75
 ASYNC_FEW = {"c128": ((4, 4, 2, 4), 2), "c64": ((4, 4, 2, 4), 2), "c32h": ((4, 4, 2, 4), 1)}
 # (MT, V, WR, WF, KS, NS) tiles of the tensor-core kernel for several right-hand sides
 # (sbgemmp_*: a block of WR x WF warps owns WR x MT row tiles of 8 (complex128) or 16 rows and
@@ -196,6 +204,11 @@ class _Launch:
     smem: int = 0  # bytes of dynamic shared memory (tensor-core and cp.async launches)
     resident: int = 0  # blocks resident on the device at once (tensor-core launches)
     freq_major: bool = False  # consecutive blocks take consecutive frequency tiles (tensor cores)
+
+
+def async_chunks(tile) -> int:
+    """W of a cp.async tile (RT, TY, J, NS[, W]): chunks of 16 bytes per thread and row."""
+    return tile[4] if len(tile) > 4 else 1
 
 
 def _switch(name: str) -> str:
@@ -547,7 +560,7 @@ class KernelEngine:
             min_red = table[(self.store, bool(adjoint))]
             if min_red is None or n_red < min_red:
                 return False
-        tile = self._async_default(n_out, adjoint)[0]
+        tile = self._async_default(n_out, n_red, adjoint, in_dtype)[0]
         ok = self._sm80_kernels() and self.async_smem(tile, in_dtype) <= self.smem_per_block
         if mode == "1" and not ok:
             raise FFTMatvecValueError(
@@ -564,50 +577,77 @@ class KernelEngine:
                 self._pipe_name(tile, np.complex128, np.complex128))
         return self._sm80
 
-    def _async_default(self, n_out: int, adjoint: bool):
+    def _async_default(self, n_out: int, n_red: int, adjoint: bool, in_dtype):
         """(tile, split-K target) of the cp.async kernel: the narrow tile for forward products
-        with few outputs."""
+        with few outputs; ``ASYNC_FILL_ALT``'s tile where it fills the device's block slots
+        better than a default that fills less than ``ASYNC_MIN_FILL`` of its last round."""
         if not adjoint and n_out <= ASYNC_FEW_ROWS:
             return ASYNC_FEW[self.store]
-        return ASYNC_DEFAULTS[(self.store, bool(adjoint))]
+        key = (self.store, bool(adjoint))
+        default, alt = ASYNC_DEFAULTS[key], ASYNC_FILL_ALT.get(key)
+        if alt is None:
+            return default
+        fill = self.async_fill(*default, n_out, n_red, in_dtype)
+        if fill < ASYNC_MIN_FILL and self.async_fill(*alt, n_out, n_red, in_dtype) > fill:
+            return alt
+        return default
 
-    def _async_freqs(self) -> int:
-        """Frequencies a cp.async block covers: 32 threads x 16 bytes of Khat."""
-        return 32 * (16 // self.data.itemsize)
+    def _async_grid(self, tile, waves: int, n_out: int, n_red: int, in_dtype):
+        """(blocks of one split, split-K count, reduction rows per split, block slots of the
+        device) of a cp.async launch: when the blocks fill less than ``waves`` rounds of the
+        slots the shared memory and threads leave, split-K makes that many rounds of them."""
+        rt, ty, j, ns = tile[:4]
+        smem = self.async_smem(tile, in_dtype)
+        base = math.ceil(n_out / (rt * ty)) * math.ceil(self.nf / self._async_freqs(tile))
+        slots = self.num_sms * max(1, min(self.smem_per_sm // (smem + 1024), 2048 // (32 * ty), 32))
+        # each split keeps at least 2 * NS stages of reduction steps
+        splits = _fill_splits(base, waves * slots, n_red // (2 * ns * j))
+        splits, red_chunk = _split_k(splits, n_red, j)
+        return base, splits, red_chunk, slots
+
+    def async_fill(self, tile, waves: int, n_out: int, n_red: int, in_dtype) -> float:
+        """The share of the block slots that a launch's rounds keep busy: its blocks over the
+        rounds they take times the slots (1 when the last round is full)."""
+        base, splits, _, slots = self._async_grid(tile, waves, n_out, n_red, in_dtype)
+        blocks = base * splits
+        return blocks / (math.ceil(blocks / slots) * slots)
+
+    def _async_freqs(self, tile) -> int:
+        """Frequencies a cp.async block covers: 32 threads x W chunks of 16 bytes of Khat."""
+        return 32 * (16 // self.data.itemsize) * async_chunks(tile)
 
     def _async_name(self, tile, in_dtype, out_dtype) -> str:
-        rt, ty, j, ns = tile
+        rt, ty, j, ns = tile[:4]
+        w = async_chunks(tile)
         return (f"sbgemva_{self.store}_{_CPLX_SUFFIX[np.dtype(in_dtype)]}_"
-                f"{_CPLX_SUFFIX[np.dtype(out_dtype)]}_r{rt}_y{ty}_j{j}_s{ns}")
+                f"{_CPLX_SUFFIX[np.dtype(out_dtype)]}_r{rt}_y{ty}_j{j}_s{ns}"
+                + (f"_w{w}" if w > 1 else ""))
 
     def async_smem(self, tile, in_dtype) -> int:
-        """Bytes of shared memory of a cp.async launch with ``tile`` = (RT, TY, J, NS)."""
-        rt, ty, j, ns = tile
-        freqs = self._async_freqs()
-        per_stage = j * (rt * 32 * ty * 16 + freqs * np.dtype(in_dtype).itemsize)
+        """Bytes of shared memory of a cp.async launch with ``tile`` = (RT, TY, J, NS[, W])."""
+        rt, ty, j, ns = tile[:4]
+        w = async_chunks(tile)
+        freqs = self._async_freqs(tile)
+        per_stage = j * (rt * 32 * ty * 16 * w + freqs * np.dtype(in_dtype).itemsize)
         return per_stage * ns
 
     def _launch_async(self, n_out, n_red, in_dtype, out_dtype, tile=None,
                       adjoint=False) -> _Launch:
-        """A launch of the cp.async one-vector kernel; ``tile`` = (RT, TY, J, NS) overrides the
+        """A launch of the cp.async one-vector kernel; ``tile`` = (RT, TY, J, NS[, W]) overrides the
         default. When the blocks fill less than ``async_waves`` rounds of the block slots the
         shared memory and threads leave, split-K makes that many rounds of them."""
-        default, waves = self._async_default(n_out, adjoint)
+        default, waves = self._async_default(n_out, n_red, adjoint, in_dtype)
         tile = default if tile is None else tuple(tile)
         if self.async_waves is not None:
             waves = self.async_waves
         if tile not in ASYNC_TILES[self.store]:
             raise ValueError(f"cp.async tile {tile} is not compiled for {self.store}")
-        rt, ty, j, ns = tile
+        ty = tile[1]
         smem = self.async_smem(tile, in_dtype)
         if smem > self.smem_per_block:
             raise ValueError(f"cp.async tile {tile} needs {smem} bytes of shared memory, "
                              f"the device allows {self.smem_per_block} per block")
-        base = math.ceil(n_out / (rt * ty)) * math.ceil(self.nf / self._async_freqs())
-        slots = self.num_sms * max(1, min(self.smem_per_sm // (smem + 1024), 2048 // (32 * ty), 32))
-        # each split keeps at least 2 * NS stages of reduction steps
-        splits = _fill_splits(base, waves * slots, n_red // (2 * ns * j))
-        splits, red_chunk = _split_k(splits, n_red, j)
+        base, splits, red_chunk, _ = self._async_grid(tile, waves, n_out, n_red, in_dtype)
         name = self._async_name(tile, in_dtype, self.compute if splits > 1 else out_dtype)
         return _Launch(name, 1, (base, splits), (32, ty), splits, red_chunk, staged=True, smem=smem)
 

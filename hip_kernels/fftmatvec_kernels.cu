@@ -163,26 +163,38 @@ FFTMATVEC_SBGEMVS_IO(c32h, StoreC32h, 4, 4)
 FFTMATVEC_SBGEMVS_IO(c32h, StoreC32h, 2, 2)
 FFTMATVEC_SBGEMVS_IO(c32h, StoreC32h, 4, 2)
 
-// sbgemva_<storage>_<input>_<output>_r<RT>_y<TY>_j<J>_s<NS>: one right-hand side, Khat
+// sbgemva_<storage>_<input>_<output>_r<RT>_y<TY>_j<J>_s<NS>[_w<W>]: one right-hand side, Khat
 // streamed through shared memory by cp.async (see sbgemva.cuh): blocks of 32 x TY threads own
-// RT x TY rows and 32 x V frequencies (V = 16 bytes of Khat), J reduction steps per stage, NS
-// stages. NVIDIA sm_80 and newer only, like the tensor-core kernels below.
+// RT x TY rows and 32 x V x W frequencies (V = 16 bytes of Khat; the suffix only for W > 1),
+// J reduction steps per stage, NS stages. NVIDIA sm_80 and newer only, like the tensor-core
+// kernels below.
 #if defined(FFTMATVEC_MMA)
-#define FFTMATVEC_SBGEMVA(SNAME, STORE, INAME, TIN, ONAME, TOUT, RT, TY, J, NS)              \
+#define FFTMATVEC_SBGEMVA_ENTRY(NAME, STORE, TIN, TOUT, RT, TY, J, NS, W)                        \
   extern "C" __global__ void __launch_bounds__(32 * TY)                                         \
-      sbgemva_##SNAME##_##INAME##_##ONAME##_r##RT##_y##TY##_j##J##_s##NS(                \
-          const STORE::elem* __restrict__ kh, const float* __restrict__ scale,                  \
-          const TIN* __restrict__ x, TOUT* __restrict__ y, i64 nf, i64 nfp, i64 n_out,          \
-          i64 n_red, i64 so, i64 sr, int adjoint, i64 red_chunk, i64 y_split_stride) {          \
-    sbgemv_async_body<STORE, TIN, TOUT, RT, TY, J, NS>(kh, scale, x, y, nf, nfp, n_out, n_red,  \
-                                                       so, sr, adjoint, red_chunk,              \
-                                                       y_split_stride);                         \
+      NAME(const STORE::elem* __restrict__ kh, const float* __restrict__ scale,                 \
+           const TIN* __restrict__ x, TOUT* __restrict__ y, i64 nf, i64 nfp, i64 n_out,         \
+           i64 n_red, i64 so, i64 sr, int adjoint, i64 red_chunk, i64 y_split_stride) {         \
+    sbgemv_async_body<STORE, TIN, TOUT, RT, TY, J, NS, W>(kh, scale, x, y, nf, nfp, n_out,      \
+                                                          n_red, so, sr, adjoint, red_chunk,    \
+                                                          y_split_stride);                      \
   }
+#define FFTMATVEC_SBGEMVA(SNAME, STORE, INAME, TIN, ONAME, TOUT, RT, TY, J, NS)          \
+  FFTMATVEC_SBGEMVA_ENTRY(sbgemva_##SNAME##_##INAME##_##ONAME##_r##RT##_y##TY##_j##J##_s##NS, \
+                          STORE, TIN, TOUT, RT, TY, J, NS, 1)
+#define FFTMATVEC_SBGEMVAW(SNAME, STORE, INAME, TIN, ONAME, TOUT, RT, TY, J, NS, W)         \
+  FFTMATVEC_SBGEMVA_ENTRY(                                                                  \
+      sbgemva_##SNAME##_##INAME##_##ONAME##_r##RT##_y##TY##_j##J##_s##NS##_w##W, STORE, TIN, \
+      TOUT, RT, TY, J, NS, W)
 #define FFTMATVEC_SBGEMVA_IO(SNAME, STORE, RT, TY, J, NS)                              \
   FFTMATVEC_SBGEMVA(SNAME, STORE, c128, double2, c128, double2, RT, TY, J, NS)         \
   FFTMATVEC_SBGEMVA(SNAME, STORE, c128, double2, c64, float2, RT, TY, J, NS)           \
   FFTMATVEC_SBGEMVA(SNAME, STORE, c64, float2, c128, double2, RT, TY, J, NS)           \
   FFTMATVEC_SBGEMVA(SNAME, STORE, c64, float2, c64, float2, RT, TY, J, NS)
+#define FFTMATVEC_SBGEMVAW_IO(SNAME, STORE, RT, TY, J, NS, W)                          \
+  FFTMATVEC_SBGEMVAW(SNAME, STORE, c128, double2, c128, double2, RT, TY, J, NS, W)     \
+  FFTMATVEC_SBGEMVAW(SNAME, STORE, c128, double2, c64, float2, RT, TY, J, NS, W)       \
+  FFTMATVEC_SBGEMVAW(SNAME, STORE, c64, float2, c128, double2, RT, TY, J, NS, W)       \
+  FFTMATVEC_SBGEMVAW(SNAME, STORE, c64, float2, c64, float2, RT, TY, J, NS, W)
 #define FFTMATVEC_SBGEMVA_STORES(RT, TY, J, NS)          \
   FFTMATVEC_SBGEMVA_IO(c128, StoreC128, RT, TY, J, NS)   \
   FFTMATVEC_SBGEMVA_IO(c64, StoreC64, RT, TY, J, NS)     \
@@ -194,6 +206,10 @@ FFTMATVEC_SBGEMVA_STORES(4, 4, 2, 4)
 FFTMATVEC_SBGEMVA_STORES(4, 8, 1, 4)
 FFTMATVEC_SBGEMVA_STORES(1, 8, 8, 3)
 FFTMATVEC_SBGEMVA_STORES(8, 8, 2, 3)
+// two chunks per thread and row: float16 storage only
+FFTMATVEC_SBGEMVAW_IO(c32h, StoreC32h, 4, 4, 2, 3, 2)
+FFTMATVEC_SBGEMVAW_IO(c32h, StoreC32h, 4, 4, 1, 4, 2)
+FFTMATVEC_SBGEMVAW_IO(c32h, StoreC32h, 2, 4, 2, 4, 2)
 #endif  // FFTMATVEC_MMA
 
 // sbgemmp_<storage>_<input>_<output>_m<MT>_v<V>_w<WR>x<WF>_k<KS>_s<NS>: up to 16 right-hand

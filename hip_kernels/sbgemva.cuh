@@ -14,41 +14,49 @@
 // the engine's defaults (fftmatvec/_gpu.py: ASYNC_MIN_RED, ASYNC_FEW_ROWS) follow those sweeps.
 //
 // Layout of one stage (NT = 32 x TY threads, V = 16 / sizeof(Khat element) frequencies per
-// thread, FT = 32 V frequencies per block):
-//   Khat   [J][RT][NT] 16-byte chunks: thread tid's chunk for step j, row t. Consecutive
+// chunk, W chunks per thread and row, 32 V apart, so a block covers FT = 32 V W frequencies and
+// a warp copies W runs of 512 contiguous bytes per row and step):
+//   Khat   [J][RT][W][NT] 16-byte chunks: thread tid's chunk w for step j, row t. Consecutive
 //          threads use consecutive chunks, so copies and reads are free of bank conflicts.
-//   x      [J][V][32] elements of the FFT precision: the v-th frequency of lane tx at
-//          (v, tx), so a warp's reads of one v are consecutive. A float16 adjoint's x comes
-//          with the row scales already applied (sbgemv.cuh), so no scales are staged.
+//   x      [J][W][V][32] elements of the FFT precision: the v-th frequency of lane tx's chunk w
+//          at (w, v, tx), so a warp's reads of one (w, v) are consecutive. A float16 adjoint's
+//          x comes with the row scales already applied (sbgemv.cuh), so no scales are staged.
 // Reduction steps past the split's end, rows past n_out and frequencies past the padded
 // length are zero-filled by the copy (src-size 0), so the arithmetic runs without branches.
+//
+// W = 2 serves float16 forward products by default, 1-4 % faster than W = 1 on an H200. With
+// its arithmetic taken out this kernel read Khat at 3.8-4.1 TB/s, against 4.45-4.58 for one
+// linear stream; bulk copies (TMA) or persistent blocks in its place did no better. Blocks that
+// each read many runs of 0.5-4 KB spread over Khat leave about a tenth of the bandwidth unused,
+// whatever issues the loads (docs/benchmarks.md, thirteenth run).
 #pragma once
 #include "common.cuh"
 #include "sbgemm.cuh"
 
 #if defined(FFTMATVEC_MMA)
 
-template <typename Store, typename TIn, int RT, int TY, int J>
+template <typename Store, typename TIn, int RT, int TY, int J, int W>
 struct AsyncTile {
   typedef typename Store::elem E;
   static constexpr int V = 16 / (int)sizeof(E);
-  static constexpr int NT = 32 * TY, FT = 32 * V;
-  static constexpr int A_BYTES = J * RT * NT * 16;
+  static constexpr int NT = 32 * TY, G = 32 * V, FT = G * W;
+  static constexpr int A_BYTES = J * RT * W * NT * 16;
   static constexpr int X_BYTES = J * FT * (int)sizeof(TIn);
   static constexpr int BYTES = A_BYTES + X_BYTES;
   static constexpr int X_ITERS = (J * FT + NT - 1) / NT;  // x elements per thread
 };
 
-template <typename Store, typename TIn, typename TOut, int RT, int TY, int J, int NS>
+template <typename Store, typename TIn, typename TOut, int RT, int TY, int J, int NS, int W = 1>
 __device__ __forceinline__ void sbgemv_async_body(
     const typename Store::elem* __restrict__ kh, const float* __restrict__ scale,
     const TIn* __restrict__ x, TOut* __restrict__ y, i64 nf, i64 nfp, i64 n_out, i64 n_red,
     i64 so, i64 sr, int adjoint, i64 red_chunk, i64 y_split_stride) {
-  typedef AsyncTile<Store, TIn, RT, TY, J> Tile;
+  typedef AsyncTile<Store, TIn, RT, TY, J, W> Tile;
   typedef typename Store::elem E;
   typedef typename Store::real R;
   typedef typename Complex<R>::type C;
-  constexpr int V = Tile::V, NT = Tile::NT, FT = Tile::FT;
+  constexpr int V = Tile::V, NT = Tile::NT, G = Tile::G, FT = Tile::FT;
+  static_assert(RT * W <= 32, "one bit per (row, chunk) in a_ok");
   unsigned char* smem = reinterpret_cast<unsigned char*>(fftmatvec_dynamic_smem);
   const unsigned smem0 = smem_u32(smem);
 
@@ -65,15 +73,16 @@ __device__ __forceinline__ void sbgemv_async_body(
   const bool adj = adjoint != 0;
 
   // This thread's Khat rows: a pointer per row at the split's first reduction step; rows past
-  // n_out and frequencies past the padded length copy zeros.
+  // n_out and chunks past the padded length copy zeros (bit t W + w of a_ok: row t, chunk w).
   const unsigned char* ka[RT];
   unsigned a_ok = 0;
 #pragma unroll
   for (int t = 0; t < RT; ++t) {
     const i64 o = o0 + t;
-    const bool ok = o < n_out && f0 < nfp;
-    ka[t] = reinterpret_cast<const unsigned char*>(ok ? kh + o * so + r_begin * sr + f0 : kh);
-    if (ok) a_ok |= 1u << t;
+    ka[t] = reinterpret_cast<const unsigned char*>(o < n_out ? kh + o * so + r_begin * sr + f0 : kh);
+#pragma unroll
+    for (int w = 0; w < W; ++w)
+      if (o < n_out && f0 + w * G < nfp) a_ok |= 1u << (t * W + w);
   }
   const i64 sr_bytes = sr * (i64)sizeof(E);
   // The vectors: element e = tid + i NT of the stage is step e / FT, frequency e % FT.
@@ -86,29 +95,33 @@ __device__ __forceinline__ void sbgemv_async_body(
 #pragma unroll
     for (int j = 0; j < J; ++j)
 #pragma unroll
-      for (int t = 0; t < RT; ++t) {
-        const bool on = j < left && ((a_ok >> t) & 1u);
-        cp_async<16>(sa + ((j * RT + t) * NT + tid) * 16,
-                     on ? (const void*)(ka[t] + (r0 + j) * sr_bytes) : (const void*)kh, on);
-      }
+      for (int t = 0; t < RT; ++t)
+#pragma unroll
+        for (int w = 0; w < W; ++w) {
+          const bool on = j < left && ((a_ok >> (t * W + w)) & 1u);
+          cp_async<16>(sa + (((j * RT + t) * W + w) * NT + tid) * 16,
+                       on ? (const void*)(ka[t] + (r0 + j) * sr_bytes + w * G * (int)sizeof(E))
+                          : (const void*)kh,
+                       on);
+        }
     const unsigned sx = sa + Tile::A_BYTES;
 #pragma unroll
     for (int i = 0; i < Tile::X_ITERS; ++i) {
       const int e = tid + i * NT;
       if ((J * FT) % NT != 0 && e >= J * FT) break;
-      const int jj = e / FT, ff = e % FT;
+      const int jj = e / FT, ff = e % FT, w = ff / G, g = ff % G;
       const bool on = jj < left && fbase + ff < nf;
-      cp_async<(int)sizeof(TIn)>(sx + ((jj * V + ff % V) * 32 + ff / V) * (int)sizeof(TIn),
+      cp_async<(int)sizeof(TIn)>(sx + (((jj * W + w) * V + g % V) * 32 + g / V) * (int)sizeof(TIn),
                                  on ? (const void*)(xg + (r0 + jj) * nf + ff) : (const void*)x,
                                  on);
     }
   };
 
-  C acc[RT][1][V];
+  C acc[RT][1][W * V];
 #pragma unroll
   for (int t = 0; t < RT; ++t)
 #pragma unroll
-    for (int v = 0; v < V; ++v) acc[t][0][v] = make_c((R)0, (R)0);
+    for (int v = 0; v < W * V; ++v) acc[t][0][v] = make_c((R)0, (R)0);
 
 #pragma unroll
   for (int s = 0; s < NS - 1; ++s) {
@@ -124,30 +137,32 @@ __device__ __forceinline__ void sbgemv_async_body(
     const unsigned char* sa = smem + (it % NS) * Tile::BYTES;
     const unsigned char* sx = sa + Tile::A_BYTES;
 #pragma unroll
-    for (int j = 0; j < J; ++j) {
-      C xv[V];
+    for (int j = 0; j < J; ++j)
 #pragma unroll
-      for (int v = 0; v < V; ++v)
-        xv[v] = ccast<C>(*reinterpret_cast<const TIn*>(sx + ((j * V + v) * 32 + tx) *
-                                                             (int)sizeof(TIn)));
+      for (int w = 0; w < W; ++w) {
+        C xv[V];
 #pragma unroll
-      for (int t = 0; t < RT; ++t) {
-        E raw[V];
-        lds<E, V>(sa + ((j * RT + t) * NT + tid) * 16, raw);
+        for (int v = 0; v < V; ++v)
+          xv[v] = ccast<C>(*reinterpret_cast<const TIn*>(
+              sx + (((j * W + w) * V + v) * 32 + tx) * (int)sizeof(TIn)));
 #pragma unroll
-        for (int v = 0; v < V; ++v) {
-          const C kv = Store::expand(raw[v]);
-          if (adj)
-            cfma_conj(acc[t][0][v], kv, xv[v]);
-          else
-            cfma(acc[t][0][v], kv, xv[v]);
+        for (int t = 0; t < RT; ++t) {
+          E raw[V];
+          lds<E, V>(sa + (((j * RT + t) * W + w) * NT + tid) * 16, raw);
+#pragma unroll
+          for (int v = 0; v < V; ++v) {
+            const C kv = Store::expand(raw[v]);
+            if (adj)
+              cfma_conj(acc[t][0][w * V + v], kv, xv[v]);
+            else
+              cfma(acc[t][0][w * V + v], kv, xv[v]);
+          }
         }
       }
-    }
   }
   cp_async_wait<0>();
-  sbgemv_store<TOut, RT, 1, V>(acc, y + (i64)blockIdx.y * y_split_stride, 0, scale, adj, o0, f0,
-                               n_out, nf, nfp);
+  sbgemv_store<TOut, RT, 1, V, W>(acc, y + (i64)blockIdx.y * y_split_stride, 0, scale, adj, o0,
+                                  f0, n_out, nf, nfp, G);
 }
 
 #endif  // FFTMATVEC_MMA

@@ -322,8 +322,9 @@ def test_installed_package_has_the_expected_code_objects():
             expected = {f"sbgemmp_{st}_{i}_{o}_m{mt}_v{v}_w{wr}x{wf}_k{ks}_s{ns}"
                         for st, tiles in PIPE_TILES.items() for mt, v, wr, wf, ks, ns in tiles
                         for i in ("c128", "c64") for o in ("c128", "c64")}
-            expected |= {f"sbgemva_{st}_{i}_{o}_r{rt}_y{ty}_j{j}_s{ns}"
-                         for st, tiles in ASYNC_TILES.items() for rt, ty, j, ns in tiles
+            expected |= {f"sbgemva_{st}_{i}_{o}_r{t[0]}_y{t[1]}_j{t[2]}_s{t[3]}"
+                         + (f"_w{t[4]}" if len(t) > 4 else "")
+                         for st, tiles in ASYNC_TILES.items() for t in tiles
                          for i in ("c128", "c64") for o in ("c128", "c64")}
             assert mma == expected, f"{tag}: sm_80+ kernels differ: {sorted(mma ^ expected)[:5]}"
         else:

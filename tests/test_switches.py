@@ -103,8 +103,9 @@ def test_async_choice(monkeypatch, has_async, store, adjoint, n_out, n_red, expe
     default; always with FFTMATVEC_ASYNC=1 (an error where the device has none); never with =0,
     for batches, or where a device has too little shared memory per block."""
     engine = SimpleNamespace(store=store, smem_per_block=227 * 1024,
-                             _sm80_kernels=lambda: has_async, async_smem=lambda tile, dt: 1024)
-    engine._async_default = lambda n_out, adjoint: KernelEngine._async_default(engine, n_out, adjoint)
+                             _sm80_kernels=lambda: has_async, async_smem=lambda tile, dt: 1024,
+                             async_fill=lambda *args: 1.0)
+    engine._async_default = lambda *args: KernelEngine._async_default(engine, *args)
 
     def use(kb=1):
         return KernelEngine._use_async(engine, kb, n_out, n_red, adjoint, in_dtype)
@@ -125,6 +126,66 @@ def test_async_choice(monkeypatch, has_async, store, adjoint, n_out, n_red, expe
     else:
         with pytest.raises(FFTMatvecValueError, match="FFTMATVEC_ASYNC"):
             use()
+
+
+@pytest.mark.parametrize("store,itemsize,tile,in_dtype,freqs,smem,suffix", [
+    # A = J RT W (32 TY) 16 bytes, x = J (32 V W) bytes of the input, per stage, times NS
+    ("c32h", 4, (4, 4, 2, 4), np.complex64, 128, 4 * (2 * 4 * 128 * 16 + 2 * 128 * 8), "_s4"),
+    ("c32h", 4, (4, 4, 2, 3, 2), np.complex64, 256, 3 * (2 * 4 * 2 * 128 * 16 + 2 * 256 * 8),
+     "_s3_w2"),
+    ("c32h", 4, (2, 4, 2, 4, 2), np.complex128, 256, 4 * (2 * 2 * 2 * 128 * 16 + 2 * 256 * 16),
+     "_s4_w2"),
+    ("c128", 16, (1, 8, 8, 3), np.complex128, 32, 3 * (8 * 1 * 256 * 16 + 8 * 32 * 16), "_s3"),
+])
+def test_async_tile_shapes(store, itemsize, tile, in_dtype, freqs, smem, suffix):
+    """The cp.async tiles' frequencies per block, shared memory (the kernel's AsyncTile::BYTES
+    times NS) and entry-point names, with and without the W of two-chunk tiles."""
+    engine = object.__new__(KernelEngine)
+    engine.store = store
+    engine.data = np.empty(1, dtype={4: np.uint32, 16: np.complex128}[itemsize])
+    assert engine._async_freqs(tile) == freqs
+    assert engine.async_smem(tile, in_dtype) == smem
+    name = engine._async_name(tile, in_dtype, np.complex128)
+    assert name.startswith(f"sbgemva_{store}_") and name.endswith(suffix)
+
+
+def _h200_engine(store: str, nf: int):
+    engine = object.__new__(KernelEngine)
+    engine.store, engine.nf = store, nf
+    engine.data = np.empty(1, dtype={"c32h": np.uint32, "c128": np.complex128}[store])
+    engine.num_sms, engine.smem_per_sm, engine.smem_per_block = 132, 228 * 1024, 227 * 1024
+    return engine
+
+
+@pytest.mark.parametrize("nm,nd,nf,alt", [
+    (1000, 100, 1001, True),  # 504 blocks of the default for 396 slots: 64 % filled
+    (5000, 100, 1001, False),  # 2504 blocks in 7 rounds: 90 %
+    (20000, 50, 501, False),  # 97 %
+    (100000, 10, 101, False),
+    (16, 100, 1001, True),  # too few rows to split: 48 blocks, 12 % of 396 slots or 18 % of 264
+])
+def test_async_fill_choice(nm, nd, nf, alt):
+    """A float16 adjoint's cp.async tile: the default, unless its blocks leave most of their
+    last round of slots empty and ASYNC_FILL_ALT's tile fills more of them."""
+    from fftmatvec._gpu import (ASYNC_DEFAULTS, ASYNC_FEW, ASYNC_FEW_ROWS, ASYNC_FILL_ALT,
+                                ASYNC_MIN_FILL)
+
+    engine = _h200_engine("c32h", nf)
+    got = engine._async_default(nm, nd, True, np.complex64)
+    default, other = ASYNC_DEFAULTS[("c32h", True)], ASYNC_FILL_ALT[("c32h", True)]
+    assert got == (other if alt else default)
+    fill = engine.async_fill(*default, nm, nd, np.complex64)
+    assert (fill < ASYNC_MIN_FILL) is alt
+    assert 0 < fill <= 1
+    # blocks, splits and slots as the launch makes them
+    base, splits, chunk, slots = engine._async_grid(default[0], default[1], nm, nd, np.complex64)
+    assert fill == pytest.approx(base * splits / (-(-base * splits // slots) * slots))
+    assert splits * chunk >= nd > (splits - 1) * chunk
+    # forward products and the other storages have no alternative
+    fwd = ASYNC_FEW["c32h"] if nd <= ASYNC_FEW_ROWS else ASYNC_DEFAULTS[("c32h", False)]
+    assert engine._async_default(nd, nm, False, np.complex64) == fwd
+    engine128 = _h200_engine("c128", nf)
+    assert engine128._async_default(nm, nd, True, np.complex64) == ASYNC_DEFAULTS[("c128", True)]
 
 
 @pytest.mark.parametrize(
