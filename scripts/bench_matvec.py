@@ -29,6 +29,15 @@ SMALL = [(289, 15, 10), (1000, 20, 100)]
 PRECISIONS = ["ddddd", "sssss", "ddhdd"]
 
 
+def write_json(path: str, results) -> None:
+    """``results`` as JSON at ``path``, written to a temporary name first and renamed, so an
+    interrupted run leaves no half-written file."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(results, fh, indent=1, default=str)
+    os.replace(tmp, path)
+
+
 def median_time(cp, fn, repeat: int, warmup: int = 10) -> float:
     """Median seconds of ``fn()`` measured with CUDA events around each call."""
     for _ in range(warmup):
@@ -441,10 +450,7 @@ def main(argv=None) -> int:
         print("\n## targets")
         print("\n".join(summary))
     if args.json:
-        tmp = args.json + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump(results, fh, indent=1, default=str)
-        os.replace(tmp, args.json)
+        write_json(args.json, results)
     return 0
 
 

@@ -40,7 +40,7 @@ def main(argv=None) -> int:
                                 pipe_max_splits)
 
     sys.path.insert(0, __file__.rsplit("/", 1)[0])
-    from bench_matvec import copy_bandwidth, median_time, stage3_input
+    from bench_matvec import copy_bandwidth, median_time, stage3_input, write_json
 
     bw = copy_bandwidth(cp)
     print(f"# copy bandwidth {bw / 1e12:.3f} TB/s")
@@ -182,14 +182,9 @@ def main(argv=None) -> int:
         cp.get_default_memory_pool().free_all_blocks()
     fits = fit_split_model(points)
     if args.json:
-        import json
-
-        tmp = args.json + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump({"copy_bandwidth": bw, "rows": record, "split_points": points,
-                       "split_model": {f"{st} {'adj' if adj else 'fwd'}": m
-                                       for (st, adj), m in fits.items()}}, f, indent=1)
-        os.replace(tmp, args.json)
+        write_json(args.json, {"copy_bandwidth": bw, "rows": record, "split_points": points,
+                               "split_model": {f"{st} {'adj' if adj else 'fwd'}": m
+                                               for (st, adj), m in fits.items()}})
     return 0
 
 

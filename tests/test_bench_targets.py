@@ -1,5 +1,6 @@
 """The target check of scripts/bench_matvec.py (CPU only: synthetic results)."""
 
+import numpy as np
 from conftest import load_script
 
 
@@ -43,3 +44,17 @@ def test_batch_targets():
                         "no slower than cuBLAS: 1 of 2")
     assert lines[1] == "  slower than cuBLAS: (1000, 100, 1000) h adj 1.25x"
     assert bench.target_summary({}) == []
+
+
+def test_write_json_replaces_whole_files(tmp_path):
+    """The scripts' JSON is written under a temporary name and renamed over the old file: the
+    result is whole, NumPy values become strings, and no temporary file is left."""
+    bench = load_script("bench_matvec")
+    path = tmp_path / "out.json"
+    path.write_text('{"old": 1}')
+    bench.write_json(str(path), {"rows": [{"ms": 0.5, "tile": (4, 4, 2, 3, 2)}], "dtype": np.float32})
+    import json
+
+    got = json.loads(path.read_text())
+    assert got == {"rows": [{"ms": 0.5, "tile": [4, 4, 2, 3, 2]}], "dtype": str(np.float32)}
+    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
