@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 
 import fftmatvec as fm
 from fftmatvec import FFTMatvecValueError, backend, io
@@ -92,10 +91,13 @@ def test_time_stepper_adjoint_dot(problem, rng):
     N = problem.n_state
     u, w = rng.standard_normal(N), rng.standard_normal(N)
     f, g = rng.standard_normal(N), rng.standard_normal(N)
-    # step(u, f) = A^{-1}(u + dt f), step_adjoint(w, g) = A^{-T}(w + g)
-    lhs = problem.step(u, f) @ w
-    rhs = (u + problem.dt * f) @ problem.step_adjoint(w, np.zeros(N))
+    # step(u, f) = A^{-1}(u + dt f), step_adjoint(w, g) = A^{-T}(w + g):
+    # <step(u, f), w + g> = <u + dt f, step_adjoint(w, g)>
+    lhs = problem.step(u, f) @ (w + g)
+    rhs = (u + problem.dt * f) @ problem.step_adjoint(w, g)
     assert abs(lhs - rhs) <= 1e-13 * abs(lhs)
+    np.testing.assert_allclose(problem.A.T @ problem.step_adjoint(w, g), w + g, rtol=1e-12,
+                               atol=1e-13 * np.abs(w + g).max())
     np.testing.assert_allclose(problem.A @ problem.step(u, f), u + problem.dt * f, rtol=1e-12)
 
 

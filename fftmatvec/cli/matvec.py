@@ -9,7 +9,6 @@ only the output writer would gather. Nothing lives in module-level state.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from dataclasses import dataclass
