@@ -486,15 +486,16 @@ class KernelEngine:
             return few, PIPE_FEW_WAVES
         return PIPE_DEFAULTS[(self.store, bool(adjoint))], None
 
-    def resident_blocks(self, name: str, threads: int, smem: int) -> int:
+    def resident_blocks(self, name: str | None, threads: int, smem: int) -> int:
         """Blocks of kernel ``name`` (``threads`` threads, ``smem`` bytes of dynamic shared
         memory) that one multiprocessor holds at once: the least of what its shared memory
         (1 KB reserved per block), threads and registers allow. The registers come from the
-        compiled kernel; where the driver does not report them they are left out."""
+        compiled kernel; where the driver does not report them, or ``name`` is None, they are
+        left out."""
         by_smem = self.smem_per_sm // (smem + 1024) if smem else 32
         by_threads = self.threads_per_sm // threads
         by_regs = 32
-        regs = self._num_regs.get(name)
+        regs = 0 if name is None else self._num_regs.get(name)
         if regs is None:
             try:
                 regs = int(kernels.get_function(name).attributes["num_regs"])
@@ -599,7 +600,7 @@ class KernelEngine:
         rt, ty, j, ns = tile[:4]
         smem = self.async_smem(tile, in_dtype)
         base = math.ceil(n_out / (rt * ty)) * math.ceil(self.nf / self._async_freqs(tile))
-        slots = self.num_sms * max(1, min(self.smem_per_sm // (smem + 1024), 2048 // (32 * ty), 32))
+        slots = self.num_sms * self.resident_blocks(None, 32 * ty, smem)
         # each split keeps at least 2 * NS stages of reduction steps
         splits = _fill_splits(base, waves * slots, n_red // (2 * ns * j))
         splits, red_chunk = _split_k(splits, n_red, j)
@@ -664,7 +665,6 @@ class KernelEngine:
             wide = self._wide_default(kb, n_out, n_red, adjoint)
             if wide is not None:
                 (rt, v, w), (bx, ty), per_sm = wide
-                ty = max(1, min(ty, math.ceil(n_out / rt)))
             else:
                 rt, v = self._tile(kb, n_out, adjoint)
         if w == 1 and (rt, kb, v) not in TILES[self.store]:
@@ -684,7 +684,8 @@ class KernelEngine:
 
     def _wide_default(self, kb: int, n_out: int, n_red: int, adjoint: bool):
         """((RT, V, W), (BX, TY), split-K target in blocks per multiprocessor) of the wide GEMV
-        tile that serves one right-hand side by default (``WIDE_DEFAULTS``), or None: products
+        tile that serves one right-hand side by default (``WIDE_DEFAULTS``, TY cut to the rows
+        there are), or None: products
         with fewer than ``ASYNC_FEW_ROWS`` outputs, frequencies that fill less than
         ``WIDE_MIN_FILL`` of the blocks' spans, or too few blocks, even split, for
         ``WIDE_MIN_BLOCKS_PER_SM`` per multiprocessor keep the tiles of one group."""
@@ -699,7 +700,7 @@ class KernelEngine:
         base, splits = self._gemv_blocks(n_out, n_red, rt, v, w, bx, ty, per_sm)
         if base * splits < WIDE_MIN_BLOCKS_PER_SM * self.num_sms:
             return None
-        return wide
+        return (rt, v, w), (bx, ty), per_sm
 
     def _gemv_blocks(self, n_out, n_red, rt, v, w, bx, ty, per_sm) -> tuple[int, int]:
         """(blocks of one split, split-K count) of a GEMV launch: blocks of bx x ty threads, each

@@ -57,6 +57,13 @@ FFTMATVEC_REDUCE(c64_c128, float2, double2)
 FFTMATVEC_REDUCE(c64_c64, float2, float2)
 
 // ---- stage 3 --------------------------------------------------------------------------------
+// Every stage-3 entry point comes in the four (input, output) precision pairs:
+// M(SNAME, STORE, INAME, TIN, ONAME, TOUT, tile...) for each.
+#define FFTMATVEC_FOR_IO(M, SNAME, STORE, ...)               \
+  M(SNAME, STORE, c128, double2, c128, double2, __VA_ARGS__) \
+  M(SNAME, STORE, c128, double2, c64, float2, __VA_ARGS__)   \
+  M(SNAME, STORE, c64, float2, c128, double2, __VA_ARGS__)   \
+  M(SNAME, STORE, c64, float2, c64, float2, __VA_ARGS__)
 // One GEMV entry point NAME: sbgemv_body<STORE, TIN, TOUT, RT, KB, V, W> (sbgemv.cuh).
 #define FFTMATVEC_SBGEMV_ENTRY(NAME, STORE, TIN, TOUT, RT, KB, V, W)                            \
   extern "C" __global__ void __launch_bounds__(256)                                             \
@@ -75,11 +82,8 @@ FFTMATVEC_REDUCE(c64_c64, float2, float2)
                          TIN, TOUT, RT, KB, V, 1)
 
 // The tiles compiled for each storage (keep in sync with fftmatvec/_gpu.py: TILES).
-#define FFTMATVEC_SBGEMV_IO(SNAME, STORE, RT, KB, V)                            \
-  FFTMATVEC_SBGEMV(SNAME, STORE, c128, double2, c128, double2, RT, KB, V)                \
-  FFTMATVEC_SBGEMV(SNAME, STORE, c128, double2, c64, float2, RT, KB, V)                  \
-  FFTMATVEC_SBGEMV(SNAME, STORE, c64, float2, c128, double2, RT, KB, V)                  \
-  FFTMATVEC_SBGEMV(SNAME, STORE, c64, float2, c64, float2, RT, KB, V)
+#define FFTMATVEC_SBGEMV_IO(SNAME, STORE, RT, KB, V) \
+  FFTMATVEC_FOR_IO(FFTMATVEC_SBGEMV, SNAME, STORE, RT, KB, V)
 
 FFTMATVEC_SBGEMV_IO(c128, StoreC128, 1, 1, 1)
 FFTMATVEC_SBGEMV_IO(c128, StoreC128, 2, 1, 1)
@@ -117,11 +121,8 @@ FFTMATVEC_SBGEMV_IO(c32h, StoreC32h, 4, 16, 1)
 #define FFTMATVEC_SBGEMVW(SNAME, STORE, INAME, TIN, ONAME, TOUT, RT, V, W)                \
   FFTMATVEC_SBGEMV_ENTRY(sbgemv_##SNAME##_##INAME##_##ONAME##_r##RT##_k1_v##V##_w##W, STORE, \
                          TIN, TOUT, RT, 1, V, W)
-#define FFTMATVEC_SBGEMVW_IO(SNAME, STORE, RT, V, W)                            \
-  FFTMATVEC_SBGEMVW(SNAME, STORE, c128, double2, c128, double2, RT, V, W)       \
-  FFTMATVEC_SBGEMVW(SNAME, STORE, c128, double2, c64, float2, RT, V, W)         \
-  FFTMATVEC_SBGEMVW(SNAME, STORE, c64, float2, c128, double2, RT, V, W)         \
-  FFTMATVEC_SBGEMVW(SNAME, STORE, c64, float2, c64, float2, RT, V, W)
+#define FFTMATVEC_SBGEMVW_IO(SNAME, STORE, RT, V, W) \
+  FFTMATVEC_FOR_IO(FFTMATVEC_SBGEMVW, SNAME, STORE, RT, V, W)
 
 // (keep in sync with fftmatvec/_gpu.py: WIDE_TILES)
 FFTMATVEC_SBGEMVW_IO(c128, StoreC128, 2, 1, 4)
@@ -144,11 +145,8 @@ FFTMATVEC_SBGEMVW_IO(c64, StoreC64, 4, 2, 2)
                                                         so, sr, adjoint, red_chunk,             \
                                                         y_split_stride);                        \
   }
-#define FFTMATVEC_SBGEMVS_IO(SNAME, STORE, RT, V)                              \
-  FFTMATVEC_SBGEMVS(SNAME, STORE, c128, double2, c128, double2, RT, V)         \
-  FFTMATVEC_SBGEMVS(SNAME, STORE, c128, double2, c64, float2, RT, V)           \
-  FFTMATVEC_SBGEMVS(SNAME, STORE, c64, float2, c128, double2, RT, V)           \
-  FFTMATVEC_SBGEMVS(SNAME, STORE, c64, float2, c64, float2, RT, V)
+#define FFTMATVEC_SBGEMVS_IO(SNAME, STORE, RT, V) \
+  FFTMATVEC_FOR_IO(FFTMATVEC_SBGEMVS, SNAME, STORE, RT, V)
 
 // (keep in sync with fftmatvec/_gpu.py: STAGED_TILES)
 FFTMATVEC_SBGEMVS_IO(c128, StoreC128, 1, 1)
@@ -185,16 +183,10 @@ FFTMATVEC_SBGEMVS_IO(c32h, StoreC32h, 4, 2)
   FFTMATVEC_SBGEMVA_ENTRY(                                                                  \
       sbgemva_##SNAME##_##INAME##_##ONAME##_r##RT##_y##TY##_j##J##_s##NS##_w##W, STORE, TIN, \
       TOUT, RT, TY, J, NS, W)
-#define FFTMATVEC_SBGEMVA_IO(SNAME, STORE, RT, TY, J, NS)                              \
-  FFTMATVEC_SBGEMVA(SNAME, STORE, c128, double2, c128, double2, RT, TY, J, NS)         \
-  FFTMATVEC_SBGEMVA(SNAME, STORE, c128, double2, c64, float2, RT, TY, J, NS)           \
-  FFTMATVEC_SBGEMVA(SNAME, STORE, c64, float2, c128, double2, RT, TY, J, NS)           \
-  FFTMATVEC_SBGEMVA(SNAME, STORE, c64, float2, c64, float2, RT, TY, J, NS)
-#define FFTMATVEC_SBGEMVAW_IO(SNAME, STORE, RT, TY, J, NS, W)                          \
-  FFTMATVEC_SBGEMVAW(SNAME, STORE, c128, double2, c128, double2, RT, TY, J, NS, W)     \
-  FFTMATVEC_SBGEMVAW(SNAME, STORE, c128, double2, c64, float2, RT, TY, J, NS, W)       \
-  FFTMATVEC_SBGEMVAW(SNAME, STORE, c64, float2, c128, double2, RT, TY, J, NS, W)       \
-  FFTMATVEC_SBGEMVAW(SNAME, STORE, c64, float2, c64, float2, RT, TY, J, NS, W)
+#define FFTMATVEC_SBGEMVA_IO(SNAME, STORE, RT, TY, J, NS) \
+  FFTMATVEC_FOR_IO(FFTMATVEC_SBGEMVA, SNAME, STORE, RT, TY, J, NS)
+#define FFTMATVEC_SBGEMVAW_IO(SNAME, STORE, RT, TY, J, NS, W) \
+  FFTMATVEC_FOR_IO(FFTMATVEC_SBGEMVAW, SNAME, STORE, RT, TY, J, NS, W)
 #define FFTMATVEC_SBGEMVA_STORES(RT, TY, J, NS)          \
   FFTMATVEC_SBGEMVA_IO(c128, StoreC128, RT, TY, J, NS)   \
   FFTMATVEC_SBGEMVA_IO(c64, StoreC64, RT, TY, J, NS)     \
@@ -231,11 +223,8 @@ FFTMATVEC_SBGEMVAW_IO(c32h, StoreC32h, 2, 4, 2, 4, 2)
                                                               kb, x_bstride, y_bstride,          \
                                                               y_split_stride, freq_major);       \
   }
-#define FFTMATVEC_SBGEMMP_IO(SNAME, STORE, MT, V, WR, WF, KS, NS)                            \
-  FFTMATVEC_SBGEMMP(SNAME, STORE, c128, double2, c128, double2, MT, V, WR, WF, KS, NS)       \
-  FFTMATVEC_SBGEMMP(SNAME, STORE, c128, double2, c64, float2, MT, V, WR, WF, KS, NS)         \
-  FFTMATVEC_SBGEMMP(SNAME, STORE, c64, float2, c128, double2, MT, V, WR, WF, KS, NS)         \
-  FFTMATVEC_SBGEMMP(SNAME, STORE, c64, float2, c64, float2, MT, V, WR, WF, KS, NS)
+#define FFTMATVEC_SBGEMMP_IO(SNAME, STORE, MT, V, WR, WF, KS, NS) \
+  FFTMATVEC_FOR_IO(FFTMATVEC_SBGEMMP, SNAME, STORE, MT, V, WR, WF, KS, NS)
 
 // (keep in sync with fftmatvec/_gpu.py: PIPE_TILES)
 FFTMATVEC_SBGEMMP_IO(c128, StoreC128, 4, 1, 1, 8, 4, 4)

@@ -38,16 +38,27 @@ __device__ __forceinline__ void zero_acc(C (&acc)[RT][1][S]) {
     for (int v = 0; v < S; ++v) acc[t][0][v] = make_c((decltype(C::x))0, (decltype(C::x))0);
 }
 
-// The arithmetic of one stage whose Khat chunks lie at [J][RT][W][NT] (pa, pp, pl); MODE >= 1
-// adds each loaded word instead.
-template <typename Store, typename TIn, int RT, int J, int W, int NT, int MODE, typename C>
+// Byte offset of thread tid's Khat chunk (step j, row t, chunk w) in a stage laid out as
+// [J][RT][W][NT] 16-byte chunks (pa, pp, pl).
+template <int RT, int W, int NT>
+struct ChunkMajor {
+  int tid;
+  __device__ __forceinline__ int operator()(int j, int t, int w) const {
+    return (((j * RT + t) * W + w) * NT + tid) * 16;
+  }
+};
+
+// The arithmetic of one stage: its first `left` steps (all J where the copies zero-filled the
+// rest), Khat chunk (j, t, w) at sa + at(j, t, w); MODE >= 1 adds each loaded word instead.
+template <typename Store, typename TIn, int RT, int J, int W, int MODE, typename C, typename At>
 __device__ __forceinline__ void fma_stage(C (&acc)[RT][1][W * (16 / (int)sizeof(typename Store::elem))],
-                                          const unsigned char* sa, const unsigned char* sx, int tid,
-                                          int tx, bool adj) {
+                                          const unsigned char* sa, const unsigned char* sx, int tx,
+                                          bool adj, i64 left, At at) {
   typedef typename Store::elem E;
   constexpr int V = 16 / (int)sizeof(E);
 #pragma unroll
-  for (int j = 0; j < J; ++j)
+  for (int j = 0; j < J; ++j) {
+    if (j >= left) break;
 #pragma unroll
     for (int w = 0; w < W; ++w) {
       C xv[V];
@@ -58,7 +69,7 @@ __device__ __forceinline__ void fma_stage(C (&acc)[RT][1][W * (16 / (int)sizeof(
 #pragma unroll
       for (int t = 0; t < RT; ++t) {
         E raw[V];
-        lds<E, V>(sa + (((j * RT + t) * W + w) * NT + tid) * 16, raw);
+        lds<E, V>(sa + at(j, t, w), raw);
 #pragma unroll
         for (int v = 0; v < V; ++v) {
           if (MODE >= 1) {
@@ -71,6 +82,7 @@ __device__ __forceinline__ void fma_stage(C (&acc)[RT][1][W * (16 / (int)sizeof(
         }
       }
     }
+  }
 }
 
 // pa and pl: the cp.async pipeline of sbgemva.cuh with a MODE switch; BLOCKED selects the
@@ -162,7 +174,7 @@ __device__ __forceinline__ void stream_body(
     cp_async_commit();
     const unsigned char* sa = smem + (it % NS) * BYTES;
     const unsigned char* sx = sa + A_BYTES;
-    fma_stage<Store, TIn, RT, J, W, NT, MODE>(acc, sa, sx, tid, tx, adj);
+    fma_stage<Store, TIn, RT, J, W, MODE>(acc, sa, sx, tx, adj, J, ChunkMajor<RT, W, NT>{tid});
   }
   cp_async_wait<0>();
   sbgemv_store<TOut, RT, 1, V, W>(acc, y + (i64)blockIdx.y * y_split_stride, 0, scale, adj, o0, f0,
@@ -273,33 +285,10 @@ __device__ __forceinline__ void pb_body(
     const i64 left = r_end - r_begin - it * J;
     const unsigned char* sa = smem + slot * BYTES;
     const unsigned char* sx = sa + A_BYTES;
-#pragma unroll
-    for (int j = 0; j < J; ++j) {
-      if (j >= left) break;
-#pragma unroll
-      for (int w = 0; w < W; ++w) {
-        C xv[V];
-#pragma unroll
-        for (int v = 0; v < V; ++v)
-          xv[v] = ccast<C>(*reinterpret_cast<const TIn*>(sx + (((j * W + w) * V + v) * 32 + tx) *
-                                                               (int)sizeof(TIn)));
-#pragma unroll
-        for (int t = 0; t < RT; ++t) {
-          E raw[V];
-          lds<E, V>(sa + ((j * ROWS + ty * RT + t) * FT + w * G + tx * V) * (int)sizeof(E), raw);
-#pragma unroll
-          for (int v = 0; v < V; ++v) {
-            if (MODE >= 1) {
-              acc[t][0][w * V + v].x += __int_as_float((int)raw[v]);
-            } else {
-              const C kv = Store::expand(raw[v]);
-              if (adj) cfma_conj(acc[t][0][w * V + v], kv, xv[v]);
-              else cfma(acc[t][0][w * V + v], kv, xv[v]);
-            }
-          }
-        }
-      }
-    }
+    fma_stage<Store, TIn, RT, J, W, MODE>(
+        acc, sa, sx, tx, adj, left, [&](int j, int t, int w) {  // rows' runs: [J][ROWS][FT]
+          return ((j * ROWS + ty * RT + t) * FT + w * G + tx * V) * (int)sizeof(E);
+        });
   }
   cp_async_wait<0>();
   sbgemv_store<TOut, RT, 1, V, W>(acc, y + (i64)blockIdx.y * y_split_stride, 0, scale, adj, o0, f0,
@@ -431,7 +420,7 @@ __device__ __forceinline__ void pp_body(
     cp_async_commit();
     const unsigned char* sa = smem + (g % NS) * BYTES;
     const unsigned char* sx = sa + A_BYTES;
-    fma_stage<Store, TIn, RT, J, W, NT, MODE>(acc, sa, sx, tid, tx, adj);
+    fma_stage<Store, TIn, RT, J, W, MODE>(acc, sa, sx, tx, adj, J, ChunkMajor<RT, W, NT>{tid});
     if (++sc == nsc) {
       sbgemv_store<TOut, RT, 1, V, W>(acc, y + splitc * y_split_stride, 0, scale, adj, o0c, f0c,
                                       n_out, nf, nfp, G);

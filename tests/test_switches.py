@@ -154,6 +154,7 @@ def _h200_engine(store: str, nf: int):
     engine.store, engine.nf = store, nf
     engine.data = np.empty(1, dtype={"c32h": np.uint32, "c128": np.complex128}[store])
     engine.num_sms, engine.smem_per_sm, engine.smem_per_block = 132, 228 * 1024, 227 * 1024
+    engine.threads_per_sm = 2048
     return engine
 
 
