@@ -216,7 +216,7 @@ class CallbackPlan:
         Double precision (D2Z / Z2D) or single (R2C / C2R).
     load, store : (name, defines) or None
         The callback (``FMV_PAD_LOAD``, ``FMV_XHAT_STORE``, ``FMV_XHAT_SCALE_STORE``,
-        ``FMV_UNPAD_STORE``) and its macros.
+        ``FMV_YHAT_LOAD``, ``FMV_UNPAD_STORE``) and its macros.
     store_info : CuPy array or None
         Device memory the store callback reads (its ``callerInfo``): the float16 scales for
         ``FMV_XHAT_SCALE_STORE``. The plan keeps the array alive.
@@ -224,7 +224,7 @@ class CallbackPlan:
 
     _NAMES = {"FMV_PAD_LOAD": "fmv_pad_load", "FMV_XHAT_STORE": "fmv_xhat_store",
               "FMV_XHAT_SCALE_STORE": "fmv_xhat_scale_store",
-              "FMV_UNPAD_STORE": "fmv_unpad_store"}
+              "FMV_YHAT_LOAD": "fmv_yhat_load", "FMV_UNPAD_STORE": "fmv_unpad_store"}
 
     def __init__(self, kind: str, L: int, batch: int, double: bool, load=None, store=None,
                  store_info=None):
@@ -278,8 +278,10 @@ class CallbackPlan:
             self.handle = None
             raise
 
-    def __call__(self, idata_ptr: int, odata_ptr: int) -> None:
-        stream = backend.cupy.cuda.get_current_stream().ptr
+    def __call__(self, idata_ptr: int, odata_ptr: int, stream: int | None = None) -> None:
+        """Execute on ``stream`` (a pointer; by default the current stream)."""
+        if stream is None:
+            stream = backend.cupy.cuda.get_current_stream().ptr
         with self._exec_lock:
             if stream != self._stream:
                 _check(self._libs.cufft.cufftSetStream(self.handle, stream), "cufftSetStream")

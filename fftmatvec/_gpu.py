@@ -312,6 +312,8 @@ class KernelEngine:
         self.num_sms = int(props.get("multiProcessorCount", 108))
         self._plans: dict = {}
         self._args: dict = {}  # (launch, adjoint, out dtype) -> kernel, arguments (_launch_args)
+        self._stage3: dict = {}  # (adjoint, k, in dtype, out dtype) -> packed launches (_Stage3)
+        self._products: dict = {}  # (adjoint, k, dtypes, precision) -> _FusedProduct
         self._fft_plans: dict = {}
         self._graphs: OrderedDict = OrderedDict()
         self._callbacks: tuple[bool, str] | None = None  # cuFFT callbacks usable, and why not
@@ -730,31 +732,37 @@ class KernelEngine:
         if scales and not xhat_scaled:
             xhat = self.scale_xhat(xhat)
         k = xhat.shape[0]
-        n_out, n_red = (self.nm, self.nd) if adjoint else (self.nd, self.nm)
-        nf = self.nf
+        n_out = self.nm if adjoint else self.nd
         out_dtype = np.dtype(out_dtype)
-        y = cp.empty((k, n_out, nf), dtype=out_dtype) if out is None else out
-        scale = np.uint64(0) if self.scale is None or adjoint else self.scale  # forward only
-        b0 = 0
-        plan = self._plan(adjoint, k, xhat.dtype, out_dtype) if plan is None else plan
-        for launch in plan:
-            fn, args, reduce = self._launch_args(launch, adjoint, n_out, n_red, out_dtype)
-            if launch.kb == k:
-                xb, yb = xhat, y
+        y = cp.empty((k, n_out, self.nf), dtype=out_dtype) if out is None else out
+        run = self.stage3(adjoint, k, xhat.dtype, out_dtype, plan)
+        work = 0
+        if run.workspace_bytes:
+            if workspace is None:
+                work_mem = cp.cuda.alloc(run.workspace_bytes)  # held until the launches are queued
+                work = work_mem.ptr
+            elif workspace.nbytes < run.workspace_bytes:
+                raise ValueError(f"the split-K workspace has {workspace.nbytes} bytes, this "
+                                 f"product needs {run.workspace_bytes}")
             else:
-                xb, yb = xhat[b0 : b0 + launch.kb], y[b0 : b0 + launch.kb]
-            if launch.splits > 1:
-                size = launch.splits * launch.kb * n_out * nf
-                target = cp.empty(size, dtype=self.compute) if workspace is None else workspace
-            else:
-                target = yb
-            fn(launch.grid, launch.block, (self.data, scale, xb, target) + args,
-               shared_mem=launch.smem)
-            if reduce is not None:
-                red, grid, block, red_args = reduce
-                red(grid, block, (target, yb) + red_args)
-            b0 += launch.kb
+                work = workspace.data.ptr
+        run(cp.cuda.get_current_stream().ptr, xhat.data.ptr, y.data.ptr, work)
         return y
+
+    def stage3(self, adjoint: bool, k: int, in_dtype, out_dtype, plan=None) -> "_Stage3":
+        """Stage 3 of a product of ``k`` right-hand sides, its launches packed once
+        (:class:`_Stage3`): the engine's plan, or ``plan`` (a list of launches: tests, tuning)."""
+        in_dtype, out_dtype = np.dtype(in_dtype), np.dtype(out_dtype)
+        if plan is None:  # the engine's plan: re-packed if it was made afresh (tuning)
+            plan = self._plan(adjoint, k, in_dtype, out_dtype)
+            key = (adjoint, k, in_dtype, out_dtype)
+        else:
+            key = (adjoint, k, in_dtype, out_dtype, tuple(plan))
+        run = self._stage3.get(key)
+        if run is None or (len(key) == 4 and run.plan is not plan):
+            run = _Stage3(self, adjoint, k, in_dtype, out_dtype, plan)
+            self._stage3[key] = run
+        return run
 
     def scales_input(self, adjoint: bool) -> bool:
         """Whether a product's stage-3 input must carry the float16 row scales: adjoints with
@@ -903,12 +911,22 @@ class KernelEngine:
             return np.dtype(np.complex64)
         return prec.complex_dtype("fft")
 
+    def yhat_dtype(self, prec: PrecisionConfig) -> np.dtype:
+        """Dtype of the inverse FFT's input in a fused product: complex64 when stage 3 computes
+        in float32 (the FFT's load callback widens its sums exactly), else stage 4's complex
+        dtype. (Run stage by stage, stage 3 writes stage 4's dtype.)"""
+        if self.compute == np.complex64:
+            return np.dtype(np.complex64)
+        return prec.complex_dtype("ifft")
+
     def fused_plans(self, prec: PrecisionConfig, adjoint: bool, k: int, in_dtype, out_dtype,
                     weight=None):
         """The callback plans of a product (:class:`FusedPlans`), or None where the stages run
         one by one: no callbacks here, a weighted product (its weight changes per call), or a
         plan cuFFT could not make (then a warning says why, once per shape). An adjoint with
-        float16 storage gets a forward FFT that writes its output times the row scales."""
+        float16 storage gets a forward FFT that writes its output times the row scales. Where
+        stage 3 computes in float32 and an FFT in float64, that FFT's output (input) is
+        complex64: :meth:`xhat_dtype`, :meth:`yhat_dtype`."""
         in_dtype, out_dtype = np.dtype(in_dtype), np.dtype(out_dtype)
         if weight is not None or in_dtype not in _REAL_SUFFIX or out_dtype not in _REAL_SUFFIX:
             return None
@@ -933,6 +951,9 @@ class KernelEngine:
                 store_info = self.scale
             elif self.xhat_dtype(prec) != prec.complex_dtype("fft"):
                 store = ("FMV_XHAT_STORE", {})
+            widen = None  # stage 3's float32 sums widened as the inverse FFT loads them
+            if self.yhat_dtype(prec) != prec.complex_dtype("ifft"):
+                widen = ("FMV_YHAT_LOAD", {})
             unpad = ("FMV_UNPAD_STORE", {**sizes, "FMV_TOUT": _fftcb.ctype(out_dtype),
                                          "FMV_TMID": _fftcb.ctype(prec.reduce_dtype),
                                          "FMV_TFFT": _fftcb.ctype(ifft_real)})
@@ -940,7 +961,8 @@ class KernelEngine:
                 plans = FusedPlans(
                     _fftcb.get_plan("r2c", L, k * n_in, fft_real == np.float64, load=pad,
                                     store=store, store_info=store_info),
-                    _fftcb.get_plan("c2r", L, k * n_out, ifft_real == np.float64, store=unpad),
+                    _fftcb.get_plan("c2r", L, k * n_out, ifft_real == np.float64, load=widen,
+                                    store=unpad),
                     scaled,
                 )
             except _fftcb.CallbackError as exc:
@@ -954,6 +976,20 @@ class KernelEngine:
             self._cb_plans[key] = plans
         return self._cb_plans[key]
 
+    def fused_product(self, prec: PrecisionConfig, adjoint: bool, k: int, in_dtype, out_dtype,
+                      weight=None) -> "_FusedProduct | None":
+        """The product with stages 1 and 5 inside the FFTs and stage 3 packed
+        (:class:`_FusedProduct`), made once per shape; None where :meth:`fused_plans` is."""
+        plans = self.fused_plans(prec, adjoint, k, in_dtype, out_dtype, weight)
+        if plans is None:
+            return None
+        key = (adjoint, k, np.dtype(in_dtype), np.dtype(out_dtype), prec)
+        product = self._products.get(key)
+        if product is None or product.plans is not plans:
+            product = _FusedProduct(self, prec, adjoint, k, out_dtype, plans)
+            self._products[key] = product
+        return product
+
     def _buffer(self, shape, dtype, nbytes: int):
         """An array ``shape`` of ``dtype`` at the start of a buffer of at least ``nbytes``."""
         cp, dtype = self.cp, np.dtype(dtype)
@@ -966,6 +1002,13 @@ class KernelEngine:
         and with a complex64 store the array itself is half that."""
         nbytes = k * n * self.nf * prec.complex_dtype("fft").itemsize
         return self._buffer((k, n, self.nf), self.xhat_dtype(prec), nbytes)
+
+    def yhat_buffer(self, prec: PrecisionConfig, k: int, n: int):
+        """Stage 3's output ``(k, n, Nf)`` in a fused product (:meth:`yhat_dtype`), in memory
+        for the inverse plan's full logical input: cuFFT may overwrite the input of a
+        complex-to-real transform, in stage 4's complex dtype."""
+        nbytes = k * n * self.nf * prec.complex_dtype("ifft").itemsize
+        return self._buffer((k, n, self.nf), self.yhat_dtype(prec), nbytes)
 
     def y_buffer(self, prec: PrecisionConfig, k: int, n: int, dtype):
         """The inverse FFT's unpadded output ``(k, n, Nt)`` in ``dtype``, in memory for the
@@ -1037,6 +1080,86 @@ class KernelEngine:
         return out
 
 
+class _Stage3:
+    """Stage 3 of one product shape (direction, right-hand sides, dtypes): its launches, their
+    arguments packed once (:class:`~fftmatvec.kernels.PackedLaunch`). A call passes the
+    input, output and split-K workspace pointers; launches of a slice of the right-hand sides
+    take them at that slice's offset."""
+
+    def __init__(self, eng: KernelEngine, adjoint: bool, k: int, in_dtype, out_dtype, plan):
+        n_in, n_out, n_red = (eng.nd, eng.nm, eng.nd) if adjoint else (eng.nm, eng.nd, eng.nm)
+        in_dtype, out_dtype = np.dtype(in_dtype), np.dtype(out_dtype)
+        if sum(la.kb for la in plan) != k:
+            raise ValueError(f"the plan's launches take {sum(la.kb for la in plan)} "
+                             f"right-hand sides, the product {k}")
+        self.plan = plan
+        scale = np.uint64(0) if eng.scale is None or adjoint else eng.scale  # forward only
+        in_row, out_row = n_in * eng.nf * in_dtype.itemsize, n_out * eng.nf * out_dtype.itemsize
+        self.steps = []  # (launch, split-K sum or None, input offset, output offset)
+        self.workspace_bytes = 0
+        b0 = 0
+        for la in plan:
+            fn, args, reduce = eng._launch_args(la, adjoint, n_out, n_red, out_dtype)
+            main = kernels.PackedLaunch(fn, la.grid, la.block, la.smem,
+                                        (eng.data, scale, None, None) + args)
+            red = None
+            if reduce is not None:
+                red_fn, grid, block, red_args = reduce
+                red = kernels.PackedLaunch(red_fn, grid, block, 0, (None, None) + red_args)
+                self.workspace_bytes = max(self.workspace_bytes, la.splits * la.kb * n_out
+                                           * eng.nf * eng.compute.itemsize)
+            self.steps.append((main, red, b0 * in_row, b0 * out_row))
+            b0 += la.kb
+
+    def __call__(self, stream_ptr: int, x_ptr: int, y_ptr: int, work_ptr: int = 0) -> None:
+        for main, red, xo, yo in self.steps:
+            if red is None:
+                main(stream_ptr, x_ptr + xo, y_ptr + yo)
+            else:  # partial sums into the workspace, then their sum into the output
+                main(stream_ptr, x_ptr + xo, work_ptr)
+                red(stream_ptr, work_ptr, y_ptr + yo)
+
+
+class _FusedProduct:
+    """One product (direction, right-hand sides, dtypes) with stages 1 and 5 inside the FFTs
+    (cuFFT callbacks) and stage 3's launches packed. A call takes the two intermediate arrays
+    from CuPy's pool and queues the forward FFT, stage 3 and the inverse FFT: about 30 µs of
+    host time (70-140 µs stage by stage), which a timed product waits for before its first
+    kernel and, after a short forward FFT, again before stage 3."""
+
+    def __init__(self, eng: KernelEngine, prec: PrecisionConfig, adjoint: bool, k: int,
+                 out_dtype, plans: FusedPlans):
+        n_in, n_out = (eng.nd, eng.nm) if adjoint else (eng.nm, eng.nd)
+        if plans.xhat_scaled != eng.scales_input(adjoint):
+            raise ValueError("a float16 adjoint's forward FFT must apply the row scales")
+        self.plans = plans
+        self.stage3 = eng.stage3(adjoint, k, eng.xhat_dtype(prec), eng.yhat_dtype(prec))
+        # cuFFT may use the whole logical output (input) of a plan as scratch: xhat_buffer,
+        # yhat_buffer
+        self.xhat_bytes = k * n_in * eng.nf * prec.complex_dtype("fft").itemsize
+        self.yhat_bytes = k * n_out * eng.nf * prec.complex_dtype("ifft").itemsize
+        self.out_dtype = np.dtype(out_dtype)
+        self.y_shape = (k, n_out, eng.nt)
+        self.y_bytes = max(k * n_out * eng.fft_len * prec.real_dtype("ifft").itemsize,
+                           math.prod(self.y_shape) * self.out_dtype.itemsize)
+
+    def __call__(self, x):
+        """``x`` ``(k, n_in, Nt)`` -> a new ``(k, n_out, Nt)`` array."""
+        cp = backend.cupy
+        if not x.flags.c_contiguous:
+            x = cp.ascontiguousarray(x)
+        stream = cp.cuda.get_current_stream().ptr
+        xhat = cp.cuda.alloc(self.xhat_bytes)
+        self.plans.fwd(x.data.ptr, xhat.ptr, stream)
+        yhat = cp.cuda.alloc(self.yhat_bytes)
+        run = self.stage3
+        work = cp.cuda.alloc(run.workspace_bytes) if run.workspace_bytes else None
+        run(stream, xhat.ptr, yhat.ptr, 0 if work is None else work.ptr)
+        y = cp.ndarray(self.y_shape, self.out_dtype, memptr=cp.cuda.alloc(self.y_bytes))
+        self.plans.inv(yhat.ptr, y.data.ptr, stream)
+        return y
+
+
 class _GraphRunner:
     """One product (direction, batch size, input dtype, weight) captured as a CUDA graph over
     buffers it owns. A call copies the input in, replays the graph, and returns a fresh copy
@@ -1049,12 +1172,13 @@ class _GraphRunner:
         L, nf, nt = engine.fft_len, engine.nf, engine.nt
         self.op, self.weight = op, weight  # keep the weight alive: the graph reads its memory
         self.x = cp.zeros((k, n_in, nt), dtype=in_dtype)
-        self.yhat = cp.empty((k, n_out, nf), dtype=prec.complex_dtype("ifft"))
         plans = engine.fused_plans(prec, adjoint, k, in_dtype, op.dtype, weight)
         if plans is not None:  # stages 1 and 5 inside the FFTs (cuFFT callbacks)
             self.xhat = engine.xhat_buffer(prec, k, n_in)
+            self.yhat = engine.yhat_buffer(prec, k, n_out)
             self.y = engine.y_buffer(prec, k, n_out, op.dtype)
         else:
+            self.yhat = cp.empty((k, n_out, nf), dtype=prec.complex_dtype("ifft"))
             self.padded = cp.empty((k, n_in, L), dtype=prec.real_dtype("fft"))
             self.xhat = cp.empty((k, n_in, nf), dtype=prec.complex_dtype("fft"))
             # a float16 adjoint's input times the row scales, in a buffer the graph owns
@@ -1067,8 +1191,8 @@ class _GraphRunner:
         def stages():
             if plans is not None:
                 engine.pad_fft(plans, self.x, out=self.xhat)
-                op.sbgemv(self.xhat, adjoint, out=self.yhat, workspace=self.workspace,
-                          xhat_scaled=plans.xhat_scaled)
+                engine.apply(self.xhat, adjoint, self.yhat.dtype, out=self.yhat,
+                             workspace=self.workspace, xhat_scaled=plans.xhat_scaled)
                 engine.ifft_unpad(plans, self.yhat, out=self.y)
                 return
             op.broadcast_and_pad(self.x, out=self.padded)

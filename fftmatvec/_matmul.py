@@ -102,6 +102,9 @@ class MatmulEngine:
     def fused_plans(self, prec, adjoint, k, in_dtype, out_dtype, weight=None):
         return None  # no FFT callbacks: stages 1 and 5 run as stages of their own
 
+    def fused_product(self, prec, adjoint, k, in_dtype, out_dtype, weight=None):
+        return None
+
     # ---- stages ----------------------------------------------------------------------------
     def pad(self, x, prec: PrecisionConfig, out=None):
         k, n, nt = x.shape

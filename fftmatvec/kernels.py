@@ -13,15 +13,18 @@ Set ``FFTMATVEC_KERNELS=jit`` to skip the prebuilt code objects, ``=prebuilt`` t
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import threading
 from pathlib import Path
 
+import numpy as np
+
 from . import backend
 from ._errors import FFTMatvecError
 
-__all__ = ["available", "get_function", "describe", "kernel_source", "MODULE_NAME"]
+__all__ = ["available", "get_function", "PackedLaunch", "describe", "kernel_source", "MODULE_NAME"]
 
 MODULE_NAME = "fftmatvec_kernels"
 _PKG_DIR = Path(__file__).resolve().parent
@@ -160,6 +163,59 @@ def get_function(name: str, shared_mem: int = 0):
         _allow_shared_mem(cp, fn, shared_mem)
         _shared_mem[key] = shared_mem
     return fn
+
+
+_CTYPES = {np.dtype(np.int64): ctypes.c_int64, np.dtype(np.int32): ctypes.c_int32,
+           np.dtype(np.uint64): ctypes.c_uint64, np.dtype(np.float32): ctypes.c_float,
+           np.dtype(np.float64): ctypes.c_double}
+
+
+class PackedLaunch:
+    """One kernel launch whose grid, block, shared memory and arguments are packed once, for a
+    launch repeated with only some pointers changing (stage 3 of a product, every call).
+
+    ``args`` are the kernel's arguments in order: a NumPy scalar (int64, int32, uint64, float32
+    or float64), a device array (its pointer, fixed), or ``None`` for a pointer given at each
+    call. A call writes those pointers into the packed argument block and hands it to the
+    driver in one launch: a few microseconds of host time, where converting the arguments at
+    every call takes tens (and with a short stage before it, the device waits for them).
+    """
+
+    def __init__(self, fn, grid, block, shared_mem: int, args):
+        cp = backend.cupy
+        self._fn = fn  # keeps the module loaded
+        self._ptr = getattr(fn, "kernel", fn).ptr  # a RawKernel's function, or a bare Function
+        self._dims = (tuple(grid) + (1, 1))[:3] + (tuple(block) + (1, 1))[:3]
+        self._shared_mem = int(shared_mem)
+        self._launch = cp.cuda.driver.launchKernel
+        values, self._slots = [], []
+        for a in args:
+            if a is None:
+                v = ctypes.c_uint64(0)
+                self._slots.append(v)
+            elif isinstance(a, cp.ndarray):
+                v = ctypes.c_uint64(a.data.ptr)
+            elif isinstance(a, np.generic) and a.dtype in _CTYPES:  # its width is explicit
+                v = _CTYPES[a.dtype](a.item())
+            else:
+                raise TypeError(f"a packed kernel argument must be a device array, None or a "
+                                f"NumPy scalar of {sorted(str(d) for d in _CTYPES)}, got "
+                                f"{type(a).__name__}")
+            values.append(v)
+        self._values = values  # the packed block points into these: keep them alive
+        self._params = (ctypes.c_void_p * max(len(values), 1))(
+            *[ctypes.addressof(v) for v in values])
+        self._lock = threading.Lock()
+
+    def __call__(self, stream_ptr: int, *ptrs: int) -> None:
+        """Launch on the stream ``stream_ptr``, with ``ptrs`` in the ``None`` slots, in order."""
+        if len(ptrs) != len(self._slots):
+            raise TypeError(f"this launch takes {len(self._slots)} pointers, got {len(ptrs)}")
+        with self._lock:  # the driver copies the arguments at launch: set and launch together
+            for slot, p in zip(self._slots, ptrs):
+                slot.value = p
+            self._launch(self._ptr, *self._dims, self._shared_mem, stream_ptr,
+                         ctypes.addressof(self._params), 0)
 
 
 def _allow_shared_mem(cp, fn, nbytes: int) -> None:

@@ -46,6 +46,16 @@ def fft_length(nt: int) -> int:
 # ------------------------------------------------------------------------------------------
 # Validation helpers (public methods check, private methods compute)
 # ------------------------------------------------------------------------------------------
+def _check_fft_len(fft_len, nt: int) -> int:
+    if fft_len is None:
+        return fft_length(nt)
+    if isinstance(fft_len, bool) or not isinstance(fft_len, (int, np.integer)):
+        raise FFTMatvecTypeError(f"fft_len must be an integer, got {type(fft_len).__name__}")
+    if fft_len < 2 * nt - 1:
+        raise FFTMatvecValueError(f"fft_len must be at least 2*Nt - 1 = {2 * nt - 1}, got {fft_len}")
+    return int(fft_len)
+
+
 def _check_kernel(kernel: Any):
     xp = backend.get_array_module(kernel, name="kernel")
     if kernel.ndim != 3:
@@ -326,13 +336,16 @@ class BlockToeplitz(_OperatorBase):
         One letter per stage (see :class:`~fftmatvec.precision.PrecisionConfig`).
     dtype : float64 (default) or float32
         Interface dtype of inputs and outputs, whatever precision the stages run in.
+    fft_len : int, optional
+        FFT length ``L`` (at least ``2*Nt - 1``); by default :func:`fft_length`. A longer
+        ``L`` stores more frequencies but may suit the device's FFT library better.
 
     Attributes
     ----------
     nd, nm, nt : int
         Sensors, parameters, time steps.
     fft_len : int
-        FFT length ``L``, the smallest fast length ``>= 2*Nt - 1``.
+        FFT length ``L``: the one given, else the smallest fast length ``>= 2*Nt - 1``.
     nf : int
         Number of stored frequencies, ``L//2 + 1``.
     shape : (int, int)
@@ -351,20 +364,21 @@ class BlockToeplitz(_OperatorBase):
     precision. Vectors are space-outer, time-inner (SOTI): ``m`` is ``(Nm, Nt)``.
     """
 
-    def __init__(self, kernel, precision="ddddd", *, dtype=None, _share=None):
+    def __init__(self, kernel, precision="ddddd", *, dtype=None, fft_len=None, _share=None):
         xp = _check_kernel(kernel)
         self._xp = xp
         self.dtype = _check_dtype(dtype)
         self.precision = PrecisionConfig(precision)
         self.nd, self.nm, self.nt = (int(n) for n in kernel.shape)
         self._n_in, self._n_out = self.nm, self.nd
-        self.fft_len = fft_length(self.nt)
+        self.fft_len = _check_fft_len(fft_len, self.nt)
         self.nf = self.fft_len // 2 + 1
         self._kernel = kernel
         # the GPU the kernel lives on: products run there whatever device is current
         self._device = None if xp is np else kernel.device
         self._engine = None
-        if _share is not None and _share.precision.letters[2] == self.precision.letters[2]:
+        if (_share is not None and _share.precision.letters[2] == self.precision.letters[2]
+                and _share.fft_len == self.fft_len):
             self._engine = _share._engine
         if self._engine is None:
             with self._on_device():
@@ -396,7 +410,8 @@ class BlockToeplitz(_OperatorBase):
     def with_precision(self, precision) -> "BlockToeplitz":
         """A new operator in another precision, sharing the kernel and, when stage 3's letter
         is unchanged, the stored ``Khat``."""
-        return BlockToeplitz(self._kernel, precision, dtype=self.dtype, _share=self)
+        return BlockToeplitz(self._kernel, precision, dtype=self.dtype, fft_len=self.fft_len,
+                             _share=self)
 
     def normal(self, weight=None) -> NormalOperator:
         """The Gauss-Newton operator ``F^T W F`` (``W`` diagonal: scalar or ``(Nd, Nt)``)."""
@@ -465,13 +480,9 @@ class BlockToeplitz(_OperatorBase):
         runner = eng.graph_runner(self, adjoint, x, weight)
         if runner is not None:  # small problems on a GPU: one CUDA graph replay
             return runner(x)
-        plans = eng.fused_plans(self.precision, adjoint, x.shape[0], x.dtype, self.dtype, weight)
-        if plans is not None:  # NVIDIA: stages 1 and 5 run inside the FFTs as callbacks
-            k, n_in, _ = x.shape
-            xhat = eng.pad_fft(plans, x, out=eng.xhat_buffer(self.precision, k, n_in))
-            yhat = self.sbgemv(xhat, adjoint, xhat_scaled=plans.xhat_scaled)
-            n_out = self.nm if adjoint else self.nd
-            return eng.ifft_unpad(plans, yhat, out=eng.y_buffer(self.precision, k, n_out, self.dtype))
+        product = eng.fused_product(self.precision, adjoint, x.shape[0], x.dtype, self.dtype, weight)
+        if product is not None:  # NVIDIA: stages 1 and 5 inside the FFTs (callbacks), 3 packed
+            return product(x)
         padded = self.broadcast_and_pad(x)
         xhat = self.fft(padded)
         yhat = self.sbgemv(xhat, adjoint)

@@ -5,7 +5,8 @@
 // the unpadded output.
 //
 // One callback is compiled per program (cuFFT links one image per callback it is given),
-// chosen by FMV_PAD_LOAD, FMV_XHAT_STORE, FMV_XHAT_SCALE_STORE or FMV_UNPAD_STORE, with the
+// chosen by FMV_PAD_LOAD, FMV_XHAT_STORE, FMV_XHAT_SCALE_STORE, FMV_YHAT_LOAD or
+// FMV_UNPAD_STORE, with the
 // sizes and types given as macros: FMV_L (FFT length), FMV_NT (samples kept), FMV_TIN /
 // FMV_TOUT (the arrays read or written), FMV_TMID (the precision the padded or unpadded values
 // are rounded to), FMV_TFFT (the FFT's real type). cuFFT passes each callback the element offset into the logical
@@ -48,6 +49,17 @@ __device__ void fmv_xhat_scale_store(void* dataOut, unsigned long long offset,
   const unsigned long long i = r % (FMV_ND);
   const float s = static_cast<const float*>(callerInfo)[i * (FMV_NFP) + f];
   static_cast<float2*>(dataOut)[offset] = make_float2((float)(element.x * s), (float)(element.y * s));
+}
+#endif
+
+#if defined(FMV_YHAT_LOAD)
+// The inverse FFT's input read in complex64 where stage 3 computes in float32 (`s` and `h`)
+// and stage 4 in float64: stage 3 writes its float32 sums as they are, and they are widened
+// here, exactly. Half the bytes written there and read here, the same product to the bit.
+__device__ double2 fmv_yhat_load(void* dataIn, unsigned long long offset, void* callerInfo,
+                                 void* sharedPointer) {
+  const float2 v = static_cast<const float2*>(dataIn)[offset];
+  return make_double2((double)v.x, (double)v.y);
 }
 #endif
 

@@ -7,6 +7,9 @@ in that run. Also prints how long cuFFT takes to make each callback plan, and th
 difference between the fused and the unfused result.
 
 Usage: python scripts/bench_fft_callbacks.py [--sizes 5000x1000,...] [--precisions ddddd,...]
+
+A size may name FFT lengths after it (``5000x1000:2000:2048``); by default it runs at the
+smallest fast length ``fft_length(Nt)``.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ import numpy as np
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="5000x1000,20000x500,100000x100,100x1000,3x50000",
-                    help="rows x Nt: rows transformed at once (Nm forward, Nm adjoint), samples")
+                    help="rows x Nt[:L...]: rows transformed at once (Nm forward, Nm adjoint), "
+                         "samples, FFT lengths")
     ap.add_argument("--precisions", default="ddddd,sssss,ddhdd")
     ap.add_argument("--repeat", type=int, default=20)
     args = ap.parse_args(argv)
@@ -41,7 +45,7 @@ def main(argv=None) -> int:
         return 1
     bw = copy_bandwidth(cp)
     print(f"# copy bandwidth (read+write): {bw / 1e12:.3f} TB/s; cuFFT {_fftcb._libs().version}")
-    hdr = (f"{'rows':>7} {'Nt':>6} {'prec':>6} | {'pad':>6} {'fft':>6} {'sum':>6} {'fused':>6} "
+    hdr = (f"{'rows':>7} {'Nt':>6} {'L':>6} {'prec':>6} | {'pad':>6} {'fft':>6} {'sum':>6} {'fused':>6} "
            f"{'floor':>6} | {'ifft':>6} {'unpad':>6} {'sum':>6} {'fused':>6} {'floor':>6} | "
            f"{'plan s':>6} {'max diff':>8}")
     print("\n## pad + FFT against the FFT with a padding load callback; inverse FFT + unpad against "
@@ -50,11 +54,14 @@ def main(argv=None) -> int:
     print("-" * len(hdr))
     rng = np.random.default_rng(3)
     for size in args.sizes.split(","):
-        rows, nt = (int(v) for v in size.split("x"))
-        L = fft_length(nt)
-        nf = L // 2 + 1
+        shape, *lengths = size.split(":")
+        rows, nt = (int(v) for v in shape.split("x"))
         x = cp.asarray(rng.standard_normal((1, rows, nt)))
-        for p in args.precisions.split(","):
+        for L, p in ((int(L), p) for L in (lengths or [fft_length(nt)])
+                     for p in args.precisions.split(",")):
+            if L < 2 * nt - 1:
+                raise SystemExit(f"FFT length {L} is below 2*Nt - 1 = {2 * nt - 1}")
+            nf = L // 2 + 1
             prec = PrecisionConfig(p)
             eng = KernelEngine(prec, 1, rows, nf, nt, L)  # one output row: Khat stays small
             t0 = time.perf_counter()
@@ -77,19 +84,22 @@ def main(argv=None) -> int:
             ypad = eng.ifft(work)
             y = eng.unpad(ypad, prec, nt, np.float64)
             fused_y = eng.y_buffer(prec, 1, rows, np.float64)
-            work[...] = yhat
-            eng.ifft_unpad(inv, work, out=fused_y)
+            # the fused inverse reads stage 3's output in its own dtype (complex64 where stage
+            # 3 computes in float32): the same values, exactly widened
+            fused_in = eng.yhat_buffer(prec, 1, rows)
+            fused_in[...] = yhat
+            eng.ifft_unpad(inv, fused_in, out=fused_y)
             diff = max(diff, float(cp.abs(fused_y - y).max() / cp.abs(y).max()))
             t_ifft = median_time(cp, lambda: eng.ifft(work, out=ypad), args.repeat)
             t_unpad = median_time(cp, lambda: eng.unpad(ypad, prec, nt, np.float64, out=y), args.repeat)
-            t_inv = median_time(cp, lambda: eng.ifft_unpad(inv, work, out=fused_y), args.repeat)
-            floor_i = (yhat.nbytes + fused_y.nbytes) / bw
+            t_inv = median_time(cp, lambda: eng.ifft_unpad(inv, fused_in, out=fused_y), args.repeat)
+            floor_i = (fused_in.nbytes + fused_y.nbytes) / bw
             ms = [v * 1e3 for v in (t_pad, t_fft, t_pad + t_fft, t_fwd, floor_f,
                                     t_ifft, t_unpad, t_ifft + t_unpad, t_inv, floor_i)]
-            print(f"{rows:>7} {nt:>6} {p:>6} | " + " ".join(f"{v:6.3f}" for v in ms[:5]) + " | "
+            print(f"{rows:>7} {nt:>6} {L:>6} {p:>6} | " + " ".join(f"{v:6.3f}" for v in ms[:5]) + " | "
                   + " ".join(f"{v:6.3f}" for v in ms[5:]) + f" | {plan_s:6.2f} {diff:8.1e}")
             sys.stdout.flush()
-            del eng, padded, xhat, fused_xhat, yhat, work, ypad, y, fused_y
+            del eng, padded, xhat, fused_xhat, yhat, work, ypad, y, fused_y, fused_in
             cp.get_default_memory_pool().free_all_blocks()
         del x
     return 0

@@ -64,6 +64,7 @@ def _host_engine(monkeypatch, ok=True, fail=None):
                              compute=np.dtype(np.complex64), callbacks=lambda: (ok, "why"),
                              scale=None)
     engine.xhat_dtype = lambda prec: KernelEngine.xhat_dtype(engine, prec)
+    engine.yhat_dtype = lambda prec: KernelEngine.yhat_dtype(engine, prec)
     engine.scales_input = lambda adjoint: KernelEngine.scales_input(engine, adjoint)
     return engine, calls
 
@@ -79,7 +80,7 @@ def test_fused_plans_name_the_right_callbacks(monkeypatch):
         ("r2c", 20, 2 * 5, True,
          ("FMV_PAD_LOAD", {**sizes, "FMV_TIN": "double", "FMV_TMID": "float", "FMV_TFFT": "double"}),
          ("FMV_XHAT_STORE", {})),  # stage 3 computes in float32: complex64 out of the FFT
-        ("c2r", 20, 2 * 3, True, None,
+        ("c2r", 20, 2 * 3, True, ("FMV_YHAT_LOAD", {}),  # stage 3's complex64 sums, widened
          ("FMV_UNPAD_STORE", {**sizes, "FMV_TOUT": "float", "FMV_TMID": "float", "FMV_TFFT": "double"})),
     ]
     assert KernelEngine.fused_plans(engine, prec, False, 2, np.float64, np.float32) is plans
@@ -87,13 +88,13 @@ def test_fused_plans_name_the_right_callbacks(monkeypatch):
     # the adjoint transforms Nd rows forward and Nm back; float32 FFTs need no complex64 store
     calls.clear()
     KernelEngine.fused_plans(engine, PrecisionConfig("sssss"), True, 1, np.float32, np.float32)
-    (_, _, b1, d1, _, store1), (_, _, b2, d2, _, _) = calls
-    assert (b1, b2, d1, d2, store1) == (3, 5, False, False, None)
-    # d stage 3 computes in complex128: no store callback either
+    (_, _, b1, d1, _, store1), (_, _, b2, d2, load2, _) = calls
+    assert (b1, b2, d1, d2, store1, load2) == (3, 5, False, False, None, None)
+    # d stage 3 computes in complex128: no store callback, no widening load either
     calls.clear()
     engine.compute = np.dtype(np.complex128)
     KernelEngine.fused_plans(engine, PrecisionConfig("ddddd"), False, 1, np.float64, np.float64)
-    assert calls[0][5] is None
+    assert calls[0][5] is None and calls[1][4] is None
 
 
 def test_fused_plans_scale_float16_adjoints(monkeypatch):
@@ -156,6 +157,7 @@ CALLBACKS = Path(__file__).resolve().parents[1] / "hip_kernels" / "fft_callbacks
                               "FMV_TFFTC": "double2"}),
     ("FMV_XHAT_SCALE_STORE", {"FMV_NF": "1001ULL", "FMV_ND": "7ULL", "FMV_NFP": "1008ULL",
                               "FMV_TFFTC": "float2"}),
+    ("FMV_YHAT_LOAD", {}),
     ("FMV_UNPAD_STORE", {"FMV_TOUT": "float", "FMV_TMID": "float", "FMV_TFFT": "double"}),
 ])
 def test_callbacks_compile_to_lto_ir(tmp_path, which, types):
@@ -289,3 +291,36 @@ def test_weighted_products_run_unfused(monkeypatch, rng):
     got = F.normal(w).matvec(m)
     want = A.T @ (to_numpy(w).ravel() * (A @ to_numpy(m).ravel()))
     assert rel_err(got.ravel(), want) < 1e-12
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["ddddd", "ddhdd"])
+def test_fused_product_made_once_any_stream_any_layout(monkeypatch, rng, precision):
+    """The fused product is made once per shape and reused; it runs on the current stream
+    (not the one it was made on) and takes inputs that are not C-contiguous."""
+    _needs_callbacks()
+    monkeypatch.setenv("FFTMATVEC_FFT_CALLBACKS", "1")
+    monkeypatch.setenv("FFTMATVEC_CUDA_GRAPHS", "0")
+    cp = backend.cupy
+    shape = (5, 8, 30)
+    K, F = _op(rng, shape, precision)
+    eng = F._engine
+    A = dense_btt(K)
+    tol = TOL[precision]
+    for adjoint, n_in, M in ((False, shape[1], A), (True, shape[0], A.T)):
+        wide = _rand(rng, 3, n_in, 2 * shape[2])
+        x = wide[..., 1::2]  # (3, n_in, Nt), not C-contiguous
+        assert not x.flags.c_contiguous
+        first = eng.fused_product(F.precision, adjoint, 3, np.float64, np.float64)
+        assert first is not None
+        y0 = F._apply(x, adjoint)
+        assert eng.fused_product(F.precision, adjoint, 3, np.float64, np.float64) is first
+        stream = cp.cuda.Stream(non_blocking=True)
+        with stream:
+            y1 = F._apply(x, adjoint)
+        stream.synchronize()
+        xs = to_numpy(x)
+        for b in range(3):
+            assert rel_err(y0[b].ravel(), M @ xs[b].ravel()) < tol
+        assert bool((y1 == y0).all())

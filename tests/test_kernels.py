@@ -326,6 +326,26 @@ def test_pad_unpad(rng, rows, nt, types):
         np.testing.assert_allclose(got, ref, rtol=1e-6 if iface == np.float32 else 1e-15)
 
 
+def test_packed_launch(rng):
+    """A packed launch runs its kernel with the pointers of each call in its open slots, and
+    refuses a wrong number of pointers or an argument it cannot pack."""
+    cp = backend.cupy
+    from fftmatvec import kernels
+
+    n, splits = 1000, 3
+    fn = kernels.get_function("reduce_c128_c64")
+    launch = kernels.PackedLaunch(fn, (8,), (32, 2), 0, (None, None, np.int64(n), np.int32(splits)))
+    for _ in range(2):  # fresh pointers each call
+        part = cp.asarray(rng.standard_normal((splits, n)) + 1j * rng.standard_normal((splits, n)))
+        y = _poisoned(cp, n, np.complex64)
+        launch(cp.cuda.get_current_stream().ptr, part.data.ptr, y.data.ptr)
+        np.testing.assert_allclose(cp.asnumpy(y), cp.asnumpy(part.sum(axis=0)), rtol=1e-6)
+    with pytest.raises(TypeError, match="takes 2 pointers"):
+        launch(cp.cuda.get_current_stream().ptr, part.data.ptr)
+    with pytest.raises(TypeError, match="NumPy scalar"):
+        kernels.PackedLaunch(fn, (8,), (32, 2), 0, (None, None, 5, np.int32(splits)))
+
+
 def test_kernel_source_loads_by_name():
     from fftmatvec import kernels
 
