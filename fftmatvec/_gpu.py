@@ -1122,10 +1122,10 @@ class _Stage3:
 
 class _FusedProduct:
     """One product (direction, right-hand sides, dtypes) with stages 1 and 5 inside the FFTs
-    (cuFFT callbacks) and stage 3's launches packed. A call takes the two intermediate arrays
-    from CuPy's pool and queues the forward FFT, stage 3 and the inverse FFT: about 30 µs of
-    host time (70-140 µs stage by stage), which a timed product waits for before its first
-    kernel and, after a short forward FFT, again before stage 3."""
+    (cuFFT callbacks) and stage 3's launches packed. A call takes the intermediate arrays from
+    CuPy's pool and queues the forward FFT, stage 3 and the inverse FFT: about 30 µs of host
+    time (70-140 µs stage by stage), which a timed product waits for before its first kernel
+    and, after a short forward FFT, again before stage 3."""
 
     def __init__(self, eng: KernelEngine, prec: PrecisionConfig, adjoint: bool, k: int,
                  out_dtype, plans: FusedPlans):
@@ -1138,25 +1138,30 @@ class _FusedProduct:
         # yhat_buffer
         self.xhat_bytes = k * n_in * eng.nf * prec.complex_dtype("fft").itemsize
         self.yhat_bytes = k * n_out * eng.nf * prec.complex_dtype("ifft").itemsize
+        self.work_bytes = self.stage3.workspace_bytes
         self.out_dtype = np.dtype(out_dtype)
         self.y_shape = (k, n_out, eng.nt)
         self.y_bytes = max(k * n_out * eng.fft_len * prec.real_dtype("ifft").itemsize,
                            math.prod(self.y_shape) * self.out_dtype.itemsize)
+
+    def launch(self, stream: int, x: int, xhat: int, yhat: int, work: int, y: int) -> None:
+        """Queue the product on ``stream`` over the given buffers (pointers; ``work`` unused
+        where stage 3 has no split-K workspace)."""
+        self.plans.fwd(x, xhat, stream)
+        self.stage3(stream, xhat, yhat, work)
+        self.plans.inv(yhat, y, stream)
 
     def __call__(self, x):
         """``x`` ``(k, n_in, Nt)`` -> a new ``(k, n_out, Nt)`` array."""
         cp = backend.cupy
         if not x.flags.c_contiguous:
             x = cp.ascontiguousarray(x)
-        stream = cp.cuda.get_current_stream().ptr
-        xhat = cp.cuda.alloc(self.xhat_bytes)
-        self.plans.fwd(x.data.ptr, xhat.ptr, stream)
-        yhat = cp.cuda.alloc(self.yhat_bytes)
-        run = self.stage3
-        work = cp.cuda.alloc(run.workspace_bytes) if run.workspace_bytes else None
-        run(stream, xhat.ptr, yhat.ptr, 0 if work is None else work.ptr)
-        y = cp.ndarray(self.y_shape, self.out_dtype, memptr=cp.cuda.alloc(self.y_bytes))
-        self.plans.inv(yhat.ptr, y.data.ptr, stream)
+        alloc = cp.cuda.alloc
+        xhat, yhat = alloc(self.xhat_bytes), alloc(self.yhat_bytes)
+        work = alloc(self.work_bytes) if self.work_bytes else None
+        y = cp.ndarray(self.y_shape, self.out_dtype, memptr=alloc(self.y_bytes))
+        self.launch(cp.cuda.get_current_stream().ptr, x.data.ptr, xhat.ptr, yhat.ptr,
+                    0 if work is None else work.ptr, y.data.ptr)
         return y
 
 
@@ -1172,10 +1177,10 @@ class _GraphRunner:
         L, nf, nt = engine.fft_len, engine.nf, engine.nt
         self.op, self.weight = op, weight  # keep the weight alive: the graph reads its memory
         self.x = cp.zeros((k, n_in, nt), dtype=in_dtype)
-        plans = engine.fused_plans(prec, adjoint, k, in_dtype, op.dtype, weight)
-        if plans is not None:  # stages 1 and 5 inside the FFTs (cuFFT callbacks)
-            self.xhat = engine.xhat_buffer(prec, k, n_in)
-            self.yhat = engine.yhat_buffer(prec, k, n_out)
+        product = engine.fused_product(prec, adjoint, k, in_dtype, op.dtype, weight)
+        if product is not None:  # stages 1 and 5 inside the FFTs (cuFFT callbacks)
+            self.buffers = [cp.empty(max(n, 1), dtype=np.uint8) for n in (
+                product.xhat_bytes, product.yhat_bytes, product.work_bytes)]
             self.y = engine.y_buffer(prec, k, n_out, op.dtype)
         else:
             self.yhat = cp.empty((k, n_out, nf), dtype=prec.complex_dtype("ifft"))
@@ -1185,15 +1190,13 @@ class _GraphRunner:
             self.xs = cp.empty_like(self.xhat) if engine.scales_input(adjoint) else None
             self.ypad = cp.empty((k, n_out, L), dtype=prec.real_dtype("ifft"))
             self.y = cp.empty((k, n_out, nt), dtype=op.dtype)
-        ws = engine.workspace_size(adjoint, k, self.xhat.dtype, self.yhat.dtype)
-        self.workspace = cp.empty(max(ws, 1), dtype=engine.compute)
+            ws = engine.workspace_size(adjoint, k, self.xhat.dtype, self.yhat.dtype)
+            self.workspace = cp.empty(max(ws, 1), dtype=engine.compute)
 
         def stages():
-            if plans is not None:
-                engine.pad_fft(plans, self.x, out=self.xhat)
-                engine.apply(self.xhat, adjoint, self.yhat.dtype, out=self.yhat,
-                             workspace=self.workspace, xhat_scaled=plans.xhat_scaled)
-                engine.ifft_unpad(plans, self.yhat, out=self.y)
+            if product is not None:
+                product.launch(cp.cuda.get_current_stream().ptr, self.x.data.ptr,
+                               *(b.data.ptr for b in self.buffers), self.y.data.ptr)
                 return
             op.broadcast_and_pad(self.x, out=self.padded)
             op.fft(self.padded, out=self.xhat)

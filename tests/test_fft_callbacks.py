@@ -324,3 +324,32 @@ def test_fused_product_made_once_any_stream_any_layout(monkeypatch, rng, precisi
         for b in range(3):
             assert rel_err(y0[b].ravel(), M @ xs[b].ravel()) < tol
         assert bool((y1 == y0).all())
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("graphs", ["0", "1"])
+@pytest.mark.parametrize("precision", ["ddddd", "ddhdd", "sssss", "dsdsd"])
+def test_fused_product_with_split_k(monkeypatch, rng, graphs, precision):
+    """Few outputs and a long reduction: stage 3 splits its reduction and sums the partials
+    between the FFTs. Against the float64 dense matrix, as one product and as a graph, with
+    one and several right-hand sides."""
+    _needs_callbacks()
+    monkeypatch.setenv("FFTMATVEC_FFT_CALLBACKS", "1")
+    monkeypatch.setenv("FFTMATVEC_CUDA_GRAPHS", graphs)
+    cp = backend.cupy
+    for shape, adjoint in (((3, 3000, 40), False), ((2900, 4, 40), True)):
+        K, F = _op(rng, shape, precision)
+        eng = F._engine
+        n_in = shape[0] if adjoint else shape[1]
+        product = eng.fused_product(F.precision, adjoint, 1, np.float64, np.float64)
+        assert product.work_bytes > 0, product.stage3.plan  # split-K
+        M = dense_btt(K).T if adjoint else dense_btt(K)
+        for k in (1, 3):
+            x = _rand(rng, k, n_in, shape[2])
+            y = F.rmatmat(x) if adjoint else F.matmat(x)
+            xs = to_numpy(x)
+            for b in range(k):
+                assert rel_err(y[b].ravel(), M @ xs[b].ravel()) < TOL[precision]
+        del F
+        cp.get_default_memory_pool().free_all_blocks()

@@ -221,6 +221,27 @@ def test_fft_length_and_storage(xp, rng):
     assert Hh.khat_nbytes == 11 * 3 * 4 * 4 + 11 * 3 * 4  # float16 pairs + a float32 scale per row
 
 
+@pytest.mark.parametrize("precision", ["ddddd", "ddhdd"])
+def test_longer_fft_length(xp, rng, precision):
+    """Any FFT length of at least 2*Nt - 1 gives the same product (more frequencies stored);
+    a shorter one, or one that is not an integer, is refused by name."""
+    shape = (3, 4, 10)
+    K, F = make(xp, rng, shape, precision)
+    G = fm.BlockToeplitz(xp.asarray(K), precision, fft_len=32)
+    assert (G.fft_len, G.nf) == (32, 17) and G.khat_nbytes > F.khat_nbytes
+    assert G.with_precision("ddddd").fft_len == 32
+    A = dense_btt(K)
+    m, d = random(xp, rng, shape[1], shape[2]), random(xp, rng, shape[0], shape[2])
+    tol = 1e-12 if precision == "ddddd" else 2e-3
+    assert rel_err(G.matvec(m).ravel(), A @ to_numpy(m).ravel()) < tol
+    assert rel_err(G.rmatvec(d).ravel(), A.T @ to_numpy(d).ravel()) < tol
+    assert fm.BlockToeplitz(xp.asarray(K), precision, fft_len=19).fft_len == 19
+    with pytest.raises(FFTMatvecValueError, match=r"fft_len must be at least 2\*Nt - 1 = 19, got 18"):
+        fm.BlockToeplitz(xp.asarray(K), precision, fft_len=18)
+    with pytest.raises(FFTMatvecTypeError, match="fft_len must be an integer, got float"):
+        fm.BlockToeplitz(xp.asarray(K), precision, fft_len=32.0)
+
+
 def test_half_never_overflows(xp, rng):
     """Kernels with entries far beyond float16's range are scaled, not saturated."""
     K = rng.standard_normal((3, 5, 12)) * 1e9
