@@ -308,6 +308,8 @@ class KernelEngine:
             self.data = cp.zeros((nd, nm, self.nfp), dtype=prec.sbgemv_dtype)
             self.scale = None
         self.compute = np.dtype(np.complex128 if letter == "d" else np.complex64)
+        self._nbytes = int(self.data.itemsize * nd * nm * nf
+                           + (0 if self.scale is None else 4 * nd * nf))
         props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
         self.num_sms = int(props.get("multiProcessorCount", 108))
         self._plans: dict = {}
@@ -334,8 +336,7 @@ class KernelEngine:
     @property
     def nbytes(self) -> int:
         """Bytes of the stored Khat (without the few padding frequencies)."""
-        per = self.data.itemsize * self.nd * self.nm * self.nf
-        return int(per + (0 if self.scale is None else 4 * self.nd * self.nf))
+        return self._nbytes
 
     # ---- setup ---------------------------------------------------------------------------
     def store_rows(self, i0: int, khat_rows) -> None:
@@ -980,13 +981,14 @@ class KernelEngine:
                       weight=None) -> "_FusedProduct | None":
         """The product with stages 1 and 5 inside the FFTs and stage 3 packed
         (:class:`_FusedProduct`), made once per shape; None where :meth:`fused_plans` is."""
-        plans = self.fused_plans(prec, adjoint, k, in_dtype, out_dtype, weight)
-        if plans is None:
+        if weight is not None or not self.callbacks()[0]:
             return None
-        key = (adjoint, k, np.dtype(in_dtype), np.dtype(out_dtype), prec)
-        product = self._products.get(key)
-        if product is None or product.plans is not plans:
-            product = _FusedProduct(self, prec, adjoint, k, out_dtype, plans)
+        key = (adjoint, k, in_dtype, out_dtype, prec)  # looked up first: on every product's path
+        product = self._products.get(key, False)
+        if product is False:
+            plans = self.fused_plans(prec, adjoint, k, in_dtype, out_dtype)
+            product = None if plans is None else _FusedProduct(self, prec, adjoint, k, out_dtype,
+                                                               plans)
             self._products[key] = product
         return product
 
@@ -1156,12 +1158,14 @@ class _FusedProduct:
         cp = backend.cupy
         if not x.flags.c_contiguous:
             x = cp.ascontiguousarray(x)
-        alloc = cp.cuda.alloc
-        xhat, yhat = alloc(self.xhat_bytes), alloc(self.yhat_bytes)
+        stream, alloc = cp.cuda.get_current_stream().ptr, cp.cuda.alloc
+        xhat = alloc(self.xhat_bytes)
+        self.plans.fwd(x.data.ptr, xhat.ptr, stream)  # first: the device starts on it at once
+        yhat = alloc(self.yhat_bytes)
         work = alloc(self.work_bytes) if self.work_bytes else None
+        self.stage3(stream, xhat.ptr, yhat.ptr, 0 if work is None else work.ptr)
         y = cp.ndarray(self.y_shape, self.out_dtype, memptr=alloc(self.y_bytes))
-        self.launch(cp.cuda.get_current_stream().ptr, x.data.ptr, xhat.ptr, yhat.ptr,
-                    0 if work is None else work.ptr, y.data.ptr)
+        self.plans.inv(yhat.ptr, y.data.ptr, stream)
         return y
 
 
