@@ -283,7 +283,9 @@ def pipe_split_count(base: int, resident: int, n_red: int, step: int, max_splits
 # enough for the host's launches to show, and copying the vectors in and out of the graph's
 # buffers costs a few microseconds. On an H200, (1000, 100, 1000) ran 10-15 % faster as a graph;
 # (5000, 100, 1000) `ddhdd` and (100000, 10, 100), whose vectors are 40-80 MB, did not
-# (docs/benchmarks.md, fifth run).
+# (docs/benchmarks.md, fifth run). That was against the stages run one by one: the fused
+# product (three launches, its arguments packed) beats the graph at all these sizes, so by
+# default a graph serves only the products that run stage by stage (fourteenth run).
 GRAPH_MAX_KHAT_BYTES = 64 * 2**20
 GRAPH_MEDIUM_KHAT_BYTES = 2 * 2**30
 GRAPH_MAX_VECTOR_BYTES = 16 * 2**20
@@ -835,11 +837,16 @@ class KernelEngine:
 
         Small products are dominated by launch and Python overheads; replaying the five stages
         as one CUDA graph removes most of them. ``FFTMATVEC_CUDA_GRAPHS=0`` disables graphs,
-        ``=1`` uses them at every size; by default they serve the sizes ``graph_pays`` names
-        (CUDA only: graph capture is untested on ROCm here).
+        ``=1`` uses them at every size; by default they serve the sizes ``graph_pays`` names,
+        for the products that run stage by stage: a fused product (:meth:`fused_product`)
+        takes less time than a replay, which copies its vectors in and out (CUDA only: graph
+        capture is untested on ROCm here).
         """
         mode = _switch("FFTMATVEC_CUDA_GRAPHS")
         if mode == "0" or (mode == "auto" and (backend.is_hip() or not self.graph_pays(x))):
+            return None
+        if mode == "auto" and self.fused_product(op.precision, adjoint, x.shape[0], x.dtype,
+                                                 op.dtype, weight) is not None:
             return None
         key = (id(op), adjoint, x.shape[0], x.dtype, None if weight is None else id(weight),
                self.callbacks()[0])
