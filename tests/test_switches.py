@@ -205,6 +205,33 @@ def test_graph_choice(nbytes, k, nm, nd, nt, expected):
     assert KernelEngine.graph_pays(engine, x) is expected
 
 
+@pytest.mark.parametrize("mode,fused,pays,expected", [
+    ("auto", False, True, True),  # stage by stage at a size where a graph pays: a graph
+    ("auto", True, True, False),  # a fused product: faster than its replay
+    ("auto", False, False, False),  # large: the launches hide behind the device
+    ("1", True, False, True),  # always
+    ("0", False, True, False),  # never
+])
+def test_graph_runner_choice(monkeypatch, mode, fused, pays, expected):
+    """By default a graph replays only the products that run stage by stage, at the sizes
+    graph_pays names; FFTMATVEC_CUDA_GRAPHS=1 and =0 override both."""
+    from fftmatvec import _gpu, backend
+
+    monkeypatch.setenv("FFTMATVEC_CUDA_GRAPHS", mode)
+    monkeypatch.setattr(backend, "is_hip", lambda: False)
+    made = []
+    monkeypatch.setattr(_gpu, "_GraphRunner", lambda *args: made.append(args) or "runner")
+    from collections import OrderedDict
+
+    engine = SimpleNamespace(_graphs=OrderedDict(), graph_pays=lambda x: pays,
+                             fused_product=lambda *args: "product" if fused else None,
+                             callbacks=lambda: (fused, ""))
+    op = SimpleNamespace(precision="ddddd", dtype=np.dtype(np.float64))
+    x = np.zeros((1, 3, 4))
+    got = KernelEngine.graph_runner(engine, op, False, x, None)
+    assert (got == "runner") is expected and len(made) == int(expected)
+
+
 @pytest.mark.parametrize("rows,cols", [(1, 1), (5000, 2000), (3, 100000), (100000, 200), (1, 10**7)])
 def test_rows_launch_fills_the_device(rows, cols):
     """Pad and unpad launch enough blocks to fill the device: long-lived blocks over many rows,
