@@ -361,3 +361,41 @@ def test_wide_tile_choice(shape, adjoint, wide):
     for store in ("c64", "c32h"):
         engine.store = store
         assert KernelEngine._wide_default(engine, 1, n_out, n_red, adjoint) is None
+
+
+def test_packed_launch_argument_block(monkeypatch):
+    """The packed argument block holds each argument at its width and each call's pointers in
+    the open slots (read back as the driver would), with grid and block padded to 3-D."""
+    import ctypes
+
+    from fftmatvec import backend, kernels
+
+    launched = []
+
+    class FakeArray:
+        def __init__(self, ptr):
+            self.data = SimpleNamespace(ptr=ptr)
+
+    def launch(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        p = (ctypes.c_void_p * 6).from_address(params)
+        read = [ctypes.c_uint64.from_address(p[0]).value, ctypes.c_uint64.from_address(p[1]).value,
+                ctypes.c_uint64.from_address(p[2]).value, ctypes.c_int64.from_address(p[3]).value,
+                ctypes.c_int32.from_address(p[4]).value, ctypes.c_double.from_address(p[5]).value]
+        launched.append(((f, gx, gy, gz, bx, by, bz, smem, stream, extra), read))
+
+    fake = SimpleNamespace(ndarray=FakeArray, cuda=SimpleNamespace(driver=SimpleNamespace(
+        launchKernel=launch)))
+    monkeypatch.setattr(backend, "cupy", fake)
+    fn = SimpleNamespace(ptr=77)
+    la = kernels.PackedLaunch(fn, (5, 2), (32,), 1024,
+                              (FakeArray(0xABC0), None, None, np.int64(-3), np.int32(7),
+                               np.float64(0.5)))
+    la(99, 2**40 + 8, 16)
+    la(98, 24, 2**63 + 1)
+    assert launched[0] == ((77, 5, 2, 1, 32, 1, 1, 1024, 99, 0), [0xABC0, 2**40 + 8, 16, -3, 7, 0.5])
+    assert launched[1] == ((77, 5, 2, 1, 32, 1, 1, 1024, 98, 0), [0xABC0, 24, 2**63 + 1, -3, 7, 0.5])
+    with pytest.raises(TypeError, match="takes 2 pointers, got 1"):
+        la(99, 8)
+    for bad in (3, 2.5, np.float16(1), np.zeros(2)):
+        with pytest.raises(TypeError, match="NumPy scalar"):
+            kernels.PackedLaunch(fn, (1,), (32,), 0, (bad,))
