@@ -990,7 +990,7 @@ class KernelEngine:
         (:class:`_FusedProduct`), made once per shape; None where :meth:`fused_plans` is."""
         if weight is not None or not self.callbacks()[0]:
             return None
-        key = (adjoint, k, in_dtype, out_dtype, prec)  # looked up first: on every product's path
+        key = (adjoint, k, np.dtype(in_dtype), np.dtype(out_dtype), prec)  # on every product's path
         product = self._products.get(key, False)
         if product is False:
             plans = self.fused_plans(prec, adjoint, k, in_dtype, out_dtype)
