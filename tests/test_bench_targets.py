@@ -58,3 +58,27 @@ def test_write_json_replaces_whole_files(tmp_path):
     got = json.loads(path.read_text())
     assert got == {"rows": [{"ms": 0.5, "tile": [4, 4, 2, 3, 2]}], "dtype": str(np.float32)}
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+
+
+def test_host_times_three_ways(monkeypatch):
+    """bench_host times a call synchronised (events), back to back and on the host alone, from
+    the same callable; with a fake device whose events report 2 ms, the synchronised time is
+    that, and the host-side times are what the clock saw."""
+    from types import SimpleNamespace
+
+    bench = load_script("bench_host")
+    calls = []
+
+    class Event:
+        def record(self):
+            pass
+
+        def synchronize(self):
+            pass
+
+    cuda = SimpleNamespace(Event=Event, Device=lambda: SimpleNamespace(synchronize=lambda: None),
+                           get_elapsed_time=lambda a, b: 2.0)
+    synced, b2b, host = bench.host_times(SimpleNamespace(cuda=cuda), lambda: calls.append(1), 7)
+    assert synced == 0.002
+    assert 0 <= b2b < 0.01 and 0 <= host < 0.01
+    assert len(calls) == 10 + 7 + 5 + 7 + 7  # warm-up and events, queued (after 5), host
