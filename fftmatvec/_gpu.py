@@ -717,9 +717,7 @@ class KernelEngine:
 
     def workspace_size(self, adjoint: bool, k: int, in_dtype, out_dtype) -> int:
         """Elements (of the compute dtype) of split-K workspace a product needs."""
-        n_out = self.nm if adjoint else self.nd
-        plan = self._plan(adjoint, k, in_dtype, out_dtype)
-        return max([la.splits * la.kb * n_out * self.nf for la in plan if la.splits > 1] or [0])
+        return self.stage3(adjoint, k, in_dtype, out_dtype).workspace_bytes // self.compute.itemsize
 
     def apply(self, xhat, adjoint: bool, out_dtype, out=None, workspace=None, plan=None,
               xhat_scaled: bool = False):
@@ -832,21 +830,18 @@ class KernelEngine:
         vectors = x.shape[0] * (self.nm + self.nd) * self.nt * x.dtype.itemsize
         return self.nbytes <= GRAPH_MEDIUM_KHAT_BYTES and vectors <= GRAPH_MAX_VECTOR_BYTES
 
-    def graph_runner(self, op, adjoint: bool, x, weight):
+    def graph_runner(self, op, adjoint: bool, x, weight, fused: bool = False):
         """A captured-graph runner for this product, or None to run the stages one by one.
 
         Small products are dominated by launch and Python overheads; replaying the five stages
         as one CUDA graph removes most of them. ``FFTMATVEC_CUDA_GRAPHS=0`` disables graphs,
         ``=1`` uses them at every size; by default they serve the sizes ``graph_pays`` names,
-        for the products that run stage by stage: a fused product (:meth:`fused_product`)
-        takes less time than a replay, which copies its vectors in and out (CUDA only: graph
-        capture is untested on ROCm here).
+        for the products that run stage by stage: a fused product (``fused``, the caller's
+        :meth:`fused_product`) takes less time than a replay, which copies its vectors in and
+        out (CUDA only: graph capture is untested on ROCm here).
         """
         mode = _switch("FFTMATVEC_CUDA_GRAPHS")
-        if mode == "0" or (mode == "auto" and (backend.is_hip() or not self.graph_pays(x))):
-            return None
-        if mode == "auto" and self.fused_product(op.precision, adjoint, x.shape[0], x.dtype,
-                                                 op.dtype, weight) is not None:
+        if mode == "0" or (mode == "auto" and (fused or backend.is_hip() or not self.graph_pays(x))):
             return None
         key = (id(op), adjoint, x.shape[0], x.dtype, None if weight is None else id(weight),
                self.callbacks()[0])
@@ -999,6 +994,20 @@ class KernelEngine:
             self._products[key] = product
         return product
 
+    # A fused product's arrays take the room of their plan's full logical input or output:
+    # cuFFT may use its output buffer as scratch (in stage 2's complex dtype, where a complex64
+    # store makes the array itself half that) and may overwrite a complex-to-real input (in
+    # stage 4's complex dtype); the inverse writes only Nt of its L samples per row.
+    def xhat_nbytes(self, prec: PrecisionConfig, k: int, n: int) -> int:
+        return k * n * self.nf * prec.complex_dtype("fft").itemsize
+
+    def yhat_nbytes(self, prec: PrecisionConfig, k: int, n: int) -> int:
+        return k * n * self.nf * prec.complex_dtype("ifft").itemsize
+
+    def y_nbytes(self, prec: PrecisionConfig, k: int, n: int, dtype) -> int:
+        return max(k * n * self.fft_len * prec.real_dtype("ifft").itemsize,
+                   k * n * self.nt * np.dtype(dtype).itemsize)
+
     def _buffer(self, shape, dtype, nbytes: int):
         """An array ``shape`` of ``dtype`` at the start of a buffer of at least ``nbytes``."""
         cp, dtype = self.cp, np.dtype(dtype)
@@ -1006,24 +1015,17 @@ class KernelEngine:
         return cp.ndarray(shape, dtype=dtype, memptr=memory)
 
     def xhat_buffer(self, prec: PrecisionConfig, k: int, n: int):
-        """The forward FFT's output ``(k, n, Nf)``, in memory for the plan's full logical
-        output: cuFFT may use its output buffer as scratch in the complex dtype of stage 2,
-        and with a complex64 store the array itself is half that."""
-        nbytes = k * n * self.nf * prec.complex_dtype("fft").itemsize
-        return self._buffer((k, n, self.nf), self.xhat_dtype(prec), nbytes)
+        """The forward FFT's output ``(k, n, Nf)`` (:meth:`xhat_nbytes`)."""
+        return self._buffer((k, n, self.nf), self.xhat_dtype(prec), self.xhat_nbytes(prec, k, n))
 
     def yhat_buffer(self, prec: PrecisionConfig, k: int, n: int):
-        """Stage 3's output ``(k, n, Nf)`` in a fused product (:meth:`yhat_dtype`), in memory
-        for the inverse plan's full logical input: cuFFT may overwrite the input of a
-        complex-to-real transform, in stage 4's complex dtype."""
-        nbytes = k * n * self.nf * prec.complex_dtype("ifft").itemsize
-        return self._buffer((k, n, self.nf), self.yhat_dtype(prec), nbytes)
+        """Stage 3's output ``(k, n, Nf)`` in a fused product (:meth:`yhat_dtype`,
+        :meth:`yhat_nbytes`)."""
+        return self._buffer((k, n, self.nf), self.yhat_dtype(prec), self.yhat_nbytes(prec, k, n))
 
     def y_buffer(self, prec: PrecisionConfig, k: int, n: int, dtype):
-        """The inverse FFT's unpadded output ``(k, n, Nt)`` in ``dtype``, in memory for the
-        plan's full ``(k, n, L)`` logical output (cuFFT may use it as scratch)."""
-        nbytes = k * n * self.fft_len * prec.real_dtype("ifft").itemsize
-        return self._buffer((k, n, self.nt), dtype, nbytes)
+        """The inverse FFT's unpadded output ``(k, n, Nt)`` in ``dtype`` (:meth:`y_nbytes`)."""
+        return self._buffer((k, n, self.nt), dtype, self.y_nbytes(prec, k, n, dtype))
 
     def pad_fft(self, plans, x, out):
         """Stages 1 and 2: the forward FFT of ``x`` ``(k, n, Nt)`` zero-padded to ``L``, into
@@ -1143,15 +1145,12 @@ class _FusedProduct:
             raise ValueError("a float16 adjoint's forward FFT must apply the row scales")
         self.plans = plans
         self.stage3 = eng.stage3(adjoint, k, eng.xhat_dtype(prec), eng.yhat_dtype(prec))
-        # cuFFT may use the whole logical output (input) of a plan as scratch: xhat_buffer,
-        # yhat_buffer
-        self.xhat_bytes = k * n_in * eng.nf * prec.complex_dtype("fft").itemsize
-        self.yhat_bytes = k * n_out * eng.nf * prec.complex_dtype("ifft").itemsize
+        self.xhat_bytes = eng.xhat_nbytes(prec, k, n_in)
+        self.yhat_bytes = eng.yhat_nbytes(prec, k, n_out)
         self.work_bytes = self.stage3.workspace_bytes
         self.out_dtype = np.dtype(out_dtype)
         self.y_shape = (k, n_out, eng.nt)
-        self.y_bytes = max(k * n_out * eng.fft_len * prec.real_dtype("ifft").itemsize,
-                           math.prod(self.y_shape) * self.out_dtype.itemsize)
+        self.y_bytes = eng.y_nbytes(prec, k, n_out, out_dtype)
 
     def launch(self, stream: int, x: int, xhat: int, yhat: int, work: int, y: int) -> None:
         """Queue the product on ``stream`` over the given buffers (pointers; ``work`` unused

@@ -96,7 +96,7 @@ class MatmulEngine:
             self.data[:, i0:i1] = q
             self.scale[:, i0:i1] = s
 
-    def graph_runner(self, op, adjoint, x, weight):
+    def graph_runner(self, op, adjoint, x, weight, fused=False):
         return None  # no graph capture: the stages run one by one
 
     def fused_plans(self, prec, adjoint, k, in_dtype, out_dtype, weight=None):

@@ -477,10 +477,10 @@ class BlockToeplitz(_OperatorBase):
 
     def _run_stages(self, x, adjoint: bool, weight=None):
         eng = self._engine
-        runner = eng.graph_runner(self, adjoint, x, weight)
+        product = eng.fused_product(self.precision, adjoint, x.shape[0], x.dtype, self.dtype, weight)
+        runner = eng.graph_runner(self, adjoint, x, weight, fused=product is not None)
         if runner is not None:  # small problems on a GPU: one CUDA graph replay
             return runner(x)
-        product = eng.fused_product(self.precision, adjoint, x.shape[0], x.dtype, self.dtype, weight)
         if product is not None:  # NVIDIA: stages 1 and 5 inside the FFTs (callbacks), 3 packed
             return product(x)
         padded = self.broadcast_and_pad(x)

@@ -224,11 +224,10 @@ def test_graph_runner_choice(monkeypatch, mode, fused, pays, expected):
     from collections import OrderedDict
 
     engine = SimpleNamespace(_graphs=OrderedDict(), graph_pays=lambda x: pays,
-                             fused_product=lambda *args: "product" if fused else None,
                              callbacks=lambda: (fused, ""))
     op = SimpleNamespace(precision="ddddd", dtype=np.dtype(np.float64))
     x = np.zeros((1, 3, 4))
-    got = KernelEngine.graph_runner(engine, op, False, x, None)
+    got = KernelEngine.graph_runner(engine, op, False, x, None, fused=fused)
     assert (got == "runner") is expected and len(made) == int(expected)
 
 
