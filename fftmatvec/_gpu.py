@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -178,6 +179,7 @@ MMA_MIN_KB = {("c128", False): 8, ("c128", True): 8, ("c64", False): 16, ("c64",
 # Frequency padding of the stored Khat, so that V-wide loads are aligned.
 PAD = {"c128": 2, "c64": 4, "c32h": 8}
 _BATCH_SIZES = (16, 8, 4, 2, 1)
+_PER_THREAD_STREAM = 2  # cudaStreamPerThread: one handle, a different stream in each thread
 REDUCE_LANES = 8  # the split-K reduction's largest blockDim.y (hip_kernels/sbgemv.cuh)
 
 
@@ -217,6 +219,18 @@ def _switch(name: str) -> str:
     if value not in ("auto", "0", "1"):
         raise FFTMatvecValueError(f"{name} must be auto, 0 or 1, got {os.environ[name]!r}")
     return value
+
+
+# The switches that choose a product's path: a product's shortcut that skips the general
+# path's checks (``BlockToeplitz`` one-vector products) is valid only while they keep the raw
+# values they had when it was made.
+PATH_SWITCHES = ("FFTMATVEC_CUDA_GRAPHS", "FFTMATVEC_FFT_CALLBACKS")
+
+
+def path_switches() -> tuple:
+    """The raw values of :data:`PATH_SWITCHES` (None where unset)."""
+    get = os.environ.get
+    return (get("FFTMATVEC_CUDA_GRAPHS"), get("FFTMATVEC_FFT_CALLBACKS"))
 
 
 def _i64(v) -> np.int64:
@@ -289,6 +303,14 @@ def pipe_split_count(base: int, resident: int, n_red: int, step: int, max_splits
 GRAPH_MAX_KHAT_BYTES = 64 * 2**20
 GRAPH_MEDIUM_KHAT_BYTES = 2 * 2**30
 GRAPH_MAX_VECTOR_BYTES = 16 * 2**20
+# A fused product holds its intermediate arrays (forward FFT's output, stage 3's output and
+# split-K workspace) from one call to the next, per stream, when together they take at most
+# HOLD_MAX_BYTES or 1/HOLD_KHAT_FRACTION of Khat's bytes: taking them from CuPy's pool at every
+# call put 10-20 us of host time before the first kernel of a synchronised product
+# (docs/benchmarks.md, fifteenth run). At most HOLD_STREAMS streams' sets are kept.
+HOLD_MAX_BYTES = 64 * 2**20
+HOLD_KHAT_FRACTION = 4
+HOLD_STREAMS = 4
 
 
 class KernelEngine:
@@ -830,6 +852,13 @@ class KernelEngine:
         vectors = x.shape[0] * (self.nm + self.nd) * self.nt * x.dtype.itemsize
         return self.nbytes <= GRAPH_MEDIUM_KHAT_BYTES and vectors <= GRAPH_MAX_VECTOR_BYTES
 
+    def replays(self, x, fused: bool) -> bool:
+        """Whether a product with input ``x`` replays a graph (:meth:`graph_runner`)."""
+        mode = _switch("FFTMATVEC_CUDA_GRAPHS")
+        if mode == "auto":
+            return not (fused or backend.is_hip()) and self.graph_pays(x)
+        return mode == "1"
+
     def graph_runner(self, op, adjoint: bool, x, weight, fused: bool = False):
         """A captured-graph runner for this product, or None to run the stages one by one.
 
@@ -840,8 +869,7 @@ class KernelEngine:
         :meth:`fused_product`) takes less time than a replay, which copies its vectors in and
         out (CUDA only: graph capture is untested on ROCm here).
         """
-        mode = _switch("FFTMATVEC_CUDA_GRAPHS")
-        if mode == "0" or (mode == "auto" and (fused or backend.is_hip() or not self.graph_pays(x))):
+        if not self.replays(x, fused):
             return None
         key = (id(op), adjoint, x.shape[0], x.dtype, None if weight is None else id(weight),
                self.callbacks()[0])
@@ -1133,10 +1161,16 @@ class _Stage3:
 
 class _FusedProduct:
     """One product (direction, right-hand sides, dtypes) with stages 1 and 5 inside the FFTs
-    (cuFFT callbacks) and stage 3's launches packed. A call takes the intermediate arrays from
-    CuPy's pool and queues the forward FFT, stage 3 and the inverse FFT: about 30 µs of host
-    time (70-140 µs stage by stage), which a timed product waits for before its first kernel
-    and, after a short forward FFT, again before stage 3."""
+    (cuFFT callbacks) and stage 3's launches packed. A call queues the forward FFT, stage 3
+    and the inverse FFT: about 30 µs of host time (70-140 µs stage by stage), which a timed
+    product waits for before its first kernel and, after a short forward FFT, again before
+    stage 3.
+
+    The intermediate arrays are held per stream where they are small next to ``Khat``
+    (:data:`HOLD_MAX_BYTES`, :data:`HOLD_KHAT_FRACTION`), else taken from CuPy's pool at each
+    call. A call queues its three steps under the product's lock, so calls from several
+    threads on one stream never interleave over the held arrays; the per-thread default
+    stream, one handle for a different stream in every thread, holds a set per thread."""
 
     def __init__(self, eng: KernelEngine, prec: PrecisionConfig, adjoint: bool, k: int,
                  out_dtype, plans: FusedPlans):
@@ -1151,6 +1185,10 @@ class _FusedProduct:
         self.out_dtype = np.dtype(out_dtype)
         self.y_shape = (k, n_out, eng.nt)
         self.y_bytes = eng.y_nbytes(prec, k, n_out, out_dtype)
+        held = self.xhat_bytes + self.yhat_bytes + self.work_bytes
+        self.holds = held <= max(HOLD_MAX_BYTES, eng.nbytes // HOLD_KHAT_FRACTION)
+        self._held: OrderedDict = OrderedDict()  # stream key -> (xhat, yhat, work) memory
+        self._lock = threading.Lock()
 
     def launch(self, stream: int, x: int, xhat: int, yhat: int, work: int, y: int) -> None:
         """Queue the product on ``stream`` over the given buffers (pointers; ``work`` unused
@@ -1159,18 +1197,49 @@ class _FusedProduct:
         self.stage3(stream, xhat, yhat, work)
         self.plans.inv(yhat, y, stream)
 
-    def __call__(self, x):
-        """``x`` ``(k, n_in, Nt)`` -> a new ``(k, n_out, Nt)`` array."""
+    def _held_buffers(self, stream: int) -> tuple:
+        """(xhat, yhat, work) pointers held for ``stream``; the caller holds the lock."""
+        key = (stream, threading.get_ident()) if stream == _PER_THREAD_STREAM else stream
+        mem = self._held.get(key)
+        if mem is None:
+            alloc = backend.cupy.cuda.alloc  # on the current stream: freed back to it
+            mem = tuple(alloc(max(n, 1)) for n in (self.xhat_bytes, self.yhat_bytes,
+                                                   self.work_bytes))
+            self._held[key] = mem
+            while len(self._held) > HOLD_STREAMS:
+                self._held.popitem(last=False)
+        else:
+            self._held.move_to_end(key)
+        return tuple(m.ptr for m in mem)
+
+    def release(self) -> None:
+        """Give the held intermediate arrays back to CuPy's pool (they are made again on the
+        next call)."""
+        with self._lock:
+            self._held.clear()
+
+    def __call__(self, x, y_shape=None):
+        """``x`` ``(k, n_in, Nt)`` (or any shape of that size) on the current device -> a new
+        array of ``y_shape`` (default ``(k, n_out, Nt)``)."""
         cp = backend.cupy
         if not x.flags.c_contiguous:
             x = cp.ascontiguousarray(x)
         stream, alloc = cp.cuda.get_current_stream().ptr, cp.cuda.alloc
+        y_shape = self.y_shape if y_shape is None else y_shape
+        if self.holds:
+            with self._lock:
+                xhat, yhat, work = self._held_buffers(stream)
+                self.plans.fwd(x.data.ptr, xhat, stream)  # first: the device starts on it at once
+                self.stage3(stream, xhat, yhat, work)
+                y = cp.ndarray(y_shape, self.out_dtype, memptr=alloc(self.y_bytes))
+                self.plans.inv(yhat, y.data.ptr, stream)
+            return y
         xhat = alloc(self.xhat_bytes)
-        self.plans.fwd(x.data.ptr, xhat.ptr, stream)  # first: the device starts on it at once
+        self.plans.fwd(x.data.ptr, xhat.ptr, stream)
         yhat = alloc(self.yhat_bytes)
         work = alloc(self.work_bytes) if self.work_bytes else None
         self.stage3(stream, xhat.ptr, yhat.ptr, 0 if work is None else work.ptr)
-        y = cp.ndarray(self.y_shape, self.out_dtype, memptr=alloc(self.y_bytes))
+        y = cp.ndarray(y_shape, self.out_dtype, memptr=alloc(self.y_bytes))
         self.plans.inv(yhat.ptr, y.data.ptr, stream)
         return y
 

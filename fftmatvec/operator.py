@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import scipy.fft
 
-from . import backend
+from . import _gpu, backend
 from ._errors import FFTMatvecTypeError, FFTMatvecValueError
 from ._matmul import MatmulEngine, rfft
 from .precision import PrecisionConfig
@@ -376,6 +376,11 @@ class BlockToeplitz(_OperatorBase):
         self._kernel = kernel
         # the GPU the kernel lives on: products run there whatever device is current
         self._device = None if xp is np else kernel.device
+        # One-vector products that a fused product served before (_one): (adjoint, shape,
+        # dtype) -> (product or None, output shape, path switches). Only CuPy arrays look here.
+        self._one_paths: dict = {}
+        self._one_type = None if xp is np else backend.cupy.ndarray
+        self._device_id = None if xp is np else kernel.device.id
         self._engine = None
         if (_share is not None and _share.precision.letters[2] == self.precision.letters[2]
                 and _share.fft_len == self.fft_len):
@@ -433,6 +438,52 @@ class BlockToeplitz(_OperatorBase):
             f"BlockToeplitz(nd={self.nd}, nm={self.nm}, nt={self.nt}, precision='{self.precision}', "
             f"dtype={self.dtype}, device={dev})"
         )
+
+    # ---- one vector: the fused product without the general path's overhead ---------------
+    def matvec(self, m):
+        return self._one(m, adjoint=False)
+
+    def rmatvec(self, d):
+        return self._one(d, adjoint=True)
+
+    matvec.__doc__ = _OperatorBase.matvec.__doc__
+    rmatvec.__doc__ = _OperatorBase.rmatvec.__doc__
+
+    def _one(self, v, adjoint: bool):
+        """One vector's product. Once the general path has served a CuPy vector of this shape
+        and dtype through a fused product (NVIDIA), later ones go to that product directly:
+        their checks shrink to the ones that can change between calls (the array's device and
+        the current one, contiguity, the path switches). A product waits for this host time
+        before its first kernel, 10-40 µs on the general path (docs/benchmarks.md, fifteenth
+        run)."""
+        known = type(v) is self._one_type
+        if known:
+            hit = self._one_paths.get((adjoint, v.shape, v.dtype))
+            if hit is not None and hit[2] == _gpu.path_switches():
+                product, y_shape, _ = hit
+                if product is None:
+                    known = False  # the general path serves this shape and dtype
+                elif (v.data.device_id == self._device_id and v.flags.c_contiguous
+                      and backend.cupy.cuda.runtime.getDevice() == self._device_id):
+                    return product(v, y_shape)
+        y = (_OperatorBase.rmatvec if adjoint else _OperatorBase.matvec)(self, v)
+        if known:
+            self._remember_one(v, adjoint, y.shape)
+        return y
+
+    def _remember_one(self, v, adjoint: bool, y_shape) -> None:
+        """Record which path serves vectors like ``v`` (a CuPy array the general path has just
+        accepted): the fused product, or None for the general path."""
+        if not v.flags.c_contiguous:
+            return  # copied first on the general path; a contiguous one may follow
+        switches = _gpu.path_switches()
+        product = None
+        if v.dtype in _INTERFACE_DTYPES:
+            eng = self._engine
+            product = eng.fused_product(self.precision, adjoint, 1, v.dtype, self.dtype)
+            if product is not None and eng.replays(v, fused=True):
+                product = None
+        self._one_paths[(adjoint, v.shape, v.dtype)] = (product, y_shape, switches)
 
     # ---- the five stages -----------------------------------------------------------------
     # Each stage honours its letter of the precision string; the engine (chosen once, at

@@ -353,3 +353,125 @@ def test_fused_product_with_split_k(monkeypatch, rng, graphs, precision):
                 assert rel_err(y[b].ravel(), M @ xs[b].ravel()) < TOL[precision]
         del F
         cp.get_default_memory_pool().free_all_blocks()
+
+
+def _poison_held(product):
+    """NaN into every intermediate array a fused product holds: a call that read a value it
+    did not write would show it."""
+    cp = backend.cupy
+    for mem in product._held.values():
+        for m in mem:
+            cp.ndarray((m.mem.size // 4,), np.float32, memptr=m).fill(np.nan)
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["ddddd", "ddhdd", "sssss"])
+def test_one_vector_shortcut(monkeypatch, rng, precision):
+    """After the general path has served a vector of a shape and dtype through a fused product,
+    matvec / rmatvec go to that product directly. Every call is checked against the dense
+    matrix; the held intermediate arrays are poisoned between calls; a strided input, a new
+    shape or dtype, and a changed path switch each go back to the general path."""
+    _needs_callbacks()
+    monkeypatch.setenv("FFTMATVEC_FFT_CALLBACKS", "1")
+    monkeypatch.delenv("FFTMATVEC_CUDA_GRAPHS", raising=False)
+    cp = backend.cupy
+    for shape in ((5, 8, 30), (3, 3000, 40)):  # the second splits its forward reduction
+        K, F = _op(rng, shape, precision)
+        A = dense_btt(K)
+        general = []
+        apply = F._apply
+        monkeypatch.setattr(F, "_apply", lambda x, adjoint, weight=None: (
+            general.append(adjoint), apply(x, adjoint, weight))[1])
+        for adjoint, n_in, M in ((False, shape[1], A), (True, shape[0], A.T)):
+            fn = F.rmatvec if adjoint else F.matvec
+            calls = len(general)
+
+            def check(v, through_general):
+                nonlocal calls
+                y = fn(v)
+                assert rel_err(to_numpy(y).ravel(), M @ to_numpy(v).astype(np.float64).ravel()) \
+                    < TOL[precision]
+                assert len(general) == calls + through_general
+                calls = len(general)
+                return y
+
+            y = check(_rand(rng, n_in, shape[2]), 1)  # the general path, which records
+            assert y.shape == (M.shape[0] // shape[2], shape[2])
+            product, y_shape, _ = F._one_paths[(adjoint, (n_in, shape[2]), np.dtype(np.float64))]
+            assert product is not None and y_shape == y.shape and product.holds
+            for _ in range(3):
+                _poison_held(product)
+                check(_rand(rng, n_in, shape[2]), 0)
+            y = check(_rand(rng, n_in * shape[2]), 1)  # flat: a new shape
+            assert y.shape == (M.shape[0],)
+            check(_rand(rng, n_in * shape[2]), 0)
+            check(_rand(rng, n_in, 2 * shape[2])[:, ::2], 1)  # strided: general, every time
+            check(_rand(rng, n_in, 2 * shape[2])[:, ::2], 1)
+            check(_rand(rng, n_in, shape[2], dtype=np.float32), 1)  # a new dtype
+            check(_rand(rng, n_in, shape[2], dtype=np.float32), 0)
+            monkeypatch.setenv("FFTMATVEC_CUDA_GRAPHS", "1")  # a switch changed: general path
+            check(_rand(rng, n_in, shape[2]), 1)
+            check(_rand(rng, n_in, shape[2]), 1)  # ... which replays a graph, not the product
+            assert F._engine._graphs
+            monkeypatch.delenv("FFTMATVEC_CUDA_GRAPHS")
+            check(_rand(rng, n_in, shape[2]), 1)  # recorded again under the old switches
+            check(_rand(rng, n_in, shape[2]), 0)
+        del F
+        cp.get_default_memory_pool().free_all_blocks()
+
+
+@gpu
+@pytest.mark.gpu
+def test_held_buffers_across_streams_and_threads(monkeypatch, rng):
+    """Products from several threads at once, on one shared stream, on a stream each, and on
+    the per-thread default stream (one handle, a stream per thread), all through the arrays a
+    fused product holds: each result matches the CPU operator."""
+    import threading
+
+    from fftmatvec import _gpu
+
+    _needs_callbacks()
+    monkeypatch.setenv("FFTMATVEC_FFT_CALLBACKS", "1")
+    monkeypatch.setenv("FFTMATVEC_CUDA_GRAPHS", "0")
+    cp = backend.cupy
+    assert _gpu._PER_THREAD_STREAM == cp.cuda.runtime.streamPerThread
+    shape = (6, 2000, 50)
+    K, F = _op(rng, shape, "ddddd")
+    Fc = fm.BlockToeplitz(K)
+    dev = cp.cuda.Device().id
+    shared = cp.cuda.Stream(non_blocking=True)
+    ptds = getattr(cp.cuda.Stream, "ptds", None)
+    kinds = ["shared", "own"] + (["ptds"] if ptds is not None else [])
+    for kind in kinds:
+        n_threads, n_calls = 4, 12
+        inputs = [[rng.standard_normal((shape[1], shape[2])) for _ in range(n_calls)]
+                  for _ in range(n_threads)]
+        outputs = [[None] * n_calls for _ in range(n_threads)]
+        errors = []
+
+        def work(t):
+            try:
+                with cp.cuda.Device(dev):
+                    stream = {"shared": shared, "own": cp.cuda.Stream(non_blocking=True),
+                              "ptds": ptds}[kind]
+                    with stream:
+                        xs = [cp.asarray(v) for v in inputs[t]]
+                        stream.synchronize()
+                        for i, x in enumerate(xs):
+                            outputs[t][i] = F.matvec(x)
+                        stream.synchronize()
+            except BaseException as e:  # reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(n_threads)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert not errors, errors
+        product = F._engine.fused_product(F.precision, False, 1, np.float64, np.float64)
+        assert product.holds and product._held
+        for t in range(n_threads):
+            for i in range(n_calls):
+                assert rel_err(to_numpy(outputs[t][i]), Fc.matvec(inputs[t][i])) < 1e-12, (kind, t, i)

@@ -225,10 +225,28 @@ def test_graph_runner_choice(monkeypatch, mode, fused, pays, expected):
 
     engine = SimpleNamespace(_graphs=OrderedDict(), graph_pays=lambda x: pays,
                              callbacks=lambda: (fused, ""))
+    engine.replays = lambda x, fused: KernelEngine.replays(engine, x, fused)
     op = SimpleNamespace(precision="ddddd", dtype=np.dtype(np.float64))
     x = np.zeros((1, 3, 4))
     got = KernelEngine.graph_runner(engine, op, False, x, None, fused=fused)
     assert (got == "runner") is expected and len(made) == int(expected)
+    assert KernelEngine.replays(engine, x, fused) is expected
+
+
+def test_path_switches(monkeypatch):
+    """The one-vector shortcut is keyed on the raw values of the switches that choose a
+    product's path: setting either one changes them."""
+    from fftmatvec import _gpu
+
+    for name in _gpu.PATH_SWITCHES:
+        monkeypatch.delenv(name, raising=False)
+    base = _gpu.path_switches()
+    assert base == (None, None)
+    for name in _gpu.PATH_SWITCHES:
+        monkeypatch.setenv(name, "0")
+        assert _gpu.path_switches() != base
+        monkeypatch.delenv(name)
+        assert _gpu.path_switches() == base
 
 
 @pytest.mark.parametrize("rows,cols", [(1, 1), (5000, 2000), (3, 100000), (100000, 200), (1, 10**7)])
