@@ -1188,6 +1188,7 @@ class _FusedProduct:
         held = self.xhat_bytes + self.yhat_bytes + self.work_bytes
         self.holds = held <= max(HOLD_MAX_BYTES, eng.nbytes // HOLD_KHAT_FRACTION)
         self._held: OrderedDict = OrderedDict()  # stream key -> (xhat, yhat, work) memory
+        self._held_ptrs: dict = {}  # stream key -> their pointers
         self._lock = threading.Lock()
 
     def launch(self, stream: int, x: int, xhat: int, yhat: int, work: int, y: int) -> None:
@@ -1200,29 +1201,31 @@ class _FusedProduct:
     def _held_buffers(self, stream: int) -> tuple:
         """(xhat, yhat, work) pointers held for ``stream``; the caller holds the lock."""
         key = (stream, threading.get_ident()) if stream == _PER_THREAD_STREAM else stream
-        mem = self._held.get(key)
-        if mem is None:
+        ptrs = self._held_ptrs.get(key)
+        if ptrs is None:
             alloc = backend.cupy.cuda.alloc  # on the current stream: freed back to it
             mem = tuple(alloc(max(n, 1)) for n in (self.xhat_bytes, self.yhat_bytes,
                                                    self.work_bytes))
-            self._held[key] = mem
-            while len(self._held) > HOLD_STREAMS:
+            while len(self._held) >= HOLD_STREAMS:  # the oldest stream's set goes
+                del self._held_ptrs[next(iter(self._held))]
                 self._held.popitem(last=False)
-        else:
-            self._held.move_to_end(key)
-        return tuple(m.ptr for m in mem)
+            self._held[key] = mem
+            ptrs = self._held_ptrs[key] = tuple(m.ptr for m in mem)
+        return ptrs
 
     def release(self) -> None:
         """Give the held intermediate arrays back to CuPy's pool (they are made again on the
         next call)."""
         with self._lock:
+            self._held_ptrs.clear()
             self._held.clear()
 
-    def __call__(self, x, y_shape=None):
+    def __call__(self, x, y_shape=None, contiguous: bool = False):
         """``x`` ``(k, n_in, Nt)`` (or any shape of that size) on the current device -> a new
-        array of ``y_shape`` (default ``(k, n_out, Nt)``)."""
+        array of ``y_shape`` (default ``(k, n_out, Nt)``). ``contiguous``: the caller has
+        checked that ``x`` is C-contiguous."""
         cp = backend.cupy
-        if not x.flags.c_contiguous:
+        if not (contiguous or x.flags.c_contiguous):
             x = cp.ascontiguousarray(x)
         stream, alloc = cp.cuda.get_current_stream().ptr, cp.cuda.alloc
         y_shape = self.y_shape if y_shape is None else y_shape

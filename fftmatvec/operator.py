@@ -465,7 +465,7 @@ class BlockToeplitz(_OperatorBase):
                     known = False  # the general path serves this shape and dtype
                 elif (v.data.device_id == self._device_id and v.flags.c_contiguous
                       and backend.cupy.cuda.runtime.getDevice() == self._device_id):
-                    return product(v, y_shape)
+                    return product(v, y_shape, contiguous=True)
         y = (_OperatorBase.rmatvec if adjoint else _OperatorBase.matvec)(self, v)
         if known:
             self._remember_one(v, adjoint, y.shape)

@@ -30,6 +30,11 @@ def test_single_vector_targets_and_bounds():
     results["matvec"][1]["seconds"] = 2.2
     lines = bench.target_summary(results)
     assert "ddhdd against ddddd on (5000, 100, 1000) adj: 3.14x (target 3.3x): short" in lines
+    # with back-to-back times the line gives their ratio too: 1.96 / 0.59 = 3.32x
+    results["matvec"][1]["b2b_seconds"], results["matvec"][3]["b2b_seconds"] = 1.96e-3, 0.59e-3
+    lines = bench.target_summary(results)
+    assert ("ddhdd against ddddd on (5000, 100, 1000) adj: 3.14x (target 3.3x): short; back to "
+            "back 3.32x (1.960 / 0.590 ms)") in lines
 
 
 def test_batch_targets():
