@@ -1022,6 +1022,12 @@ class KernelEngine:
             self._products[key] = product
         return product
 
+    def release_buffers(self) -> None:
+        """Give the intermediate arrays the fused products hold back to CuPy's pool."""
+        for product in self._products.values():
+            if product is not None:
+                product.release()
+
     # A fused product's arrays take the room of their plan's full logical input or output:
     # cuFFT may use its output buffer as scratch (in stage 2's complex dtype, where a complex64
     # store makes the array itself half that) and may overwrite a complex-to-real input (in

@@ -105,6 +105,9 @@ class MatmulEngine:
     def fused_product(self, prec, adjoint, k, in_dtype, out_dtype, weight=None):
         return None
 
+    def release_buffers(self) -> None:
+        pass  # nothing held between products
+
     # ---- stages ----------------------------------------------------------------------------
     def pad(self, x, prec: PrecisionConfig, out=None):
         k, n, nt = x.shape

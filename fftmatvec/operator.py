@@ -422,6 +422,16 @@ class BlockToeplitz(_OperatorBase):
         """The Gauss-Newton operator ``F^T W F`` (``W`` diagonal: scalar or ``(Nd, Nt)``)."""
         return NormalOperator(self, weight)
 
+    def release_buffers(self) -> None:
+        """Free the intermediate arrays that products keep from one call to the next.
+
+        On NVIDIA a product holds its FFT output, stage-3 output and split-K workspace per
+        stream where together they take at most a quarter of ``Khat``'s bytes (or 64 MiB), so
+        that a call spends no host time on allocations before its first kernel. They are made
+        again by the next product; ``cupy.get_default_memory_pool().free_all_blocks()`` frees
+        them only after this call."""
+        self._engine.release_buffers()
+
     @property
     def khat_nbytes(self) -> int:
         """Bytes of the stored ``Khat`` (stage 3's storage precision)."""

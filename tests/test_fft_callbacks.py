@@ -417,6 +417,11 @@ def test_one_vector_shortcut(monkeypatch, rng, precision):
             monkeypatch.delenv("FFTMATVEC_CUDA_GRAPHS")
             check(_rand(rng, n_in, shape[2]), 1)  # recorded again under the old switches
             check(_rand(rng, n_in, shape[2]), 0)
+            assert product._held
+            F.release_buffers()  # the next product makes them again
+            assert not product._held and not product._held_ptrs
+            check(_rand(rng, n_in, shape[2]), 0)
+            assert product._held
         del F
         cp.get_default_memory_pool().free_all_blocks()
 

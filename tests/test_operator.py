@@ -347,3 +347,12 @@ def test_device_mismatch(rng):
         Fn.matvec(cp.ones((3, 4)))
     with pytest.raises(FFTMatvecTypeError, match="weight"):
         Fc.normal(np.ones((2, 4)))
+
+
+def test_release_buffers(xp, rng):
+    """release_buffers frees what products hold (nothing on the CPU) and products go on."""
+    K, F = make(xp, rng, (3, 4, 9))
+    m = random(xp, rng, 4, 9)
+    y = F.matvec(m)
+    F.release_buffers()
+    assert rel_err(F.matvec(m), to_numpy(y)) == 0.0
