@@ -1168,9 +1168,8 @@ class _Stage3:
 class _FusedProduct:
     """One product (direction, right-hand sides, dtypes) with stages 1 and 5 inside the FFTs
     (cuFFT callbacks) and stage 3's launches packed. A call queues the forward FFT, stage 3
-    and the inverse FFT: about 30 µs of host time (70-140 µs stage by stage), which a timed
-    product waits for before its first kernel and, after a short forward FFT, again before
-    stage 3.
+    and the inverse FFT: 20-35 µs of host time (70-140 µs stage by stage), of which a product
+    that is waited for sees 1-14 µs (docs/benchmarks.md, fifteenth run).
 
     The intermediate arrays are held per stream where they are small next to ``Khat``
     (:data:`HOLD_MAX_BYTES`, :data:`HOLD_KHAT_FRACTION`), else taken from CuPy's pool at each
