@@ -7,6 +7,7 @@ writes the FFT stages' layouts ``(k, n, Nf)`` directly, with no transpose pass.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import threading
@@ -1203,14 +1204,17 @@ class _FusedProduct:
         self.stage3(stream, xhat, yhat, work)
         self.plans.inv(yhat, y, stream)
 
+    def _alloc(self) -> tuple:
+        """(xhat, yhat, work) memory from CuPy's pool, on the current stream."""
+        alloc = backend.cupy.cuda.alloc
+        return tuple(alloc(max(n, 1)) for n in (self.xhat_bytes, self.yhat_bytes, self.work_bytes))
+
     def _held_buffers(self, stream: int) -> tuple:
         """(xhat, yhat, work) pointers held for ``stream``; the caller holds the lock."""
         key = (stream, threading.get_ident()) if stream == _PER_THREAD_STREAM else stream
         ptrs = self._held_ptrs.get(key)
         if ptrs is None:
-            alloc = backend.cupy.cuda.alloc  # on the current stream: freed back to it
-            mem = tuple(alloc(max(n, 1)) for n in (self.xhat_bytes, self.yhat_bytes,
-                                                   self.work_bytes))
+            mem = self._alloc()  # on the current stream: freed back to it
             while len(self._held) >= HOLD_STREAMS:  # the oldest stream's set goes
                 del self._held_ptrs[next(iter(self._held))]
                 self._held.popitem(last=False)
@@ -1234,21 +1238,16 @@ class _FusedProduct:
             x = cp.ascontiguousarray(x)
         stream, alloc = cp.cuda.get_current_stream().ptr, cp.cuda.alloc
         y_shape = self.y_shape if y_shape is None else y_shape
-        if self.holds:
-            with self._lock:
+        with self._lock if self.holds else contextlib.nullcontext():
+            if self.holds:
                 xhat, yhat, work = self._held_buffers(stream)
-                self.plans.fwd(x.data.ptr, xhat, stream)  # first: the device starts on it at once
-                self.stage3(stream, xhat, yhat, work)
-                y = cp.ndarray(y_shape, self.out_dtype, memptr=alloc(self.y_bytes))
-                self.plans.inv(yhat, y.data.ptr, stream)
-            return y
-        xhat = alloc(self.xhat_bytes)
-        self.plans.fwd(x.data.ptr, xhat.ptr, stream)
-        yhat = alloc(self.yhat_bytes)
-        work = alloc(self.work_bytes) if self.work_bytes else None
-        self.stage3(stream, xhat.ptr, yhat.ptr, 0 if work is None else work.ptr)
-        y = cp.ndarray(y_shape, self.out_dtype, memptr=alloc(self.y_bytes))
-        self.plans.inv(yhat.ptr, y.data.ptr, stream)
+            else:  # from the pool for this call: alive until it returns, then reused in order
+                mem = self._alloc()
+                xhat, yhat, work = (m.ptr for m in mem)
+            self.plans.fwd(x.data.ptr, xhat, stream)  # first: the device starts on it at once
+            self.stage3(stream, xhat, yhat, work)
+            y = cp.ndarray(y_shape, self.out_dtype, memptr=alloc(self.y_bytes))
+            self.plans.inv(yhat, y.data.ptr, stream)
         return y
 
 

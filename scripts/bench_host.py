@@ -24,21 +24,14 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_matvec import median_time, write_json  # noqa: E402
+from bench_matvec import back_to_back_time, median_time, write_json  # noqa: E402
 
 
 def host_times(cp, fn, repeat: int) -> tuple[float, float, float]:
     """(synchronised, back to back, host) seconds of ``fn()``: medians of ``repeat`` calls,
     except back to back, the mean of ``repeat`` queued calls."""
     synced = median_time(cp, fn, repeat)
-    for _ in range(5):
-        fn()
-    cp.cuda.Device().synchronize()
-    t0 = time.perf_counter()
-    for _ in range(repeat):
-        fn()
-    cp.cuda.Device().synchronize()
-    b2b = (time.perf_counter() - t0) / repeat
+    b2b = back_to_back_time(cp, fn, repeat, warmup=5)
     host = []
     for _ in range(repeat):
         cp.cuda.Device().synchronize()

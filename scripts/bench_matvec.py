@@ -54,11 +54,11 @@ def median_time(cp, fn, repeat: int, warmup: int = 10) -> float:
     return float(np.median(times))
 
 
-def back_to_back_time(cp, fn, repeat: int) -> float:
+def back_to_back_time(cp, fn, repeat: int, warmup: int = 5) -> float:
     """Mean seconds of ``fn()`` over ``repeat`` calls queued back to back and synchronised once
     at the end: the device's time per product, with the host's time before each first kernel
     hidden behind the previous product (``median_time`` counts it)."""
-    for _ in range(3):
+    for _ in range(warmup):
         fn()
     cp.cuda.Device().synchronize()
     start, stop = cp.cuda.Event(), cp.cuda.Event()

@@ -480,3 +480,32 @@ def test_held_buffers_across_streams_and_threads(monkeypatch, rng):
         for t in range(n_threads):
             for i in range(n_calls):
                 assert rel_err(to_numpy(outputs[t][i]), Fc.matvec(inputs[t][i])) < 1e-12, (kind, t, i)
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["ddddd", "ddhdd"])
+def test_fused_product_without_held_buffers(monkeypatch, rng, precision):
+    """A product whose intermediate arrays are too large to hold takes them from the pool at
+    every call: the same products, against the dense matrix, with nothing held."""
+    from fftmatvec import _gpu
+
+    _needs_callbacks()
+    monkeypatch.setenv("FFTMATVEC_FFT_CALLBACKS", "1")
+    monkeypatch.setenv("FFTMATVEC_CUDA_GRAPHS", "0")
+    monkeypatch.setattr(_gpu, "HOLD_MAX_BYTES", 0)
+    monkeypatch.setattr(_gpu, "HOLD_KHAT_FRACTION", 2**62)
+    for shape in ((5, 8, 30), (3, 3000, 40)):
+        K, F = _op(rng, shape, precision)
+        A = dense_btt(K)
+        for adjoint, n_in, M in ((False, shape[1], A), (True, shape[0], A.T)):
+            for k in (1, 1, 3):
+                x = _rand(rng, k, n_in, shape[2])
+                y = F.rmatmat(x) if adjoint else F.matmat(x)
+                v = _rand(rng, n_in, shape[2])
+                z = F.rmatvec(v) if adjoint else F.matvec(v)
+                for b in range(k):
+                    assert rel_err(y[b].ravel(), M @ to_numpy(x[b]).ravel()) < TOL[precision]
+                assert rel_err(z.ravel(), M @ to_numpy(v).ravel()) < TOL[precision]
+            product = F._engine.fused_product(F.precision, adjoint, 1, np.float64, np.float64)
+            assert not product.holds and not product._held
