@@ -47,7 +47,15 @@ def test_batch_targets():
     lines = bench.target_summary(results)
     assert lines[0] == ("batches at <= 0.10 per right-hand side: 1 of 2; "
                         "no slower than cuBLAS: 1 of 2")
-    assert lines[1] == "  slower than cuBLAS: (1000, 100, 1000) h adj 1.25x"
+    assert lines[1] == "  per right-hand side: (1000, 100, 1000) h adj 0.125"
+    assert lines[2] == "  slower than cuBLAS: (1000, 100, 1000) h adj 1.25x"
+    # a short batch whose bytes alone take more than a tenth of k products, and one with room
+    results["batches"][1]["bound"] = 0.12
+    assert bench.target_summary(results)[1] == (
+        "  per right-hand side: (1000, 100, 1000) h adj 0.125; bound 0.120, above the target: "
+        "the batch's bytes leave no room")
+    results["batches"][1]["bound"] = 0.05
+    assert bench.target_summary(results)[1] == "  per right-hand side: (1000, 100, 1000) h adj 0.125; bound 0.050"
     assert bench.target_summary({}) == []
 
 
