@@ -236,6 +236,43 @@ def test_pipe_tiles(rng, shape, store, adjoint):
                     assert err < t, (case, err)
 
 
+@pytest.mark.parametrize("adjoint", [False, True], ids=["fwd", "adj"])
+def test_h_batch_vector_ranges(rng, adjoint):
+    """The float16 tensor-core kernel splits the vectors into float16 pairs under an exponent per
+    vector and frequency that drops as larger values arrive: vectors 40 decades apart, and
+    columns whose magnitude grows (or shrinks) by 2^40 along the reduction, each product against
+    its own float64 reference, on every tile, split and unsplit."""
+    cp = backend.cupy
+    from fftmatvec._gpu import PIPE_TILES
+
+    F, eng, khat, n_in, n_out, n_red = _tile_case(rng, (45, 300, 40), "h", adjoint)
+    if eng._mma_min_kb() is None:
+        pytest.skip("no tensor-core kernels on this device")
+    kb = 16
+    x = rng.standard_normal((kb, n_in, F.nf)) + 1j * rng.standard_normal((kb, n_in, F.nf))
+    decades = np.linspace(-20, 20, kb)
+    ramp = np.linspace(0, 40, n_in) * np.log10(2.0)  # 2^40 from the first row to the last
+    for b in range(kb):
+        trend = (ramp, -ramp, np.zeros(n_in))[b % 3]
+        x[b] *= 10.0 ** (decades[b] + trend)[:, None]
+    x = x.astype(np.complex64).astype(np.complex128)  # within float32's range
+    ref = _dense_product(khat, x, adjoint)
+    xs = cp.asarray(x.astype(np.complex64))
+    if adjoint:
+        xs = eng.scale_xhat(xs)
+    for tile in PIPE_TILES[eng.store]:
+        for waves in (64, 0):
+            eng.pipe_waves = waves
+            la = eng._launch_pipe(kb, n_out, n_red, xs.dtype, np.complex128, tile=tile)
+            out = _poisoned(cp, (kb, n_out, F.nf), np.complex128)
+            eng.apply(xs, adjoint, np.complex128, out=out, plan=[la], xhat_scaled=adjoint)
+            got = cp.asnumpy(out)
+            assert np.isfinite(got).all(), (tile, la)
+            err = np.linalg.norm(got - ref, axis=(1, 2)) / np.linalg.norm(ref, axis=(1, 2))
+            assert err.max() < 2e-3, (tile, la, err)
+    eng.pipe_waves = None
+
+
 @pytest.mark.parametrize("shape", [(45, 77, 150), (100, 23, 1000), (1, 37, 40), (37, 1, 40),
                                    (130, 9, 64), (3, 300, 20)], ids=lambda s: "x".join(map(str, s)))
 def test_h_adjoint_prescaled(rng, monkeypatch, shape):
