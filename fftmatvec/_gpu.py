@@ -115,7 +115,7 @@ ASYNC_FEW = {"c128": ((4, 4, 2, 4), 2), "c64": ((4, 4, 2, 4), 2), "c32h": ((4, 4
 PIPE_TILES = {
     "c128": [(4, 1, 1, 8, 4, 4), (2, 2, 2, 4, 4, 4), (4, 1, 2, 4, 4, 4), (2, 2, 1, 8, 4, 4)],
     "c64": [(2, 2, 1, 8, 4, 4), (1, 2, 4, 2, 4, 4), (1, 2, 1, 8, 4, 2)],
-    "c32h": [(2, 2, 2, 4, 16, 4), (2, 2, 4, 4, 16, 3), (2, 2, 2, 8, 16, 3)],
+    "c32h": [(2, 2, 2, 8, 4, 4), (2, 4, 1, 8, 4, 4), (1, 2, 1, 8, 4, 2)],
 }
 # The defaults per (storage, adjoint), from the tile sweeps on an H200 (docs/benchmarks.md: fourth
 # run; complex128 eighth run, after its MMAs became m16n8k4; scripts/tune_sbgemv.py --k 16
@@ -124,7 +124,7 @@ PIPE_TILES = {
 PIPE_DEFAULTS = {
     ("c128", False): (4, 1, 1, 8, 4, 4), ("c128", True): (4, 1, 1, 8, 4, 4),
     ("c64", False): (2, 2, 1, 8, 4, 4), ("c64", True): (2, 2, 1, 8, 4, 4),
-    ("c32h", False): (2, 2, 2, 4, 16, 4), ("c32h", True): (2, 2, 2, 4, 16, 4),
+    ("c32h", False): (2, 2, 2, 8, 4, 4), ("c32h", True): (2, 4, 1, 8, 4, 4),
 }
 # Forward products with at most PIPE_FEW_ROWS outputs (Nd), and `s` and `h` adjoints over at most
 # that many reduction rows, take a tile of 16 rows, and split the reduction until the blocks fill
@@ -135,8 +135,8 @@ PIPE_DEFAULTS = {
 # faster (docs/benchmarks.md, eleventh run).
 PIPE_FEW_ROWS = 16
 PIPE_FEW = {("c128", False): (2, 2, 1, 8, 4, 4), ("c64", False): (1, 2, 1, 8, 4, 2),
-            ("c32h", False): (2, 2, 2, 4, 16, 4), ("c64", True): (1, 2, 1, 8, 4, 2),
-            ("c32h", True): (2, 2, 2, 4, 16, 4)}
+            ("c32h", False): (1, 2, 1, 8, 4, 2), ("c64", True): (1, 2, 1, 8, 4, 2),
+            ("c32h", True): (1, 2, 1, 8, 4, 2)}
 PIPE_FEW_WAVES = 4
 # The split-K count of a tensor-core launch minimises a model of its time,
 #
@@ -162,7 +162,7 @@ PIPE_SPLIT_MODEL = {
 # their splits keep at most this many rows.
 PIPE_MAX_SPLIT_ROWS = {"c128": 2048}
 # rows of one MMA tile (complex128: 8 rows, their real and imaginary parts; TF32: m16)
-_MMA_ROWS = {"c128": 8, "c64": 16, "c32h": 8}
+_MMA_ROWS = {"c128": 8, "c64": 16, "c32h": 16}
 MMA_MAX_KB = 16  # right-hand sides per tensor-core launch (the MMA's N = 2 x 16 real columns)
 # The fewest right-hand sides a tensor-core launch takes, per (storage, adjoint): a launch costs
 # about the same for any kb (it always computes 16 columns), so smaller batches go to the GEMV
@@ -450,8 +450,6 @@ class KernelEngine:
         mt, v, wr, wf, ks, ns = tile
         rows = _MMA_ROWS[self.store] * mt * wr
         freqs = wf * v
-        if self.store == "c32h":  # Khat's stages, the vectors' float16 planes, their exponents
-            return ns * ks * freqs * rows * 4 + ks * freqs * 128 + freqs * 64
         per_stage = ks * freqs * (rows * self.data.itemsize + 16 * np.dtype(in_dtype).itemsize)
         return per_stage * ns
 

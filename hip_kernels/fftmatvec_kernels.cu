@@ -6,7 +6,6 @@
 #include "common.cuh"
 #include "sbgemv.cuh"
 #include "sbgemm.cuh"
-#include "sbgemmh.cuh"
 #include "sbgemva.cuh"
 #include "stages.cuh"
 
@@ -235,24 +234,7 @@ FFTMATVEC_SBGEMMP_IO(c128, StoreC128, 2, 2, 1, 8, 4, 4)
 FFTMATVEC_SBGEMMP_IO(c64, StoreC64, 2, 2, 1, 8, 4, 4)
 FFTMATVEC_SBGEMMP_IO(c64, StoreC64, 1, 2, 4, 2, 4, 4)
 FFTMATVEC_SBGEMMP_IO(c64, StoreC64, 1, 2, 1, 8, 4, 2)
-
-// float16 storage on float16 tensor cores (see sbgemmh.cuh): the same arguments and names, MT
-// counting tiles of 8 rows.
-#define FFTMATVEC_SBGEMMH(SNAME, STORE, INAME, TIN, ONAME, TOUT, MT, V, WR, WF, KS, NS)          \
-  extern "C" __global__ void __launch_bounds__(32 * WR * WF)                                     \
-      sbgemmp_##SNAME##_##INAME##_##ONAME##_m##MT##_v##V##_w##WR##x##WF##_k##KS##_s##NS(          \
-          const STORE::elem* __restrict__ kh, const float* __restrict__ scale,                   \
-          const TIN* __restrict__ x, TOUT* __restrict__ y, i64 nf, i64 nfp, i64 n_out,           \
-          i64 n_red, i64 so, i64 sr, int adjoint, i64 red_chunk, int kb, i64 x_bstride,          \
-          i64 y_bstride, i64 y_split_stride, int freq_major) {                                   \
-    sbgemmh_body<TIN, TOUT, MT, V, WR, WF, KS, NS>(kh, scale, x, y, nf, nfp, n_out, n_red, so,  \
-                                                   sr, adjoint, red_chunk, kb, x_bstride,       \
-                                                   y_bstride, y_split_stride, freq_major);      \
-  }
-#define FFTMATVEC_SBGEMMH_IO(MT, V, WR, WF, KS, NS) \
-  FFTMATVEC_FOR_IO(FFTMATVEC_SBGEMMH, c32h, StoreC32h, MT, V, WR, WF, KS, NS)
-
-FFTMATVEC_SBGEMMH_IO(2, 2, 2, 4, 16, 4)
-FFTMATVEC_SBGEMMH_IO(2, 2, 4, 4, 16, 3)
-FFTMATVEC_SBGEMMH_IO(2, 2, 2, 8, 16, 3)
+FFTMATVEC_SBGEMMP_IO(c32h, StoreC32h, 2, 2, 2, 8, 4, 4)
+FFTMATVEC_SBGEMMP_IO(c32h, StoreC32h, 2, 4, 1, 8, 4, 4)
+FFTMATVEC_SBGEMMP_IO(c32h, StoreC32h, 1, 2, 1, 8, 4, 2)
 #endif  // FFTMATVEC_MMA

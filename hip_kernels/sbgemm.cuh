@@ -391,29 +391,18 @@ struct PipeTile {
   static constexpr int BYTES = A_BYTES + X_BYTES;
 };
 
-// The shared-memory layout of tile_offset, as a PipeCopy layout: byte offset of unit u of
-// segment (row, r); the same for rows ROW_PERIOD apart but for the rows' own offset.
-template <int NCH, int KS, int UB>
-struct SwizzledChunks {
-  static constexpr int ROW_PERIOD = 2;
-  __device__ static __forceinline__ int at(int row, int r, int u) {
-    return tile_offset<NCH, KS, UB>(row, r, u);
-  }
-};
-
 // A thread's share of copying one operand's stage: units of UB bytes (16-byte chunks of Khat,
 // single vector elements) of elements T, UNITS of them per segment, ROWS x KS segments per
-// stage, NT threads, laid out in shared memory by Layout.
+// stage, NT threads.
 // Each thread's units keep the same position in their segment and the same reduction row, and
 // lie ROW_STEP tile rows apart, so everything but the stage's advance along the reduction is
 // computed once: a copy is a pointer bump, a mask test and the cp.async.
-template <typename T, int UB, int UNITS, int ROWS, int KS, int NCH, int NT,
-          typename Layout = SwizzledChunks<NCH, KS, UB>>
+template <typename T, int UB, int UNITS, int ROWS, int KS, int NCH, int NT>
 struct PipeCopy {
   static constexpr int EPU = UB / (int)sizeof(T);  // elements per unit
   static constexpr int PER_ROW = UNITS * KS, TOTAL = ROWS * PER_ROW;
-  static_assert(NT % PER_ROW == 0 && (NT / PER_ROW) % Layout::ROW_PERIOD == 0,
-                "a block's threads cover whole tile rows, a whole period of the layout at a time");
+  static_assert(NT % PER_ROW == 0 && (NT / PER_ROW) % 2 == 0,
+                "a block's threads cover whole tile rows, an even number at a time");
   static constexpr int ROW_STEP = NT / PER_ROW, ITERS = (TOTAL + NT - 1) / NT;
   static_assert(ITERS <= 32, "one mask bit per unit");
   const unsigned char* g;  // global address of the first unit, current stage
@@ -434,7 +423,7 @@ struct PipeCopy {
     const i64 f = f0 + (i64)u * EPU;
     g = reinterpret_cast<const unsigned char*>(base + (row0 + row) * rs + (r0 + rl) * ks + f);
     row_bytes = ROW_STEP * rs * (i64)sizeof(T);
-    s = Layout::at(row, rl, u);
+    s = tile_offset<NCH, KS, UB>(row, rl, u);
     ok = 0;
 #pragma unroll
     for (int j = 0; j < ITERS; ++j)

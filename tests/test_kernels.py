@@ -238,10 +238,10 @@ def test_pipe_tiles(rng, shape, store, adjoint):
 
 @pytest.mark.parametrize("adjoint", [False, True], ids=["fwd", "adj"])
 def test_h_batch_vector_ranges(rng, adjoint):
-    """The float16 tensor-core kernel splits the vectors into float16 pairs under an exponent per
-    vector and frequency that drops as larger values arrive: vectors 40 decades apart, and
-    columns whose magnitude grows (or shrinks) by 2^40 along the reduction, each product against
-    its own float64 reference, on every tile, split and unsplit."""
+    """Float16-storage batches on tensor cores with vectors 40 decades apart, and vectors whose
+    magnitude grows (or shrinks) by 2^40 along the reduction: each product against its own
+    float64 reference, on every tile, split and unsplit (a kernel that converts the vectors to
+    a narrower type must keep each one's own range)."""
     cp = backend.cupy
     from fftmatvec._gpu import PIPE_TILES
 
