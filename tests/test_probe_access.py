@@ -30,3 +30,17 @@ def test_probe_source():
             for mode in probe.MODES[fam]:
                 assert src.count(f" {probe.entry(fam, tile, mode)}(") == 1
     assert all(tile[2] in (1, 2) for tile in probe.FAMILIES["pl"])
+
+
+@pytest.mark.parametrize("freq_major", [False, True])
+@pytest.mark.parametrize("shape", [(10, 37, 64), (3, 8, 1024)])
+def test_run_probe_reads_every_word_once(shape, freq_major):
+    """scripts/probe_khat_runs.py: every launch reads each word of the array exactly once (rows
+    past the end and ragged splits included), so that its rate counts the bytes it reads."""
+    probe = load_script("probe_khat_runs")
+    launches = probe.cases(shape, [16, 32, 64, 256, 4096], [1, 4, 16])
+    assert {c[0] for c in launches} == ({16, 32, 64, 256} if shape[2] == 64 else {16, 32, 64, 256, 4096})
+    for run, R, F, n_split, chunk, grid in launches:
+        assert R * F == 1024 and n_split == grid[1]
+        hits = probe.words_read(shape, R, F, chunk, grid, freq_major)
+        assert (hits == 1).all(), (run, n_split)
