@@ -359,13 +359,14 @@ def main(argv=None) -> int:
     results = {"device": dev, "copy_bandwidth": bw, "read_bandwidth": bw_read, "matvec": [],
                "batches": [], "small": []}
 
-    if not args.skip_single:
+    single = [] if args.skip_single else sizes
+    if single:
         table_header("single vector: ratio = floor / time (1.0 = bandwidth limit); 'bound' = the best "
                      "ratio the FFT stages allow: floor / (the FFTs as the product runs them, timed "
                      "alone + stage 3's bytes at the read-only bandwidth)",
                      f"{'prec':>6} {'dir':>4} | {'time ms':>8} {'floor ms':>8} {'ratio':>6} {'bound':>6} | "
                      f"{'plain ms':>8} {'ratio':>6} | {'adj/fwd':>7}")
-    for nm, nd, nt in [] if args.skip_single else sizes:
+    for nm, nd, nt in single:
         K = cp.asarray(rng.standard_normal((nd, nm, nt)))
         m = cp.asarray(rng.standard_normal((nm, nt)))
         d = cp.asarray(rng.standard_normal((nd, nt)))
