@@ -81,8 +81,11 @@ ASYNC_TILES["c32h"] += [(4, 4, 2, 3, 2), (4, 4, 1, 4, 2), (2, 4, 2, 4, 2)]
 # Where it is the default for one vector, per (storage, adjoint): from this many reduction
 # rows (None: never; the register and staged kernels are as fast there). Forward products with
 # at most ASYNC_FEW_ROWS outputs use it in every storage, with a narrow tile. From the sweeps of
-# scripts/tune_sbgemv.py on an H200 (docs/benchmarks.md, fifth run).
-ASYNC_MIN_RED = {("c128", False): None, ("c128", True): None, ("c64", False): None,
+# scripts/tune_sbgemv.py on an H200 (docs/benchmarks.md, fifth run). Complex128 forward products
+# take it since Khat is stored in blocks of frequencies: (1, 8, 8, 3) with 8 rounds of split-K
+# took 0.400 / 1.903 / 1.850 ms on (1000, 100, 1000) / (20000, 50, 500) / (5000, 100, 1000)
+# against 0.413 / 1.903 / 1.915 for the wide GEMV tile (seventeenth run).
+ASYNC_MIN_RED = {("c128", False): 0, ("c128", True): None, ("c64", False): None,
                  ("c64", True): None, ("c32h", False): 0, ("c32h", True): 32}
 # ... and where the input vector is complex64, as the forward FFT writes it for `s` and `h`
 # when stages 1 and 5 run inside cuFFT: `s` then gains 3-12 % on this kernel (sixth run).
@@ -93,13 +96,14 @@ ASYNC_FEW_ROWS = 16
 ASYNC_DEFAULTS = {(st, adj): ((4, 8, 2, 3), 1 if adj else 2) for st in ("c128", "c64", "c32h")
                   for adj in (False, True)}
 ASYNC_DEFAULTS[("c64", False)] = ((1, 8, 8, 3), 8)
-# float16 storage: forward, 16-row tiles with two chunks of 4 frequencies per thread and row,
-# 2 rounds of split-K; adjoint, the one-chunk 16-row tile, 1 round (seventh run). On an H200 the
-# forward tile took 0.540 against 0.540 ms on (5000, 100, 1000), 0.568 against 0.577 on
-# (20000, 50, 500) and 0.135 against 0.136 on (1000, 100, 1000) (the mean of two sweeps) against
-# the one-chunk tile (4, 4, 2, 4) with 4 rounds that was the default before, and 1-4 % less in
-# four runs of the same kernel code outside the engine (docs/benchmarks.md, thirteenth run).
-ASYNC_DEFAULTS[("c32h", False)] = ((4, 4, 2, 3, 2), 2)
+ASYNC_DEFAULTS[("c128", False)] = ((1, 8, 8, 3), 8)
+# float16 storage: forward, the one-chunk 16-row tile with 4 rounds of split-K since Khat is
+# stored in blocks of 128 frequencies: 0.131 / 0.547 / 0.515 ms on (1000, 100, 1000) /
+# (20000, 50, 500) / (5000, 100, 1000) against 0.133 / 0.556 / 0.540 for the two-chunk tile
+# below with 2 rounds, whose chunks then lie in two blocks (seventeenth run); adjoint, the
+# one-chunk 16-row tile, 1 round (seventh run). On the unblocked layout the two-chunk tile had
+# been 0-4 % faster than this forward default (thirteenth run).
+ASYNC_DEFAULTS[("c32h", False)] = ((4, 4, 2, 4), 4)
 ASYNC_DEFAULTS[("c32h", True)] = ((4, 4, 2, 4), 1)
 # Where the default's blocks fill less than ASYNC_MIN_FILL of their last round of block slots (a
 # round and a bit: the adjoint of (1000, 100, 1000) has 504 blocks for 396 slots), this tile
@@ -179,6 +183,15 @@ MMA_MIN_KB = {("c128", False): 8, ("c128", True): 8, ("c64", False): 16, ("c64",
               ("c32h", False): 4, ("c32h", True): 8}
 # Frequency padding of the stored Khat, so that V-wide loads are aligned.
 PAD = {"c128": 2, "c64": 4, "c32h": 8}
+_ELEM_BYTES = {"c128": 16, "c64": 8, "c32h": 4}
+# Frequencies per block of the stored Khat, per storage, or None for one block: Khat is then
+# [f / B][Nd][Nm][f % B] instead of (Nd, Nm, Nfp) (hip_kernels/common.cuh: khat_foff), so that a
+# block of the one-vector kernels, whose tiles span B frequencies, reads each of its rows as one
+# run down the reduction instead of runs of B frequencies a row of Khat apart. A power of two and
+# a multiple of 16 bytes of elements; products with at most B padded frequencies keep one block.
+# From the layouts timed side by side on an H200 (docs/benchmarks.md, seventeenth run).
+KHAT_BLOCK = {"c128": 64, "c64": 64, "c32h": 128}
+_ONE_BLOCK_SHIFT = 62  # khat_foff's shift for one block
 _BATCH_SIZES = (16, 8, 4, 2, 1)
 _PER_THREAD_STREAM = 2  # cudaStreamPerThread: one handle, a different stream in each thread
 REDUCE_LANES = 8  # the split-K reduction's largest blockDim.y (hip_kernels/sbgemv.cuh)
@@ -232,6 +245,25 @@ def path_switches() -> tuple:
     """The raw values of :data:`PATH_SWITCHES` (None where unset)."""
     get = os.environ.get
     return (get("FFTMATVEC_CUDA_GRAPHS"), get("FFTMATVEC_FFT_CALLBACKS"))
+
+
+def khat_layout(store: str, nfp: int) -> tuple[int, int, int]:
+    """(frequencies per block, blocks, khat_foff's shift) of a stored ``Khat`` with ``nfp``
+    padded frequencies (:data:`KHAT_BLOCK`)."""
+    block = KHAT_BLOCK.get(store)
+    if block is not None and (block <= 0 or block & (block - 1) or block % (16 // _ELEM_BYTES[store])):
+        raise ValueError(f"KHAT_BLOCK[{store!r}] = {block}: a block of Khat's frequencies must "
+                         f"be a power of two of whole 16-byte chunks ({16 // _ELEM_BYTES[store]} "
+                         f"frequencies)")
+    if block is None or nfp <= block:
+        return nfp, 1, _ONE_BLOCK_SHIFT  # one block: (Nd, Nm, Nfp)
+    return block, -(-nfp // block), block.bit_length() - 1
+
+
+def khat_offset(o, r, f, so: int, sr: int, shift: int, block_stride: int):
+    """Element of ``Khat`` (output row o, reduction row r, frequency f) as the kernels address
+    it (hip_kernels/common.cuh: khat_foff)."""
+    return o * so + r * sr + (f >> shift) * block_stride + (f & ((1 << shift) - 1))
 
 
 def _i64(v) -> np.int64:
@@ -326,11 +358,13 @@ class KernelEngine:
         letter = prec.letters[2]
         self.store = _STORE_SUFFIX[letter]
         self.nfp = -(-nf // PAD[self.store]) * PAD[self.store]
+        self.khat_block, self.khat_blocks, self.khat_shift = khat_layout(self.store, self.nfp)
+        shape = (self.khat_blocks, nd, nm, self.khat_block)
         if letter == "h":
-            self.data = cp.zeros((nd, nm, self.nfp), dtype=np.uint32)
+            self.data = cp.zeros(shape, dtype=np.uint32)
             self.scale = cp.zeros((nd, self.nfp), dtype=np.float32)
         else:
-            self.data = cp.zeros((nd, nm, self.nfp), dtype=prec.sbgemv_dtype)
+            self.data = cp.zeros(shape, dtype=prec.sbgemv_dtype)
             self.scale = None
         self.compute = np.dtype(np.complex128 if letter == "d" else np.complex64)
         self._nbytes = int(self.data.itemsize * nd * nm * nf
@@ -374,12 +408,29 @@ class KernelEngine:
         khat_rows = khat_rows * (1.0 / self.fft_len)
         nf = self.nf
         if self.scale is None:
-            self.data[i0:i1, :, :nf] = khat_rows
-            return
-        q, s = quantize_half(cp, khat_rows, axis=1)  # q (c, Nm, Nf, 2) float16, s (c, Nf)
-        bits = q.view(np.uint16).astype(np.uint32)
-        self.data[i0:i1, :, :nf] = bits[..., 0] | (bits[..., 1] << 16)
-        self.scale[i0:i1, :nf] = s
+            words = khat_rows
+        else:
+            q, s = quantize_half(cp, khat_rows, axis=1)  # q (c, Nm, Nf, 2) float16, s (c, Nf)
+            bits = q.view(np.uint16).astype(np.uint32)
+            words = bits[..., 0] | (bits[..., 1] << 16)
+            self.scale[i0:i1, :nf] = s
+        B = self.khat_block
+        for b in range(self.khat_blocks):  # frequencies b B .. b B + B - 1 in block b
+            f0, f1 = b * B, min(nf, (b + 1) * B)
+            if f1 > f0:
+                self.data[b, i0:i1, :, :f1 - f0] = words[..., f0:f1]
+
+    def khat_strides(self, adjoint: bool) -> tuple[int, int, int, int]:
+        """(so, sr, shift, block stride) that address ``Khat`` for the kernels of one direction
+        (:func:`khat_offset`): output rows are Nd forward, Nm adjoint."""
+        B = self.khat_block
+        so, sr = (B, self.nm * B) if adjoint else (self.nm * B, B)
+        return so, sr, self.khat_shift, self.nd * self.nm * B
+
+    def khat(self):
+        """The stored ``Khat`` as ``(Nd, Nm, Nfp)`` (a copy; raw float16 words for ``h``)."""
+        d = self.data.transpose(1, 2, 0, 3).reshape(self.nd, self.nm, -1)
+        return self.cp.ascontiguousarray(d[:, :, :self.nfp])
 
     # ---- stage 3 -------------------------------------------------------------------------
     def _tile(self, kb: int, n_out: int, adjoint: bool) -> tuple[int, int]:
@@ -821,9 +872,9 @@ class KernelEngine:
         if hit is not None:
             return hit
         nf, nfp, kb = self.nf, self.nfp, launch.kb
-        so, sr = (nfp, self.nm * nfp) if adjoint else (self.nm * nfp, nfp)
+        so, sr, shift, sb = self.khat_strides(adjoint)
         args = (_i64(nf), _i64(nfp), _i64(n_out), _i64(n_red), _i64(so), _i64(sr),
-                np.int32(adjoint), _i64(launch.red_chunk))
+                np.int32(shift), _i64(sb), np.int32(adjoint), _i64(launch.red_chunk))
         if launch.staged:
             args += (_i64(n_out * nf),)
         elif launch.mma:

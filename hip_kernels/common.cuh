@@ -59,6 +59,19 @@ __device__ __forceinline__ T load_khat(const T* p) {
 #endif
 }
 
+// ---- where a frequency of Khat lies -------------------------------------------------------
+// Khat may be stored in blocks of 2^fsh frequencies, [f >> fsh][Nd][Nm][f & (2^fsh - 1)], so
+// that a tile of a block's frequencies reads one contiguous run down the reduction instead of
+// short runs a row apart (fftmatvec/_gpu.py: KHAT_BLOCK; docs/benchmarks.md, seventeenth run).
+// Element (o, r, f) is at o * so + r * sr + khat_foff(f, fsh, sb): the strides so and sr are
+// those of one block's (Nd, Nm) rows, sb the elements between blocks. fsh = 62 is the unblocked
+// layout (Nd, Nm, Nfp), one block holding every frequency. Every kernel's runs of frequencies
+// (16-byte chunks, tiles of F frequencies) lie inside one block: the host keeps blocks a
+// multiple of them.
+__device__ __forceinline__ i64 khat_foff(i64 f, int fsh, i64 sb) {
+  return (f >> fsh) * sb + (f & ((1LL << fsh) - 1));
+}
+
 // ---- float16 storage ------------------------------------------------------------------------
 // A complex float16 value is stored as one 32-bit word: real part in the low 16 bits, imaginary
 // part in the high 16 bits (IEEE binary16). Converted with the hardware instruction on both

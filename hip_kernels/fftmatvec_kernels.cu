@@ -69,11 +69,11 @@ FFTMATVEC_REDUCE(c64_c64, float2, float2)
   extern "C" __global__ void __launch_bounds__(256)                                             \
       NAME(const STORE::elem* __restrict__ kh, const float* __restrict__ scale,                 \
            const TIN* __restrict__ x, TOUT* __restrict__ y, i64 nf, i64 nfp, i64 n_out,         \
-           i64 n_red, i64 so, i64 sr, int adjoint, i64 red_chunk, i64 x_bstride,                 \
-           i64 y_bstride, i64 y_split_stride) {                                                 \
+           i64 n_red, i64 so, i64 sr, int fsh, i64 sb, int adjoint, i64 red_chunk,              \
+           i64 x_bstride, i64 y_bstride, i64 y_split_stride) {                                  \
     sbgemv_body<STORE, TIN, TOUT, RT, KB, V, W>(kh, scale, x, y, nf, nfp, n_out, n_red, so, sr, \
-                                                adjoint, red_chunk, x_bstride, y_bstride,       \
-                                                y_split_stride);                                \
+                                                fsh, sb, adjoint, red_chunk, x_bstride,         \
+                                                y_bstride, y_split_stride);                     \
   }
 // sbgemv_<storage>_<input>_<output>_r<RT>_k<KB>_v<V>: each thread accumulates RT output rows x
 // KB right-hand sides x V consecutive frequencies; the host picks the tile per call.
@@ -140,9 +140,10 @@ FFTMATVEC_SBGEMVW_IO(c64, StoreC64, 4, 2, 2)
       sbgemvs_##SNAME##_##INAME##_##ONAME##_r##RT##_v##V(                                       \
           const STORE::elem* __restrict__ kh, const float* __restrict__ scale,                  \
           const TIN* __restrict__ x, TOUT* __restrict__ y, i64 nf, i64 nfp, i64 n_out,          \
-          i64 n_red, i64 so, i64 sr, int adjoint, i64 red_chunk, i64 y_split_stride) {          \
+          i64 n_red, i64 so, i64 sr, int fsh, i64 sb, int adjoint, i64 red_chunk,               \
+          i64 y_split_stride) {                                                                 \
     sbgemv_staged_body<STORE, TIN, TOUT, RT, V, 32, 32>(kh, scale, x, y, nf, nfp, n_out, n_red, \
-                                                        so, sr, adjoint, red_chunk,             \
+                                                        so, sr, fsh, sb, adjoint, red_chunk,    \
                                                         y_split_stride);                        \
   }
 #define FFTMATVEC_SBGEMVS_IO(SNAME, STORE, RT, V) \
@@ -171,10 +172,11 @@ FFTMATVEC_SBGEMVS_IO(c32h, StoreC32h, 4, 2)
   extern "C" __global__ void __launch_bounds__(32 * TY)                                         \
       NAME(const STORE::elem* __restrict__ kh, const float* __restrict__ scale,                 \
            const TIN* __restrict__ x, TOUT* __restrict__ y, i64 nf, i64 nfp, i64 n_out,         \
-           i64 n_red, i64 so, i64 sr, int adjoint, i64 red_chunk, i64 y_split_stride) {         \
+           i64 n_red, i64 so, i64 sr, int fsh, i64 sb, int adjoint, i64 red_chunk,             \
+           i64 y_split_stride) {                                                                \
     sbgemv_async_body<STORE, TIN, TOUT, RT, TY, J, NS, W>(kh, scale, x, y, nf, nfp, n_out,      \
-                                                          n_red, so, sr, adjoint, red_chunk,    \
-                                                          y_split_stride);                      \
+                                                          n_red, so, sr, fsh, sb, adjoint,      \
+                                                          red_chunk, y_split_stride);           \
   }
 #define FFTMATVEC_SBGEMVA(SNAME, STORE, INAME, TIN, ONAME, TOUT, RT, TY, J, NS)          \
   FFTMATVEC_SBGEMVA_ENTRY(sbgemva_##SNAME##_##INAME##_##ONAME##_r##RT##_y##TY##_j##J##_s##NS, \
@@ -216,12 +218,13 @@ FFTMATVEC_SBGEMVAW_IO(c32h, StoreC32h, 2, 4, 2, 4, 2)
       sbgemmp_##SNAME##_##INAME##_##ONAME##_m##MT##_v##V##_w##WR##x##WF##_k##KS##_s##NS(          \
           const STORE::elem* __restrict__ kh, const float* __restrict__ scale,                   \
           const TIN* __restrict__ x, TOUT* __restrict__ y, i64 nf, i64 nfp, i64 n_out,           \
-          i64 n_red, i64 so, i64 sr, int adjoint, i64 red_chunk, int kb, i64 x_bstride,          \
-          i64 y_bstride, i64 y_split_stride, int freq_major) {                                   \
+          i64 n_red, i64 so, i64 sr, int fsh, i64 sb, int adjoint, i64 red_chunk, int kb,        \
+          i64 x_bstride, i64 y_bstride, i64 y_split_stride, int freq_major) {                    \
     sbgemm_pipe_body<STORE, TIN, TOUT, MT, V, WR, WF, KS, NS>(kh, scale, x, y, nf, nfp, n_out,   \
-                                                              n_red, so, sr, adjoint, red_chunk, \
-                                                              kb, x_bstride, y_bstride,          \
-                                                              y_split_stride, freq_major);       \
+                                                              n_red, so, sr, fsh, sb, adjoint,   \
+                                                              red_chunk, kb, x_bstride,          \
+                                                              y_bstride, y_split_stride,         \
+                                                              freq_major);                       \
   }
 #define FFTMATVEC_SBGEMMP_IO(SNAME, STORE, MT, V, WR, WF, KS, NS) \
   FFTMATVEC_FOR_IO(FFTMATVEC_SBGEMMP, SNAME, STORE, MT, V, WR, WF, KS, NS)

@@ -414,14 +414,16 @@ struct PipeCopy {
 
   // base: the operand; row0, n_rows: its first tile row and its row count; rs, ks: elements
   // between rows and between reduction rows; r0: the first reduction row; f0, f_limit: the
-  // tile's first frequency and the operand's row length.
+  // tile's first frequency and the operand's row length; fsh, sb: its frequency blocks
+  // (khat_foff; 62 and 0 for one block).
   __device__ __forceinline__ void init(int tid, const T* base, i64 row0, i64 n_rows, i64 rs,
-                                       i64 ks, i64 r0, i64 f0, i64 f_limit) {
+                                       i64 ks, i64 r0, i64 f0, i64 f_limit, int fsh, i64 sb) {
     const int u = tid % UNITS, seg = tid / UNITS, row = seg / KS;
     rl = seg % KS;
     this->base = base;
     const i64 f = f0 + (i64)u * EPU;
-    g = reinterpret_cast<const unsigned char*>(base + (row0 + row) * rs + (r0 + rl) * ks + f);
+    g = reinterpret_cast<const unsigned char*>(base + (row0 + row) * rs + (r0 + rl) * ks +
+                                               khat_foff(f, fsh, sb));
     row_bytes = ROW_STEP * rs * (i64)sizeof(T);
     s = tile_offset<NCH, KS, UB>(row, rl, u);
     ok = 0;
@@ -449,8 +451,8 @@ template <typename Store, typename TIn, typename TOut, int MT, int V, int WR, in
 __device__ __forceinline__ void sbgemm_pipe_body(
     const typename Store::elem* __restrict__ kh, const float* __restrict__ scale,
     const TIn* __restrict__ x, TOut* __restrict__ y, i64 nf, i64 nfp, i64 n_out, i64 n_red,
-    i64 so, i64 sr, int adjoint, i64 red_chunk, int kb, i64 x_bstride, i64 y_bstride,
-    i64 y_split_stride, int freq_major) {
+    i64 so, i64 sr, int fsh, i64 sb, int adjoint, i64 red_chunk, int kb, i64 x_bstride,
+    i64 y_bstride, i64 y_split_stride, int freq_major) {
   constexpr bool f64 = sizeof(typename Store::elem) == 16;
   typedef typename Store::real Real;
   typedef typename Complex<Real>::type C;
@@ -486,8 +488,8 @@ __device__ __forceinline__ void sbgemm_pipe_body(
   PipeCopy<EA, 16, Tile::NCH_A, Tile::R, KS, Tile::NCH_A, NT> ca;
   PipeCopy<TIn, (int)sizeof(TIn), Tile::F, 16, KS, Tile::NCH_X, NT> cx;
   const int tid = threadIdx.y * 32 + threadIdx.x;
-  ca.init(tid, kh, o_blk, n_out, so, sr, r_begin, f_blk, nfp);
-  cx.init(tid, x, 0, kb, x_bstride, nf, r_begin, f_blk, nf);
+  ca.init(tid, kh, o_blk, n_out, so, sr, r_begin, f_blk, nfp, fsh, sb);
+  cx.init(tid, x, 0, kb, x_bstride, nf, r_begin, f_blk, nf, 62, 0);
   const i64 a_step = KS * sr * (i64)sizeof(EA), x_step = KS * nf * (i64)sizeof(TIn);
   const unsigned smem0 = smem_u32(smem);
 

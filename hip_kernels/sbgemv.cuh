@@ -11,7 +11,8 @@
 //   x     (k, n_red, Nf)      the FFT output, in the FFT precision
 //   y     (k, n_out, Nf)      in the inverse FFT's precision, or split-K partial sums
 // Forward: output index o = sensor i, reduced index r = parameter j. Adjoint: o = j, r = i.
-// Khat[o, r, f] is at element o*so + r*sr + f, so one kernel serves both directions.
+// Khat[o, r, f] is at element o*so + r*sr + khat_foff(f, fsh, sb) (common.cuh: the frequency
+// axis may be stored in blocks), so one kernel serves both directions.
 //
 // Thread mapping: threadIdx.x runs over groups of V consecutive frequencies (consecutive lanes
 // read consecutive words of Khat, 16 bytes each for one right-hand side: every load is
@@ -126,7 +127,7 @@ template <typename Store, typename TIn, typename TOut, int RT, int KB, int V, in
 __device__ __forceinline__ void sbgemv_body(
     const typename Store::elem* __restrict__ kh, const float* __restrict__ scale,
     const TIn* __restrict__ x, TOut* __restrict__ y, i64 nf, i64 nfp, i64 n_out, i64 n_red,
-    i64 so, i64 sr, int adjoint, i64 red_chunk, i64 x_bstride, i64 y_bstride,
+    i64 so, i64 sr, int fsh, i64 sb, int adjoint, i64 red_chunk, i64 x_bstride, i64 y_bstride,
     i64 y_split_stride) {
   typedef typename Store::real R;
   typedef typename Complex<R>::type C;
@@ -152,10 +153,11 @@ __device__ __forceinline__ void sbgemv_body(
   // clamped onto the last row likewise. All keep the inner loop free of branches; their loads
   // hit the cache.
   i64 fx[S], kf[W];  // kf: a group's Khat offset from group 0's
+  const i64 k0 = khat_foff(f0, fsh, sb);
 #pragma unroll
   for (int g = 0; g < W; ++g) {
     const i64 fg = f0 + g * gstride;
-    kf[g] = (g == 0 || fg >= nfp) ? 0 : g * gstride;
+    kf[g] = (g == 0 || fg >= nfp) ? 0 : khat_foff(fg, fsh, sb) - k0;
 #pragma unroll
     for (int v = 0; v < V; ++v) fx[g * V + v] = (fg + v < nf) ? fg + v : nf - 1;
   }
@@ -164,7 +166,7 @@ __device__ __forceinline__ void sbgemv_body(
   for (int t = 0; t < RT; ++t) {
     i64 o = o0 + t;
     if (o >= n_out) o = n_out - 1;
-    koff[t] = o * so + f0;
+    koff[t] = o * so + k0;
   }
 
   C acc[RT][KB][S];
@@ -239,7 +241,7 @@ template <typename Store, typename TIn, typename TOut, int RT, int V, int BX, in
 __device__ __forceinline__ void sbgemv_staged_body(
     const typename Store::elem* __restrict__ kh, const float* __restrict__ scale,
     const TIn* __restrict__ x, TOut* __restrict__ y, i64 nf, i64 nfp, i64 n_out, i64 n_red,
-    i64 so, i64 sr, int adjoint, i64 red_chunk, i64 y_split_stride) {
+    i64 so, i64 sr, int fsh, i64 sb, int adjoint, i64 red_chunk, i64 y_split_stride) {
   typedef typename Store::real R;
   typedef typename Complex<R>::type C;
   constexpr int FT = BX * V;  // frequencies per block
@@ -266,7 +268,7 @@ __device__ __forceinline__ void sbgemv_staged_body(
   for (int t = 0; t < RT; ++t) {
     i64 o = o0 + t;
     if (o >= n_out) o = n_out - 1;
-    koff[t] = o * so + (f0 < nfp ? f0 : nfp - V);
+    koff[t] = o * so + khat_foff(f0 < nfp ? f0 : nfp - V, fsh, sb);
   }
   C acc[RT][1][V];
 #pragma unroll

@@ -50,7 +50,7 @@ template <typename Store, typename TIn, typename TOut, int RT, int TY, int J, in
 __device__ __forceinline__ void sbgemv_async_body(
     const typename Store::elem* __restrict__ kh, const float* __restrict__ scale,
     const TIn* __restrict__ x, TOut* __restrict__ y, i64 nf, i64 nfp, i64 n_out, i64 n_red,
-    i64 so, i64 sr, int adjoint, i64 red_chunk, i64 y_split_stride) {
+    i64 so, i64 sr, int fsh, i64 sb, int adjoint, i64 red_chunk, i64 y_split_stride) {
   typedef AsyncTile<Store, TIn, RT, TY, J, W> Tile;
   typedef typename Store::elem E;
   typedef typename Store::real R;
@@ -74,12 +74,17 @@ __device__ __forceinline__ void sbgemv_async_body(
 
   // This thread's Khat rows: a pointer per row at the split's first reduction step; rows past
   // n_out and chunks past the padded length copy zeros (bit t W + w of a_ok: row t, chunk w).
+  // A chunk's bytes past chunk 0's: kw[w] (its frequencies may lie in another block of Khat).
   const unsigned char* ka[RT];
   unsigned a_ok = 0;
+  const i64 k0 = khat_foff(f0, fsh, sb);
+  i64 kw[W];
+#pragma unroll
+  for (int w = 0; w < W; ++w) kw[w] = (khat_foff(f0 + w * G, fsh, sb) - k0) * (i64)sizeof(E);
 #pragma unroll
   for (int t = 0; t < RT; ++t) {
     const i64 o = o0 + t;
-    ka[t] = reinterpret_cast<const unsigned char*>(o < n_out ? kh + o * so + r_begin * sr + f0 : kh);
+    ka[t] = reinterpret_cast<const unsigned char*>(o < n_out ? kh + o * so + r_begin * sr + k0 : kh);
 #pragma unroll
     for (int w = 0; w < W; ++w)
       if (o < n_out && f0 + w * G < nfp) a_ok |= 1u << (t * W + w);
@@ -100,7 +105,7 @@ __device__ __forceinline__ void sbgemv_async_body(
         for (int w = 0; w < W; ++w) {
           const bool on = j < left && ((a_ok >> (t * W + w)) & 1u);
           cp_async<16>(sa + (((j * RT + t) * W + w) * NT + tid) * 16,
-                       on ? (const void*)(ka[t] + (r0 + j) * sr_bytes + w * G * (int)sizeof(E))
+                       on ? (const void*)(ka[t] + (r0 + j) * sr_bytes + kw[w])
                           : (const void*)kh,
                        on);
         }

@@ -132,12 +132,13 @@ def main(argv=None) -> int:
         nm, nd, nt = map(int, size.split("x"))
         F = fm.BlockToeplitz(cp.asarray(rng.standard_normal((nd, nm, nt))), "ddhdd")
         eng = F._engine
-        nf, nfp, kb = eng.nf, eng.nfp, eng.data.nbytes
+        nf, nfp, kb = eng.nf, eng.nfp, eng.nbytes
+        plain = eng.khat()  # (nd, nm, nfp), as the probe kernels read it
         layouts = {}
         for tile in FAMILIES["pl"]:
             key = (tile[4], tile[2])
             if key not in layouts:
-                layouts[key] = blocked(cp, eng.data, nd, nm, nfp, 128 * tile[4], tile[2])
+                layouts[key] = blocked(cp, plain, nd, nm, nfp, 128 * tile[4], tile[2])
         for adjoint in (False, True):
             n_in, n_out, n_red = (nd, nm, nd) if adjoint else (nm, nd, nm)
             x = rng.standard_normal((1, n_in, nf)) + 1j * rng.standard_normal((1, n_in, nf))
@@ -187,7 +188,7 @@ def main(argv=None) -> int:
                                           np.int64(nft), np.int32(adjoint), np.int64(chunk),
                                           np.int64(n_out * nf))
                             else:
-                                a_args = (eng.data, scale, x, y, np.int64(nf), np.int64(nfp),
+                                a_args = (plain, scale, x, y, np.int64(nf), np.int64(nfp),
                                           np.int64(n_out), np.int64(n_red), np.int64(so),
                                           np.int64(sr), np.int32(adjoint), np.int64(chunk),
                                           np.int64(n_out * nf))

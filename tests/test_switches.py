@@ -83,8 +83,8 @@ def test_tensor_core_choice(monkeypatch, has_mma, adjoint, store, nd):
 @pytest.mark.parametrize(
     "store,adjoint,n_out,n_red,expected",
     [
-        ("c128", False, 100, 5000, False),  # d forward: the register kernel is as fast ...
-        ("c128", False, 10, 100000, True),  # ... except with few outputs
+        ("c128", False, 100, 5000, True),  # d forward (Khat in blocks of frequencies)
+        ("c128", False, 10, 100000, True),  # ... and with few outputs
         ("c128", True, 5000, 100, False),
         # s: from complex128 input the staged / register kernels are as fast, except forward
         # with few outputs; from complex64 input (the fused forward FFT's) it always serves
