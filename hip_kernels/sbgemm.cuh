@@ -22,7 +22,8 @@
 //                     (2 MMAs); the float32 scales are applied to Y (forward), or come applied
 //                     to X (adjoint: see sbgemv.cuh).
 //
-// Khat and the vectors are read straight from the FFT layouts, (Nd, Nm, Nfp) and (k, n, Nf),
+// Khat and the vectors are read straight from their layouts, (Nd, Nm, Nfp) in blocks of
+// frequencies (common.cuh: khat_foff; a tile's F frequencies lie in one block) and (k, n, Nf),
 // with no transpose pass: a block copies tiles of them into shared memory with cp.async, several
 // stages ahead (sbgemm_pipe_body below). Columns past kb are zero and never stored;
 // blockIdx.y splits the reduction (split-K) like the GEMV kernels.

@@ -2,7 +2,9 @@
 // (Khat[f]^H @ x[f]), for one or several right-hand sides.
 //
 // Layouts (all C order, frequency innermost, as the FFT stages produce and consume them):
-//   Khat  (Nd, Nm, Nfp)       storage precision; Nfp = Nf rounded up to the storage's PAD
+//   Khat  (Nd, Nm, Nfp)       storage precision; Nfp = Nf rounded up to the storage's PAD;
+//                             stored in blocks of frequencies, [f / B][Nd][Nm][f % B]
+//                             (common.cuh: khat_foff), of which (Nd, Nm, Nfp) is one block
 //   scale (Nd, Nfp) float32   float16 storage only: Khat[i, j, f] = scale[i, f] * stored[i, j, f].
 //                             The forward product multiplies its outputs by it; the adjoint's
 //                             input comes already multiplied (x[i, f] scale[i, f]: the forward
