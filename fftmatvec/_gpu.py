@@ -191,6 +191,10 @@ _ELEM_BYTES = {"c128": 16, "c64": 8, "c32h": 4}
 # a multiple of 16 bytes of elements; products with at most B padded frequencies keep one block.
 # From the layouts timed side by side on an H200 (docs/benchmarks.md, seventeenth run).
 KHAT_BLOCK = {"c128": 64, "c64": 64, "c32h": 128}
+# The blocks are whole, so the last one may hold frequencies past Nfp that are never read; where
+# those would add more than this fraction to Khat's memory (few frequencies: Nf = 101 in blocks
+# of 64 would take 128), Khat keeps one block.
+KHAT_MAX_WASTE = 1 / 16
 _ONE_BLOCK_SHIFT = 62  # khat_foff's shift for one block
 _BATCH_SIZES = (16, 8, 4, 2, 1)
 _PER_THREAD_STREAM = 2  # cudaStreamPerThread: one handle, a different stream in each thread
@@ -255,9 +259,10 @@ def khat_layout(store: str, nfp: int) -> tuple[int, int, int]:
         raise ValueError(f"KHAT_BLOCK[{store!r}] = {block}: a block of Khat's frequencies must "
                          f"be a power of two of whole 16-byte chunks ({16 // _ELEM_BYTES[store]} "
                          f"frequencies)")
-    if block is None or nfp <= block:
+    blocks = 1 if block is None else -(-nfp // block)
+    if blocks == 1 or blocks * block > (1 + KHAT_MAX_WASTE) * nfp:
         return nfp, 1, _ONE_BLOCK_SHIFT  # one block: (Nd, Nm, Nfp)
-    return block, -(-nfp // block), block.bit_length() - 1
+    return block, blocks, block.bit_length() - 1
 
 
 def khat_offset(o, r, f, so: int, sr: int, shift: int, block_stride: int):

@@ -19,6 +19,8 @@ from fftmatvec._gpu import PAD, KernelEngine, khat_layout, khat_offset
     ("c128", 1002, (64, 16, 6)),
     ("c128", 64, (64, 1, 62)),
     ("c64", 1004, (64, 16, 6)),
+    ("c64", 104, (104, 1, 62)),  # Nf = 101: two blocks of 64 would add 23 % to Khat's memory
+    ("c128", 502, (64, 8, 6)),  # 2 % more
 ])
 def test_layout_choice(store, nfp, expected):
     assert khat_layout(store, nfp) == expected
@@ -46,9 +48,10 @@ def _engine(store: str, nd: int, nm: int, nf: int) -> KernelEngine:
 
 
 @pytest.mark.parametrize("store,block", [("c32h", 16), ("c32h", 128), ("c128", 4), ("c128", None)])
-@pytest.mark.parametrize("nf", [5, 37, 64])
+@pytest.mark.parametrize("nf", [5, 37, 64, 250])
 def test_store_rows_meets_kernel_addresses(monkeypatch, store, block, nf):
     monkeypatch.setitem(_gpu.KHAT_BLOCK, store, block)
+    monkeypatch.setattr(_gpu, "KHAT_MAX_WASTE", 1.0)  # last blocks with unused frequencies too
     rng = np.random.default_rng(nf)
     nd, nm = 3, 7
     eng = _engine(store, nd, nm, nf)
