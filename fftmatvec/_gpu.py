@@ -265,12 +265,6 @@ def khat_layout(store: str, nfp: int) -> tuple[int, int, int]:
     return block, blocks, block.bit_length() - 1
 
 
-def khat_offset(o, r, f, so: int, sr: int, shift: int, block_stride: int):
-    """Element of ``Khat`` (output row o, reduction row r, frequency f) as the kernels address
-    it (hip_kernels/common.cuh: khat_foff)."""
-    return o * so + r * sr + (f >> shift) * block_stride + (f & ((1 << shift) - 1))
-
-
 def _i64(v) -> np.int64:
     return np.int64(v)
 
@@ -362,15 +356,7 @@ class KernelEngine:
         self.nd, self.nm, self.nf, self.nt, self.fft_len = nd, nm, nf, nt, fft_len
         letter = prec.letters[2]
         self.store = _STORE_SUFFIX[letter]
-        self.nfp = -(-nf // PAD[self.store]) * PAD[self.store]
-        self.khat_block, self.khat_blocks, self.khat_shift = khat_layout(self.store, self.nfp)
-        shape = (self.khat_blocks, nd, nm, self.khat_block)
-        if letter == "h":
-            self.data = cp.zeros(shape, dtype=np.uint32)
-            self.scale = cp.zeros((nd, self.nfp), dtype=np.float32)
-        else:
-            self.data = cp.zeros(shape, dtype=prec.sbgemv_dtype)
-            self.scale = None
+        self._alloc_khat(np.uint32 if letter == "h" else prec.sbgemv_dtype)
         self.compute = np.dtype(np.complex128 if letter == "d" else np.complex64)
         self._nbytes = int(self.data.itemsize * nd * nm * nf
                            + (0 if self.scale is None else 4 * nd * nf))
@@ -403,6 +389,16 @@ class KernelEngine:
         return self._nbytes
 
     # ---- setup ---------------------------------------------------------------------------
+    def _alloc_khat(self, dtype) -> None:
+        """The zeroed arrays of the stored ``Khat`` (:func:`khat_layout`: blocks of frequencies)
+        and, for float16 storage, its row scales ``(Nd, Nfp)``."""
+        cp = self.cp
+        self.nfp = -(-self.nf // PAD[self.store]) * PAD[self.store]
+        self.khat_block, self.khat_blocks, self.khat_shift = khat_layout(self.store, self.nfp)
+        self.data = cp.zeros((self.khat_blocks, self.nd, self.nm, self.khat_block), dtype=dtype)
+        self.scale = (cp.zeros((self.nd, self.nfp), dtype=np.float32) if self.store == "c32h"
+                      else None)
+
     def store_rows(self, i0: int, khat_rows) -> None:
         """Store rows ``i0:i0+c`` of ``Khat`` given as ``(c, Nm, Nf)`` complex128.
 
@@ -427,7 +423,7 @@ class KernelEngine:
 
     def khat_strides(self, adjoint: bool) -> tuple[int, int, int, int]:
         """(so, sr, shift, block stride) that address ``Khat`` for the kernels of one direction
-        (:func:`khat_offset`): output rows are Nd forward, Nm adjoint."""
+        (hip_kernels/common.cuh: khat_foff): output rows are Nd forward, Nm adjoint."""
         B = self.khat_block
         so, sr = (B, self.nm * B) if adjoint else (self.nm * B, B)
         return so, sr, self.khat_shift, self.nd * self.nm * B

@@ -1,6 +1,6 @@
 """The stored Khat's layout in blocks of frequencies, on the host (no GPU): every element that
 ``KernelEngine.store_rows`` writes is where the kernels' address (``khat_foff`` in
-hip_kernels/common.cuh, mirrored by ``khat_offset``) looks for it, in both directions."""
+hip_kernels/common.cuh, mirrored by ``khat_offset`` below) looks for it, in both directions."""
 
 from __future__ import annotations
 
@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 
 from fftmatvec import _gpu
-from fftmatvec._gpu import PAD, KernelEngine, khat_layout, khat_offset
+from fftmatvec._gpu import KernelEngine, khat_layout
+
+
+def khat_offset(o, r, f, so: int, sr: int, shift: int, block_stride: int):
+    """Element of Khat (output row o, reduction row r, frequency f) as the kernels address it:
+    hip_kernels/common.cuh's khat_foff on top of the row strides."""
+    return o * so + r * sr + (f >> shift) * block_stride + (f & ((1 << shift) - 1))
 
 
 @pytest.mark.parametrize("store,nfp,expected", [
@@ -38,12 +44,8 @@ def _engine(store: str, nd: int, nm: int, nf: int) -> KernelEngine:
     """A KernelEngine on NumPy with only what store_rows and the addressing need."""
     eng = object.__new__(KernelEngine)
     eng.cp, eng.store, eng.nd, eng.nm, eng.nf, eng.fft_len = np, store, nd, nm, nf, 8
-    eng.nfp = -(-nf // PAD[store]) * PAD[store]
-    eng.khat_block, eng.khat_blocks, eng.khat_shift = khat_layout(store, eng.nfp)
-    shape = (eng.khat_blocks, nd, nm, eng.khat_block)
-    eng.data = np.full(shape, 0xDEADBEEF if store == "c32h" else np.nan,
-                       dtype=np.uint32 if store == "c32h" else np.complex128)
-    eng.scale = np.zeros((nd, eng.nfp), dtype=np.float32) if store == "c32h" else None
+    eng._alloc_khat(np.uint32 if store == "c32h" else np.complex128)
+    eng.data[...] = 0xDEADBEEF if store == "c32h" else np.nan  # poisoned before store_rows
     return eng
 
 
