@@ -113,18 +113,22 @@ ASYNC_FILL_ALT = {("c32h", True): ((2, 4, 2, 4, 2), 1)}
 ASYNC_MIN_FILL = 0.75
 ASYNC_FEW = {"c128": ((4, 4, 2, 4), 2), "c64": ((4, 4, 2, 4), 2), "c32h": ((4, 4, 2, 4), 1)}
 # (MT, V, WR, WF, KS, NS) tiles of the tensor-core kernel for several right-hand sides
-# (sbgemmp_*: a block of WR x WF warps owns WR x MT row tiles of 8 (complex128) or 16 rows and
-# WF x V frequencies, and streams KS reduction rows per stage, NS stages deep, through shared
-# memory); NVIDIA sm_80 and newer. Keep in sync with hip_kernels/fftmatvec_kernels.cu.
+# (sbgemmp_*: a block of WR x WF warps owns WR x MT row tiles of 16 rows and WF x V frequencies,
+# and streams KS reduction rows per stage, NS stages deep, through shared memory); NVIDIA sm_80
+# and newer. Keep in sync with hip_kernels/fftmatvec_kernels.cu.
 PIPE_TILES = {
-    "c128": [(4, 1, 1, 8, 4, 4), (2, 2, 2, 4, 4, 4), (4, 1, 2, 4, 4, 4), (2, 2, 1, 8, 4, 4)],
+    "c128": [(4, 1, 1, 8, 4, 4), (2, 2, 2, 4, 4, 4), (4, 1, 2, 4, 4, 4), (2, 2, 4, 2, 4, 4),
+             (2, 1, 4, 4, 4, 4), (1, 2, 1, 8, 4, 4), (2, 2, 1, 8, 4, 4), (1, 2, 1, 8, 4, 3)],
     "c64": [(2, 2, 1, 8, 4, 4), (1, 2, 4, 2, 4, 4), (1, 2, 1, 8, 4, 2)],
     "c32h": [(2, 2, 2, 8, 4, 4), (2, 4, 1, 8, 4, 4), (1, 2, 1, 8, 4, 2)],
 }
 # The defaults per (storage, adjoint), from the tile sweeps on an H200 (docs/benchmarks.md: fourth
-# run; complex128 eighth run, after its MMAs became m16n8k4; scripts/tune_sbgemv.py --k 16
-# repeats them over the compiled tiles). Complex128 tiles hold 16 accumulators per 8 rows and
-# right-hand-side pair (the products by Xr and Xi apart), so they stay at MT x V = 4 per warp.
+# run; complex128 eighteenth run, after its MMAs became m16n8k8 over 16 rows whose accumulators
+# are Y itself; scripts/tune_sbgemv.py --k 16 repeats them over the compiled tiles). Complex128
+# tiles hold 16 doubles per lane per row tile and frequency, so they stay at MT x V = 4 per warp:
+# (4, 1, 1, 8, 4, 4) owns 64 rows x 8 frequencies, and was the fastest or within 1.5 % of it on
+# the four sizes both ways (k = 16: 2.549 / 3.036 ms on (5000, 100, 1000), 2.707 / 3.013 on
+# (20000, 50, 500), against 3.018 / 3.294 and 3.148 / 3.529 for the 32-row tiles before).
 PIPE_DEFAULTS = {
     ("c128", False): (4, 1, 1, 8, 4, 4), ("c128", True): (4, 1, 1, 8, 4, 4),
     ("c64", False): (2, 2, 1, 8, 4, 4), ("c64", True): (2, 2, 1, 8, 4, 4),
@@ -135,12 +139,16 @@ PIPE_DEFAULTS = {
 # PIPE_FEW_WAVES rounds of the resident ones: the default tiles of 32 or 64 rows compute 3-6 times
 # the rows there are at Nd = 10. k = 16 on (100000, 10, 100), H200, forward 1.23 / 0.90 / 0.72 ms
 # in `d` / `s` / `h` against 1.43 / 1.25 / 1.33 for the default tiles, adjoint 1.53 / 1.22 in
-# `s` / `h` against 1.63 / 1.26 (`d` adjoints: no gain); at Nd = 50 the default tiles were
+# `s` / `h` against 1.63 / 1.26 (`d` adjoints then: no gain); at Nd = 50 the default tiles were
 # faster (docs/benchmarks.md, eleventh run).
 PIPE_FEW_ROWS = 16
-PIPE_FEW = {("c128", False): (2, 2, 1, 8, 4, 4), ("c64", False): (1, 2, 1, 8, 4, 2),
+#
+# Complex128 adjoints over few rows take a 16-row tile of 3 stages, whose 127 registers and 96 KB
+# of shared memory fit 2 blocks per multiprocessor: 1.661 against 1.703 ms for the default on
+# (100000, 10, 100), k = 16 (eighteenth run).
+PIPE_FEW = {("c128", False): (1, 2, 1, 8, 4, 4), ("c64", False): (1, 2, 1, 8, 4, 2),
             ("c32h", False): (1, 2, 1, 8, 4, 2), ("c64", True): (1, 2, 1, 8, 4, 2),
-            ("c32h", True): (1, 2, 1, 8, 4, 2)}
+            ("c32h", True): (1, 2, 1, 8, 4, 2), ("c128", True): (1, 2, 1, 8, 4, 3)}
 PIPE_FEW_WAVES = 4
 # The split-K count of a tensor-core launch minimises a model of its time,
 #
@@ -166,7 +174,7 @@ PIPE_SPLIT_MODEL = {
 # their splits keep at most this many rows.
 PIPE_MAX_SPLIT_ROWS = {"c128": 2048}
 # rows of one MMA tile (complex128: 8 rows, their real and imaginary parts; TF32: m16)
-_MMA_ROWS = {"c128": 8, "c64": 16, "c32h": 16}
+_MMA_ROWS = {"c128": 16, "c64": 16, "c32h": 16}
 MMA_MAX_KB = 16  # right-hand sides per tensor-core launch (the MMA's N = 2 x 16 real columns)
 # The fewest right-hand sides a tensor-core launch takes, per (storage, adjoint): a launch costs
 # about the same for any kb (it always computes 16 columns), so smaller batches go to the GEMV
@@ -179,7 +187,13 @@ MMA_MAX_KB = 16  # right-hand sides per tensor-core launch (the MMA's N = 2 x 16
 # memory like the complex128 ones (eleventh run): k = 16 on (20000, 50, 500) 1.80 / 2.65 ms in
 # `h` / `s` against 3.59 / 3.72 on the GEMV kernels, and 1.14 / 1.32 against 1.44 / 1.48 on
 # (100000, 10, 100).
-MMA_MIN_KB = {("c128", False): 8, ("c128", True): 8, ("c64", False): 16, ("c64", True): 8,
+#
+# Complex128 forward products take tensor cores from 4 right-hand sides since its MMAs run over
+# 16 rows (k = 4: 2.26 / 0.48 / 0.66 ms on (5000, 100, 1000) / (1000, 100, 1000) /
+# (100000, 10, 100) against 2.88 / 0.62 / 0.97 on the GEMV kernels; eighteenth run). Its
+# adjoints keep 8: at k = 4 they gain as much at Nd = 100 (2.21 against 3.22 ms on
+# (5000, 100, 1000)) but lose at Nd = 10 (1.15 against 0.68 on (100000, 10, 100)).
+MMA_MIN_KB = {("c128", False): 4, ("c128", True): 8, ("c64", False): 16, ("c64", True): 8,
               ("c32h", False): 4, ("c32h", True): 8}
 # Frequency padding of the stored Khat, so that V-wide loads are aligned.
 PAD = {"c128": 2, "c64": 4, "c32h": 8}

@@ -208,8 +208,8 @@ FFTMATVEC_SBGEMVAW_IO(c32h, StoreC32h, 2, 4, 2, 4, 2)
 
 // sbgemmp_<storage>_<input>_<output>_m<MT>_v<V>_w<WR>x<WF>_k<KS>_s<NS>: up to 16 right-hand
 // sides on tensor cores (see sbgemm.cuh): blocks of 32 x (WR x WF) threads own WR x MT row
-// tiles (8 rows for complex128, 16 otherwise) and WF x V frequencies, and stream KS reduction
-// rows per stage, NS stages deep, through PipeTile::BYTES x NS bytes of dynamic shared memory.
+// tiles of 16 rows and WF x V frequencies, and stream KS reduction rows per stage, NS stages
+// deep, through PipeTile::BYTES x NS bytes of dynamic shared memory.
 // NVIDIA sm_80 and newer only: elsewhere these names do not exist and the engine uses the GEMV
 // kernels.
 #if defined(FFTMATVEC_MMA)
@@ -233,7 +233,11 @@ FFTMATVEC_SBGEMVAW_IO(c32h, StoreC32h, 2, 4, 2, 4, 2)
 FFTMATVEC_SBGEMMP_IO(c128, StoreC128, 4, 1, 1, 8, 4, 4)
 FFTMATVEC_SBGEMMP_IO(c128, StoreC128, 2, 2, 2, 4, 4, 4)
 FFTMATVEC_SBGEMMP_IO(c128, StoreC128, 4, 1, 2, 4, 4, 4)
+FFTMATVEC_SBGEMMP_IO(c128, StoreC128, 2, 2, 4, 2, 4, 4)
+FFTMATVEC_SBGEMMP_IO(c128, StoreC128, 2, 1, 4, 4, 4, 4)
+FFTMATVEC_SBGEMMP_IO(c128, StoreC128, 1, 2, 1, 8, 4, 4)
 FFTMATVEC_SBGEMMP_IO(c128, StoreC128, 2, 2, 1, 8, 4, 4)
+FFTMATVEC_SBGEMMP_IO(c128, StoreC128, 1, 2, 1, 8, 4, 3)
 FFTMATVEC_SBGEMMP_IO(c64, StoreC64, 2, 2, 1, 8, 4, 4)
 FFTMATVEC_SBGEMMP_IO(c64, StoreC64, 1, 2, 4, 2, 4, 4)
 FFTMATVEC_SBGEMMP_IO(c64, StoreC64, 1, 2, 1, 8, 4, 2)

@@ -5,9 +5,12 @@
 // its arithmetic outgrows the FMA units: the complex128 product needs 64 GFLOP for a Khat of
 // 8 GB. These kernels run it as real MMAs, a k-step taking 4 complex reduction rows.
 //
-//   complex128 (`d`): DMMA m16n8k4 in float64 (mma_f64_ri): the real and imaginary parts of 8
-//                     rows of Khat are the MMA's 16 rows, times Xr and times Xi of 8
-//                     right-hand sides; the store combines the four products.
+//   complex128 (`d`): DMMA m16n8k8 in float64 (mma_f64_k8): 16 rows of Khat are the MMA's 16
+//                     rows and its 8 reduction columns are the real parts (columns 0-3) and the
+//                     imaginary parts (4-7) of 4 complex reduction rows, so that one MMA by
+//                     [Xr; -Xi] gives Yr and one by [Xi; Xr] gives Yi of 8 right-hand sides.
+//                     The accumulators are Y itself: 16 doubles per lane for 16 rows and 16
+//                     right-hand sides.
 //   complex64, float16: the complex product folded into the reduction,
 //
 //                       [Yr Yi] = [Ar Ai] [[ Xr  Xi]
@@ -40,25 +43,37 @@
 
 #if defined(FFTMATVEC_MMA)
 
-// [Ar; Ai] B on one 16-row MMA: the 8 rows of a tile, real parts in MMA rows 0-7 and imaginary
-// parts in rows 8-15, so that the A fragment (rows g and g + 8, reduction row t) is the complex
-// value as it lies in shared memory, with no register moves. m16n8k4 in float64 is an sm_90
-// instruction and runs there at twice the rate of m8n8k4 (66 against 33 TFLOP/s on an H200,
-// docs/benchmarks.md); elsewhere it is the two m8n8k4 it stands for.
-// d: c0, c1 = (Ar B)[g][2t, 2t + 1]; c2, c3 = (Ai B)[g][2t, 2t + 1].
-__device__ __forceinline__ void mma_f64_ri(double (&d)[4], double2 a, double b) {
+// A (16 rows x 8) B (8 x 8) on one MMA: A's columns t and t + 4 are the real and imaginary parts
+// of Khat at reduction row t, so lane (g, t) holds them as the complex values of rows g (ag)
+// and g + 8 (ag8); b0 and b1 are B's rows t and t + 4 at column g. m16n8k8 in float64 is an
+// sm_90 instruction (66 TFLOP/s on an H200, docs/benchmarks.md); elsewhere it is the four
+// m8n8k4 it stands for (rows g and g + 8, columns 0-3 and 4-7).
+// d: d0, d1 = D[g][2t, 2t + 1]; d2, d3 = D[g + 8][2t, 2t + 1].
+__device__ __forceinline__ void mma_f64_k8(double (&d)[4], double2 ag, double2 ag8, double b0,
+                                           double b1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm("mma.sync.aligned.m16n8k4.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
-      "{%0,%1,%2,%3};"
+  asm("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};"
       : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
-      : "d"(a.x), "d"(a.y), "d"(b));
+      : "d"(ag.x), "d"(ag8.x), "d"(ag.y), "d"(ag8.y), "d"(b0), "d"(b1));
 #else
 #pragma unroll
-  for (int h = 0; h < 2; ++h)
+  for (int h = 0; h < 2; ++h) {
+    const double2 a = h ? ag8 : ag;
     asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};"
         : "+d"(d[2 * h]), "+d"(d[2 * h + 1])
-        : "d"(h ? a.y : a.x), "d"(b));
+        : "d"(a.x), "d"(b0));
+    asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};"
+        : "+d"(d[2 * h]), "+d"(d[2 * h + 1])
+        : "d"(a.y), "d"(b1));
+  }
 #endif
+}
+
+// v with its sign bit flipped where `mask` has it (an integer op: the FP64 units are the
+// tensor cores' pipe).
+__device__ __forceinline__ double flip_sign(double v, unsigned long long mask) {
+  return __longlong_as_double(__double_as_longlong(v) ^ mask);
 }
 
 __device__ __forceinline__ void mma_tf32(float (&d)[4], unsigned a0, unsigned a1, unsigned a2,
@@ -96,22 +111,27 @@ __device__ __forceinline__ unsigned tf32_neg(unsigned v) { return v ^ 0x80000000
 
 // ---- the arithmetic of one k-step (4 complex reduction rows), shared by both kernels --------
 
-// complex128: per 8-row tile, reduction rows t, frequency v and 8 right-hand sides, two MMAs
-// [Ar; Ai] Xr and [Ar; Ai] Xi (mma_f64_ri); the store combines their four products into
-// Y = A X (or A^H X). a[m][v]: Khat at row 8m + g, reduction row t; x[h][v]: right-hand side
-// g + 8h, row t. acc[v][m][n]: n = 0, 1: times Xr of right-hand sides g, g + 8; n = 2, 3: Xi.
+// complex128: per 16-row tile, reduction rows t, frequency v and the 8 right-hand sides of
+// half h, Yr += Ar Xr - s Ai Xi and Yi += Ar Xi + s Ai Xr (s = 1, or -1 for the adjoint's
+// conj(Khat)) as two MMAs, B = [Xr; -s Xi] and [Xi; s Xr]. a[m][j][v]: Khat at row 16m + 8j + g,
+// reduction row t; x[h][v]: right-hand side g + 8h, row t. acc[v][m][2h]: Yr, [2h + 1]: Yi
+// (mma_f64_k8's d). neg_r / neg_i: the sign bit where -s / s is negative.
 template <int MT, int V>
 __device__ __forceinline__ void mma_kstep_f64(double (&acc)[V][MT][4][4],
-                                              const double2 (&a)[MT][V],
-                                              const double2 (&x)[2][V]) {
+                                              const double2 (&a)[MT][2][V],
+                                              const double2 (&x)[2][V],
+                                              unsigned long long neg_r, unsigned long long neg_i) {
 #pragma unroll
   for (int v = 0; v < V; ++v)
 #pragma unroll
-    for (int m = 0; m < MT; ++m) {
-      mma_f64_ri(acc[v][m][0], a[m][v], x[0][v].x);
-      mma_f64_ri(acc[v][m][1], a[m][v], x[1][v].x);
-      mma_f64_ri(acc[v][m][2], a[m][v], x[0][v].y);
-      mma_f64_ri(acc[v][m][3], a[m][v], x[1][v].y);
+    for (int h = 0; h < 2; ++h) {
+      const double xr = x[h][v].x, xi = x[h][v].y;
+      const double br = flip_sign(xi, neg_r), bi = flip_sign(xr, neg_i);
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        mma_f64_k8(acc[v][m][2 * h], a[m][0][v], a[m][1][v], xr, br);
+        mma_f64_k8(acc[v][m][2 * h + 1], a[m][0][v], a[m][1][v], xi, bi);
+      }
     }
 }
 
@@ -189,16 +209,16 @@ struct PipePlace {
 };
 
 // The complex128 accumulators of a block, stored through shared memory (free once the
-// pipeline is drained): Y = A X from the products of mma_kstep_f64, Yr = ArXr - s AiXi,
-// Yi = ArXi + s AiXr, s = 1, or -1 for the adjoint (conj(A)). A lane holds one 16-byte value
-// per (vector, row), so stored directly every lane would write its own 16 bytes; staged as
-// tile[b][row][f] (rows RS = F + 1 apart where that fits: no bank conflicts between the lanes
-// g of one write), the block stores runs of F contiguous frequencies per (vector, row):
-// 8-37 % faster complex128 adjoints with 16 vectors (docs/benchmarks.md, tenth run).
+// pipeline is drained): acc[v][m][2h] and [2h + 1] are Yr and Yi (mma_kstep_f64). A lane holds
+// one 16-byte value per (vector, row), so stored directly every lane would write its own 16
+// bytes; staged as tile[b][row][f] (rows RS = F + 1 apart where that fits: no bank conflicts
+// between the lanes g of one write), the block stores runs of F contiguous frequencies per
+// (vector, row): 8-37 % faster complex128 adjoints with 16 vectors (docs/benchmarks.md, tenth
+// run).
 template <typename TOut, int MT, int V, int R, int F, int RS, int NT>
 __device__ __forceinline__ void mma_store_f64_staged(
     const double (&acc)[V][MT][4][4], unsigned char* smem, TOut* y, i64 y_bstride, i64 nf,
-    i64 n_out, int kb, const PipePlace& p, double sgn) {
+    i64 n_out, int kb, const PipePlace& p) {
   const i64 o_blk = p.o_blk, f_blk = p.f_blk;
   const int g = p.g, t = p.t, wrow = p.wrow, wf = p.wf, tid = p.tid;
   double2* tile = reinterpret_cast<double2*>(smem);
@@ -210,12 +230,10 @@ __device__ __forceinline__ void mma_store_f64_staged(
 #pragma unroll
         for (int h = 0; h < 2; ++h)
 #pragma unroll
-          for (int i = 0; i < 2; ++i) {
-            const double* p = acc[v][m][h];      // Ar Xr, Ai Xr
-            const double* q = acc[v][m][2 + h];  // Ar Xi, Ai Xi
-            const int b = 2 * t + i + 8 * h, row = wrow + 8 * m + g;
+          for (int c = 0; c < 4; ++c) {
+            const int b = 2 * t + (c & 1) + 8 * h, row = wrow + 16 * m + 8 * (c >> 1) + g;
             tile[(b * R + row) * RS + wf + v] =
-                make_double2(p[i] - sgn * q[2 + i], q[i] + sgn * p[2 + i]);
+                make_double2(acc[v][m][2 * h][c], acc[v][m][2 * h + 1][c]);
           }
   }
   __syncthreads();
@@ -314,7 +332,7 @@ __device__ __forceinline__ void zero_fill(A (&acc)[N]) {
 
 // ---- the kernel: tiles staged through shared memory by cp.async, NS stages deep ------------
 //
-// A block owns R = WR x MT x (8 or 16) output rows and F = WF x V frequencies; per stage it
+// A block owns R = WR x MT x 16 output rows and F = WF x V frequencies; per stage it
 // copies KS reduction rows of Khat (R x KS segments of F contiguous frequencies) and of the 16
 // vectors (16 x KS segments) into shared memory with cp.async, NS - 1 stages ahead of the
 // tensor cores, so that enough bytes are in flight to stream Khat at the memory's rate (loading
@@ -457,7 +475,7 @@ __device__ __forceinline__ void sbgemm_pipe_body(
   constexpr bool f64 = sizeof(typename Store::elem) == 16;
   typedef typename Store::real Real;
   typedef typename Complex<Real>::type C;
-  constexpr int RPT = f64 ? 8 : 16;  // rows of an m-tile
+  constexpr int RPT = 16;  // rows of an m-tile
   typedef PipeTile<Store, TIn, RPT, WR, MT, V, WF, KS> Tile;
   unsigned char* smem = reinterpret_cast<unsigned char*>(fftmatvec_dynamic_smem);
 
@@ -478,6 +496,9 @@ __device__ __forceinline__ void sbgemm_pipe_body(
   const i64 r_end = r_begin + red_chunk < n_red ? r_begin + red_chunk : n_red;
   const i64 nsteps = r_end > r_begin ? (r_end - r_begin + KS - 1) / KS : 0;
   const Real sgn = adjoint ? (Real)-1 : (Real)1;  // conj(Khat) for the adjoint: negate Ai
+  // complex128: the sign bits of -sgn and sgn (mma_kstep_f64)
+  const unsigned long long sign_bit = 1ull << 63;
+  const unsigned long long neg_r = adjoint ? 0ull : sign_bit, neg_i = adjoint ? sign_bit : 0ull;
 
   Real acc[V][MT][4][4];
   zero_fill(acc);
@@ -527,11 +548,13 @@ __device__ __forceinline__ void sbgemm_pipe_body(
         for (int v = 0; v < V; ++v) xv[h][v] = ccast<C>(xin[h][v]);
       }
       if constexpr (f64) {
-        double2 a[MT][V];
+        double2 a[MT][2][V];
 #pragma unroll
         for (int m = 0; m < MT; ++m)
-          lds_run<double2, V, Tile::NCH_A, KS>(sa, wrow + 8 * m + g, rl, wf, a[m]);
-        mma_kstep_f64<MT, V>(acc, a, xv);
+#pragma unroll
+          for (int j = 0; j < 2; ++j)
+            lds_run<double2, V, Tile::NCH_A, KS>(sa, wrow + 16 * m + 8 * j + g, rl, wf, a[m][j]);
+        mma_kstep_f64<MT, V>(acc, a, xv, neg_r, neg_i);
       } else {
         float2 a[MT][2][V];
 #pragma unroll
@@ -560,7 +583,7 @@ __device__ __forceinline__ void sbgemm_pipe_body(
                   "the staged store fits the pipeline's shared memory");
     __syncthreads();  // every warp has read its last stage
     mma_store_f64_staged<TOut, MT, V, Tile::R, Tile::F, RS, NT>(acc, smem, y_split, y_bstride, nf,
-                                                                n_out, kb, q, sgn);
+                                                                n_out, kb, q);
   } else {
     const float* fwd_scale = (scale != nullptr && !adjoint) ? scale : nullptr;
     if constexpr (NT <= 256) {
