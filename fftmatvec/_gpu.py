@@ -163,7 +163,9 @@ PIPE_FEW_WAVES = 4
 # of `s` and `h` swept, 16 % of those of `d` (whose times move with the power limit). Its
 # choices were the fastest count timed or within 2 % of it; the old rule (a fixed number of
 # rounds of an estimate of the block slots that left out the registers) took up to 44 % longer
-# (`h`, (1000, 100, 1000): 0.440 against 0.306 ms).
+# (`h`, (1000, 100, 1000): 0.440 against 0.306 ms). The complex128 fit predates its 16-row
+# MMAs (eighteenth run) and was not refitted: on the four sizes its choices for the new default
+# were the fastest of the split-K counts swept or within 1.5 % of them.
 PIPE_SPLIT_MODEL = {
     ("c128", False): (0.1505, 0.0, 1.134), ("c128", True): (0.1495, 8.01, 0.297),
     ("c64", False): (0.2347, 0.0, 1.592), ("c64", True): (0.1616, 22.73, 0.0),
