@@ -190,13 +190,17 @@ MMA_MAX_KB = 16  # right-hand sides per tensor-core launch (the MMA's N = 2 x 16
 # `h` / `s` against 3.59 / 3.72 on the GEMV kernels, and 1.14 / 1.32 against 1.44 / 1.48 on
 # (100000, 10, 100).
 #
-# Complex128 forward products take tensor cores from 4 right-hand sides since its MMAs run over
-# 16 rows (k = 4: 2.26 / 0.48 / 0.66 ms on (5000, 100, 1000) / (1000, 100, 1000) /
-# (100000, 10, 100) against 2.88 / 0.62 / 0.97 on the GEMV kernels; eighteenth run). Its
-# adjoints keep 8: at k = 4 they gain as much at Nd = 100 (2.21 against 3.22 ms on
-# (5000, 100, 1000)) but lose at Nd = 10 (1.15 against 0.68 on (100000, 10, 100)).
-MMA_MIN_KB = {("c128", False): 4, ("c128", True): 8, ("c64", False): 16, ("c64", True): 8,
+# Complex128 takes tensor cores from 4 right-hand sides since its MMAs run over 16 rows. k = 4,
+# eighteenth run: forward 2.26 / 0.48 / 0.66 ms on (5000, 100, 1000) / (1000, 100, 1000) /
+# (100000, 10, 100) against 2.88 / 0.62 / 0.97 on the GEMV kernels; adjoint 2.21 / 0.48 / 2.61 /
+# 1.92 on (5000, 100, 1000) / (1000, 100, 1000) / (20000, 50, 500) / (20000, 32, 500) against
+# 3.22 / 0.68 / 3.45 / 2.28. Adjoints over fewer than MMA_FEW_RED reduction rows, whose k-steps
+# are few and stores many, keep MMA_FEW_MIN_KB: k = 4 took 1.15 against 0.68 ms on
+# (100000, 10, 100), 1.47 against 1.17 on (20000, 17, 500).
+MMA_MIN_KB = {("c128", False): 4, ("c128", True): 4, ("c64", False): 16, ("c64", True): 8,
               ("c32h", False): 4, ("c32h", True): 8}
+MMA_FEW_MIN_KB = {("c128", True): 8}
+MMA_FEW_RED = 32
 # Frequency padding of the stored Khat, so that V-wide loads are aligned.
 PAD = {"c128": 2, "c64": 4, "c32h": 8}
 _ELEM_BYTES = {"c128": 16, "c64": 8, "c32h": 4}
@@ -477,7 +481,7 @@ class KernelEngine:
         n_out, n_red = (self.nm, self.nd) if adjoint else (self.nd, self.nm)
         plan = []
         remaining = k
-        mma_min = self._mma_min_kb(adjoint)
+        mma_min = self._mma_min_kb(adjoint, n_red)
         tile, _ = self._pipe_tile(n_out, n_red, adjoint)
         if mma_min is not None and self.pipe_smem(tile, in_dtype) > self.smem_per_block:
             mma_min = None  # a device with less shared memory per block than the tile needs
@@ -492,11 +496,12 @@ class KernelEngine:
         self._plans[key] = plan
         return plan
 
-    def _mma_min_kb(self, adjoint: bool = False) -> int | None:
+    def _mma_min_kb(self, adjoint: bool = False, n_red: int | None = None) -> int | None:
         """The fewest right-hand sides a tensor-core launch takes, or None when that kernel is
         not used. It exists on NVIDIA sm_80 and newer and by default serves launches of at least
-        ``MMA_MIN_KB`` right-hand sides in either direction. ``FFTMATVEC_MMA=0`` never uses
-        it, ``=1`` uses it for every launch, both directions, down to one right-hand side."""
+        ``MMA_MIN_KB`` right-hand sides in either direction (``MMA_FEW_MIN_KB`` over fewer
+        than ``MMA_FEW_RED`` reduction rows ``n_red``). ``FFTMATVEC_MMA=0`` never uses it, ``=1``
+        uses it for every launch, both directions, down to one right-hand side."""
         mode = _switch("FFTMATVEC_MMA")
         if mode == "0":
             return None
@@ -506,7 +511,12 @@ class KernelEngine:
                     "FFTMATVEC_MMA=1, but this device has no tensor-core kernels "
                     "(NVIDIA sm_80 or newer)")
             return None
-        return 1 if mode == "1" else MMA_MIN_KB[(self.store, bool(adjoint))]
+        if mode == "1":
+            return 1
+        key = (self.store, bool(adjoint))
+        if n_red is not None and n_red < MMA_FEW_RED and key in MMA_FEW_MIN_KB:
+            return MMA_FEW_MIN_KB[key]
+        return MMA_MIN_KB[key]
 
     def _pipe_name(self, tile, in_dtype, out_dtype) -> str:
         mt, v, wr, wf, ks, ns = tile

@@ -58,14 +58,22 @@ def test_staged_choice(monkeypatch, store, kb, n_red, adjoint, expected):
                                       ("c32h", 100), ("c32h", 50)])
 def test_tensor_core_choice(monkeypatch, has_mma, adjoint, store, nd):
     """Tensor cores serve batches of a storage's MMA_MIN_KB or more right-hand sides, in both
-    directions and at any Nd, by default; every launch with FFTMATVEC_MMA=1 (an error where the
-    device has none); nothing with =0."""
-    from fftmatvec._gpu import MMA_MIN_KB
+    directions and at any Nd, by default (MMA_FEW_MIN_KB over fewer than MMA_FEW_RED reduction
+    rows); every launch with FFTMATVEC_MMA=1 (an error where the device has none); nothing with
+    =0."""
+    from fftmatvec._gpu import MMA_FEW_MIN_KB, MMA_FEW_RED, MMA_MIN_KB
 
     engine = SimpleNamespace(_sm80_kernels=lambda: has_mma, store=store, nd=nd)
     monkeypatch.delenv("FFTMATVEC_MMA", raising=False)
     expected = MMA_MIN_KB[(store, adjoint)] if has_mma else None
     assert KernelEngine._mma_min_kb(engine, adjoint) == expected
+    n_red = nd if adjoint else 5000
+    if has_mma and n_red < MMA_FEW_RED:
+        expected = MMA_FEW_MIN_KB.get((store, adjoint), expected)
+    assert KernelEngine._mma_min_kb(engine, adjoint, n_red) == expected
+    if has_mma and (store, adjoint) == ("c128", True):
+        assert KernelEngine._mma_min_kb(engine, adjoint, 17) == 8
+        assert KernelEngine._mma_min_kb(engine, adjoint, 32) == 4
     monkeypatch.setenv("FFTMATVEC_MMA", "0")
     assert KernelEngine._mma_min_kb(engine, adjoint) is None
     monkeypatch.setenv("FFTMATVEC_MMA", "1")
