@@ -175,7 +175,7 @@ PIPE_SPLIT_MODEL = {
 # says (k = 16, Nd = 10: one round of 10000-row splits 1.52 ms, five of 2084 rows 1.43 ms), so
 # their splits keep at most this many rows.
 PIPE_MAX_SPLIT_ROWS = {"c128": 2048}
-# rows of one MMA tile (complex128: 8 rows, their real and imaginary parts; TF32: m16)
+# rows of one MMA tile (m16 in every storage)
 _MMA_ROWS = {"c128": 16, "c64": 16, "c32h": 16}
 MMA_MAX_KB = 16  # right-hand sides per tensor-core launch (the MMA's N = 2 x 16 real columns)
 # The fewest right-hand sides a tensor-core launch takes, per (storage, adjoint): a launch costs
