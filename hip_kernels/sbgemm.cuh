@@ -115,7 +115,8 @@ __device__ __forceinline__ unsigned tf32_neg(unsigned v) { return v ^ 0x80000000
 // half h, Yr += Ar Xr - s Ai Xi and Yi += Ar Xi + s Ai Xr (s = 1, or -1 for the adjoint's
 // conj(Khat)) as two MMAs, B = [Xr; -s Xi] and [Xi; s Xr]. a[m][j][v]: Khat at row 16m + 8j + g,
 // reduction row t; x[h][v]: right-hand side g + 8h, row t. acc[v][m][2h]: Yr, [2h + 1]: Yi
-// (mma_f64_k8's d). neg_r / neg_i: the sign bit where -s / s is negative.
+// (mma_f64_k8's d). neg_r / neg_i: the sign bit where -s / s is negative (both passed: deriving
+// one from the other here made the 127-register few-row tile spill).
 template <int MT, int V>
 __device__ __forceinline__ void mma_kstep_f64(double (&acc)[V][MT][4][4],
                                               const double2 (&a)[MT][2][V],
