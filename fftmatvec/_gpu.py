@@ -121,6 +121,8 @@ PIPE_TILES = {
              (2, 1, 4, 4, 4, 4), (1, 2, 1, 8, 4, 4), (2, 2, 1, 8, 4, 4), (1, 2, 1, 8, 4, 3)],
     "c64": [(2, 2, 1, 8, 4, 4), (1, 2, 4, 2, 4, 4), (1, 2, 1, 8, 4, 2)],
     "c32h": [(2, 2, 2, 8, 4, 4), (2, 4, 1, 8, 4, 4), (1, 2, 1, 8, 4, 2)],
+    # complex64 storage on FP64 tensor cores (DMMA_C64_ARCHS)
+    "c64dmma": [(2, 2, 2, 4, 4, 4), (1, 2, 1, 8, 4, 3), (1, 2, 1, 8, 4, 4), (2, 2, 1, 8, 4, 4)],
 }
 # The defaults per (storage, adjoint), from the tile sweeps on an H200 (docs/benchmarks.md: fourth
 # run; complex128 eighteenth run, after its MMAs became m16n8k8 over 16 rows whose accumulators
@@ -129,11 +131,27 @@ PIPE_TILES = {
 # (4, 1, 1, 8, 4, 4) owns 64 rows x 8 frequencies, and was the fastest or within 1.5 % of it on
 # the four sizes both ways (k = 16: 2.549 / 3.036 ms on (5000, 100, 1000), 2.707 / 3.013 on
 # (20000, 50, 500), against 3.018 / 3.294 and 3.148 / 3.529 for the 32-row tiles before).
+# Complex64 on DMMA (nineteenth run), k = 16: forward (2, 2, 2, 4, 4, 4), 64 rows x 8
+# frequencies in a block of 2 x 4 warps, the fastest or within 2.5 % of the best tile swept on
+# the three sizes of Nd >= 50 (2.19 / 2.13 / 0.46 ms); adjoint the 3-stage 16-row tile, whose
+# 122-126 registers fit two blocks per multiprocessor, the fastest or within 0.6 % of it on all
+# four (2.35 / 2.68 / 0.46 / 1.41-1.49 ms); TF32 took 2.38 / 2.37 forward and 2.38 / 3.04
+# adjoint on (5000, 100, 1000) / (20000, 50, 500).
 PIPE_DEFAULTS = {
     ("c128", False): (4, 1, 1, 8, 4, 4), ("c128", True): (4, 1, 1, 8, 4, 4),
     ("c64", False): (2, 2, 1, 8, 4, 4), ("c64", True): (2, 2, 1, 8, 4, 4),
     ("c32h", False): (2, 2, 2, 8, 4, 4), ("c32h", True): (2, 4, 1, 8, 4, 4),
+    ("c64dmma", False): (2, 2, 2, 4, 4, 4), ("c64dmma", True): (1, 2, 1, 8, 4, 3),
 }
+# Complex64 storage runs its tensor-core kernels on FP64 MMAs on these architectures
+# (``c64dmma``: the complex128 kernel's m16n8k8 DMMAs on Khat and the vectors converted to
+# float64, which is exact, summed in float64), elsewhere on 3xTF32; FFTMATVEC_DMMA_C64=0|1
+# overrides. On an H200 the TF32 kernel is held by its instructions (three MMAs, the splits and
+# the float32 sums per k-step), the DMMA one by its MMAs at 58 % of their peak rate: k = 16,
+# 4-10 % faster on the four sizes both ways, and its errors those of complex64 storage alone
+# (nineteenth run). Not measured elsewhere: sm_80's FP64 tensor cores run at 1/8 of its TF32
+# rate, an H200's at 1/7.5 of its dense TF32 (wgmma) rate.
+DMMA_C64_ARCHS = ("sm_90",)
 # Forward products with at most PIPE_FEW_ROWS outputs (Nd), and `s` and `h` adjoints over at most
 # that many reduction rows, take a tile of 16 rows, and split the reduction until the blocks fill
 # PIPE_FEW_WAVES rounds of the resident ones: the default tiles of 32 or 64 rows compute 3-6 times
@@ -148,7 +166,8 @@ PIPE_FEW_ROWS = 16
 # (100000, 10, 100), k = 16 (eighteenth run).
 PIPE_FEW = {("c128", False): (1, 2, 1, 8, 4, 4), ("c64", False): (1, 2, 1, 8, 4, 2),
             ("c32h", False): (1, 2, 1, 8, 4, 2), ("c64", True): (1, 2, 1, 8, 4, 2),
-            ("c32h", True): (1, 2, 1, 8, 4, 2), ("c128", True): (1, 2, 1, 8, 4, 3)}
+            ("c32h", True): (1, 2, 1, 8, 4, 2), ("c128", True): (1, 2, 1, 8, 4, 3),
+            ("c64dmma", False): (1, 2, 1, 8, 4, 3), ("c64dmma", True): (1, 2, 1, 8, 4, 3)}
 PIPE_FEW_WAVES = 4
 # The split-K count of a tensor-core launch minimises a model of its time,
 #
@@ -171,12 +190,17 @@ PIPE_SPLIT_MODEL = {
     ("c64", False): (0.2347, 0.0, 1.592), ("c64", True): (0.1616, 22.73, 0.0),
     ("c32h", False): (0.2424, 0.0, 2.105), ("c32h", True): (0.3584, 46.66, 0.0),
 }
+# Complex64 on DMMA takes the complex128 fit (the same MMAs per row): with its split-K counts
+# each default tile was the fastest of that tile at the rounds swept (1, 2, 4, 8) or within 1 %
+# of it (nineteenth run).
+PIPE_SPLIT_MODEL[("c64dmma", False)] = PIPE_SPLIT_MODEL[("c128", False)]
+PIPE_SPLIT_MODEL[("c64dmma", True)] = PIPE_SPLIT_MODEL[("c128", True)]
 # The complex128 launches run slower per row in splits of many thousand rows than the model
 # says (k = 16, Nd = 10: one round of 10000-row splits 1.52 ms, five of 2084 rows 1.43 ms), so
 # their splits keep at most this many rows.
-PIPE_MAX_SPLIT_ROWS = {"c128": 2048}
+PIPE_MAX_SPLIT_ROWS = {"c128": 2048, "c64dmma": 2048}
 # rows of one MMA tile (m16 in every storage)
-_MMA_ROWS = {"c128": 16, "c64": 16, "c32h": 16}
+_MMA_ROWS = {"c128": 16, "c64": 16, "c32h": 16, "c64dmma": 16}
 MMA_MAX_KB = 16  # right-hand sides per tensor-core launch (the MMA's N = 2 x 16 real columns)
 # The fewest right-hand sides a tensor-core launch takes, per (storage, adjoint): a launch costs
 # about the same for any kb (it always computes 16 columns), so smaller batches go to the GEMV
@@ -197,9 +221,16 @@ MMA_MAX_KB = 16  # right-hand sides per tensor-core launch (the MMA's N = 2 x 16
 # 3.22 / 0.68 / 3.45 / 2.28. Adjoints over fewer than MMA_FEW_RED reduction rows, whose k-steps
 # are few and stores many, keep MMA_FEW_MIN_KB: k = 4 took 1.15 against 0.68 ms on
 # (100000, 10, 100), 1.47 against 1.17 on (20000, 17, 500).
+#
+# Complex64 on DMMA (nineteenth run): forward k = 8 took 2.14 / 2.05 / 0.45 / 0.57 ms on
+# (5000, 100, 1000) / (20000, 50, 500) / (1000, 100, 1000) / (100000, 10, 100) against 2.34 /
+# 2.33 / 0.52 / 0.87 on the GEMV kernels, and k = 4 lost on three of them; adjoints at k = 8 were
+# within 4 % of the GEMV kernels at Nd >= 50 and lost at Nd = 10 (0.90 against 0.83 ms), where
+# k = 16 gains (1.41-1.49 against 1.84).
 MMA_MIN_KB = {("c128", False): 4, ("c128", True): 4, ("c64", False): 16, ("c64", True): 8,
-              ("c32h", False): 4, ("c32h", True): 8}
-MMA_FEW_MIN_KB = {("c128", True): 8}
+              ("c32h", False): 4, ("c32h", True): 8,
+              ("c64dmma", False): 8, ("c64dmma", True): 8}
+MMA_FEW_MIN_KB = {("c128", True): 8, ("c64dmma", True): 16}
 MMA_FEW_RED = 32
 # Frequency padding of the stored Khat, so that V-wide loads are aligned.
 PAD = {"c128": 2, "c64": 4, "c32h": 8}
@@ -402,6 +433,18 @@ class KernelEngine:
         self.smem_per_block = int(props.get("sharedMemPerBlockOptin", 0)) or 227 * 1024
         self.threads_per_sm = int(props.get("maxThreadsPerMultiProcessor", 0)) or 2048
         self.regs_per_sm = int(props.get("regsPerMultiprocessor", 0)) or 65536
+        self.arch = backend.device_arch()
+
+    @property
+    def pipe_store(self) -> str:
+        """The storage name of the tensor-core kernels and their tables: ``c64dmma`` for
+        complex64 storage on FP64 MMAs (by default on :data:`DMMA_C64_ARCHS`;
+        ``FFTMATVEC_DMMA_C64=0`` / ``=1`` never / always), else :attr:`store`."""
+        if self.store != "c64":
+            return self.store
+        mode = _switch("FFTMATVEC_DMMA_C64")
+        dmma = self.arch in DMMA_C64_ARCHS if mode == "auto" else mode == "1"
+        return "c64dmma" if dmma else "c64"
 
     @property
     def nbytes(self) -> int:
@@ -513,20 +556,20 @@ class KernelEngine:
             return None
         if mode == "1":
             return 1
-        key = (self.store, bool(adjoint))
+        key = (self.pipe_store, bool(adjoint))
         if n_red is not None and n_red < MMA_FEW_RED and key in MMA_FEW_MIN_KB:
             return MMA_FEW_MIN_KB[key]
         return MMA_MIN_KB[key]
 
     def _pipe_name(self, tile, in_dtype, out_dtype) -> str:
         mt, v, wr, wf, ks, ns = tile
-        return (f"sbgemmp_{self.store}_{_CPLX_SUFFIX[np.dtype(in_dtype)]}_"
+        return (f"sbgemmp_{self.pipe_store}_{_CPLX_SUFFIX[np.dtype(in_dtype)]}_"
                 f"{_CPLX_SUFFIX[np.dtype(out_dtype)]}_m{mt}_v{v}_w{wr}x{wf}_k{ks}_s{ns}")
 
     def pipe_smem(self, tile, in_dtype) -> int:
         """Bytes of shared memory of a pipelined launch with ``tile`` = (MT, V, WR, WF, KS, NS)."""
         mt, v, wr, wf, ks, ns = tile
-        rows = _MMA_ROWS[self.store] * mt * wr
+        rows = _MMA_ROWS[self.pipe_store] * mt * wr
         freqs = wf * v
         per_stage = ks * freqs * (rows * self.data.itemsize + 16 * np.dtype(in_dtype).itemsize)
         return per_stage * ns
@@ -546,14 +589,15 @@ class KernelEngine:
             if waves is None:
                 waves = few_waves
         tile = tuple(tile)
-        if tile not in PIPE_TILES[self.store]:
-            raise ValueError(f"pipelined tile {tile} is not compiled for {self.store}")
+        store = self.pipe_store
+        if tile not in PIPE_TILES[store]:
+            raise ValueError(f"pipelined tile {tile} is not compiled for {store}")
         mt, v, wr, wf, ks, _ = tile
         smem = self.pipe_smem(tile, in_dtype)
         if smem > self.smem_per_block:
             raise ValueError(f"pipelined tile {tile} needs {smem} bytes of shared memory, "
                              f"the device allows {self.smem_per_block} per block")
-        rows = _MMA_ROWS[self.store] * mt * wr
+        rows = _MMA_ROWS[self.pipe_store] * mt * wr
         base = math.ceil(n_out / rows) * math.ceil(self.nf / (wf * v))
         threads = 32 * wr * wf
         # the split kernel writes partial sums in the compute dtype: its registers decide
@@ -567,8 +611,8 @@ class KernelEngine:
         else:
             splits = pipe_split_count(base, resident, n_red, ks, max_splits,
                                       kb * n_out * self.nf * self.compute.itemsize,
-                                      PIPE_SPLIT_MODEL[(self.store, bool(adjoint))],
-                                      PIPE_MAX_SPLIT_ROWS.get(self.store))
+                                      PIPE_SPLIT_MODEL[(store, bool(adjoint))],
+                                      PIPE_MAX_SPLIT_ROWS.get(store))
         splits, red_chunk = _split_k(splits, n_red, ks)
         name = self._pipe_name(tile, in_dtype, self.compute if splits > 1 else out_dtype)
         # Adjoints whose row tiles outnumber the resident blocks take the frequency tiles of a
@@ -587,10 +631,11 @@ class KernelEngine:
         """(tile, rounds of resident blocks its split-K fills, or None for the fitted model) of
         a tensor-core launch: the 16-row tile of ``PIPE_FEW`` for few outputs (forward) or few
         reduction rows (adjoint), else the storage's default."""
-        few = PIPE_FEW.get((self.store, bool(adjoint)))
+        store = self.pipe_store
+        few = PIPE_FEW.get((store, bool(adjoint)))
         if few is not None and (n_red if adjoint else n_out) <= PIPE_FEW_ROWS:
             return few, PIPE_FEW_WAVES
-        return PIPE_DEFAULTS[(self.store, bool(adjoint))], None
+        return PIPE_DEFAULTS[(store, bool(adjoint))], None
 
     def resident_blocks(self, name: str | None, threads: int, smem: int) -> int:
         """Blocks of kernel ``name`` (``threads`` threads, ``smem`` bytes of dynamic shared

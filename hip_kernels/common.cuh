@@ -98,6 +98,7 @@ struct StoreC128 {
   typedef double2 elem;
   typedef double real;
   static constexpr int PAD = 2;
+  static constexpr bool f64_mma = true;  // tensor-core kernels on FP64 MMAs (sbgemm.cuh)
   __device__ static __forceinline__ double2 expand(elem v) { return v; }  // to the compute type
   template <int V>
   __device__ static __forceinline__ void load(const elem* p, double2 (&c)[V]) {
@@ -110,6 +111,7 @@ struct StoreC64 {
   typedef float real;
   static constexpr int PAD = 4;
   static constexpr bool exact_tf32 = false;  // TF32 kernels split a float32 value in two
+  static constexpr bool f64_mma = false;     // tensor-core kernels on TF32 MMAs
   __device__ static __forceinline__ float2 expand(elem v) { return v; }
   template <int V>
   __device__ static __forceinline__ void load(const elem* p, float2 (&c)[V]) {
@@ -126,11 +128,18 @@ struct StoreC64 {
     }
   }
 };
+// Complex64 storage whose tensor-core kernels run on FP64 MMAs (sbgemm.cuh): its values are
+// exact in float64. Kernel names `c64dmma`; the engine takes them on sm_90 (fftmatvec/_gpu.py:
+// DMMA_C64_ARCHS).
+struct StoreC64Dmma : StoreC64 {
+  static constexpr bool f64_mma = true;
+};
 struct StoreC32h {
   typedef unsigned int elem;
   typedef float real;
   static constexpr int PAD = 8;
   static constexpr bool exact_tf32 = true;  // a float16 value is exact in TF32
+  static constexpr bool f64_mma = false;
   __device__ static __forceinline__ float2 expand(elem v) { return unpack_half2(v); }
   template <int V>
   __device__ static __forceinline__ void load(const elem* p, float2 (&c)[V]) {

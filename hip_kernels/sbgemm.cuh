@@ -19,8 +19,12 @@
 //                     8 real reduction rows per k-step (the Ar and the Ai columns come from the
 //                     same complex value of Khat), and the 16 right-hand sides as N = 32 real
 //                     columns: [Yr of b 0-7 | Yr of b 8-15 | Yi of b 0-7 | Yi of b 8-15].
-//   complex64  (`s`): TF32 m16n8k8, operands split hi + lo ("3xTF32": A_hi B_hi + A_hi B_lo +
-//                     A_lo B_hi), each k-step's sum added in float32 FMA units (below).
+//   complex64  (`s`): either the complex128 kernel's DMMAs on the values converted to float64
+//                     (exact), summed in float64 (`c64dmma`: 4-10 % faster on an H200 than
+//                     TF32, docs/benchmarks.md, nineteenth run; the conversions run on the XU
+//                     pipe, not the FP64 one), or TF32 m16n8k8 with the operands split hi + lo
+//                     ("3xTF32": A_hi B_hi + A_hi B_lo + A_lo B_hi), each k-step's sum added in
+//                     float32 FMA units (below): GPUs whose FP64 tensor cores are slow.
 //   float16    (`h`): TF32 m16n8k8; float16 values are exact in TF32, so only X is split
 //                     (2 MMAs); the float32 scales are applied to Y (forward), or come applied
 //                     to X (adjoint: see sbgemv.cuh).
@@ -42,6 +46,10 @@
 #include "common.cuh"
 
 #if defined(FFTMATVEC_MMA)
+
+// Select<B, T, U>::type: T where B holds, else U (no <type_traits> under the run-time compilers)
+template <bool B, typename T, typename U> struct Select { typedef T type; };
+template <typename T, typename U> struct Select<false, T, U> { typedef U type; };
 
 // A (16 rows x 8) B (8 x 8) on one MMA: A's columns t and t + 4 are the real and imaginary parts
 // of Khat at reduction row t, so lane (g, t) holds them as the complex values of rows g (ag)
@@ -209,40 +217,50 @@ struct PipePlace {
   bool busy;
 };
 
-// The complex128 accumulators of a block, stored through shared memory (free once the
+// The float64 accumulators of a block, stored through shared memory (free once the
 // pipeline is drained): acc[v][m][2h] and [2h + 1] are Yr and Yi (mma_kstep_f64). A lane holds
 // one 16-byte value per (vector, row), so stored directly every lane would write its own 16
 // bytes; staged as tile[b][row][f] (rows RS = F + 1 apart where that fits: no bank conflicts
 // between the lanes g of one write), the block stores runs of F contiguous frequencies per
 // (vector, row): 8-37 % faster complex128 adjoints with 16 vectors (docs/benchmarks.md, tenth
-// run).
-template <typename TOut, int MT, int V, int R, int F, int RS, int NT>
+// run). NB vectors at a time: 16, or 8 in two passes where the tile of 16 would not fit the
+// pipeline's shared memory (complex64 storage, whose stages are smaller).
+template <typename TOut, int MT, int V, int R, int F, int RS, int NT, int NB>
 __device__ __forceinline__ void mma_store_f64_staged(
     const double (&acc)[V][MT][4][4], unsigned char* smem, TOut* y, i64 y_bstride, i64 nf,
     i64 n_out, int kb, const PipePlace& p) {
   const i64 o_blk = p.o_blk, f_blk = p.f_blk;
   const int g = p.g, t = p.t, wrow = p.wrow, wf = p.wf, tid = p.tid;
   double2* tile = reinterpret_cast<double2*>(smem);
-  if (p.busy) {
 #pragma unroll
-    for (int v = 0; v < V; ++v)
+  for (int q = 0; q < 16 / NB; ++q) {  // vectors NB q .. NB q + NB - 1
+    if (q * NB >= kb) break;          // uniform: kb is a kernel argument
+    if (q > 0) __syncthreads();       // the first pass's tile has been stored
+    if (p.busy) {
 #pragma unroll
-      for (int m = 0; m < MT; ++m)
+      for (int v = 0; v < V; ++v)
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
+        for (int m = 0; m < MT; ++m)
 #pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            const int b = 2 * t + (c & 1) + 8 * h, row = wrow + 16 * m + 8 * (c >> 1) + g;
-            tile[(b * R + row) * RS + wf + v] =
-                make_double2(acc[v][m][2 * h][c], acc[v][m][2 * h + 1][c]);
+          for (int h = 0; h < 2; ++h) {
+            if (NB == 8 && h != q) continue;
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+              const int b = 2 * t + (c & 1) + 8 * h - NB * q,
+                        row = wrow + 16 * m + 8 * (c >> 1) + g;
+              tile[(b * R + row) * RS + wf + v] =
+                  make_double2(acc[v][m][2 * h][c], acc[v][m][2 * h + 1][c]);
+            }
           }
-  }
-  __syncthreads();
-  for (int e = tid; e < 16 * R * F; e += NT) {
-    const int f = e % F, row = (e / F) % R, b = e / (F * R);
-    const i64 o = o_blk + row, ff = f_blk + f;
-    if (b < kb && o < n_out && ff < nf)
-      y[(i64)b * y_bstride + o * nf + ff] = ccast<TOut>(tile[(b * R + row) * RS + f]);
+    }
+    __syncthreads();
+    for (int e = tid; e < NB * R * F; e += NT) {
+      const int f = e % F, row = (e / F) % R, b = e / (F * R);
+      const i64 o = o_blk + row, ff = f_blk + f;
+      if (NB * q + b < kb && o < n_out && ff < nf)
+        y[(i64)(NB * q + b) * y_bstride + o * nf + ff] =
+            ccast<TOut>(tile[(b * R + row) * RS + f]);
+    }
   }
 }
 
@@ -473,8 +491,8 @@ __device__ __forceinline__ void sbgemm_pipe_body(
     const TIn* __restrict__ x, TOut* __restrict__ y, i64 nf, i64 nfp, i64 n_out, i64 n_red,
     i64 so, i64 sr, int fsh, i64 sb, int adjoint, i64 red_chunk, int kb, i64 x_bstride,
     i64 y_bstride, i64 y_split_stride, int freq_major) {
-  constexpr bool f64 = sizeof(typename Store::elem) == 16;
-  typedef typename Store::real Real;
+  constexpr bool f64 = Store::f64_mma;  // complex128, and complex64 as c64dmma
+  typedef typename Select<f64, double, typename Store::real>::type Real;
   typedef typename Complex<Real>::type C;
   constexpr int RPT = 16;  // rows of an m-tile
   typedef PipeTile<Store, TIn, RPT, WR, MT, V, WF, KS> Tile;
@@ -553,8 +571,17 @@ __device__ __forceinline__ void sbgemm_pipe_body(
 #pragma unroll
         for (int m = 0; m < MT; ++m)
 #pragma unroll
-          for (int j = 0; j < 2; ++j)
-            lds_run<double2, V, Tile::NCH_A, KS>(sa, wrow + 16 * m + 8 * j + g, rl, wf, a[m][j]);
+          for (int j = 0; j < 2; ++j) {
+            if constexpr (sizeof(EA) == 16) {
+              lds_run<double2, V, Tile::NCH_A, KS>(sa, wrow + 16 * m + 8 * j + g, rl, wf,
+                                                   a[m][j]);
+            } else {  // complex64 storage, exact in float64
+              EA raw[V];
+              lds_run<EA, V, Tile::NCH_A, KS>(sa, wrow + 16 * m + 8 * j + g, rl, wf, raw);
+#pragma unroll
+              for (int v = 0; v < V; ++v) a[m][j][v] = ccast<double2>(Store::expand(raw[v]));
+            }
+          }
         mma_kstep_f64<MT, V>(acc, a, xv, neg_r, neg_i);
       } else {
         float2 a[MT][2][V];
@@ -579,12 +606,14 @@ __device__ __forceinline__ void sbgemm_pipe_body(
   const PipePlace q = {o_blk, f_blk, g, t, wrow, wf, tid, busy};
   TOut* y_split = y + (i64)blockIdx.y * y_split_stride;
   if constexpr (f64) {  // a lane's outputs are one 16-byte value per (vector, row): stage them
-    constexpr int RS = 16 * Tile::R * (Tile::F + 1) * 16 <= NS * Tile::BYTES ? Tile::F + 1 : Tile::F;
-    static_assert(16 * Tile::R * RS * 16 <= NS * Tile::BYTES,
+    // all 16 vectors at once where they fit the pipeline's shared memory, else 8 at a time
+    constexpr int NB = 16 * Tile::R * Tile::F * 16 <= NS * Tile::BYTES ? 16 : 8;
+    constexpr int RS = NB * Tile::R * (Tile::F + 1) * 16 <= NS * Tile::BYTES ? Tile::F + 1 : Tile::F;
+    static_assert(NB * Tile::R * RS * 16 <= NS * Tile::BYTES,
                   "the staged store fits the pipeline's shared memory");
     __syncthreads();  // every warp has read its last stage
-    mma_store_f64_staged<TOut, MT, V, Tile::R, Tile::F, RS, NT>(acc, smem, y_split, y_bstride, nf,
-                                                                n_out, kb, q);
+    mma_store_f64_staged<TOut, MT, V, Tile::R, Tile::F, RS, NT, NB>(acc, smem, y_split, y_bstride,
+                                                                    nf, n_out, kb, q);
   } else {
     const float* fwd_scale = (scale != nullptr && !adjoint) ? scale : nullptr;
     if constexpr (NT <= 256) {

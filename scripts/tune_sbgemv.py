@@ -121,7 +121,7 @@ def main(argv=None) -> int:
                                 rows.append((t, f"staged rt={rt} v={v} ty={ty} threads/SM={tps}", la))
                     eng.staged_threads_per_sm = None
                 if k > 1 and eng._mma_min_kb() is not None:  # the tensor-core kernel
-                    for tile in PIPE_TILES[eng.store]:
+                    for tile in PIPE_TILES[eng.pipe_store]:
                         for waves in (1, 2, 4, 8):
                             eng.pipe_waves = waves
                             la = eng._launch_pipe(k, n_out, n_red, x.dtype, np.complex128, tile=tile, adjoint=adjoint)
@@ -148,7 +148,7 @@ def main(argv=None) -> int:
                     for sp, la in launches.items():
                         t = best_t[sp]
                         rows.append((t, f"mma default splits={sp}", la))
-                        points.append({"case": (size, st, adjoint), "store": eng.store, "adjoint": adjoint,
+                        points.append({"case": (size, st, adjoint), "store": eng.pipe_store, "adjoint": adjoint,
                                        "ms": t * 1e3, "splits": la.splits, "chunk": la.red_chunk,
                                        "base": la.grid[0], "resident": la.resident,
                                        "partial_bytes": k * n_out * F.nf * eng.compute.itemsize,

@@ -201,24 +201,32 @@ def test_async_tiles(rng, shape, store, adjoint):
 
 @pytest.mark.parametrize("shape", [(45, 77, 150), (100, 23, 1000), (3, 300, 20), (1, 37, 40),
                                    (37, 1, 40), (130, 9, 64)], ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("store", ["d", "s", "h"])
+@pytest.mark.parametrize("store", ["d", "s-tf32", "s-dmma", "h"])
 @pytest.mark.parametrize("adjoint", [False, True], ids=["fwd", "adj"])
-def test_pipe_tiles(rng, shape, store, adjoint):
+def test_pipe_tiles(rng, monkeypatch, shape, store, adjoint):
     """Every compiled tile of the pipelined tensor-core kernel, with 1, 5 and 16 right-hand
     sides, with and without split-K, in and out in both precisions, both directions, against
-    the float64 product (zero-filled tails: rows, reduction rows, frequencies, vectors)."""
+    the float64 product (zero-filled tails: rows, reduction rows, frequencies, vectors).
+    Complex64 storage on both of its kernels, TF32 and DMMA."""
     cp = backend.cupy
     from fftmatvec._gpu import PIPE_TILES
 
+    store, _, mma = store.partition("-")
+    if mma:
+        monkeypatch.setenv("FFTMATVEC_DMMA_C64", "1" if mma == "dmma" else "0")
     F, eng, khat, n_in, n_out, n_red = _tile_case(rng, shape, store, adjoint)
     if eng._mma_min_kb() is None:
         pytest.skip("no tensor-core kernels on this device")
-    # 3xTF32 with each k-step's sum added in float32: a few 1e-7, like float32 FMAs
+    assert eng.pipe_store == {"dmma": "c64dmma", "tf32": "c64", "": eng.store}[mma]
+    # 3xTF32 with each k-step's sum added in float32: a few 1e-7, like float32 FMAs; on DMMA
+    # the products and sums are exact in float64 and the error is complex64 storage's (3e-8)
     tol = {"d": 1e-13, "s": 4e-6, "h": 2e-3}[store]
+    if mma == "dmma":
+        tol = 2e-7
     for kb in (1, 5, 16):
         x = rng.standard_normal((kb, n_in, F.nf)) + 1j * rng.standard_normal((kb, n_in, F.nf))
         ref = _dense_product(khat, x, adjoint)
-        for tile in PIPE_TILES[eng.store]:
+        for tile in PIPE_TILES[eng.pipe_store]:
             # split-K as far as the reduction allows, or none; both block orders
             for waves, freq_major in ((64, False), (0, True), (64, True), (0, False)):
                 for in_dt, out_dt in ((np.complex128, np.complex128),
@@ -260,7 +268,7 @@ def test_h_batch_vector_ranges(rng, adjoint):
     xs = cp.asarray(x.astype(np.complex64))
     if adjoint:
         xs = eng.scale_xhat(xs)
-    for tile in PIPE_TILES[eng.store]:
+    for tile in PIPE_TILES[eng.pipe_store]:
         for waves in (64, 0):
             eng.pipe_waves = waves
             la = eng._launch_pipe(kb, n_out, n_red, xs.dtype, np.complex128, tile=tile)
@@ -314,7 +322,7 @@ def test_h_adjoint_prescaled(rng, monkeypatch, shape):
         elif sm80:
             plans += [[eng._launch_pipe(16, nm, nd, xs.dtype, np.complex128, tile=t, adjoint=True),
                        eng._launch(1, nm, nd, xs.dtype, np.complex128, adjoint=True)]
-                      for t in PIPE_TILES[eng.store]]
+                      for t in PIPE_TILES[eng.pipe_store]]
         for plan in plans:
             out = _poisoned(cp, (k, nm, F.nf), np.complex128)
             eng.apply(xs, True, np.complex128, out=out, plan=plan, xhat_scaled=True)

@@ -22,11 +22,43 @@ def test_switch_values(monkeypatch, value, expected):
 
 
 @pytest.mark.parametrize("name", ["FFTMATVEC_STAGED", "FFTMATVEC_CUDA_GRAPHS", "FFTMATVEC_MMA",
-                                  "FFTMATVEC_ASYNC", "FFTMATVEC_FFT_CALLBACKS"])
+                                  "FFTMATVEC_ASYNC", "FFTMATVEC_FFT_CALLBACKS",
+                                  "FFTMATVEC_DMMA_C64"])
 def test_switch_rejects_other_values(monkeypatch, name):
     monkeypatch.setenv(name, "yes")
     with pytest.raises(FFTMatvecValueError, match=name):
         _switch(name)
+
+
+@pytest.mark.parametrize("store,arch,switch,expected", [
+    ("c64", "sm_90", None, "c64dmma"), ("c64", "sm_80", None, "c64"),
+    ("c64", "sm_100", None, "c64"), ("c64", "gfx90a", None, "c64"),
+    ("c64", "sm_80", "1", "c64dmma"), ("c64", "sm_90", "0", "c64"),
+    ("c64", "sm_90", "auto", "c64dmma"),
+    ("c128", "sm_90", "0", "c128"), ("c128", "sm_80", "1", "c128"),
+    ("c32h", "sm_90", "1", "c32h"), ("c32h", "sm_90", None, "c32h"),
+])
+def test_pipe_store(monkeypatch, store, arch, switch, expected):
+    """Complex64 storage's batches run on FP64 tensor cores (the c64dmma kernels) on
+    DMMA_C64_ARCHS by default, on TF32 elsewhere, FFTMATVEC_DMMA_C64 overriding; other
+    storages keep their own kernels whatever the switch says."""
+    from fftmatvec._gpu import DMMA_C64_ARCHS, MMA_MIN_KB, PIPE_DEFAULTS, PIPE_FEW, PIPE_TILES
+
+    if switch is None:
+        monkeypatch.delenv("FFTMATVEC_DMMA_C64", raising=False)
+    else:
+        monkeypatch.setenv("FFTMATVEC_DMMA_C64", switch)
+    engine = SimpleNamespace(store=store, arch=arch)
+    got = KernelEngine.pipe_store.fget(engine)
+    assert got == expected
+    assert (arch in DMMA_C64_ARCHS) == (arch == "sm_90")
+    for adjoint in (False, True):  # every table knows the name
+        assert PIPE_DEFAULTS[(got, adjoint)] in PIPE_TILES[got]
+        assert PIPE_FEW[(got, adjoint)] in PIPE_TILES[got]
+        assert MMA_MIN_KB[(got, adjoint)] >= 1
+    monkeypatch.setenv("FFTMATVEC_DMMA_C64", "2")
+    with pytest.raises(FFTMatvecValueError, match="FFTMATVEC_DMMA_C64"):
+        KernelEngine.pipe_store.fget(SimpleNamespace(store="c64", arch=arch))
 
 
 @pytest.mark.parametrize(
@@ -55,7 +87,7 @@ def test_staged_choice(monkeypatch, store, kb, n_red, adjoint, expected):
 @pytest.mark.parametrize("has_mma", [True, False])
 @pytest.mark.parametrize("adjoint", [False, True])
 @pytest.mark.parametrize("store,nd", [("c128", 1), ("c128", 32), ("c64", 50), ("c64", 100),
-                                      ("c32h", 100), ("c32h", 50)])
+                                      ("c32h", 100), ("c32h", 50), ("c64dmma", 100)])
 def test_tensor_core_choice(monkeypatch, has_mma, adjoint, store, nd):
     """Tensor cores serve batches of a storage's MMA_MIN_KB or more right-hand sides, in both
     directions and at any Nd, by default (MMA_FEW_MIN_KB over fewer than MMA_FEW_RED reduction
@@ -63,7 +95,7 @@ def test_tensor_core_choice(monkeypatch, has_mma, adjoint, store, nd):
     =0."""
     from fftmatvec._gpu import MMA_FEW_MIN_KB, MMA_FEW_RED, MMA_MIN_KB
 
-    engine = SimpleNamespace(_sm80_kernels=lambda: has_mma, store=store, nd=nd)
+    engine = SimpleNamespace(_sm80_kernels=lambda: has_mma, pipe_store=store, nd=nd)
     monkeypatch.delenv("FFTMATVEC_MMA", raising=False)
     expected = MMA_MIN_KB[(store, adjoint)] if has_mma else None
     assert KernelEngine._mma_min_kb(engine, adjoint) == expected
@@ -334,7 +366,7 @@ def test_pipe_split_count_caps_the_rows_of_a_split():
     assert pipe_split_count(126, 132, 20000, 4, 3, 0, model, max_rows=2048) <= 3
 
 
-@pytest.mark.parametrize("store", ["c128", "c64", "c32h"])
+@pytest.mark.parametrize("store", ["c128", "c64", "c32h", "c64dmma"])
 @pytest.mark.parametrize("adjoint", [False, True])
 @pytest.mark.parametrize("nd", [1, 10, 16, 17, 100])
 def test_pipe_tile_for_few_rows(store, adjoint, nd):
@@ -343,7 +375,7 @@ def test_pipe_tile_for_few_rows(store, adjoint, nd):
     fitted model. Every tile chosen is compiled."""
     from fftmatvec._gpu import PIPE_DEFAULTS, PIPE_FEW, PIPE_FEW_ROWS, PIPE_FEW_WAVES, PIPE_TILES
 
-    engine = SimpleNamespace(store=store)
+    engine = SimpleNamespace(pipe_store=store)
     n_out, n_red = (5000, nd) if adjoint else (nd, 5000)
     tile, waves = KernelEngine._pipe_tile(engine, n_out, n_red, adjoint)
     few = nd <= PIPE_FEW_ROWS
