@@ -148,7 +148,7 @@ PIPE_DEFAULTS = {
 # float64, which is exact, summed in float64), elsewhere on 3xTF32; FFTMATVEC_DMMA_C64=0|1
 # overrides. On an H200 the TF32 kernel is held by its instructions (three MMAs, the splits and
 # the float32 sums per k-step), the DMMA one by its MMAs at 58 % of their peak rate: k = 16,
-# 4-10 % faster on the four sizes both ways, and its errors those of complex64 storage alone
+# 1-12 % faster on the four sizes both ways, and its errors those of complex64 storage alone
 # (nineteenth run). Not measured elsewhere: sm_80's FP64 tensor cores run at 1/8 of its TF32
 # rate, an H200's at 1/7.5 of its dense TF32 (wgmma) rate.
 DMMA_C64_ARCHS = ("sm_90",)

@@ -20,7 +20,7 @@
 //                     same complex value of Khat), and the 16 right-hand sides as N = 32 real
 //                     columns: [Yr of b 0-7 | Yr of b 8-15 | Yi of b 0-7 | Yi of b 8-15].
 //   complex64  (`s`): either the complex128 kernel's DMMAs on the values converted to float64
-//                     (exact), summed in float64 (`c64dmma`: 4-10 % faster on an H200 than
+//                     (exact), summed in float64 (`c64dmma`: 1-12 % faster on an H200 than
 //                     TF32, docs/benchmarks.md, nineteenth run; the conversions run on the XU
 //                     pipe, not the FP64 one), or TF32 m16n8k8 with the operands split hi + lo
 //                     ("3xTF32": A_hi B_hi + A_hi B_lo + A_lo B_hi), each k-step's sum added in
