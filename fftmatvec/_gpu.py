@@ -134,8 +134,8 @@ PIPE_TILES = {
 # Complex64 on DMMA (nineteenth run), k = 16: forward (2, 2, 2, 4, 4, 4), 64 rows x 8
 # frequencies in a block of 2 x 4 warps, the fastest or within 2.5 % of the best tile swept on
 # the three sizes of Nd >= 50 (2.19 / 2.13 / 0.46 ms); adjoint the 3-stage 16-row tile, whose
-# 122-126 registers fit two blocks per multiprocessor, the fastest or within 0.6 % of it on all
-# four (2.35 / 2.68 / 0.46 / 1.41-1.49 ms); TF32 took 2.38 / 2.37 forward and 2.38 / 3.04
+# 122-126 registers fit two blocks per multiprocessor, the fastest tile swept or within 0.6 %
+# of it on all four (2.35 / 2.68 / 0.46 / 1.41-1.49 ms); TF32 took 2.38 / 2.37 forward and 2.38 / 3.04
 # adjoint on (5000, 100, 1000) / (20000, 50, 500).
 PIPE_DEFAULTS = {
     ("c128", False): (4, 1, 1, 8, 4, 4), ("c128", True): (4, 1, 1, 8, 4, 4),
@@ -147,8 +147,8 @@ PIPE_DEFAULTS = {
 # (``c64dmma``: the complex128 kernel's m16n8k8 DMMAs on Khat and the vectors converted to
 # float64, which is exact, summed in float64), elsewhere on 3xTF32; FFTMATVEC_DMMA_C64=0|1
 # overrides. On an H200 the TF32 kernel is held by its instructions (three MMAs, the splits and
-# the float32 sums per k-step), the DMMA one by its MMAs at 58 % of their peak rate: k = 16,
-# 1-12 % faster on the four sizes both ways, and its errors those of complex64 storage alone
+# the float32 sums per k-step); the DMMA one keeps its MMA pipe 58 % busy and was, at k = 16,
+# 1-12 % faster on the four sizes both ways, its errors those of complex64 storage alone
 # (nineteenth run). Not measured elsewhere: sm_80's FP64 tensor cores run at 1/8 of its TF32
 # rate, an H200's at 1/7.5 of its dense TF32 (wgmma) rate.
 DMMA_C64_ARCHS = ("sm_90",)
