@@ -302,6 +302,30 @@ def path_switches() -> tuple:
     return (get("FFTMATVEC_CUDA_GRAPHS"), get("FFTMATVEC_FFT_CALLBACKS"))
 
 
+def _c64_on_dmma(arch: str) -> bool:
+    """Whether complex64 batches run on FP64 tensor cores on a GPU of ``arch``
+    (:data:`DMMA_C64_ARCHS`, ``FFTMATVEC_DMMA_C64``)."""
+    mode = _switch("FFTMATVEC_DMMA_C64")
+    return arch in DMMA_C64_ARCHS if mode == "auto" else mode == "1"
+
+
+def batch_kernels(arch: str | None) -> str:
+    """How stage 3 runs batches of right-hand sides on a GPU of ``arch`` (``sm_90``,
+    ``gfx90a``; None: no GPU), as ``fftmatvec info`` prints it."""
+    if not arch:
+        return "no GPU"
+    digits = arch[3:] if arch.startswith("sm_") else ""
+    if not digits.isdigit() or int(digits) < 80:
+        return "GEMV kernels (the tensor-core ones need NVIDIA sm_80 or newer)"
+    mode = _switch("FFTMATVEC_MMA")
+    if mode == "0":
+        return "GEMV kernels (FFTMATVEC_MMA=0)"
+    which = ("every launch (FFTMATVEC_MMA=1)" if mode == "1"
+             else "batches of 4 to 16 right-hand sides or more, by storage and direction")
+    s = "DMMA" if _c64_on_dmma(arch) else "3xTF32"
+    return f"tensor cores for {which}: d DMMA, s {s}, h TF32"
+
+
 def khat_layout(store: str, nfp: int) -> tuple[int, int, int]:
     """(frequencies per block, blocks, khat_foff's shift) of a stored ``Khat`` with ``nfp``
     padded frequencies (:data:`KHAT_BLOCK`)."""
@@ -442,9 +466,7 @@ class KernelEngine:
         ``FFTMATVEC_DMMA_C64=0`` / ``=1`` never / always), else :attr:`store`."""
         if self.store != "c64":
             return self.store
-        mode = _switch("FFTMATVEC_DMMA_C64")
-        dmma = self.arch in DMMA_C64_ARCHS if mode == "auto" else mode == "1"
-        return "c64dmma" if dmma else "c64"
+        return "c64dmma" if _c64_on_dmma(self.arch) else "c64"
 
     @property
     def nbytes(self) -> int:

@@ -455,3 +455,26 @@ def test_packed_launch_argument_block(monkeypatch):
     for bad in (3, 2.5, np.float16(1), np.zeros(2)):
         with pytest.raises(TypeError, match="NumPy scalar"):
             kernels.PackedLaunch(fn, (1,), (32,), 0, (bad,))
+
+
+@pytest.mark.parametrize("arch,mma,dmma,expected", [
+    (None, None, None, "no GPU"),
+    ("gfx90a", None, None, "GEMV kernels (the tensor-core ones need NVIDIA sm_80 or newer)"),
+    ("sm_75", "1", None, "GEMV kernels (the tensor-core ones need NVIDIA sm_80 or newer)"),
+    ("sm_90", "0", None, "GEMV kernels (FFTMATVEC_MMA=0)"),
+    ("sm_90", None, None, "batches of 4 to 16 right-hand sides or more, by storage and direction: "
+                          "d DMMA, s DMMA, h TF32"),
+    ("sm_90", "1", "0", "every launch (FFTMATVEC_MMA=1): d DMMA, s 3xTF32, h TF32"),
+    ("sm_80", None, None, "by storage and direction: d DMMA, s 3xTF32, h TF32"),
+    ("sm_100", None, "1", "by storage and direction: d DMMA, s DMMA, h TF32"),
+])
+def test_batch_kernels_line(monkeypatch, arch, mma, dmma, expected):
+    """``fftmatvec info`` names the batches' kernels as the engine picks them."""
+    from fftmatvec._gpu import batch_kernels
+
+    for name, value in (("FFTMATVEC_MMA", mma), ("FFTMATVEC_DMMA_C64", dmma)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    assert batch_kernels(arch).endswith(expected)

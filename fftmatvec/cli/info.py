@@ -16,7 +16,7 @@ def collect() -> dict:
     import numpy
     import scipy
 
-    from .. import __version__, _fftcb, backend, kernels
+    from .. import __version__, _fftcb, _gpu, backend, kernels
 
     info: dict = {
         "fftmatvec": __version__,
@@ -32,6 +32,7 @@ def collect() -> dict:
     info["backends"] = ["numpy"] + (["cupy"] if backend.gpu_available() else [])
     info.update(backend.device_description())
     info["kernels"] = kernels.describe()
+    info["batches"] = _gpu.batch_kernels(info.get("arch"))
     ok, why = _fftcb.support()
     info["fft_callbacks"] = "stages 1 and 5 inside cuFFT (LTO callbacks)" if ok else f"off: {why}"
     info["tuning"] = "no precision tables shipped yet: the precision string is the caller's choice"
