@@ -135,8 +135,8 @@ PIPE_TILES = {
 # frequencies in a block of 2 x 4 warps, the fastest or within 2.5 % of the best tile swept on
 # the three sizes of Nd >= 50 (2.19 / 2.13 / 0.46 ms); adjoint the 3-stage 16-row tile, whose
 # 122-126 registers fit two blocks per multiprocessor, the fastest tile swept or within 0.6 %
-# of it on all four (2.35 / 2.68 / 0.46 / 1.41-1.49 ms); TF32 took 2.38 / 2.37 forward and 2.38 / 3.04
-# adjoint on (5000, 100, 1000) / (20000, 50, 500).
+# of it on all four (2.35 / 2.68 / 0.46 / 1.41-1.49 ms); TF32 took 2.38 / 2.37 forward and
+# 2.38 / 3.04 adjoint on (5000, 100, 1000) / (20000, 50, 500).
 PIPE_DEFAULTS = {
     ("c128", False): (4, 1, 1, 8, 4, 4), ("c128", True): (4, 1, 1, 8, 4, 4),
     ("c64", False): (2, 2, 1, 8, 4, 4), ("c64", True): (2, 2, 1, 8, 4, 4),
@@ -199,8 +199,7 @@ PIPE_SPLIT_MODEL[("c64dmma", True)] = PIPE_SPLIT_MODEL[("c128", True)]
 # says (k = 16, Nd = 10: one round of 10000-row splits 1.52 ms, five of 2084 rows 1.43 ms), so
 # their splits keep at most this many rows.
 PIPE_MAX_SPLIT_ROWS = {"c128": 2048, "c64dmma": 2048}
-# rows of one MMA tile (m16 in every storage)
-_MMA_ROWS = {"c128": 16, "c64": 16, "c32h": 16, "c64dmma": 16}
+_MMA_ROWS = 16  # rows of one MMA tile (m16 in every storage; the kernels' RPT)
 MMA_MAX_KB = 16  # right-hand sides per tensor-core launch (the MMA's N = 2 x 16 real columns)
 # The fewest right-hand sides a tensor-core launch takes, per (storage, adjoint): a launch costs
 # about the same for any kb (it always computes 16 columns), so smaller batches go to the GEMV
@@ -246,7 +245,7 @@ KHAT_BLOCK = {"c128": 64, "c64": 64, "c32h": 128}
 # those would add more than this fraction to Khat's memory (few frequencies: Nf = 101 in blocks
 # of 64 would take 128), Khat keeps one block.
 KHAT_MAX_WASTE = 1 / 16
-_ONE_BLOCK_SHIFT = 62  # khat_foff's shift for one block
+_ONE_BLOCK_SHIFT = 62  # khat_foff's shift for one block (common.cuh: KHAT_ONE_BLOCK)
 _BATCH_SIZES = (16, 8, 4, 2, 1)
 _PER_THREAD_STREAM = 2  # cudaStreamPerThread: one handle, a different stream in each thread
 REDUCE_LANES = 8  # the split-K reduction's largest blockDim.y (hip_kernels/sbgemv.cuh)
@@ -591,7 +590,7 @@ class KernelEngine:
     def pipe_smem(self, tile, in_dtype) -> int:
         """Bytes of shared memory of a pipelined launch with ``tile`` = (MT, V, WR, WF, KS, NS)."""
         mt, v, wr, wf, ks, ns = tile
-        rows = _MMA_ROWS[self.pipe_store] * mt * wr
+        rows = _MMA_ROWS * mt * wr
         freqs = wf * v
         per_stage = ks * freqs * (rows * self.data.itemsize + 16 * np.dtype(in_dtype).itemsize)
         return per_stage * ns
@@ -619,7 +618,7 @@ class KernelEngine:
         if smem > self.smem_per_block:
             raise ValueError(f"pipelined tile {tile} needs {smem} bytes of shared memory, "
                              f"the device allows {self.smem_per_block} per block")
-        rows = _MMA_ROWS[self.pipe_store] * mt * wr
+        rows = _MMA_ROWS * mt * wr
         base = math.ceil(n_out / rows) * math.ceil(self.nf / (wf * v))
         threads = 32 * wr * wf
         # the split kernel writes partial sums in the compute dtype: its registers decide

@@ -64,10 +64,11 @@ __device__ __forceinline__ T load_khat(const T* p) {
 // that a tile of a block's frequencies reads one contiguous run down the reduction instead of
 // short runs a row apart (fftmatvec/_gpu.py: KHAT_BLOCK; docs/benchmarks.md, seventeenth run).
 // Element (o, r, f) is at o * so + r * sr + khat_foff(f, fsh, sb): the strides so and sr are
-// those of one block's (Nd, Nm) rows, sb the elements between blocks. fsh = 62 is the unblocked
-// layout (Nd, Nm, Nfp), one block holding every frequency. Every kernel's runs of frequencies
-// (16-byte chunks, tiles of F frequencies) lie inside one block: the host keeps blocks a
-// multiple of them.
+// those of one block's (Nd, Nm) rows, sb the elements between blocks. fsh = KHAT_ONE_BLOCK is
+// the unblocked layout (Nd, Nm, Nfp), one block holding every frequency. Every kernel's runs of
+// frequencies (16-byte chunks, tiles of F frequencies) lie inside one block: the host keeps
+// blocks a multiple of them.
+constexpr int KHAT_ONE_BLOCK = 62;  // (fftmatvec/_gpu.py: _ONE_BLOCK_SHIFT)
 __device__ __forceinline__ i64 khat_foff(i64 f, int fsh, i64 sb) {
   return (f >> fsh) * sb + (f & ((1LL << fsh) - 1));
 }

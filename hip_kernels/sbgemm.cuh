@@ -453,7 +453,7 @@ struct PipeCopy {
   // base: the operand; row0, n_rows: its first tile row and its row count; rs, ks: elements
   // between rows and between reduction rows; r0: the first reduction row; f0, f_limit: the
   // tile's first frequency and the operand's row length; fsh, sb: its frequency blocks
-  // (khat_foff; 62 and 0 for one block).
+  // (khat_foff; KHAT_ONE_BLOCK and 0 for one block).
   __device__ __forceinline__ void init(int tid, const T* base, i64 row0, i64 n_rows, i64 rs,
                                        i64 ks, i64 r0, i64 f0, i64 f_limit, int fsh, i64 sb) {
     const int u = tid % UNITS, seg = tid / UNITS, row = seg / KS;
@@ -530,7 +530,7 @@ __device__ __forceinline__ void sbgemm_pipe_body(
   PipeCopy<TIn, (int)sizeof(TIn), Tile::F, 16, KS, Tile::NCH_X, NT> cx;
   const int tid = threadIdx.y * 32 + threadIdx.x;
   ca.init(tid, kh, o_blk, n_out, so, sr, r_begin, f_blk, nfp, fsh, sb);
-  cx.init(tid, x, 0, kb, x_bstride, nf, r_begin, f_blk, nf, 62, 0);
+  cx.init(tid, x, 0, kb, x_bstride, nf, r_begin, f_blk, nf, KHAT_ONE_BLOCK, 0);
   const i64 a_step = KS * sr * (i64)sizeof(EA), x_step = KS * nf * (i64)sizeof(TIn);
   const unsigned smem0 = smem_u32(smem);
 
