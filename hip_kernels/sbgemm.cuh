@@ -630,4 +630,253 @@ __device__ __forceinline__ void sbgemm_pipe_body(
   }
 }
 
+// ---- float16 storage on warpgroup MMAs (wgmma, NVIDIA sm_90a) -------------------------------
+//
+// The TF32 kernel above is held by its instructions on an H200 (docs/benchmarks.md, eighth
+// run: 273 per k-step and warp for 32 MMAs, most of them address and split work), and
+// mma.sync's TF32 rate there is 315 TFLOP/s against 390-470 for wgmma m64n32k8 (twentieth run).
+// This kernel keeps the TF32 kernel's arithmetic (float16 values exact in TF32, X split hi + lo,
+// two MMAs) and its pipeline, and moves the MMAs to warpgroups of 4 warps:
+//
+//   A, 64 rows x 8 (the Ar and Ai of 4 complex reduction rows) per warpgroup and frequency, in
+//   registers: each warp's 16 rows in mma.sync's m16n8k8 layout, read from the stage's Khat
+//   tile as before;
+//   B, 8 x 32 per frequency and k-step ([Xr | Xi] over [-s Xi | s Xr], s = -1 for the adjoint's
+//   conj(Khat)), hi and lo, built once per stage by the whole block from the stage's vectors
+//   into two planes of shared memory in wgmma's K-major layout (no swizzle: core matrices of 8
+//   columns x 4 reduction rows, 128 bytes; LBO 128 along the reduction, SBO 256 along N).
+//
+// One wgmma m64n32k8 does the work of 16 m16n8k8 MMAs, its B needs no per-warp split, and the
+// accumulators keep mma.sync's layout (acc[v][0][n][c]: rows g and g + 8 of the warp's 16,
+// columns 8n + 2t + c % 2), so the stores are the TF32 kernel's. Tiles are the TF32 kernel's
+// (MT, V, WR, WF, KS, NS) with MT = 1 and WR a multiple of 4 (WR / 4 warpgroups down the rows).
+// The B planes are double-buffered: a stage's are built while the previous stage's MMAs run.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FFTMATVEC_WGMMA 1
+// Matrix descriptor of a B plane at shared address `addr` (16-byte aligned; no swizzle).
+__device__ __forceinline__ unsigned long long wgmma_desc(unsigned addr) {
+  return (unsigned long long)((addr & 0x3ffff) >> 4) | (8ull << 16) | (16ull << 32);
+}
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// Ordinary shared-memory stores that the tensor cores read next (the B planes).
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+// Keeps the compiler from moving reads of an accumulator above the wait that completes it.
+__device__ __forceinline__ void wgmma_hold(float (&d)[4][4]) {
+#pragma unroll
+  for (int n = 0; n < 4; ++n)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) asm volatile("" : "+f"(d[n][c])::"memory");
+}
+// D (64 x 32, float32) += A (64 x 8, TF32 in registers) B (8 x 32, TF32 at descriptor db).
+__device__ __forceinline__ void wgmma_tf32_m64n32k8(float (&d)[4][4], const unsigned (&a)[4],
+                                                    unsigned long long db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, p, 1, "
+      "1;\n}"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),
+        "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]),
+        "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1)
+      : "memory");
+}
+
+// Bytes of one buffer of B planes: per frequency of the tile, per k-step of a stage, the hi and
+// the lo plane (1 KB each); frequencies 16 bytes more apart, so that the build's lanes (one
+// frequency each) store to distinct banks. (fftmatvec/_gpu.py: pipe_smem)
+template <int F, int KS>
+struct WgPlanes {
+  static constexpr int FREQ = (KS / 4) * 2048 + 16, BYTES = F * FREQ;
+};
+
+// Stage `sx` (the vectors of KS reduction rows, F frequencies: PipeCopy's tile) into B planes
+// at `bb`: thread item (f, b, q) reads x(b, 4q + j, f) for j = 0..3 and stores each 16-byte run
+// of 4 reduction rows: [xr], [-s xi] into the Yr column b, [xi], [s xr] into the Yi column 16 + b.
+template <typename TIn, int F, int KS, int NCH_X, int NT>
+__device__ __forceinline__ void wgmma_build_b(const unsigned char* sx, unsigned char* bb,
+                                              int tid, unsigned neg_xi, unsigned neg_xr) {
+  typedef WgPlanes<F, KS> P;
+#pragma unroll
+  for (int e0 = 0; e0 < 16 * F * (KS / 4); e0 += NT) {
+    const int e = e0 + tid;
+    if ((16 * F * (KS / 4)) % NT != 0 && e >= 16 * F * (KS / 4)) break;
+    const int f = e % F, b = (e / F) % 16, q = e / (16 * F);
+    unsigned hr[4], lr[4], hi[4], li[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      TIn raw;
+      lds<TIn, 1>(sx + tile_offset<NCH_X, KS, (int)sizeof(TIn)>(b, 4 * q + j, f), &raw);
+      const float2 x = ccast<float2>(raw);
+      const Tf32Pair pr = tf32_split_trunc(x.x), pi = tf32_split_trunc(x.y);
+      hr[j] = pr.hi;
+      lr[j] = pr.lo;
+      hi[j] = pi.hi;
+      li[j] = pi.lo;
+    }
+    unsigned char* plane = bb + f * P::FREQ + q * 2048 + (b >> 3) * 256 + (b & 7) * 16;
+#pragma unroll
+    for (int l = 0; l < 2; ++l) {  // the hi plane, then the lo one 1 KB on
+      const unsigned* r = l ? lr : hr;
+      const unsigned* i = l ? li : hi;
+      unsigned char* pl = plane + l * 1024;
+      *reinterpret_cast<uint4*>(pl) = make_uint4(r[0], r[1], r[2], r[3]);
+      *reinterpret_cast<uint4*>(pl + 128) =
+          make_uint4(i[0] ^ neg_xi, i[1] ^ neg_xi, i[2] ^ neg_xi, i[3] ^ neg_xi);
+      *reinterpret_cast<uint4*>(pl + 512) = make_uint4(i[0], i[1], i[2], i[3]);
+      *reinterpret_cast<uint4*>(pl + 640) =
+          make_uint4(r[0] ^ neg_xr, r[1] ^ neg_xr, r[2] ^ neg_xr, r[3] ^ neg_xr);
+    }
+  }
+}
+
+template <typename Store, typename TIn, typename TOut, int MT, int V, int WR, int WF, int KS,
+          int NS>
+__device__ __forceinline__ void sbgemm_wg_body(
+    const typename Store::elem* __restrict__ kh, const float* __restrict__ scale,
+    const TIn* __restrict__ x, TOut* __restrict__ y, i64 nf, i64 nfp, i64 n_out, i64 n_red,
+    i64 so, i64 sr, int fsh, i64 sb, int adjoint, i64 red_chunk, int kb, i64 x_bstride,
+    i64 y_bstride, i64 y_split_stride, int freq_major) {
+  static_assert(MT == 1 && WR % 4 == 0, "warpgroups of 4 warps down the rows, 16 rows each");
+  static_assert(Store::exact_tf32, "float16 storage (its values are exact in TF32)");
+  constexpr int RPT = 16;
+  typedef PipeTile<Store, TIn, RPT, WR, MT, V, WF, KS> Tile;
+  typedef WgPlanes<Tile::F, KS> Planes;
+  constexpr int NT = 32 * WR * WF, QS = KS / 4;
+  unsigned char* smem = reinterpret_cast<unsigned char*>(fftmatvec_dynamic_smem);
+
+  const i64 n_oblocks = (n_out + Tile::R - 1) / Tile::R;
+  const i64 n_fblocks = (nf + Tile::F - 1) / Tile::F;
+  const i64 o_blk = (freq_major ? (i64)blockIdx.x / n_fblocks : (i64)blockIdx.x % n_oblocks) * Tile::R;
+  const i64 f_blk = (freq_major ? (i64)blockIdx.x % n_fblocks : (i64)blockIdx.x / n_oblocks) * Tile::F;
+  const int g = threadIdx.x >> 2, t = threadIdx.x & 3;
+  const int wrow = (threadIdx.y % WR) * RPT, wf = (threadIdx.y / WR) * V;
+  // a warpgroup computes while any of its 64 rows is in range (wgmma takes all 4 warps); its
+  // warps store while theirs are
+  const bool busy = o_blk + wrow < n_out;
+  const bool wg_busy = o_blk + (wrow / 64) * 64 < n_out;
+  const i64 r_begin = (i64)blockIdx.y * red_chunk;
+  const i64 r_end = r_begin + red_chunk < n_red ? r_begin + red_chunk : n_red;
+  const i64 nsteps = r_end > r_begin ? (r_end - r_begin + KS - 1) / KS : 0;
+  const unsigned sign_bit = 0x80000000u;
+  const unsigned neg_xi = adjoint ? 0u : sign_bit, neg_xr = adjoint ? sign_bit : 0u;
+
+  float acc[V][MT][4][4];
+  zero_fill(acc);
+
+  typedef typename Store::elem EA;
+  PipeCopy<EA, 16, Tile::NCH_A, Tile::R, KS, Tile::NCH_A, NT> ca;
+  PipeCopy<TIn, (int)sizeof(TIn), Tile::F, 16, KS, Tile::NCH_X, NT> cx;
+  const int tid = threadIdx.y * 32 + threadIdx.x;
+  ca.init(tid, kh, o_blk, n_out, so, sr, r_begin, f_blk, nfp, fsh, sb);
+  cx.init(tid, x, 0, kb, x_bstride, nf, r_begin, f_blk, nf, KHAT_ONE_BLOCK, 0);
+  const i64 a_step = KS * sr * (i64)sizeof(EA), x_step = KS * nf * (i64)sizeof(TIn);
+  const unsigned smem0 = smem_u32(smem);
+  unsigned char* planes = smem + NS * Tile::BYTES;
+  const unsigned planes0 = smem0 + NS * Tile::BYTES;
+
+#pragma unroll
+  for (int s = 0; s < NS - 1; ++s) {
+    if (s < nsteps) {
+      ca.copy(smem0 + s * Tile::BYTES, r_end - r_begin - s * KS, a_step);
+      cx.copy(smem0 + s * Tile::BYTES + Tile::A_BYTES, r_end - r_begin - s * KS, x_step);
+    }
+    cp_async_commit();
+  }
+  // Software-pipelined by one stage: stage it + 1's B planes are built while stage it's MMAs
+  // run, and only its A fragments wait for them.
+  if (nsteps > 0) {
+    cp_async_wait<NS - 2>();
+    __syncthreads();  // stage 0 has landed
+    wgmma_build_b<TIn, Tile::F, KS, Tile::NCH_X, NT>(smem + Tile::A_BYTES, planes, tid, neg_xi,
+                                                      neg_xr);
+  }
+  for (i64 it = 0; it < nsteps; ++it) {
+    const unsigned char* sa = smem + (it % NS) * Tile::BYTES;
+    const int buf = (int)(it & 1);
+    wgmma_wait<0>();  // this warpgroup's MMAs of stage it - 1: its A registers are free
+    unsigned a[QS][V][4];
+    if (wg_busy) {
+#pragma unroll
+      for (int q = 0; q < QS; ++q) {
+        EA raw[2][V];
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          lds_run<EA, V, Tile::NCH_A, KS>(sa, wrow + 8 * h + g, 4 * q + t, wf, raw[h]);
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+          const float2 a0 = Store::expand(raw[0][v]), a1 = Store::expand(raw[1][v]);
+          a[q][v][0] = __float_as_uint(a0.x);
+          a[q][v][1] = __float_as_uint(a1.x);
+          a[q][v][2] = __float_as_uint(a0.y);
+          a[q][v][3] = __float_as_uint(a1.y);
+        }
+      }
+    }
+    fence_proxy_async();  // this thread's stores to stage it's B planes
+    // every thread has built stage it's B planes and every warpgroup has finished stage
+    // it - 1's MMAs: stage it - 1's buffer and the other B buffer are free
+    __syncthreads();
+    const i64 next = it + NS - 1;
+    if (next < nsteps) {
+      const unsigned st = smem0 + (unsigned)(next % NS) * Tile::BYTES;
+      ca.copy(st, r_end - r_begin - next * KS, a_step);
+      cx.copy(st + Tile::A_BYTES, r_end - r_begin - next * KS, x_step);
+    }
+    cp_async_commit();
+    if (wg_busy) {
+      wgmma_fence();
+      const unsigned pb = planes0 + buf * Planes::BYTES;
+#pragma unroll
+      for (int q = 0; q < QS; ++q)
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+          const unsigned pl = pb + (wf + v) * Planes::FREQ + q * 2048;
+          // the small term first, then the leading one
+          wgmma_tf32_m64n32k8(acc[v][0], a[q][v], wgmma_desc(pl + 1024));
+          wgmma_tf32_m64n32k8(acc[v][0], a[q][v], wgmma_desc(pl));
+        }
+      wgmma_commit();
+    }
+    if (it + 1 < nsteps) {
+      cp_async_wait<NS - 2>();
+      __syncthreads();  // stage it + 1 has landed
+      wgmma_build_b<TIn, Tile::F, KS, Tile::NCH_X, NT>(
+          smem + ((it + 1) % NS) * Tile::BYTES + Tile::A_BYTES,
+          planes + (buf ^ 1) * Planes::BYTES, tid, neg_xi, neg_xr);
+    }
+  }
+  wgmma_wait<0>();
+#pragma unroll
+  for (int v = 0; v < V; ++v) wgmma_hold(acc[v][0]);
+  cp_async_wait<0>();
+  const PipePlace q = {o_blk, f_blk, g, t, wrow, wf, tid, busy};
+  TOut* y_split = y + (i64)blockIdx.y * y_split_stride;
+  const float* fwd_scale = (scale != nullptr && !adjoint) ? scale : nullptr;
+  if constexpr (NT <= 256) {
+    if (adjoint) {  // Nm output rows: staged (the TF32 kernel's store)
+      static_assert(8 * (Tile::R * (Tile::F + 1) + 8) * 8 <= NS * Tile::BYTES,
+                    "the staged store fits the pipeline's shared memory");
+      __syncthreads();  // every warp has read its last stage
+      mma_store_tf32_staged<TOut, MT, V, Tile::R, Tile::F, NT>(
+          acc, smem, y_split, y_bstride, nf, nfp, n_out, kb, q, fwd_scale);
+      return;
+    }
+  }
+  mma_store_tf32<TOut, MT, V>(acc, y_split, y_bstride, nf, nfp, n_out, kb, q, fwd_scale);
+}
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+
 #endif  // FFTMATVEC_MMA
