@@ -118,17 +118,11 @@ ASYNC_FEW = {"c128": ((4, 4, 2, 4), 2), "c64": ((4, 4, 2, 4), 2), "c32h": ((4, 4
 # and newer. Keep in sync with hip_kernels/fftmatvec_kernels.cu.
 PIPE_TILES = {
     "c128": [(4, 1, 1, 8, 4, 4), (2, 2, 2, 4, 4, 4), (4, 1, 2, 4, 4, 4), (2, 2, 4, 2, 4, 4),
-             (2, 1, 4, 4, 4, 4), (1, 2, 1, 8, 4, 4), (2, 2, 1, 8, 4, 4), (1, 2, 1, 8, 4, 3),
-             (4, 1, 1, 8, 4, 5)],
+             (2, 1, 4, 4, 4, 4), (1, 2, 1, 8, 4, 4), (2, 2, 1, 8, 4, 4), (1, 2, 1, 8, 4, 3)],
     "c64": [(2, 2, 1, 8, 4, 4), (1, 2, 4, 2, 4, 4), (1, 2, 1, 8, 4, 2)],
-    "c32h": [(2, 2, 2, 8, 4, 4), (2, 4, 1, 8, 4, 4), (1, 2, 1, 8, 4, 2), (2, 2, 2, 8, 4, 6),
-             (2, 2, 2, 8, 4, 7)],
+    "c32h": [(2, 2, 2, 8, 4, 4), (2, 4, 1, 8, 4, 4), (1, 2, 1, 8, 4, 2)],
     # complex64 storage on FP64 tensor cores (DMMA_C64_ARCHS)
-    "c64dmma": [(2, 2, 2, 4, 4, 4), (1, 2, 1, 8, 4, 3), (1, 2, 1, 8, 4, 4), (2, 2, 1, 8, 4, 4),
-                (2, 2, 2, 4, 4, 6), (2, 2, 2, 4, 4, 8)],
-    # float16 storage on warpgroup MMAs (WGMMA_H_ARCHS): MT = 1, WR / 4 warpgroups of 64 rows
-    "c32hwg": [(1, 8, 4, 2, 4, 4), (1, 4, 4, 4, 4, 4), (1, 8, 4, 2, 4, 3), (1, 4, 8, 2, 4, 4),
-               (1, 8, 4, 2, 4, 5)],
+    "c64dmma": [(2, 2, 2, 4, 4, 4), (1, 2, 1, 8, 4, 3), (1, 2, 1, 8, 4, 4), (2, 2, 1, 8, 4, 4)],
 }
 # The defaults per (storage, adjoint), from the tile sweeps on an H200 (docs/benchmarks.md: fourth
 # run; complex128 eighteenth run, after its MMAs became m16n8k8 over 16 rows whose accumulators
@@ -148,7 +142,6 @@ PIPE_DEFAULTS = {
     ("c64", False): (2, 2, 1, 8, 4, 4), ("c64", True): (2, 2, 1, 8, 4, 4),
     ("c32h", False): (2, 2, 2, 8, 4, 4), ("c32h", True): (2, 4, 1, 8, 4, 4),
     ("c64dmma", False): (2, 2, 2, 4, 4, 4), ("c64dmma", True): (1, 2, 1, 8, 4, 3),
-    ("c32hwg", False): (1, 8, 4, 2, 4, 4), ("c32hwg", True): (1, 8, 4, 2, 4, 4),
 }
 # Complex64 storage runs its tensor-core kernels on FP64 MMAs on these architectures
 # (``c64dmma``: the complex128 kernel's m16n8k8 DMMAs on Khat and the vectors converted to
@@ -159,10 +152,6 @@ PIPE_DEFAULTS = {
 # (nineteenth run). Not measured elsewhere: sm_80's FP64 tensor cores run at 1/8 of its TF32
 # rate, an H200's at 1/7.5 of its dense TF32 (wgmma) rate.
 DMMA_C64_ARCHS = ("sm_90",)
-# Float16 storage runs its tensor-core kernels on warpgroup MMAs (``c32hwg``: wgmma m64n32k8 in
-# TF32, sm_90a, which the build compiles sm_90 as) on these architectures where the code object
-# has them, elsewhere on mma.sync; FFTMATVEC_WGMMA=0|1 overrides.
-WGMMA_H_ARCHS = ("sm_90",)
 # Forward products with at most PIPE_FEW_ROWS outputs (Nd), and `s` and `h` adjoints over at most
 # that many reduction rows, take a tile of 16 rows, and split the reduction until the blocks fill
 # PIPE_FEW_WAVES rounds of the resident ones: the default tiles of 32 or 64 rows compute 3-6 times
@@ -178,8 +167,7 @@ PIPE_FEW_ROWS = 16
 PIPE_FEW = {("c128", False): (1, 2, 1, 8, 4, 4), ("c64", False): (1, 2, 1, 8, 4, 2),
             ("c32h", False): (1, 2, 1, 8, 4, 2), ("c64", True): (1, 2, 1, 8, 4, 2),
             ("c32h", True): (1, 2, 1, 8, 4, 2), ("c128", True): (1, 2, 1, 8, 4, 3),
-            ("c64dmma", False): (1, 2, 1, 8, 4, 3), ("c64dmma", True): (1, 2, 1, 8, 4, 3),
-            ("c32hwg", False): (1, 8, 4, 2, 4, 4), ("c32hwg", True): (1, 8, 4, 2, 4, 4)}
+            ("c64dmma", False): (1, 2, 1, 8, 4, 3), ("c64dmma", True): (1, 2, 1, 8, 4, 3)}
 PIPE_FEW_WAVES = 4
 # The split-K count of a tensor-core launch minimises a model of its time,
 #
@@ -207,8 +195,6 @@ PIPE_SPLIT_MODEL = {
 # of it (nineteenth run).
 PIPE_SPLIT_MODEL[("c64dmma", False)] = PIPE_SPLIT_MODEL[("c128", False)]
 PIPE_SPLIT_MODEL[("c64dmma", True)] = PIPE_SPLIT_MODEL[("c128", True)]
-PIPE_SPLIT_MODEL[("c32hwg", False)] = PIPE_SPLIT_MODEL[("c32h", False)]
-PIPE_SPLIT_MODEL[("c32hwg", True)] = PIPE_SPLIT_MODEL[("c32h", True)]
 # The complex128 launches run slower per row in splits of many thousand rows than the model
 # says (k = 16, Nd = 10: one round of 10000-row splits 1.52 ms, five of 2084 rows 1.43 ms), so
 # their splits keep at most this many rows.
@@ -242,8 +228,7 @@ MMA_MAX_KB = 16  # right-hand sides per tensor-core launch (the MMA's N = 2 x 16
 # k = 16 gains (1.41-1.49 against 1.84).
 MMA_MIN_KB = {("c128", False): 4, ("c128", True): 4, ("c64", False): 16, ("c64", True): 8,
               ("c32h", False): 4, ("c32h", True): 8,
-              ("c64dmma", False): 8, ("c64dmma", True): 8,
-              ("c32hwg", False): 4, ("c32hwg", True): 8}
+              ("c64dmma", False): 8, ("c64dmma", True): 8}
 MMA_FEW_MIN_KB = {("c128", True): 8, ("c64dmma", True): 16}
 MMA_FEW_RED = 32
 # Frequency padding of the stored Khat, so that V-wide loads are aligned.
@@ -323,13 +308,6 @@ def _c64_on_dmma(arch: str) -> bool:
     return arch in DMMA_C64_ARCHS if mode == "auto" else mode == "1"
 
 
-def _h_on_wgmma(arch: str) -> bool:
-    """Whether float16 batches run on warpgroup MMAs on a GPU of ``arch`` where the code object
-    has them (:data:`WGMMA_H_ARCHS`, ``FFTMATVEC_WGMMA``)."""
-    mode = _switch("FFTMATVEC_WGMMA")
-    return arch in WGMMA_H_ARCHS if mode == "auto" else mode == "1"
-
-
 def batch_kernels(arch: str | None) -> str:
     """How stage 3 runs batches of right-hand sides on a GPU of ``arch`` (``sm_90``,
     ``gfx90a``; None: no GPU), as ``fftmatvec info`` prints it."""
@@ -344,8 +322,7 @@ def batch_kernels(arch: str | None) -> str:
     which = ("every launch (FFTMATVEC_MMA=1)" if mode == "1"
              else "batches of 4 to 16 right-hand sides or more, by storage and direction")
     s = "DMMA" if _c64_on_dmma(arch) else "3xTF32"
-    h = "TF32 wgmma" if _h_on_wgmma(arch) else "TF32"
-    return f"tensor cores for {which}: d DMMA, s {s}, h {h}"
+    return f"tensor cores for {which}: d DMMA, s {s}, h TF32"
 
 
 def khat_layout(store: str, nfp: int) -> tuple[int, int, int]:
@@ -474,7 +451,6 @@ class KernelEngine:
         self.pipe_freq_major = None  # block order of the tensor-core kernel (None: the rule)
         self._num_regs: dict = {}  # kernel name -> registers per thread (0: unknown)
         self._sm80 = None  # whether the sm_80+ kernels exist here (found on first use)
-        self._wgmma = None  # whether the sm_90a warpgroup-MMA kernels exist (first use)
         self.async_waves = None  # split-K target of the cp.async kernel (None: default)
         self.smem_per_sm = int(props.get("sharedMemPerMultiprocessor", 0)) or 228 * 1024
         self.smem_per_block = int(props.get("sharedMemPerBlockOptin", 0)) or 227 * 1024
@@ -487,23 +463,9 @@ class KernelEngine:
         """The storage name of the tensor-core kernels and their tables: ``c64dmma`` for
         complex64 storage on FP64 MMAs (by default on :data:`DMMA_C64_ARCHS`;
         ``FFTMATVEC_DMMA_C64=0`` / ``=1`` never / always), else :attr:`store`."""
-        if self.store == "c32h":
-            return "c32hwg" if _h_on_wgmma(self.arch) and self._wgmma_kernels() else "c32h"
         if self.store != "c64":
             return self.store
         return "c64dmma" if _c64_on_dmma(self.arch) else "c64"
-
-    def _wgmma_kernels(self) -> bool:
-        """Whether the code object has the float16 warpgroup-MMA kernels (sm_90a), found once;
-        ``FFTMATVEC_WGMMA=1`` where it has none is an error."""
-        if self._wgmma is None:
-            self._wgmma = (not backend.is_hip()) and kernels.has_function(self._pipe_name(
-                PIPE_TILES["c32hwg"][0], np.complex128, np.complex128, "c32hwg"))
-            if not self._wgmma and _switch("FFTMATVEC_WGMMA") == "1":
-                raise FFTMatvecValueError(
-                    "FFTMATVEC_WGMMA=1, but this device's code object has no warpgroup-MMA "
-                    "kernels (NVIDIA sm_90a)")
-        return self._wgmma
 
     @property
     def nbytes(self) -> int:
@@ -620,10 +582,9 @@ class KernelEngine:
             return MMA_FEW_MIN_KB[key]
         return MMA_MIN_KB[key]
 
-    def _pipe_name(self, tile, in_dtype, out_dtype, store: str | None = None) -> str:
-        """The tensor-core kernel of ``tile`` for ``store`` (default :attr:`pipe_store`)."""
+    def _pipe_name(self, tile, in_dtype, out_dtype) -> str:
         mt, v, wr, wf, ks, ns = tile
-        return (f"sbgemmp_{store or self.pipe_store}_{_CPLX_SUFFIX[np.dtype(in_dtype)]}_"
+        return (f"sbgemmp_{self.pipe_store}_{_CPLX_SUFFIX[np.dtype(in_dtype)]}_"
                 f"{_CPLX_SUFFIX[np.dtype(out_dtype)]}_m{mt}_v{v}_w{wr}x{wf}_k{ks}_s{ns}")
 
     def pipe_smem(self, tile, in_dtype) -> int:
@@ -632,8 +593,6 @@ class KernelEngine:
         rows = _MMA_ROWS * mt * wr
         freqs = wf * v
         per_stage = ks * freqs * (rows * self.data.itemsize + 16 * np.dtype(in_dtype).itemsize)
-        if self.pipe_store == "c32hwg":  # two buffers of B planes (sbgemm.cuh: WgPlanes)
-            return per_stage * ns + 2 * freqs * ((ks // 4) * 2048 + 16)
         return per_stage * ns
 
     def _launch_pipe(self, kb, n_out, n_red, in_dtype, out_dtype, tile=None,
@@ -788,7 +747,7 @@ class KernelEngine:
         if self._sm80 is None:
             tile = PIPE_TILES[self.store][0]
             self._sm80 = (not backend.is_hip()) and kernels.has_function(
-                self._pipe_name(tile, np.complex128, np.complex128, self.store))
+                self._pipe_name(tile, np.complex128, np.complex128))
         return self._sm80
 
     def _async_default(self, n_out: int, n_red: int, adjoint: bool, in_dtype):

@@ -238,7 +238,6 @@ FFTMATVEC_SBGEMMP_IO(c128, StoreC128, 2, 1, 4, 4, 4, 4)
 FFTMATVEC_SBGEMMP_IO(c128, StoreC128, 1, 2, 1, 8, 4, 4)
 FFTMATVEC_SBGEMMP_IO(c128, StoreC128, 2, 2, 1, 8, 4, 4)
 FFTMATVEC_SBGEMMP_IO(c128, StoreC128, 1, 2, 1, 8, 4, 3)
-FFTMATVEC_SBGEMMP_IO(c128, StoreC128, 4, 1, 1, 8, 4, 5)
 FFTMATVEC_SBGEMMP_IO(c64, StoreC64, 2, 2, 1, 8, 4, 4)
 FFTMATVEC_SBGEMMP_IO(c64, StoreC64, 1, 2, 4, 2, 4, 4)
 FFTMATVEC_SBGEMMP_IO(c64, StoreC64, 1, 2, 1, 8, 4, 2)
@@ -246,38 +245,7 @@ FFTMATVEC_SBGEMMP_IO(c64dmma, StoreC64Dmma, 2, 2, 2, 4, 4, 4)
 FFTMATVEC_SBGEMMP_IO(c64dmma, StoreC64Dmma, 1, 2, 1, 8, 4, 3)
 FFTMATVEC_SBGEMMP_IO(c64dmma, StoreC64Dmma, 1, 2, 1, 8, 4, 4)
 FFTMATVEC_SBGEMMP_IO(c64dmma, StoreC64Dmma, 2, 2, 1, 8, 4, 4)
-FFTMATVEC_SBGEMMP_IO(c64dmma, StoreC64Dmma, 2, 2, 2, 4, 4, 6)
-FFTMATVEC_SBGEMMP_IO(c64dmma, StoreC64Dmma, 2, 2, 2, 4, 4, 8)
 FFTMATVEC_SBGEMMP_IO(c32h, StoreC32h, 2, 2, 2, 8, 4, 4)
 FFTMATVEC_SBGEMMP_IO(c32h, StoreC32h, 2, 4, 1, 8, 4, 4)
 FFTMATVEC_SBGEMMP_IO(c32h, StoreC32h, 1, 2, 1, 8, 4, 2)
-FFTMATVEC_SBGEMMP_IO(c32h, StoreC32h, 2, 2, 2, 8, 4, 6)
-FFTMATVEC_SBGEMMP_IO(c32h, StoreC32h, 2, 2, 2, 8, 4, 7)
 #endif  // FFTMATVEC_MMA
-
-// The same names for float16 storage on warpgroup MMAs (sbgemm.cuh: sbgemm_wg_body), storage
-// name c32hwg: NVIDIA sm_90a only (the build compiles sm_90 as sm_90a; elsewhere these names do
-// not exist and the engine keeps the TF32 kernels).
-#if defined(FFTMATVEC_WGMMA)
-#define FFTMATVEC_SBGEMMW(SNAME, STORE, INAME, TIN, ONAME, TOUT, MT, V, WR, WF, KS, NS)          \
-  extern "C" __global__ void __launch_bounds__(32 * WR * WF)                                     \
-      sbgemmp_##SNAME##_##INAME##_##ONAME##_m##MT##_v##V##_w##WR##x##WF##_k##KS##_s##NS(          \
-          const STORE::elem* __restrict__ kh, const float* __restrict__ scale,                   \
-          const TIN* __restrict__ x, TOUT* __restrict__ y, i64 nf, i64 nfp, i64 n_out,           \
-          i64 n_red, i64 so, i64 sr, int fsh, i64 sb, int adjoint, i64 red_chunk, int kb,        \
-          i64 x_bstride, i64 y_bstride, i64 y_split_stride, int freq_major) {                    \
-    sbgemm_wg_body<STORE, TIN, TOUT, MT, V, WR, WF, KS, NS>(kh, scale, x, y, nf, nfp, n_out,     \
-                                                            n_red, so, sr, fsh, sb, adjoint,     \
-                                                            red_chunk, kb, x_bstride, y_bstride, \
-                                                            y_split_stride, freq_major);         \
-  }
-#define FFTMATVEC_SBGEMMW_IO(SNAME, STORE, MT, V, WR, WF, KS, NS) \
-  FFTMATVEC_FOR_IO(FFTMATVEC_SBGEMMW, SNAME, STORE, MT, V, WR, WF, KS, NS)
-
-// (keep in sync with fftmatvec/_gpu.py: PIPE_TILES["c32hwg"])
-FFTMATVEC_SBGEMMW_IO(c32hwg, StoreC32h, 1, 8, 4, 2, 4, 4)
-FFTMATVEC_SBGEMMW_IO(c32hwg, StoreC32h, 1, 4, 4, 4, 4, 4)
-FFTMATVEC_SBGEMMW_IO(c32hwg, StoreC32h, 1, 8, 4, 2, 4, 3)
-FFTMATVEC_SBGEMMW_IO(c32hwg, StoreC32h, 1, 4, 8, 2, 4, 4)
-FFTMATVEC_SBGEMMW_IO(c32hwg, StoreC32h, 1, 8, 4, 2, 4, 5)
-#endif  // FFTMATVEC_WGMMA

@@ -201,30 +201,23 @@ def test_async_tiles(rng, shape, store, adjoint):
 
 @pytest.mark.parametrize("shape", [(45, 77, 150), (100, 23, 1000), (3, 300, 20), (1, 37, 40),
                                    (37, 1, 40), (130, 9, 64)], ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("store", ["d", "s-tf32", "s-dmma", "h-tf32", "h-wgmma"])
+@pytest.mark.parametrize("store", ["d", "s-tf32", "s-dmma", "h"])
 @pytest.mark.parametrize("adjoint", [False, True], ids=["fwd", "adj"])
 def test_pipe_tiles(rng, monkeypatch, shape, store, adjoint):
     """Every compiled tile of the pipelined tensor-core kernel, with 1, 5 and 16 right-hand
     sides, with and without split-K, in and out in both precisions, both directions, against
     the float64 product (zero-filled tails: rows, reduction rows, frequencies, vectors).
-    Complex64 storage on both of its kernels, TF32 and DMMA; float16 storage on mma.sync and on
-    warpgroup MMAs (sm_90a)."""
+    Complex64 storage on both of its kernels, TF32 and DMMA."""
     cp = backend.cupy
     from fftmatvec._gpu import PIPE_TILES
 
     store, _, mma = store.partition("-")
-    if mma in ("dmma", "tf32") and store == "s":
+    if mma:
         monkeypatch.setenv("FFTMATVEC_DMMA_C64", "1" if mma == "dmma" else "0")
-    if store == "h":
-        monkeypatch.setenv("FFTMATVEC_WGMMA", "auto" if mma == "wgmma" else "0")
     F, eng, khat, n_in, n_out, n_red = _tile_case(rng, shape, store, adjoint)
     if eng._mma_min_kb() is None:
         pytest.skip("no tensor-core kernels on this device")
-    if mma == "wgmma" and not eng._wgmma_kernels():
-        pytest.skip("no warpgroup-MMA kernels on this device (NVIDIA sm_90a)")
-    expected = {("s", "dmma"): "c64dmma", ("s", "tf32"): "c64", ("h", "tf32"): "c32h",
-                ("h", "wgmma"): "c32hwg"}
-    assert eng.pipe_store == expected.get((store, mma), eng.store)
+    assert eng.pipe_store == {"dmma": "c64dmma", "tf32": "c64", "": eng.store}[mma]
     # 3xTF32 with each k-step's sum added in float32: a few 1e-7, like float32 FMAs; on DMMA
     # the products and sums are exact in float64 and the error is complex64 storage's (3e-8)
     tol = {"d": 1e-13, "s": 4e-6, "h": 2e-3}[store]
@@ -252,8 +245,7 @@ def test_pipe_tiles(rng, monkeypatch, shape, store, adjoint):
 
 
 @pytest.mark.parametrize("adjoint", [False, True], ids=["fwd", "adj"])
-@pytest.mark.parametrize("wgmma", ["0", "auto"], ids=["mma", "wgmma"])
-def test_h_batch_vector_ranges(rng, monkeypatch, adjoint, wgmma):
+def test_h_batch_vector_ranges(rng, adjoint):
     """Float16-storage batches on tensor cores with vectors 40 decades apart, and vectors whose
     magnitude grows (or shrinks) by 2^40 along the reduction: each product against its own
     float64 reference, on every tile, split and unsplit (a kernel that converts the vectors to
@@ -261,12 +253,9 @@ def test_h_batch_vector_ranges(rng, monkeypatch, adjoint, wgmma):
     cp = backend.cupy
     from fftmatvec._gpu import PIPE_TILES
 
-    monkeypatch.setenv("FFTMATVEC_WGMMA", wgmma)
     F, eng, khat, n_in, n_out, n_red = _tile_case(rng, (45, 300, 40), "h", adjoint)
     if eng._mma_min_kb() is None:
         pytest.skip("no tensor-core kernels on this device")
-    if wgmma == "auto" and eng.pipe_store != "c32hwg":
-        pytest.skip("no warpgroup-MMA kernels on this device (NVIDIA sm_90a)")
     kb = 16
     x = rng.standard_normal((kb, n_in, F.nf)) + 1j * rng.standard_normal((kb, n_in, F.nf))
     decades = np.linspace(-20, 20, kb)

@@ -23,7 +23,7 @@ def test_switch_values(monkeypatch, value, expected):
 
 @pytest.mark.parametrize("name", ["FFTMATVEC_STAGED", "FFTMATVEC_CUDA_GRAPHS", "FFTMATVEC_MMA",
                                   "FFTMATVEC_ASYNC", "FFTMATVEC_FFT_CALLBACKS",
-                                  "FFTMATVEC_DMMA_C64", "FFTMATVEC_WGMMA"])
+                                  "FFTMATVEC_DMMA_C64"])
 def test_switch_rejects_other_values(monkeypatch, name):
     monkeypatch.setenv(name, "yes")
     with pytest.raises(FFTMatvecValueError, match=name):
@@ -36,33 +36,22 @@ def test_switch_rejects_other_values(monkeypatch, name):
     ("c64", "sm_80", "1", "c64dmma"), ("c64", "sm_90", "0", "c64"),
     ("c64", "sm_90", "auto", "c64dmma"),
     ("c128", "sm_90", "0", "c128"), ("c128", "sm_80", "1", "c128"),
-    ("c32h", "sm_90", "1", "c32hwg"), ("c32h", "sm_80", None, "c32h"),
-    ("c32h", "sm_90", None, "c32hwg"), ("c32h", "sm_90", "auto", "c32hwg"),
-    ("c32h", "sm_90", "0", "c32h"), ("c32h", "sm_100", None, "c32h"),
-    ("c32h", "gfx942", "1", "c32hwg"),  # the engine then finds no such kernels (below)
+    ("c32h", "sm_90", "1", "c32h"), ("c32h", "sm_90", None, "c32h"),
 ])
 def test_pipe_store(monkeypatch, store, arch, switch, expected):
     """Complex64 storage's batches run on FP64 tensor cores (the c64dmma kernels) on
-    DMMA_C64_ARCHS by default, on TF32 elsewhere, FFTMATVEC_DMMA_C64 overriding; float16
-    storage's on warpgroup MMAs (c32hwg) on WGMMA_H_ARCHS where the code object has them,
-    FFTMATVEC_WGMMA overriding (the same values: the test sets both switches); complex128
-    keeps its own kernels whatever the switches say."""
-    from fftmatvec._gpu import (DMMA_C64_ARCHS, MMA_MIN_KB, PIPE_DEFAULTS, PIPE_FEW, PIPE_TILES,
-                                WGMMA_H_ARCHS)
+    DMMA_C64_ARCHS by default, on TF32 elsewhere, FFTMATVEC_DMMA_C64 overriding; other
+    storages keep their own kernels whatever the switch says."""
+    from fftmatvec._gpu import DMMA_C64_ARCHS, MMA_MIN_KB, PIPE_DEFAULTS, PIPE_FEW, PIPE_TILES
 
-    for name in ("FFTMATVEC_DMMA_C64", "FFTMATVEC_WGMMA"):
-        if switch is None:
-            monkeypatch.delenv(name, raising=False)
-        else:
-            monkeypatch.setenv(name, switch)
-    engine = SimpleNamespace(store=store, arch=arch, _wgmma_kernels=lambda: True)
+    if switch is None:
+        monkeypatch.delenv("FFTMATVEC_DMMA_C64", raising=False)
+    else:
+        monkeypatch.setenv("FFTMATVEC_DMMA_C64", switch)
+    engine = SimpleNamespace(store=store, arch=arch)
     got = KernelEngine.pipe_store.fget(engine)
     assert got == expected
     assert (arch in DMMA_C64_ARCHS) == (arch == "sm_90")
-    assert (arch in WGMMA_H_ARCHS) == (arch == "sm_90")
-    if store == "c32h":  # a code object without them (JIT without sm_90a, AMD): mma.sync
-        bare = SimpleNamespace(store=store, arch=arch, _wgmma_kernels=lambda: False)
-        assert KernelEngine.pipe_store.fget(bare) == "c32h"
     for adjoint in (False, True):  # every table knows the name
         assert PIPE_DEFAULTS[(got, adjoint)] in PIPE_TILES[got]
         assert PIPE_FEW[(got, adjoint)] in PIPE_TILES[got]
@@ -474,18 +463,16 @@ def test_packed_launch_argument_block(monkeypatch):
     ("sm_75", "1", None, "GEMV kernels (the tensor-core ones need NVIDIA sm_80 or newer)"),
     ("sm_90", "0", None, "GEMV kernels (FFTMATVEC_MMA=0)"),
     ("sm_90", None, None, "batches of 4 to 16 right-hand sides or more, by storage and direction: "
-                          "d DMMA, s DMMA, h TF32 wgmma"),
+                          "d DMMA, s DMMA, h TF32"),
     ("sm_90", "1", "0", "every launch (FFTMATVEC_MMA=1): d DMMA, s 3xTF32, h TF32"),
     ("sm_80", None, None, "by storage and direction: d DMMA, s 3xTF32, h TF32"),
-    ("sm_100", None, "1", "by storage and direction: d DMMA, s DMMA, h TF32 wgmma"),
+    ("sm_100", None, "1", "by storage and direction: d DMMA, s DMMA, h TF32"),
 ])
 def test_batch_kernels_line(monkeypatch, arch, mma, dmma, expected):
-    """``fftmatvec info`` names the batches' kernels as the engine picks them (FFTMATVEC_DMMA_C64
-    and FFTMATVEC_WGMMA set alike)."""
+    """``fftmatvec info`` names the batches' kernels as the engine picks them."""
     from fftmatvec._gpu import batch_kernels
 
-    for name, value in (("FFTMATVEC_MMA", mma), ("FFTMATVEC_DMMA_C64", dmma),
-                        ("FFTMATVEC_WGMMA", dmma)):
+    for name, value in (("FFTMATVEC_MMA", mma), ("FFTMATVEC_DMMA_C64", dmma)):
         if value is None:
             monkeypatch.delenv(name, raising=False)
         else:
