@@ -450,7 +450,6 @@ class KernelEngine:
         self.pipe_splits = None  # split-K count of the tensor-core kernel (None: the model)
         self.pipe_freq_major = None  # block order of the tensor-core kernel (None: the rule)
         self._num_regs: dict = {}  # kernel name -> registers per thread (0: unknown)
-        self._has_kernel: dict = {}  # kernel name -> whether the code object has it
         self._sm80 = None  # whether the sm_80+ kernels exist here (found on first use)
         self.async_waves = None  # split-K target of the cp.async kernel (None: default)
         self.smem_per_sm = int(props.get("sharedMemPerMultiprocessor", 0)) or 228 * 1024
@@ -646,33 +645,8 @@ class KernelEngine:
         freq_major = bool(adjoint) and math.ceil(n_out / rows) > resident
         if self.pipe_freq_major is not None:
             freq_major = bool(self.pipe_freq_major)
-        if not freq_major and math.ceil(n_out / rows) == 2:
-            name = self._cluster_name(name)
         return _Launch(name, kb, (base, splits), (32, wr * wf), splits, red_chunk, mma=True,
                        smem=smem, resident=resident, freq_major=freq_major)
-
-    def _cluster_name(self, name: str) -> str:
-        """``name``'s variant launched as clusters of 2 blocks (``_c2``: the 2 row tiles of a
-        frequency tile, one after the other in the row order, on one GPC, where they read the
-        vectors through one L2 partition) where the code object has it (NVIDIA sm_90 and
-        newer, the forward default tiles) and ``FFTMATVEC_CLUSTERS`` is not 0; else ``name``.
-        ``FFTMATVEC_CLUSTERS=1`` is an error on a device that has no clustered kernels."""
-        mode = _switch("FFTMATVEC_CLUSTERS")
-        if mode == "0":
-            return name
-        c2 = name + "_c2"
-        if c2 not in self._has_kernel:
-            self._has_kernel[c2] = (not backend.is_hip()) and kernels.has_function(c2)
-        if self._has_kernel[c2]:
-            return c2
-        if mode == "1":  # an error where the device has none at all (other tiles have none)
-            probe = self._pipe_name(PIPE_DEFAULTS[("c128", False)], np.complex128,
-                                    np.complex128, "c128") + "_c2"
-            if not ((not backend.is_hip()) and kernels.has_function(probe)):
-                raise FFTMatvecValueError(
-                    "FFTMATVEC_CLUSTERS=1, but this device's code object has no clustered "
-                    "kernels (NVIDIA sm_90 or newer)")
-        return name
 
     def _pipe_tile(self, n_out: int, n_red: int, adjoint: bool):
         """(tile, rounds of resident blocks its split-K fills, or None for the fitted model) of

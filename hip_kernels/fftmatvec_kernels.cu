@@ -248,33 +248,4 @@ FFTMATVEC_SBGEMMP_IO(c64dmma, StoreC64Dmma, 2, 2, 1, 8, 4, 4)
 FFTMATVEC_SBGEMMP_IO(c32h, StoreC32h, 2, 2, 2, 8, 4, 4)
 FFTMATVEC_SBGEMMP_IO(c32h, StoreC32h, 2, 4, 1, 8, 4, 4)
 FFTMATVEC_SBGEMMP_IO(c32h, StoreC32h, 1, 2, 1, 8, 4, 2)
-
-// The same kernels launched as clusters of 2 blocks (name suffix _c2): forward products whose
-// Nd rows take 2 row tiles, whose 2 blocks per frequency tile read the same tile of the
-// vectors. A cluster is scheduled on one GPC, so the pair shares one L2 partition and reads the
-// vectors from memory once (unclustered pairs often lie in both partitions and each reads them:
-// docs/benchmarks.md, twentieth run). The body is unchanged. NVIDIA sm_90 and newer.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define FFTMATVEC_SBGEMMPC(SNAME, STORE, INAME, TIN, ONAME, TOUT, MT, V, WR, WF, KS, NS)         \
-  extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(32 * WR * WF)           \
-      sbgemmp_##SNAME##_##INAME##_##ONAME##_m##MT##_v##V##_w##WR##x##WF##_k##KS##_s##NS##_c2(     \
-          const STORE::elem* __restrict__ kh, const float* __restrict__ scale,                   \
-          const TIN* __restrict__ x, TOUT* __restrict__ y, i64 nf, i64 nfp, i64 n_out,           \
-          i64 n_red, i64 so, i64 sr, int fsh, i64 sb, int adjoint, i64 red_chunk, int kb,        \
-          i64 x_bstride, i64 y_bstride, i64 y_split_stride, int freq_major) {                    \
-    sbgemm_pipe_body<STORE, TIN, TOUT, MT, V, WR, WF, KS, NS>(kh, scale, x, y, nf, nfp, n_out,   \
-                                                              n_red, so, sr, fsh, sb, adjoint,   \
-                                                              red_chunk, kb, x_bstride,          \
-                                                              y_bstride, y_split_stride,         \
-                                                              freq_major);                       \
-  }
-#define FFTMATVEC_SBGEMMPC_IO(SNAME, STORE, MT, V, WR, WF, KS, NS) \
-  FFTMATVEC_FOR_IO(FFTMATVEC_SBGEMMPC, SNAME, STORE, MT, V, WR, WF, KS, NS)
-
-// the forward defaults (keep in sync with fftmatvec/_gpu.py: PIPE_DEFAULTS)
-FFTMATVEC_SBGEMMPC_IO(c128, StoreC128, 4, 1, 1, 8, 4, 4)
-FFTMATVEC_SBGEMMPC_IO(c64dmma, StoreC64Dmma, 2, 2, 2, 4, 4, 4)
-FFTMATVEC_SBGEMMPC_IO(c64, StoreC64, 2, 2, 1, 8, 4, 4)
-FFTMATVEC_SBGEMMPC_IO(c32h, StoreC32h, 2, 2, 2, 8, 4, 4)
-#endif  // __CUDA_ARCH__ >= 900
 #endif  // FFTMATVEC_MMA

@@ -244,41 +244,6 @@ def test_pipe_tiles(rng, monkeypatch, shape, store, adjoint):
                     assert err < t, (case, err)
 
 
-@pytest.mark.parametrize("store", ["d", "s", "h"])
-def test_pipe_cluster_launch(rng, monkeypatch, store):
-    """Forward batches whose Nd rows take 2 row tiles launch their default tile as clusters of
-    2 blocks (``_c2``) on NVIDIA sm_90 and newer, split and unsplit, and give the unclustered
-    launch's result to the last bit (the same body on the same tiles); FFTMATVEC_CLUSTERS=0
-    keeps them unclustered."""
-    cp = backend.cupy
-    F, eng, khat, n_in, n_out, n_red = _tile_case(rng, (100, 300, 60), store, False)
-    if eng._mma_min_kb() is None:
-        pytest.skip("no tensor-core kernels on this device")
-    x = rng.standard_normal((16, n_in, F.nf)) + 1j * rng.standard_normal((16, n_in, F.nf))
-    ref = _dense_product(khat, x, False)
-    tol = {"d": 1e-13, "s": 4e-6, "h": 2e-3}[store]
-    got = {}
-    for mode in ("auto", "0"):
-        monkeypatch.setenv("FFTMATVEC_CLUSTERS", mode)
-        for waves in (0, 8):
-            eng.pipe_waves = waves
-            la = eng._launch_pipe(16, n_out, n_red, np.complex128, np.complex128)
-            assert not la.freq_major
-            out = _poisoned(cp, (16, n_out, F.nf), np.complex128)
-            eng.apply(cp.asarray(x), False, np.complex128, out=out, plan=[la])
-            got[(mode, waves)] = (la, cp.asnumpy(out))
-    eng.pipe_waves = None
-    cc = int(eng.arch[3:]) if eng.arch.startswith("sm_") else 0
-    for waves in (0, 8):
-        (la, y), (la0, y0) = got[("auto", waves)], got[("0", waves)]
-        assert la.name.endswith("_c2") == (cc >= 90), la.name
-        assert not la0.name.endswith("_c2") and la0.grid == la.grid
-        assert np.isfinite(y).all()
-        np.testing.assert_array_equal(y, y0)
-        assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < tol, (la, waves)
-    assert got[("auto", 8)][0].splits > 1
-
-
 @pytest.mark.parametrize("adjoint", [False, True], ids=["fwd", "adj"])
 def test_h_batch_vector_ranges(rng, adjoint):
     """Float16-storage batches on tensor cores with vectors 40 decades apart, and vectors whose

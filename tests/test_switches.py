@@ -23,7 +23,7 @@ def test_switch_values(monkeypatch, value, expected):
 
 @pytest.mark.parametrize("name", ["FFTMATVEC_STAGED", "FFTMATVEC_CUDA_GRAPHS", "FFTMATVEC_MMA",
                                   "FFTMATVEC_ASYNC", "FFTMATVEC_FFT_CALLBACKS",
-                                  "FFTMATVEC_DMMA_C64", "FFTMATVEC_CLUSTERS"])
+                                  "FFTMATVEC_DMMA_C64"])
 def test_switch_rejects_other_values(monkeypatch, name):
     monkeypatch.setenv(name, "yes")
     with pytest.raises(FFTMatvecValueError, match=name):
