@@ -313,8 +313,7 @@ def batch_kernels(arch: str | None) -> str:
     ``gfx90a``; None: no GPU), as ``fftmatvec info`` prints it."""
     if not arch:
         return "no GPU"
-    digits = arch[3:] if arch.startswith("sm_") else ""
-    if not digits.isdigit() or int(digits) < 80:
+    if not kernels.mma_options(arch):  # the build defines the tensor-core kernels from sm_80
         return "GEMV kernels (the tensor-core ones need NVIDIA sm_80 or newer)"
     mode = _switch("FFTMATVEC_MMA")
     if mode == "0":
