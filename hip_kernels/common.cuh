@@ -8,6 +8,9 @@
 
 typedef long long i64;
 
+// The dynamic shared memory of every kernel that takes some (one declaration for the unit).
+extern __shared__ uint4 fftmatvec_dynamic_smem[];
+
 // ---- complex arithmetic on double2 / float2 ------------------------------------------------
 template <typename T> struct Complex;
 template <> struct Complex<double> { typedef double2 type; };

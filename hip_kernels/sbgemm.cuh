@@ -362,8 +362,6 @@ __device__ __forceinline__ void zero_fill(A (&acc)[N]) {
 // banks. Rows past n_out, reduction rows past the split's end, frequencies past Khat's padded
 // length and vectors past kb are zero-filled by the copy itself (src-size 0).
 
-extern __shared__ uint4 fftmatvec_dynamic_smem[];
-
 __device__ __forceinline__ unsigned smem_u32(const void* p) {
   unsigned r;
   asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));

@@ -1,0 +1,167 @@
+"""Stages 1+2 and 4+5 as one kernel each: the package's own real FFTs of the time axis
+(``hip_kernels/rowfft.cuh``), with the padding, unpadding and precision casts inside.
+
+A plan is a callable ``plan(in_ptr, out_ptr, stream)``, like a cuFFT callback plan
+(:class:`fftmatvec._fftcb.CallbackPlan`), so a fused product takes either. They need no cuFFT
+callbacks, so they also fuse the stages on ROCm. They exist for 5-smooth lengths ``L`` (every
+length :func:`fftmatvec.operator.fft_length` picks) whose two shared-memory buffers of
+:func:`complex_length` + 1 complex values fit a block.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from . import backend, kernels
+
+__all__ = ["RowFFT", "complex_length", "radices", "supported"]
+
+_REAL = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32"}
+_CPLX = {np.dtype(np.complex128): "c128", np.dtype(np.complex64): "c64"}
+# The passes' radices, in the order they are taken: an odd radix first, whose first pass writes
+# its outputs RAD apart without shared-memory bank conflicts (8 apart, 16-byte values meet 8-way).
+RADICES = (5, 3, 8, 4, 2)
+MAX_PASSES = 16  # 4 bits per pass in one 64-bit kernel argument
+# A block holds about ROWS_ELEMS complex values (whole rows), with THREADS threads; from the
+# sweeps on an H200 (docs/benchmarks.md).
+ROWS_ELEMS = 1024
+THREADS = 256
+
+_tables: dict = {}  # (device, complex length, complex dtype) -> twiddle table there
+_lock = threading.Lock()
+
+
+def radices(n: int) -> list[int] | None:
+    """The Stockham passes' radices for a complex FFT of length ``n`` (product ``n``), or None
+    where ``n`` has a prime factor above 5."""
+    if n < 1:
+        return None
+    out = []
+    for r in RADICES:
+        while n % r == 0:
+            out.append(r)
+            n //= r
+    return out if n == 1 and len(out) <= MAX_PASSES else None
+
+
+def complex_length(L: int) -> int:
+    """The length of the complex FFT behind a real one of length ``L``: ``L / 2`` for an even
+    ``L`` (two samples packed per complex value), else ``L``."""
+    return L // 2 if L % 2 == 0 else L
+
+
+def supported(L: int, fft_dtype, smem_per_block: int) -> bool:
+    """Whether the row FFT kernels take length ``L`` in ``fft_dtype`` (float64 / float32) on a
+    device with ``smem_per_block`` bytes of shared memory per block."""
+    if L < 1 or radices(complex_length(L)) is None:
+        return False
+    item = 16 if np.dtype(fft_dtype) == np.float64 else 8
+    return 2 * (complex_length(L) + 1) * item <= smem_per_block
+
+
+def twiddle_table(n: int) -> np.ndarray:
+    """The kernels' twiddles for a complex FFT of length ``n`` (float64, on the host):
+    ``exp(-2 pi i k / 2n)`` for ``k <= n // 2`` (the real FFT's split of an even length
+    ``2n``), then for each pass of :func:`radices`, combining sub-transforms of length ``ls``
+    ``RAD`` at a time, the ``(RAD - 1) x ls`` values ``exp(-2 pi i q k / (ls RAD))``, q-major.
+    Each angle is reduced to a fraction of a turn in [-1/2, 1/2] exactly, in integers, before
+    its sine and cosine."""
+
+    def unit(num, den):  # exp(-2 pi i num / den) for integer arrays num
+        t = np.mod(num, den).astype(np.float64) / den
+        t -= np.rint(t)
+        return np.cos(2 * np.pi * t) - 1j * np.sin(2 * np.pi * t)
+
+    parts = [unit(np.arange(n // 2 + 1), 2 * n)]
+    ls = 1
+    for rad in radices(n):
+        q, k = np.meshgrid(np.arange(1, rad), np.arange(ls), indexing="ij")
+        parts.append(unit(q * k, ls * rad).ravel())
+        ls *= rad
+    return np.concatenate(parts)
+
+
+def twiddles(n: int, cdtype):
+    """:func:`twiddle_table` on the current device in ``cdtype``, made once per device."""
+    cp = backend.cupy
+    key = (cp.cuda.Device().id, n, np.dtype(cdtype))
+    with _lock:
+        table = _tables.get(key)
+    if table is None:
+        table = cp.asarray(twiddle_table(n).astype(cdtype))
+        with _lock:
+            _tables[key] = table
+    return table
+
+
+class RowFFT:
+    """One batched real FFT of length ``L`` over ``rows`` rows, as one kernel.
+
+    ``kind="r2c"``: stages 1 and 2. Reads ``(rows, nt)`` in ``in_dtype`` (real), rounds each
+    sample to ``mid_dtype`` (stage 1's precision), pads with zeros to ``L``, transforms in
+    ``fft_dtype`` and writes ``(rows, L // 2 + 1)`` in ``out_dtype`` (complex), times
+    ``scale[(r % nd), f]`` (``(nd, nfp)`` float32) when ``scale`` is given.
+
+    ``kind="c2r"``: stages 4 and 5. Reads ``(rows, L // 2 + 1)`` in ``in_dtype`` (complex),
+    transforms in ``fft_dtype`` (unnormalised), rounds the first ``nt`` samples of each row to
+    ``mid_dtype`` (stage 5's precision) and writes them ``(rows, nt)`` in ``out_dtype``.
+
+    ``rows_per_block`` and ``threads`` override the defaults (:data:`ROWS_ELEMS`,
+    :data:`THREADS`), for the tuning sweeps.
+    """
+
+    def __init__(self, kind: str, L: int, nt: int, rows: int, in_dtype, mid_dtype, fft_dtype,
+                 out_dtype, scale=None, nd: int = 1, nfp: int = 0, rows_per_block=None,
+                 threads=None, smem_per_block: int = 227 * 1024):
+        in_dtype, mid_dtype = np.dtype(in_dtype), np.dtype(mid_dtype)
+        fft_dtype, out_dtype = np.dtype(fft_dtype), np.dtype(out_dtype)
+        if kind not in ("r2c", "c2r"):
+            raise ValueError(f"kind must be 'r2c' or 'c2r', got {kind!r}")
+        if not supported(L, fft_dtype, smem_per_block):
+            raise ValueError(f"no row FFT kernel for length {L} in {fft_dtype} (it needs a "
+                             f"5-smooth length that fits shared memory)")
+        if not 1 <= nt <= L:
+            raise ValueError(f"nt must be in [1, L = {L}], got {nt}")
+        if rows < 1:
+            raise ValueError(f"rows must be >= 1, got {rows}")
+        n = complex_length(L)
+        cdtype = np.dtype(np.complex128 if fft_dtype == np.float64 else np.complex64)
+        if kind == "r2c":
+            if out_dtype == np.complex128 and fft_dtype != np.float64:
+                raise ValueError("a float32 FFT writes complex64")
+            name = (f"rfft_pad_{_REAL[in_dtype]}_{_REAL[mid_dtype]}_{_REAL[fft_dtype]}_"
+                    f"{_CPLX[out_dtype]}")
+        else:
+            if in_dtype == np.complex128 and fft_dtype != np.float64:
+                raise ValueError("a float32 FFT reads complex64")
+            if scale is not None:
+                raise ValueError("only the forward transform applies row scales")
+            name = (f"irfft_unpad_{_CPLX[in_dtype]}_{_REAL[fft_dtype]}_{_REAL[mid_dtype]}_"
+                    f"{_REAL[out_dtype]}")
+        rpb = rows_per_block or max(1, ROWS_ELEMS // n)
+        rpb = max(1, min(rpb, rows, smem_per_block // (2 * (n + 1) * cdtype.itemsize)))
+        self.kind, self.L, self.nt, self.rows, self.name = kind, L, nt, rows, name
+        self.rows_per_block, self.threads = rpb, int(threads or THREADS)
+        self.smem = 2 * rpb * (n + 1) * cdtype.itemsize
+        self.grid = (-(-rows // rpb),)
+        rads = radices(n)
+        packed = sum(r << (4 * i) for i, r in enumerate(rads))
+        self.twiddles = twiddles(n, cdtype)
+        fn = kernels.get_function(name, self.smem)
+        i64, i32 = np.int64, np.int32
+        geometry = (i32(nt), i32(L), i32(rpb), np.uint64(packed), i32(len(rads)))
+        if kind == "r2c":
+            self.scale = scale  # kept alive with the plan
+            s = np.uint64(0) if scale is None else scale
+            args = (None, None, self.twiddles, s, i64(rows)) + geometry + (i64(nd), i64(nfp))
+        else:
+            args = (None, None, self.twiddles, i64(rows)) + geometry
+        self._launch = kernels.PackedLaunch(fn, self.grid, (self.threads,), self.smem, args)
+
+    def __call__(self, in_ptr: int, out_ptr: int, stream: int | None = None) -> None:
+        """Run on ``stream`` (a pointer; by default the current stream)."""
+        if stream is None:
+            stream = backend.cupy.cuda.get_current_stream().ptr
+        self._launch(stream, in_ptr, out_ptr)

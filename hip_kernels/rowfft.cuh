@@ -1,0 +1,343 @@
+// Stages 1+2 and 4+5 as one kernel each: the real FFTs of the time axis, with the padding,
+// unpadding and precision casts around them, for 5-smooth lengths L.
+//
+// cuFFT runs these transforms at 0.25-0.4 of their memory floor at the lengths the operator
+// uses (L = 2000, 1000, 200: docs/benchmarks.md, fourteenth run), and its callbacks make it
+// link slower kernels. Here a block loads `rpb` rows into shared memory (one pass over the
+// input), transforms them there and writes them out (one pass over the output):
+//
+// * The real input of a row is packed as N complex values z[n] = x[2n] + i x[2n+1] and
+//   transformed by a complex FFT of length N (Stockham passes of radix 8, 4, 2, 5 and 3 between
+//   two shared-memory buffers, natural order in and out), then split into the N + 1 values of
+//   the real FFT: X[k] = (Z[k] + conj Z[N-k]) / 2 + w^k (Z[k] - conj Z[N-k]) / (2i), with
+//   w = exp(-2 pi i / L), and X[N-k] = conj((Z[k] + conj Z[N-k]) / 2 - w^k (...) / (2i)).
+// * The inverse runs the same steps backwards: Z[k] = E[k] + i O[k] with E[k] = X[k] +
+//   conj X[N-k] and O[k] = (X[k] - conj X[N-k]) conj(w^k), an inverse complex FFT of length N,
+//   and x[2n] = Re z[n], x[2n+1] = Im z[n], unnormalised like cuFFT's complex-to-real
+//   transform (the 1/L is in the stored Khat). The imaginary parts of X[0] and X[N] are taken
+//   as zero, as a real signal's are.
+// * An odd L (the operator's default length for some Nt, e.g. 15 for Nt = 7) takes one complex
+//   FFT of length N = L: of the samples with zero imaginary parts forward, of the whole
+//   Hermitian spectrum inverse.
+//
+// The twiddles come from one table, made in float64 on the host and rounded to the transform's
+// precision: exp(-2 pi i k / 2N) for k <= N / 2 (the w^k above, for an even L), then each
+// pass's table (fft_pass).
+// Nothing here depends on the warp size; indices inside a block are 32-bit (a block holds at
+// most a few thousand values), row offsets 64-bit. The host (fftmatvec/_rowfft.py) picks the
+// radices, the rows per block and the block size.
+#pragma once
+#include "common.cuh"
+
+template <typename C> struct RealOf;
+template <> struct RealOf<double2> { typedef double type; };
+template <> struct RealOf<float2> { typedef float type; };
+
+template <typename C> __device__ __forceinline__ C c_add(C a, C b) { return make_c(a.x + b.x, a.y + b.y); }
+template <typename C> __device__ __forceinline__ C c_sub(C a, C b) { return make_c(a.x - b.x, a.y - b.y); }
+template <typename C> __device__ __forceinline__ C c_conj(C a) { return make_c(a.x, -a.y); }
+template <typename C> __device__ __forceinline__ C c_mul(C a, C b) {
+  return make_c(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
+}
+// a times s i (s = +1 or -1)
+template <int S, typename C> __device__ __forceinline__ C c_muli(C a) {
+  return S > 0 ? make_c(-a.y, a.x) : make_c(a.y, -a.x);
+}
+template <typename C, typename R> __device__ __forceinline__ C c_scale(C a, R s) {
+  return make_c(a.x * s, a.y * s);
+}
+
+// In-register DFT of radix RAD, y[q] = sum_p v[p] exp(S 2 pi i p q / RAD): S = -1 forward,
+// +1 inverse.
+template <int RAD, int S, typename C> struct Dft;
+template <int S, typename C> struct Dft<2, S, C> {
+  static __device__ __forceinline__ void run(C* v) {
+    const C a = v[0], b = v[1];
+    v[0] = c_add(a, b);
+    v[1] = c_sub(a, b);
+  }
+};
+template <int S, typename C> struct Dft<3, S, C> {
+  static __device__ __forceinline__ void run(C* v) {
+    typedef typename RealOf<C>::type R;
+    const R h = (R)0.86602540378443864676;  // sin(2 pi / 3)
+    const C t1 = c_add(v[1], v[2]);
+    const C t2 = c_sub(v[0], c_scale(t1, (R)0.5));
+    const C t3 = c_muli<S>(c_scale(c_sub(v[1], v[2]), h));
+    v[0] = c_add(v[0], t1);
+    v[1] = c_add(t2, t3);
+    v[2] = c_sub(t2, t3);
+  }
+};
+template <int S, typename C> struct Dft<4, S, C> {
+  static __device__ __forceinline__ void run(C* v) {
+    const C a = c_add(v[0], v[2]), b = c_sub(v[0], v[2]);
+    const C c = c_add(v[1], v[3]), d = c_muli<S>(c_sub(v[1], v[3]));
+    v[0] = c_add(a, c);
+    v[2] = c_sub(a, c);
+    v[1] = c_add(b, d);
+    v[3] = c_sub(b, d);
+  }
+};
+template <int S, typename C> struct Dft<5, S, C> {
+  static __device__ __forceinline__ void run(C* v) {
+    typedef typename RealOf<C>::type R;
+    const R c1 = (R)0.30901699437494742410, c2 = (R)-0.80901699437494742410;  // cos(2pi/5), cos(4pi/5)
+    const R s1 = (R)0.95105651629515357212, s2 = (R)0.58778525229247312917;   // sin(2pi/5), sin(4pi/5)
+    const C a1 = c_add(v[1], v[4]), b1 = c_sub(v[1], v[4]);
+    const C a2 = c_add(v[2], v[3]), b2 = c_sub(v[2], v[3]);
+    const C m1 = make_c(v[0].x + c1 * a1.x + c2 * a2.x, v[0].y + c1 * a1.y + c2 * a2.y);
+    const C m2 = make_c(v[0].x + c2 * a1.x + c1 * a2.x, v[0].y + c2 * a1.y + c1 * a2.y);
+    const C n1 = c_muli<S>(make_c(s1 * b1.x + s2 * b2.x, s1 * b1.y + s2 * b2.y));
+    const C n2 = c_muli<S>(make_c(s2 * b1.x - s1 * b2.x, s2 * b1.y - s1 * b2.y));
+    v[0] = c_add(v[0], c_add(a1, a2));
+    v[1] = c_add(m1, n1);
+    v[4] = c_sub(m1, n1);
+    v[2] = c_add(m2, n2);
+    v[3] = c_sub(m2, n2);
+  }
+};
+template <int S, typename C> struct Dft<8, S, C> {
+  static __device__ __forceinline__ void run(C* v) {
+    typedef typename RealOf<C>::type R;
+    const R r = (R)0.70710678118654752440;  // 1 / sqrt(2)
+    C e[4] = {v[0], v[2], v[4], v[6]}, o[4] = {v[1], v[3], v[5], v[7]};
+    Dft<4, S, C>::run(e);
+    Dft<4, S, C>::run(o);
+    // o[q] *= exp(S 2 pi i q / 8)
+    o[1] = c_scale(c_add(o[1], c_muli<S>(o[1])), r);
+    o[2] = c_muli<S>(o[2]);
+    o[3] = c_scale(c_sub(c_muli<S>(o[3]), o[3]), r);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      v[q] = c_add(e[q], o[q]);
+      v[q + 4] = c_sub(e[q], o[q]);
+    }
+  }
+};
+
+// One Stockham pass over `rows` transforms of length n held back to back in src: the
+// sub-transforms of length ls (done by the earlier passes) are combined RAD at a time into
+// length ls * RAD, written to dst. twp is the pass's twiddle table, (RAD - 1) x ls values,
+// entry (q - 1) ls + k = exp(-2 pi i q k / (ls RAD)): for each q, the lanes of consecutive
+// butterflies read consecutive entries (a table of w^j indexed q k apart spreads one load of a
+// warp over up to 32 cache lines, and those loads, not the arithmetic, held the first version).
+template <int RAD, int S, typename C>
+__device__ __forceinline__ void fft_pass(const C* __restrict__ src, C* __restrict__ dst,
+                                         const C* __restrict__ twp, int n, int ls, int rows) {
+  const int stride = n / RAD, total = rows * stride;
+  for (int b = threadIdx.x; b < total; b += blockDim.x) {
+    const int row = b / stride, j = b - row * stride;
+    const int k = j % ls;
+    const C* s = src + row * n + j;
+    C v[RAD];
+#pragma unroll
+    for (int q = 0; q < RAD; ++q) v[q] = s[q * stride];
+    if (ls > 1) {
+#pragma unroll
+      for (int q = 1; q < RAD; ++q) {
+        C w = twp[(q - 1) * ls + k];
+        if (S > 0) w.y = -w.y;
+        v[q] = c_mul(v[q], w);
+      }
+    }
+    Dft<RAD, S, C>::run(v);
+    C* d = dst + row * n + (j - k) * RAD + k;
+#pragma unroll
+    for (int q = 0; q < RAD; ++q) d[q * ls] = v[q];
+  }
+}
+
+// The complex FFT of `rows` rows of length n in a, through b and back as the passes alternate;
+// returns the buffer that holds the result. radices: 4 bits per pass, first pass lowest; the
+// passes' twiddle tables follow each other from twp.
+template <int S, typename C>
+__device__ __forceinline__ C* fft_rows(C* a, C* b, const C* __restrict__ twp, int n, int rows,
+                                       unsigned long long radices, int npass) {
+  int ls = 1;
+  for (int p = 0; p < npass; ++p) {
+    const int rad = (int)((radices >> (4 * p)) & 15);
+    switch (rad) {
+      case 8: fft_pass<8, S, C>(a, b, twp, n, ls, rows); break;
+      case 4: fft_pass<4, S, C>(a, b, twp, n, ls, rows); break;
+      case 2: fft_pass<2, S, C>(a, b, twp, n, ls, rows); break;
+      case 5: fft_pass<5, S, C>(a, b, twp, n, ls, rows); break;
+      default: fft_pass<3, S, C>(a, b, twp, n, ls, rows); break;
+    }
+    __syncthreads();
+    C* t = a;
+    a = b;
+    b = t;
+    twp += (rad - 1) * ls;
+    ls *= rad;
+  }
+  return a;
+}
+
+// The block's rows of the input, contiguous in global memory (nrow rows of nt), into
+// shared memory as rows of len >= nt reals, zero-padded: the loads of ROWFFT_UNROLL steps are
+// issued before their stores, so that each thread has that many in flight.
+#define ROWFFT_UNROLL 8
+template <typename TIn, typename TMid, typename R>
+__device__ __forceinline__ void load_padded(const TIn* __restrict__ src, R* __restrict__ dst,
+                                            int nrow, int nt, int len) {
+  const int total = nrow * nt, step = blockDim.x * ROWFFT_UNROLL;
+  for (int base = threadIdx.x; base < total; base += step) {
+    R v[ROWFFT_UNROLL];
+#pragma unroll
+    for (int u = 0; u < ROWFFT_UNROLL; ++u) {
+      const int i = base + u * blockDim.x;
+      v[u] = i < total ? (R)(TMid)src[i] : (R)0;
+    }
+#pragma unroll
+    for (int u = 0; u < ROWFFT_UNROLL; ++u) {
+      const int i = base + u * blockDim.x;
+      if (i < total) {
+        const int r = i / nt;
+        dst[r * len + (i - r * nt)] = v[u];
+      }
+    }
+  }
+  const int pad = len - nt;
+  for (int i = threadIdx.x; i < nrow * pad; i += blockDim.x) {
+    const int r = i / pad;
+    dst[r * len + nt + (i - r * pad)] = (R)0;
+  }
+}
+
+// The block's rows of a complex input (nrow rows of nf values, contiguous) into shared memory,
+// widened to C, the loads of ROWFFT_UNROLL steps in flight per thread.
+template <typename CIn, typename C>
+__device__ __forceinline__ void load_rows(const CIn* __restrict__ src, C* __restrict__ dst,
+                                          int total) {
+  const int step = blockDim.x * ROWFFT_UNROLL;
+  for (int base = threadIdx.x; base < total; base += step) {
+    CIn v[ROWFFT_UNROLL];
+#pragma unroll
+    for (int u = 0; u < ROWFFT_UNROLL; ++u) {
+      const int i = base + u * blockDim.x;
+      if (i < total) v[u] = src[i];
+    }
+#pragma unroll
+    for (int u = 0; u < ROWFFT_UNROLL; ++u) {
+      const int i = base + u * blockDim.x;
+      if (i < total) dst[i] = ccast<C>(v[u]);
+    }
+  }
+}
+
+// Stages 1 and 2: out[r, f] (f <= N) is the real FFT of row r of x (rows, nt), zero-padded to
+// L = 2N, each sample rounded to stage 1's precision TMid and computed in R; written in COut,
+// times scale[(r % nd) * nfp + f] when scale is given (a float16 adjoint's row scales, as the
+// FMV_XHAT_SCALE_STORE callback applies them). Block b transforms rows b rpb .. b rpb + rpb - 1.
+template <typename TIn, typename TMid, typename R, typename COut>
+__device__ __forceinline__ void rfft_pad_body(const TIn* __restrict__ x, COut* __restrict__ out,
+                                              const typename Complex<R>::type* __restrict__ tw,
+                                              const float* __restrict__ scale, i64 rows, int nt,
+                                              int L, int rpb, unsigned long long radices,
+                                              int npass, i64 nd, i64 nfp) {
+  typedef typename Complex<R>::type C;
+  const bool packed = L % 2 == 0;  // else one complex FFT of length L, imaginary parts zero
+  const int n = packed ? L / 2 : L, nf = L / 2 + 1;
+  C* a = reinterpret_cast<C*>(fftmatvec_dynamic_smem);
+  C* b = a + rpb * (n + 1);  // two buffers of rpb rows of n + 1 values (the inverse loads n + 1)
+  const i64 row0 = (i64)blockIdx.x * rpb;
+  const int nrow = (int)(rows - row0 < rpb ? rows - row0 : rpb);
+  if (packed) {
+    load_padded<TIn, TMid, R>(x + row0 * nt, reinterpret_cast<R*>(a), nrow, nt, 2 * n);
+  } else {
+    load_padded<TIn, TMid, R>(x + row0 * nt, reinterpret_cast<R*>(b), nrow, nt, n);
+    __syncthreads();
+    const R* br = reinterpret_cast<const R*>(b);
+    for (int i = threadIdx.x; i < nrow * n; i += blockDim.x) a[i] = make_c(br[i], (R)0);
+  }
+  __syncthreads();
+  const C* z = fft_rows<-1, C>(a, b, tw + n / 2 + 1, n, nrow, radices, npass);
+  if (!packed) {  // the first nf values of the transform, as they are
+    for (int i = threadIdx.x; i < nrow * nf; i += blockDim.x) {
+      const int r = i / nf, f = i - r * nf;
+      const i64 row = row0 + r;
+      C v = z[r * n + f];
+      if (scale != nullptr) v = c_scale(v, (R)scale[(row % nd) * nfp + f]);
+      out[row * nf + f] = ccast<COut>(v);
+    }
+    return;
+  }
+  const int half = n / 2 + 1;
+  for (int i = threadIdx.x; i < nrow * half; i += blockDim.x) {
+    const int r = i / half, k = i - r * half;
+    const C* zr = z + r * n;
+    const C zk = zr[k], znk = c_conj(zr[k == 0 ? 0 : n - k]);
+    const C xe = c_scale(c_add(zk, znk), (R)0.5);
+    const C xo = c_muli<-1>(c_scale(c_sub(zk, znk), (R)0.5));  // (zk - znk) / (2i)
+    const C wxo = c_mul(tw[k], xo);
+    C lo = c_add(xe, wxo), hi = c_conj(c_sub(xe, wxo));
+    const i64 row = row0 + r;
+    if (scale != nullptr) {
+      const float* s = scale + (row % nd) * nfp;
+      lo = c_scale(lo, (R)s[k]);
+      hi = c_scale(hi, (R)s[n - k]);
+    }
+    COut* o = out + row * nf;
+    o[k] = ccast<COut>(lo);
+    if (n - k != k) o[n - k] = ccast<COut>(hi);
+  }
+}
+
+// Stages 4 and 5: out[r, c] (c < nt) is sample c of the unnormalised inverse real FFT of row r
+// of y (rows, N + 1) in CIn, computed in R, rounded to stage 5's precision TMid, in TOut.
+template <typename CIn, typename R, typename TMid, typename TOut>
+__device__ __forceinline__ void irfft_unpad_body(const CIn* __restrict__ y, TOut* __restrict__ out,
+                                                 const typename Complex<R>::type* __restrict__ tw,
+                                                 i64 rows, int nt, int L, int rpb,
+                                                 unsigned long long radices, int npass) {
+  typedef typename Complex<R>::type C;
+  const bool packed = L % 2 == 0;  // else one complex FFT of length L of the whole spectrum
+  const int n = packed ? L / 2 : L, nf = L / 2 + 1;
+  C* a = reinterpret_cast<C*>(fftmatvec_dynamic_smem);
+  C* b = a + rpb * (n + 1);  // two buffers of rpb rows of n + 1 values (the inverse loads n + 1)
+  const i64 row0 = (i64)blockIdx.x * rpb;
+  const int nrow = (int)(rows - row0 < rpb ? rows - row0 : rpb);
+  load_rows<CIn, C>(y + row0 * nf, b, nrow * nf);
+  __syncthreads();
+  if (packed) {
+    const int half = n / 2 + 1;
+    for (int i = threadIdx.x; i < nrow * half; i += blockDim.x) {
+      const int r = i / half, k = i - r * half;
+      const C* src = b + r * nf;
+      C xk = src[k], xnk = src[n - k];
+      if (k == 0) {  // X[0] and X[N] of a real signal are real
+        xk.y = 0;
+        xnk.y = 0;
+      }
+      const C e = c_add(xk, c_conj(xnk));
+      const C o = c_mul(c_sub(xk, c_conj(xnk)), c_conj(tw[k]));
+      C* zr = a + r * n;
+      zr[k] = c_add(e, c_muli<1>(o));
+      if (k != 0 && n - k != k) zr[n - k] = c_add(c_conj(e), c_muli<1>(c_conj(o)));
+    }
+  } else {  // the Hermitian spectrum: Z[k] = X[k], Z[L - k] = conj X[k]
+    for (int i = threadIdx.x; i < nrow * nf; i += blockDim.x) {
+      const int r = i / nf, k = i - r * nf;
+      C v = b[r * nf + k];
+      if (k == 0) v.y = 0;
+      a[r * n + k] = v;
+      if (k != 0) a[r * n + n - k] = c_conj(v);
+    }
+  }
+  __syncthreads();
+  const C* z = fft_rows<1, C>(a, b, tw + n / 2 + 1, n, nrow, radices, npass);
+  TOut* o = out + row0 * nt;
+  if (packed) {
+    const R* zr = reinterpret_cast<const R*>(z);  // row r's samples are zr[r * 2n + c]
+    for (int i = threadIdx.x; i < nrow * nt; i += blockDim.x) {
+      const int r = i / nt;
+      o[i] = (TOut)(TMid)zr[r * 2 * n + (i - r * nt)];
+    }
+  } else {
+    for (int i = threadIdx.x; i < nrow * nt; i += blockDim.x) {
+      const int r = i / nt;
+      o[i] = (TOut)(TMid)z[r * n + (i - r * nt)].x;
+    }
+  }
+}

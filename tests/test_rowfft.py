@@ -1,0 +1,155 @@
+"""The package's own real FFTs of the time axis (stages 1+2 and 4+5 in one kernel each,
+``hip_kernels/rowfft.cuh``), against NumPy's float64 FFT."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fftmatvec import _rowfft, backend
+from fftmatvec.operator import fft_length
+
+gpu = pytest.mark.skipif(not backend.gpu_available(), reason="no GPU (CuPy missing or no device)")
+F64, F32 = np.dtype(np.float64), np.dtype(np.float32)
+C128, C64 = np.dtype(np.complex128), np.dtype(np.complex64)
+
+
+# ---- host side (no GPU needed) --------------------------------------------------------------
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 10, 100, 500, 1000, 1350, 1024, 3 ** 7, 5 ** 5])
+def test_radices_multiply_to_the_length(n):
+    rads = _rowfft.radices(n)
+    assert rads is not None and int(np.prod(rads, dtype=np.int64)) == n
+    assert set(rads) <= set(_rowfft.RADICES)
+    odd = [r for r in rads if r % 2]
+    assert rads[:len(odd)] == odd  # the odd radices first (their first pass has no conflicts)
+
+
+@pytest.mark.parametrize("n", [0, 7, 11, 1008, 2 * 49])
+def test_radices_refuse_other_primes(n):
+    assert _rowfft.radices(n) is None
+
+
+def test_supported_lengths():
+    big = 227 * 1024
+    assert _rowfft.supported(2000, F64, big) and _rowfft.supported(2000, F32, big)
+    assert _rowfft.supported(25, F64, big) and _rowfft.complex_length(25) == 25  # odd: all of it
+    assert _rowfft.complex_length(2000) == 1000
+    assert not _rowfft.supported(2016, F64, big)  # 1008 = 2^4 3^2 7
+    assert not _rowfft.supported(21, F64, big)
+    assert not _rowfft.supported(0, F64, big)
+    # two buffers of N + 1 complex values per row must fit a block
+    assert _rowfft.supported(2 * 7200, F64, big) and not _rowfft.supported(2 * 7290, F64, big)
+    assert _rowfft.supported(2 * 7290, F32, big)
+
+
+def test_operator_lengths_are_supported():
+    """Every length the operator picks by default has a row FFT kernel."""
+    for nt in list(range(1, 300)) + [500, 1000, 2000, 3000]:
+        L = fft_length(nt)
+        assert _rowfft.supported(L, F64, 227 * 1024), (nt, L)
+
+
+def test_plan_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="kind"):
+        _rowfft.RowFFT("fft", 8, 4, 1, F64, F64, F64, C128)
+    with pytest.raises(ValueError, match="length 2016"):
+        _rowfft.RowFFT("r2c", 2016, 1000, 1, F64, F64, F64, C128)
+    with pytest.raises(ValueError, match="nt"):
+        _rowfft.RowFFT("r2c", 8, 9, 1, F64, F64, F64, C128)
+    with pytest.raises(ValueError, match="rows"):
+        _rowfft.RowFFT("r2c", 8, 4, 0, F64, F64, F64, C128)
+    with pytest.raises(ValueError, match="float32 FFT writes complex64"):
+        _rowfft.RowFFT("r2c", 8, 4, 1, F64, F64, F32, C128)
+    with pytest.raises(ValueError, match="float32 FFT reads complex64"):
+        _rowfft.RowFFT("c2r", 8, 4, 1, C128, F64, F32, F64)
+
+
+# ---- on the GPU -------------------------------------------------------------------------------
+LENGTHS = [1, 2, 3, 4, 6, 10, 12, 15, 16, 20, 25, 30, 45, 48, 90, 200, 250, 1000, 2000, 2700]
+
+
+def _tol(fft_dtype, narrow):
+    """Relative tolerance against float64: the FFT's precision, or complex64 / float32 values."""
+    return 1e-13 if fft_dtype == F64 and not narrow else 2e-6 if fft_dtype == F64 else 1e-5
+
+
+@gpu
+@pytest.mark.parametrize("L", LENGTHS)
+@pytest.mark.parametrize("fft_dtype,out_dtype", [(F64, C128), (F64, C64), (F32, C64)])
+@pytest.mark.parametrize("in_dtype", [F64, F32])
+def test_forward_matches_numpy(rng, L, fft_dtype, out_dtype, in_dtype):
+    cp = backend.cupy
+    for nt in sorted({1, (L + 1) // 2, max(1, L // 2 - 1), L}):
+        for rows, rpb in ((1, None), (int(rng.integers(2, 40)), None), (17, 3)):
+            x = rng.standard_normal((rows, nt)).astype(in_dtype)
+            xd = cp.asarray(x)
+            out = cp.full((rows, L // 2 + 1), np.nan, dtype=out_dtype)  # poisoned
+            plan = _rowfft.RowFFT("r2c", L, nt, rows, in_dtype, F64, fft_dtype, out_dtype,
+                                  rows_per_block=rpb)
+            plan(xd.data.ptr, out.data.ptr)
+            ref = np.fft.rfft(x.astype(np.float64), n=L)
+            got = out.get()
+            assert np.isfinite(got).all()
+            err = np.abs(got - ref).max() / np.abs(ref).max()
+            assert err < _tol(fft_dtype, out_dtype == C64), (nt, rows, rpb, err)
+            assert np.array_equal(xd.get(), x)
+
+
+@gpu
+@pytest.mark.parametrize("L", LENGTHS)
+@pytest.mark.parametrize("in_dtype,fft_dtype", [(C128, F64), (C64, F64), (C64, F32)])
+@pytest.mark.parametrize("out_dtype", [F64, F32])
+def test_inverse_matches_numpy(rng, L, in_dtype, fft_dtype, out_dtype):
+    cp = backend.cupy
+    nf = L // 2 + 1
+    for nt in sorted({1, (L + 1) // 2, L}):
+        for rows, rpb in ((1, None), (int(rng.integers(2, 40)), None), (17, 3)):
+            y = (rng.standard_normal((rows, nf)) + 1j * rng.standard_normal((rows, nf)))
+            y = y.astype(in_dtype)
+            yd = cp.asarray(y)
+            out = cp.full((rows, nt), np.nan, dtype=out_dtype)
+            plan = _rowfft.RowFFT("c2r", L, nt, rows, in_dtype, F64, fft_dtype, out_dtype,
+                                  rows_per_block=rpb)
+            plan(yd.data.ptr, out.data.ptr)
+            # unnormalised, the imaginary parts of X[0] and X[N] dropped (as numpy does)
+            ref = np.fft.irfft(y.astype(np.complex128), n=L)[:, :nt] * L
+            got = out.get()
+            assert np.isfinite(got).all()
+            err = np.abs(got - ref).max() / np.abs(ref).max()
+            assert err < _tol(fft_dtype, out_dtype == F32), (nt, rows, rpb, err)
+            assert np.array_equal(yd.get(), y)  # the input is only read
+
+
+@gpu
+@pytest.mark.parametrize("mid", [F64, F32])
+def test_stage_precisions_round_on_the_way(rng, mid):
+    """Stage 1's precision rounds each sample before a float64 FFT, stage 5's each output."""
+    cp = backend.cupy
+    L, nt, rows = 200, 100, 5
+    x = rng.standard_normal((rows, nt))
+    out = cp.full((rows, L // 2 + 1), np.nan, dtype=C128)
+    _rowfft.RowFFT("r2c", L, nt, rows, F64, mid, F64, C128)(cp.asarray(x).data.ptr, out.data.ptr)
+    ref = np.fft.rfft(x.astype(mid).astype(np.float64), n=L)
+    assert np.abs(out.get() - ref).max() / np.abs(ref).max() < 1e-13
+    y = out.get()
+    back = cp.full((rows, nt), np.nan, dtype=F64)
+    _rowfft.RowFFT("c2r", L, nt, rows, C128, mid, F64, F64)(out.data.ptr, back.data.ptr)
+    exact = np.fft.irfft(y, n=L)[:, :nt] * L
+    assert np.array_equal(back.get(), back.get().astype(mid).astype(np.float64))
+    assert np.abs(back.get() - exact).max() / np.abs(exact).max() < (1e-13 if mid == F64 else 1e-6)
+
+
+@gpu
+def test_forward_applies_row_scales(rng):
+    """A float16 adjoint's forward FFT writes its output times the row scales of Khat."""
+    cp = backend.cupy
+    L, nt, nd, nfp, k = 200, 100, 7, 104, 3
+    rows = k * nd
+    s = rng.uniform(0.5, 2.0, (nd, nfp)).astype(np.float32)
+    x = rng.standard_normal((rows, nt))
+    out = cp.full((rows, L // 2 + 1), np.nan, dtype=C64)
+    plan = _rowfft.RowFFT("r2c", L, nt, rows, F64, F64, F64, C64, scale=cp.asarray(s), nd=nd,
+                          nfp=nfp)
+    plan(cp.asarray(x).data.ptr, out.data.ptr)
+    ref = np.fft.rfft(x, n=L) * s[np.arange(rows) % nd, : L // 2 + 1]
+    assert np.abs(out.get() - ref).max() / np.abs(ref).max() < 2e-6
