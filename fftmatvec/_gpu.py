@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import _fftcb, backend, kernels
+from . import _fftcb, _rowfft, backend, kernels
 from ._errors import FFTMatvecValueError
 from ._matmul import quantize_half
 from .precision import PrecisionConfig
@@ -251,8 +251,17 @@ _PER_THREAD_STREAM = 2  # cudaStreamPerThread: one handle, a different stream in
 REDUCE_LANES = 8  # the split-K reduction's largest blockDim.y (hip_kernels/sbgemv.cuh)
 
 
+# The FFT precisions whose fused products take the package's own row FFT kernels by default
+# where cuFFT has callbacks too (KernelEngine.row_ffts): on an H200 they ran float64 transforms
+# 1.1-2.0x as fast as cuFFT with callbacks, float32 ones 0.84-1.44x (docs/benchmarks.md,
+# twenty-first run; scripts/bench_row_fft.py). Where cuFFT has no callbacks (ROCm), they take
+# every precision: the alternative is the stages one by one.
+ROW_FFT_DTYPES = (np.dtype(np.float64),)
+
+
 class FusedPlans(NamedTuple):
-    """The two callback plans of a product: stages 1+2 and 4+5. ``xhat_scaled``: the forward
+    """The two FFT plans of a product, stages 1+2 and 4+5: callables ``plan(in_ptr, out_ptr,
+    stream)``, cuFFT callback plans or row FFT kernels. ``xhat_scaled``: the forward
     FFT's output already carries the float16 row scales (adjoints with `h` storage), so stage 3
     runs without them."""
 
@@ -292,13 +301,13 @@ def _switch(name: str) -> str:
 # The switches that choose a product's path: a product's shortcut that skips the general
 # path's checks (``BlockToeplitz`` one-vector products) is valid only while they keep the raw
 # values they had when it was made.
-PATH_SWITCHES = ("FFTMATVEC_CUDA_GRAPHS", "FFTMATVEC_FFT_CALLBACKS")
+PATH_SWITCHES = ("FFTMATVEC_CUDA_GRAPHS", "FFTMATVEC_FFT_CALLBACKS", "FFTMATVEC_ROW_FFT")
 
 
 def path_switches() -> tuple:
     """The raw values of :data:`PATH_SWITCHES` (None where unset)."""
     get = os.environ.get
-    return (get("FFTMATVEC_CUDA_GRAPHS"), get("FFTMATVEC_FFT_CALLBACKS"))
+    return tuple(get(name) for name in PATH_SWITCHES)
 
 
 def _c64_on_dmma(arch: str) -> bool:
@@ -322,6 +331,19 @@ def batch_kernels(arch: str | None) -> str:
              else "batches of 4 to 16 right-hand sides or more, by storage and direction")
     s = "DMMA" if _c64_on_dmma(arch) else "3xTF32"
     return f"tensor cores for {which}: d DMMA, s {s}, h TF32"
+
+
+def row_fft_line(gpu: bool) -> str:
+    """How the fused products run their FFTs, as ``fftmatvec info`` prints it."""
+    mode = _switch("FFTMATVEC_ROW_FFT")
+    if not gpu:
+        return "no GPU"
+    if mode == "0":
+        return "off (FFTMATVEC_ROW_FFT=0): cuFFT with callbacks where it has them"
+    which = ("any precision" if mode == "1" else
+             ", ".join(d.name for d in ROW_FFT_DTYPES) + " (any where cuFFT has no callbacks)")
+    return (f"stages 1+2 and 4+5 as the package's own FFT kernels, 5-smooth lengths, {which}; "
+            f"cuFFT with callbacks otherwise")
 
 
 def khat_layout(store: str, nfp: int) -> tuple[int, int, int]:
@@ -1094,22 +1116,48 @@ class KernelEngine:
             return np.dtype(np.complex64)
         return prec.complex_dtype("ifft")
 
+    def row_ffts(self, prec: PrecisionConfig) -> bool:
+        """Whether the fused products of ``prec`` run their FFTs as the package's own kernels
+        (:mod:`fftmatvec._rowfft`: stages 1+2 and 4+5 one kernel each) instead of cuFFT with
+        callbacks. By default where those kernels take the length in both FFTs' precisions and
+        these are :data:`ROW_FFT_DTYPES` or cuFFT has no callbacks here;
+        ``FFTMATVEC_ROW_FFT=0`` never, ``=1`` in any precision they take, and an error where
+        they do not take both FFTs."""
+        mode = _switch("FFTMATVEC_ROW_FFT")
+        if mode == "0":
+            return False
+        dtypes = [prec.real_dtype("fft"), prec.real_dtype("ifft")]
+        ok = all(_rowfft.supported(self.fft_len, d, self.smem_per_block) for d in dtypes)
+        if mode == "1":
+            if not ok:
+                raise kernels.KernelLoadError(
+                    f"FFTMATVEC_ROW_FFT=1, but the row FFT kernels do not take length "
+                    f"{self.fft_len} in {', '.join(sorted({d.name for d in dtypes}))}")
+            return True
+        return ok and (all(d in ROW_FFT_DTYPES for d in dtypes) or not self.callbacks()[0])
+
     def fused_plans(self, prec: PrecisionConfig, adjoint: bool, k: int, in_dtype, out_dtype,
                     weight=None):
-        """The callback plans of a product (:class:`FusedPlans`), or None where the stages run
-        one by one: no callbacks here, a weighted product (its weight changes per call), or a
-        plan cuFFT could not make (then a warning says why, once per shape). An adjoint with
-        float16 storage gets a forward FFT that writes its output times the row scales. Where
-        stage 3 computes in float32 and an FFT in float64, that FFT's output (input) is
-        complex64: :meth:`xhat_dtype`, :meth:`yhat_dtype`."""
+        """The FFT plans of a product with stages 1 and 5 inside (:class:`FusedPlans`): the
+        package's own row FFT kernels where :meth:`row_ffts` says so, else cuFFT plans with
+        callbacks; None where the stages run one by one: a weighted product (its weight changes
+        per call), neither kind here, or a callback plan cuFFT could not make (then a warning
+        says why, once per shape). An adjoint with float16 storage gets a forward FFT that
+        writes its output times the row scales. Where stage 3 computes in float32 and an FFT in
+        float64, that FFT's output (input) is complex64: :meth:`xhat_dtype`,
+        :meth:`yhat_dtype`."""
         in_dtype, out_dtype = np.dtype(in_dtype), np.dtype(out_dtype)
         if weight is not None or in_dtype not in _REAL_SUFFIX or out_dtype not in _REAL_SUFFIX:
             return None
-        if not self.callbacks()[0]:
+        own = self.row_ffts(prec)
+        if not own and not self.callbacks()[0]:
             return None
         n_in, n_out = (self.nd, self.nm) if adjoint else (self.nm, self.nd)
-        key = (adjoint, k, in_dtype, out_dtype, prec)
+        key = (adjoint, k, in_dtype, out_dtype, prec, own)
         if key not in self._cb_plans:
+            if own:
+                self._cb_plans[key] = self._row_fft_plans(prec, adjoint, k, in_dtype, out_dtype)
+                return self._cb_plans[key]
             L, nt = self.fft_len, self.nt
             fft_real, ifft_real = prec.real_dtype("fft"), prec.real_dtype("ifft")
             sizes = {"FMV_L": f"{L}ULL", "FMV_NT": f"{nt}ULL"}
@@ -1151,13 +1199,30 @@ class KernelEngine:
             self._cb_plans[key] = plans
         return self._cb_plans[key]
 
+    def _row_fft_plans(self, prec: PrecisionConfig, adjoint: bool, k: int, in_dtype,
+                       out_dtype) -> FusedPlans:
+        """:meth:`fused_plans` on the row FFT kernels (:class:`fftmatvec._rowfft.RowFFT`)."""
+        n_in, n_out = (self.nd, self.nm) if adjoint else (self.nm, self.nd)
+        scaled = self.scales_input(adjoint)
+        common = {"smem_per_block": self.smem_per_block}
+        fwd = _rowfft.RowFFT("r2c", self.fft_len, self.nt, k * n_in, in_dtype, prec.pad_dtype,
+                             prec.real_dtype("fft"), self.xhat_dtype(prec),
+                             scale=self.scale if scaled else None, nd=self.nd, nfp=self.nfp,
+                             **common)
+        inv = _rowfft.RowFFT("c2r", self.fft_len, self.nt, k * n_out, self.yhat_dtype(prec),
+                             prec.reduce_dtype, prec.real_dtype("ifft"), out_dtype, **common)
+        return FusedPlans(fwd, inv, scaled)
+
     def fused_product(self, prec: PrecisionConfig, adjoint: bool, k: int, in_dtype, out_dtype,
                       weight=None) -> "_FusedProduct | None":
         """The product with stages 1 and 5 inside the FFTs and stage 3 packed
         (:class:`_FusedProduct`), made once per shape; None where :meth:`fused_plans` is."""
-        if weight is not None or not self.callbacks()[0]:
+        if weight is not None:
             return None
-        key = (adjoint, k, np.dtype(in_dtype), np.dtype(out_dtype), prec)  # on every product's path
+        own = self.row_ffts(prec)
+        if not (own or self.callbacks()[0]):
+            return None
+        key = (adjoint, k, np.dtype(in_dtype), np.dtype(out_dtype), prec, own)  # every product's path
         product = self._products.get(key, False)
         if product is False:
             plans = self.fused_plans(prec, adjoint, k, in_dtype, out_dtype)

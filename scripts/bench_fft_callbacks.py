@@ -15,6 +15,7 @@ smallest fast length ``fft_length(Nt)``.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -39,6 +40,9 @@ def main(argv=None) -> int:
     sys.path.insert(0, __file__.rsplit("/", 1)[0])
     from bench_matvec import copy_bandwidth, median_time
 
+    # this script compares cuFFT with callbacks against the stages one by one: the row FFT
+    # kernels (scripts/bench_row_fft.py) stay out of the fused plans
+    os.environ["FFTMATVEC_ROW_FFT"] = "0"
     ok, why = _fftcb.support()
     if not ok:
         print(f"cuFFT callbacks are not available here: {why}")

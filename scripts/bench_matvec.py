@@ -74,9 +74,10 @@ def back_to_back_time(cp, fn, repeat: int, warmup: int = 5) -> float:
 
 def stage3_input(eng, x, adjoint: bool):
     """(x, scaled): stage 3's input as the product's forward FFT gives it. A float16 adjoint's
-    input carries the row scales where the FFT's store callback applies them (the product's
-    path on NVIDIA); ``scaled`` is then True, to pass as ``xhat_scaled``."""
-    scaled = eng.scales_input(adjoint) and eng.callbacks()[0]
+    input carries the row scales where its forward FFT applies them (the fused products: the
+    row FFT kernels, or cuFFT's store callback); ``scaled`` is then True, to pass as
+    ``xhat_scaled``."""
+    scaled = eng.scales_input(adjoint) and (eng.row_ffts(eng.prec) or eng.callbacks()[0])
     return (eng.scale_xhat(x) if scaled else x), scaled
 
 
@@ -122,7 +123,8 @@ def read_bandwidth(cp, nbytes: int = 4 * 2**30, repeat: int = 20) -> float:
 
 def fft_stage_times(cp, F, x, adjoint: bool, repeat: int):
     """(seconds of stages 1+2, of stages 4+5, bytes stage 3 must move) for one product as the
-    operator runs it: the FFTs with pad and unpad inside (cuFFT callbacks) where it fuses them,
+    operator runs it: the FFTs with pad and unpad inside (the row FFT kernels or cuFFT
+    callbacks) where it fuses them,
     else the four stages one by one; stage 3's bytes are Khat, its input and its output."""
     eng = F._engine
     k, _, _ = x.shape
@@ -218,9 +220,10 @@ def _count_launches(cp, fn) -> int | None:
 
 def stage_table(cp, fm, sizes, precs, bw, rng, repeat, results) -> None:
     """Time each of the five stages alone, and the whole product: stage by stage, with stages 1
-    and 5 inside the FFTs (cuFFT callbacks, where available), and as one graph."""
+    and 5 inside the FFTs (the row FFT kernels or cuFFT callbacks, where available), and as
+    one graph."""
     table_header("stages (ms): each stage timed alone; whole product stage by stage, with pad and unpad "
-                 "fused into the FFTs ('fused', NVIDIA), and as one graph",
+                 "fused into the FFTs ('fused'), and as one graph",
                  f"{'prec':>6} {'dir':>4} | {'pad':>6} {'fft':>6} {'sbgemv':>6} {'ifft':>6} {'unpad':>6} "
                  f"{'sum':>6} | {'stages':>6} {'fused':>6} {'graph':>6} | {'floor':>6}")
     results["stages"] = []
@@ -242,15 +245,17 @@ def stage_table(cp, fm, sizes, precs, bw, rng, repeat, results) -> None:
                      median_time(cp, lambda: F.ifft(yhat), repeat),
                      median_time(cp, lambda: F.unpad_and_reduce(ypad), repeat)]
                 whole = {}
-                for name, graphs, callbacks in (("stages", "0", "0"), ("fused", "0", "auto"),
-                                                 ("graph", "1", "auto")):
+                for name, graphs, fused in (("stages", "0", "0"), ("fused", "0", "auto"),
+                                            ("graph", "1", "auto")):
                     os.environ["FFTMATVEC_CUDA_GRAPHS"] = graphs
-                    os.environ["FFTMATVEC_FFT_CALLBACKS"] = callbacks
+                    os.environ["FFTMATVEC_FFT_CALLBACKS"] = fused
+                    os.environ["FFTMATVEC_ROW_FFT"] = fused
                     whole[name] = median_time(cp, lambda: F._apply(x, adjoint), repeat)
-                os.environ.pop("FFTMATVEC_CUDA_GRAPHS")
-                os.environ.pop("FFTMATVEC_FFT_CALLBACKS")
-                if not (hasattr(F._engine, "callbacks") and F._engine.callbacks()[0]):
-                    whole["fused"] = float("nan")  # no callbacks here: 'fused' ran stage by stage
+                for name in ("FFTMATVEC_CUDA_GRAPHS", "FFTMATVEC_FFT_CALLBACKS", "FFTMATVEC_ROW_FFT"):
+                    os.environ.pop(name)
+                eng = F._engine
+                if not (hasattr(eng, "callbacks") and (eng.callbacks()[0] or eng.row_ffts(eng.prec))):
+                    whole["fused"] = float("nan")  # nothing fuses here: 'fused' ran stage by stage
                 d = "adj" if adjoint else "fwd"
                 print(f"{nm:>7} {nd:>4} {nt:>5} {p:>6} {d:>4} | " + " ".join(f"{v * 1e3:6.3f}" for v in t)
                       + f" {sum(t) * 1e3:6.3f} | {whole['stages'] * 1e3:6.3f} {whole['fused'] * 1e3:6.3f} "

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import fftmatvec as fm
-from fftmatvec import _fftcb, backend
+from fftmatvec import _fftcb, _rowfft, backend
 from fftmatvec._gpu import KernelEngine
 from fftmatvec.precision import PrecisionConfig
 
@@ -62,10 +62,12 @@ def _host_engine(monkeypatch, ok=True, fail=None):
     monkeypatch.setattr(_fftcb, "get_plan", get_plan)
     engine = SimpleNamespace(nd=3, nm=5, nf=11, nfp=12, nt=10, fft_len=20, _cb_plans={},
                              compute=np.dtype(np.complex64), callbacks=lambda: (ok, "why"),
-                             scale=None)
+                             scale=None, smem_per_block=227 * 1024,
+                             row_ffts=lambda prec: False)  # the callback plans
     engine.xhat_dtype = lambda prec: KernelEngine.xhat_dtype(engine, prec)
     engine.yhat_dtype = lambda prec: KernelEngine.yhat_dtype(engine, prec)
     engine.scales_input = lambda adjoint: KernelEngine.scales_input(engine, adjoint)
+    engine._row_fft_plans = lambda *a: KernelEngine._row_fft_plans(engine, *a)
     return engine, calls
 
 
@@ -127,6 +129,40 @@ def test_fused_plans_none_where_stages_run_one_by_one(monkeypatch):
     assert KernelEngine.fused_plans(engine, prec, False, 1, np.float16, np.float64) is None
     engine.callbacks = lambda: (False, "no GPU")
     assert KernelEngine.fused_plans(engine, prec, False, 1, np.float64, np.float64) is None
+    assert calls == []
+
+
+def test_fused_plans_on_row_fft_kernels(monkeypatch):
+    """Where the engine takes its own FFT kernels, the plans are those, with each stage's
+    precisions and the float16 adjoint's scales, and cuFFT is not asked (no callbacks needed)."""
+    engine, calls = _host_engine(monkeypatch, ok=False)
+    engine.row_ffts = lambda prec: True
+    made = []
+
+    def row_fft(kind, L, nt, rows, in_dtype, mid_dtype, fft_dtype, out_dtype, scale=None,
+                nd=1, nfp=0, **kw):
+        made.append((kind, L, nt, rows, np.dtype(in_dtype).name, np.dtype(mid_dtype).name,
+                     np.dtype(fft_dtype).name, np.dtype(out_dtype).name, scale, nd, nfp))
+        return f"{kind} kernel"
+
+    monkeypatch.setattr(_rowfft, "RowFFT", row_fft)
+    plans = KernelEngine.fused_plans(engine, PrecisionConfig("sdhds"), False, 2, np.float64,
+                                     np.float32)
+    assert plans == ("r2c kernel", "c2r kernel", False)
+    assert made == [("r2c", 20, 10, 2 * 5, "float64", "float32", "float64", "complex64", None, 3, 12),
+                    ("c2r", 20, 10, 2 * 3, "complex64", "float32", "float64", "float32", None, 1, 0)]
+    made.clear()
+    engine.scale = "the scales"
+    plans = KernelEngine.fused_plans(engine, PrecisionConfig("ddhdd"), True, 1, np.float32,
+                                     np.float64)
+    assert plans.xhat_scaled
+    assert made[0] == ("r2c", 20, 10, 3, "float32", "float64", "float64", "complex64",
+                       "the scales", 3, 12)
+    assert made[1][:8] == ("c2r", 20, 10, 5, "complex64", "float64", "float64", "float64")
+    made.clear()
+    engine.compute = np.dtype(np.complex128)
+    KernelEngine.fused_plans(engine, PrecisionConfig("ddddd"), False, 1, np.float64, np.float64)
+    assert made[0][7] == "complex128" and made[1][4] == "complex128"
     assert calls == []
 
 

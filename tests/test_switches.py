@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from fftmatvec import FFTMatvecValueError
+from fftmatvec import kernels
 from fftmatvec._gpu import KernelEngine, _split_k, _switch, pipe_split_count, pipe_split_time
+from fftmatvec.precision import PrecisionConfig
 
 
 @pytest.mark.parametrize("value,expected", [(None, "auto"), ("", "auto"), ("auto", "auto"),
@@ -281,12 +283,59 @@ def test_path_switches(monkeypatch):
     for name in _gpu.PATH_SWITCHES:
         monkeypatch.delenv(name, raising=False)
     base = _gpu.path_switches()
-    assert base == (None, None)
+    assert "FFTMATVEC_ROW_FFT" in _gpu.PATH_SWITCHES
+    assert base == (None,) * len(_gpu.PATH_SWITCHES)
     for name in _gpu.PATH_SWITCHES:
         monkeypatch.setenv(name, "0")
         assert _gpu.path_switches() != base
         monkeypatch.delenv(name)
         assert _gpu.path_switches() == base
+
+
+@pytest.mark.parametrize("mode,L,prec,callbacks,expect", [
+    (None, 2000, "ddddd", True, True), ("auto", 15, "ddddd", True, True),
+    (None, 2000, "sdhds", True, True),  # FFTs in float64
+    (None, 2000, "sssss", True, False),  # float32 FFTs keep cuFFT with callbacks ...
+    (None, 15, "sssss", False, True),  # ... where it has them
+    ("0", 2000, "ddddd", True, False), ("1", 2000, "sssss", True, True),
+    (None, 2016, "ddddd", False, False),  # 1008 = 2^4 3^2 7: cuFFT
+    (None, 2 * 7290, "ddddd", True, False),  # its buffers do not fit a block in float64 ...
+    ("1", 2 * 7290, "sssss", True, True),  # ... in float32 they do
+])
+def test_row_ffts_by_length_and_switch(monkeypatch, mode, L, prec, callbacks, expect):
+    """Fused products run their FFTs as the package's kernels where those take the length in
+    both FFTs' precisions, and these are float64 or cuFFT has no callbacks;
+    FFTMATVEC_ROW_FFT=0 never, =1 always."""
+    from fftmatvec import _gpu
+
+    if mode is None:
+        monkeypatch.delenv("FFTMATVEC_ROW_FFT", raising=False)
+    else:
+        monkeypatch.setenv("FFTMATVEC_ROW_FFT", mode)
+    engine = SimpleNamespace(fft_len=L, smem_per_block=227 * 1024,
+                             callbacks=lambda: (callbacks, "why"))
+    assert KernelEngine.row_ffts(engine, PrecisionConfig(prec)) is expect
+    monkeypatch.setenv("FFTMATVEC_ROW_FFT", "1")
+    if _gpu._rowfft.supported(L, np.float64, 227 * 1024) or prec == "sssss":
+        assert KernelEngine.row_ffts(engine, PrecisionConfig(prec)) is True
+    else:
+        with pytest.raises(kernels.KernelLoadError, match=f"length {L} in float64"):
+            KernelEngine.row_ffts(engine, PrecisionConfig(prec))
+    monkeypatch.setenv("FFTMATVEC_ROW_FFT", "yes")
+    with pytest.raises(FFTMatvecValueError, match="FFTMATVEC_ROW_FFT must be auto, 0 or 1"):
+        KernelEngine.row_ffts(engine, PrecisionConfig(prec))
+
+
+def test_row_fft_line(monkeypatch):
+    from fftmatvec import _gpu
+
+    monkeypatch.delenv("FFTMATVEC_ROW_FFT", raising=False)
+    assert _gpu.row_fft_line(False) == "no GPU"
+    assert _gpu.row_fft_line(True).startswith("stages 1+2 and 4+5 as the package's own FFT")
+    monkeypatch.setenv("FFTMATVEC_ROW_FFT", "0")
+    assert _gpu.row_fft_line(True).startswith("off (FFTMATVEC_ROW_FFT=0)")
+    monkeypatch.setenv("FFTMATVEC_ROW_FFT", "1")
+    assert "any precision" in _gpu.row_fft_line(True)
 
 
 @pytest.mark.parametrize("rows,cols", [(1, 1), (5000, 2000), (3, 100000), (100000, 200), (1, 10**7)])
