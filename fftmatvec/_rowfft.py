@@ -16,7 +16,7 @@ import numpy as np
 
 from . import backend, kernels
 
-__all__ = ["RowFFT", "complex_length", "radices", "supported"]
+__all__ = ["RowFFT", "complex_length", "default_rows_per_block", "radices", "supported"]
 
 _REAL = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32"}
 _CPLX = {np.dtype(np.complex128): "c128", np.dtype(np.complex64): "c64"}
@@ -24,10 +24,11 @@ _CPLX = {np.dtype(np.complex128): "c128", np.dtype(np.complex64): "c64"}
 # its outputs RAD apart without shared-memory bank conflicts (8 apart, 16-byte values meet 8-way).
 RADICES = (5, 3, 8, 4, 2)
 MAX_PASSES = 16  # 4 bits per pass in one 64-bit kernel argument
-# A block holds about ROWS_ELEMS complex values (whole rows), with THREADS threads; from the
-# sweeps on an H200 (docs/benchmarks.md).
-ROWS_ELEMS = 1024
-THREADS = 256
+# A block holds whole rows, about ROWS_BYTES of them per buffer, with THREADS threads: from
+# scripts/bench_row_fft.py --sweep on an H200 (docs/benchmarks.md, twenty-first run), where 1
+# row of 1000 complex128 values (or 2 of complex64) and 128 threads were fastest at L = 2000.
+ROWS_BYTES = 16 * 1024
+THREADS = 128
 
 _tables: dict = {}  # (device, complex length, complex dtype) -> twiddle table there
 _lock = threading.Lock()
@@ -59,6 +60,13 @@ def supported(L: int, fft_dtype, smem_per_block: int) -> bool:
         return False
     item = 16 if np.dtype(fft_dtype) == np.float64 else 8
     return 2 * (complex_length(L) + 1) * item <= smem_per_block
+
+
+def default_rows_per_block(L: int, fft_dtype) -> int:
+    """Rows per block of a transform of length ``L`` in ``fft_dtype`` by default: whole rows,
+    about :data:`ROWS_BYTES` of them per buffer."""
+    item = 16 if np.dtype(fft_dtype) == np.float64 else 8
+    return max(1, ROWS_BYTES // (complex_length(L) * item))
 
 
 def twiddle_table(n: int) -> np.ndarray:
@@ -108,7 +116,7 @@ class RowFFT:
     transforms in ``fft_dtype`` (unnormalised), rounds the first ``nt`` samples of each row to
     ``mid_dtype`` (stage 5's precision) and writes them ``(rows, nt)`` in ``out_dtype``.
 
-    ``rows_per_block`` and ``threads`` override the defaults (:data:`ROWS_ELEMS`,
+    ``rows_per_block`` and ``threads`` override the defaults (:data:`ROWS_BYTES`,
     :data:`THREADS`), for the tuning sweeps.
     """
 
@@ -140,7 +148,7 @@ class RowFFT:
                 raise ValueError("only the forward transform applies row scales")
             name = (f"irfft_unpad_{_CPLX[in_dtype]}_{_REAL[fft_dtype]}_{_REAL[mid_dtype]}_"
                     f"{_REAL[out_dtype]}")
-        rpb = rows_per_block or max(1, ROWS_ELEMS // n)
+        rpb = rows_per_block or default_rows_per_block(L, fft_dtype)
         rpb = max(1, min(rpb, rows, smem_per_block // (2 * (n + 1) * cdtype.itemsize)))
         self.kind, self.L, self.nt, self.rows, self.name = kind, L, nt, rows, name
         self.rows_per_block, self.threads = rpb, int(threads or THREADS)

@@ -125,10 +125,12 @@ template <int S, typename C> struct Dft<8, S, C> {
 template <int RAD, int S, typename C>
 __device__ __forceinline__ void fft_pass(const C* __restrict__ src, C* __restrict__ dst,
                                          const C* __restrict__ twp, int n, int ls, int rows) {
-  const int stride = n / RAD, total = rows * stride;
-  for (int b = threadIdx.x; b < total; b += blockDim.x) {
-    const int row = b / stride, j = b - row * stride;
-    const int k = j % ls;
+  // butterfly b = row * stride + j, k = j % ls; the threads step through them blockDim.x at a
+  // time, (row, j, k) updated without divisions (stride = n / RAD is a multiple of ls)
+  const int stride = n / RAD, total = rows * stride, step = blockDim.x;
+  const int drow = step / stride, dj = step - drow * stride, dk = dj % ls;
+  int row = threadIdx.x / stride, j = threadIdx.x - row * stride, k = j % ls;
+  for (int b = threadIdx.x; b < total; b += step) {
     const C* s = src + row * n + j;
     C v[RAD];
 #pragma unroll
@@ -145,6 +147,14 @@ __device__ __forceinline__ void fft_pass(const C* __restrict__ src, C* __restric
     C* d = dst + row * n + (j - k) * RAD + k;
 #pragma unroll
     for (int q = 0; q < RAD; ++q) d[q * ls] = v[q];
+    row += drow;
+    j += dj;
+    k += dk;
+    if (j >= stride) {
+      j -= stride;
+      ++row;
+    }
+    if (k >= ls) k -= ls;
   }
 }
 
@@ -174,6 +184,26 @@ __device__ __forceinline__ C* fft_rows(C* a, C* b, const C* __restrict__ twp, in
   return a;
 }
 
+// Position (r, c) of element i = r * len + c of a block's rows, for i = threadIdx.x,
+// threadIdx.x + blockDim.x, ...: stepped without a division per element.
+struct RowCursor {
+  int r, c, dr, dc, len;
+  __device__ __forceinline__ explicit RowCursor(int len_) : len(len_) {
+    dr = blockDim.x / len;
+    dc = blockDim.x - dr * len;
+    r = threadIdx.x / len;
+    c = threadIdx.x - r * len;
+  }
+  __device__ __forceinline__ void next() {
+    r += dr;
+    c += dc;
+    if (c >= len) {
+      c -= len;
+      ++r;
+    }
+  }
+};
+
 // The block's rows of the input, contiguous in global memory (nrow rows of nt), into
 // shared memory as rows of len >= nt reals, zero-padded: the loads of ROWFFT_UNROLL steps are
 // issued before their stores, so that each thread has that many in flight.
@@ -182,6 +212,7 @@ template <typename TIn, typename TMid, typename R>
 __device__ __forceinline__ void load_padded(const TIn* __restrict__ src, R* __restrict__ dst,
                                             int nrow, int nt, int len) {
   const int total = nrow * nt, step = blockDim.x * ROWFFT_UNROLL;
+  RowCursor at(nt);
   for (int base = threadIdx.x; base < total; base += step) {
     R v[ROWFFT_UNROLL];
 #pragma unroll
@@ -190,18 +221,14 @@ __device__ __forceinline__ void load_padded(const TIn* __restrict__ src, R* __re
       v[u] = i < total ? (R)(TMid)src[i] : (R)0;
     }
 #pragma unroll
-    for (int u = 0; u < ROWFFT_UNROLL; ++u) {
-      const int i = base + u * blockDim.x;
-      if (i < total) {
-        const int r = i / nt;
-        dst[r * len + (i - r * nt)] = v[u];
-      }
-    }
+    for (int u = 0; u < ROWFFT_UNROLL; ++u, at.next())
+      if (base + u * blockDim.x < total) dst[at.r * len + at.c] = v[u];
   }
   const int pad = len - nt;
-  for (int i = threadIdx.x; i < nrow * pad; i += blockDim.x) {
-    const int r = i / pad;
-    dst[r * len + nt + (i - r * pad)] = (R)0;
+  if (pad > 0) {
+    RowCursor z(pad);
+    for (int i = threadIdx.x; i < nrow * pad; i += blockDim.x, z.next())
+      dst[z.r * len + nt + z.c] = (R)0;
   }
 }
 
@@ -264,8 +291,9 @@ __device__ __forceinline__ void rfft_pad_body(const TIn* __restrict__ x, COut* _
     return;
   }
   const int half = n / 2 + 1;
-  for (int i = threadIdx.x; i < nrow * half; i += blockDim.x) {
-    const int r = i / half, k = i - r * half;
+  RowCursor at(half);
+  for (int i = threadIdx.x; i < nrow * half; i += blockDim.x, at.next()) {
+    const int r = at.r, k = at.c;
     const C* zr = z + r * n;
     const C zk = zr[k], znk = c_conj(zr[k == 0 ? 0 : n - k]);
     const C xe = c_scale(c_add(zk, znk), (R)0.5);
@@ -302,8 +330,9 @@ __device__ __forceinline__ void irfft_unpad_body(const CIn* __restrict__ y, TOut
   __syncthreads();
   if (packed) {
     const int half = n / 2 + 1;
-    for (int i = threadIdx.x; i < nrow * half; i += blockDim.x) {
-      const int r = i / half, k = i - r * half;
+    RowCursor at(half);
+    for (int i = threadIdx.x; i < nrow * half; i += blockDim.x, at.next()) {
+      const int r = at.r, k = at.c;
       const C* src = b + r * nf;
       C xk = src[k], xnk = src[n - k];
       if (k == 0) {  // X[0] and X[N] of a real signal are real
@@ -330,14 +359,12 @@ __device__ __forceinline__ void irfft_unpad_body(const CIn* __restrict__ y, TOut
   TOut* o = out + row0 * nt;
   if (packed) {
     const R* zr = reinterpret_cast<const R*>(z);  // row r's samples are zr[r * 2n + c]
-    for (int i = threadIdx.x; i < nrow * nt; i += blockDim.x) {
-      const int r = i / nt;
-      o[i] = (TOut)(TMid)zr[r * 2 * n + (i - r * nt)];
-    }
+    RowCursor at(nt);
+    for (int i = threadIdx.x; i < nrow * nt; i += blockDim.x, at.next())
+      o[i] = (TOut)(TMid)zr[at.r * 2 * n + at.c];
   } else {
-    for (int i = threadIdx.x; i < nrow * nt; i += blockDim.x) {
-      const int r = i / nt;
-      o[i] = (TOut)(TMid)z[r * n + (i - r * nt)].x;
-    }
+    RowCursor at(nt);
+    for (int i = threadIdx.x; i < nrow * nt; i += blockDim.x, at.next())
+      o[i] = (TOut)(TMid)z[at.r * n + at.c].x;
   }
 }

@@ -30,6 +30,7 @@ def main(argv=None) -> int:
     ap.add_argument("--precisions", default="ddddd,ddhdd,sssss")
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--sweep", action="store_true", help="time other rows per block and blocks")
+    ap.add_argument("--threads", default="64,128,256,512", help="block sizes of the sweep")
     ap.add_argument("--json", default=None, help="also write every timing to this file")
     args = ap.parse_args(argv)
 
@@ -111,7 +112,7 @@ def main(argv=None) -> int:
                         cells = []
                         base = plans["1"][i]
                         for rpb in rpbs:
-                            for threads in (64, 128, 256, 512):
+                            for threads in (int(v) for v in args.threads.split(",")):
                                 plan = _rowfft.RowFFT(
                                     base.kind, L, nt, rows,
                                     x.dtype if d == "fwd" else yhat.dtype,
