@@ -252,11 +252,16 @@ REDUCE_LANES = 8  # the split-K reduction's largest blockDim.y (hip_kernels/sbge
 
 
 # The FFT precisions whose fused products take the package's own row FFT kernels by default
-# where cuFFT has callbacks too (KernelEngine.row_ffts): on an H200 they ran float64 transforms
-# 1.1-2.0x as fast as cuFFT with callbacks, float32 ones 0.84-1.44x (docs/benchmarks.md,
-# twenty-first run; scripts/bench_row_fft.py). Where cuFFT has no callbacks (ROCm), they take
-# every precision: the alternative is the stages one by one.
-ROW_FFT_DTYPES = (np.dtype(np.float64),)
+# where cuFFT has callbacks too (KernelEngine.row_ffts). On an H200 they ran float64 transforms
+# 1.10-1.77x as fast as cuFFT with callbacks and float32 ones 0.99-1.48x, at L = 2000, 1000 and
+# 200 (docs/benchmarks.md, twenty-first run; scripts/bench_row_fft.py). Where cuFFT has no
+# callbacks (ROCm) they take every precision: the alternative is the stages one by one.
+ROW_FFT_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
+# ... for transforms whose blocks fill at least this many rounds of the multiprocessors: with
+# fewer, a block's latency through its passes is the transform's time, and cuFFT with callbacks
+# was faster (100 rows of L = 2000: 12.5 against 14.0 us in float64, 11.9 against 16.1 in
+# float32; 1000 rows: within 0.5 us; twenty-first run).
+ROW_FFT_MIN_BLOCKS_PER_SM = 4
 
 
 class FusedPlans(NamedTuple):
@@ -1138,11 +1143,12 @@ class KernelEngine:
 
     def fused_plans(self, prec: PrecisionConfig, adjoint: bool, k: int, in_dtype, out_dtype,
                     weight=None):
-        """The FFT plans of a product with stages 1 and 5 inside (:class:`FusedPlans`): the
-        package's own row FFT kernels where :meth:`row_ffts` says so, else cuFFT plans with
-        callbacks; None where the stages run one by one: a weighted product (its weight changes
-        per call), neither kind here, or a callback plan cuFFT could not make (then a warning
-        says why, once per shape). An adjoint with float16 storage gets a forward FFT that
+        """The FFT plans of a product with stages 1 and 5 inside (:class:`FusedPlans`): each
+        transform on the package's own row FFT kernels where :meth:`row_ffts` and
+        :meth:`row_fft_pays` say so, else a cuFFT plan with callbacks; None where the stages
+        run one by one: a weighted product (its weight changes per call), neither kind here, or
+        a callback plan cuFFT could not make where the kernels do not take the length (then a
+        warning says why, once per shape). An adjoint with float16 storage gets a forward FFT that
         writes its output times the row scales. Where stage 3 computes in float32 and an FFT in
         float64, that FFT's output (input) is complex64: :meth:`xhat_dtype`,
         :meth:`yhat_dtype`."""
@@ -1155,18 +1161,60 @@ class KernelEngine:
         n_in, n_out = (self.nd, self.nm) if adjoint else (self.nm, self.nd)
         key = (adjoint, k, in_dtype, out_dtype, prec, own)
         if key not in self._cb_plans:
-            if own:
-                self._cb_plans[key] = self._row_fft_plans(prec, adjoint, k, in_dtype, out_dtype)
-                return self._cb_plans[key]
-            L, nt = self.fft_len, self.nt
             fft_real, ifft_real = prec.real_dtype("fft"), prec.real_dtype("ifft")
-            sizes = {"FMV_L": f"{L}ULL", "FMV_NT": f"{nt}ULL"}
+            scaled = self.scales_input(adjoint)
+            row_fwd = own and self.row_fft_pays(k * n_in, fft_real)
+            row_inv = own and self.row_fft_pays(k * n_out, ifft_real)
+            fwd = self._row_fft_fwd(prec, adjoint, k, in_dtype) if row_fwd else None
+            inv = self._row_fft_inv(prec, adjoint, k, out_dtype) if row_inv else None
+            if fwd is None or inv is None:
+                try:
+                    cb_fwd, cb_inv = self._callback_plans(prec, adjoint, k, in_dtype, out_dtype,
+                                                          not row_fwd, not row_inv)
+                except _fftcb.CallbackError as exc:
+                    if _switch("FFTMATVEC_FFT_CALLBACKS") == "1":
+                        raise
+                    if own:  # the row FFT kernels take both transforms
+                        fwd = fwd or self._row_fft_fwd(prec, adjoint, k, in_dtype)
+                        inv = inv or self._row_fft_inv(prec, adjoint, k, out_dtype)
+                    else:
+                        import warnings
+
+                        warnings.warn(f"cuFFT callbacks unavailable for this product, running "
+                                      f"the stages one by one: {exc}", RuntimeWarning,
+                                      stacklevel=3)
+                        self._cb_plans[key] = None
+                        return None
+                else:
+                    fwd, inv = fwd or cb_fwd, inv or cb_inv
+            self._cb_plans[key] = FusedPlans(fwd, inv, scaled)
+        return self._cb_plans[key]
+
+    def row_fft_pays(self, rows: int, fft_dtype) -> bool:
+        """Whether a transform of ``rows`` rows in ``fft_dtype`` that both the row FFT kernels
+        and cuFFT with callbacks take runs on the kernels: where its blocks fill
+        :data:`ROW_FFT_MIN_BLOCKS_PER_SM` rounds of the multiprocessors; always with
+        ``FFTMATVEC_ROW_FFT=1`` or where cuFFT has no callbacks."""
+        if _switch("FFTMATVEC_ROW_FFT") == "1" or not self.callbacks()[0]:
+            return True
+        blocks = -(-rows // _rowfft.default_rows_per_block(self.fft_len, fft_dtype))
+        return blocks >= ROW_FFT_MIN_BLOCKS_PER_SM * self.num_sms
+
+    def _callback_plans(self, prec: PrecisionConfig, adjoint: bool, k: int, in_dtype, out_dtype,
+                        want_fwd: bool = True, want_inv: bool = True) -> tuple:
+        """The cuFFT callback plans (forward, inverse) of :meth:`fused_plans`, None for one not
+        wanted; a plan cuFFT cannot make raises :class:`fftmatvec._fftcb.CallbackError`."""
+        n_in, n_out = (self.nd, self.nm) if adjoint else (self.nm, self.nd)
+        L, nt = self.fft_len, self.nt
+        fft_real, ifft_real = prec.real_dtype("fft"), prec.real_dtype("ifft")
+        sizes = {"FMV_L": f"{L}ULL", "FMV_NT": f"{nt}ULL"}
+        fwd = inv = None
+        if want_fwd:
             pad = ("FMV_PAD_LOAD", {**sizes, "FMV_TIN": _fftcb.ctype(in_dtype),
                                     "FMV_TMID": _fftcb.ctype(prec.pad_dtype),
                                     "FMV_TFFT": _fftcb.ctype(fft_real)})
             store, store_info = None, None
-            scaled = self.scales_input(adjoint)
-            if scaled:  # float16 adjoint: the row scales applied on the way out of the FFT
+            if self.scales_input(adjoint):  # float16 adjoint: the row scales on the way out
                 store = ("FMV_XHAT_SCALE_STORE", {
                     "FMV_NF": f"{self.nf}ULL", "FMV_ND": f"{self.nd}ULL",
                     "FMV_NFP": f"{self.nfp}ULL",
@@ -1174,44 +1222,35 @@ class KernelEngine:
                 store_info = self.scale
             elif self.xhat_dtype(prec) != prec.complex_dtype("fft"):
                 store = ("FMV_XHAT_STORE", {})
+            fwd = _fftcb.get_plan("r2c", L, k * n_in, fft_real == np.float64, load=pad,
+                                  store=store, store_info=store_info)
+        if want_inv:
             widen = None  # stage 3's float32 sums widened as the inverse FFT loads them
             if self.yhat_dtype(prec) != prec.complex_dtype("ifft"):
                 widen = ("FMV_YHAT_LOAD", {})
             unpad = ("FMV_UNPAD_STORE", {**sizes, "FMV_TOUT": _fftcb.ctype(out_dtype),
                                          "FMV_TMID": _fftcb.ctype(prec.reduce_dtype),
                                          "FMV_TFFT": _fftcb.ctype(ifft_real)})
-            try:
-                plans = FusedPlans(
-                    _fftcb.get_plan("r2c", L, k * n_in, fft_real == np.float64, load=pad,
-                                    store=store, store_info=store_info),
-                    _fftcb.get_plan("c2r", L, k * n_out, ifft_real == np.float64, load=widen,
-                                    store=unpad),
-                    scaled,
-                )
-            except _fftcb.CallbackError as exc:
-                if _switch("FFTMATVEC_FFT_CALLBACKS") == "1":
-                    raise
-                import warnings
+            inv = _fftcb.get_plan("c2r", L, k * n_out, ifft_real == np.float64, load=widen,
+                                  store=unpad)
+        return fwd, inv
 
-                warnings.warn(f"cuFFT callbacks unavailable for this product, running the "
-                              f"stages one by one: {exc}", RuntimeWarning, stacklevel=3)
-                plans = None
-            self._cb_plans[key] = plans
-        return self._cb_plans[key]
-
-    def _row_fft_plans(self, prec: PrecisionConfig, adjoint: bool, k: int, in_dtype,
-                       out_dtype) -> FusedPlans:
-        """:meth:`fused_plans` on the row FFT kernels (:class:`fftmatvec._rowfft.RowFFT`)."""
-        n_in, n_out = (self.nd, self.nm) if adjoint else (self.nm, self.nd)
+    def _row_fft_fwd(self, prec: PrecisionConfig, adjoint: bool, k: int, in_dtype):
+        """:meth:`fused_plans`' forward transform on the row FFT kernels
+        (:class:`fftmatvec._rowfft.RowFFT`)."""
+        n_in = self.nd if adjoint else self.nm
         scaled = self.scales_input(adjoint)
-        common = {"smem_per_block": self.smem_per_block}
-        fwd = _rowfft.RowFFT("r2c", self.fft_len, self.nt, k * n_in, in_dtype, prec.pad_dtype,
-                             prec.real_dtype("fft"), self.xhat_dtype(prec),
-                             scale=self.scale if scaled else None, nd=self.nd, nfp=self.nfp,
-                             **common)
-        inv = _rowfft.RowFFT("c2r", self.fft_len, self.nt, k * n_out, self.yhat_dtype(prec),
-                             prec.reduce_dtype, prec.real_dtype("ifft"), out_dtype, **common)
-        return FusedPlans(fwd, inv, scaled)
+        return _rowfft.RowFFT("r2c", self.fft_len, self.nt, k * n_in, in_dtype, prec.pad_dtype,
+                              prec.real_dtype("fft"), self.xhat_dtype(prec),
+                              scale=self.scale if scaled else None, nd=self.nd, nfp=self.nfp,
+                              smem_per_block=self.smem_per_block)
+
+    def _row_fft_inv(self, prec: PrecisionConfig, adjoint: bool, k: int, out_dtype):
+        """:meth:`fused_plans`' inverse transform on the row FFT kernels."""
+        n_out = self.nm if adjoint else self.nd
+        return _rowfft.RowFFT("c2r", self.fft_len, self.nt, k * n_out, self.yhat_dtype(prec),
+                              prec.reduce_dtype, prec.real_dtype("ifft"), out_dtype,
+                              smem_per_block=self.smem_per_block)
 
     def fused_product(self, prec: PrecisionConfig, adjoint: bool, k: int, in_dtype, out_dtype,
                       weight=None) -> "_FusedProduct | None":

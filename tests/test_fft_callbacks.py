@@ -67,7 +67,9 @@ def _host_engine(monkeypatch, ok=True, fail=None):
     engine.xhat_dtype = lambda prec: KernelEngine.xhat_dtype(engine, prec)
     engine.yhat_dtype = lambda prec: KernelEngine.yhat_dtype(engine, prec)
     engine.scales_input = lambda adjoint: KernelEngine.scales_input(engine, adjoint)
-    engine._row_fft_plans = lambda *a: KernelEngine._row_fft_plans(engine, *a)
+    for name in ("_callback_plans", "_row_fft_fwd", "_row_fft_inv"):
+        setattr(engine, name, getattr(KernelEngine, name).__get__(engine))
+    engine.row_fft_pays = lambda rows, dtype: True
     return engine, calls
 
 
@@ -164,6 +166,29 @@ def test_fused_plans_on_row_fft_kernels(monkeypatch):
     KernelEngine.fused_plans(engine, PrecisionConfig("ddddd"), False, 1, np.float64, np.float64)
     assert made[0][7] == "complex128" and made[1][4] == "complex128"
     assert calls == []
+
+
+def test_fused_plans_mix_kernels_and_callbacks(monkeypatch):
+    """A transform of too few rows to fill the device keeps cuFFT with callbacks; the other
+    transform of the product still runs on the row FFT kernels. A callback plan cuFFT cannot
+    make falls back to the kernels, which take every transform, without a warning."""
+    engine, calls = _host_engine(monkeypatch)
+    engine.row_ffts = lambda prec: True
+    engine.row_fft_pays = lambda rows, dtype: rows >= 10  # forward: 2 x 5 rows, inverse 2 x 3
+    monkeypatch.setattr(_rowfft, "RowFFT", lambda kind, *a, **kw: f"{kind} kernel")
+    prec = PrecisionConfig("ddddd")
+    plans = KernelEngine.fused_plans(engine, prec, False, 2, np.float64, np.float64)
+    assert plans == ("r2c kernel", "c2r plan", False)
+    assert [c[0] for c in calls] == ["c2r"]
+    engine, calls = _host_engine(monkeypatch, fail="link failed")
+    engine.row_ffts = lambda prec: True
+    engine.row_fft_pays = lambda rows, dtype: False
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plans = KernelEngine.fused_plans(engine, prec, False, 2, np.float64, np.float64)
+    assert plans == ("r2c kernel", "c2r kernel", False)
 
 
 def test_fused_plans_warn_and_fall_back(monkeypatch):

@@ -294,9 +294,8 @@ def test_path_switches(monkeypatch):
 
 @pytest.mark.parametrize("mode,L,prec,callbacks,expect", [
     (None, 2000, "ddddd", True, True), ("auto", 15, "ddddd", True, True),
-    (None, 2000, "sdhds", True, True),  # FFTs in float64
-    (None, 2000, "sssss", True, False),  # float32 FFTs keep cuFFT with callbacks ...
-    (None, 15, "sssss", False, True),  # ... where it has them
+    (None, 2000, "sdhds", True, True), (None, 2000, "sssss", True, True),
+    (None, 15, "sssss", False, True),
     ("0", 2000, "ddddd", True, False), ("1", 2000, "sssss", True, True),
     (None, 2016, "ddddd", False, False),  # 1008 = 2^4 3^2 7: cuFFT
     (None, 2 * 7290, "ddddd", True, False),  # its buffers do not fit a block in float64 ...
@@ -304,7 +303,7 @@ def test_path_switches(monkeypatch):
 ])
 def test_row_ffts_by_length_and_switch(monkeypatch, mode, L, prec, callbacks, expect):
     """Fused products run their FFTs as the package's kernels where those take the length in
-    both FFTs' precisions, and these are float64 or cuFFT has no callbacks;
+    both FFTs' precisions (by default in ROW_FFT_DTYPES, or any where cuFFT has no callbacks);
     FFTMATVEC_ROW_FFT=0 never, =1 always."""
     from fftmatvec import _gpu
 
@@ -314,7 +313,11 @@ def test_row_ffts_by_length_and_switch(monkeypatch, mode, L, prec, callbacks, ex
         monkeypatch.setenv("FFTMATVEC_ROW_FFT", mode)
     engine = SimpleNamespace(fft_len=L, smem_per_block=227 * 1024,
                              callbacks=lambda: (callbacks, "why"))
+    monkeypatch.setattr(_gpu, "ROW_FFT_DTYPES", (np.dtype(np.float64), np.dtype(np.float32)))
     assert KernelEngine.row_ffts(engine, PrecisionConfig(prec)) is expect
+    if mode is None and expect:  # a precision out of ROW_FFT_DTYPES keeps cuFFT's callbacks
+        monkeypatch.setattr(_gpu, "ROW_FFT_DTYPES", ())
+        assert KernelEngine.row_ffts(engine, PrecisionConfig(prec)) is (not callbacks)
     monkeypatch.setenv("FFTMATVEC_ROW_FFT", "1")
     if _gpu._rowfft.supported(L, np.float64, 227 * 1024) or prec == "sssss":
         assert KernelEngine.row_ffts(engine, PrecisionConfig(prec)) is True
@@ -324,6 +327,24 @@ def test_row_ffts_by_length_and_switch(monkeypatch, mode, L, prec, callbacks, ex
     monkeypatch.setenv("FFTMATVEC_ROW_FFT", "yes")
     with pytest.raises(FFTMatvecValueError, match="FFTMATVEC_ROW_FFT must be auto, 0 or 1"):
         KernelEngine.row_ffts(engine, PrecisionConfig(prec))
+
+
+@pytest.mark.parametrize("mode,callbacks,rows,L,dtype,expect", [
+    (None, True, 5000, 2000, np.float64, True),  # 5000 blocks of one row
+    (None, True, 100, 2000, np.float64, False),  # 100 blocks: fewer than 4 rounds of 132
+    (None, True, 1000, 2000, np.float32, False),  # 500 blocks of 2 rows
+    (None, True, 1100, 2000, np.float32, True),
+    (None, True, 100000, 200, np.float64, True),  # blocks of 10 rows
+    ("1", True, 1, 2000, np.float64, True), (None, False, 1, 2000, np.float64, True),
+])
+def test_row_fft_pays_where_blocks_fill_the_device(monkeypatch, mode, callbacks, rows, L, dtype,
+                                                   expect):
+    if mode is None:
+        monkeypatch.delenv("FFTMATVEC_ROW_FFT", raising=False)
+    else:
+        monkeypatch.setenv("FFTMATVEC_ROW_FFT", mode)
+    engine = SimpleNamespace(fft_len=L, num_sms=132, callbacks=lambda: (callbacks, "why"))
+    assert KernelEngine.row_fft_pays(engine, rows, np.dtype(dtype)) is expect
 
 
 def test_row_fft_line(monkeypatch):
