@@ -252,10 +252,11 @@ REDUCE_LANES = 8  # the split-K reduction's largest blockDim.y (hip_kernels/sbge
 
 
 # The FFT precisions whose fused products take the package's own row FFT kernels by default
-# where cuFFT has callbacks too (KernelEngine.row_ffts). On an H200 they ran float64 transforms
-# 1.10-1.77x as fast as cuFFT with callbacks and float32 ones 0.99-1.48x, at L = 2000, 1000 and
-# 200 (docs/benchmarks.md, twenty-first run; scripts/bench_row_fft.py). Where cuFFT has no
-# callbacks (ROCm) they take every precision: the alternative is the stages one by one.
+# where cuFFT has callbacks too (KernelEngine.row_ffts). On an H200, at 5000 rows or more of
+# L = 2000, 1000 and 200, they ran float64 transforms 1.10-1.91x as fast as cuFFT with callbacks
+# and float32 ones 0.96-1.47x (docs/benchmarks.md, twenty-first run; scripts/bench_row_fft.py).
+# Where cuFFT has no callbacks (ROCm) they take every precision: the alternative is the stages
+# one by one.
 ROW_FFT_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
 # ... for transforms whose blocks fill at least this many rounds of the multiprocessors: with
 # fewer, a block's latency through its passes is the transform's time, and cuFFT with callbacks
@@ -469,6 +470,7 @@ class KernelEngine:
         self._fft_plans: dict = {}
         self._graphs: OrderedDict = OrderedDict()
         self._callbacks: tuple[bool, str] | None = None  # cuFFT callbacks usable, and why not
+        self._row_ffts: dict = {}  # (precision, switch, callbacks) -> row FFT kernels usable
         self._cb_plans: dict = {}  # (adjoint, rows, dtypes) -> (r2c plan, c2r plan) or None
         self.blocks_per_sm = 8  # split-K target: thread blocks per multiprocessor
         self.staged_threads_per_sm = None  # split-K target of the staged kernel (None: default)
@@ -1131,6 +1133,10 @@ class KernelEngine:
         mode = _switch("FFTMATVEC_ROW_FFT")
         if mode == "0":
             return False
+        key = (prec, mode, self.callbacks()[0])
+        hit = self._row_ffts.get(key)  # on every product's path: made once
+        if hit is not None:
+            return hit
         dtypes = [prec.real_dtype("fft"), prec.real_dtype("ifft")]
         ok = all(_rowfft.supported(self.fft_len, d, self.smem_per_block) for d in dtypes)
         if mode == "1":
@@ -1138,8 +1144,10 @@ class KernelEngine:
                 raise kernels.KernelLoadError(
                     f"FFTMATVEC_ROW_FFT=1, but the row FFT kernels do not take length "
                     f"{self.fft_len} in {', '.join(sorted({d.name for d in dtypes}))}")
-            return True
-        return ok and (all(d in ROW_FFT_DTYPES for d in dtypes) or not self.callbacks()[0])
+        else:
+            ok = ok and (all(d in ROW_FFT_DTYPES for d in dtypes) or not self.callbacks()[0])
+        self._row_ffts[key] = ok
+        return ok
 
     def fused_plans(self, prec: PrecisionConfig, adjoint: bool, k: int, in_dtype, out_dtype,
                     weight=None):
@@ -1159,7 +1167,7 @@ class KernelEngine:
         if not own and not self.callbacks()[0]:
             return None
         n_in, n_out = (self.nd, self.nm) if adjoint else (self.nm, self.nd)
-        key = (adjoint, k, in_dtype, out_dtype, prec, own)
+        key = (adjoint, k, in_dtype, out_dtype, prec, own, _switch("FFTMATVEC_ROW_FFT"))
         if key not in self._cb_plans:
             fft_real, ifft_real = prec.real_dtype("fft"), prec.real_dtype("ifft")
             scaled = self.scales_input(adjoint)
@@ -1175,8 +1183,10 @@ class KernelEngine:
                     if _switch("FFTMATVEC_FFT_CALLBACKS") == "1":
                         raise
                     if own:  # the row FFT kernels take both transforms
-                        fwd = fwd or self._row_fft_fwd(prec, adjoint, k, in_dtype)
-                        inv = inv or self._row_fft_inv(prec, adjoint, k, out_dtype)
+                        if fwd is None:
+                            fwd = self._row_fft_fwd(prec, adjoint, k, in_dtype)
+                        if inv is None:
+                            inv = self._row_fft_inv(prec, adjoint, k, out_dtype)
                     else:
                         import warnings
 
@@ -1186,7 +1196,8 @@ class KernelEngine:
                         self._cb_plans[key] = None
                         return None
                 else:
-                    fwd, inv = fwd or cb_fwd, inv or cb_inv
+                    fwd = cb_fwd if fwd is None else fwd
+                    inv = cb_inv if inv is None else inv
             self._cb_plans[key] = FusedPlans(fwd, inv, scaled)
         return self._cb_plans[key]
 
@@ -1261,7 +1272,8 @@ class KernelEngine:
         own = self.row_ffts(prec)
         if not (own or self.callbacks()[0]):
             return None
-        key = (adjoint, k, np.dtype(in_dtype), np.dtype(out_dtype), prec, own)  # every product's path
+        key = (adjoint, k, np.dtype(in_dtype), np.dtype(out_dtype), prec, own,
+               os.environ.get("FFTMATVEC_ROW_FFT"))  # on every product's path
         product = self._products.get(key, False)
         if product is False:
             plans = self.fused_plans(prec, adjoint, k, in_dtype, out_dtype)

@@ -311,12 +311,14 @@ def test_row_ffts_by_length_and_switch(monkeypatch, mode, L, prec, callbacks, ex
         monkeypatch.delenv("FFTMATVEC_ROW_FFT", raising=False)
     else:
         monkeypatch.setenv("FFTMATVEC_ROW_FFT", mode)
-    engine = SimpleNamespace(fft_len=L, smem_per_block=227 * 1024,
+    engine = SimpleNamespace(fft_len=L, smem_per_block=227 * 1024, _row_ffts={},
                              callbacks=lambda: (callbacks, "why"))
     monkeypatch.setattr(_gpu, "ROW_FFT_DTYPES", (np.dtype(np.float64), np.dtype(np.float32)))
     assert KernelEngine.row_ffts(engine, PrecisionConfig(prec)) is expect
+    assert KernelEngine.row_ffts(engine, PrecisionConfig(prec)) is expect  # from the cache
     if mode is None and expect:  # a precision out of ROW_FFT_DTYPES keeps cuFFT's callbacks
         monkeypatch.setattr(_gpu, "ROW_FFT_DTYPES", ())
+        engine._row_ffts.clear()
         assert KernelEngine.row_ffts(engine, PrecisionConfig(prec)) is (not callbacks)
     monkeypatch.setenv("FFTMATVEC_ROW_FFT", "1")
     if _gpu._rowfft.supported(L, np.float64, 227 * 1024) or prec == "sssss":
