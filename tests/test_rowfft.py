@@ -24,6 +24,43 @@ def test_radices_multiply_to_the_length(n):
     assert rads[:len(odd)] == odd  # the odd radices first (their first pass has no conflicts)
 
 
+def _stockham(z, sign):
+    """The kernels' complex FFT (fft_rows / fft_pass in hip_kernels/rowfft.cuh) in NumPy, on
+    the host's twiddle table: each pass combines sub-transforms of length ls RAD at a time,
+    butterfly j reading j + q stride and writing (j - k) RAD + k + q ls, k = j % ls."""
+    n = z.shape[-1]
+    table = _rowfft.twiddle_table(n)
+    twp = n // 2 + 1  # the passes' tables follow the real split's n // 2 + 1 values
+    a, ls = z.astype(np.complex128), 1
+    for rad in _rowfft.radices(n):
+        stride = n // rad
+        j = np.arange(stride)
+        k = j % ls
+        v = np.stack([a[..., j + q * stride] for q in range(rad)])
+        for q in range(1, rad):
+            w = table[twp + (q - 1) * ls + k]
+            v[q] *= w if sign < 0 else np.conj(w)
+        dft = np.exp(sign * 2j * np.pi * np.outer(np.arange(rad), np.arange(rad)) / rad)
+        out = np.tensordot(dft, v, axes=(1, 0))
+        b = np.empty_like(a)
+        for q in range(rad):
+            b[..., (j - k) * rad + k + q * ls] = out[q]
+        a, twp, ls = b, twp + (rad - 1) * ls, ls * rad
+    return a
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 12, 100, 1000, 1350, 1024, 243])
+def test_twiddle_table_drives_the_passes(rng, n):
+    """The table the host makes, read as the kernels read it, gives the forward and inverse
+    DFT; its first n // 2 + 1 values are exp(-2 pi i k / 2n)."""
+    z = rng.standard_normal((3, n)) + 1j * rng.standard_normal((3, n))
+    scale = max(1.0, np.sqrt(n))
+    assert np.abs(_stockham(z, -1) - np.fft.fft(z)).max() < 1e-13 * scale * n
+    assert np.abs(_stockham(z, 1) - np.fft.ifft(z) * n).max() < 1e-13 * scale * n
+    head = _rowfft.twiddle_table(n)[: n // 2 + 1]
+    assert np.abs(head - np.exp(-2j * np.pi * np.arange(n // 2 + 1) / (2 * n))).max() < 1e-15
+
+
 @pytest.mark.parametrize("n", [0, 7, 11, 1008, 2 * 49])
 def test_radices_refuse_other_primes(n):
     assert _rowfft.radices(n) is None
