@@ -1,16 +1,17 @@
 // Stages 1+2 and 4+5 as one kernel each: the real FFTs of the time axis, with the padding,
 // unpadding and precision casts around them, for 5-smooth lengths L.
 //
-// cuFFT runs these transforms at 0.25-0.4 of their memory floor at the lengths the operator
-// uses (L = 2000, 1000, 200: docs/benchmarks.md, fourteenth run), and its callbacks make it
-// link slower kernels. Here a block loads `rpb` rows into shared memory (one pass over the
+// cuFFT with the pad and unpad as callbacks ran these transforms at 0.16-0.44 of their memory
+// floor at the lengths the operator uses (L = 2000, 1000, 200 on an H200: docs/benchmarks.md,
+// twenty-first run). Here a block loads `rpb` rows into shared memory (one pass over the
 // input), transforms them there and writes them out (one pass over the output):
 //
 // * The real input of a row is packed as N complex values z[n] = x[2n] + i x[2n+1] and
-//   transformed by a complex FFT of length N (Stockham passes of radix 8, 4, 2, 5 and 3 between
-//   two shared-memory buffers, natural order in and out), then split into the N + 1 values of
-//   the real FFT: X[k] = (Z[k] + conj Z[N-k]) / 2 + w^k (Z[k] - conj Z[N-k]) / (2i), with
-//   w = exp(-2 pi i / L), and X[N-k] = conj((Z[k] + conj Z[N-k]) / 2 - w^k (...) / (2i)).
+//   transformed by a complex FFT of length N (Stockham passes of radix 5, 3, 8, 4 and 2, the
+//   odd ones first, between two shared-memory buffers, natural order in and out), then split
+//   into the N + 1 values of the real FFT:
+//   X[k] = (Z[k] + conj Z[N-k]) / 2 + w^k (Z[k] - conj Z[N-k]) / (2i), w = exp(-2 pi i / L),
+//   and X[N-k] = conj((Z[k] + conj Z[N-k]) / 2 - w^k (...) / (2i)).
 // * The inverse runs the same steps backwards: Z[k] = E[k] + i O[k] with E[k] = X[k] +
 //   conj X[N-k] and O[k] = (X[k] - conj X[N-k]) conj(w^k), an inverse complex FFT of length N,
 //   and x[2n] = Re z[n], x[2n+1] = Im z[n], unnormalised like cuFFT's complex-to-real
@@ -33,8 +34,12 @@ template <typename C> struct RealOf;
 template <> struct RealOf<double2> { typedef double type; };
 template <> struct RealOf<float2> { typedef float type; };
 
-template <typename C> __device__ __forceinline__ C c_add(C a, C b) { return make_c(a.x + b.x, a.y + b.y); }
-template <typename C> __device__ __forceinline__ C c_sub(C a, C b) { return make_c(a.x - b.x, a.y - b.y); }
+template <typename C> __device__ __forceinline__ C c_add(C a, C b) {
+  return make_c(a.x + b.x, a.y + b.y);
+}
+template <typename C> __device__ __forceinline__ C c_sub(C a, C b) {
+  return make_c(a.x - b.x, a.y - b.y);
+}
 template <typename C> __device__ __forceinline__ C c_conj(C a) { return make_c(a.x, -a.y); }
 template <typename C> __device__ __forceinline__ C c_mul(C a, C b) {
   return make_c(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
@@ -82,8 +87,9 @@ template <int S, typename C> struct Dft<4, S, C> {
 template <int S, typename C> struct Dft<5, S, C> {
   static __device__ __forceinline__ void run(C* v) {
     typedef typename RealOf<C>::type R;
-    const R c1 = (R)0.30901699437494742410, c2 = (R)-0.80901699437494742410;  // cos(2pi/5), cos(4pi/5)
-    const R s1 = (R)0.95105651629515357212, s2 = (R)0.58778525229247312917;   // sin(2pi/5), sin(4pi/5)
+    // cos(2 pi / 5), cos(4 pi / 5), sin(2 pi / 5), sin(4 pi / 5)
+    const R c1 = (R)0.30901699437494742410, c2 = (R)-0.80901699437494742410;
+    const R s1 = (R)0.95105651629515357212, s2 = (R)0.58778525229247312917;
     const C a1 = c_add(v[1], v[4]), b1 = c_sub(v[1], v[4]);
     const C a2 = c_add(v[2], v[3]), b2 = c_sub(v[2], v[3]);
     const C m1 = make_c(v[0].x + c1 * a1.x + c2 * a2.x, v[0].y + c1 * a1.y + c2 * a2.y);
