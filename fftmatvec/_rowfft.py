@@ -134,6 +134,19 @@ class RowFFT:
             raise ValueError(f"nt must be in [1, L = {L}], got {nt}")
         if rows < 1:
             raise ValueError(f"rows must be >= 1, got {rows}")
+        real_in, real_out = (in_dtype, out_dtype) if kind == "r2c" else (out_dtype, in_dtype)
+        for what, dtype, table in (("the real side", real_in, _REAL), ("the complex side",
+                                   real_out, _CPLX), ("mid_dtype", mid_dtype, _REAL),
+                                  ("fft_dtype", fft_dtype, _REAL)):
+            if dtype not in table:
+                raise ValueError(f"{what} of a row FFT must be one of "
+                                 f"{', '.join(sorted(d.name for d in table))}, got {dtype}")
+        if threads is not None and not 1 <= int(threads) <= 1024:
+            raise ValueError(f"threads must be in [1, 1024], got {threads}")
+        if scale is not None and (tuple(scale.shape) != (nd, nfp) or nfp < L // 2 + 1
+                                  or np.dtype(scale.dtype) != np.float32):
+            raise ValueError(f"scale must be float32 ({nd}, nfp) with nfp >= {L // 2 + 1}, got "
+                             f"{np.dtype(scale.dtype)} {tuple(scale.shape)} for nfp = {nfp}")
         n = complex_length(L)
         cdtype = np.dtype(np.complex128 if fft_dtype == np.float64 else np.complex64)
         if kind == "r2c":

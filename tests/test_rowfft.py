@@ -93,11 +93,25 @@ def test_operator_lengths_are_supported():
     (("r2c", 8, 4, 0, F64, F64, F64, C128), "rows"),
     (("r2c", 8, 4, 1, F64, F64, F32, C128), "float32 FFT writes complex64"),
     (("c2r", 8, 4, 1, C128, F64, F32, F64), "float32 FFT reads complex64"),
+    (("r2c", 8, 4, 1, np.dtype(np.float16), F64, F64, C128), "real side .* got float16"),
+    (("c2r", 8, 4, 1, F64, F64, F64, F64), "complex side .* got float64"),
+    (("r2c", 8, 4, 1, F64, F64, C128, C128), "fft_dtype .* got complex128"),
 ])
 def test_plan_rejects_bad_arguments(args, match):
     """Checked before anything touches a GPU."""
     with pytest.raises(ValueError, match=match):
         _rowfft.RowFFT(*args)
+
+
+def test_plan_rejects_bad_blocks_and_scales():
+    with pytest.raises(ValueError, match="threads"):
+        _rowfft.RowFFT("r2c", 8, 4, 1, F64, F64, F64, C128, threads=2048)
+    scale = np.ones((3, 4), dtype=np.float32)  # nfp = 4 < L // 2 + 1 = 5
+    with pytest.raises(ValueError, match="nfp >= 5"):
+        _rowfft.RowFFT("r2c", 8, 4, 3, F64, F64, F64, C64, scale=scale, nd=3, nfp=4)
+    with pytest.raises(ValueError, match="only the forward"):
+        _rowfft.RowFFT("c2r", 8, 4, 3, C64, F64, F64, F64, scale=np.ones((3, 8), np.float32),
+                       nd=3, nfp=8)
 
 
 # ---- on the GPU -------------------------------------------------------------------------------
