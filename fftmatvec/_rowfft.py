@@ -16,7 +16,8 @@ import numpy as np
 
 from . import backend, kernels
 
-__all__ = ["RowFFT", "complex_length", "default_rows_per_block", "radices", "supported"]
+__all__ = ["RowFFT", "block_bytes", "complex_length", "default_rows_per_block", "radices",
+           "supported"]
 
 _REAL = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32"}
 _CPLX = {np.dtype(np.complex128): "c128", np.dtype(np.complex64): "c64"}
@@ -53,20 +54,29 @@ def complex_length(L: int) -> int:
     return L // 2 if L % 2 == 0 else L
 
 
+def _complex_bytes(fft_dtype) -> int:
+    """Bytes of one complex value of a transform in ``fft_dtype``."""
+    return 16 if np.dtype(fft_dtype) == np.float64 else 8
+
+
+def block_bytes(L: int, fft_dtype, rows_per_block: int = 1) -> int:
+    """Dynamic shared memory of a block of ``rows_per_block`` rows: the kernels' two buffers of
+    :func:`complex_length` + 1 complex values per row (the inverse loads ``L // 2 + 1``)."""
+    return 2 * rows_per_block * (complex_length(L) + 1) * _complex_bytes(fft_dtype)
+
+
 def supported(L: int, fft_dtype, smem_per_block: int) -> bool:
     """Whether the row FFT kernels take length ``L`` in ``fft_dtype`` (float64 / float32) on a
     device with ``smem_per_block`` bytes of shared memory per block."""
     if L < 1 or radices(complex_length(L)) is None:
         return False
-    item = 16 if np.dtype(fft_dtype) == np.float64 else 8
-    return 2 * (complex_length(L) + 1) * item <= smem_per_block
+    return block_bytes(L, fft_dtype) <= smem_per_block
 
 
 def default_rows_per_block(L: int, fft_dtype) -> int:
     """Rows per block of a transform of length ``L`` in ``fft_dtype`` by default: whole rows,
     about :data:`ROWS_BYTES` of them per buffer."""
-    item = 16 if np.dtype(fft_dtype) == np.float64 else 8
-    return max(1, ROWS_BYTES // (complex_length(L) * item))
+    return max(1, ROWS_BYTES // (complex_length(L) * _complex_bytes(fft_dtype)))
 
 
 def twiddle_table(n: int) -> np.ndarray:
@@ -162,10 +172,10 @@ class RowFFT:
             name = (f"irfft_unpad_{_CPLX[in_dtype]}_{_REAL[fft_dtype]}_{_REAL[mid_dtype]}_"
                     f"{_REAL[out_dtype]}")
         rpb = rows_per_block or default_rows_per_block(L, fft_dtype)
-        rpb = max(1, min(rpb, rows, smem_per_block // (2 * (n + 1) * cdtype.itemsize)))
+        rpb = max(1, min(rpb, rows, smem_per_block // block_bytes(L, fft_dtype)))
         self.kind, self.L, self.nt, self.rows, self.name = kind, L, nt, rows, name
         self.rows_per_block, self.threads = rpb, int(threads or THREADS)
-        self.smem = 2 * rpb * (n + 1) * cdtype.itemsize
+        self.smem = block_bytes(L, fft_dtype, rpb)
         self.grid = (-(-rows // rpb),)
         rads = radices(n)
         packed = sum(r << (4 * i) for i, r in enumerate(rads))

@@ -79,6 +79,16 @@ def test_supported_lengths():
     assert _rowfft.supported(2 * 7290, F32, big)
 
 
+def test_block_bytes():
+    """Two buffers of complex_length + 1 values per row, 16 or 8 bytes each."""
+    assert _rowfft.block_bytes(2000, F64) == 2 * 1001 * 16
+    assert _rowfft.block_bytes(2000, F32, 2) == 2 * 2 * 1001 * 8
+    assert _rowfft.block_bytes(15, F64, 3) == 2 * 3 * 16 * 16  # odd: all 15 values, plus one
+    assert _rowfft.default_rows_per_block(2000, F64) == 1
+    assert _rowfft.default_rows_per_block(2000, F32) == 2
+    assert _rowfft.default_rows_per_block(200, F64) == 10
+
+
 def test_operator_lengths_are_supported():
     """Every length the operator picks by default has a row FFT kernel."""
     for nt in list(range(1, 300)) + [500, 1000, 2000, 3000]:
