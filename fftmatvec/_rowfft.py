@@ -16,36 +16,90 @@ import numpy as np
 
 from . import backend, kernels
 
-__all__ = ["RowFFT", "block_bytes", "complex_length", "default_rows_per_block", "radices",
-           "supported"]
+__all__ = ["RowFFT", "block_bytes", "complex_length", "default_rows_per_block", "factorisations",
+           "radices", "supported"]
 
 _REAL = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32"}
 _CPLX = {np.dtype(np.complex128): "c128", np.dtype(np.complex64): "c64"}
-# The passes' radices, in the order they are taken: an odd radix first, whose first pass writes
-# its outputs RAD apart without shared-memory bank conflicts (8 apart, 16-byte values meet 8-way).
-RADICES = (5, 3, 8, 4, 2)
-MAX_PASSES = 16  # 4 bits per pass in one 64-bit kernel argument
+# The radices a pass may take: the butterflies of 2, 3, 4, 5 and 8, and the composite ones the
+# kernels run as prime-factor DFTs in registers (one pass where two would go through shared
+# memory). A transform takes the fewest passes whose radices are at most its cap
+# (:data:`MAX_RADIX`), the odd ones first: an odd radix's first pass writes its outputs RAD apart
+# without shared-memory bank conflicts (8 apart, 16-byte values meet 8-way).
+RADICES = (2, 3, 4, 5, 6, 8, 10)
+MAX_PASSES = 10  # 6 bits per pass in one 64-bit kernel argument
+# The kernels come in families by their largest radix (a kernel's registers are those of its
+# largest butterfly): `_r<M>` takes the radices up to M, and a transform runs on the smallest
+# family that takes all of its passes.
+FAMILIES = (8, 10)
+# The largest radix by default, per FFT precision: more registers per butterfly, fewer passes.
+# From scripts/bench_row_fft.py --radices on an H200 (docs/benchmarks.md, twenty-second run):
+# in float32, 10 x 10 x 10 for L = 2000 and 5 x 10 x 10 for L = 1000 were up to 7 % faster
+# than 5 x 5 x 5 x 8 and 5 x 5 x 5 x 4; in float64 the radix-10 kernels' registers (106 in the
+# forward one, against 80) made them up to 15 % slower.
+MAX_RADIX = {np.dtype(np.float64): 8, np.dtype(np.float32): 10}
 # A block holds whole rows, about ROWS_BYTES of them per buffer, with THREADS threads: from
 # scripts/bench_row_fft.py --sweep on an H200 (docs/benchmarks.md, twenty-first run), where 1
 # row of 1000 complex128 values (or 2 of complex64) and 128 threads were fastest at L = 2000.
 ROWS_BYTES = 16 * 1024
 THREADS = 128
 
-_tables: dict = {}  # (device, complex length, complex dtype) -> twiddle table there
+_tables: dict = {}  # (device, complex length, complex dtype, radices) -> twiddle table there
 _lock = threading.Lock()
 
 
-def radices(n: int) -> list[int] | None:
+def radices(n: int, max_radix: int = 8) -> list[int] | None:
     """The Stockham passes' radices for a complex FFT of length ``n`` (product ``n``), or None
-    where ``n`` has a prime factor above 5."""
+    where ``n`` has a prime factor above 5: the fewest passes of :data:`RADICES` up to
+    ``max_radix``, then the smallest largest radix, the odd radices first, each kind in
+    descending order."""
     if n < 1:
         return None
-    out = []
-    for r in RADICES:
-        while n % r == 0:
-            out.append(r)
-            n //= r
-    return out if n == 1 and len(out) <= MAX_PASSES else None
+    allowed = [r for r in RADICES if r <= max_radix]
+    best: dict[int, tuple | None] = {1: ()}
+
+    def key(t):
+        return (len(t), max(t, default=0), sorted(t, reverse=True))
+
+    def search(m):  # the best factorisation of m, by key
+        if m not in best:
+            found = None
+            for r in allowed:
+                if m % r == 0:
+                    rest = search(m // r)
+                    if rest is not None and (found is None or key((r,) + rest) < key(found)):
+                        found = (r,) + rest
+            best[m] = found
+        return best[m]
+
+    found = search(n)
+    if found is None or len(found) > MAX_PASSES:
+        return None
+    return sorted(found, key=lambda r: (r % 2 == 0, -r))
+
+
+def factorisations(n: int, extra: int = 1, max_radix: int = max(RADICES)) -> list[list[int]]:
+    """Every way to take a complex FFT of length ``n`` in passes of :data:`RADICES` up to
+    ``max_radix``, with at most ``extra`` passes more than the fewest, each ordered as
+    :func:`radices` orders them (for the tuning sweeps); empty where there is none."""
+    fewest = radices(n, max_radix)
+    if fewest is None:
+        return []
+    most = len(fewest) + extra
+    out = set()
+
+    def walk(m, smallest, taken):  # multisets in ascending order: each radix >= the last one
+        if m == 1:
+            out.add(tuple(sorted(taken, key=lambda r: (r % 2 == 0, -r))))
+            return
+        if len(taken) == most:
+            return
+        for r in RADICES:
+            if smallest <= r <= max_radix and m % r == 0:
+                walk(m // r, r, taken + [r])
+
+    walk(n, 2, [])
+    return sorted((list(t) for t in out), key=lambda t: (len(t), max(t, default=0), t))
 
 
 def complex_length(L: int) -> int:
@@ -79,10 +133,11 @@ def default_rows_per_block(L: int, fft_dtype) -> int:
     return max(1, ROWS_BYTES // (complex_length(L) * _complex_bytes(fft_dtype)))
 
 
-def twiddle_table(n: int) -> np.ndarray:
+def twiddle_table(n: int, rads=None) -> np.ndarray:
     """The kernels' twiddles for a complex FFT of length ``n`` (float64, on the host):
     ``exp(-2 pi i k / 2n)`` for ``k <= n // 2`` (the real FFT's split of an even length
-    ``2n``), then for each pass of :func:`radices`, combining sub-transforms of length ``ls``
+    ``2n``), then for each pass of ``rads`` (by default :func:`radices`), combining
+    sub-transforms of length ``ls``
     ``RAD`` at a time, the ``(RAD - 1) x ls`` values ``exp(-2 pi i q k / (ls RAD))``, q-major.
     Each angle is reduced to a fraction of a turn in [-1/2, 1/2] exactly, in integers, before
     its sine and cosine."""
@@ -94,21 +149,22 @@ def twiddle_table(n: int) -> np.ndarray:
 
     parts = [unit(np.arange(n // 2 + 1), 2 * n)]
     ls = 1
-    for rad in radices(n):
+    for rad in radices(n) if rads is None else rads:
         q, k = np.meshgrid(np.arange(1, rad), np.arange(ls), indexing="ij")
         parts.append(unit(q * k, ls * rad).ravel())
         ls *= rad
     return np.concatenate(parts)
 
 
-def twiddles(n: int, cdtype):
-    """:func:`twiddle_table` on the current device in ``cdtype``, made once per device."""
+def twiddles(n: int, cdtype, rads):
+    """:func:`twiddle_table` of passes ``rads`` on the current device in ``cdtype``, made once
+    per device."""
     cp = backend.cupy
-    key = (cp.cuda.Device().id, n, np.dtype(cdtype))
+    key = (cp.cuda.Device().id, n, np.dtype(cdtype), tuple(rads))
     with _lock:
         table = _tables.get(key)
     if table is None:
-        table = cp.asarray(twiddle_table(n).astype(cdtype))
+        table = cp.asarray(twiddle_table(n, rads).astype(cdtype))
         with _lock:
             _tables[key] = table
     return table
@@ -126,13 +182,14 @@ class RowFFT:
     transforms in ``fft_dtype`` (unnormalised), rounds the first ``nt`` samples of each row to
     ``mid_dtype`` (stage 5's precision) and writes them ``(rows, nt)`` in ``out_dtype``.
 
-    ``rows_per_block`` and ``threads`` override the defaults (:data:`ROWS_BYTES`,
-    :data:`THREADS`), for the tuning sweeps.
+    ``rows_per_block``, ``threads`` and ``rads`` (the passes' radices, product
+    :func:`complex_length`) override the defaults (:data:`ROWS_BYTES`, :data:`THREADS`,
+    :func:`radices` up to :data:`MAX_RADIX`), for the tuning sweeps.
     """
 
     def __init__(self, kind: str, L: int, nt: int, rows: int, in_dtype, mid_dtype, fft_dtype,
                  out_dtype, scale=None, nd: int = 1, nfp: int = 0, rows_per_block=None,
-                 threads=None, smem_per_block: int = 227 * 1024):
+                 threads=None, rads=None, smem_per_block: int = 227 * 1024):
         in_dtype, mid_dtype = np.dtype(in_dtype), np.dtype(mid_dtype)
         fft_dtype, out_dtype = np.dtype(fft_dtype), np.dtype(out_dtype)
         if kind not in ("r2c", "c2r"):
@@ -158,6 +215,13 @@ class RowFFT:
             raise ValueError(f"scale must be float32 ({nd}, nfp) with nfp >= {L // 2 + 1}, got "
                              f"{np.dtype(scale.dtype)} {tuple(scale.shape)} for nfp = {nfp}")
         n = complex_length(L)
+        if rads is None:
+            rads = radices(n, MAX_RADIX[fft_dtype])
+        rads = [int(r) for r in rads]
+        if (int(np.prod(rads, dtype=np.int64)) != n or not set(rads) <= set(RADICES)
+                or len(rads) > MAX_PASSES):
+            raise ValueError(f"rads must be at most {MAX_PASSES} of {RADICES} with product "
+                             f"{n}, got {rads}")
         cdtype = np.dtype(np.complex128 if fft_dtype == np.float64 else np.complex64)
         if kind == "r2c":
             if out_dtype == np.complex128 and fft_dtype != np.float64:
@@ -171,15 +235,21 @@ class RowFFT:
                 raise ValueError("only the forward transform applies row scales")
             name = (f"irfft_unpad_{_CPLX[in_dtype]}_{_REAL[fft_dtype]}_{_REAL[mid_dtype]}_"
                     f"{_REAL[out_dtype]}")
+        self.family = min(f for f in FAMILIES if f >= max(rads, default=2))
+        name += f"_r{self.family}"
         rpb = rows_per_block or default_rows_per_block(L, fft_dtype)
         rpb = max(1, min(rpb, rows, smem_per_block // block_bytes(L, fft_dtype)))
         self.kind, self.L, self.nt, self.rows, self.name = kind, L, nt, rows, name
         self.rows_per_block, self.threads = rpb, int(threads or THREADS)
         self.smem = block_bytes(L, fft_dtype, rpb)
         self.grid = (-(-rows // rpb),)
-        rads = radices(n)
-        packed = sum(r << (4 * i) for i, r in enumerate(rads))
-        self.twiddles = twiddles(n, cdtype)
+        self.radices = rads
+        self._given = dict(kind=kind, L=L, nt=nt, rows=rows, in_dtype=in_dtype,
+                           mid_dtype=mid_dtype, fft_dtype=fft_dtype, out_dtype=out_dtype,
+                           scale=scale, nd=nd, nfp=nfp, rows_per_block=rows_per_block,
+                           threads=threads, rads=rads, smem_per_block=smem_per_block)
+        packed = sum(r << (6 * i) for i, r in enumerate(rads))
+        self.twiddles = twiddles(n, cdtype, rads)
         fn = kernels.get_function(name, self.smem)
         i64, i32 = np.int64, np.int32
         geometry = (i32(nt), i32(L), i32(rpb), np.uint64(packed), i32(len(rads)))
@@ -190,6 +260,11 @@ class RowFFT:
         else:
             args = (None, None, self.twiddles, i64(rows)) + geometry
         self._launch = kernels.PackedLaunch(fn, self.grid, (self.threads,), self.smem, args)
+
+    def variant(self, **changes) -> "RowFFT":
+        """The same transform with some of the constructor's arguments changed (the tuning
+        sweeps: ``rows_per_block``, ``threads``, ``rads``)."""
+        return RowFFT(**{**self._given, **changes})
 
     def __call__(self, in_ptr: int, out_ptr: int, stream: int | None = None) -> None:
         """Run on ``stream`` (a pointer; by default the current stream)."""

@@ -36,37 +36,41 @@ FFTMATVEC_STAGE15(f32, float, f32, float, f64, double)
 FFTMATVEC_STAGE15(f32, float, f32, float, f32, float)
 
 // ---- stages 1+2 and 4+5 in one kernel each (rowfft.cuh) ------------------------------------
-// rfft_pad_<input>_<stage 1>_<FFT>_<output>: the output is complex64, or complex128 from a
-// float64 FFT; irfft_unpad_<input>_<FFT>_<stage 5>_<output>: the input is complex64, or
-// complex128 into a float64 FFT.
-#define FFTMATVEC_RFFT(NAME, TIN, TMID, R, COUT)                                               \
-  extern "C" __global__ void rfft_pad_##NAME(                                                  \
+// rfft_pad_<input>_<stage 1>_<FFT>_<output>_r<M>: the output is complex64, or complex128 from a
+// float64 FFT; irfft_unpad_<input>_<FFT>_<stage 5>_<output>_r<M>: the input is complex64, or
+// complex128 into a float64 FFT. M is the largest radix the kernel takes (a family of
+// _rowfft.FAMILIES: its registers are its largest butterfly's).
+#define FFTMATVEC_RFFT(NAME, M, TIN, TMID, R, COUT)                                            \
+  extern "C" __global__ void rfft_pad_##NAME##_r##M(                                           \
       const TIN* __restrict__ x, COUT* __restrict__ out,                                       \
       const Complex<R>::type* __restrict__ tw, const float* __restrict__ scale, i64 rows,      \
       int nt, int L, int rpb, unsigned long long radices, int npass, i64 nd, i64 nfp) {        \
-    rfft_pad_body<TIN, TMID, R, COUT>(x, out, tw, scale, rows, nt, L, rpb, radices, npass, nd, \
-                                      nfp);                                                    \
+    rfft_pad_body<M, TIN, TMID, R, COUT>(x, out, tw, scale, rows, nt, L, rpb, radices, npass,  \
+                                         nd, nfp);                                             \
   }
-#define FFTMATVEC_IRFFT(NAME, CIN, R, TMID, TOUT)                                              \
-  extern "C" __global__ void irfft_unpad_##NAME(                                               \
+#define FFTMATVEC_IRFFT(NAME, M, CIN, R, TMID, TOUT)                                           \
+  extern "C" __global__ void irfft_unpad_##NAME##_r##M(                                        \
       const CIN* __restrict__ y, TOUT* __restrict__ out,                                       \
       const Complex<R>::type* __restrict__ tw, i64 rows, int nt, int L, int rpb,               \
       unsigned long long radices, int npass) {                                                 \
-    irfft_unpad_body<CIN, R, TMID, TOUT>(y, out, tw, rows, nt, L, rpb, radices, npass);        \
+    irfft_unpad_body<M, CIN, R, TMID, TOUT>(y, out, tw, rows, nt, L, rpb, radices, npass);     \
   }
 // every (input or output, stage 1 or 5) pair of real precisions, for one FFT and complex type
-#define FFTMATVEC_ROWFFT(F, R, C, CT)                    \
-  FFTMATVEC_RFFT(f64_f64_##F##_##C, double, double, R, CT) \
-  FFTMATVEC_RFFT(f64_f32_##F##_##C, double, float, R, CT)  \
-  FFTMATVEC_RFFT(f32_f64_##F##_##C, float, double, R, CT)  \
-  FFTMATVEC_RFFT(f32_f32_##F##_##C, float, float, R, CT)   \
-  FFTMATVEC_IRFFT(C##_##F##_f64_f64, CT, R, double, double) \
-  FFTMATVEC_IRFFT(C##_##F##_f64_f32, CT, R, double, float)  \
-  FFTMATVEC_IRFFT(C##_##F##_f32_f64, CT, R, float, double)  \
-  FFTMATVEC_IRFFT(C##_##F##_f32_f32, CT, R, float, float)
-FFTMATVEC_ROWFFT(f64, double, c128, double2)
-FFTMATVEC_ROWFFT(f64, double, c64, float2)
-FFTMATVEC_ROWFFT(f32, float, c64, float2)
+#define FFTMATVEC_ROWFFT(F, R, C, CT, M)                       \
+  FFTMATVEC_RFFT(f64_f64_##F##_##C, M, double, double, R, CT)  \
+  FFTMATVEC_RFFT(f64_f32_##F##_##C, M, double, float, R, CT)   \
+  FFTMATVEC_RFFT(f32_f64_##F##_##C, M, float, double, R, CT)   \
+  FFTMATVEC_RFFT(f32_f32_##F##_##C, M, float, float, R, CT)    \
+  FFTMATVEC_IRFFT(C##_##F##_f64_f64, M, CT, R, double, double) \
+  FFTMATVEC_IRFFT(C##_##F##_f64_f32, M, CT, R, double, float)  \
+  FFTMATVEC_IRFFT(C##_##F##_f32_f64, M, CT, R, float, double)  \
+  FFTMATVEC_IRFFT(C##_##F##_f32_f32, M, CT, R, float, float)
+#define FFTMATVEC_ROWFFT_FAMILIES(F, R, C, CT) \
+  FFTMATVEC_ROWFFT(F, R, C, CT, 8)             \
+  FFTMATVEC_ROWFFT(F, R, C, CT, 10)
+FFTMATVEC_ROWFFT_FAMILIES(f64, double, c128, double2)
+FFTMATVEC_ROWFFT_FAMILIES(f64, double, c64, float2)
+FFTMATVEC_ROWFFT_FAMILIES(f32, float, c64, float2)
 
 // ---- a float16 adjoint's input times the row scales: scale_rows_<input> -------------------
 #define FFTMATVEC_SCALE_ROWS(NAME, C)                                                           \

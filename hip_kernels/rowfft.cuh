@@ -7,8 +7,9 @@
 // input), transforms them there and writes them out (one pass over the output):
 //
 // * The real input of a row is packed as N complex values z[n] = x[2n] + i x[2n+1] and
-//   transformed by a complex FFT of length N (Stockham passes of radix 5, 3, 8, 4 and 2, the
-//   odd ones first, between two shared-memory buffers, natural order in and out), then split
+//   transformed by a complex FFT of length N (Stockham passes between two shared-memory
+//   buffers, natural order in and out, of radix 2, 3, 4, 5 and 8 and of the composite radices
+//   6 and 10 (prime-factor DFTs in registers: Pfa), the odd ones first), then split
 //   into the N + 1 values of the real FFT:
 //   X[k] = (Z[k] + conj Z[N-k]) / 2 + w^k (Z[k] - conj Z[N-k]) / (2i), w = exp(-2 pi i / L),
 //   and X[N-k] = conj((Z[k] + conj Z[N-k]) / 2 - w^k (...) / (2i)).
@@ -23,7 +24,7 @@
 //
 // The twiddles come from one table, made in float64 on the host and rounded to the transform's
 // precision: exp(-2 pi i k / 2N) for k <= N / 2 (the w^k above, for an even L), then each
-// pass's table (fft_pass).
+// pass's table (fft_pass; complex128 forward passes read only its first row: TwiddlePowers).
 // Nothing here depends on the warp size; indices inside a block are 32-bit (a block holds at
 // most a few thousand values), row offsets 64-bit. The host (fftmatvec/_rowfft.py) picks the
 // radices, the rows per block and the block size.
@@ -122,6 +123,52 @@ template <int S, typename C> struct Dft<8, S, C> {
   }
 };
 
+// a^-1 mod m, for coprime a and m > 1 (compile-time radices)
+__host__ __device__ constexpr int inv_mod(int a, int m, int x = 1) {
+  return (a * x) % m == 1 ? x : inv_mod(a, m, x + 1);
+}
+
+// A composite radix R = A B with A and B coprime, by the prime-factor (Good-Thomas) algorithm:
+// with the input index n = (n1 B + n2 A) mod R and the output index k = (k1 B e1 + k2 A e2)
+// mod R (e1 = B^-1 mod A, e2 = A^-1 mod B), the DFT of length R is B DFTs of length A followed
+// by A DFTs of length B with no twiddles between them, and in registers the two index maps are
+// only renamings. A pass of radix 6 or 10 takes the place of two passes of 2 and 3 or 5, one
+// round trip through shared memory fewer. (Radices 12-40 this way were slower on an H200: their
+// registers cost more blocks than their passes saved; docs/benchmarks.md, twenty-second run.)
+template <int A, int B, int S, typename C> struct Pfa {
+  static __device__ __forceinline__ void run(C* v) {
+    constexpr int R = A * B, E1 = inv_mod(B % A, A), E2 = inv_mod(A % B, B);
+    C t[B][A];
+#pragma unroll
+    for (int n2 = 0; n2 < B; ++n2) {
+#pragma unroll
+      for (int n1 = 0; n1 < A; ++n1) t[n2][n1] = v[(n1 * B + n2 * A) % R];
+      Dft<A, S, C>::run(t[n2]);
+    }
+#pragma unroll
+    for (int k1 = 0; k1 < A; ++k1) {
+      C u[B];
+#pragma unroll
+      for (int n2 = 0; n2 < B; ++n2) u[n2] = t[n2][k1];
+      Dft<B, S, C>::run(u);
+#pragma unroll
+      for (int k2 = 0; k2 < B; ++k2) v[(k1 * B * E1 + k2 * A * E2) % R] = u[k2];
+    }
+  }
+};
+template <int S, typename C> struct Dft<6, S, C> : Pfa<2, 3, S, C> {};
+template <int S, typename C> struct Dft<10, S, C> : Pfa<2, 5, S, C> {};
+
+// Whether a pass loads only w^k of its twiddles and makes w^(q k) = w^(q/2 k) w^((q - q/2) k)
+// in registers, or loads all RAD - 1 from the pass's table. The loads go through the L1 pipe
+// that the shared-memory passes keep busy; the products add a few units in the last place. On
+// an H200 (docs/benchmarks.md, twenty-second run) the complex128 forward transforms took 3-15 %
+// less time this way at the same registers. The inverse ones rose from 72 to 80 registers, a
+// block per multiprocessor fewer, and were up to 6 % slower; complex64 gained 1-4 % for errors
+// half as large again, and both keep the table.
+template <typename C, int S> struct TwiddlePowers { static constexpr bool value = false; };
+template <> struct TwiddlePowers<double2, -1> { static constexpr bool value = true; };
+
 // One Stockham pass over `rows` transforms of length n held back to back in src: the
 // sub-transforms of length ls (done by the earlier passes) are combined RAD at a time into
 // length ls * RAD, written to dst. twp is the pass's twiddle table, (RAD - 1) x ls values,
@@ -142,11 +189,21 @@ __device__ __forceinline__ void fft_pass(const C* __restrict__ src, C* __restric
 #pragma unroll
     for (int q = 0; q < RAD; ++q) v[q] = s[q * stride];
     if (ls > 1) {
+      if (TwiddlePowers<C, S>::value) {  // one load, the rest as products of powers
+        C w[RAD];
+        w[1] = twp[k];
+        if (S > 0) w[1].y = -w[1].y;
 #pragma unroll
-      for (int q = 1; q < RAD; ++q) {
-        C w = twp[(q - 1) * ls + k];
-        if (S > 0) w.y = -w.y;
-        v[q] = c_mul(v[q], w);
+        for (int q = 2; q < RAD; ++q) w[q] = c_mul(w[q / 2], w[q - q / 2]);
+#pragma unroll
+        for (int q = 1; q < RAD; ++q) v[q] = c_mul(v[q], w[q]);
+      } else {
+#pragma unroll
+        for (int q = 1; q < RAD; ++q) {
+          C w = twp[(q - 1) * ls + k];
+          if (S > 0) w.y = -w.y;
+          v[q] = c_mul(v[q], w);
+        }
       }
     }
     Dft<RAD, S, C>::run(v);
@@ -165,20 +222,24 @@ __device__ __forceinline__ void fft_pass(const C* __restrict__ src, C* __restric
 }
 
 // The complex FFT of `rows` rows of length n in a, through b and back as the passes alternate;
-// returns the buffer that holds the result. radices: 4 bits per pass, first pass lowest; the
-// passes' twiddle tables follow each other from twp.
-template <int S, typename C>
+// returns the buffer that holds the result. radices: 6 bits per pass, first pass lowest (the
+// host's _rowfft.RADICES are the values it may hold), none above MAXR: a kernel's registers are
+// those of its largest butterfly, so each family of kernels (_rowfft.FAMILIES) compiles the
+// radices up to its own MAXR only. The passes' twiddle tables follow each other from twp.
+template <int MAXR, int S, typename C>
 __device__ __forceinline__ C* fft_rows(C* a, C* b, const C* __restrict__ twp, int n, int rows,
                                        unsigned long long radices, int npass) {
   int ls = 1;
   for (int p = 0; p < npass; ++p) {
-    const int rad = (int)((radices >> (4 * p)) & 15);
+    const int rad = (int)((radices >> (6 * p)) & 63);
     switch (rad) {
-      case 8: fft_pass<8, S, C>(a, b, twp, n, ls, rows); break;
-      case 4: fft_pass<4, S, C>(a, b, twp, n, ls, rows); break;
       case 2: fft_pass<2, S, C>(a, b, twp, n, ls, rows); break;
+      case 3: fft_pass<3, S, C>(a, b, twp, n, ls, rows); break;
+      case 4: fft_pass<4, S, C>(a, b, twp, n, ls, rows); break;
       case 5: fft_pass<5, S, C>(a, b, twp, n, ls, rows); break;
-      default: fft_pass<3, S, C>(a, b, twp, n, ls, rows); break;
+      case 6: fft_pass<6, S, C>(a, b, twp, n, ls, rows); break;
+      case 8: fft_pass<8, S, C>(a, b, twp, n, ls, rows); break;
+      default: if constexpr (MAXR >= 10) fft_pass<10, S, C>(a, b, twp, n, ls, rows); break;
     }
     __syncthreads();
     C* t = a;
@@ -263,7 +324,7 @@ __device__ __forceinline__ void load_rows(const CIn* __restrict__ src, C* __rest
 // L = 2N, each sample rounded to stage 1's precision TMid and computed in R; written in COut,
 // times scale[(r % nd) * nfp + f] when scale is given (a float16 adjoint's row scales, as the
 // FMV_XHAT_SCALE_STORE callback applies them). Block b transforms rows b rpb .. b rpb + rpb - 1.
-template <typename TIn, typename TMid, typename R, typename COut>
+template <int MAXR, typename TIn, typename TMid, typename R, typename COut>
 __device__ __forceinline__ void rfft_pad_body(const TIn* __restrict__ x, COut* __restrict__ out,
                                               const typename Complex<R>::type* __restrict__ tw,
                                               const float* __restrict__ scale, i64 rows, int nt,
@@ -285,7 +346,7 @@ __device__ __forceinline__ void rfft_pad_body(const TIn* __restrict__ x, COut* _
     for (int i = threadIdx.x; i < nrow * n; i += blockDim.x) a[i] = make_c(br[i], (R)0);
   }
   __syncthreads();
-  const C* z = fft_rows<-1, C>(a, b, tw + n / 2 + 1, n, nrow, radices, npass);
+  const C* z = fft_rows<MAXR, -1, C>(a, b, tw + n / 2 + 1, n, nrow, radices, npass);
   if (!packed) {  // the first nf values of the transform, as they are
     for (int i = threadIdx.x; i < nrow * nf; i += blockDim.x) {
       const int r = i / nf, f = i - r * nf;
@@ -320,7 +381,7 @@ __device__ __forceinline__ void rfft_pad_body(const TIn* __restrict__ x, COut* _
 
 // Stages 4 and 5: out[r, c] (c < nt) is sample c of the unnormalised inverse real FFT of row r
 // of y (rows, N + 1) in CIn, computed in R, rounded to stage 5's precision TMid, in TOut.
-template <typename CIn, typename R, typename TMid, typename TOut>
+template <int MAXR, typename CIn, typename R, typename TMid, typename TOut>
 __device__ __forceinline__ void irfft_unpad_body(const CIn* __restrict__ y, TOut* __restrict__ out,
                                                  const typename Complex<R>::type* __restrict__ tw,
                                                  i64 rows, int nt, int L, int rpb,
@@ -361,7 +422,7 @@ __device__ __forceinline__ void irfft_unpad_body(const CIn* __restrict__ y, TOut
     }
   }
   __syncthreads();
-  const C* z = fft_rows<1, C>(a, b, tw + n / 2 + 1, n, nrow, radices, npass);
+  const C* z = fft_rows<MAXR, 1, C>(a, b, tw + n / 2 + 1, n, nrow, radices, npass);
   TOut* o = out + row0 * nt;
   if (packed) {
     const R* zr = reinterpret_cast<const R*>(z);  // row r's samples are zr[r * 2n + c]

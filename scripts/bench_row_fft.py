@@ -8,10 +8,11 @@ dtypes the product uses) over the copy bandwidth measured in that run. Also prin
 difference between the two results, relative to the largest value.
 
 Usage: python scripts/bench_row_fft.py [--sizes 5000x1000,...] [--precisions ddddd,...]
-       [--sweep] [--json F]
+       [--sweep] [--radices] [--json F]
 
 ``--sweep`` also times each kernel at several rows per block and block sizes (the defaults'
-tuning: ``_rowfft.ROWS_ELEMS``, ``_rowfft.THREADS``).
+tuning: ``_rowfft.ROWS_BYTES``, ``_rowfft.THREADS``); ``--radices`` at every factorisation of
+its length into passes (``_rowfft.factorisations``; the default: ``_rowfft.MAX_RADIX``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ def main(argv=None) -> int:
     ap.add_argument("--precisions", default="ddddd,ddhdd,sssss")
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--sweep", action="store_true", help="time other rows per block and blocks")
+    ap.add_argument("--radices", action="store_true",
+                    help="time every factorisation of the length into passes (FAMILIES)")
     ap.add_argument("--threads", default="64,128,256,512", help="block sizes of the sweep")
     ap.add_argument("--json", default=None, help="also write every timing to this file")
     args = ap.parse_args(argv)
@@ -113,14 +116,7 @@ def main(argv=None) -> int:
                         base = plans["1"][i]
                         for rpb in rpbs:
                             for threads in (int(v) for v in args.threads.split(",")):
-                                plan = _rowfft.RowFFT(
-                                    base.kind, L, nt, rows,
-                                    x.dtype if d == "fwd" else yhat.dtype,
-                                    prec.pad_dtype if d == "fwd" else prec.reduce_dtype,
-                                    prec.real_dtype("fft" if d == "fwd" else "ifft"),
-                                    xhat["1"].dtype if d == "fwd" else np.float64,
-                                    rows_per_block=rpb, threads=threads,
-                                    smem_per_block=eng.smem_per_block)
+                                plan = base.variant(rows_per_block=rpb, threads=threads)
                                 ts = median_time(cp, lambda: plan(src("1").data.ptr,
                                                                   dst("1").data.ptr),
                                                  args.repeat)
@@ -131,6 +127,19 @@ def main(argv=None) -> int:
                         cells.sort()
                         print("      sweep (us / rows per block / threads): " + "  ".join(
                             f"{c[0] * 1e6:.1f}/{c[1]}/{c[2]}" for c in cells[:6]))
+                    if args.radices:
+                        base = plans["1"][i]
+                        cells = []
+                        for rads in _rowfft.factorisations(_rowfft.complex_length(L)):
+                            plan = base.variant(rads=rads)
+                            ts = median_time(cp, lambda: plan(src("1").data.ptr,
+                                                              dst("1").data.ptr), args.repeat)
+                            cells.append((ts, rads, plan.family))
+                            results.append({"rows": rows, "nt": nt, "L": L, "precision": p,
+                                            "dir": d, "radices": rads, "kernel_s": ts})
+                        cells.sort()
+                        print(f"      radices (us; default {base.radices}): " + "  ".join(
+                            f"{c[0] * 1e6:.1f}/{'.'.join(map(str, c[1]))}" for c in cells))
                     sys.stdout.flush()
                 del eng, xhat, yhat, y, plans
                 cp.get_default_memory_pool().free_all_blocks()

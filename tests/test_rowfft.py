@@ -24,15 +24,35 @@ def test_radices_multiply_to_the_length(n):
     assert rads[:len(odd)] == odd  # the odd radices first (their first pass has no conflicts)
 
 
-def _stockham(z, sign):
+@pytest.mark.parametrize("n", [1, 16, 100, 1000, 1350, 7200])
+@pytest.mark.parametrize("cap", [5, 8, 10])
+def test_radices_take_the_fewest_passes_under_the_cap(n, cap):
+    rads = _rowfft.radices(n, cap)
+    assert int(np.prod(rads, dtype=np.int64)) == n and max(rads, default=0) <= cap
+    every = _rowfft.factorisations(n, extra=2, max_radix=cap)
+    assert rads in every  # the first by (passes, largest radix)
+    assert all((len(rads), max(rads, default=0)) <= (len(t), max(t, default=0)) for t in every)
+
+
+def test_factorisations():
+    assert _rowfft.factorisations(100, extra=0) == [[10, 10]]
+    assert _rowfft.factorisations(1000, extra=0, max_radix=8) == [[5, 5, 5, 8]]
+    every = _rowfft.factorisations(1000, extra=1)
+    assert every == [[10, 10, 10], [5, 5, 5, 8], [5, 5, 10, 4], [5, 10, 10, 2]]
+    assert _rowfft.factorisations(7) == []
+    assert _rowfft.radices(36, 8) == [6, 6]  # 2 passes, not 3, 3, 4
+
+
+def _stockham(z, sign, rads=None):
     """The kernels' complex FFT (fft_rows / fft_pass in hip_kernels/rowfft.cuh) in NumPy, on
     the host's twiddle table: each pass combines sub-transforms of length ls RAD at a time,
     butterfly j reading j + q stride and writing (j - k) RAD + k + q ls, k = j % ls."""
     n = z.shape[-1]
-    table = _rowfft.twiddle_table(n)
+    rads = _rowfft.radices(n) if rads is None else rads
+    table = _rowfft.twiddle_table(n, rads)
     twp = n // 2 + 1  # the passes' tables follow the real split's n // 2 + 1 values
     a, ls = z.astype(np.complex128), 1
-    for rad in _rowfft.radices(n):
+    for rad in rads:
         stride = n // rad
         j = np.arange(stride)
         k = j % ls
@@ -59,6 +79,14 @@ def test_twiddle_table_drives_the_passes(rng, n):
     assert np.abs(_stockham(z, 1) - np.fft.ifft(z) * n).max() < 1e-13 * scale * n
     head = _rowfft.twiddle_table(n)[: n // 2 + 1]
     assert np.abs(head - np.exp(-2j * np.pi * np.arange(n // 2 + 1) / (2 * n))).max() < 1e-15
+
+
+@pytest.mark.parametrize("n,rads", [(60, [10, 6]), (240, [3, 8, 10]), (1000, [10, 10, 10]),
+                                    (1000, [5, 10, 10, 2]), (216, [6, 6, 6])])
+def test_twiddle_table_drives_composite_passes(rng, n, rads):
+    z = rng.standard_normal((2, n)) + 1j * rng.standard_normal((2, n))
+    assert np.abs(_stockham(z, -1, rads) - np.fft.fft(z)).max() < 1e-12 * n
+    assert np.abs(_stockham(z, 1, rads) - np.fft.ifft(z) * n).max() < 1e-12 * n
 
 
 @pytest.mark.parametrize("n", [0, 7, 11, 1008, 2 * 49])
@@ -111,6 +139,14 @@ def test_plan_rejects_bad_arguments(args, match):
     """Checked before anything touches a GPU."""
     with pytest.raises(ValueError, match=match):
         _rowfft.RowFFT(*args)
+
+
+@pytest.mark.parametrize("L,rads", [(32, [2, 2]), (32, [8, 4]), (28, [7, 2]), (32, [16]),
+                                    (4096, [2] * 11)])
+def test_plan_rejects_bad_radices(L, rads):
+    """A product other than the complex length, a radix the kernels lack, too many passes."""
+    with pytest.raises(ValueError, match="rads must be|no row FFT kernel"):
+        _rowfft.RowFFT("r2c", L, 4, 1, F64, F64, F64, C128, rads=rads)
 
 
 def test_plan_rejects_bad_blocks_and_scales():
@@ -213,3 +249,37 @@ def test_forward_applies_row_scales(rng):
     plan(cp.asarray(x).data.ptr, out.data.ptr)
     ref = np.fft.rfft(x, n=L) * s[np.arange(rows) % nd, : L // 2 + 1]
     assert np.abs(out.get() - ref).max() / np.abs(ref).max() < 2e-6
+
+
+RADIX_CASES = [(2000, [10, 10, 10]), (2000, [5, 5, 5, 8]), (240, [3, 8, 5]), (240, [6, 10, 2]),
+               (432, [6, 6, 6]), (75, [3, 5, 5]), (45, [3, 5, 3]), (20, [10])]
+
+
+def test_radix_cases_cover_every_radix():
+    assert {r for _, rads in RADIX_CASES for r in rads} == set(_rowfft.RADICES) - {4}
+
+
+@gpu
+@pytest.mark.parametrize("L,rads", RADIX_CASES)
+@pytest.mark.parametrize("fft_dtype", [F64, F32])
+def test_every_radix_matches_numpy(rng, L, rads, fft_dtype):
+    """Each composite radix (a prime-factor DFT in registers) and each family of kernels, in
+    both directions, against NumPy."""
+    cp = backend.cupy
+    cplx = C128 if fft_dtype == F64 else C64
+    nt, rows = L - L // 3, 5
+    x = rng.standard_normal((rows, nt))
+    out = cp.full((rows, L // 2 + 1), np.nan, dtype=cplx)
+    plan = _rowfft.RowFFT("r2c", L, nt, rows, F64, F64, fft_dtype, cplx, rads=rads)
+    assert plan.radices == rads and plan.family >= max(rads)
+    plan(cp.asarray(x).data.ptr, out.data.ptr)
+    ref = np.fft.rfft(x, n=L)
+    tol = _tol(fft_dtype, False)
+    assert np.abs(out.get() - ref).max() / np.abs(ref).max() < tol
+    y = (rng.standard_normal((rows, L // 2 + 1))
+         + 1j * rng.standard_normal((rows, L // 2 + 1))).astype(cplx)
+    back = cp.full((rows, nt), np.nan, dtype=F64)
+    _rowfft.RowFFT("c2r", L, nt, rows, cplx, F64, fft_dtype, F64, rads=rads)(
+        cp.asarray(y).data.ptr, back.data.ptr)
+    exact = np.fft.irfft(y.astype(np.complex128), n=L)[:, :nt] * L
+    assert np.abs(back.get() - exact).max() / np.abs(exact).max() < tol
