@@ -253,16 +253,17 @@ REDUCE_LANES = 8  # the split-K reduction's largest blockDim.y (hip_kernels/sbge
 
 # The FFT precisions whose fused products take the package's own row FFT kernels by default
 # where cuFFT has callbacks too (KernelEngine.row_ffts). On an H200, at 5000 rows or more of
-# L = 2000, 1000 and 200, they ran float64 transforms 1.10-1.91x as fast as cuFFT with callbacks
-# and float32 ones 0.96-1.47x (docs/benchmarks.md, twenty-first run; scripts/bench_row_fft.py).
+# L = 2000, 1000 and 200, they ran float64 transforms 1.10-1.88x as fast as cuFFT with callbacks
+# and float32 ones 1.08-1.53x (docs/benchmarks.md, twenty-second run; scripts/bench_row_fft.py).
 # Where cuFFT has no callbacks (ROCm) they take every precision: the alternative is the stages
 # one by one.
 ROW_FFT_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
 # ... for transforms whose blocks fill at least this many rounds of the multiprocessors: with
 # fewer, a block's latency through its passes is the transform's time, and cuFFT with callbacks
-# was faster (100 rows of L = 2000: 12.5 against 14.0 us in float64, 11.9 against 16.1 in
-# float32; 1000 rows: within 0.5 us; twenty-first run).
-ROW_FFT_MIN_BLOCKS_PER_SM = 4
+# was faster. On an H200 with L = 2000 (twenty-second run): 100 and 200 rows in float64 (100
+# and 200 blocks) took 0.84-0.96x cuFFT's speed, 500 rows (500 blocks, 3.8 rounds) 1.02-1.08x;
+# in float32, 500 rows (250 blocks) 0.88-0.94x, 1000 rows (500 blocks) 1.02-1.05x.
+ROW_FFT_MIN_BLOCKS_PER_SM = 3
 
 
 class FusedPlans(NamedTuple):

@@ -333,9 +333,11 @@ def test_row_ffts_by_length_and_switch(monkeypatch, mode, L, prec, callbacks, ex
 
 @pytest.mark.parametrize("mode,callbacks,rows,L,dtype,expect", [
     (None, True, 5000, 2000, np.float64, True),  # 5000 blocks of one row
-    (None, True, 100, 2000, np.float64, False),  # 100 blocks: fewer than 4 rounds of 132
-    (None, True, 1000, 2000, np.float32, False),  # 500 blocks of 2 rows
-    (None, True, 1100, 2000, np.float32, True),
+    (None, True, 100, 2000, np.float64, False),  # 100 blocks: fewer than 3 rounds of 132
+    (None, True, 395, 2000, np.float64, False),
+    (None, True, 396, 2000, np.float64, True),  # 3 rounds
+    (None, True, 500, 2000, np.float32, False),  # 250 blocks of 2 rows
+    (None, True, 1000, 2000, np.float32, True),  # 500 blocks
     (None, True, 100000, 200, np.float64, True),  # blocks of 10 rows
     ("1", True, 1, 2000, np.float64, True), (None, False, 1, 2000, np.float64, True),
 ])
