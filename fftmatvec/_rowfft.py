@@ -32,17 +32,20 @@ MAX_PASSES = 10  # 6 bits per pass in one 64-bit kernel argument
 # largest butterfly): `_r<M>` takes the radices up to M, and a transform runs on the smallest
 # family that takes all of its passes.
 FAMILIES = (8, 10)
-# The largest radix by default, per FFT precision: more registers per butterfly, fewer passes.
-# From scripts/bench_row_fft.py --radices on an H200 (docs/benchmarks.md, twenty-second run):
-# in float32, 10 x 10 x 10 for L = 2000 and 5 x 10 x 10 for L = 1000 were up to 7 % faster
-# than 5 x 5 x 5 x 8 and 5 x 5 x 5 x 4; in float64 the radix-10 kernels' registers (106 in the
-# forward one, against 80) made them up to 15 % slower.
-MAX_RADIX = {np.dtype(np.float64): 8, np.dtype(np.float32): 10}
+# The largest radix by default, per (FFT precision, kind): more registers per butterfly, fewer
+# passes. From scripts/bench_row_fft.py --radices on an H200 (docs/benchmarks.md, twenty-second
+# run, with the kernels' launch bounds): radix 10 (10 x 10 x 10 for L = 2000, 5 x 10 x 10 for
+# L = 1000, 10 x 10 for L = 200) was 1-7 % faster than radices up to 8 in float32 and in the
+# float64 forward transforms; the float64 inverse ones, whose radix-10 kernels spill, were up
+# to 5 % slower with it.
+MAX_RADIX = {(np.dtype(np.float64), "r2c"): 10, (np.dtype(np.float64), "c2r"): 8,
+             (np.dtype(np.float32), "r2c"): 10, (np.dtype(np.float32), "c2r"): 10}
 # A block holds whole rows, about ROWS_BYTES of them per buffer, with THREADS threads: from
 # scripts/bench_row_fft.py --sweep on an H200 (docs/benchmarks.md, twenty-first run), where 1
 # row of 1000 complex128 values (or 2 of complex64) and 128 threads were fastest at L = 2000.
 ROWS_BYTES = 16 * 1024
 THREADS = 128
+MAX_THREADS = 128  # the kernels' launch bound (rowfft.cuh: ROWFFT_MAX_THREADS)
 
 _tables: dict = {}  # (device, complex length, complex dtype, radices) -> twiddle table there
 _lock = threading.Lock()
@@ -208,15 +211,16 @@ class RowFFT:
             if dtype not in table:
                 raise ValueError(f"{what} of a row FFT must be one of "
                                  f"{', '.join(sorted(d.name for d in table))}, got {dtype}")
-        if threads is not None and not 1 <= int(threads) <= 1024:
-            raise ValueError(f"threads must be in [1, 1024], got {threads}")
+        if threads is not None and not 1 <= int(threads) <= MAX_THREADS:
+            raise ValueError(f"threads must be in [1, {MAX_THREADS}] (the kernels' launch "
+                             f"bound), got {threads}")
         if scale is not None and (tuple(scale.shape) != (nd, nfp) or nfp < L // 2 + 1
                                   or np.dtype(scale.dtype) != np.float32):
             raise ValueError(f"scale must be float32 ({nd}, nfp) with nfp >= {L // 2 + 1}, got "
                              f"{np.dtype(scale.dtype)} {tuple(scale.shape)} for nfp = {nfp}")
         n = complex_length(L)
         if rads is None:
-            rads = radices(n, MAX_RADIX[fft_dtype])
+            rads = radices(n, MAX_RADIX[fft_dtype, kind])
         rads = [int(r) for r in rads]
         if (int(np.prod(rads, dtype=np.int64)) != n or not set(rads) <= set(RADICES)
                 or len(rads) > MAX_PASSES):

@@ -41,7 +41,7 @@ FFTMATVEC_STAGE15(f32, float, f32, float, f32, float)
 // complex128 into a float64 FFT. M is the largest radix the kernel takes (a family of
 // _rowfft.FAMILIES: its registers are its largest butterfly's).
 #define FFTMATVEC_RFFT(NAME, M, TIN, TMID, R, COUT)                                            \
-  extern "C" __global__ void rfft_pad_##NAME##_r##M(                                           \
+  extern "C" __global__ void ROWFFT_BOUNDS rfft_pad_##NAME##_r##M(                             \
       const TIN* __restrict__ x, COUT* __restrict__ out,                                       \
       const Complex<R>::type* __restrict__ tw, const float* __restrict__ scale, i64 rows,      \
       int nt, int L, int rpb, unsigned long long radices, int npass, i64 nd, i64 nfp) {        \
@@ -49,7 +49,7 @@ FFTMATVEC_STAGE15(f32, float, f32, float, f32, float)
                                          nd, nfp);                                             \
   }
 #define FFTMATVEC_IRFFT(NAME, M, CIN, R, TMID, TOUT)                                           \
-  extern "C" __global__ void irfft_unpad_##NAME##_r##M(                                        \
+  extern "C" __global__ void ROWFFT_BOUNDS irfft_unpad_##NAME##_r##M(                          \
       const CIN* __restrict__ y, TOUT* __restrict__ out,                                       \
       const Complex<R>::type* __restrict__ tw, i64 rows, int nt, int L, int rpb,               \
       unsigned long long radices, int npass) {                                                 \

@@ -24,7 +24,7 @@
 //
 // The twiddles come from one table, made in float64 on the host and rounded to the transform's
 // precision: exp(-2 pi i k / 2N) for k <= N / 2 (the w^k above, for an even L), then each
-// pass's table (fft_pass; complex128 forward passes read only its first row: TwiddlePowers).
+// pass's table (fft_pass; complex128 passes read only its first row: TwiddlePowers).
 // Nothing here depends on the warp size; indices inside a block are 32-bit (a block holds at
 // most a few thousand values), row offsets 64-bit. The host (fftmatvec/_rowfft.py) picks the
 // radices, the rows per block and the block size.
@@ -161,13 +161,25 @@ template <int S, typename C> struct Dft<10, S, C> : Pfa<2, 5, S, C> {};
 
 // Whether a pass loads only w^k of its twiddles and makes w^(q k) = w^(q/2 k) w^((q - q/2) k)
 // in registers, or loads all RAD - 1 from the pass's table. The loads go through the L1 pipe
-// that the shared-memory passes keep busy; the products add a few units in the last place. On
-// an H200 (docs/benchmarks.md, twenty-second run) the complex128 forward transforms took 3-15 %
-// less time this way at the same registers. The inverse ones rose from 72 to 80 registers, a
-// block per multiprocessor fewer, and were up to 6 % slower; complex64 gained 1-4 % for errors
-// half as large again, and both keep the table.
-template <typename C, int S> struct TwiddlePowers { static constexpr bool value = false; };
-template <> struct TwiddlePowers<double2, -1> { static constexpr bool value = true; };
+// that the shared-memory passes keep busy; the products add a few units in the last place.
+// complex128 takes the powers (the FP64 units have room); complex64 keeps the table: on an H200
+// it gained 1-4 %, for errors half as large again (docs/benchmarks.md, twenty-second run).
+template <typename C> struct TwiddlePowers { static constexpr bool value = false; };
+template <> struct TwiddlePowers<double2> { static constexpr bool value = true; };
+
+// The kernels' launch bounds: at most ROWFFT_MAX_THREADS threads a block (_rowfft.THREADS), and
+// on NVIDIA registers for ROWFFT_MIN_BLOCKS blocks per multiprocessor, as many as the blocks'
+// 32 KB of shared memory allow there (_rowfft.ROWS_BYTES). Without them the complex128 kernels
+// took 80 registers (6 blocks) in _r8 and 106-118 in _r10; with them 68-70 without spills, and
+// 72 with 24 (forward) and 116 (inverse) bytes of spills. HIP reads a second bound differently
+// and keeps the first only.
+#define ROWFFT_MAX_THREADS 128
+#define ROWFFT_MIN_BLOCKS 7
+#if defined(FFTMATVEC_HIP)
+#define ROWFFT_BOUNDS __launch_bounds__(ROWFFT_MAX_THREADS)
+#else
+#define ROWFFT_BOUNDS __launch_bounds__(ROWFFT_MAX_THREADS, ROWFFT_MIN_BLOCKS)
+#endif
 
 // One Stockham pass over `rows` transforms of length n held back to back in src: the
 // sub-transforms of length ls (done by the earlier passes) are combined RAD at a time into
@@ -189,7 +201,7 @@ __device__ __forceinline__ void fft_pass(const C* __restrict__ src, C* __restric
 #pragma unroll
     for (int q = 0; q < RAD; ++q) v[q] = s[q * stride];
     if (ls > 1) {
-      if (TwiddlePowers<C, S>::value) {  // one load, the rest as products of powers
+      if (TwiddlePowers<C>::value) {  // one load, the rest as products of powers
         C w[RAD];
         w[1] = twp[k];
         if (S > 0) w[1].y = -w[1].y;

@@ -33,7 +33,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sweep", action="store_true", help="time other rows per block and blocks")
     ap.add_argument("--radices", action="store_true",
                     help="time every factorisation of the length into passes (FAMILIES)")
-    ap.add_argument("--threads", default="64,128,256,512", help="block sizes of the sweep")
+    ap.add_argument("--threads", default="32,64,128",
+                    help="block sizes of the sweep (at most _rowfft.MAX_THREADS)")
     ap.add_argument("--json", default=None, help="also write every timing to this file")
     args = ap.parse_args(argv)
 

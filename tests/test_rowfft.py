@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -152,6 +154,8 @@ def test_plan_rejects_bad_radices(L, rads):
 def test_plan_rejects_bad_blocks_and_scales():
     with pytest.raises(ValueError, match="threads"):
         _rowfft.RowFFT("r2c", 8, 4, 1, F64, F64, F64, C128, threads=2048)
+    with pytest.raises(ValueError, match="launch bound"):
+        _rowfft.RowFFT("r2c", 8, 4, 1, F64, F64, F64, C128, threads=_rowfft.MAX_THREADS + 1)
     scale = np.ones((3, 4), dtype=np.float32)  # nfp = 4 < L // 2 + 1 = 5
     with pytest.raises(ValueError, match="nfp >= 5"):
         _rowfft.RowFFT("r2c", 8, 4, 3, F64, F64, F64, C64, scale=scale, nd=3, nfp=4)
@@ -283,3 +287,10 @@ def test_every_radix_matches_numpy(rng, L, rads, fft_dtype):
         cp.asarray(y).data.ptr, back.data.ptr)
     exact = np.fft.irfft(y.astype(np.complex128), n=L)[:, :nt] * L
     assert np.abs(back.get() - exact).max() / np.abs(exact).max() < tol
+
+
+def test_thread_bound_matches_the_kernels():
+    """The host's block-size limit is the kernels' launch bound."""
+    text = (Path(__file__).parents[1] / "hip_kernels" / "rowfft.cuh").read_text()
+    assert f"#define ROWFFT_MAX_THREADS {_rowfft.MAX_THREADS}\n" in text
+    assert _rowfft.THREADS <= _rowfft.MAX_THREADS
