@@ -253,8 +253,8 @@ REDUCE_LANES = 8  # the split-K reduction's largest blockDim.y (hip_kernels/sbge
 
 # The FFT precisions whose fused products take the package's own row FFT kernels by default
 # where cuFFT has callbacks too (KernelEngine.row_ffts). On an H200, at 5000 rows or more of
-# L = 2000, 1000 and 200, they ran float64 transforms 1.10-1.88x as fast as cuFFT with callbacks
-# and float32 ones 1.08-1.53x (docs/benchmarks.md, twenty-second run; scripts/bench_row_fft.py).
+# L = 2000, 1000 and 200, they ran float64 transforms 1.15-1.98x as fast as cuFFT with callbacks
+# and float32 ones 1.07-1.58x (docs/benchmarks.md, twenty-second run; scripts/bench_row_fft.py).
 # Where cuFFT has no callbacks (ROCm) they take every precision: the alternative is the stages
 # one by one.
 ROW_FFT_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
