@@ -140,8 +140,9 @@ def twiddle_table(n: int, rads=None) -> np.ndarray:
     """The kernels' twiddles for a complex FFT of length ``n`` (float64, on the host):
     ``exp(-2 pi i k / 2n)`` for ``k <= n // 2`` (the real FFT's split of an even length
     ``2n``), then for each pass of ``rads`` (by default :func:`radices`), combining
-    sub-transforms of length ``ls``
-    ``RAD`` at a time, the ``(RAD - 1) x ls`` values ``exp(-2 pi i q k / (ls RAD))``, q-major.
+    sub-transforms of length ``ls`` ``RAD`` at a time, the ``(RAD - 1) x ls`` values
+    ``exp(-2 pi i q k / (ls RAD))``, q-major (the complex128 kernels read only each pass's
+    ``q = 1`` row and make the others from it: ``TwiddlePowers`` in ``rowfft.cuh``).
     Each angle is reduced to a fraction of a turn in [-1/2, 1/2] exactly, in integers, before
     its sine and cosine."""
 

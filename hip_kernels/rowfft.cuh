@@ -162,8 +162,9 @@ template <int S, typename C> struct Dft<10, S, C> : Pfa<2, 5, S, C> {};
 // Whether a pass loads only w^k of its twiddles and makes w^(q k) = w^(q/2 k) w^((q - q/2) k)
 // in registers, or loads all RAD - 1 from the pass's table. The loads go through the L1 pipe
 // that the shared-memory passes keep busy; the products add a few units in the last place.
-// complex128 takes the powers (the FP64 units have room); complex64 keeps the table: on an H200
-// it gained 1-4 %, for errors half as large again (docs/benchmarks.md, twenty-second run).
+// complex128 takes the powers (the FP64 units have room). complex64 keeps the table: the powers
+// gained it 1-4 % on an H200, for errors half as large again (docs/benchmarks.md, twenty-second
+// run).
 template <typename C> struct TwiddlePowers { static constexpr bool value = false; };
 template <> struct TwiddlePowers<double2> { static constexpr bool value = true; };
 
@@ -171,8 +172,8 @@ template <> struct TwiddlePowers<double2> { static constexpr bool value = true; 
 // on NVIDIA registers for ROWFFT_MIN_BLOCKS blocks per multiprocessor, as many as the blocks'
 // 32 KB of shared memory allow there (_rowfft.ROWS_BYTES). Without them the complex128 kernels
 // took 80 registers (6 blocks) in _r8 and 106-118 in _r10; with them 68-70 without spills, and
-// 72 with 24 (forward) and 116 (inverse) bytes of spills. HIP reads a second bound differently
-// and keeps the first only.
+// 72 with 24 (forward) and 116 (inverse) bytes of spills. Under HIP, where a second bound means
+// something else, only the first applies.
 #define ROWFFT_MAX_THREADS 128
 #define ROWFFT_MIN_BLOCKS 7
 #if defined(FFTMATVEC_HIP)
