@@ -1168,7 +1168,7 @@ class KernelEngine:
         if not own and not self.callbacks()[0]:
             return None
         n_in, n_out = (self.nd, self.nm) if adjoint else (self.nm, self.nd)
-        key = (adjoint, k, in_dtype, out_dtype, prec, own, _switch("FFTMATVEC_ROW_FFT"))
+        key = (adjoint, k, in_dtype, out_dtype, prec, path_switches())
         if key not in self._cb_plans:
             fft_real, ifft_real = prec.real_dtype("fft"), prec.real_dtype("ifft")
             scaled = self.scales_input(adjoint)
@@ -1267,14 +1267,12 @@ class KernelEngine:
     def fused_product(self, prec: PrecisionConfig, adjoint: bool, k: int, in_dtype, out_dtype,
                       weight=None) -> "_FusedProduct | None":
         """The product with stages 1 and 5 inside the FFTs and stage 3 packed
-        (:class:`_FusedProduct`), made once per shape; None where :meth:`fused_plans` is."""
+        (:class:`_FusedProduct`), made once per shape and :func:`path_switches`; None where
+        :meth:`fused_plans` is."""
         if weight is not None:
             return None
-        own = self.row_ffts(prec)
-        if not (own or self.callbacks()[0]):
-            return None
-        key = (adjoint, k, np.dtype(in_dtype), np.dtype(out_dtype), prec, own,
-               os.environ.get("FFTMATVEC_ROW_FFT"))  # on every product's path
+        # on every product's path; the switches choose the plans (PATH_SWITCHES)
+        key = (adjoint, k, np.dtype(in_dtype), np.dtype(out_dtype), prec, path_switches())
         product = self._products.get(key, False)
         if product is False:
             plans = self.fused_plans(prec, adjoint, k, in_dtype, out_dtype)

@@ -61,16 +61,13 @@ def radices(n: int, max_radix: int = 8) -> list[int] | None:
     allowed = [r for r in RADICES if r <= max_radix]
     best: dict[int, tuple | None] = {1: ()}
 
-    def key(t):
-        return (len(t), max(t, default=0), sorted(t, reverse=True))
-
-    def search(m):  # the best factorisation of m, by key
+    def search(m):  # the best factorisation of m, by _rank
         if m not in best:
             found = None
             for r in allowed:
                 if m % r == 0:
                     rest = search(m // r)
-                    if rest is not None and (found is None or key((r,) + rest) < key(found)):
+                    if rest is not None and (found is None or _rank((r,) + rest) < _rank(found)):
                         found = (r,) + rest
             best[m] = found
         return best[m]
@@ -78,7 +75,17 @@ def radices(n: int, max_radix: int = 8) -> list[int] | None:
     found = search(n)
     if found is None or len(found) > MAX_PASSES:
         return None
-    return sorted(found, key=lambda r: (r % 2 == 0, -r))
+    return _in_pass_order(found)
+
+
+def _rank(rads) -> tuple:
+    """Factorisations compared: fewer passes, then a smaller largest radix, then larger radices."""
+    return (len(rads), max(rads, default=0), sorted(rads, reverse=True))
+
+
+def _in_pass_order(rads) -> list[int]:
+    """The order the passes run in: the odd radices first, each kind in descending order."""
+    return sorted(rads, key=lambda r: (r % 2 == 0, -r))
 
 
 def factorisations(n: int, extra: int = 1, max_radix: int = max(RADICES)) -> list[list[int]]:
@@ -93,7 +100,7 @@ def factorisations(n: int, extra: int = 1, max_radix: int = max(RADICES)) -> lis
 
     def walk(m, smallest, taken):  # multisets in ascending order: each radix >= the last one
         if m == 1:
-            out.add(tuple(sorted(taken, key=lambda r: (r % 2 == 0, -r))))
+            out.add(tuple(_in_pass_order(taken)))
             return
         if len(taken) == most:
             return
@@ -102,7 +109,7 @@ def factorisations(n: int, extra: int = 1, max_radix: int = max(RADICES)) -> lis
                 walk(m // r, r, taken + [r])
 
     walk(n, 2, [])
-    return sorted((list(t) for t in out), key=lambda t: (len(t), max(t, default=0), t))
+    return sorted((list(t) for t in out), key=_rank)
 
 
 def complex_length(L: int) -> int:
