@@ -264,6 +264,16 @@ ROW_FFT_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
 # and 200 blocks) took 0.84-0.96x cuFFT's speed, 500 rows (500 blocks, 3.8 rounds) 1.02-1.08x;
 # in float32, 500 rows (250 blocks) 0.88-0.94x, 1000 rows (500 blocks) 1.02-1.05x.
 ROW_FFT_MIN_BLOCKS_PER_SM = 3
+# Stages 3-5 of a one-vector adjoint as one kernel (hip_kernels/fused.cuh: its sums never go
+# through memory, the stage-3 output the inverse FFT would read back). By default for complex128
+# storage with at most FUSED_MAX_ND sensors and FUSED_THREADS frequencies, where the row FFT
+# kernels take the inverse transform (KernelEngine.fused_adjoint). On an H200 it made the
+# complex128 adjoint of (100000, 10, 100) 1.10x as fast; with complex64 or float16 storage it was
+# no faster than the stages apart, so the kernel is built for complex128 only
+# (docs/benchmarks.md, twenty-third run).
+FUSED_MAX_ND = 12  # hip_kernels/fftmatvec_kernels.cu: FUSED_ND
+FUSED_THREADS = 128  # hip_kernels/fused.cuh: FUSED_MAX_THREADS (one thread per frequency)
+FUSED_STORES = ("c128",)
 
 
 class FusedPlans(NamedTuple):
@@ -308,7 +318,8 @@ def _switch(name: str) -> str:
 # The switches that choose a product's path: a product's shortcut that skips the general
 # path's checks (``BlockToeplitz`` one-vector products) is valid only while they keep the raw
 # values they had when it was made.
-PATH_SWITCHES = ("FFTMATVEC_CUDA_GRAPHS", "FFTMATVEC_FFT_CALLBACKS", "FFTMATVEC_ROW_FFT")
+PATH_SWITCHES = ("FFTMATVEC_CUDA_GRAPHS", "FFTMATVEC_FFT_CALLBACKS", "FFTMATVEC_ROW_FFT",
+                 "FFTMATVEC_FUSED_ADJOINT")
 
 
 def path_switches() -> tuple:
@@ -351,6 +362,17 @@ def row_fft_line(gpu: bool) -> str:
              ", ".join(d.name for d in ROW_FFT_DTYPES) + " (any where cuFFT has no callbacks)")
     return (f"stages 1+2 and 4+5 as the package's own FFT kernels, 5-smooth lengths, {which}; "
             f"cuFFT with callbacks otherwise")
+
+
+def fused_adjoint_line(gpu: bool) -> str:
+    """When stages 3-5 of an adjoint run as one kernel, as ``fftmatvec info`` prints it."""
+    mode = _switch("FFTMATVEC_FUSED_ADJOINT")
+    if not gpu:
+        return "no GPU"
+    if mode == "0":
+        return "off (FFTMATVEC_FUSED_ADJOINT=0)"
+    return (f"stages 3-5 of one-vector adjoints as one kernel: {', '.join(FUSED_STORES)} storage, "
+            f"Nd <= {FUSED_MAX_ND}, Nf <= {FUSED_THREADS}, inverse FFT on the row FFT kernels")
 
 
 def khat_layout(store: str, nfp: int) -> tuple[int, int, int]:
@@ -1264,6 +1286,42 @@ class KernelEngine:
                               prec.reduce_dtype, prec.real_dtype("ifft"), out_dtype,
                               smem_per_block=self.smem_per_block)
 
+    def fused_adjoint(self, prec: PrecisionConfig, adjoint: bool, k: int,
+                      out_dtype) -> "_GemvIrfft | None":
+        """Stages 3-5 of a fused product as one kernel (:class:`_GemvIrfft`), or None: by
+        default for one-vector adjoints with storage in :data:`FUSED_STORES`, at most
+        :data:`FUSED_MAX_ND` sensors and :data:`FUSED_THREADS` frequencies, whose inverse
+        transform the row FFT kernels take (:meth:`row_ffts`, :meth:`row_fft_pays`).
+        ``FFTMATVEC_FUSED_ADJOINT=0`` never; ``=1`` wherever the kernel takes the product, and an
+        error that says why where it does not."""
+        mode = _switch("FFTMATVEC_FUSED_ADJOINT")
+        if mode == "0" or not adjoint:
+            return None
+        fft_real = prec.real_dtype("ifft")
+        why = None
+        if k != 1:
+            why = f"{k} right-hand sides (it takes one)"
+        elif self.store not in FUSED_STORES:
+            why = f"{self.store} storage (it takes {', '.join(FUSED_STORES)})"
+        elif self.nd > FUSED_MAX_ND:
+            why = f"Nd = {self.nd} sensors (it takes at most {FUSED_MAX_ND})"
+        elif self.nf > FUSED_THREADS:
+            why = f"Nf = {self.nf} frequencies (it takes at most {FUSED_THREADS})"
+        elif not self.row_ffts(prec):
+            why = f"the row FFT kernels do not take length {self.fft_len} in {fft_real}"
+        if why is None:
+            name = _GemvIrfft.kernel_name(self.xhat_dtype(prec), prec, out_dtype)
+            if not kernels.has_function(name):
+                why = f"the code object has no {name}"
+        if why is not None:
+            if mode == "1":
+                raise FFTMatvecValueError(f"FFTMATVEC_FUSED_ADJOINT=1, but this product cannot "
+                                          f"run stages 3-5 as one kernel: {why}")
+            return None
+        if mode == "auto" and not self.row_fft_pays(self.nm, fft_real):
+            return None
+        return _GemvIrfft(self, prec, out_dtype)
+
     def fused_product(self, prec: PrecisionConfig, adjoint: bool, k: int, in_dtype, out_dtype,
                       weight=None) -> "_FusedProduct | None":
         """The product with stages 1 and 5 inside the FFTs and stage 3 packed
@@ -1424,11 +1482,51 @@ class _Stage3:
                 red(stream_ptr, work_ptr, y_ptr + yo)
 
 
+class _GemvIrfft:
+    """Stages 3-5 of a one-vector adjoint as one kernel (``hip_kernels/fused.cuh``): a callable
+    ``plan(x_ptr, y_ptr, stream)`` from the forward FFT's output ``(1, Nd, Nf)`` (in
+    :meth:`KernelEngine.xhat_dtype`) to the unpadded output ``(1, Nm, Nt)``. Each block takes the
+    rows of a block of the row FFT kernels (:func:`fftmatvec._rowfft.default_rows_per_block`),
+    one thread per frequency."""
+
+    @staticmethod
+    def kernel_name(in_dtype, prec: PrecisionConfig, out_dtype) -> str:
+        real = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32"}
+        return (f"sbgemv_irfft_c128_{_CPLX_SUFFIX[np.dtype(in_dtype)]}_"
+                f"{real[prec.real_dtype('ifft')]}_{real[prec.reduce_dtype]}_"
+                f"{real[np.dtype(out_dtype)]}")
+
+    def __init__(self, eng: "KernelEngine", prec: PrecisionConfig, out_dtype):
+        L, nm = eng.fft_len, eng.nm
+        fft_real = prec.real_dtype("ifft")
+        n = _rowfft.complex_length(L)
+        rads = _rowfft.radices(n, _rowfft.MAX_RADIX[fft_real, "c2r"])
+        cdtype = np.complex128 if fft_real == np.float64 else np.complex64
+        self.twiddles = _rowfft.twiddles(n, cdtype, rads)  # kept alive with the plan
+        rpb = max(1, min(_rowfft.default_rows_per_block(L, fft_real), nm))
+        self.rows_per_block = rpb
+        self.smem = _rowfft.block_bytes(L, fft_real, rpb)
+        self.grid = (-(-nm // rpb),)
+        self.name = self.kernel_name(eng.xhat_dtype(prec), prec, out_dtype)
+        so, sr, shift, sb = eng.khat_strides(True)
+        packed = sum(r << (6 * i) for i, r in enumerate(rads))
+        i64, i32 = np.int64, np.int32
+        args = (eng.data, None, None, self.twiddles, i64(nm), i32(eng.nd), i32(eng.nt), i32(L),
+                i32(rpb), np.uint64(packed), i32(len(rads)), i64(so), i64(sr), i32(shift),
+                i64(sb))
+        fn = kernels.get_function(self.name, self.smem)
+        self._launch = kernels.PackedLaunch(fn, self.grid, (FUSED_THREADS,), self.smem, args)
+
+    def __call__(self, x_ptr: int, y_ptr: int, stream: int) -> None:
+        self._launch(stream, x_ptr, y_ptr)
+
+
 class _FusedProduct:
     """One product (direction, right-hand sides, dtypes) with stages 1 and 5 inside the FFTs
-    (cuFFT callbacks) and stage 3's launches packed. A call queues the forward FFT, stage 3
-    and the inverse FFT: 20-35 µs of host time (70-140 µs stage by stage), of which a product
-    that is waited for sees 1-14 µs (docs/benchmarks.md, fifteenth run).
+    (cuFFT callbacks or the row FFT kernels) and stage 3's launches packed. A call queues the
+    forward FFT, stage 3 and the inverse FFT, or the forward FFT and stages 3-5 as one kernel
+    (:meth:`KernelEngine.fused_adjoint`): 20-35 µs of host time (70-140 µs stage by stage), of
+    which a product that is waited for sees 1-14 µs (docs/benchmarks.md, fifteenth run).
 
     The intermediate arrays are held per stream where they are small next to ``Khat``
     (:data:`HOLD_MAX_BYTES`, :data:`HOLD_KHAT_FRACTION`), else taken from CuPy's pool at each
@@ -1442,10 +1540,15 @@ class _FusedProduct:
         if plans.xhat_scaled != eng.scales_input(adjoint):
             raise ValueError("a float16 adjoint's forward FFT must apply the row scales")
         self.plans = plans
-        self.stage3 = eng.stage3(adjoint, k, eng.xhat_dtype(prec), eng.yhat_dtype(prec))
+        # stages 3-5 as one kernel, or stage 3's launches and the inverse FFT
+        self.fused = eng.fused_adjoint(prec, adjoint, k, out_dtype)
+        self.stage3 = None
         self.xhat_bytes = eng.xhat_nbytes(prec, k, n_in)
-        self.yhat_bytes = eng.yhat_nbytes(prec, k, n_out)
-        self.work_bytes = self.stage3.workspace_bytes
+        self.yhat_bytes = self.work_bytes = 0
+        if self.fused is None:
+            self.stage3 = eng.stage3(adjoint, k, eng.xhat_dtype(prec), eng.yhat_dtype(prec))
+            self.yhat_bytes = eng.yhat_nbytes(prec, k, n_out)
+            self.work_bytes = self.stage3.workspace_bytes
         self.out_dtype = np.dtype(out_dtype)
         self.y_shape = (k, n_out, eng.nt)
         self.y_bytes = eng.y_nbytes(prec, k, n_out, out_dtype)
@@ -1459,8 +1562,15 @@ class _FusedProduct:
         """Queue the product on ``stream`` over the given buffers (pointers; ``work`` unused
         where stage 3 has no split-K workspace)."""
         self.plans.fwd(x, xhat, stream)
-        self.stage3(stream, xhat, yhat, work)
-        self.plans.inv(yhat, y, stream)
+        self._finish(stream, xhat, yhat, work, y)
+
+    def _finish(self, stream: int, xhat: int, yhat: int, work: int, y: int) -> None:
+        """Queue stages 3-5 after the forward FFT."""
+        if self.fused is not None:
+            self.fused(xhat, y, stream)
+        else:
+            self.stage3(stream, xhat, yhat, work)
+            self.plans.inv(yhat, y, stream)
 
     def _alloc(self) -> tuple:
         """(xhat, yhat, work) memory from CuPy's pool, on the current stream."""
@@ -1503,9 +1613,13 @@ class _FusedProduct:
                 mem = self._alloc()
                 xhat, yhat, work = (m.ptr for m in mem)
             self.plans.fwd(x.data.ptr, xhat, stream)  # first: the device starts on it at once
-            self.stage3(stream, xhat, yhat, work)
+            if self.fused is None:
+                self.stage3(stream, xhat, yhat, work)
             y = cp.ndarray(y_shape, self.out_dtype, memptr=alloc(self.y_bytes))
-            self.plans.inv(yhat, y.data.ptr, stream)
+            if self.fused is None:
+                self.plans.inv(yhat, y.data.ptr, stream)
+            else:
+                self.fused(xhat, y.data.ptr, stream)
         return y
 
 

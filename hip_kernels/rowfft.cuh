@@ -333,6 +333,58 @@ __device__ __forceinline__ void load_rows(const CIn* __restrict__ src, C* __rest
   }
 }
 
+// Stages 1 and 2 of a block's nrow rows of x (contiguous, nt each) into shared memory: each
+// sample rounded to stage 1's precision TMid, zero-padded to L and transformed in R. a and b are
+// the two buffers of rows of n + 1 values; returns the one that holds the complex FFTs (rows n
+// apart), which rfft_split turns into the real FFTs' values.
+template <int MAXR, typename TIn, typename TMid, typename R>
+__device__ __forceinline__ const typename Complex<R>::type* rfft_rows(
+    const TIn* __restrict__ x, typename Complex<R>::type* a, typename Complex<R>::type* b,
+    const typename Complex<R>::type* __restrict__ tw, int nrow, int nt, int L,
+    unsigned long long radices, int npass) {
+  typedef typename Complex<R>::type C;
+  const bool packed = L % 2 == 0;  // else one complex FFT of length L, imaginary parts zero
+  const int n = packed ? L / 2 : L;
+  if (packed) {
+    load_padded<TIn, TMid, R>(x, reinterpret_cast<R*>(a), nrow, nt, 2 * n);
+  } else {
+    load_padded<TIn, TMid, R>(x, reinterpret_cast<R*>(b), nrow, nt, n);
+    __syncthreads();
+    const R* br = reinterpret_cast<const R*>(b);
+    for (int i = threadIdx.x; i < nrow * n; i += blockDim.x) a[i] = make_c(br[i], (R)0);
+  }
+  __syncthreads();
+  return fft_rows<MAXR, -1, C>(a, b, tw + n / 2 + 1, n, nrow, radices, npass);
+}
+
+// The real FFTs' values X[r, k], k <= L / 2, of rfft_rows' complex FFTs z: emit(r, k, X[r, k])
+// once for each, by the block's threads in turn.
+template <typename C, typename Emit>
+__device__ __forceinline__ void rfft_split(const C* z, const C* __restrict__ tw, int nrow, int L,
+                                           Emit emit) {
+  typedef typename RealOf<C>::type R;
+  if (L % 2 != 0) {  // the first nf values of the transform, as they are
+    const int nf = L / 2 + 1;
+    for (int i = threadIdx.x; i < nrow * nf; i += blockDim.x) {
+      const int r = i / nf, f = i - r * nf;
+      emit(r, f, z[r * L + f]);
+    }
+    return;
+  }
+  const int n = L / 2, half = n / 2 + 1;
+  RowCursor at(half);
+  for (int i = threadIdx.x; i < nrow * half; i += blockDim.x, at.next()) {
+    const int r = at.r, k = at.c;
+    const C* zr = z + r * n;
+    const C zk = zr[k], znk = c_conj(zr[k == 0 ? 0 : n - k]);
+    const C xe = c_scale(c_add(zk, znk), (R)0.5);
+    const C xo = c_muli<-1>(c_scale(c_sub(zk, znk), (R)0.5));  // (zk - znk) / (2i)
+    const C wxo = c_mul(tw[k], xo);
+    emit(r, k, c_add(xe, wxo));
+    if (n - k != k) emit(r, n - k, c_conj(c_sub(xe, wxo)));
+  }
+}
+
 // Stages 1 and 2: out[r, f] (f <= N) is the real FFT of row r of x (rows, nt), zero-padded to
 // L = 2N, each sample rounded to stage 1's precision TMid and computed in R; written in COut,
 // times scale[(r % nd) * nfp + f] when scale is given (a float16 adjoint's row scales, as the
@@ -344,70 +396,32 @@ __device__ __forceinline__ void rfft_pad_body(const TIn* __restrict__ x, COut* _
                                               int L, int rpb, unsigned long long radices,
                                               int npass, i64 nd, i64 nfp) {
   typedef typename Complex<R>::type C;
-  const bool packed = L % 2 == 0;  // else one complex FFT of length L, imaginary parts zero
-  const int n = packed ? L / 2 : L, nf = L / 2 + 1;
+  const int n = L % 2 == 0 ? L / 2 : L, nf = L / 2 + 1;
   C* a = reinterpret_cast<C*>(fftmatvec_dynamic_smem);
   C* b = a + rpb * (n + 1);  // two buffers of rpb rows of n + 1 values (the inverse loads n + 1)
   const i64 row0 = (i64)blockIdx.x * rpb;
   const int nrow = (int)(rows - row0 < rpb ? rows - row0 : rpb);
-  if (packed) {
-    load_padded<TIn, TMid, R>(x + row0 * nt, reinterpret_cast<R*>(a), nrow, nt, 2 * n);
-  } else {
-    load_padded<TIn, TMid, R>(x + row0 * nt, reinterpret_cast<R*>(b), nrow, nt, n);
-    __syncthreads();
-    const R* br = reinterpret_cast<const R*>(b);
-    for (int i = threadIdx.x; i < nrow * n; i += blockDim.x) a[i] = make_c(br[i], (R)0);
-  }
-  __syncthreads();
-  const C* z = fft_rows<MAXR, -1, C>(a, b, tw + n / 2 + 1, n, nrow, radices, npass);
-  if (!packed) {  // the first nf values of the transform, as they are
-    for (int i = threadIdx.x; i < nrow * nf; i += blockDim.x) {
-      const int r = i / nf, f = i - r * nf;
-      const i64 row = row0 + r;
-      C v = z[r * n + f];
-      if (scale != nullptr) v = c_scale(v, (R)scale[(row % nd) * nfp + f]);
-      out[row * nf + f] = ccast<COut>(v);
-    }
-    return;
-  }
-  const int half = n / 2 + 1;
-  RowCursor at(half);
-  for (int i = threadIdx.x; i < nrow * half; i += blockDim.x, at.next()) {
-    const int r = at.r, k = at.c;
-    const C* zr = z + r * n;
-    const C zk = zr[k], znk = c_conj(zr[k == 0 ? 0 : n - k]);
-    const C xe = c_scale(c_add(zk, znk), (R)0.5);
-    const C xo = c_muli<-1>(c_scale(c_sub(zk, znk), (R)0.5));  // (zk - znk) / (2i)
-    const C wxo = c_mul(tw[k], xo);
-    C lo = c_add(xe, wxo), hi = c_conj(c_sub(xe, wxo));
+  const C* z = rfft_rows<MAXR, TIn, TMid, R>(x + row0 * nt, a, b, tw, nrow, nt, L, radices, npass);
+  rfft_split(z, tw, nrow, L, [&](int r, int f, C v) {
     const i64 row = row0 + r;
-    if (scale != nullptr) {
-      const float* s = scale + (row % nd) * nfp;
-      lo = c_scale(lo, (R)s[k]);
-      hi = c_scale(hi, (R)s[n - k]);
-    }
-    COut* o = out + row * nf;
-    o[k] = ccast<COut>(lo);
-    if (n - k != k) o[n - k] = ccast<COut>(hi);
-  }
+    if (scale != nullptr) v = c_scale(v, (R)scale[(row % nd) * nfp + f]);
+    out[row * nf + f] = ccast<COut>(v);
+  });
 }
 
-// Stages 4 and 5: out[r, c] (c < nt) is sample c of the unnormalised inverse real FFT of row r
-// of y (rows, N + 1) in CIn, computed in R, rounded to stage 5's precision TMid, in TOut.
-template <int MAXR, typename CIn, typename R, typename TMid, typename TOut>
-__device__ __forceinline__ void irfft_unpad_body(const CIn* __restrict__ y, TOut* __restrict__ out,
-                                                 const typename Complex<R>::type* __restrict__ tw,
-                                                 i64 rows, int nt, int L, int rpb,
-                                                 unsigned long long radices, int npass) {
+// Stages 4 and 5 of a block's nrow rows of spectra, already in shared memory in b (rows of
+// L / 2 + 1 values, contiguous), through a: out[r, c] (c < nt; rows nt apart) is sample c of
+// the unnormalised inverse real FFT of row r, computed in R, rounded to stage 5's precision TMid,
+// in TOut. The caller has synchronised the block after writing b.
+template <int MAXR, typename R, typename TMid, typename TOut>
+__device__ __forceinline__ void irfft_rows(typename Complex<R>::type* a,
+                                           typename Complex<R>::type* b,
+                                           const typename Complex<R>::type* __restrict__ tw,
+                                           TOut* __restrict__ o, int nrow, int nt, int L,
+                                           unsigned long long radices, int npass) {
   typedef typename Complex<R>::type C;
   const bool packed = L % 2 == 0;  // else one complex FFT of length L of the whole spectrum
   const int n = packed ? L / 2 : L, nf = L / 2 + 1;
-  C* a = reinterpret_cast<C*>(fftmatvec_dynamic_smem);
-  C* b = a + rpb * (n + 1);  // two buffers of rpb rows of n + 1 values (the inverse loads n + 1)
-  const i64 row0 = (i64)blockIdx.x * rpb;
-  const int nrow = (int)(rows - row0 < rpb ? rows - row0 : rpb);
-  load_rows<CIn, C>(y + row0 * nf, b, nrow * nf);
-  __syncthreads();
   if (packed) {
     const int half = n / 2 + 1;
     RowCursor at(half);
@@ -436,7 +450,6 @@ __device__ __forceinline__ void irfft_unpad_body(const CIn* __restrict__ y, TOut
   }
   __syncthreads();
   const C* z = fft_rows<MAXR, 1, C>(a, b, tw + n / 2 + 1, n, nrow, radices, npass);
-  TOut* o = out + row0 * nt;
   if (packed) {
     const R* zr = reinterpret_cast<const R*>(z);  // row r's samples are zr[r * 2n + c]
     RowCursor at(nt);
@@ -447,4 +460,22 @@ __device__ __forceinline__ void irfft_unpad_body(const CIn* __restrict__ y, TOut
     for (int i = threadIdx.x; i < nrow * nt; i += blockDim.x, at.next())
       o[i] = (TOut)(TMid)z[at.r * n + at.c].x;
   }
+}
+
+// Stages 4 and 5: out[r, c] (c < nt) is sample c of the unnormalised inverse real FFT of row r
+// of y (rows, N + 1) in CIn, computed in R, rounded to stage 5's precision TMid, in TOut.
+template <int MAXR, typename CIn, typename R, typename TMid, typename TOut>
+__device__ __forceinline__ void irfft_unpad_body(const CIn* __restrict__ y, TOut* __restrict__ out,
+                                                 const typename Complex<R>::type* __restrict__ tw,
+                                                 i64 rows, int nt, int L, int rpb,
+                                                 unsigned long long radices, int npass) {
+  typedef typename Complex<R>::type C;
+  const int n = L % 2 == 0 ? L / 2 : L, nf = L / 2 + 1;
+  C* a = reinterpret_cast<C*>(fftmatvec_dynamic_smem);
+  C* b = a + rpb * (n + 1);  // two buffers of rpb rows of n + 1 values (the inverse loads n + 1)
+  const i64 row0 = (i64)blockIdx.x * rpb;
+  const int nrow = (int)(rows - row0 < rpb ? rows - row0 : rpb);
+  load_rows<CIn, C>(y + row0 * nf, b, nrow * nf);
+  __syncthreads();
+  irfft_rows<MAXR, R, TMid, TOut>(a, b, tw, out + row0 * nt, nrow, nt, L, radices, npass);
 }

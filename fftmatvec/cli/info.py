@@ -36,6 +36,7 @@ def collect() -> dict:
     ok, why = _fftcb.support()
     info["fft_callbacks"] = "stages 1 and 5 inside cuFFT (LTO callbacks)" if ok else f"off: {why}"
     info["row_ffts"] = _gpu.row_fft_line(backend.gpu_available())
+    info["fused_adjoint"] = _gpu.fused_adjoint_line(backend.gpu_available())
     info["tuning"] = "no precision tables shipped yet: the precision string is the caller's choice"
     return info
 

@@ -1,0 +1,183 @@
+"""Stages 3-5 of a one-vector adjoint as one kernel (``hip_kernels/fused.cuh``): the engine's
+rule on the host, and on the GPU the kernel against the float64 dense product and against the
+stages apart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import fftmatvec as fm
+from fftmatvec import _gpu, backend, kernels
+from fftmatvec._errors import FFTMatvecValueError
+from fftmatvec._gpu import KernelEngine
+from fftmatvec.precision import PrecisionConfig
+
+from conftest import dense_btt, rel_err, to_numpy
+
+gpu = pytest.mark.skipif(not backend.gpu_available(), reason="no GPU (CuPy missing or no device)")
+KERNELS = Path(__file__).parents[1] / "hip_kernels"
+
+
+# ---- host side (no GPU needed) --------------------------------------------------------------
+def _engine(monkeypatch, store="c128", nd=10, nf=101, row_ffts=True, pays=True):
+    """A KernelEngine's host side, with the kernel's launch object recorded instead of made."""
+    made = []
+    monkeypatch.setattr(kernels, "has_function", lambda name: True)
+    monkeypatch.setattr(_gpu._GemvIrfft, "__init__",
+                        lambda self, eng, prec, out_dtype: made.append((prec, out_dtype)))
+    eng = SimpleNamespace(store=store, nd=nd, nm=100000, nf=nf, fft_len=2 * nf - 2,
+                          compute=np.dtype(np.complex128 if store == "c128" else np.complex64),
+                          row_ffts=lambda prec: row_ffts, row_fft_pays=lambda rows, dtype: pays)
+    eng.xhat_dtype = lambda prec: KernelEngine.xhat_dtype(eng, prec)
+    return eng, made
+
+
+@pytest.mark.parametrize("change,expect", [
+    ({}, True),
+    ({"adjoint": False}, False), ({"k": 2}, False), ({"store": "c64"}, False),
+    ({"store": "c32h"}, False), ({"nd": _gpu.FUSED_MAX_ND + 1}, False),
+    ({"nd": _gpu.FUSED_MAX_ND}, True), ({"nd": 1}, True),
+    ({"nf": _gpu.FUSED_THREADS + 1}, False), ({"nf": _gpu.FUSED_THREADS}, True),
+    ({"row_ffts": False}, False), ({"pays": False}, False),
+])
+def test_fused_adjoint_rule(monkeypatch, change, expect):
+    """By default: one-vector adjoints with complex128 storage, at most FUSED_MAX_ND sensors
+    and FUSED_THREADS frequencies, whose inverse transform the row FFT kernels take."""
+    monkeypatch.delenv("FFTMATVEC_FUSED_ADJOINT", raising=False)
+    adjoint, k = change.pop("adjoint", True), change.pop("k", 1)
+    eng, made = _engine(monkeypatch, **change)
+    got = KernelEngine.fused_adjoint(eng, PrecisionConfig("ddddd"), adjoint, k, np.float64)
+    assert (got is not None) is expect
+    assert len(made) == int(expect)
+
+
+def test_fused_adjoint_switch(monkeypatch):
+    """=0 never; =1 also where the row FFT kernels would not pay, and an error that names the
+    reason where the kernel cannot take the product; anything else is an error."""
+    prec = PrecisionConfig("ddddd")
+    monkeypatch.setenv("FFTMATVEC_FUSED_ADJOINT", "0")
+    eng, made = _engine(monkeypatch)
+    assert KernelEngine.fused_adjoint(eng, prec, True, 1, np.float64) is None
+    monkeypatch.setenv("FFTMATVEC_FUSED_ADJOINT", "1")
+    eng, made = _engine(monkeypatch, pays=False)
+    assert KernelEngine.fused_adjoint(eng, prec, True, 1, np.float64) is not None
+    assert KernelEngine.fused_adjoint(eng, prec, False, 1, np.float64) is None  # forward: never
+    for change, why in (({"store": "c64"}, "c64 storage"), ({"nd": 13}, "Nd = 13 sensors"),
+                        ({"nf": 129}, "Nf = 129 frequencies"),
+                        ({"row_ffts": False}, "row FFT kernels do not take length")):
+        eng, _ = _engine(monkeypatch, **change)
+        with pytest.raises(FFTMatvecValueError, match=why):
+            KernelEngine.fused_adjoint(eng, prec, True, 1, np.float64)
+    with pytest.raises(FFTMatvecValueError, match="3 right-hand sides"):
+        KernelEngine.fused_adjoint(_engine(monkeypatch)[0], prec, True, 3, np.float64)
+    monkeypatch.setattr(kernels, "has_function", lambda name: False)
+    eng.store, eng.nd, eng.nf, eng.row_ffts = "c128", 10, 101, lambda p: True
+    with pytest.raises(FFTMatvecValueError, match="no sbgemv_irfft_c128_c128_f64_f64_f64"):
+        KernelEngine.fused_adjoint(eng, prec, True, 1, np.float64)
+    monkeypatch.setenv("FFTMATVEC_FUSED_ADJOINT", "yes")
+    with pytest.raises(FFTMatvecValueError, match="FFTMATVEC_FUSED_ADJOINT must be auto, 0 or 1"):
+        KernelEngine.fused_adjoint(eng, prec, True, 1, np.float64)
+    assert "FFTMATVEC_FUSED_ADJOINT" in _gpu.PATH_SWITCHES
+
+
+@pytest.mark.parametrize("prec,out,name", [
+    ("ddddd", np.float64, "sbgemv_irfft_c128_c128_f64_f64_f64"),
+    ("dsdsd", np.float64, "sbgemv_irfft_c128_c64_f32_f64_f64"),
+    ("dddds", np.float32, "sbgemv_irfft_c128_c128_f64_f32_f32"),
+])
+def test_fused_kernel_names(prec, out, name):
+    """Input: the forward FFT's output; then the inverse FFT's, stage 5's and the output's
+    precisions. Each name is one the kernel source defines."""
+    p = PrecisionConfig(prec)
+    xhat = np.dtype(np.complex64 if p.letters[1] == "s" else np.complex128)
+    assert _gpu._GemvIrfft.kernel_name(xhat, p, out) == name
+    source = (KERNELS / "fftmatvec_kernels.cu").read_text()
+    cin, fft, mid, tout = name.split("_")[3:]
+    assert f"FFTMATVEC_SBGEMV_IRFFT_IO({cin}, " in source
+    assert f"{cin}, {'double2' if cin == 'c128' else 'float2'}, {fft}," in source
+    assert f"C##_##F##_{mid}_{tout}," in source
+
+
+def test_fused_bounds_match_the_kernels():
+    """The host's limits are the kernels' template and launch bound."""
+    assert f"#define FUSED_ND {_gpu.FUSED_MAX_ND}\n" in (KERNELS / "fftmatvec_kernels.cu").read_text()
+    assert f"#define FUSED_MAX_THREADS {_gpu.FUSED_THREADS}\n" in (KERNELS / "fused.cuh").read_text()
+
+
+# ---- on the GPU -----------------------------------------------------------------------------
+TOL = {"ddddd": 1e-12, "dsdsd": 1e-5, "dddds": 1e-6}
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision,dtype", [("ddddd", np.float64), ("dsdsd", np.float64),
+                                             ("dddds", np.float32), ("ddddd", np.float32)],
+                         ids=lambda c: str(getattr(c, "__name__", c)))
+@pytest.mark.parametrize("shape", [(1, 1, 1), (12, 37, 11), (5, 301, 7), (10, 1000, 100),
+                                   (3, 57, 60), (7, 2, 64)], ids=lambda s: "x".join(map(str, s)))
+def test_fused_adjoint_matches_dense(monkeypatch, rng, precision, dtype, shape):
+    """The fused adjoint (forced on) against the float64 dense matrix, and against the stages
+    apart; every output written (poisoned first), the input left as it was. The shapes take
+    one sensor and twelve, rows that fill no block, an odd FFT length (Nt = 7: L = 15), one
+    frequency (128 row lanes of one thread), 8 and 13 (16 and 9 lanes), 65 and 101."""
+    cp = backend.cupy
+    monkeypatch.setenv("FFTMATVEC_FUSED_ADJOINT", "1")
+    K = rng.standard_normal(shape)
+    F = fm.BlockToeplitz(cp.asarray(K), precision, dtype=dtype)
+    nd, nm, nt = shape
+    eng = F._engine
+    product = eng.fused_product(F.precision, True, 1, dtype, dtype)
+    assert product is not None and product.fused is not None and product.stage3 is None
+    d = cp.asarray(rng.standard_normal((nd, nt)).astype(dtype))
+    d0 = d.copy()
+    z = F.rmatvec(d)
+    assert z.shape == (nm, nt) and z.dtype == dtype and bool((d == d0).all())
+    tol = max(TOL[precision], 2e-6 if dtype == np.float32 else 0.0)
+    ref = dense_btt(K).T @ to_numpy(d).astype(np.float64).ravel()
+    assert rel_err(z.ravel(), ref) < tol
+
+    # the kernel alone, into a poisoned output, from the forward FFT's output
+    xhat = cp.empty((1, nd, eng.nf), dtype=eng.xhat_dtype(F.precision))
+    stream = cp.cuda.get_current_stream().ptr
+    product.plans.fwd(cp.ascontiguousarray(d[None]).data.ptr, xhat.data.ptr, stream)
+    y = cp.full((1, nm, nt), np.nan, dtype=dtype)
+    product.fused(xhat.data.ptr, y.data.ptr, stream)
+    assert not bool(cp.isnan(y).any())
+    assert rel_err(y.ravel(), ref) < tol
+
+    # the stages apart: the same sums, rounded apart
+    monkeypatch.setenv("FFTMATVEC_FUSED_ADJOINT", "0")
+    apart = F.rmatvec(d)
+    assert eng.fused_product(F.precision, True, 1, dtype, dtype).fused is None
+    assert rel_err(z.ravel(), to_numpy(apart).ravel()) < tol
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("graphs", ["0", "1"])
+def test_fused_adjoint_by_default(monkeypatch, rng, graphs):
+    """Where the rule takes it by default (the row FFT kernels take the inverse transform of
+    Nm rows), also replayed as a graph and for a float16 product, which keeps the stages
+    apart."""
+    cp = backend.cupy
+    monkeypatch.delenv("FFTMATVEC_FUSED_ADJOINT", raising=False)
+    monkeypatch.setenv("FFTMATVEC_CUDA_GRAPHS", graphs)
+    shape = (6, 20000, 40)
+    K = cp.asarray(rng.standard_normal(shape))
+    for precision in ("ddddd", "ddhdd"):
+        F = fm.BlockToeplitz(K, precision)
+        eng = F._engine
+        product = eng.fused_product(F.precision, True, 1, np.float64, np.float64)
+        assert (product.fused is not None) is (precision == "ddddd")
+        d = cp.asarray(rng.standard_normal((shape[0], shape[2])))
+        z = F.rmatvec(d)
+        monkeypatch.setenv("FFTMATVEC_FUSED_ADJOINT", "0")
+        apart = F.rmatvec(d)
+        monkeypatch.delenv("FFTMATVEC_FUSED_ADJOINT")
+        assert rel_err(z.ravel(), to_numpy(apart).ravel()) < 1e-12
+        del F
+    cp.get_default_memory_pool().free_all_blocks()
