@@ -274,6 +274,14 @@ ROW_FFT_MIN_BLOCKS_PER_SM = 3
 FUSED_MAX_ND = 12  # hip_kernels/fftmatvec_kernels.cu: FUSED_ND
 FUSED_THREADS = 128  # hip_kernels/fused.cuh: FUSED_MAX_THREADS (one thread per frequency)
 FUSED_STORES = ("c128",)
+# Its inverse FFT's largest radix: 10 in every precision (the kernel's registers are set by its
+# sums, not its butterflies). On (100000, 10, 100) radix 10 (10 x 10) took 0.494 ms where radices
+# up to 8 (5 x 5 x 4) took 0.508 (twenty-third run).
+FUSED_MAX_RADIX = 10
+# The kernel keeps the driver's default shared-memory carveout: its blocks take at most
+# ~34 KB (default_rows_per_block), within the 48 KB that needs no opt-in, and the L1 the
+# largest carveout leaves them made the same product 0.554 ms instead of 0.494.
+FUSED_MAX_SMEM = 48 * 1024
 
 
 class FusedPlans(NamedTuple):
@@ -1486,8 +1494,8 @@ class _GemvIrfft:
     """Stages 3-5 of a one-vector adjoint as one kernel (``hip_kernels/fused.cuh``): a callable
     ``plan(x_ptr, y_ptr, stream)`` from the forward FFT's output ``(1, Nd, Nf)`` (in
     :meth:`KernelEngine.xhat_dtype`) to the unpadded output ``(1, Nm, Nt)``. Each block takes the
-    rows of a block of the row FFT kernels (:func:`fftmatvec._rowfft.default_rows_per_block`),
-    one thread per frequency."""
+    rows of a block of the row FFT kernels (:func:`fftmatvec._rowfft.default_rows_per_block`,
+    fewer where they would pass :data:`FUSED_MAX_SMEM`), one thread per frequency."""
 
     @staticmethod
     def kernel_name(in_dtype, prec: PrecisionConfig, out_dtype) -> str:
@@ -1500,11 +1508,13 @@ class _GemvIrfft:
         L, nm = eng.fft_len, eng.nm
         fft_real = prec.real_dtype("ifft")
         n = _rowfft.complex_length(L)
-        rads = _rowfft.radices(n, _rowfft.MAX_RADIX[fft_real, "c2r"])
+        rads = _rowfft.radices(n, FUSED_MAX_RADIX)
         cdtype = np.complex128 if fft_real == np.float64 else np.complex64
         self.twiddles = _rowfft.twiddles(n, cdtype, rads)  # kept alive with the plan
         rpb = max(1, min(_rowfft.default_rows_per_block(L, fft_real), nm))
-        self.rows_per_block = rpb
+        while rpb > 1 and _rowfft.block_bytes(L, fft_real, rpb) > FUSED_MAX_SMEM:
+            rpb //= 2
+        self.rows_per_block, self.radices = rpb, rads
         self.smem = _rowfft.block_bytes(L, fft_real, rpb)
         self.grid = (-(-nm // rpb),)
         self.name = self.kernel_name(eng.xhat_dtype(prec), prec, out_dtype)
@@ -1514,7 +1524,7 @@ class _GemvIrfft:
         args = (eng.data, None, None, self.twiddles, i64(nm), i32(eng.nd), i32(eng.nt), i32(L),
                 i32(rpb), np.uint64(packed), i32(len(rads)), i64(so), i64(sr), i32(shift),
                 i64(sb))
-        fn = kernels.get_function(self.name, self.smem)
+        fn = kernels.get_function(self.name)  # no opt-in: the default carveout (FUSED_MAX_SMEM)
         self._launch = kernels.PackedLaunch(fn, self.grid, (FUSED_THREADS,), self.smem, args)
 
     def __call__(self, x_ptr: int, y_ptr: int, stream: int) -> None:

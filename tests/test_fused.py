@@ -132,6 +132,8 @@ def test_fused_adjoint_matches_dense(monkeypatch, rng, precision, dtype, shape):
     eng = F._engine
     product = eng.fused_product(F.precision, True, 1, dtype, dtype)
     assert product is not None and product.fused is not None and product.stage3 is None
+    assert product.fused.smem <= _gpu.FUSED_MAX_SMEM
+    assert max(product.fused.radices, default=2) <= _gpu.FUSED_MAX_RADIX
     d = cp.asarray(rng.standard_normal((nd, nt)).astype(dtype))
     d0 = d.copy()
     z = F.rmatvec(d)
