@@ -331,6 +331,14 @@ def target_summary(results) -> list[str]:
     return lines
 
 
+def _switch_setting(text: str) -> tuple[str, str]:
+    """``NAME=VALUE`` of ``--against``: an FFTMATVEC_* environment switch."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.startswith("FFTMATVEC_"):
+        raise argparse.ArgumentTypeError(f"expected FFTMATVEC_NAME=VALUE, got {text!r}")
+    return name, value
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     ap.add_argument("--sizes", default="all", help="all, or a list like 1000x100x1000,... (Nm x Nd x Nt)")
@@ -344,6 +352,10 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-batches", action="store_true")
     ap.add_argument("--skip-small", action="store_true")
     ap.add_argument("--stages", action="store_true", help="also time each stage and graph on/off")
+    ap.add_argument("--against", metavar="NAME=VALUE", type=_switch_setting,
+                    help="also time each single-vector product with this environment switch set "
+                         "(e.g. FFTMATVEC_FUSED_ADJOINT=0), interleaved with the default in the "
+                         "same run, best of 3 medians each")
     ap.add_argument("--json", help="write all numbers to this file")
     args = ap.parse_args(argv)
 
@@ -383,6 +395,23 @@ def main(argv=None) -> int:
             ta = median_time(cp, lambda: F.rmatvec(d), args.repeat)
             b2b = {"fwd": back_to_back_time(cp, lambda: F.matvec(m), args.repeat),
                    "adj": back_to_back_time(cp, lambda: F.rmatvec(d), args.repeat)}
+            against = {}  # direction -> (default, with the switch): interleaved, best of 3
+            if args.against:
+                name, value = args.against
+                for direction, fn in (("fwd", lambda: F.matvec(m)), ("adj", lambda: F.rmatvec(d))):
+                    own, other = [], []
+                    for _ in range(3):
+                        own.append(median_time(cp, fn, args.repeat))
+                        saved = os.environ.get(name)
+                        os.environ[name] = value
+                        try:
+                            other.append(median_time(cp, fn, args.repeat))
+                        finally:
+                            if saved is None:
+                                os.environ.pop(name)
+                            else:
+                                os.environ[name] = saved
+                    against[direction] = (min(own), min(other))
             plain = {}
             if not args.no_baseline and p in ("ddddd", "sssss"):
                 P = PlainCupy(cp, K, nt, F.fft_len, np.complex128 if p == "ddddd" else np.complex64)
@@ -404,11 +433,18 @@ def main(argv=None) -> int:
                 adjfwd = f"{ta / tf:7.2f}" if direction == "adj" else " " * 7
                 print(f"{nm:>7} {nd:>4} {nt:>5} {p:>6} {direction:>4} | {t * 1e3:8.3f} {floor * 1e3:8.3f} "
                       f"{floor / t:6.2f} {bounds[direction]:6.2f} | {ptxt} | {adjfwd}")
-                results["matvec"].append(dict(nm=nm, nd=nd, nt=nt, precision=p, direction=direction,
-                                              seconds=t, b2b_seconds=b2b[direction],
-                                              floor=floor, bound=bounds[direction],
-                                              plain_seconds=pt,
-                                              plain_floor=plain.get("floor")))
+                row = dict(nm=nm, nd=nd, nt=nt, precision=p, direction=direction,
+                           seconds=t, b2b_seconds=b2b[direction], floor=floor,
+                           bound=bounds[direction], plain_seconds=pt,
+                           plain_floor=plain.get("floor"))
+                if direction in against:
+                    own, other = against[direction]
+                    row.update(against="=".join(args.against), interleaved_seconds=own,
+                               against_seconds=other)
+                results["matvec"].append(row)
+            for direction, (own, other) in against.items():
+                print(f"{'':>26} {direction:>4} |  {own * 1e3:.3f} ms interleaved with "
+                      f"{'='.join(args.against)}: {other * 1e3:.3f} ms ({other / own:.2f}x)")
             sys.stdout.flush()
             del F
         del K

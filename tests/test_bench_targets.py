@@ -95,3 +95,16 @@ def test_host_times_three_ways(monkeypatch):
     assert synced == 0.002
     assert 0 <= b2b < 0.01 and 0 <= host < 0.01
     assert len(calls) == 10 + 7 + 5 + 7 + 7  # warm-up and events, queued (after 5), host
+
+
+def test_against_takes_a_switch_setting():
+    """--against NAME=VALUE: an FFTMATVEC_* switch and its value, anything else refused."""
+    import argparse
+
+    import pytest
+
+    bench = load_script("bench_matvec")
+    assert bench._switch_setting("FFTMATVEC_FUSED_ADJOINT=0") == ("FFTMATVEC_FUSED_ADJOINT", "0")
+    for bad in ("FFTMATVEC_FUSED_ADJOINT", "PATH=/tmp", "=1"):
+        with pytest.raises(argparse.ArgumentTypeError, match="FFTMATVEC_NAME=VALUE"):
+            bench._switch_setting(bad)
