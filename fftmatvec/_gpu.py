@@ -268,12 +268,17 @@ ROW_FFT_MIN_BLOCKS_PER_SM = 3
 # through memory, the stage-3 output the inverse FFT would read back). By default for complex128
 # storage with at most FUSED_MAX_ND sensors and FUSED_THREADS frequencies, where the row FFT
 # kernels take the inverse transform (KernelEngine.fused_adjoint). On an H200 it made the
-# complex128 adjoint of (100000, 10, 100) 1.10x as fast; with complex64 or float16 storage it was
+# complex128 adjoint of (100000, 10, 100) 1.09x as fast; with complex64 or float16 storage it was
 # no faster than the stages apart, so the kernel is built for complex128 only
 # (docs/benchmarks.md, twenty-third run).
 FUSED_MAX_ND = 12  # hip_kernels/fftmatvec_kernels.cu: FUSED_ND
 FUSED_THREADS = 128  # hip_kernels/fused.cuh: FUSED_MAX_THREADS (one thread per frequency)
 FUSED_STORES = ("c128",)
+# ... where its blocks fill at least this many per multiprocessor (4 rounds of the 4 its
+# registers let in): interleaved with the stages apart on an H200 (twenty-third run), the
+# adjoint of (100000, 10, 100) (10000 blocks) was 1.09x as fast, (50000, 12, 60) (2942 blocks)
+# 1.11x, and (20000, 6, 40) (800 blocks, 1.5 rounds) 0.95x.
+FUSED_MIN_BLOCKS_PER_SM = 16
 # Its inverse FFT's largest radix: 10 in every precision (the kernel's registers are set by its
 # sums, not its butterflies). On (100000, 10, 100) radix 10 (10 x 10) took 0.494 ms where radices
 # up to 8 (5 x 5 x 4) took 0.508 (twenty-third run).
@@ -1299,7 +1304,8 @@ class KernelEngine:
         """Stages 3-5 of a fused product as one kernel (:class:`_GemvIrfft`), or None: by
         default for one-vector adjoints with storage in :data:`FUSED_STORES`, at most
         :data:`FUSED_MAX_ND` sensors and :data:`FUSED_THREADS` frequencies, whose inverse
-        transform the row FFT kernels take (:meth:`row_ffts`, :meth:`row_fft_pays`).
+        transform the row FFT kernels take (:meth:`row_ffts`) and whose blocks fill
+        :data:`FUSED_MIN_BLOCKS_PER_SM` per multiprocessor.
         ``FFTMATVEC_FUSED_ADJOINT=0`` never; ``=1`` wherever the kernel takes the product, and an
         error that says why where it does not."""
         mode = _switch("FFTMATVEC_FUSED_ADJOINT")
@@ -1326,8 +1332,10 @@ class KernelEngine:
                 raise FFTMatvecValueError(f"FFTMATVEC_FUSED_ADJOINT=1, but this product cannot "
                                           f"run stages 3-5 as one kernel: {why}")
             return None
-        if mode == "auto" and not self.row_fft_pays(self.nm, fft_real):
-            return None
+        if mode == "auto":
+            blocks = -(-self.nm // _rowfft.default_rows_per_block(self.fft_len, fft_real))
+            if blocks < FUSED_MIN_BLOCKS_PER_SM * self.num_sms:
+                return None
         return _GemvIrfft(self, prec, out_dtype)
 
     def fused_product(self, prec: PrecisionConfig, adjoint: bool, k: int, in_dtype, out_dtype,

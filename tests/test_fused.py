@@ -23,15 +23,15 @@ KERNELS = Path(__file__).parents[1] / "hip_kernels"
 
 
 # ---- host side (no GPU needed) --------------------------------------------------------------
-def _engine(monkeypatch, store="c128", nd=10, nf=101, row_ffts=True, pays=True):
+def _engine(monkeypatch, store="c128", nd=10, nf=101, row_ffts=True, nm=100000):
     """A KernelEngine's host side, with the kernel's launch object recorded instead of made."""
     made = []
     monkeypatch.setattr(kernels, "has_function", lambda name: True)
     monkeypatch.setattr(_gpu._GemvIrfft, "__init__",
                         lambda self, eng, prec, out_dtype: made.append((prec, out_dtype)))
-    eng = SimpleNamespace(store=store, nd=nd, nm=100000, nf=nf, fft_len=2 * nf - 2,
+    eng = SimpleNamespace(store=store, nd=nd, nm=nm, nf=nf, fft_len=2 * nf - 2, num_sms=132,
                           compute=np.dtype(np.complex128 if store == "c128" else np.complex64),
-                          row_ffts=lambda prec: row_ffts, row_fft_pays=lambda rows, dtype: pays)
+                          row_ffts=lambda prec: row_ffts)
     eng.xhat_dtype = lambda prec: KernelEngine.xhat_dtype(eng, prec)
     return eng, made
 
@@ -42,11 +42,14 @@ def _engine(monkeypatch, store="c128", nd=10, nf=101, row_ffts=True, pays=True):
     ({"store": "c32h"}, False), ({"nd": _gpu.FUSED_MAX_ND + 1}, False),
     ({"nd": _gpu.FUSED_MAX_ND}, True), ({"nd": 1}, True),
     ({"nf": _gpu.FUSED_THREADS + 1}, False), ({"nf": _gpu.FUSED_THREADS}, True),
-    ({"row_ffts": False}, False), ({"pays": False}, False),
+    ({"row_ffts": False}, False),
+    # 10 rows of L = 200 a block: 16 blocks per multiprocessor from 21120 rows
+    ({"nm": 21120}, True), ({"nm": 21110}, False),
 ])
 def test_fused_adjoint_rule(monkeypatch, change, expect):
     """By default: one-vector adjoints with complex128 storage, at most FUSED_MAX_ND sensors
-    and FUSED_THREADS frequencies, whose inverse transform the row FFT kernels take."""
+    and FUSED_THREADS frequencies, whose inverse transform the row FFT kernels take, with
+    FUSED_MIN_BLOCKS_PER_SM blocks per multiprocessor."""
     monkeypatch.delenv("FFTMATVEC_FUSED_ADJOINT", raising=False)
     adjoint, k = change.pop("adjoint", True), change.pop("k", 1)
     eng, made = _engine(monkeypatch, **change)
@@ -56,14 +59,14 @@ def test_fused_adjoint_rule(monkeypatch, change, expect):
 
 
 def test_fused_adjoint_switch(monkeypatch):
-    """=0 never; =1 also where the row FFT kernels would not pay, and an error that names the
-    reason where the kernel cannot take the product; anything else is an error."""
+    """=0 never; =1 also with few blocks, and an error that names the reason where the kernel
+    cannot take the product; anything else is an error."""
     prec = PrecisionConfig("ddddd")
     monkeypatch.setenv("FFTMATVEC_FUSED_ADJOINT", "0")
     eng, made = _engine(monkeypatch)
     assert KernelEngine.fused_adjoint(eng, prec, True, 1, np.float64) is None
     monkeypatch.setenv("FFTMATVEC_FUSED_ADJOINT", "1")
-    eng, made = _engine(monkeypatch, pays=False)
+    eng, made = _engine(monkeypatch, nm=100)
     assert KernelEngine.fused_adjoint(eng, prec, True, 1, np.float64) is not None
     assert KernelEngine.fused_adjoint(eng, prec, False, 1, np.float64) is None  # forward: never
     for change, why in (({"store": "c64"}, "c64 storage"), ({"nd": 13}, "Nd = 13 sensors"),
@@ -162,13 +165,12 @@ def test_fused_adjoint_matches_dense(monkeypatch, rng, precision, dtype, shape):
 @pytest.mark.gpu
 @pytest.mark.parametrize("graphs", ["0", "1"])
 def test_fused_adjoint_by_default(monkeypatch, rng, graphs):
-    """Where the rule takes it by default (the row FFT kernels take the inverse transform of
-    Nm rows), also replayed as a graph and for a float16 product, which keeps the stages
-    apart."""
+    """Where the rule takes it by default (60000 rows of L = 80: 2400 blocks of 25), also
+    replayed as a graph, and a float16 product, which keeps the stages apart."""
     cp = backend.cupy
     monkeypatch.delenv("FFTMATVEC_FUSED_ADJOINT", raising=False)
     monkeypatch.setenv("FFTMATVEC_CUDA_GRAPHS", graphs)
-    shape = (6, 20000, 40)
+    shape = (6, 60000, 40)
     K = cp.asarray(rng.standard_normal(shape))
     for precision in ("ddddd", "ddhdd"):
         F = fm.BlockToeplitz(K, precision)
