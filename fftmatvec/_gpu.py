@@ -277,7 +277,7 @@ FUSED_STORES = ("c128",)
 # ... where its blocks fill at least this many per multiprocessor (4 rounds of the 4 its
 # registers let in): interleaved with the stages apart on an H200 (twenty-third run), the
 # adjoint of (100000, 10, 100) (10000 blocks) was 1.09x as fast, (50000, 12, 60) (2942 blocks)
-# 1.11x, and (20000, 6, 40) (800 blocks, 1.5 rounds) 0.95x.
+# 1.08-1.11x, and (20000, 6, 40) (800 blocks, 1.5 rounds) 0.95x.
 FUSED_MIN_BLOCKS_PER_SM = 16
 # Its inverse FFT's largest radix: 10 in every precision (the kernel's registers are set by its
 # sums, not its butterflies). On (100000, 10, 100) radix 10 (10 x 10) took 0.494 ms where radices
