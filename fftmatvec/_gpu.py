@@ -385,7 +385,8 @@ def fused_adjoint_line(gpu: bool) -> str:
     if mode == "0":
         return "off (FFTMATVEC_FUSED_ADJOINT=0)"
     return (f"stages 3-5 of one-vector adjoints as one kernel: {', '.join(FUSED_STORES)} storage, "
-            f"Nd <= {FUSED_MAX_ND}, Nf <= {FUSED_THREADS}, inverse FFT on the row FFT kernels")
+            f"Nd <= {FUSED_MAX_ND}, Nf <= {FUSED_THREADS}, inverse FFT on the row FFT kernels, "
+            f"{FUSED_MIN_BLOCKS_PER_SM} blocks per multiprocessor")
 
 
 def khat_layout(store: str, nfp: int) -> tuple[int, int, int]:
@@ -1507,9 +1508,9 @@ class _GemvIrfft:
 
     @staticmethod
     def kernel_name(in_dtype, prec: PrecisionConfig, out_dtype) -> str:
-        real = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32"}
+        real = _REAL_SUFFIX
         return (f"sbgemv_irfft_c128_{_CPLX_SUFFIX[np.dtype(in_dtype)]}_"
-                f"{real[prec.real_dtype('ifft')]}_{real[prec.reduce_dtype]}_"
+                f"{real[np.dtype(prec.real_dtype('ifft'))]}_{real[np.dtype(prec.reduce_dtype)]}_"
                 f"{real[np.dtype(out_dtype)]}")
 
     def __init__(self, eng: "KernelEngine", prec: PrecisionConfig, out_dtype):
