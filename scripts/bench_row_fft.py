@@ -12,7 +12,9 @@ Usage: python scripts/bench_row_fft.py [--sizes 5000x1000,...] [--precisions ddd
 
 ``--sweep`` also times each kernel at several rows per block and block sizes (the defaults'
 tuning: ``_rowfft.ROWS_BYTES``, ``_rowfft.THREADS``); ``--radices`` at every factorisation of
-its length into passes (``_rowfft.factorisations``; the default: ``_rowfft.MAX_RADIX``).
+its length into passes (``_rowfft.factorisations``; the default: ``_rowfft.MAX_RADIX``);
+``--carveouts`` at several preferred shared-memory carveouts (percent of the unified L1 and
+shared memory; -1 the driver's default), two passes in opposite orders, the faster kept.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ def main(argv=None) -> int:
                     help="time every factorisation of the length into passes (FAMILIES)")
     ap.add_argument("--threads", default="32,64,128",
                     help="block sizes of the sweep (at most _rowfft.MAX_THREADS)")
+    ap.add_argument("--carveouts", default=None,
+                    help="time each kernel at these preferred carveouts, e.g. -1,50,100")
     ap.add_argument("--json", default=None, help="also write every timing to this file")
     args = ap.parse_args(argv)
 
@@ -128,6 +132,22 @@ def main(argv=None) -> int:
                         cells.sort()
                         print("      sweep (us / rows per block / threads): " + "  ".join(
                             f"{c[0] * 1e6:.1f}/{c[1]}/{c[2]}" for c in cells[:6]))
+                    if args.carveouts:
+                        base = plans["1"][i]
+                        values = [int(v) for v in args.carveouts.split(",")]
+                        best = {}
+                        for order in (values, values[::-1]):
+                            for v in order:
+                                _set_carveout(cp, base, v)
+                                ts = median_time(cp, lambda: base(src("1").data.ptr,
+                                                                  dst("1").data.ptr), args.repeat)
+                                best[v] = min(best.get(v, ts), ts)
+                        _set_carveout(cp, base, 100)  # the package's setting
+                        for v, ts in best.items():
+                            results.append({"rows": rows, "nt": nt, "L": L, "precision": p,
+                                            "dir": d, "carveout": v, "kernel_s": ts})
+                        print("      carveouts (us): " + "  ".join(
+                            f"{v}: {best[v] * 1e6:.1f}" for v in values))
                     if args.radices:
                         base = plans["1"][i]
                         cells = []
@@ -152,6 +172,14 @@ def main(argv=None) -> int:
     if args.json:
         write_json(args.json, results)
     return 0
+
+
+def _set_carveout(cp, plan, percent: int) -> None:
+    """The preferred shared-memory carveout of a row FFT plan's kernel (-1: the driver's)."""
+    fn = plan._launch._fn
+    drv = cp.cuda.driver
+    drv.funcSetAttribute(getattr(fn, "kernel", fn).ptr,
+                         drv.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, percent)
 
 
 if __name__ == "__main__":
