@@ -266,20 +266,19 @@ ROW_FFT_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
 ROW_FFT_MIN_BLOCKS_PER_SM = 3
 # Stages 3-5 of a one-vector adjoint as one kernel (hip_kernels/fused.cuh: its sums never go
 # through memory, the stage-3 output the inverse FFT would read back). By default for complex128
-# storage with at most FUSED_MAX_ND sensors and max(FUSED_THREADS) frequencies, where the row
-# FFT kernels take the inverse transform (KernelEngine.fused_adjoint). On an H200 it made the
+# storage with at most FUSED_MAX_ND sensors and FUSED_THREADS frequencies, where the row FFT
+# kernels take the inverse transform (KernelEngine.fused_adjoint). On an H200 it made the
 # complex128 adjoint of (100000, 10, 100) 1.09x as fast; with complex64 or float16 storage it was
 # no faster than the stages apart, so the kernel is built for complex128 only
 # (docs/benchmarks.md, twenty-third run).
 FUSED_MAX_ND = 12  # hip_kernels/fftmatvec_kernels.cu: FUSED_ND
-FUSED_THREADS = (128, 256)  # its block sizes, one thread per frequency: the smallest that fits
-FUSED_THREADS_PER_SM = 512  # hip_kernels/fused.cuh: the launch bounds' blocks x threads
+FUSED_THREADS = 128  # hip_kernels/fused.cuh: FUSED_MAX_THREADS (one thread per frequency)
 FUSED_STORES = ("c128",)
-# ... where its blocks fill at least this many rounds of those it keeps resident: interleaved
-# with the stages apart on an H200 (twenty-third run), the adjoint of (100000, 10, 100) (10000
-# blocks, 19 rounds of 4 x 132) was 1.09x as fast, (50000, 12, 60) (2942 blocks, 5.6 rounds)
+# ... where its blocks fill at least this many per multiprocessor (4 rounds of the 4 its
+# registers let in): interleaved with the stages apart on an H200 (twenty-third run), the
+# adjoint of (100000, 10, 100) (10000 blocks) was 1.09x as fast, (50000, 12, 60) (2942 blocks)
 # 1.08-1.11x, and (20000, 6, 40) (800 blocks, 1.5 rounds) 0.95x.
-FUSED_MIN_ROUNDS = 4
+FUSED_MIN_BLOCKS_PER_SM = 16
 # Its inverse FFT's largest radix: 10 in every precision (the kernel's registers are set by its
 # sums, not its butterflies). On (100000, 10, 100) radix 10 (10 x 10) took 0.494 ms where radices
 # up to 8 (5 x 5 x 4) took 0.508 (twenty-third run).
@@ -386,8 +385,8 @@ def fused_adjoint_line(gpu: bool) -> str:
     if mode == "0":
         return "off (FFTMATVEC_FUSED_ADJOINT=0)"
     return (f"stages 3-5 of one-vector adjoints as one kernel: {', '.join(FUSED_STORES)} storage, "
-            f"Nd <= {FUSED_MAX_ND}, Nf <= {max(FUSED_THREADS)}, inverse FFT on the row FFT "
-            f"kernels, {FUSED_MIN_ROUNDS} rounds of blocks")
+            f"Nd <= {FUSED_MAX_ND}, Nf <= {FUSED_THREADS}, inverse FFT on the row FFT kernels, "
+            f"{FUSED_MIN_BLOCKS_PER_SM} blocks per multiprocessor")
 
 
 def khat_layout(store: str, nfp: int) -> tuple[int, int, int]:
@@ -1305,9 +1304,9 @@ class KernelEngine:
                       out_dtype) -> "_GemvIrfft | None":
         """Stages 3-5 of a fused product as one kernel (:class:`_GemvIrfft`), or None: by
         default for one-vector adjoints with storage in :data:`FUSED_STORES`, at most
-        :data:`FUSED_MAX_ND` sensors and ``max(FUSED_THREADS)`` frequencies, whose inverse
+        :data:`FUSED_MAX_ND` sensors and :data:`FUSED_THREADS` frequencies, whose inverse
         transform the row FFT kernels take (:meth:`row_ffts`) and whose blocks fill
-        :data:`FUSED_MIN_ROUNDS` rounds of the resident ones.
+        :data:`FUSED_MIN_BLOCKS_PER_SM` per multiprocessor.
         ``FFTMATVEC_FUSED_ADJOINT=0`` never; ``=1`` wherever the kernel takes the product, and an
         error that says why where it does not."""
         mode = _switch("FFTMATVEC_FUSED_ADJOINT")
@@ -1321,13 +1320,12 @@ class KernelEngine:
             why = f"{self.store} storage (it takes {', '.join(FUSED_STORES)})"
         elif self.nd > FUSED_MAX_ND:
             why = f"Nd = {self.nd} sensors (it takes at most {FUSED_MAX_ND})"
-        elif self.nf > max(FUSED_THREADS):
-            why = f"Nf = {self.nf} frequencies (it takes at most {max(FUSED_THREADS)})"
+        elif self.nf > FUSED_THREADS:
+            why = f"Nf = {self.nf} frequencies (it takes at most {FUSED_THREADS})"
         elif not self.row_ffts(prec):
             why = f"the row FFT kernels do not take length {self.fft_len} in {fft_real}"
         if why is None:
-            threads = _GemvIrfft.threads(self.nf)
-            name = _GemvIrfft.kernel_name(self.xhat_dtype(prec), prec, out_dtype, threads)
+            name = _GemvIrfft.kernel_name(self.xhat_dtype(prec), prec, out_dtype)
             if not kernels.has_function(name):
                 why = f"the code object has no {name}"
         if why is not None:
@@ -1337,8 +1335,7 @@ class KernelEngine:
             return None
         if mode == "auto":
             blocks = -(-self.nm // _rowfft.default_rows_per_block(self.fft_len, fft_real))
-            resident = FUSED_THREADS_PER_SM // threads * self.num_sms
-            if blocks < FUSED_MIN_ROUNDS * resident:
+            if blocks < FUSED_MIN_BLOCKS_PER_SM * self.num_sms:
                 return None
         return _GemvIrfft(self, prec, out_dtype)
 
@@ -1507,21 +1504,14 @@ class _GemvIrfft:
     ``plan(x_ptr, y_ptr, stream)`` from the forward FFT's output ``(1, Nd, Nf)`` (in
     :meth:`KernelEngine.xhat_dtype`) to the unpadded output ``(1, Nm, Nt)``. Each block takes the
     rows of a block of the row FFT kernels (:func:`fftmatvec._rowfft.default_rows_per_block`,
-    fewer where they would pass :data:`FUSED_MAX_SMEM`), one thread per frequency
-    (:meth:`threads`)."""
+    fewer where they would pass :data:`FUSED_MAX_SMEM`), one thread per frequency."""
 
     @staticmethod
-    def threads(nf: int) -> int:
-        """The block size for ``nf`` frequencies: the smallest of :data:`FUSED_THREADS` that
-        holds them (the largest where none does: the rule keeps those products apart)."""
-        return next((t for t in FUSED_THREADS if t >= nf), max(FUSED_THREADS))
-
-    @staticmethod
-    def kernel_name(in_dtype, prec: PrecisionConfig, out_dtype, threads: int) -> str:
+    def kernel_name(in_dtype, prec: PrecisionConfig, out_dtype) -> str:
         real = _REAL_SUFFIX
         return (f"sbgemv_irfft_c128_{_CPLX_SUFFIX[np.dtype(in_dtype)]}_"
                 f"{real[np.dtype(prec.real_dtype('ifft'))]}_{real[np.dtype(prec.reduce_dtype)]}_"
-                f"{real[np.dtype(out_dtype)]}_t{threads}")
+                f"{real[np.dtype(out_dtype)]}")
 
     def __init__(self, eng: "KernelEngine", prec: PrecisionConfig, out_dtype):
         L, nm = eng.fft_len, eng.nm
@@ -1536,8 +1526,7 @@ class _GemvIrfft:
         self.rows_per_block, self.radices = rpb, rads
         self.smem = _rowfft.block_bytes(L, fft_real, rpb)
         self.grid = (-(-nm // rpb),)
-        self.block = (self.threads(eng.nf),)
-        self.name = self.kernel_name(eng.xhat_dtype(prec), prec, out_dtype, self.block[0])
+        self.name = self.kernel_name(eng.xhat_dtype(prec), prec, out_dtype)
         so, sr, shift, sb = eng.khat_strides(True)
         packed = sum(r << (6 * i) for i, r in enumerate(rads))
         i64, i32 = np.int64, np.int32
@@ -1545,7 +1534,7 @@ class _GemvIrfft:
                 i32(rpb), np.uint64(packed), i32(len(rads)), i64(so), i64(sr), i32(shift),
                 i64(sb))
         fn = kernels.get_function(self.name)  # no opt-in: the default carveout (FUSED_MAX_SMEM)
-        self._launch = kernels.PackedLaunch(fn, self.grid, self.block, self.smem, args)
+        self._launch = kernels.PackedLaunch(fn, self.grid, (FUSED_THREADS,), self.smem, args)
 
     def __call__(self, x_ptr: int, y_ptr: int, stream: int) -> None:
         self._launch(stream, x_ptr, y_ptr)

@@ -74,26 +74,22 @@ FFTMATVEC_ROWFFT_FAMILIES(f64, double, c64, float2)
 FFTMATVEC_ROWFFT_FAMILIES(f32, float, c64, float2)
 
 // ---- stages 3-5 of an adjoint in one kernel (fused.cuh) -------------------------------------
-// sbgemv_irfft_c128_<input>_<FFT>_<stage 5>_<output>_t<T>: complex128 Khat, up to FUSED_ND
-// sensors (keep in sync with fftmatvec/_gpu.py: FUSED_MAX_ND), blocks of T threads (_gpu.py:
-// FUSED_THREADS), every radix of _rowfft.FAMILIES.
+// sbgemv_irfft_c128_<input>_<FFT>_<stage 5>_<output>: complex128 Khat, up to FUSED_ND sensors
+// (keep in sync with fftmatvec/_gpu.py: FUSED_MAX_ND), every radix of _rowfft.FAMILIES.
 #define FUSED_ND 12
-#define FFTMATVEC_SBGEMV_IRFFT(NAME, T, CIN, R, TMID, TOUT)                                    \
-  extern "C" __global__ void FUSED_BOUNDS(T) sbgemv_irfft_c128_##NAME##_t##T(                   \
+#define FFTMATVEC_SBGEMV_IRFFT(NAME, CIN, R, TMID, TOUT)                                       \
+  extern "C" __global__ void FUSED_BOUNDS sbgemv_irfft_c128_##NAME(                             \
       const StoreC128::elem* __restrict__ kh, const CIN* __restrict__ x, TOUT* __restrict__ out, \
       const Complex<R>::type* __restrict__ tw, i64 nm, int nd, int nt, int L, int rpb,          \
       unsigned long long radices, int npass, i64 so, i64 sr, int fsh, i64 sb) {                 \
     sbgemv_irfft_body<10, FUSED_ND, 1, StoreC128, CIN, R, TMID, TOUT>(                          \
         kh, x, out, tw, nm, nd, nt, L, rpb, radices, npass, so, sr, fsh, sb);                   \
   }
-#define FFTMATVEC_SBGEMV_IRFFT_T(NAME, CIN, R, TMID, TOUT)    \
-  FFTMATVEC_SBGEMV_IRFFT(NAME, 128, CIN, R, TMID, TOUT)        \
-  FFTMATVEC_SBGEMV_IRFFT(NAME, 256, CIN, R, TMID, TOUT)
-#define FFTMATVEC_SBGEMV_IRFFT_IO(C, CT, F, R)                           \
-  FFTMATVEC_SBGEMV_IRFFT_T(C##_##F##_f64_f64, CT, R, double, double) \
-  FFTMATVEC_SBGEMV_IRFFT_T(C##_##F##_f64_f32, CT, R, double, float)  \
-  FFTMATVEC_SBGEMV_IRFFT_T(C##_##F##_f32_f64, CT, R, float, double)  \
-  FFTMATVEC_SBGEMV_IRFFT_T(C##_##F##_f32_f32, CT, R, float, float)
+#define FFTMATVEC_SBGEMV_IRFFT_IO(C, CT, F, R)                         \
+  FFTMATVEC_SBGEMV_IRFFT(C##_##F##_f64_f64, CT, R, double, double) \
+  FFTMATVEC_SBGEMV_IRFFT(C##_##F##_f64_f32, CT, R, double, float)  \
+  FFTMATVEC_SBGEMV_IRFFT(C##_##F##_f32_f64, CT, R, float, double)  \
+  FFTMATVEC_SBGEMV_IRFFT(C##_##F##_f32_f32, CT, R, float, float)
 FFTMATVEC_SBGEMV_IRFFT_IO(c128, double2, f64, double)
 FFTMATVEC_SBGEMV_IRFFT_IO(c128, double2, f32, float)
 FFTMATVEC_SBGEMV_IRFFT_IO(c64, float2, f64, double)

@@ -1,5 +1,5 @@
 // Stages 3-5 of an adjoint product in one kernel, for products with few sensors (Nd <= ND) and
-// few frequencies (Nf <= blockDim.x: 128 or 256), one right-hand side.
+// few frequencies (Nf <= blockDim.x), one right-hand side.
 //
 // There stage 3's output (Nm x Nf complex values) is as large as a good part of Khat
 // (Nd x Nm x Nf), and its round trip through memory, written by stage 3 and read by the inverse
@@ -34,15 +34,15 @@ template <typename Store, typename R> struct Handoff {
                           float2>::type type;
 };
 
-// The kernels' launch bounds: blocks of T = 128 or 256 threads (one per frequency), and on
-// NVIDIA registers for FUSED_THREADS_PER_SM / T blocks per multiprocessor (the complex128 kernel
-// then takes 128 registers with 4 bytes of spills; unbounded, its FFT passes took it past 160).
-// Under HIP, where a second bound means something else, only the first.
-#define FUSED_THREADS_PER_SM 512
+// The kernels' launch bounds: 128 threads, and registers for 4 blocks per multiprocessor on
+// NVIDIA (the complex128 kernel then takes 122 registers without spills; unbounded, its FFT
+// passes took it past 160). Under HIP, where a second bound means something else, only the first.
+#define FUSED_MAX_THREADS 128
+#define FUSED_MIN_BLOCKS 4
 #if defined(FFTMATVEC_HIP)
-#define FUSED_BOUNDS(T) __launch_bounds__(T)
+#define FUSED_BOUNDS __launch_bounds__(FUSED_MAX_THREADS)
 #else
-#define FUSED_BOUNDS(T) __launch_bounds__(T, FUSED_THREADS_PER_SM / T)
+#define FUSED_BOUNDS __launch_bounds__(FUSED_MAX_THREADS, FUSED_MIN_BLOCKS)
 #endif
 
 // Stages 3-5, adjoint, one right-hand side: out[row, c] (c < nt) for the rpb rows of block

@@ -41,18 +41,15 @@ def _engine(monkeypatch, store="c128", nd=10, nf=101, row_ffts=True, nm=100000):
     ({"adjoint": False}, False), ({"k": 2}, False), ({"store": "c64"}, False),
     ({"store": "c32h"}, False), ({"nd": _gpu.FUSED_MAX_ND + 1}, False),
     ({"nd": _gpu.FUSED_MAX_ND}, True), ({"nd": 1}, True),
-    ({"nf": max(_gpu.FUSED_THREADS) + 1}, False), ({"nf": max(_gpu.FUSED_THREADS)}, True),
-    ({"nf": 129}, True),  # blocks of 256 threads
+    ({"nf": _gpu.FUSED_THREADS + 1}, False), ({"nf": _gpu.FUSED_THREADS}, True),
     ({"row_ffts": False}, False),
-    # 10 rows of L = 200 a block, 4 blocks of 128 threads resident: 4 rounds from 21120 rows
+    # 10 rows of L = 200 a block: 16 blocks per multiprocessor from 21120 rows
     ({"nm": 21120}, True), ({"nm": 21110}, False),
-    # 5 rows of L = 400 a block, 2 blocks of 256 threads resident: 4 rounds from 5280 rows
-    ({"nf": 201, "nm": 5280}, True), ({"nf": 201, "nm": 5275}, False),
 ])
 def test_fused_adjoint_rule(monkeypatch, change, expect):
     """By default: one-vector adjoints with complex128 storage, at most FUSED_MAX_ND sensors
-    and max(FUSED_THREADS) frequencies, whose inverse transform the row FFT kernels take, with
-    FUSED_MIN_ROUNDS rounds of the blocks it keeps resident."""
+    and FUSED_THREADS frequencies, whose inverse transform the row FFT kernels take, with
+    FUSED_MIN_BLOCKS_PER_SM blocks per multiprocessor."""
     monkeypatch.delenv("FFTMATVEC_FUSED_ADJOINT", raising=False)
     adjoint, k = change.pop("adjoint", True), change.pop("k", 1)
     eng, made = _engine(monkeypatch, **change)
@@ -73,7 +70,7 @@ def test_fused_adjoint_switch(monkeypatch):
     assert KernelEngine.fused_adjoint(eng, prec, True, 1, np.float64) is not None
     assert KernelEngine.fused_adjoint(eng, prec, False, 1, np.float64) is None  # forward: never
     for change, why in (({"store": "c64"}, "c64 storage"), ({"nd": 13}, "Nd = 13 sensors"),
-                        ({"nf": 257}, "Nf = 257 frequencies"),
+                        ({"nf": 129}, "Nf = 129 frequencies"),
                         ({"row_ffts": False}, "row FFT kernels do not take length")):
         eng, _ = _engine(monkeypatch, **change)
         with pytest.raises(FFTMatvecValueError, match=why):
@@ -82,7 +79,7 @@ def test_fused_adjoint_switch(monkeypatch):
         KernelEngine.fused_adjoint(_engine(monkeypatch)[0], prec, True, 3, np.float64)
     monkeypatch.setattr(kernels, "has_function", lambda name: False)
     eng.store, eng.nd, eng.nf, eng.row_ffts = "c128", 10, 101, lambda p: True
-    with pytest.raises(FFTMatvecValueError, match="no sbgemv_irfft_c128_c128_f64_f64_f64_t128"):
+    with pytest.raises(FFTMatvecValueError, match="no sbgemv_irfft_c128_c128_f64_f64_f64"):
         KernelEngine.fused_adjoint(eng, prec, True, 1, np.float64)
     monkeypatch.setenv("FFTMATVEC_FUSED_ADJOINT", "yes")
     with pytest.raises(FFTMatvecValueError, match="FFTMATVEC_FUSED_ADJOINT must be auto, 0 or 1"):
@@ -90,36 +87,28 @@ def test_fused_adjoint_switch(monkeypatch):
     assert "FFTMATVEC_FUSED_ADJOINT" in _gpu.PATH_SWITCHES
 
 
-@pytest.mark.parametrize("prec,out,nf,name", [
-    ("ddddd", np.float64, 101, "sbgemv_irfft_c128_c128_f64_f64_f64_t128"),
-    ("dsdsd", np.float64, 1, "sbgemv_irfft_c128_c64_f32_f64_f64_t128"),
-    ("dddds", np.float32, 129, "sbgemv_irfft_c128_c128_f64_f32_f32_t256"),
+@pytest.mark.parametrize("prec,out,name", [
+    ("ddddd", np.float64, "sbgemv_irfft_c128_c128_f64_f64_f64"),
+    ("dsdsd", np.float64, "sbgemv_irfft_c128_c64_f32_f64_f64"),
+    ("dddds", np.float32, "sbgemv_irfft_c128_c128_f64_f32_f32"),
 ])
-def test_fused_kernel_names(prec, out, nf, name):
+def test_fused_kernel_names(prec, out, name):
     """Input: the forward FFT's output; then the inverse FFT's, stage 5's and the output's
-    precisions, and the block size (the smallest that holds the frequencies). Each name is one
-    the kernel source defines."""
+    precisions. Each name is one the kernel source defines."""
     p = PrecisionConfig(prec)
     xhat = np.dtype(np.complex64 if p.letters[1] == "s" else np.complex128)
-    threads = _gpu._GemvIrfft.threads(nf)
-    assert _gpu._GemvIrfft.kernel_name(xhat, p, out, threads) == name
+    assert _gpu._GemvIrfft.kernel_name(xhat, p, out) == name
     source = (KERNELS / "fftmatvec_kernels.cu").read_text()
-    cin, fft, mid, tout, t = name.split("_")[3:]
-    assert f"FFTMATVEC_SBGEMV_IRFFT(NAME, {t[1:]}, CIN" in source
+    cin, fft, mid, tout = name.split("_")[3:]
     assert f"FFTMATVEC_SBGEMV_IRFFT_IO({cin}, " in source
     assert f"{cin}, {'double2' if cin == 'c128' else 'float2'}, {fft}," in source
     assert f"C##_##F##_{mid}_{tout}," in source
 
 
 def test_fused_bounds_match_the_kernels():
-    """The host's limits are the kernels' template, block sizes and launch bounds."""
-    source = (KERNELS / "fftmatvec_kernels.cu").read_text()
-    assert f"#define FUSED_ND {_gpu.FUSED_MAX_ND}\n" in source
-    for t in _gpu.FUSED_THREADS:
-        assert f"FFTMATVEC_SBGEMV_IRFFT(NAME, {t}, CIN" in source
-    text = (KERNELS / "fused.cuh").read_text()
-    assert f"#define FUSED_THREADS_PER_SM {_gpu.FUSED_THREADS_PER_SM}\n" in text
-    assert _gpu._GemvIrfft.threads(1) == 128 and _gpu._GemvIrfft.threads(129) == 256
+    """The host's limits are the kernels' template and launch bound."""
+    assert f"#define FUSED_ND {_gpu.FUSED_MAX_ND}\n" in (KERNELS / "fftmatvec_kernels.cu").read_text()
+    assert f"#define FUSED_MAX_THREADS {_gpu.FUSED_THREADS}\n" in (KERNELS / "fused.cuh").read_text()
 
 
 # ---- on the GPU -----------------------------------------------------------------------------
@@ -132,14 +121,12 @@ TOL = {"ddddd": 1e-12, "dsdsd": 1e-5, "dddds": 1e-6}
                                              ("dddds", np.float32), ("ddddd", np.float32)],
                          ids=lambda c: str(getattr(c, "__name__", c)))
 @pytest.mark.parametrize("shape", [(1, 1, 1), (12, 37, 11), (5, 301, 7), (10, 1000, 100),
-                                   (3, 57, 60), (7, 2, 64), (3, 90, 128), (4, 300, 150)],
-                         ids=lambda s: "x".join(map(str, s)))
+                                   (3, 57, 60), (7, 2, 64)], ids=lambda s: "x".join(map(str, s)))
 def test_fused_adjoint_matches_dense(monkeypatch, rng, precision, dtype, shape):
     """The fused adjoint (forced on) against the float64 dense matrix, and against the stages
     apart; every output written (poisoned first), the input left as it was. The shapes take
     one sensor and twelve, rows that fill no block, an odd FFT length (Nt = 7: L = 15), one
-    frequency (128 row lanes of one thread), 8 and 13 (16 and 9 lanes), 65 and 101, and 129
-    and 151 (blocks of 256 threads)."""
+    frequency (128 row lanes of one thread), 8 and 13 (16 and 9 lanes), 65 and 101."""
     cp = backend.cupy
     monkeypatch.setenv("FFTMATVEC_FUSED_ADJOINT", "1")
     K = rng.standard_normal(shape)
@@ -149,7 +136,6 @@ def test_fused_adjoint_matches_dense(monkeypatch, rng, precision, dtype, shape):
     product = eng.fused_product(F.precision, True, 1, dtype, dtype)
     assert product is not None and product.fused is not None and product.stage3 is None
     assert product.fused.smem <= _gpu.FUSED_MAX_SMEM
-    assert product.fused.block[0] == (128 if eng.nf <= 128 else 256)
     assert max(product.fused.radices, default=2) <= _gpu.FUSED_MAX_RADIX
     d = cp.asarray(rng.standard_normal((nd, nt)).astype(dtype))
     d0 = d.copy()
