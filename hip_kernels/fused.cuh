@@ -35,8 +35,9 @@ template <typename Store, typename R> struct Handoff {
 };
 
 // The kernels' launch bounds: 128 threads, and registers for 4 blocks per multiprocessor on
-// NVIDIA (the complex128 kernel then takes 122 registers without spills; unbounded, its FFT
-// passes took it past 160). Under HIP, where a second bound means something else, only the first.
+// NVIDIA (the complex128 kernels then take 116-128 registers, with 4 bytes of spills for 12
+// sensors; unbounded, their FFT passes took them past 160; with 5 blocks, 76-192 bytes of
+// spills made them slower). Under HIP, where a second bound means something else, only the first.
 #define FUSED_MAX_THREADS 128
 #define FUSED_MIN_BLOCKS 4
 #if defined(FFTMATVEC_HIP)

@@ -4,6 +4,7 @@ stages apart."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -79,7 +80,7 @@ def test_fused_adjoint_switch(monkeypatch):
         KernelEngine.fused_adjoint(_engine(monkeypatch)[0], prec, True, 3, np.float64)
     monkeypatch.setattr(kernels, "has_function", lambda name: False)
     eng.store, eng.nd, eng.nf, eng.row_ffts = "c128", 10, 101, lambda p: True
-    with pytest.raises(FFTMatvecValueError, match="no sbgemv_irfft_c128_c128_f64_f64_f64"):
+    with pytest.raises(FFTMatvecValueError, match="no sbgemv_irfft_c128_c128_f64_f64_f64_n10"):
         KernelEngine.fused_adjoint(eng, prec, True, 1, np.float64)
     monkeypatch.setenv("FFTMATVEC_FUSED_ADJOINT", "yes")
     with pytest.raises(FFTMatvecValueError, match="FFTMATVEC_FUSED_ADJOINT must be auto, 0 or 1"):
@@ -87,19 +88,24 @@ def test_fused_adjoint_switch(monkeypatch):
     assert "FFTMATVEC_FUSED_ADJOINT" in _gpu.PATH_SWITCHES
 
 
-@pytest.mark.parametrize("prec,out,name", [
-    ("ddddd", np.float64, "sbgemv_irfft_c128_c128_f64_f64_f64"),
-    ("dsdsd", np.float64, "sbgemv_irfft_c128_c64_f32_f64_f64"),
-    ("dddds", np.float32, "sbgemv_irfft_c128_c128_f64_f32_f32"),
+@pytest.mark.parametrize("prec,out,nd,name", [
+    ("ddddd", np.float64, 10, "sbgemv_irfft_c128_c128_f64_f64_f64_n10"),
+    ("dsdsd", np.float64, 1, "sbgemv_irfft_c128_c64_f32_f64_f64_n4"),
+    ("dddds", np.float32, 11, "sbgemv_irfft_c128_c128_f64_f32_f32_n12"),
+    ("ddddd", np.float32, 5, "sbgemv_irfft_c128_c128_f64_f64_f32_n8"),
 ])
-def test_fused_kernel_names(prec, out, name):
+def test_fused_kernel_names(prec, out, nd, name):
     """Input: the forward FFT's output; then the inverse FFT's, stage 5's and the output's
-    precisions. Each name is one the kernel source defines."""
+    precisions, and the smallest sensor count compiled that holds Nd. Each name is one the
+    kernel source defines."""
     p = PrecisionConfig(prec)
     xhat = np.dtype(np.complex64 if p.letters[1] == "s" else np.complex128)
-    assert _gpu._GemvIrfft.kernel_name(xhat, p, out) == name
+    assert _gpu._GemvIrfft.kernel_name(xhat, p, out, nd) == name
+    with pytest.raises(ValueError, match="at most 12 sensors"):
+        _gpu._GemvIrfft.kernel_name(xhat, p, out, 13)
     source = (KERNELS / "fftmatvec_kernels.cu").read_text()
-    cin, fft, mid, tout = name.split("_")[3:]
+    cin, fft, mid, tout, tile = name.split("_")[3:]
+    assert f"FFTMATVEC_SBGEMV_IRFFT(NAME, {tile[1:]}, CIN" in source
     assert f"FFTMATVEC_SBGEMV_IRFFT_IO({cin}, " in source
     assert f"{cin}, {'double2' if cin == 'c128' else 'float2'}, {fft}," in source
     assert f"C##_##F##_{mid}_{tout}," in source
@@ -107,7 +113,10 @@ def test_fused_kernel_names(prec, out, name):
 
 def test_fused_bounds_match_the_kernels():
     """The host's limits are the kernels' template and launch bound."""
-    assert f"#define FUSED_ND {_gpu.FUSED_MAX_ND}\n" in (KERNELS / "fftmatvec_kernels.cu").read_text()
+    source = (KERNELS / "fftmatvec_kernels.cu").read_text()
+    for nd in _gpu.FUSED_ND:
+        assert f"FFTMATVEC_SBGEMV_IRFFT(NAME, {nd}, CIN" in source
+    assert len(re.findall(r"FFTMATVEC_SBGEMV_IRFFT\(NAME, \d+,", source)) == len(_gpu.FUSED_ND)
     assert f"#define FUSED_MAX_THREADS {_gpu.FUSED_THREADS}\n" in (KERNELS / "fused.cuh").read_text()
 
 
@@ -121,12 +130,14 @@ TOL = {"ddddd": 1e-12, "dsdsd": 1e-5, "dddds": 1e-6}
                                              ("dddds", np.float32), ("ddddd", np.float32)],
                          ids=lambda c: str(getattr(c, "__name__", c)))
 @pytest.mark.parametrize("shape", [(1, 1, 1), (12, 37, 11), (5, 301, 7), (10, 1000, 100),
-                                   (3, 57, 60), (7, 2, 64)], ids=lambda s: "x".join(map(str, s)))
+                                   (3, 57, 60), (7, 2, 64), (4, 50, 20), (9, 40, 30)],
+                         ids=lambda s: "x".join(map(str, s)))
 def test_fused_adjoint_matches_dense(monkeypatch, rng, precision, dtype, shape):
     """The fused adjoint (forced on) against the float64 dense matrix, and against the stages
     apart; every output written (poisoned first), the input left as it was. The shapes take
     one sensor and twelve, rows that fill no block, an odd FFT length (Nt = 7: L = 15), one
-    frequency (128 row lanes of one thread), 8 and 13 (16 and 9 lanes), 65 and 101."""
+    frequency (128 row lanes of one thread), 8 and 13 (16 and 9 lanes), 65 and 101, and
+    every compiled sensor count (4, 8, 10, 12) full and not."""
     cp = backend.cupy
     monkeypatch.setenv("FFTMATVEC_FUSED_ADJOINT", "1")
     K = rng.standard_normal(shape)
