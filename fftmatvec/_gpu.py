@@ -268,7 +268,7 @@ ROW_FFT_MIN_BLOCKS_PER_SM = 3
 # through memory, the stage-3 output the inverse FFT would read back). By default for complex128
 # storage with at most FUSED_MAX_ND sensors and FUSED_THREADS frequencies, where the row FFT
 # kernels take the inverse transform (KernelEngine.fused_adjoint). On an H200 it made the
-# complex128 adjoint of (100000, 10, 100) 1.09x as fast; with complex64 or float16 storage it was
+# complex128 adjoint of (100000, 10, 100) 1.18x as fast; with complex64 or float16 storage it was
 # no faster than the stages apart, so the kernel is built for complex128 only
 # (docs/benchmarks.md, twenty-third run).
 FUSED_ND = (4, 8, 10, 12)  # the sensors its kernels hold (fftmatvec_kernels.cu): the smallest
@@ -279,8 +279,8 @@ FUSED_THREADS = 128  # hip_kernels/fused.cuh: FUSED_MAX_THREADS (one thread per 
 FUSED_STORES = ("c128",)
 # ... where its blocks fill at least this many per multiprocessor (4 rounds of the 4 its
 # registers let in): interleaved with the stages apart on an H200 (twenty-third run), the
-# adjoint of (100000, 10, 100) (10000 blocks) was 1.09x as fast, (50000, 12, 60) (2942 blocks)
-# 1.08-1.11x, and (20000, 6, 40) (800 blocks, 1.5 rounds) 0.95x.
+# adjoint of (100000, 10, 100) (10000 blocks) was 1.18x as fast, (60000, 8, 100) (6000) 1.17x,
+# (50000, 12, 60) (2942) 1.08-1.11x, and (20000, 6, 40) (800 blocks, 1.5 rounds) 0.95x.
 FUSED_MIN_BLOCKS_PER_SM = 16
 # Its inverse FFT's largest radix: 10 in every precision (the kernel's registers are set by its
 # sums, not its butterflies). On (100000, 10, 100) radix 10 (10 x 10) took 0.494 ms where radices
