@@ -266,17 +266,17 @@ ROW_FFT_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
 ROW_FFT_MIN_BLOCKS_PER_SM = 3
 # Stages 3-5 of a one-vector adjoint as one kernel (hip_kernels/fused.cuh: its sums never go
 # through memory, the stage-3 output the inverse FFT would read back). By default for complex128
-# storage with at most FUSED_MAX_ND sensors and FUSED_THREADS frequencies, where the row FFT
-# kernels take the inverse transform (KernelEngine.fused_adjoint). On an H200 it made the
-# complex128 adjoint of (100000, 10, 100) 1.18x as fast; with complex64 or float16 storage it was
-# no faster than the stages apart, so the kernel is built for complex128 only
-# (docs/benchmarks.md, twenty-third run).
+# and complex64 storage with at most FUSED_MAX_ND sensors and FUSED_THREADS frequencies, where
+# the row FFT kernels take the inverse transform (KernelEngine.fused_adjoint). On an H200 it made
+# the adjoint of (100000, 10, 100) 1.18x as fast in `ddddd` and 1.12x in `sssss`; with float16
+# storage it was 0.97-0.98x the stages apart, and is not built for it (docs/benchmarks.md,
+# twenty-third run).
 FUSED_ND = (4, 8, 10, 12)  # the sensors its kernels hold (fftmatvec_kernels.cu): the smallest
 # that holds Nd, whose loads are then all in use (on (100000, 10, 100), 0.454 ms with 10, 0.494
 # with 12)
 FUSED_MAX_ND = max(FUSED_ND)
 FUSED_THREADS = 128  # hip_kernels/fused.cuh: FUSED_MAX_THREADS (one thread per frequency)
-FUSED_STORES = ("c128",)
+FUSED_STORES = ("c128", "c64")
 # ... where its blocks fill at least this many per multiprocessor (4 rounds of the 4 its
 # registers let in): interleaved with the stages apart on an H200 (twenty-third run), the
 # adjoint of (100000, 10, 100) (10000 blocks) was 1.18x as fast, (60000, 8, 100) (6000) 1.17x,
@@ -1328,7 +1328,8 @@ class KernelEngine:
         elif not self.row_ffts(prec):
             why = f"the row FFT kernels do not take length {self.fft_len} in {fft_real}"
         if why is None:
-            name = _GemvIrfft.kernel_name(self.xhat_dtype(prec), prec, out_dtype, self.nd)
+            name = _GemvIrfft.kernel_name(self.store, self.xhat_dtype(prec), prec, out_dtype,
+                                          self.nd)
             if not kernels.has_function(name):
                 why = f"the code object has no {name}"
         if why is not None:
@@ -1510,13 +1511,13 @@ class _GemvIrfft:
     fewer where they would pass :data:`FUSED_MAX_SMEM`), one thread per frequency."""
 
     @staticmethod
-    def kernel_name(in_dtype, prec: PrecisionConfig, out_dtype, nd: int) -> str:
+    def kernel_name(store: str, in_dtype, prec: PrecisionConfig, out_dtype, nd: int) -> str:
         """The entry point for ``nd`` sensors: the smallest of :data:`FUSED_ND` that holds them."""
         real = _REAL_SUFFIX
         tile = next((t for t in FUSED_ND if t >= nd), None)
         if tile is None:
             raise ValueError(f"the fused adjoint takes at most {FUSED_MAX_ND} sensors, got {nd}")
-        return (f"sbgemv_irfft_c128_{_CPLX_SUFFIX[np.dtype(in_dtype)]}_"
+        return (f"sbgemv_irfft_{store}_{_CPLX_SUFFIX[np.dtype(in_dtype)]}_"
                 f"{real[np.dtype(prec.real_dtype('ifft'))]}_{real[np.dtype(prec.reduce_dtype)]}_"
                 f"{real[np.dtype(out_dtype)]}_n{tile}")
 
@@ -1533,7 +1534,7 @@ class _GemvIrfft:
         self.rows_per_block, self.radices = rpb, rads
         self.smem = _rowfft.block_bytes(L, fft_real, rpb)
         self.grid = (-(-nm // rpb),)
-        self.name = self.kernel_name(eng.xhat_dtype(prec), prec, out_dtype, eng.nd)
+        self.name = self.kernel_name(eng.store, eng.xhat_dtype(prec), prec, out_dtype, eng.nd)
         so, sr, shift, sb = eng.khat_strides(True)
         packed = sum(r << (6 * i) for i, r in enumerate(rads))
         i64, i32 = np.int64, np.int32

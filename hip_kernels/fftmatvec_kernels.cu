@@ -74,33 +74,37 @@ FFTMATVEC_ROWFFT_FAMILIES(f64, double, c64, float2)
 FFTMATVEC_ROWFFT_FAMILIES(f32, float, c64, float2)
 
 // ---- stages 3-5 of an adjoint in one kernel (fused.cuh) -------------------------------------
-// sbgemv_irfft_c128_<input>_<FFT>_<stage 5>_<output>_n<ND>: complex128 Khat, up to ND sensors
-// (keep in sync with fftmatvec/_gpu.py: FUSED_ND), every radix of _rowfft.FAMILIES. The host
-// takes the smallest ND that holds Nd: on an H200 the ND = 10 kernel ran the adjoint of
-// (100000, 10, 100) in 0.454 ms, the ND = 12 one in 0.494 (twenty-third run).
-#define FFTMATVEC_SBGEMV_IRFFT(NAME, ND, CIN, R, TMID, TOUT)                                   \
-  extern "C" __global__ void FUSED_BOUNDS sbgemv_irfft_c128_##NAME##_n##ND(                     \
-      const StoreC128::elem* __restrict__ kh, const CIN* __restrict__ x, TOUT* __restrict__ out, \
+// sbgemv_irfft_<storage>_<input>_<FFT>_<stage 5>_<output>_n<ND>: complex128 or complex64 Khat,
+// up to ND sensors (keep in sync with fftmatvec/_gpu.py: FUSED_ND, FUSED_STORES), every radix of
+// _rowfft.FAMILIES. The host takes the smallest ND that holds Nd: on an H200 the ND = 10
+// kernel ran the complex128 adjoint of (100000, 10, 100) in 0.454 ms, the ND = 12 one in 0.494
+// (twenty-third run).
+#define FFTMATVEC_SBGEMV_IRFFT(NAME, ND, STORE, CIN, R, TMID, TOUT)                            \
+  extern "C" __global__ void FUSED_BOUNDS sbgemv_irfft_##NAME##_n##ND(                          \
+      const STORE::elem* __restrict__ kh, const CIN* __restrict__ x, TOUT* __restrict__ out,     \
       const Complex<R>::type* __restrict__ tw, i64 nm, int nd, int nt, int L, int rpb,          \
       unsigned long long radices, int npass, i64 so, i64 sr, int fsh, i64 sb) {                 \
-    sbgemv_irfft_body<10, ND, 1, StoreC128, CIN, R, TMID, TOUT>(kh, x, out, tw, nm, nd, nt, L,  \
-                                                                rpb, radices, npass, so, sr,    \
-                                                                fsh, sb);                       \
+    sbgemv_irfft_body<10, ND, 1, STORE, CIN, R, TMID, TOUT>(kh, x, out, tw, nm, nd, nt, L, rpb, \
+                                                            radices, npass, so, sr, fsh, sb);   \
   }
-#define FFTMATVEC_SBGEMV_IRFFT_ND(NAME, CIN, R, TMID, TOUT) \
-  FFTMATVEC_SBGEMV_IRFFT(NAME, 4, CIN, R, TMID, TOUT)        \
-  FFTMATVEC_SBGEMV_IRFFT(NAME, 8, CIN, R, TMID, TOUT)        \
-  FFTMATVEC_SBGEMV_IRFFT(NAME, 10, CIN, R, TMID, TOUT)       \
-  FFTMATVEC_SBGEMV_IRFFT(NAME, 12, CIN, R, TMID, TOUT)
-#define FFTMATVEC_SBGEMV_IRFFT_IO(C, CT, F, R)                            \
-  FFTMATVEC_SBGEMV_IRFFT_ND(C##_##F##_f64_f64, CT, R, double, double) \
-  FFTMATVEC_SBGEMV_IRFFT_ND(C##_##F##_f64_f32, CT, R, double, float)  \
-  FFTMATVEC_SBGEMV_IRFFT_ND(C##_##F##_f32_f64, CT, R, float, double)  \
-  FFTMATVEC_SBGEMV_IRFFT_ND(C##_##F##_f32_f32, CT, R, float, float)
-FFTMATVEC_SBGEMV_IRFFT_IO(c128, double2, f64, double)
-FFTMATVEC_SBGEMV_IRFFT_IO(c128, double2, f32, float)
-FFTMATVEC_SBGEMV_IRFFT_IO(c64, float2, f64, double)
-FFTMATVEC_SBGEMV_IRFFT_IO(c64, float2, f32, float)
+#define FFTMATVEC_SBGEMV_IRFFT_ND(NAME, STORE, CIN, R, TMID, TOUT) \
+  FFTMATVEC_SBGEMV_IRFFT(NAME, 4, STORE, CIN, R, TMID, TOUT)        \
+  FFTMATVEC_SBGEMV_IRFFT(NAME, 8, STORE, CIN, R, TMID, TOUT)        \
+  FFTMATVEC_SBGEMV_IRFFT(NAME, 10, STORE, CIN, R, TMID, TOUT)       \
+  FFTMATVEC_SBGEMV_IRFFT(NAME, 12, STORE, CIN, R, TMID, TOUT)
+#define FFTMATVEC_SBGEMV_IRFFT_IO(S, STORE, C, CT, F, R)                              \
+  FFTMATVEC_SBGEMV_IRFFT_ND(S##_##C##_##F##_f64_f64, STORE, CT, R, double, double) \
+  FFTMATVEC_SBGEMV_IRFFT_ND(S##_##C##_##F##_f64_f32, STORE, CT, R, double, float)  \
+  FFTMATVEC_SBGEMV_IRFFT_ND(S##_##C##_##F##_f32_f64, STORE, CT, R, float, double)  \
+  FFTMATVEC_SBGEMV_IRFFT_ND(S##_##C##_##F##_f32_f32, STORE, CT, R, float, float)
+// the input is the forward FFT's output: complex128 or complex64 into complex128 sums,
+// complex64 into complex64 ones (_gpu.py: xhat_dtype)
+FFTMATVEC_SBGEMV_IRFFT_IO(c128, StoreC128, c128, double2, f64, double)
+FFTMATVEC_SBGEMV_IRFFT_IO(c128, StoreC128, c128, double2, f32, float)
+FFTMATVEC_SBGEMV_IRFFT_IO(c128, StoreC128, c64, float2, f64, double)
+FFTMATVEC_SBGEMV_IRFFT_IO(c128, StoreC128, c64, float2, f32, float)
+FFTMATVEC_SBGEMV_IRFFT_IO(c64, StoreC64, c64, float2, f64, double)
+FFTMATVEC_SBGEMV_IRFFT_IO(c64, StoreC64, c64, float2, f32, float)
 // ---- a float16 adjoint's input times the row scales: scale_rows_<input> -------------------
 #define FFTMATVEC_SCALE_ROWS(NAME, C)                                                           \
   extern "C" __global__ void scale_rows_##NAME(const C* __restrict__ x,                         \
