@@ -268,9 +268,9 @@ ROW_FFT_MIN_BLOCKS_PER_SM = 3
 # through memory, the stage-3 output the inverse FFT would read back). By default for complex128
 # and complex64 storage with at most FUSED_MAX_ND sensors and FUSED_THREADS frequencies, where
 # the row FFT kernels take the inverse transform (KernelEngine.fused_adjoint). On an H200 it made
-# the adjoint of (100000, 10, 100) 1.18x as fast in `ddddd` and 1.12x in `sssss`; with float16
-# storage it was 0.97-0.98x the stages apart, and is not built for it (docs/benchmarks.md,
-# twenty-third run).
+# the adjoint of (100000, 10, 100) 1.18-1.20x as fast in `ddddd` and 1.04x in `sssss`; with
+# float16 storage it was 0.97-0.98x the stages apart, and is not built for it
+# (docs/benchmarks.md, twenty-third run).
 FUSED_ND = (4, 8, 10, 12)  # the sensors its kernels hold (fftmatvec_kernels.cu): the smallest
 # that holds Nd, whose loads are then all in use (on (100000, 10, 100), 0.454 ms with 10, 0.494
 # with 12)

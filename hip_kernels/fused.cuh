@@ -13,13 +13,14 @@
 // of Khat for U rows, one per sensor, are all issued before their arithmetic; consecutive threads
 // read consecutive frequencies of one row of Khat, so every load is coalesced.
 //
-// On an H200 (docs/benchmarks.md, twenty-third run) it made the complex128 adjoint of (Nm, Nd,
-// Nt) = (100000, 10, 100) 1.18x as fast, at 0.88 of its floor. With complex64 or float16 Khat it was no faster than the
-// stages apart (also with 16-byte loads and the input in shared memory), and the same fusion of
-// stages 1-3 forward was slower (0.59 against 0.57 ms there, with or without L2 prefetches of
-// Khat): its running sums and the FFT's passes share the registers, and too few of Khat's bytes
-// were in flight. The engine takes this kernel for complex128 storage only
-// (fftmatvec/_gpu.py: KernelEngine.fused_adjoint).
+// On an H200 (docs/benchmarks.md, twenty-third run) it made the adjoint of (Nm, Nd, Nt) =
+// (100000, 10, 100) 1.18-1.20x as fast with complex128 Khat, at 0.88 of its floor, and 1.04x
+// with complex64. With float16 Khat it was 0.97-0.98x the stages apart (also with 16-byte loads
+// and the input in shared memory). The same fusion of stages 1-3 forward was slower (0.59
+// against 0.57 ms there, with or without L2 prefetches of Khat): its running sums and the FFT's
+// passes share the registers, and too few of Khat's bytes were in flight. The engine takes
+// this kernel for complex128 and complex64 storage (fftmatvec/_gpu.py:
+// KernelEngine.fused_adjoint).
 #pragma once
 #include "common.cuh"
 #include "rowfft.cuh"
