@@ -406,6 +406,12 @@ def khat_layout(store: str, nfp: int) -> tuple[int, int, int]:
     return block, blocks, block.bit_length() - 1
 
 
+def _row_blocks(rows: int, L: int, fft_dtype) -> int:
+    """Blocks of a transform of ``rows`` rows of length ``L`` at the row FFT kernels' default
+    rows per block (:func:`fftmatvec._rowfft.default_rows_per_block`)."""
+    return -(-rows // _rowfft.default_rows_per_block(L, fft_dtype))
+
+
 def _i64(v) -> np.int64:
     return np.int64(v)
 
@@ -1190,7 +1196,7 @@ class KernelEngine:
         return ok
 
     def fused_plans(self, prec: PrecisionConfig, adjoint: bool, k: int, in_dtype, out_dtype,
-                    weight=None):
+                    weight=None, inverse: bool = True):
         """The FFT plans of a product with stages 1 and 5 inside (:class:`FusedPlans`): each
         transform on the package's own row FFT kernels where :meth:`row_ffts` and
         :meth:`row_fft_pays` say so, else a cuFFT plan with callbacks; None where the stages
@@ -1199,7 +1205,8 @@ class KernelEngine:
         warning says why, once per shape). An adjoint with float16 storage gets a forward FFT that
         writes its output times the row scales. Where stage 3 computes in float32 and an FFT in
         float64, that FFT's output (input) is complex64: :meth:`xhat_dtype`,
-        :meth:`yhat_dtype`."""
+        :meth:`yhat_dtype`. ``inverse=False``: no inverse plan (``inv`` None), for a product
+        whose stages 3-5 run as one kernel (:meth:`fused_adjoint`)."""
         in_dtype, out_dtype = np.dtype(in_dtype), np.dtype(out_dtype)
         if weight is not None or in_dtype not in _REAL_SUFFIX or out_dtype not in _REAL_SUFFIX:
             return None
@@ -1207,25 +1214,26 @@ class KernelEngine:
         if not own and not self.callbacks()[0]:
             return None
         n_in, n_out = (self.nd, self.nm) if adjoint else (self.nm, self.nd)
-        key = (adjoint, k, in_dtype, out_dtype, prec, path_switches())
+        key = (adjoint, k, in_dtype, out_dtype, prec, path_switches(), inverse)
         if key not in self._cb_plans:
             fft_real, ifft_real = prec.real_dtype("fft"), prec.real_dtype("ifft")
             scaled = self.scales_input(adjoint)
             row_fwd = own and self.row_fft_pays(k * n_in, fft_real)
             row_inv = own and self.row_fft_pays(k * n_out, ifft_real)
             fwd = self._row_fft_fwd(prec, adjoint, k, in_dtype) if row_fwd else None
-            inv = self._row_fft_inv(prec, adjoint, k, out_dtype) if row_inv else None
-            if fwd is None or inv is None:
+            inv = self._row_fft_inv(prec, adjoint, k, out_dtype) if inverse and row_inv else None
+            want_inv = inverse and inv is None
+            if fwd is None or want_inv:
                 try:
                     cb_fwd, cb_inv = self._callback_plans(prec, adjoint, k, in_dtype, out_dtype,
-                                                          not row_fwd, not row_inv)
+                                                          fwd is None, want_inv)
                 except _fftcb.CallbackError as exc:
                     if _switch("FFTMATVEC_FFT_CALLBACKS") == "1":
                         raise
                     if own:  # the row FFT kernels take both transforms
                         if fwd is None:
                             fwd = self._row_fft_fwd(prec, adjoint, k, in_dtype)
-                        if inv is None:
+                        if want_inv:
                             inv = self._row_fft_inv(prec, adjoint, k, out_dtype)
                     else:
                         import warnings
@@ -1237,7 +1245,7 @@ class KernelEngine:
                         return None
                 else:
                     fwd = cb_fwd if fwd is None else fwd
-                    inv = cb_inv if inv is None else inv
+                    inv = cb_inv if want_inv else inv
             self._cb_plans[key] = FusedPlans(fwd, inv, scaled)
         return self._cb_plans[key]
 
@@ -1248,7 +1256,7 @@ class KernelEngine:
         ``FFTMATVEC_ROW_FFT=1`` or where cuFFT has no callbacks."""
         if _switch("FFTMATVEC_ROW_FFT") == "1" or not self.callbacks()[0]:
             return True
-        blocks = -(-rows // _rowfft.default_rows_per_block(self.fft_len, fft_dtype))
+        blocks = _row_blocks(rows, self.fft_len, fft_dtype)
         return blocks >= ROW_FFT_MIN_BLOCKS_PER_SM * self.num_sms
 
     def _callback_plans(self, prec: PrecisionConfig, adjoint: bool, k: int, in_dtype, out_dtype,
@@ -1337,10 +1345,9 @@ class KernelEngine:
                 raise FFTMatvecValueError(f"FFTMATVEC_FUSED_ADJOINT=1, but this product cannot "
                                           f"run stages 3-5 as one kernel: {why}")
             return None
-        if mode == "auto":
-            blocks = -(-self.nm // _rowfft.default_rows_per_block(self.fft_len, fft_real))
-            if blocks < FUSED_MIN_BLOCKS_PER_SM * self.num_sms:
-                return None
+        if mode == "auto" and (_row_blocks(self.nm, self.fft_len, fft_real)
+                               < FUSED_MIN_BLOCKS_PER_SM * self.num_sms):
+            return None
         return _GemvIrfft(self, prec, out_dtype)
 
     def fused_product(self, prec: PrecisionConfig, adjoint: bool, k: int, in_dtype, out_dtype,
@@ -1354,9 +1361,14 @@ class KernelEngine:
         key = (adjoint, k, np.dtype(in_dtype), np.dtype(out_dtype), prec, path_switches())
         product = self._products.get(key, False)
         if product is False:
-            plans = self.fused_plans(prec, adjoint, k, in_dtype, out_dtype)
+            fused = None  # stages 3-5 as one kernel: then no inverse plan is made
+            if (np.dtype(in_dtype) in _REAL_SUFFIX and np.dtype(out_dtype) in _REAL_SUFFIX
+                    and (self.row_ffts(prec) or self.callbacks()[0])):
+                fused = self.fused_adjoint(prec, adjoint, k, out_dtype)
+            plans = self.fused_plans(prec, adjoint, k, in_dtype, out_dtype,
+                                     inverse=fused is None)
             product = None if plans is None else _FusedProduct(self, prec, adjoint, k, out_dtype,
-                                                               plans)
+                                                               plans, fused)
             self._products[key] = product
         return product
 
@@ -1562,13 +1574,15 @@ class _FusedProduct:
     stream, one handle for a different stream in every thread, holds a set per thread."""
 
     def __init__(self, eng: KernelEngine, prec: PrecisionConfig, adjoint: bool, k: int,
-                 out_dtype, plans: FusedPlans):
+                 out_dtype, plans: FusedPlans, fused: "_GemvIrfft | None" = None):
         n_in, n_out = (eng.nd, eng.nm) if adjoint else (eng.nm, eng.nd)
         if plans.xhat_scaled != eng.scales_input(adjoint):
             raise ValueError("a float16 adjoint's forward FFT must apply the row scales")
         self.plans = plans
-        # stages 3-5 as one kernel, or stage 3's launches and the inverse FFT
-        self.fused = eng.fused_adjoint(prec, adjoint, k, out_dtype)
+        # stages 3-5 as one kernel (fused), or stage 3's launches and the inverse FFT
+        if (fused is None) == (plans.inv is None):
+            raise ValueError("a product takes an inverse plan, or stages 3-5 as one kernel")
+        self.fused = fused
         self.stage3 = None
         self.xhat_bytes = eng.xhat_nbytes(prec, k, n_in)
         self.yhat_bytes = self.work_bytes = 0

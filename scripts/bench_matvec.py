@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import sys
+from unittest import mock
 
 import numpy as np
 
@@ -402,15 +403,8 @@ def main(argv=None) -> int:
                     own, other = [], []
                     for _ in range(3):
                         own.append(median_time(cp, fn, args.repeat))
-                        saved = os.environ.get(name)
-                        os.environ[name] = value
-                        try:
+                        with mock.patch.dict(os.environ, {name: value}):
                             other.append(median_time(cp, fn, args.repeat))
-                        finally:
-                            if saved is None:
-                                os.environ.pop(name)
-                            else:
-                                os.environ[name] = saved
                     against[direction] = (min(own), min(other))
             plain = {}
             if not args.no_baseline and p in ("ddddd", "sssss"):

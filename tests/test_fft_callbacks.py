@@ -570,3 +570,20 @@ def test_fused_product_without_held_buffers(monkeypatch, rng, precision):
                 assert rel_err(z.ravel(), M @ to_numpy(v).ravel()) < TOL[precision]
             product = F._engine.fused_product(F.precision, adjoint, 1, np.float64, np.float64)
             assert not product.holds and not product._held
+
+
+def test_fused_plans_without_the_inverse(monkeypatch):
+    """inverse=False (stages 3-5 as one kernel): the forward plan only, no inverse made, on the
+    row FFT kernels or through cuFFT, cached apart from the full plans."""
+    engine, calls = _host_engine(monkeypatch)
+    prec = PrecisionConfig("ddddd")
+    plans = KernelEngine.fused_plans(engine, prec, True, 1, np.float64, np.float64, inverse=False)
+    assert plans.fwd == "r2c plan" and plans.inv is None
+    assert [c[0] for c in calls] == ["r2c"]
+    full = KernelEngine.fused_plans(engine, prec, True, 1, np.float64, np.float64)
+    assert full.inv == "c2r plan" and full is not plans
+    engine, calls = _host_engine(monkeypatch, ok=False)
+    engine.row_ffts = lambda prec: True
+    monkeypatch.setattr(_rowfft, "RowFFT", lambda kind, *a, **kw: f"{kind} kernel")
+    plans = KernelEngine.fused_plans(engine, prec, True, 1, np.float64, np.float64, inverse=False)
+    assert plans == ("r2c kernel", None, False) and calls == []

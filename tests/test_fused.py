@@ -206,3 +206,24 @@ def test_fused_adjoint_by_default(monkeypatch, rng, graphs):
         assert rel_err(z.ravel(), to_numpy(apart).ravel()) < (1e-12 if precision == "ddddd" else 1e-6)
         del F
     cp.get_default_memory_pool().free_all_blocks()
+
+
+@pytest.mark.parametrize("fused", [None, "stages 3-5"])
+def test_fused_product_takes_the_kernel_or_the_inverse(monkeypatch, fused):
+    """fused_product asks for no inverse plan where stages 3-5 run as one kernel, and hands
+    the kernel to the product; a product takes one or the other."""
+    monkeypatch.delenv("FFTMATVEC_FUSED_ADJOINT", raising=False)
+    asked, made = [], []
+    eng = SimpleNamespace(_products={}, row_ffts=lambda prec: True, callbacks=lambda: (True, ""),
+                          fused_adjoint=lambda prec, adjoint, k, out: fused, nd=10, nm=100000,
+                          scales_input=lambda adjoint: False)
+    eng.fused_plans = lambda prec, adjoint, k, i, o, inverse: (
+        asked.append(inverse) or _gpu.FusedPlans("fwd", "inv" if inverse else None))
+    monkeypatch.setattr(_gpu, "_FusedProduct", lambda *args: made.append(args) or "product")
+    prec = PrecisionConfig("ddddd")
+    assert KernelEngine.fused_product(eng, prec, True, 1, np.float64, np.float64) == "product"
+    assert asked == [fused is None]
+    assert made[0][-1] == fused and made[0][-2].inv == (None if fused else "inv")
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="an inverse plan, or stages 3-5 as one kernel"):
+        _gpu._FusedProduct(eng, prec, True, 1, np.float64, _gpu.FusedPlans("fwd", None), None)
