@@ -231,6 +231,26 @@ MMA_MIN_KB = {("c128", False): 4, ("c128", True): 4, ("c64", False): 16, ("c64",
               ("c64dmma", False): 8, ("c64dmma", True): 8}
 MMA_FEW_MIN_KB = {("c128", True): 8, ("c64dmma", True): 16}
 MMA_FEW_RED = 32
+# Adjoint batches over few reduction rows (Nd <= XREG_MAX_ND) take the kernel that holds the
+# input in registers and streams Khat through shared memory (hip_kernels/sbgemvx.cuh; NVIDIA
+# sm_80 and newer), from XREG_MIN_KB right-hand sides per launch. On an H200 (twenty-fourth
+# run), against the kernels the engine took before, interleaved: k = 8 1.19-1.83x as fast in
+# `d`, 1.09-1.43x in `s` and 1.20-1.99x in `h` on (100000, 10, 100), (200000, 6, 50),
+# (20000, 10, 500), (50000, 12, 60) and (30000, 3, 200); k = 16 1.15-1.30x, 1.22-1.80x and
+# 1.05-1.38x but for (50000, 12, 60) `d` (0.99x) and (30000, 3, 200) `d` and `h` (0.93x,
+# 0.90x); k = 4 0.72-1.02x in `d` and `s` (1.16x at Nd = 3), 0.92-1.30x in `h`; k = 2 0.36-0.82x.
+# Per storage, the frequencies a block takes (FW) -> (right-hand sides per thread, rows per
+# stage, stages); keep in sync with hip_kernels/fftmatvec_kernels.cu. A launch takes the FW that
+# wastes the fewest threads past Nf, the larger on a tie: in the prototype, Nf = 51 (two
+# blocks of 32 or four of 16 frequencies) took 1.14 ms with FW = 32 against 1.49 with 16
+# (complex128, k = 16, (200000, 6, 50)), Nf = 101 1.33 ms with 16 against 1.52 with 32.
+XREG_ND = (4, 8, 10, 12)
+XREG_MAX_ND = max(XREG_ND)
+XREG_TILES = {"c128": {16: (2, 2, 6), 32: (2, 2, 4)},
+              "c64": {32: (4, 2, 4), 64: (4, 2, 4)},
+              "c32h": {32: (4, 2, 4), 64: (4, 2, 4)}}
+XREG_ROWS = 32  # output rows per block (more where the grid's 65535 rows of blocks need them)
+XREG_MIN_KB = {"c128": 8, "c64": 8, "c32h": 8}
 # Frequency padding of the stored Khat, so that V-wide loads are aligned.
 PAD = {"c128": 2, "c64": 4, "c32h": 8}
 _ELEM_BYTES = {"c128": 16, "c64": 8, "c32h": 4}
@@ -277,11 +297,14 @@ FUSED_ND = (4, 8, 10, 12)  # the sensors its kernels hold (fftmatvec_kernels.cu)
 FUSED_MAX_ND = max(FUSED_ND)
 FUSED_THREADS = 128  # hip_kernels/fused.cuh: FUSED_MAX_THREADS (one thread per frequency)
 FUSED_STORES = ("c128", "c64")
-# ... where its blocks fill at least this many per multiprocessor (4 rounds of the 4 its
-# registers let in): interleaved with the stages apart on an H200 (twenty-third run), the
-# adjoint of (100000, 10, 100) (10000 blocks) was 1.18x as fast, (60000, 8, 100) (6000) 1.17x,
-# (50000, 12, 60) (2942) 1.08-1.11x, and (20000, 6, 40) (800 blocks, 1.5 rounds) 0.95x.
-FUSED_MIN_BLOCKS_PER_SM = 16
+# ... where its blocks fill at least this many per multiprocessor, per storage. Interleaved with
+# the stages apart on an H200 (twenty-fourth run), every complex128 adjoint took it, from 40
+# blocks to 10000: (1000, 6, 40) 0.85x the time, (2000, 10, 100) 0.94x, (3000, 4, 100) 0.81x,
+# (20000, 6, 40) 0.92x, (15000, 12, 100) 0.89x, (100000, 10, 100) 0.83-0.85x (twenty-third).
+# complex64 ones gained at 20 or more blocks per multiprocessor ((60000, 8, 100) 0.93x,
+# (100000, 10, 100) 0.96x) and went either way below: 0.84-0.97x at Nd <= 8, 1.00-1.16x with
+# 12 sensors ((4000, 12, 100) 1.16x, (15000, 12, 100) 1.06x, (25000, 12, 100) 1.02x).
+FUSED_MIN_BLOCKS_PER_SM = {"c128": 0, "c64": 16}
 # Its inverse FFT's largest radix: 10 in every precision (the kernel's registers are set by its
 # sums, not its butterflies). On (100000, 10, 100) radix 10 (10 x 10) took 0.494 ms where radices
 # up to 8 (5 x 5 x 4) took 0.508 (twenty-third run).
@@ -316,6 +339,7 @@ class _Launch:
     smem: int = 0  # bytes of dynamic shared memory (tensor-core and cp.async launches)
     resident: int = 0  # blocks resident on the device at once (tensor-core launches)
     freq_major: bool = False  # consecutive blocks take consecutive frequency tiles (tensor cores)
+    xreg_rows: int = 0  # output rows per block of an input-in-registers adjoint (sbgemvx_*), else 0
 
 
 def async_chunks(tile) -> int:
@@ -364,7 +388,15 @@ def batch_kernels(arch: str | None) -> str:
     which = ("every launch (FFTMATVEC_MMA=1)" if mode == "1"
              else "batches of 4 to 16 right-hand sides or more, by storage and direction")
     s = "DMMA" if _c64_on_dmma(arch) else "3xTF32"
-    return f"tensor cores for {which}: d DMMA, s {s}, h TF32"
+    line = f"tensor cores for {which}: d DMMA, s {s}, h TF32"
+    xreg = _switch("FFTMATVEC_XREG")
+    if xreg == "0":
+        return line + "; adjoints with the input in registers off (FFTMATVEC_XREG=0)"
+    sides = ("every launch (FFTMATVEC_XREG=1)" if xreg == "1" else
+             "from " + ", ".join(f"{s} {n}" for s, n in XREG_MIN_KB.items())
+             + " right-hand sides")
+    return (line + f"; adjoints over at most {XREG_MAX_ND} sensors with the input in "
+            f"registers, {sides}")
 
 
 def row_fft_line(gpu: bool) -> str:
@@ -389,7 +421,8 @@ def fused_adjoint_line(gpu: bool) -> str:
         return "off (FFTMATVEC_FUSED_ADJOINT=0)"
     return (f"stages 3-5 of one-vector adjoints as one kernel: {', '.join(FUSED_STORES)} storage, "
             f"Nd <= {FUSED_MAX_ND}, Nf <= {FUSED_THREADS}, inverse FFT on the row FFT kernels, "
-            f"{FUSED_MIN_BLOCKS_PER_SM} blocks per multiprocessor")
+            "blocks per multiprocessor: "
+            + ", ".join(f"{s} {n}+" for s, n in FUSED_MIN_BLOCKS_PER_SM.items()))
 
 
 def khat_layout(store: str, nfp: int) -> tuple[int, int, int]:
@@ -623,6 +656,11 @@ class KernelEngine:
         tile, _ = self._pipe_tile(n_out, n_red, adjoint)
         if mma_min is not None and self.pipe_smem(tile, in_dtype) > self.smem_per_block:
             mma_min = None  # a device with less shared memory per block than the tile needs
+        xreg_min = self._xreg_min_kb(adjoint, n_red, in_dtype, out_dtype)
+        while xreg_min is not None and remaining >= xreg_min:
+            kb = min(remaining, MMA_MAX_KB)
+            remaining -= kb
+            plan.append(self._launch_xreg(kb, in_dtype, out_dtype))
         while mma_min is not None and remaining >= mma_min:
             kb = min(remaining, MMA_MAX_KB)
             remaining -= kb
@@ -655,6 +693,74 @@ class KernelEngine:
         if n_red is not None and n_red < MMA_FEW_RED and key in MMA_FEW_MIN_KB:
             return MMA_FEW_MIN_KB[key]
         return MMA_MIN_KB[key]
+
+    def _xreg_min_kb(self, adjoint: bool, n_red: int, in_dtype, out_dtype) -> int | None:
+        """The fewest right-hand sides an input-in-registers launch takes (an adjoint over at
+        most :data:`XREG_MAX_ND` reduction rows ``n_red``), or None where that kernel is not
+        used: by default from :data:`XREG_MIN_KB`. ``FFTMATVEC_XREG=0`` never uses it; ``=1``
+        uses it for every adjoint launch, and is an error that says why where it cannot."""
+        mode = _switch("FFTMATVEC_XREG")
+        if mode == "0" or not adjoint:
+            return None
+        why = None
+        if self.store not in XREG_TILES:
+            why = f"{self.store} storage"
+        elif n_red > XREG_MAX_ND:
+            why = f"{n_red} reduction rows (it takes at most {XREG_MAX_ND})"
+        elif not self._sm80_kernels():
+            why = "this device has none (NVIDIA sm_80 or newer)"
+        else:
+            name = self._xreg_name(self._xreg_fw(), in_dtype, out_dtype)
+            if not kernels.has_function(name):
+                why = f"the code object has no {name}"
+        if why is not None:
+            if mode == "1":
+                raise FFTMatvecValueError(f"FFTMATVEC_XREG=1, but the adjoint kernel with its "
+                                          f"input in registers cannot take this product: {why}")
+            return None
+        return 1 if mode == "1" else XREG_MIN_KB[self.store]
+
+    def _xreg_fw(self) -> int:
+        """The frequencies per block of an input-in-registers launch (:data:`XREG_TILES`)."""
+        return min(XREG_TILES[self.store], key=lambda fw: (-(-self.nf // fw) * fw, -fw))
+
+    def _xreg_name(self, fw: int, in_dtype, out_dtype) -> str:
+        nd = next(n for n in XREG_ND if n >= self.nd)
+        return (f"sbgemvx_{self.store}_{_CPLX_SUFFIX[np.dtype(in_dtype)]}_"
+                f"{_CPLX_SUFFIX[np.dtype(out_dtype)]}_n{nd}_f{fw}")
+
+    def xreg_smem(self, fw: int) -> int:
+        """Bytes of shared memory of an input-in-registers launch of ``fw`` frequencies."""
+        nd = next(n for n in XREG_ND if n >= self.nd)
+        _, rs, ns = XREG_TILES[self.store][fw]
+        return ns * rs * nd * fw * self.data.itemsize
+
+    def _launch_xreg(self, kb: int, in_dtype, out_dtype, fw: int | None = None,
+                     rows: int | None = None) -> _Launch:
+        """An adjoint launch of ``kb`` <= 16 right-hand sides with the input in registers
+        (``hip_kernels/sbgemvx.cuh``): blocks of ``fw`` frequencies (default
+        :meth:`_xreg_fw`) and ``rows`` output rows (default :data:`XREG_ROWS`)."""
+        if not 1 <= kb <= MMA_MAX_KB:
+            raise ValueError(f"an input-in-registers launch takes 1 to {MMA_MAX_KB} right-hand "
+                             f"sides, got {kb}")
+        if self.nd > XREG_MAX_ND:
+            raise ValueError(f"the input-in-registers kernel takes at most {XREG_MAX_ND} "
+                             f"reduction rows, got {self.nd}")
+        fw = self._xreg_fw() if fw is None else fw
+        if fw not in XREG_TILES.get(self.store, {}):
+            raise ValueError(f"no input-in-registers kernel of {fw} frequencies for {self.store}")
+        bg, rs, _ = XREG_TILES[self.store][fw]
+        rows = XREG_ROWS if rows is None else rows
+        rows = max(rows, -(-self.nm // 65535))  # the grid's y extent
+        rows = -(-rows // rs) * rs
+        smem = self.xreg_smem(fw)
+        if smem > self.smem_per_block:
+            raise ValueError(f"the input-in-registers kernel needs {smem} bytes of shared "
+                             f"memory, the device allows {self.smem_per_block} per block")
+        grid = (-(-self.nf // fw), -(-self.nm // rows))
+        block = (fw * -(-kb // bg), 1)
+        return _Launch(self._xreg_name(fw, in_dtype, out_dtype), kb, grid, block, 1, 0,
+                       smem=smem, xreg_rows=rows)
 
     def _pipe_name(self, tile, in_dtype, out_dtype) -> str:
         mt, v, wr, wf, ks, ns = tile
@@ -1040,6 +1146,14 @@ class KernelEngine:
             return hit
         nf, nfp, kb = self.nf, self.nfp, launch.kb
         so, sr, shift, sb = self.khat_strides(adjoint)
+        if launch.xreg_rows:
+            if not adjoint:
+                raise ValueError("the input-in-registers kernel serves adjoints only")
+            args = (_i64(nf), _i64(nfp), _i64(n_out), _i64(n_red), _i64(so), _i64(sr),
+                    np.int32(shift), _i64(sb), np.int32(kb), np.int32(launch.xreg_rows))
+            hit = (kernels.get_function(launch.name, shared_mem=launch.smem), args, None)
+            self._args[key] = hit
+            return hit
         args = (_i64(nf), _i64(nfp), _i64(n_out), _i64(n_red), _i64(so), _i64(sr),
                 np.int32(shift), _i64(sb), np.int32(adjoint), _i64(launch.red_chunk))
         if launch.staged:
@@ -1317,7 +1431,7 @@ class KernelEngine:
         default for one-vector adjoints with storage in :data:`FUSED_STORES`, at most
         :data:`FUSED_MAX_ND` sensors and :data:`FUSED_THREADS` frequencies, whose inverse
         transform the row FFT kernels take (:meth:`row_ffts`) and whose blocks fill
-        :data:`FUSED_MIN_BLOCKS_PER_SM` per multiprocessor.
+        :data:`FUSED_MIN_BLOCKS_PER_SM` per multiprocessor for their storage.
         ``FFTMATVEC_FUSED_ADJOINT=0`` never; ``=1`` wherever the kernel takes the product, and an
         error that says why where it does not."""
         mode = _switch("FFTMATVEC_FUSED_ADJOINT")
@@ -1346,7 +1460,7 @@ class KernelEngine:
                                           f"run stages 3-5 as one kernel: {why}")
             return None
         if mode == "auto" and (_row_blocks(self.nm, self.fft_len, fft_real)
-                               < FUSED_MIN_BLOCKS_PER_SM * self.num_sms):
+                               < FUSED_MIN_BLOCKS_PER_SM[self.store] * self.num_sms):
             return None
         return _GemvIrfft(self, prec, out_dtype)
 

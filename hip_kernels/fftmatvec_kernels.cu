@@ -7,6 +7,7 @@
 #include "sbgemv.cuh"
 #include "sbgemm.cuh"
 #include "sbgemva.cuh"
+#include "sbgemvx.cuh"
 #include "stages.cuh"
 #include "rowfft.cuh"
 #include "fused.cuh"
@@ -319,4 +320,34 @@ FFTMATVEC_SBGEMMP_IO(c64dmma, StoreC64Dmma, 2, 2, 1, 8, 4, 4)
 FFTMATVEC_SBGEMMP_IO(c32h, StoreC32h, 2, 2, 2, 8, 4, 4)
 FFTMATVEC_SBGEMMP_IO(c32h, StoreC32h, 2, 4, 1, 8, 4, 4)
 FFTMATVEC_SBGEMMP_IO(c32h, StoreC32h, 1, 2, 1, 8, 4, 2)
+#endif  // FFTMATVEC_MMA
+
+// sbgemvx_<storage>_<input>_<output>_n<ND>_f<FW>: adjoints of up to 16 right-hand sides over at
+// most ND reduction rows, the input in registers and Khat streamed through shared memory (see
+// sbgemvx.cuh): blocks of FW x ceil(kb / BG) threads own FW frequencies and BG right-hand sides
+// per thread, RS rows per stage, NS stages. NVIDIA sm_80 and newer only.
+// (keep in sync with fftmatvec/_gpu.py: XREG_ND, XREG_TILES)
+#if defined(FFTMATVEC_MMA)
+#define FFTMATVEC_SBGEMVX(SNAME, STORE, INAME, TIN, ONAME, TOUT, ND, BG, FW, RS, NS, MINB)         \
+  extern "C" __global__ void __launch_bounds__(FW * 16 / BG, MINB)                                \
+      sbgemvx_##SNAME##_##INAME##_##ONAME##_n##ND##_f##FW(                                        \
+          const STORE::elem* __restrict__ kh, const float* __restrict__ scale,                    \
+          const TIN* __restrict__ x, TOUT* __restrict__ y, i64 nf, i64 nfp, i64 n_out,            \
+          i64 n_red, i64 so, i64 sr, int fsh, i64 sb, int kb, int rpb) {                          \
+    sbgemv_xreg_body<STORE, TIN, TOUT, ND, BG, FW, RS, NS>(kh, x, y, nf, nfp, n_out, n_red, so,  \
+                                                           sr, fsh, sb, kb, rpb);                 \
+  }
+#define FFTMATVEC_SBGEMVX_ND(SNAME, STORE, BG, FW, RS, NS, MINB)                       \
+  FFTMATVEC_FOR_IO(FFTMATVEC_SBGEMVX, SNAME, STORE, 4, BG, FW, RS, NS, MINB)   \
+  FFTMATVEC_FOR_IO(FFTMATVEC_SBGEMVX, SNAME, STORE, 8, BG, FW, RS, NS, MINB)   \
+  FFTMATVEC_FOR_IO(FFTMATVEC_SBGEMVX, SNAME, STORE, 10, BG, FW, RS, NS, MINB)  \
+  FFTMATVEC_FOR_IO(FFTMATVEC_SBGEMVX, SNAME, STORE, 12, BG, FW, RS, NS, MINB)
+// complex128: 2 right-hand sides per thread (their input takes 8 ND registers); complex64 and
+// float16: 4. Blocks of 128 threads with 4 per multiprocessor, or of 256 with 2.
+FFTMATVEC_SBGEMVX_ND(c128, StoreC128, 2, 16, 2, 6, 4)
+FFTMATVEC_SBGEMVX_ND(c128, StoreC128, 2, 32, 2, 4, 2)
+FFTMATVEC_SBGEMVX_ND(c64, StoreC64, 4, 32, 2, 4, 4)
+FFTMATVEC_SBGEMVX_ND(c64, StoreC64, 4, 64, 2, 4, 2)
+FFTMATVEC_SBGEMVX_ND(c32h, StoreC32h, 4, 32, 2, 4, 4)
+FFTMATVEC_SBGEMVX_ND(c32h, StoreC32h, 4, 64, 2, 4, 2)
 #endif  // FFTMATVEC_MMA

@@ -340,6 +340,20 @@ def _switch_setting(text: str) -> tuple[str, str]:
     return name, value
 
 
+def plan_with(eng, setting, adjoint, k, in_dtype, out_dtype):
+    """The engine's stage-3 plan of a product made with the switch ``setting`` (NAME, VALUE)
+    set; the engine's cached plan is left as it was."""
+    key = (adjoint, k, np.dtype(in_dtype), np.dtype(out_dtype))
+    saved = eng._plans.pop(key, None)
+    try:
+        with mock.patch.dict(os.environ, {setting[0]: setting[1]}):
+            return eng._plan(adjoint, k, in_dtype, out_dtype)
+    finally:
+        eng._plans.pop(key, None)
+        if saved is not None:
+            eng._plans[key] = saved
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     ap.add_argument("--sizes", default="all", help="all, or a list like 1000x100x1000,... (Nm x Nd x Nt)")
@@ -354,9 +368,9 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-small", action="store_true")
     ap.add_argument("--stages", action="store_true", help="also time each stage and graph on/off")
     ap.add_argument("--against", metavar="NAME=VALUE", type=_switch_setting,
-                    help="also time each single-vector product with this environment switch set "
-                         "(e.g. FFTMATVEC_FUSED_ADJOINT=0), interleaved with the default in the "
-                         "same run, best of 3 medians each")
+                    help="also time each single-vector product and each batch's stage 3 with "
+                         "this environment switch set (e.g. FFTMATVEC_FUSED_ADJOINT=0), "
+                         "interleaved with the default in the same run, best of 3 medians each")
     ap.add_argument("--json", help="write all numbers to this file")
     args = ap.parse_args(argv)
 
@@ -489,9 +503,24 @@ def main(argv=None) -> int:
                     print(f"{nm:>7} {nd:>4} {nt:>5} {p[2]:>5} {dname:>4} | {t1 * 1e3:8.3f} {tk * 1e3:8.3f} "
                           f"{tk / k / t1:7.3f} {bound:6.3f} | {m1 * 1e3:8.3f} {mk * 1e3:8.3f} {mk / k / m1:7.3f} | "
                           f"{tk / mk:11.2f}")
-                    results["batches"].append(dict(nm=nm, nd=nd, nt=nt, precision=p, direction=dname,
-                                                   k=k, t1=t1, tk=tk, matmul_t1=m1, matmul_tk=mk,
-                                                   bound=bound))
+                    row = dict(nm=nm, nd=nd, nt=nt, precision=p, direction=dname, k=k, t1=t1,
+                               tk=tk, matmul_t1=m1, matmul_tk=mk, bound=bound)
+                    if args.against:  # the k-vector stage 3 on the switch's plan, interleaved
+                        plan = plan_with(eng, args.against, adjoint, k, xk.dtype, cdt)
+                        own, other = [], []
+                        for _ in range(3):
+                            own.append(median_time(cp, lambda: eng.apply(
+                                xk, adjoint, cdt, xhat_scaled=scaled), args.repeat))
+                            other.append(median_time(cp, lambda: eng.apply(
+                                xk, adjoint, cdt, xhat_scaled=scaled, plan=plan), args.repeat))
+                        own, other = min(own), min(other)
+                        row.update(against="=".join(args.against), interleaved_seconds=own,
+                                   against_seconds=other,
+                                   against_kernels=[la.name for la in plan])
+                        print(f"{'':>26} {dname:>4} |  {own * 1e3:.3f} ms interleaved with "
+                              f"{'='.join(args.against)}: {other * 1e3:.3f} ms "
+                              f"({other / own:.2f}x; {plan[0].name})")
+                    results["batches"].append(row)
                     sys.stdout.flush()
                 del F
             del K

@@ -108,3 +108,31 @@ def test_against_takes_a_switch_setting():
     for bad in ("FFTMATVEC_FUSED_ADJOINT", "PATH=/tmp", "=1"):
         with pytest.raises(argparse.ArgumentTypeError, match="FFTMATVEC_NAME=VALUE"):
             bench._switch_setting(bad)
+
+
+def test_plan_with_leaves_the_engine_cache():
+    """The batch table's --against plan is made with the switch set; the engine's cached plan
+    and the environment are as they were."""
+    import os
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    bench = load_script("bench_matvec")
+    key = (True, 16, np.dtype(np.complex128), np.dtype(np.complex128))
+    eng = SimpleNamespace(_plans={key: ["default"]})
+
+    def plan(adjoint, k, in_dtype, out_dtype):
+        eng._plans[(adjoint, k, np.dtype(in_dtype), np.dtype(out_dtype))] = made = [
+            os.environ.get("FFTMATVEC_XREG")]
+        return made
+
+    eng._plan = plan
+    before = os.environ.get("FFTMATVEC_XREG")
+    got = bench.plan_with(eng, ("FFTMATVEC_XREG", "0"), True, 16, np.complex128, np.complex128)
+    assert got == ["0"] and eng._plans == {key: ["default"]}
+    assert os.environ.get("FFTMATVEC_XREG") == before
+    eng._plans.clear()
+    assert bench.plan_with(eng, ("FFTMATVEC_XREG", "1"), True, 16, np.complex128,
+                           np.complex128) == ["1"]
+    assert eng._plans == {}

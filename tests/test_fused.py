@@ -44,17 +44,20 @@ def _engine(monkeypatch, store="c128", nd=10, nf=101, row_ffts=True, nm=100000):
     ({"nd": _gpu.FUSED_MAX_ND}, True), ({"nd": 1}, True),
     ({"nf": _gpu.FUSED_THREADS + 1}, False), ({"nf": _gpu.FUSED_THREADS}, True),
     ({"row_ffts": False}, False),
-    # 10 rows of L = 200 a block: 16 blocks per multiprocessor from 21120 rows
-    ({"nm": 21120}, True), ({"nm": 21110}, False),
+    # complex128: any number of blocks
+    ({"nm": 1}, True), ({"nm": 21110}, True),
+    # complex64, 20 rows of L = 200 in float32 a block: 16 blocks per multiprocessor from 42240
+    ({"store": "c64", "nm": 42240}, True), ({"store": "c64", "nm": 42220}, False),
 ])
 def test_fused_adjoint_rule(monkeypatch, change, expect):
     """By default: one-vector adjoints with complex128 or complex64 storage, at most FUSED_MAX_ND sensors
     and FUSED_THREADS frequencies, whose inverse transform the row FFT kernels take, with
-    FUSED_MIN_BLOCKS_PER_SM blocks per multiprocessor."""
+    FUSED_MIN_BLOCKS_PER_SM blocks per multiprocessor for their storage."""
     monkeypatch.delenv("FFTMATVEC_FUSED_ADJOINT", raising=False)
     adjoint, k = change.pop("adjoint", True), change.pop("k", 1)
     eng, made = _engine(monkeypatch, **change)
-    got = KernelEngine.fused_adjoint(eng, PrecisionConfig("ddddd"), adjoint, k, np.float64)
+    prec = PrecisionConfig("sssss" if eng.store == "c64" else "ddddd")
+    got = KernelEngine.fused_adjoint(eng, prec, adjoint, k, np.float64)
     assert (got is not None) is expect
     assert len(made) == int(expect)
 
@@ -67,8 +70,8 @@ def test_fused_adjoint_switch(monkeypatch):
     eng, made = _engine(monkeypatch)
     assert KernelEngine.fused_adjoint(eng, prec, True, 1, np.float64) is None
     monkeypatch.setenv("FFTMATVEC_FUSED_ADJOINT", "1")
-    eng, made = _engine(monkeypatch, nm=100)
-    assert KernelEngine.fused_adjoint(eng, prec, True, 1, np.float64) is not None
+    eng, made = _engine(monkeypatch, store="c64", nm=100)
+    assert KernelEngine.fused_adjoint(eng, PrecisionConfig("sssss"), True, 1, np.float64) is not None
     assert KernelEngine.fused_adjoint(eng, prec, False, 1, np.float64) is None  # forward: never
     for change, why in (({"store": "c32h"}, "c32h storage"), ({"nd": 13}, "Nd = 13 sensors"),
                         ({"nf": 129}, "Nf = 129 frequencies"),
@@ -196,7 +199,8 @@ def test_fused_adjoint_by_default(monkeypatch, rng, graphs):
         eng = F._engine
         product = eng.fused_product(F.precision, True, 1, np.float64, np.float64)
         rows = _gpu._rowfft.default_rows_per_block(eng.fft_len, F.precision.real_dtype("ifft"))
-        fills = -(-shape[1] // rows) >= _gpu.FUSED_MIN_BLOCKS_PER_SM * eng.num_sms
+        fills = (-(-shape[1] // rows)
+                 >= _gpu.FUSED_MIN_BLOCKS_PER_SM.get(eng.store, 0) * eng.num_sms)
         assert (product.fused is not None) is (precision != "ddhdd" and fills)
         d = cp.asarray(rng.standard_normal((shape[0], shape[2])))
         z = F.rmatvec(d)

@@ -25,7 +25,7 @@ def test_switch_values(monkeypatch, value, expected):
 
 @pytest.mark.parametrize("name", ["FFTMATVEC_STAGED", "FFTMATVEC_CUDA_GRAPHS", "FFTMATVEC_MMA",
                                   "FFTMATVEC_ASYNC", "FFTMATVEC_FFT_CALLBACKS",
-                                  "FFTMATVEC_DMMA_C64"])
+                                  "FFTMATVEC_DMMA_C64", "FFTMATVEC_XREG"])
 def test_switch_rejects_other_values(monkeypatch, name):
     monkeypatch.setenv(name, "yes")
     with pytest.raises(FFTMatvecValueError, match=name):
@@ -531,24 +531,33 @@ def test_packed_launch_argument_block(monkeypatch):
             kernels.PackedLaunch(fn, (1,), (32,), 0, (bad,))
 
 
-@pytest.mark.parametrize("arch,mma,dmma,expected", [
-    (None, None, None, "no GPU"),
-    ("gfx90a", None, None, "GEMV kernels (the tensor-core ones need NVIDIA sm_80 or newer)"),
-    ("sm_75", "1", None, "GEMV kernels (the tensor-core ones need NVIDIA sm_80 or newer)"),
-    ("sm_90", "0", None, "GEMV kernels (FFTMATVEC_MMA=0)"),
-    ("sm_90", None, None, "batches of 4 to 16 right-hand sides or more, by storage and direction: "
-                          "d DMMA, s DMMA, h TF32"),
-    ("sm_90", "1", "0", "every launch (FFTMATVEC_MMA=1): d DMMA, s 3xTF32, h TF32"),
-    ("sm_80", None, None, "by storage and direction: d DMMA, s 3xTF32, h TF32"),
-    ("sm_100", None, "1", "by storage and direction: d DMMA, s DMMA, h TF32"),
+@pytest.mark.parametrize("arch,mma,dmma,xreg,expected", [
+    (None, None, None, None, "no GPU"),
+    ("gfx90a", None, None, None, "GEMV kernels (the tensor-core ones need NVIDIA sm_80 or newer)"),
+    ("sm_75", "1", None, None, "GEMV kernels (the tensor-core ones need NVIDIA sm_80 or newer)"),
+    ("sm_90", "0", None, None, "GEMV kernels (FFTMATVEC_MMA=0)"),
+    ("sm_90", None, None, None, "batches of 4 to 16 right-hand sides or more, by storage and "
+                                "direction: d DMMA, s DMMA, h TF32; adjoints over at most 12 "
+                                "sensors with the input in registers, from c128 8, c64 8, "
+                                "c32h 8 right-hand sides"),
+    ("sm_90", "1", "0", None, "every launch (FFTMATVEC_MMA=1): d DMMA, s 3xTF32, h TF32;"),
+    ("sm_80", None, None, None, "by storage and direction: d DMMA, s 3xTF32, h TF32;"),
+    ("sm_100", None, "1", None, "by storage and direction: d DMMA, s DMMA, h TF32;"),
+    ("sm_90", None, None, "0", "h TF32; adjoints with the input in registers off "
+                               "(FFTMATVEC_XREG=0)"),
+    ("sm_90", None, None, "1", "with the input in registers, every launch (FFTMATVEC_XREG=1)"),
 ])
-def test_batch_kernels_line(monkeypatch, arch, mma, dmma, expected):
+def test_batch_kernels_line(monkeypatch, arch, mma, dmma, xreg, expected):
     """``fftmatvec info`` names the batches' kernels as the engine picks them."""
     from fftmatvec._gpu import batch_kernels
 
-    for name, value in (("FFTMATVEC_MMA", mma), ("FFTMATVEC_DMMA_C64", dmma)):
+    for name, value in (("FFTMATVEC_MMA", mma), ("FFTMATVEC_DMMA_C64", dmma),
+                        ("FFTMATVEC_XREG", xreg)):
         if value is None:
             monkeypatch.delenv(name, raising=False)
         else:
             monkeypatch.setenv(name, value)
-    assert batch_kernels(arch).endswith(expected)
+    line = batch_kernels(arch)
+    assert expected in line
+    if expected == "no GPU" or expected.startswith("GEMV"):
+        assert line == expected

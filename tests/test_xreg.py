@@ -1,0 +1,224 @@
+"""Stage 3 of adjoint batches over few reduction rows with the input in registers
+(``hip_kernels/sbgemvx.cuh``): the engine's rule and launch geometry on the host, and on the
+GPU every compiled kernel against the float64 product, outputs poisoned first."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import fftmatvec as fm
+from fftmatvec import _gpu, backend, kernels
+from fftmatvec._errors import FFTMatvecValueError
+from fftmatvec._gpu import KernelEngine
+
+gpu = pytest.mark.skipif(not backend.gpu_available(), reason="no GPU (CuPy missing or no device)")
+KERNELS = Path(__file__).parents[1] / "hip_kernels"
+_ITEMSIZE = {"c128": 16, "c64": 8, "c32h": 4}
+
+
+# ---- host side (no GPU needed) --------------------------------------------------------------
+def _engine(monkeypatch, store="c128", nd=10, nm=100000, nf=101, sm80=True, present=True):
+    """A KernelEngine's host side for the rule and the launch geometry."""
+    monkeypatch.setattr(kernels, "has_function", lambda name: present)
+    eng = SimpleNamespace(store=store, nd=nd, nm=nm, nf=nf, smem_per_block=227 * 1024,
+                          data=SimpleNamespace(itemsize=_ITEMSIZE[store]))
+    for name in ("_xreg_fw", "_xreg_name", "xreg_smem", "_launch_xreg"):
+        setattr(eng, name, getattr(KernelEngine, name).__get__(eng))
+    eng._sm80_kernels = lambda: sm80
+    return eng
+
+
+def _min_kb(eng, adjoint=True, n_red=None):
+    n_red = eng.nd if n_red is None else n_red
+    return KernelEngine._xreg_min_kb(eng, adjoint, n_red, np.complex128, np.complex128)
+
+
+@pytest.mark.parametrize("change,expect", [
+    ({}, "default"), ({"store": "c64"}, "default"), ({"store": "c32h"}, "default"),
+    ({"nd": _gpu.XREG_MAX_ND}, "default"), ({"nd": 1}, "default"),
+    ({"nd": _gpu.XREG_MAX_ND + 1}, None), ({"sm80": False}, None), ({"present": False}, None),
+    ({"adjoint": False}, None),
+])
+def test_xreg_rule(monkeypatch, change, expect):
+    """By default: adjoints over at most XREG_MAX_ND reduction rows on devices with the sm_80
+    kernels, from XREG_MIN_KB right-hand sides of their storage; never forward."""
+    monkeypatch.delenv("FFTMATVEC_XREG", raising=False)
+    adjoint = change.pop("adjoint", True)
+    eng = _engine(monkeypatch, **change)
+    got = _min_kb(eng, adjoint)
+    assert got == (None if expect is None else _gpu.XREG_MIN_KB[eng.store])
+
+
+def test_xreg_switch(monkeypatch):
+    """=0 never; =1 from one right-hand side, and an error that says why where the kernel
+    cannot take the adjoint (forward products never take it); anything else is an error."""
+    monkeypatch.setenv("FFTMATVEC_XREG", "0")
+    assert _min_kb(_engine(monkeypatch)) is None
+    monkeypatch.setenv("FFTMATVEC_XREG", "1")
+    assert _min_kb(_engine(monkeypatch)) == 1
+    assert _min_kb(_engine(monkeypatch), adjoint=False) is None
+    for change, why in (({"nd": 13}, "13 reduction rows"), ({"sm80": False}, "sm_80 or newer"),
+                        ({"present": False}, "no sbgemvx_c128_c128_c128_n10_f16")):
+        with pytest.raises(FFTMatvecValueError, match=why):
+            _min_kb(_engine(monkeypatch, **change))
+    monkeypatch.setenv("FFTMATVEC_XREG", "on")
+    with pytest.raises(FFTMatvecValueError, match="FFTMATVEC_XREG must be auto, 0 or 1"):
+        _min_kb(_engine(monkeypatch))
+
+
+@pytest.mark.parametrize("store,nf,fw", [
+    ("c128", 101, 16), ("c128", 51, 32), ("c128", 501, 32), ("c128", 1, 16), ("c128", 17, 32),
+    ("c128", 16, 16), ("c128", 48, 16), ("c64", 101, 64), ("c64", 33, 64), ("c64", 96, 32),
+    ("c32h", 1001, 64), ("c32h", 160, 32),
+])
+def test_xreg_frequencies_per_block(monkeypatch, store, nf, fw):
+    """The fewest threads past Nf, the larger block on a tie."""
+    assert _engine(monkeypatch, store=store, nf=nf)._xreg_fw() == fw
+
+
+def test_xreg_launch_geometry(monkeypatch):
+    """Blocks of FW x ceil(kb / BG) threads over FW frequencies and XREG_ROWS rows, more rows
+    where the grid would pass 65535 blocks of rows; the shared memory of NS stages of RS rows of
+    the sensors compiled; bad arguments are errors that name them."""
+    eng = _engine(monkeypatch, store="c128", nd=9, nm=100001, nf=101)
+    la = eng._launch_xreg(16, np.complex128, np.complex64)
+    assert la.name == "sbgemvx_c128_c128_c64_n10_f16"
+    assert (la.kb, la.splits, la.xreg_rows) == (16, 1, _gpu.XREG_ROWS)
+    assert la.grid == (7, -(-100001 // _gpu.XREG_ROWS)) and la.block == (16 * 8, 1)
+    bg, rs, ns = _gpu.XREG_TILES["c128"][16]
+    assert la.smem == ns * rs * 10 * 16 * 16
+    assert eng._launch_xreg(3, np.complex64, np.complex64).block == (16 * 2, 1)
+    la = eng._launch_xreg(5, np.complex128, np.complex128, fw=32, rows=7)
+    assert la.xreg_rows == 8 and la.block == (32 * 3, 1)  # rows rounded up to whole stages
+    big = _engine(monkeypatch, store="c64", nd=3, nm=5_000_000, nf=4)
+    la = big._launch_xreg(16, np.complex64, np.complex64)
+    assert la.grid[1] <= 65535 and la.grid[1] * la.xreg_rows >= 5_000_000
+    assert la.name == "sbgemvx_c64_c64_c64_n4_f32" and la.block == (32 * 4, 1)
+    with pytest.raises(ValueError, match="1 to 16 right-hand sides, got 17"):
+        eng._launch_xreg(17, np.complex128, np.complex128)
+    with pytest.raises(ValueError, match="no input-in-registers kernel of 64 frequencies"):
+        eng._launch_xreg(4, np.complex128, np.complex128, fw=64)
+    with pytest.raises(ValueError, match="at most 12 reduction rows, got 13"):
+        _engine(monkeypatch, nd=13)._launch_xreg(4, np.complex128, np.complex128)
+    small = _engine(monkeypatch)
+    small.smem_per_block = 16 * 1024
+    with pytest.raises(ValueError, match="bytes of shared memory"):
+        small._launch_xreg(4, np.complex128, np.complex128)
+
+
+def test_xreg_tables_match_the_kernels():
+    """XREG_TILES and XREG_ND are the entry points the kernel source instantiates."""
+    source = (KERNELS / "fftmatvec_kernels.cu").read_text()
+    built = {(m[0], int(m[2])): (int(m[1]), int(m[3]), int(m[4]))
+             for m in re.findall(r"^FFTMATVEC_SBGEMVX_ND\((\w+), \w+, (\d+), (\d+), (\d+), (\d+),",
+                                 source, re.M)}
+    want = {(s, fw): t for s, tiles in _gpu.XREG_TILES.items() for fw, t in tiles.items()}
+    assert built == want
+    nds = re.findall(r"FFTMATVEC_FOR_IO\(FFTMATVEC_SBGEMVX, SNAME, STORE, (\d+),", source)
+    assert tuple(int(n) for n in nds) == _gpu.XREG_ND
+    # the launch bound is the block a launch of 16 right-hand sides takes
+    assert "__launch_bounds__(FW * 16 / BG, MINB)" in source
+
+
+# ---- GPU --------------------------------------------------------------------------------------
+def _poisoned(cp, shape, dtype):
+    a = cp.empty(shape, dtype=dtype)
+    a.fill(np.nan)
+    return a
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(1, 1, 5), (1, 37, 40), (3, 5000, 12), (9, 130, 100),
+                                   (12, 301, 60), (10, 1000, 100), (4, 67, 400)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("store", ["d", "s", "h"])
+def test_xreg_kernels(rng, shape, store):
+    """Every compiled frequency width, 1, 5, 11 and 16 right-hand sides, both precisions in and
+    out, against the float64 adjoint (a float16 one with its input times the row scales)."""
+    cp = backend.cupy
+    nd, nm, nt = shape
+    K = rng.standard_normal(shape)
+    F = fm.BlockToeplitz(cp.asarray(K), f"dd{store}dd")
+    eng = F._engine
+    if not eng._sm80_kernels():
+        pytest.skip("no sm_80 kernels on this device")
+    khat = np.fft.rfft(K, n=F.fft_len, axis=-1) / F.fft_len
+    tol = {"d": 1e-13, "s": 2e-6, "h": 2e-3}[store]
+    for kb in (1, 5, 11, 16):
+        x = rng.standard_normal((kb, nd, F.nf)) + 1j * rng.standard_normal((kb, nd, F.nf))
+        ref = np.einsum("ijf,bif->bjf", khat.conj(), x)
+        for fw in _gpu.XREG_TILES[eng.store]:
+            for in_dt, out_dt in ((np.complex128, np.complex128), (np.complex64, np.complex64),
+                                  (np.complex64, np.complex128), (np.complex128, np.complex64)):
+                la = eng._launch_xreg(kb, in_dt, out_dt, fw=fw)
+                out = _poisoned(cp, (kb, nm, F.nf), out_dt)
+                eng.apply(cp.asarray(x.astype(in_dt)), True, out_dt, out=out, plan=[la])
+                got = cp.asnumpy(out)
+                case = (kb, fw, in_dt, out_dt)
+                assert np.isfinite(got).all(), case
+                err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+                t = tol if in_dt == out_dt == np.complex128 else max(tol, 2e-6)
+                assert err < t, (case, err)
+
+
+@gpu
+@pytest.mark.gpu
+def test_xreg_many_rows(rng):
+    """More rows than 65535 blocks of XREG_ROWS: the launch takes more rows per block."""
+    cp = backend.cupy
+    nd, nm, nt = 2, 2_200_000, 3
+    K = cp.asarray(rng.standard_normal((nd, nm, nt)))
+    F = fm.BlockToeplitz(K, "ddddd")
+    eng = F._engine
+    if not eng._sm80_kernels():
+        pytest.skip("no sm_80 kernels on this device")
+    la = eng._launch_xreg(2, np.complex128, np.complex128)
+    assert la.xreg_rows > _gpu.XREG_ROWS and la.grid[1] <= 65535
+    x = cp.asarray(rng.standard_normal((2, nd, F.nf)) + 1j * rng.standard_normal((2, nd, F.nf)))
+    khat = cp.fft.rfft(K, n=F.fft_len, axis=-1) / F.fft_len
+    ref = cp.einsum("ijf,bif->bjf", khat.conj(), x)
+    out = _poisoned(cp, (2, nm, F.nf), np.complex128)
+    eng.apply(x, True, np.complex128, out=out, plan=[la])
+    assert bool(cp.isfinite(out).all())
+    assert float(cp.linalg.norm(out - ref) / cp.linalg.norm(ref)) < 1e-13
+    del K, F, eng, khat, ref, out
+    cp.get_default_memory_pool().free_all_blocks()
+
+
+@gpu
+@pytest.mark.gpu
+def test_xreg_by_default(rng, monkeypatch):
+    """The default plan of an adjoint of 17 right-hand sides over 10 sensors: 16 on this kernel
+    (on sm_80 and newer), the last one on another; the operator's result matches the dense
+    product with the kernel and without (FFTMATVEC_XREG=0)."""
+    from conftest import dense_btt, rel_err, to_numpy
+
+    cp = backend.cupy
+    monkeypatch.delenv("FFTMATVEC_XREG", raising=False)
+    K = rng.standard_normal((10, 300, 40))
+    A = dense_btt(K)
+    D = rng.standard_normal((17, 10, 40))
+    want = np.stack([A.T @ d.ravel() for d in D])
+    for precision, tol in (("ddddd", 1e-12), ("sssss", 1e-5)):
+        F = fm.BlockToeplitz(cp.asarray(K), precision)
+        got = to_numpy(F.rmatmat(cp.asarray(D))).reshape(17, -1)
+        assert rel_err(got.ravel(), want.ravel()) < tol
+        plans = [plan for key, plan in F._engine._plans.items() if key[:2] == (True, 17)]
+        assert len(plans) == 1
+        names = [la.name for la in plans[0]]
+        if F._engine._sm80_kernels():
+            assert names[0].startswith("sbgemvx_") and plans[0][0].kb == 16, names
+            assert not any(n.startswith("sbgemvx_") for n in names[1:]), names
+        monkeypatch.setenv("FFTMATVEC_XREG", "0")
+        G = fm.BlockToeplitz(cp.asarray(K), precision)
+        got = to_numpy(G.rmatmat(cp.asarray(D))).reshape(17, -1)
+        assert rel_err(got.ravel(), want.ravel()) < tol
+        plans = [plan for key, plan in G._engine._plans.items() if key[:2] == (True, 17)]
+        assert plans and not any(la.name.startswith("sbgemvx_") for la in plans[0])
+        monkeypatch.delenv("FFTMATVEC_XREG")
