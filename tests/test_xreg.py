@@ -222,3 +222,24 @@ def test_xreg_by_default(rng, monkeypatch):
         plans = [plan for key, plan in G._engine._plans.items() if key[:2] == (True, 17)]
         assert plans and not any(la.name.startswith("sbgemvx_") for la in plans[0])
         monkeypatch.delenv("FFTMATVEC_XREG")
+
+
+def test_xreg_launch_keeps_the_default_carveout(monkeypatch):
+    """A launch asks for the shared-memory opt-in (and with it the largest carveout) only past
+    XREG_MAX_SMEM; its arguments end with kb and the rows per block; forward is refused."""
+    got = []
+    monkeypatch.setattr(kernels, "get_function",
+                        lambda name, shared_mem=0: got.append((name, shared_mem)) or name)
+    for nd, fw, opt_in in ((12, 32, False), (12, 32, True)):
+        if opt_in:  # none compiled passes 48 KB: 6 stages of the 32-frequency tile would
+            monkeypatch.setitem(_gpu.XREG_TILES["c128"], 32, (2, 2, 6))
+        eng = _engine(monkeypatch, store="c128", nd=nd, nf=101)
+        eng.nfp, eng._args = 102, {}
+        eng.khat_strides = lambda adjoint: (64, 64 * eng.nm, 6, eng.nd * eng.nm * 64)
+        la = eng._launch_xreg(16, np.complex128, np.complex128, fw=fw)
+        assert (la.smem > _gpu.XREG_MAX_SMEM) is opt_in
+        fn, args, reduce = KernelEngine._launch_args(eng, la, True, eng.nm, nd, np.complex128)
+        assert got[-1] == (la.name, la.smem if opt_in else 0) and reduce is None
+        assert [int(a) for a in args[-2:]] == [16, la.xreg_rows]
+        with pytest.raises(ValueError, match="adjoints only"):
+            KernelEngine._launch_args(eng, la, False, nd, eng.nm, np.complex128)
