@@ -308,8 +308,8 @@ FUSED_STORES = ("c128", "c64")
 # blocks to 10000: (1000, 6, 40) 0.85x the time, (2000, 10, 100) 0.94x, (3000, 4, 100) 0.81x,
 # (20000, 6, 40) 0.92x, (15000, 12, 100) 0.89x, (100000, 10, 100) 0.83-0.85x (twenty-third).
 # complex64 ones gained at 20 or more blocks per multiprocessor ((60000, 8, 100) 0.93x,
-# (100000, 10, 100) 0.96x) and went either way below: 0.84-0.97x at Nd <= 8, 1.00-1.16x with
-# 12 sensors ((4000, 12, 100) 1.16x, (15000, 12, 100) 1.06x, (25000, 12, 100) 1.02x).
+# (100000, 10, 100) 0.96x) and went either way below: 0.84-1.02x at Nd <= 8, 0.90-1.09x with
+# 10 sensors, 1.00-1.16x with 12 ((4000, 12, 100) 1.16x, (15000, 12, 100) 1.06x).
 FUSED_MIN_BLOCKS_PER_SM = {"c128": 0, "c64": 16}
 # Its inverse FFT's largest radix: 10 in every precision (the kernel's registers are set by its
 # sums, not its butterflies). On (100000, 10, 100) radix 10 (10 x 10) took 0.494 ms where radices

@@ -21,10 +21,13 @@
 // registers: the registers go to the input (BG x ND complex values). Sensors past nd, rows past
 // the block's and frequencies past the padded length are zero-filled (src-size 0).
 //
-// On an H200 (docs/benchmarks.md, twenty-fourth run) the prototype ran k = 16 adjoints of
-// (Nm, Nd, Nt) = (100000, 10, 100) 1.26x as fast as the tensor-core kernels in complex128
-// (1.17x cuBLAS's ZGEMM) and 1.50x in complex64; the same kernel with Khat loaded into
-// registers, U rows at a time, was slower than the tensor cores (too few bytes in flight).
+// On an H200 (docs/benchmarks.md, twenty-fourth run), at k = 16 on (Nm, Nd, Nt) =
+// (100000, 10, 100), it ran the complex128 adjoint 1.17-1.18x as fast as the tensor-core kernels
+// (0.85 of cuBLAS's ZGEMM time), complex64 1.38x and float16 1.05-1.06x; at k = 8 1.33x, 1.36x and
+// 1.47x. The same kernel with Khat loaded into registers, one or two rows at a time, had too few
+// bytes in flight: 0.56-0.75x the tensor cores in complex128. Its mirror for forward products
+// with few outputs (the sums over a split of the reduction in registers, Khat and the vectors
+// through shared memory) ran at 0.60-0.70x, and is not built.
 #pragma once
 #include "common.cuh"
 #include "sbgemm.cuh"
