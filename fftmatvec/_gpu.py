@@ -361,6 +361,14 @@ def _switch(name: str) -> str:
     return value
 
 
+def _unavailable(switch: str, mode: str, what: str, why: str | None) -> bool:
+    """Whether a kernel that ``switch`` chooses cannot serve a product (``why`` says why, None
+    where it can); an error that says why where the switch forces the kernel (``mode`` "1")."""
+    if why is not None and mode == "1":
+        raise FFTMatvecValueError(f"{switch}=1, but {what}: {why}")
+    return why is not None
+
+
 # The switches that choose a product's path: a product's shortcut that skips the general
 # path's checks (``BlockToeplitz`` one-vector products) is valid only while they keep the raw
 # values they had when it was made.
@@ -719,10 +727,8 @@ class KernelEngine:
             name = self._xreg_name(self._xreg_fw(), in_dtype, out_dtype)
             if not kernels.has_function(name):
                 why = f"the code object has no {name}"
-        if why is not None:
-            if mode == "1":
-                raise FFTMatvecValueError(f"FFTMATVEC_XREG=1, but the adjoint kernel with its "
-                                          f"input in registers cannot take this product: {why}")
+        if _unavailable("FFTMATVEC_XREG", mode, "the adjoint kernel with its input in registers "
+                        "cannot take this product", why):
             return None
         return 1 if mode == "1" else XREG_MIN_KB[self.store]
 
@@ -1461,10 +1467,8 @@ class KernelEngine:
                                           self.nd)
             if not kernels.has_function(name):
                 why = f"the code object has no {name}"
-        if why is not None:
-            if mode == "1":
-                raise FFTMatvecValueError(f"FFTMATVEC_FUSED_ADJOINT=1, but this product cannot "
-                                          f"run stages 3-5 as one kernel: {why}")
+        if _unavailable("FFTMATVEC_FUSED_ADJOINT", mode,
+                        "this product cannot run stages 3-5 as one kernel", why):
             return None
         if mode == "auto" and (_row_blocks(self.nm, self.fft_len, fft_real)
                                < FUSED_MIN_BLOCKS_PER_SM[self.store] * self.num_sms):

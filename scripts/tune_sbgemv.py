@@ -2,8 +2,9 @@
 """Sweep the stage-3 kernels' tile shapes (RT rows x V frequencies per thread, block shape,
 split-K target; for one right-hand side also the staged kernel's RT, V and TY and the cp.async
 kernel's (RT, TY, J, NS) and split-K target; for several the
-tensor-core kernel's tiles (MT, V, WR, WF, KS, NS) and split-K target) and print the fastest per case,
-as a fraction of the floor. Used to set the defaults in fftmatvec/_gpu.py.
+tensor-core kernel's tiles (MT, V, WR, WF, KS, NS) and split-K target, and for adjoints over
+at most 12 sensors the input-in-registers kernel's frequencies and rows per block) and print the
+fastest per case, as a fraction of the floor. Used to set the defaults in fftmatvec/_gpu.py.
 
 Usage: python scripts/tune_sbgemv.py [--sizes 5000x100x1000,...]
 """
@@ -37,7 +38,7 @@ def main(argv=None) -> int:
 
     import fftmatvec as fm
     from fftmatvec._gpu import (ASYNC_TILES, PIPE_TILES, STAGED_TILES, TILES, WIDE_TILES,
-                                pipe_max_splits)
+                                XREG_MAX_ND, XREG_TILES, pipe_max_splits)
 
     sys.path.insert(0, __file__.rsplit("/", 1)[0])
     from bench_matvec import copy_bandwidth, median_time, stage3_input, write_json
@@ -161,6 +162,13 @@ def main(argv=None) -> int:
                         eng.pipe_freq_major = None
                         t = time_plan([la])
                         rows.append((t, f"mma default order={'frequency' if la.freq_major else 'row'}-major", la))
+                if (adjoint and 1 < k <= 16 and eng.nd <= XREG_MAX_ND and eng._sm80_kernels()
+                        and eng.store in XREG_TILES):  # the input-in-registers kernel
+                    for fw in XREG_TILES[eng.store]:
+                        for per_block in (16, 32, 64, 128):
+                            la = eng._launch_xreg(k, x.dtype, np.complex128, fw=fw, rows=per_block)
+                            t = time_plan([la])
+                            rows.append((t, f"xreg fw={fw} rows={la.xreg_rows}", la))
                 rows.sort(key=lambda r: r[0])
                 d = "adj" if adjoint else "fwd"
                 times = {desc: t for t, desc, _ in rows}
@@ -168,7 +176,7 @@ def main(argv=None) -> int:
                       f"({floor / times['default']:.2f} of floor), GEMV default "
                       f"{times['unstaged default'] * 1e3:.3f} ms ({floor / times['unstaged default']:.2f})")
                 shown = rows[:4]
-                for family in ("async", "staged", "mma", "one-group"):  # the best of each, if not shown
+                for family in ("async", "staged", "mma", "xreg", "one-group"):  # the best of each, if not shown
                     best = next((r for r in rows if r[1].startswith(family)), None)
                     if best is not None and best not in shown:
                         shown.append(best)

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from fftmatvec import FFTMatvecValueError
-from fftmatvec._gpu import ASYNC_TILES, PIPE_TILES, STAGED_TILES, TILES, WIDE_TILES
+from fftmatvec._gpu import (ASYNC_TILES, PIPE_TILES, STAGED_TILES, TILES, WIDE_TILES, XREG_ND,
+                            XREG_TILES)
 from fftmatvec._hipify import DROP_MASK, HipifyError, hipify, hipify_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -298,10 +299,10 @@ def test_installed_package_has_the_expected_code_objects():
         assert listed.get(tag) == Path(rel).name
         names[tag] = kernel_names(Path(files[rel].locate()).read_bytes())
     # Every code object holds the same, non-empty set of extern "C" entry points, except the
-    # tensor-core and cp.async kernels (sbgemmp_*, sbgemva_*), which exist in the NVIDIA sm_80+
-    # code objects only.
+    # tensor-core and cp.async kernels (sbgemmp_*, sbgemva_*, sbgemvx_*), which exist in the
+    # NVIDIA sm_80+ code objects only.
     def portable(found):
-        return {n for n in found if not n.startswith(("sbgemmp_", "sbgemva_"))}
+        return {n for n in found if not n.startswith(("sbgemmp_", "sbgemva_", "sbgemvx_"))}
 
     first = portable(names[EXPECTED[0]])
     assert first and not any(n.startswith("_Z") for n in first)
@@ -325,6 +326,9 @@ def test_installed_package_has_the_expected_code_objects():
             expected |= {f"sbgemva_{st}_{i}_{o}_r{t[0]}_y{t[1]}_j{t[2]}_s{t[3]}"
                          + (f"_w{t[4]}" if len(t) > 4 else "")
                          for st, tiles in ASYNC_TILES.items() for t in tiles
+                         for i in ("c128", "c64") for o in ("c128", "c64")}
+            expected |= {f"sbgemvx_{st}_{i}_{o}_n{nd}_f{fw}"
+                         for st, tiles in XREG_TILES.items() for fw in tiles for nd in XREG_ND
                          for i in ("c128", "c64") for o in ("c128", "c64")}
             assert mma == expected, f"{tag}: sm_80+ kernels differ: {sorted(mma ^ expected)[:5]}"
         else:
