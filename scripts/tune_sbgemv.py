@@ -70,7 +70,8 @@ def main(argv=None) -> int:
                 rows = []
                 default = eng._plan(adjoint, k, x.dtype, np.complex128)
                 eng._plans.clear()
-                switches = ("FFTMATVEC_STAGED", "FFTMATVEC_MMA", "FFTMATVEC_ASYNC")
+                switches = ("FFTMATVEC_STAGED", "FFTMATVEC_MMA", "FFTMATVEC_ASYNC",
+                            "FFTMATVEC_XREG")
                 saved = {v: os.environ.get(v) for v in switches}
                 os.environ.update({v: "0" for v in switches})
                 unstaged = eng._plan(adjoint, k, x.dtype, np.complex128)  # the GEMV kernel
