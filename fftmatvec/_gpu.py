@@ -459,6 +459,11 @@ def _row_blocks(rows: int, L: int, fft_dtype) -> int:
     return -(-rows // _rowfft.default_rows_per_block(L, fft_dtype))
 
 
+def _holding(n: int, compiled) -> int | None:
+    """The smallest of the ``compiled`` counts (ascending) that holds ``n``, or None."""
+    return next((c for c in compiled if c >= n), None)
+
+
 def _i64(v) -> np.int64:
     return np.int64(v)
 
@@ -737,15 +742,13 @@ class KernelEngine:
         return min(XREG_TILES[self.store], key=lambda fw: (-(-self.nf // fw) * fw, -fw))
 
     def _xreg_name(self, fw: int, in_dtype, out_dtype) -> str:
-        nd = next(n for n in XREG_ND if n >= self.nd)
         return (f"sbgemvx_{self.store}_{_CPLX_SUFFIX[np.dtype(in_dtype)]}_"
-                f"{_CPLX_SUFFIX[np.dtype(out_dtype)]}_n{nd}_f{fw}")
+                f"{_CPLX_SUFFIX[np.dtype(out_dtype)]}_n{_holding(self.nd, XREG_ND)}_f{fw}")
 
     def xreg_smem(self, fw: int) -> int:
         """Bytes of shared memory of an input-in-registers launch of ``fw`` frequencies."""
-        nd = next(n for n in XREG_ND if n >= self.nd)
         _, rs, ns = XREG_TILES[self.store][fw]
-        return ns * rs * nd * fw * self.data.itemsize
+        return ns * rs * _holding(self.nd, XREG_ND) * fw * self.data.itemsize
 
     def _launch_xreg(self, kb: int, in_dtype, out_dtype, fw: int | None = None,
                      rows: int | None = None) -> _Launch:
@@ -1158,24 +1161,23 @@ class KernelEngine:
             return hit
         nf, nfp, kb = self.nf, self.nfp, launch.kb
         so, sr, shift, sb = self.khat_strides(adjoint)
+        args = (_i64(nf), _i64(nfp), _i64(n_out), _i64(n_red), _i64(so), _i64(sr),
+                np.int32(shift), _i64(sb))
+        smem = launch.smem
         if launch.xreg_rows:
             if not adjoint:
                 raise ValueError("the input-in-registers kernel serves adjoints only")
-            args = (_i64(nf), _i64(nfp), _i64(n_out), _i64(n_red), _i64(so), _i64(sr),
-                    np.int32(shift), _i64(sb), np.int32(kb), np.int32(launch.xreg_rows))
-            opt_in = launch.smem if launch.smem > XREG_MAX_SMEM else 0
-            hit = (kernels.get_function(launch.name, shared_mem=opt_in), args, None)
-            self._args[key] = hit
-            return hit
-        args = (_i64(nf), _i64(nfp), _i64(n_out), _i64(n_red), _i64(so), _i64(sr),
-                np.int32(shift), _i64(sb), np.int32(adjoint), _i64(launch.red_chunk))
-        if launch.staged:
-            args += (_i64(n_out * nf),)
-        elif launch.mma:
-            args += (np.int32(kb), _i64(n_red * nf), _i64(n_out * nf), _i64(kb * n_out * nf),
-                     np.int32(launch.freq_major))
+            args += (np.int32(kb), np.int32(launch.xreg_rows))
+            smem = smem if smem > XREG_MAX_SMEM else 0  # no opt-in: the default carveout
         else:
-            args += (_i64(n_red * nf), _i64(n_out * nf), _i64(kb * n_out * nf))
+            args += (np.int32(adjoint), _i64(launch.red_chunk))
+            if launch.staged:
+                args += (_i64(n_out * nf),)
+            elif launch.mma:
+                args += (np.int32(kb), _i64(n_red * nf), _i64(n_out * nf),
+                         _i64(kb * n_out * nf), np.int32(launch.freq_major))
+            else:
+                args += (_i64(n_red * nf), _i64(n_out * nf), _i64(kb * n_out * nf))
         reduce = None
         if launch.splits > 1:
             n = kb * n_out * nf
@@ -1184,7 +1186,7 @@ class KernelEngine:
             lanes = min(REDUCE_LANES, launch.splits)  # threads summing one output's splits
             blocks = min(math.ceil(n / 32), 32 * self.num_sms)
             reduce = (red, (blocks,), (32, lanes), (_i64(n), np.int32(launch.splits)))
-        hit = (kernels.get_function(launch.name, shared_mem=launch.smem), args, reduce)
+        hit = (kernels.get_function(launch.name, shared_mem=smem), args, reduce)
         self._args[key] = hit
         return hit
 
@@ -1651,7 +1653,7 @@ class _GemvIrfft:
     def kernel_name(store: str, in_dtype, prec: PrecisionConfig, out_dtype, nd: int) -> str:
         """The entry point for ``nd`` sensors: the smallest of :data:`FUSED_ND` that holds them."""
         real = _REAL_SUFFIX
-        tile = next((t for t in FUSED_ND if t >= nd), None)
+        tile = _holding(nd, FUSED_ND)
         if tile is None:
             raise ValueError(f"the fused adjoint takes at most {FUSED_MAX_ND} sensors, got {nd}")
         return (f"sbgemv_irfft_{store}_{_CPLX_SUFFIX[np.dtype(in_dtype)]}_"
@@ -1673,7 +1675,7 @@ class _GemvIrfft:
         self.grid = (-(-nm // rpb),)
         self.name = self.kernel_name(eng.store, eng.xhat_dtype(prec), prec, out_dtype, eng.nd)
         so, sr, shift, sb = eng.khat_strides(True)
-        packed = sum(r << (6 * i) for i, r in enumerate(rads))
+        packed = _rowfft.packed_radices(rads)
         i64, i32 = np.int64, np.int32
         args = (eng.data, None, None, self.twiddles, i64(nm), i32(eng.nd), i32(eng.nt), i32(L),
                 i32(rpb), np.uint64(packed), i32(len(rads)), i64(so), i64(sr), i32(shift),

@@ -17,7 +17,7 @@ import numpy as np
 from . import backend, kernels
 
 __all__ = ["RowFFT", "block_bytes", "complex_length", "default_rows_per_block", "factorisations",
-           "radices", "supported"]
+           "packed_radices", "radices", "supported"]
 
 _REAL = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32"}
 _CPLX = {np.dtype(np.complex128): "c128", np.dtype(np.complex64): "c64"}
@@ -76,6 +76,12 @@ def radices(n: int, max_radix: int = 8) -> list[int] | None:
     if found is None or len(found) > MAX_PASSES:
         return None
     return _in_pass_order(found)
+
+
+def packed_radices(rads) -> int:
+    """The passes' radices as the kernels take them: 6 bits each, the first pass lowest
+    (rowfft.cuh)."""
+    return sum(int(r) << (6 * i) for i, r in enumerate(rads))
 
 
 def _rank(rads) -> tuple:
@@ -260,7 +266,7 @@ class RowFFT:
                            mid_dtype=mid_dtype, fft_dtype=fft_dtype, out_dtype=out_dtype,
                            scale=scale, nd=nd, nfp=nfp, rows_per_block=rows_per_block,
                            threads=threads, rads=rads, smem_per_block=smem_per_block)
-        packed = sum(r << (6 * i) for i, r in enumerate(rads))
+        packed = packed_radices(rads)
         self.twiddles = twiddles(n, cdtype, rads)
         fn = kernels.get_function(name, self.smem)
         i64, i32 = np.int64, np.int32

@@ -340,6 +340,16 @@ def _switch_setting(text: str) -> tuple[str, str]:
     return name, value
 
 
+def interleaved(time_own, time_other, rounds: int = 3) -> tuple[float, float]:
+    """(best, best) of ``rounds`` alternating calls of two timers (each a median): a product
+    timed in separate runs moved by 4 %."""
+    own, other = [], []
+    for _ in range(rounds):
+        own.append(time_own())
+        other.append(time_other())
+    return min(own), min(other)
+
+
 def plan_with(eng, setting, adjoint, k, in_dtype, out_dtype):
     """The engine's stage-3 plan of a product made with the switch ``setting`` (NAME, VALUE)
     set; the engine's cached plan is left as it was."""
@@ -413,13 +423,13 @@ def main(argv=None) -> int:
             against = {}  # direction -> (default, with the switch): interleaved, best of 3
             if args.against:
                 name, value = args.against
+                def switched(fn):
+                    with mock.patch.dict(os.environ, {name: value}):
+                        return median_time(cp, fn, args.repeat)
+
                 for direction, fn in (("fwd", lambda: F.matvec(m)), ("adj", lambda: F.rmatvec(d))):
-                    own, other = [], []
-                    for _ in range(3):
-                        own.append(median_time(cp, fn, args.repeat))
-                        with mock.patch.dict(os.environ, {name: value}):
-                            other.append(median_time(cp, fn, args.repeat))
-                    against[direction] = (min(own), min(other))
+                    against[direction] = interleaved(lambda: median_time(cp, fn, args.repeat),
+                                                     lambda: switched(fn))
             plain = {}
             if not args.no_baseline and p in ("ddddd", "sssss"):
                 P = PlainCupy(cp, K, nt, F.fft_len, np.complex128 if p == "ddddd" else np.complex64)
@@ -507,13 +517,11 @@ def main(argv=None) -> int:
                                tk=tk, matmul_t1=m1, matmul_tk=mk, bound=bound)
                     if args.against:  # the k-vector stage 3 on the switch's plan, interleaved
                         plan = plan_with(eng, args.against, adjoint, k, xk.dtype, cdt)
-                        own, other = [], []
-                        for _ in range(3):
-                            own.append(median_time(cp, lambda: eng.apply(
-                                xk, adjoint, cdt, xhat_scaled=scaled), args.repeat))
-                            other.append(median_time(cp, lambda: eng.apply(
+                        own, other = interleaved(
+                            lambda: median_time(cp, lambda: eng.apply(
+                                xk, adjoint, cdt, xhat_scaled=scaled), args.repeat),
+                            lambda: median_time(cp, lambda: eng.apply(
                                 xk, adjoint, cdt, xhat_scaled=scaled, plan=plan), args.repeat))
-                        own, other = min(own), min(other)
                         row.update(against="=".join(args.against), interleaved_seconds=own,
                                    against_seconds=other,
                                    against_kernels=[la.name for la in plan])

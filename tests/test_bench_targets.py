@@ -136,3 +136,15 @@ def test_plan_with_leaves_the_engine_cache():
     assert bench.plan_with(eng, ("FFTMATVEC_XREG", "1"), True, 16, np.complex128,
                            np.complex128) == ["1"]
     assert eng._plans == {}
+
+
+def test_interleaved_alternates_and_keeps_the_best():
+    """--against's timers run in turn, own first, and each keeps its fastest median."""
+    bench = load_script("bench_matvec")
+    calls = []
+    own = iter([3.0, 1.0, 2.0])
+    other = iter([5.0, 6.0, 4.0])
+    got = bench.interleaved(lambda: calls.append("own") or next(own),
+                            lambda: calls.append("other") or next(other))
+    assert got == (1.0, 4.0)
+    assert calls == ["own", "other"] * 3

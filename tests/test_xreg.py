@@ -18,7 +18,6 @@ from fftmatvec._gpu import KernelEngine
 
 gpu = pytest.mark.skipif(not backend.gpu_available(), reason="no GPU (CuPy missing or no device)")
 KERNELS = Path(__file__).parents[1] / "hip_kernels"
-_ITEMSIZE = {"c128": 16, "c64": 8, "c32h": 4}
 
 
 # ---- host side (no GPU needed) --------------------------------------------------------------
@@ -26,7 +25,7 @@ def _engine(monkeypatch, store="c128", nd=10, nm=100000, nf=101, sm80=True, pres
     """A KernelEngine's host side for the rule and the launch geometry."""
     monkeypatch.setattr(kernels, "has_function", lambda name: present)
     eng = SimpleNamespace(store=store, nd=nd, nm=nm, nf=nf, smem_per_block=227 * 1024,
-                          data=SimpleNamespace(itemsize=_ITEMSIZE[store]))
+                          data=SimpleNamespace(itemsize=_gpu._ELEM_BYTES[store]))
     for name in ("_xreg_fw", "_xreg_name", "xreg_smem", "_launch_xreg"):
         setattr(eng, name, getattr(KernelEngine, name).__get__(eng))
     eng._sm80_kernels = lambda: sm80
