@@ -250,6 +250,18 @@ XREG_TILES = {"c128": {16: (2, 2, 6), 32: (2, 2, 4)},
               "c64": {32: (4, 2, 4), 64: (4, 2, 4)},
               "c32h": {32: (4, 2, 4), 64: (4, 2, 4)}}
 XREG_ROWS = 32  # output rows per block (more where the grid's 65535 rows of blocks need them)
+# ... except, per (storage, compiled sensor count, FW), where fewer rows per block measured
+# faster: over at most 4 sensors, and complex128 over at most 8 in its 128-thread blocks
+# (FW = 16). On an H200, adjoints at k = 16 / 8 against 32 rows, interleaved (twenty-fifth run):
+# complex128 at 4 rows 1.26-1.32x on (100000, 1, 100), (200000, 2, 50), (30000, 3, 200),
+# (100000, 4, 100), at 8 rows 1.18-1.26x / 1.00-1.27x on (100000, Nd, 100), Nd = 5-8;
+# complex64 and float16 at 4 rows 1.24-1.29x on (30000, 3, 200) and (60000, 2, 200) (FW = 32),
+# at 8 rows 0.99-1.34x on (100000, Nd, 100), Nd = 1, 3, 4, (200000, 2, 50) and (200000, 4, 50)
+# (FW = 64). Elsewhere fewer rows lost: complex128 FW = 32 at Nd = 5-8 (0.85-0.98x at 8-16
+# rows), every storage at Nd = 5-12 (0.84-0.97x at 8-16 rows), where 64 rows gained 0-3 % at
+# k = 16 and lost up to 7 % at k = 8.
+XREG_FEW_ROWS = {("c128", 4, 16): 4, ("c128", 4, 32): 4, ("c128", 8, 16): 8,
+                 ("c64", 4, 32): 4, ("c64", 4, 64): 8, ("c32h", 4, 32): 4, ("c32h", 4, 64): 8}
 # The launches keep the driver's default shared-memory carveout up to the 48 KB that need no
 # opt-in (the package's opt-in asks for the largest): on (100000, 10, 100), k = 16, 1.34-1.40 ms
 # against 1.40-1.45 in complex128 and 0.90-0.91 against 0.93 in complex64. 128 rows per block
@@ -750,11 +762,16 @@ class KernelEngine:
         _, rs, ns = XREG_TILES[self.store][fw]
         return ns * rs * _holding(self.nd, XREG_ND) * fw * self.data.itemsize
 
+    def xreg_rows(self, fw: int) -> int:
+        """Output rows per block of an input-in-registers launch of ``fw`` frequencies, before
+        the grid's limit: :data:`XREG_FEW_ROWS` for few sensors, else :data:`XREG_ROWS`."""
+        return XREG_FEW_ROWS.get((self.store, _holding(self.nd, XREG_ND), fw), XREG_ROWS)
+
     def _launch_xreg(self, kb: int, in_dtype, out_dtype, fw: int | None = None,
                      rows: int | None = None) -> _Launch:
         """An adjoint launch of ``kb`` <= 16 right-hand sides with the input in registers
         (``hip_kernels/sbgemvx.cuh``): blocks of ``fw`` frequencies (default
-        :meth:`_xreg_fw`) and ``rows`` output rows (default :data:`XREG_ROWS`)."""
+        :meth:`_xreg_fw`) and ``rows`` output rows (default :meth:`xreg_rows`)."""
         if not 1 <= kb <= MMA_MAX_KB:
             raise ValueError(f"an input-in-registers launch takes 1 to {MMA_MAX_KB} right-hand "
                              f"sides, got {kb}")
@@ -765,7 +782,7 @@ class KernelEngine:
         if fw not in XREG_TILES.get(self.store, {}):
             raise ValueError(f"no input-in-registers kernel of {fw} frequencies for {self.store}")
         bg, rs, _ = XREG_TILES[self.store][fw]
-        rows = XREG_ROWS if rows is None else rows
+        rows = self.xreg_rows(fw) if rows is None else rows
         rows = max(rows, -(-self.nm // 65535))  # the grid's y extent
         rows = -(-rows // rs) * rs
         smem = self.xreg_smem(fw)

@@ -166,7 +166,7 @@ def main(argv=None) -> int:
                 if (adjoint and 1 < k <= 16 and eng.nd <= XREG_MAX_ND and eng._sm80_kernels()
                         and eng.store in XREG_TILES):  # the input-in-registers kernel
                     for fw in XREG_TILES[eng.store]:
-                        for per_block in (16, 32, 64, 128):
+                        for per_block in (4, 8, 16, 32, 64, 128):
                             la = eng._launch_xreg(k, x.dtype, np.complex128, fw=fw, rows=per_block)
                             t = time_plan([la])
                             rows.append((t, f"xreg fw={fw} rows={la.xreg_rows}", la))

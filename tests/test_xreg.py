@@ -26,7 +26,7 @@ def _engine(monkeypatch, store="c128", nd=10, nm=100000, nf=101, sm80=True, pres
     monkeypatch.setattr(kernels, "has_function", lambda name: present)
     eng = SimpleNamespace(store=store, nd=nd, nm=nm, nf=nf, smem_per_block=227 * 1024,
                           data=SimpleNamespace(itemsize=_gpu._ELEM_BYTES[store]))
-    for name in ("_xreg_fw", "_xreg_name", "xreg_smem", "_launch_xreg"):
+    for name in ("_xreg_fw", "_xreg_name", "xreg_smem", "xreg_rows", "_launch_xreg"):
         setattr(eng, name, getattr(KernelEngine, name).__get__(eng))
     eng._sm80_kernels = lambda: sm80
     return eng
@@ -110,6 +110,30 @@ def test_xreg_launch_geometry(monkeypatch):
         small._launch_xreg(4, np.complex128, np.complex128)
 
 
+@pytest.mark.parametrize("store,nd,nf,fw,rows", [
+    ("c128", 1, 101, 16, 4), ("c128", 4, 51, 32, 4), ("c128", 5, 101, 16, 8),
+    ("c128", 8, 201, 16, 8), ("c128", 6, 51, 32, 32), ("c128", 9, 101, 16, 32),
+    ("c64", 2, 201, 32, 4), ("c64", 3, 101, 64, 8), ("c64", 5, 101, 64, 32),
+    ("c32h", 4, 51, 64, 8), ("c32h", 1, 4, 32, 4), ("c32h", 12, 101, 64, 32),
+])
+def test_xreg_rows_per_block(monkeypatch, store, nd, nf, fw, rows):
+    """Fewer rows per block over few sensors (XREG_FEW_ROWS, by storage, compiled sensor count
+    and width), XREG_ROWS elsewhere; the launch takes them unless the grid needs more."""
+    eng = _engine(monkeypatch, store=store, nd=nd, nm=1000, nf=nf)
+    assert eng._xreg_fw() == fw and eng.xreg_rows(fw) == rows
+    la = eng._launch_xreg(16, np.complex64, np.complex64)
+    assert la.xreg_rows == rows and la.grid == (-(-nf // fw), -(-1000 // rows))
+    big = _engine(monkeypatch, store=store, nd=nd, nm=65535 * rows + 1, nf=nf)
+    assert big._launch_xreg(16, np.complex64, np.complex64).xreg_rows > rows
+
+
+def test_xreg_few_rows_table():
+    """Each entry of XREG_FEW_ROWS names a compiled kernel and whole stages of its rows."""
+    for (store, nd, fw), rows in _gpu.XREG_FEW_ROWS.items():
+        assert nd in _gpu.XREG_ND and fw in _gpu.XREG_TILES[store]
+        assert rows % _gpu.XREG_TILES[store][fw][1] == 0 and rows < _gpu.XREG_ROWS
+
+
 def test_xreg_tables_match_the_kernels():
     """XREG_TILES and XREG_ND are the entry points the kernel source instantiates."""
     source = (KERNELS / "fftmatvec_kernels.cu").read_text()
@@ -134,7 +158,7 @@ def _poisoned(cp, shape, dtype):
 @gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(1, 1, 5), (1, 37, 40), (3, 5000, 12), (9, 130, 100),
-                                   (12, 301, 60), (10, 1000, 100), (4, 67, 400)],
+                                   (12, 301, 60), (10, 1000, 100), (4, 67, 400), (6, 1001, 100)],
                          ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("store", ["d", "s", "h"])
 def test_xreg_kernels(rng, shape, store):
