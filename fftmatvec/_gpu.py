@@ -268,7 +268,17 @@ XREG_FEW_ROWS = {("c128", 4, 16): 4, ("c128", 4, 32): 4, ("c128", 8, 16): 8,
 # instead of 32 took 1.90 ms in complex128 there, and 0.87 in complex64, but 0.59 against 0.47
 # at Nd = 3 (twenty-fourth run).
 XREG_MAX_SMEM = 48 * 1024
-XREG_MIN_KB = {"c128": 8, "c64": 8, "c32h": 8}
+# From XREG_MIN_KB right-hand sides a launch, but for launches of exactly XREG_GEMV_KB over more
+# than 4 sensors (the n8-n12 kernels), which one launch of the GEMV kernels' 4-wide tile serves
+# faster. On an H200, against the GEMV plan of each k, interleaved, with XREG_FEW_ROWS
+# (twenty-fifth run; (100000, Nd, 100) for Nd = 2, 6, 8, 10, (30000, 3, 200), (200000, 4, 50)):
+# k = 3 (GEMV 2 + 1) 0.98-1.43x in `d` (the 0.98x at Nd = 10), 1.03-1.56x in `s`, 1.06-1.42x
+# in `h`; k = 5 and 7 (4 + 1, 4 + 2 + 1) 1.07-1.42x and 1.37-1.83x in `d`, 1.07-1.46x and
+# 1.42-1.83x in `s`, 0.97-1.39x and 1.29-1.68x in `h`; k = 6 1.07-1.54x everywhere; k = 4
+# 1.03-1.69x over at most 4 sensors, and at Nd = 6-10 0.75-0.90x in `d`, 0.84-1.03x in `s`,
+# 1.17-1.32x in `h`; k = 2 0.36-0.98x everywhere.
+XREG_MIN_KB = {"c128": 3, "c64": 3, "c32h": 3}
+XREG_GEMV_KB = {"c128": 4, "c64": 4}
 # Frequency padding of the stored Khat, so that V-wide loads are aligned.
 PAD = {"c128": 2, "c64": 4, "c32h": 8}
 _ELEM_BYTES = {"c128": 16, "c64": 8, "c32h": 4}
@@ -420,7 +430,8 @@ def batch_kernels(arch: str | None) -> str:
         return line + "; adjoints with the input in registers off (FFTMATVEC_XREG=0)"
     sides = ("every launch (FFTMATVEC_XREG=1)" if xreg == "1" else
              "from " + ", ".join(f"{s} {n}" for s, n in XREG_MIN_KB.items())
-             + " right-hand sides")
+             + " right-hand sides (" + ", ".join(f"{s} {n}" for s, n in XREG_GEMV_KB.items())
+             + f" over more than {XREG_ND[0]} sensors on the GEMV kernels)")
     return (line + f"; adjoints over at most {XREG_MAX_ND} sensors with the input in "
             f"registers, {sides}")
 
@@ -688,7 +699,7 @@ class KernelEngine:
         if mma_min is not None and self.pipe_smem(tile, in_dtype) > self.smem_per_block:
             mma_min = None  # a device with less shared memory per block than the tile needs
         xreg_min = self._xreg_min_kb(adjoint, n_red, in_dtype, out_dtype)
-        while xreg_min is not None and remaining >= xreg_min:
+        while xreg_min is not None and remaining >= xreg_min and self._xreg_takes(remaining):
             kb = min(remaining, MMA_MAX_KB)
             remaining -= kb
             plan.append(self._launch_xreg(kb, in_dtype, out_dtype))
@@ -748,6 +759,13 @@ class KernelEngine:
                         "cannot take this product", why):
             return None
         return 1 if mode == "1" else XREG_MIN_KB[self.store]
+
+    def _xreg_takes(self, kb: int) -> bool:
+        """Whether a launch of ``kb`` right-hand sides (past the kernel's minimum) goes to the
+        input-in-registers kernel: all of them with ``FFTMATVEC_XREG=1``, else all but the
+        batches of :data:`XREG_GEMV_KB` over more than the fewest sensors compiled."""
+        return (kb != XREG_GEMV_KB.get(self.store) or self.nd <= XREG_ND[0]
+                or _switch("FFTMATVEC_XREG") == "1")
 
     def _xreg_fw(self) -> int:
         """The frequencies per block of an input-in-registers launch (:data:`XREG_TILES`)."""

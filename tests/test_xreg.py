@@ -26,7 +26,8 @@ def _engine(monkeypatch, store="c128", nd=10, nm=100000, nf=101, sm80=True, pres
     monkeypatch.setattr(kernels, "has_function", lambda name: present)
     eng = SimpleNamespace(store=store, nd=nd, nm=nm, nf=nf, smem_per_block=227 * 1024,
                           data=SimpleNamespace(itemsize=_gpu._ELEM_BYTES[store]))
-    for name in ("_xreg_fw", "_xreg_name", "xreg_smem", "xreg_rows", "_launch_xreg"):
+    for name in ("_xreg_fw", "_xreg_name", "xreg_smem", "xreg_rows", "_xreg_takes",
+                 "_launch_xreg"):
         setattr(eng, name, getattr(KernelEngine, name).__get__(eng))
     eng._sm80_kernels = lambda: sm80
     return eng
@@ -51,6 +52,22 @@ def test_xreg_rule(monkeypatch, change, expect):
     eng = _engine(monkeypatch, **change)
     got = _min_kb(eng, adjoint)
     assert got == (None if expect is None else _gpu.XREG_MIN_KB[eng.store])
+
+
+@pytest.mark.parametrize("store,nd,kb,takes", [
+    ("c128", 10, 4, False), ("c128", 5, 4, False), ("c64", 12, 4, False), ("c128", 4, 4, True),
+    ("c64", 1, 4, True), ("c32h", 10, 4, True), ("c128", 10, 3, True), ("c64", 10, 5, True),
+    ("c128", 10, 20, True),
+])
+def test_xreg_gemv_batches(monkeypatch, store, nd, kb, takes):
+    """Launches of XREG_GEMV_KB right-hand sides over more than the fewest sensors compiled
+    stay on the GEMV kernels by default (their 4-wide tile is one launch); FFTMATVEC_XREG=1
+    takes them too."""
+    monkeypatch.delenv("FFTMATVEC_XREG", raising=False)
+    eng = _engine(monkeypatch, store=store, nd=nd)
+    assert eng._xreg_takes(kb) is takes
+    monkeypatch.setenv("FFTMATVEC_XREG", "1")
+    assert eng._xreg_takes(kb) is True
 
 
 def test_xreg_switch(monkeypatch):
