@@ -254,12 +254,12 @@ XREG_ROWS = 32  # output rows per block (more where the grid's 65535 rows of blo
 # faster: over at most 4 sensors, and complex128 over at most 8 in its 128-thread blocks
 # (FW = 16). On an H200, adjoints at k = 16 / 8 against 32 rows, interleaved (twenty-fifth run):
 # complex128 at 4 rows 1.26-1.32x on (100000, 1, 100), (200000, 2, 50), (30000, 3, 200),
-# (100000, 4, 100), at 8 rows 1.18-1.26x / 1.00-1.27x on (100000, Nd, 100), Nd = 5-8;
+# (100000, 4, 100), at 8 rows 1.18-1.26x / 0.99-1.27x on (100000, Nd, 100), Nd = 5-8;
 # complex64 and float16 at 4 rows 1.24-1.29x on (30000, 3, 200) and (60000, 2, 200) (FW = 32),
 # at 8 rows 0.99-1.34x on (100000, Nd, 100), Nd = 1, 3, 4, (200000, 2, 50) and (200000, 4, 50)
-# (FW = 64). Elsewhere fewer rows lost: complex128 FW = 32 at Nd = 5-8 (0.85-0.98x at 8-16
-# rows), every storage at Nd = 5-12 (0.84-0.97x at 8-16 rows), where 64 rows gained 0-3 % at
-# k = 16 and lost up to 7 % at k = 8.
+# (FW = 64). Elsewhere fewer rows lost: complex128 with FW = 32 at Nd = 5-8 (0.85-0.98x at
+# 8-16 rows), every storage at Nd = 10-12 and complex64 and float16 at Nd = 5-12 (0.82-0.99x),
+# where 64 rows gained 1-3 % at k = 16 and lost up to 7 % at k = 8.
 XREG_FEW_ROWS = {("c128", 4, 16): 4, ("c128", 4, 32): 4, ("c128", 8, 16): 8,
                  ("c64", 4, 32): 4, ("c64", 4, 64): 8, ("c32h", 4, 32): 4, ("c32h", 4, 64): 8}
 # The launches keep the driver's default shared-memory carveout up to the 48 KB that need no
@@ -275,7 +275,7 @@ XREG_MAX_SMEM = 48 * 1024
 # k = 3 (GEMV 2 + 1) 0.98-1.43x in `d` (the 0.98x at Nd = 10), 1.03-1.56x in `s`, 1.06-1.42x
 # in `h`; k = 5 and 7 (4 + 1, 4 + 2 + 1) 1.07-1.42x and 1.37-1.83x in `d`, 1.07-1.46x and
 # 1.42-1.83x in `s`, 0.97-1.39x and 1.29-1.68x in `h`; k = 6 1.07-1.54x everywhere; k = 4
-# 1.03-1.69x over at most 4 sensors, and at Nd = 6-10 0.75-0.90x in `d`, 0.84-1.03x in `s`,
+# 1.00-1.69x over at most 4 sensors, and at Nd = 6-10 0.75-0.90x in `d`, 0.84-1.03x in `s`,
 # 1.17-1.32x in `h`; k = 2 0.36-0.98x everywhere.
 XREG_MIN_KB = {"c128": 3, "c64": 3, "c32h": 3}
 XREG_GEMV_KB = {"c128": 4, "c64": 4}
