@@ -238,7 +238,9 @@ MMA_FEW_RED = 32
 # `d`, 1.09-1.43x in `s` and 1.20-1.99x in `h` on (100000, 10, 100), (200000, 6, 50),
 # (20000, 10, 500), (50000, 12, 60) and (30000, 3, 200); k = 16 1.15-1.30x, 1.22-1.80x and
 # 1.05-1.38x but for (50000, 12, 60) `d` (0.99x) and (30000, 3, 200) `d` and `h` (0.93x,
-# 0.90x); k = 4 0.72-1.02x in `d` and `s` (1.16x at Nd = 3), 0.92-1.30x in `h`; k = 2 0.36-0.82x.
+# 0.90x); k = 4 0.72-1.02x in `d` and `s` (1.16x at Nd = 3), 0.92-1.30x in `h`; k = 2 0.36-0.82x
+# (all with 32 rows per block: XREG_FEW_ROWS and XREG_MIN_KB below take the few-sensor and
+# small-batch cases that later measurements favoured).
 # Per storage, the frequencies a block takes (FW) -> (right-hand sides per thread, rows per
 # stage, stages); keep in sync with hip_kernels/fftmatvec_kernels.cu. A launch takes the FW that
 # wastes the fewest threads past Nf, the larger on a tie: in the prototype, Nf = 51 (two
