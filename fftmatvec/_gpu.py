@@ -231,6 +231,16 @@ MMA_MIN_KB = {("c128", False): 4, ("c128", True): 4, ("c64", False): 16, ("c64",
               ("c64dmma", False): 8, ("c64dmma", True): 8}
 MMA_FEW_MIN_KB = {("c128", True): 8, ("c64dmma", True): 16}
 MMA_FEW_RED = 32
+# Forward launches over at most this many outputs (sensors) take tensor cores only from this many
+# right-hand sides (None: never), in every storage: a tile's 16 rows are then mostly empty, and
+# the GEMV kernels read the large vectors once per launch as fast. On an H200, the GEMV plan
+# against the tensor cores, interleaved (twenty-fifth run; (200000, 1, 50), (100000, 2, 100),
+# (30000, 3, 200), (100000, 4, 100)): k = 4 2.2-3.1x in `d` and 2.3-3.6x in `h` (`s` was on the
+# GEMV kernels already), k = 8 1.6-2.2x in all three, k = 16 1.07-1.37x in `d`, 1.25-1.50x in
+# `s`, 1.13-1.34x in `h`; at (100000, 8, 100), k = 4 1.35x / 1.55x in `d` / `h`, k = 8 0.99x /
+# 1.06x / 1.18x in `d` / `s` / `h`. The same forward launches at k = 4 had taken 1.46-1.52x
+# cuBLAS's time at Nd = 1 in `d` and `h`; on the GEMV kernels 0.41-0.49x.
+MMA_FEW_OUT_MIN_KB = {4: None, 8: 9}
 # Adjoint batches over few reduction rows (Nd <= XREG_MAX_ND) take the kernel that holds the
 # input in registers and streams Khat through shared memory (hip_kernels/sbgemvx.cuh; NVIDIA
 # sm_80 and newer), from XREG_MIN_KB right-hand sides per launch. On an H200 (twenty-fourth
@@ -423,8 +433,11 @@ def batch_kernels(arch: str | None) -> str:
     mode = _switch("FFTMATVEC_MMA")
     if mode == "0":
         return "GEMV kernels (FFTMATVEC_MMA=0)"
+    few = ", ".join(f"over at most {rows} sensors " + ("never" if kb is None else f"from {kb}")
+                    for rows, kb in sorted(MMA_FEW_OUT_MIN_KB.items()))
     which = ("every launch (FFTMATVEC_MMA=1)" if mode == "1"
-             else "batches of 4 to 16 right-hand sides or more, by storage and direction")
+             else f"batches of 4 to 16 right-hand sides or more (forward {few}), by storage "
+                  "and direction")
     s = "DMMA" if _c64_on_dmma(arch) else "3xTF32"
     line = f"tensor cores for {which}: d DMMA, s {s}, h TF32"
     xreg = _switch("FFTMATVEC_XREG")
@@ -696,7 +709,7 @@ class KernelEngine:
         n_out, n_red = (self.nm, self.nd) if adjoint else (self.nd, self.nm)
         plan = []
         remaining = k
-        mma_min = self._mma_min_kb(adjoint, n_red)
+        mma_min = self._mma_min_kb(adjoint, n_red, n_out)
         tile, _ = self._pipe_tile(n_out, n_red, adjoint)
         if mma_min is not None and self.pipe_smem(tile, in_dtype) > self.smem_per_block:
             mma_min = None  # a device with less shared memory per block than the tile needs
@@ -716,12 +729,14 @@ class KernelEngine:
         self._plans[key] = plan
         return plan
 
-    def _mma_min_kb(self, adjoint: bool = False, n_red: int | None = None) -> int | None:
+    def _mma_min_kb(self, adjoint: bool = False, n_red: int | None = None,
+                    n_out: int | None = None) -> int | None:
         """The fewest right-hand sides a tensor-core launch takes, or None when that kernel is
         not used. It exists on NVIDIA sm_80 and newer and by default serves launches of at least
         ``MMA_MIN_KB`` right-hand sides in either direction (``MMA_FEW_MIN_KB`` over fewer
-        than ``MMA_FEW_RED`` reduction rows ``n_red``). ``FFTMATVEC_MMA=0`` never uses it, ``=1``
-        uses it for every launch, both directions, down to one right-hand side."""
+        than ``MMA_FEW_RED`` reduction rows ``n_red``; forward over few outputs ``n_out``, at
+        least ``MMA_FEW_OUT_MIN_KB``). ``FFTMATVEC_MMA=0`` never uses it, ``=1`` uses it for
+        every launch, both directions, down to one right-hand side."""
         mode = _switch("FFTMATVEC_MMA")
         if mode == "0":
             return None
@@ -734,9 +749,14 @@ class KernelEngine:
         if mode == "1":
             return 1
         key = (self.pipe_store, bool(adjoint))
+        least = MMA_MIN_KB[key]
         if n_red is not None and n_red < MMA_FEW_RED and key in MMA_FEW_MIN_KB:
-            return MMA_FEW_MIN_KB[key]
-        return MMA_MIN_KB[key]
+            least = MMA_FEW_MIN_KB[key]
+        few = [rows for rows in MMA_FEW_OUT_MIN_KB if n_out is not None and n_out <= rows]
+        if not adjoint and few:
+            most = MMA_FEW_OUT_MIN_KB[min(few)]
+            return None if most is None else max(least, most)
+        return least
 
     def _xreg_min_kb(self, adjoint: bool, n_red: int, in_dtype, out_dtype) -> int | None:
         """The fewest right-hand sides an input-in-registers launch takes (an adjoint over at

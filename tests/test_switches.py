@@ -86,6 +86,22 @@ def test_staged_choice(monkeypatch, store, kb, n_red, adjoint, expected):
     assert KernelEngine._use_staged(engine, kb, n_red, adjoint) is (kb == 1)
 
 
+@pytest.mark.parametrize("store", ["c128", "c64dmma", "c32h"])
+@pytest.mark.parametrize("n_out,expected", [(1, None), (4, None), (5, 9), (8, 9), (9, "min"),
+                                            (100, "min")])
+def test_tensor_cores_forward_over_few_outputs(monkeypatch, store, n_out, expected):
+    """Forward launches over at most 4 outputs stay on the GEMV kernels, over at most 8 they
+    take tensor cores from 9 right-hand sides (MMA_FEW_OUT_MIN_KB); adjoints are not affected."""
+    from fftmatvec._gpu import MMA_MIN_KB
+
+    engine = SimpleNamespace(_sm80_kernels=lambda: True, pipe_store=store, nd=n_out)
+    monkeypatch.delenv("FFTMATVEC_MMA", raising=False)
+    least = MMA_MIN_KB[(store, False)]
+    want = least if expected == "min" else None if expected is None else max(least, expected)
+    assert KernelEngine._mma_min_kb(engine, False, 5000, n_out) == want
+    assert KernelEngine._mma_min_kb(engine, True, 5000, n_out) == MMA_MIN_KB[(store, True)]
+
+
 @pytest.mark.parametrize("has_mma", [True, False])
 @pytest.mark.parametrize("adjoint", [False, True])
 @pytest.mark.parametrize("store,nd", [("c128", 1), ("c128", 32), ("c64", 50), ("c64", 100),
@@ -113,6 +129,7 @@ def test_tensor_core_choice(monkeypatch, has_mma, adjoint, store, nd):
     monkeypatch.setenv("FFTMATVEC_MMA", "1")
     if has_mma:
         assert KernelEngine._mma_min_kb(engine, adjoint) == 1
+        assert KernelEngine._mma_min_kb(engine, adjoint, 5000, 2) == 1
     else:
         with pytest.raises(FFTMatvecValueError, match="FFTMATVEC_MMA"):
             KernelEngine._mma_min_kb(engine, adjoint)
@@ -536,8 +553,10 @@ def test_packed_launch_argument_block(monkeypatch):
     ("gfx90a", None, None, None, "GEMV kernels (the tensor-core ones need NVIDIA sm_80 or newer)"),
     ("sm_75", "1", None, None, "GEMV kernels (the tensor-core ones need NVIDIA sm_80 or newer)"),
     ("sm_90", "0", None, None, "GEMV kernels (FFTMATVEC_MMA=0)"),
-    ("sm_90", None, None, None, "batches of 4 to 16 right-hand sides or more, by storage and "
-                                "direction: d DMMA, s DMMA, h TF32; adjoints over at most 12 "
+    ("sm_90", None, None, None, "batches of 4 to 16 right-hand sides or more (forward over at "
+                                "most 4 sensors never, over at most 8 sensors from 9), by "
+                                "storage and direction: d DMMA, s DMMA, h TF32; adjoints over "
+                                "at most 12 "
                                 "sensors with the input in registers, from c128 3, c64 3, "
                                 "c32h 3 right-hand sides (c128 4, c64 4 over more than 4 "
                                 "sensors on the GEMV kernels)"),
