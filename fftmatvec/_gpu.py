@@ -752,10 +752,11 @@ class KernelEngine:
         least = MMA_MIN_KB[key]
         if n_red is not None and n_red < MMA_FEW_RED and key in MMA_FEW_MIN_KB:
             least = MMA_FEW_MIN_KB[key]
-        few = [rows for rows in MMA_FEW_OUT_MIN_KB if n_out is not None and n_out <= rows]
-        if not adjoint and few:
-            most = MMA_FEW_OUT_MIN_KB[min(few)]
-            return None if most is None else max(least, most)
+        if not adjoint and n_out is not None:
+            holds = [rows for rows in MMA_FEW_OUT_MIN_KB if n_out <= rows]
+            if holds:  # forward over few outputs: the smallest cap that holds n_out
+                from_kb = MMA_FEW_OUT_MIN_KB[min(holds)]
+                return None if from_kb is None else max(least, from_kb)
         return least
 
     def _xreg_min_kb(self, adjoint: bool, n_red: int, in_dtype, out_dtype) -> int | None:
