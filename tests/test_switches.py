@@ -556,9 +556,8 @@ def test_packed_launch_argument_block(monkeypatch):
     ("sm_90", None, None, None, "batches of 4 to 16 right-hand sides or more (forward over at "
                                 "most 4 sensors never, over at most 8 sensors from 9), by "
                                 "storage and direction: d DMMA, s DMMA, h TF32; adjoints over "
-                                "at most 12 "
-                                "sensors with the input in registers, from c128 3, c64 3, "
-                                "c32h 3 right-hand sides (c128 4, c64 4 over more than 4 "
+                                "at most 12 sensors with the input in registers, from c128 3, "
+                                "c64 3, c32h 3 right-hand sides (c128 4, c64 4 over more than 4 "
                                 "sensors on the GEMV kernels)"),
     ("sm_90", "1", "0", None, "every launch (FFTMATVEC_MMA=1): d DMMA, s 3xTF32, h TF32;"),
     ("sm_80", None, None, None, "by storage and direction: d DMMA, s 3xTF32, h TF32;"),
