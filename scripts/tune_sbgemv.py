@@ -6,6 +6,11 @@ tensor-core kernel's tiles (MT, V, WR, WF, KS, NS) and split-K target, and for a
 at most 12 sensors the input-in-registers kernel's frequencies and rows per block) and print the
 fastest per case, as a fraction of the floor. Used to set the defaults in fftmatvec/_gpu.py.
 
+Every launch of a case is made first, then timed in two passes, the second in the reverse
+order, keeping its faster time: in one pass the first launches of a sweep ran 2-6 % slower
+than the same launches later in it (docs/benchmarks.md, twenty-fifth run), which favoured
+whatever came last.
+
 Usage: python scripts/tune_sbgemv.py [--sizes 5000x100x1000,...]
 """
 
@@ -48,6 +53,7 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(7)
     record = []
     points = []  # the default tensor-core tile at each split-K count of --pipe-splits
+    split_points = []  # ... of the case being timed, before its times
     for size in args.sizes.split(","):
         nm, nd, nt = (int(v) for v in size.split("x"))
         K = cp.asarray(rng.standard_normal((nd, nm, nt)))
@@ -67,7 +73,7 @@ def main(argv=None) -> int:
                                                              xhat_scaled=scaled), args.repeat)
 
                 floor = (F.khat_nbytes + k * F.nf * (n_in * x.itemsize + n_out * 16)) / bw
-                rows = []
+                cands = []  # (description, plan): all made first, then timed (time_both_ways)
                 default = eng._plan(adjoint, k, x.dtype, np.complex128)
                 eng._plans.clear()
                 switches = ("FFTMATVEC_STAGED", "FFTMATVEC_MMA", "FFTMATVEC_ASYNC",
@@ -81,14 +87,11 @@ def main(argv=None) -> int:
                     else:
                         os.environ[var] = value
                 eng._plans.clear()
-                t = time_plan(unstaged)
-                rows.append((t, "unstaged default", unstaged[0]))
-                t = time_plan(default)
-                rows.append((t, "default", default[0]))
+                cands += [("unstaged default", unstaged), ("default", default)]
                 if k == 1:  # the default tile of one frequency group (default block), as a reference
                     rt, v = eng._tile(k, n_out, adjoint)
                     la = eng._launch(k, n_out, n_red, x.dtype, np.complex128, tile=(rt, v, None, None))
-                    rows.append((time_plan([la]), "one-group default", la))
+                    cands.append(("one-group default", [la]))
                 # the GEMV tiles: RT x V (x W groups, one right-hand side) per thread
                 tiles = [(rt, v, 1) for rt, kb, v in TILES[eng.store]
                          if kb == k and args.unstaged == "all"]
@@ -100,8 +103,7 @@ def main(argv=None) -> int:
                             eng.blocks_per_sm = bps
                             la = eng._launch(k, n_out, n_red, x.dtype, np.complex128,
                                              tile=(rt, v, bx, ty, w))
-                            t = time_plan([la])
-                            rows.append((t, f"rt={rt} v={v} w={w} bx={bx} ty={ty} bps={bps}", la))
+                            cands.append((f"rt={rt} v={v} w={w} bx={bx} ty={ty} bps={bps}", [la]))
                 eng.blocks_per_sm = 8
                 if k == 1 and eng._sm80_kernels():
                     # the cp.async kernel: (RT, TY, J, NS) and its split-K target
@@ -110,8 +112,7 @@ def main(argv=None) -> int:
                             eng.async_waves = waves
                             la = eng._launch_async(n_out, n_red, x.dtype, np.complex128, tile=tile,
                                                    adjoint=adjoint)
-                            t = time_plan([la])
-                            rows.append((t, f"async tile={tile} waves={waves}", la))
+                            cands.append((f"async tile={tile} waves={waves}", [la]))
                     eng.async_waves = None
                 if k == 1 and not args.no_staged:  # the staged kernel: (RT, V, TY), split-K target
                     for rt, v in STAGED_TILES[eng.store]:
@@ -119,60 +120,53 @@ def main(argv=None) -> int:
                             for tps in (1024, 2048):
                                 eng.staged_threads_per_sm = tps
                                 la = eng._launch_staged(n_out, n_red, x.dtype, np.complex128, tile=(rt, v, ty))
-                                t = time_plan([la])
-                                rows.append((t, f"staged rt={rt} v={v} ty={ty} threads/SM={tps}", la))
+                                cands.append((f"staged rt={rt} v={v} ty={ty} threads/SM={tps}", [la]))
                     eng.staged_threads_per_sm = None
                 if k > 1 and eng._mma_min_kb() is not None:  # the tensor-core kernel
                     for tile in PIPE_TILES[eng.pipe_store]:
                         for waves in (1, 2, 4, 8):
                             eng.pipe_waves = waves
                             la = eng._launch_pipe(k, n_out, n_red, x.dtype, np.complex128, tile=tile, adjoint=adjoint)
-                            t = time_plan([la])
-                            rows.append((t, f"mma tile={tile} waves={waves}", la))
+                            cands.append((f"mma tile={tile} waves={waves}", [la]))
                     eng.pipe_waves = None
                     tile, few_waves = eng._pipe_tile(n_out, n_red, adjoint)
-                    # the default tile at each split-K count, timed in two passes (the counts
-                    # in order, then reversed) keeping each count's faster time, so that a
-                    # drift of the device's clocks over the sweep does not pass for a trend
-                    launches = {}
+                    launches = {}  # the default tile at each split-K count
                     # (the few-row tile splits by rounds, not by the model: no points to fit)
                     for want in (int(v) for v in args.pipe_splits.split(",") if v and few_waves is None):
                         eng.pipe_splits = want
                         la = eng._launch_pipe(k, n_out, n_red, x.dtype, np.complex128, adjoint=adjoint)
                         launches.setdefault(la.splits, la)
                     eng.pipe_splits = None
-                    best_t = {}
-                    for order in (list(launches), list(launches)[::-1]):
-                        for sp in order:
-                            la = launches[sp]
-                            t = time_plan([la])
-                            best_t[sp] = min(t, best_t.get(sp, t))
                     for sp, la in launches.items():
-                        t = best_t[sp]
-                        rows.append((t, f"mma default splits={sp}", la))
-                        points.append({"case": (size, st, adjoint), "store": eng.pipe_store, "adjoint": adjoint,
-                                       "ms": t * 1e3, "splits": la.splits, "chunk": la.red_chunk,
-                                       "base": la.grid[0], "resident": la.resident,
-                                       "partial_bytes": k * n_out * F.nf * eng.compute.itemsize,
-                                       "n_red": n_red, "step": tile[4],
-                                       "max_splits": pipe_max_splits(n_red, tile),
-                                       "model_choice": default[0].splits if default[0].mma else None})
+                        cands.append((f"mma default splits={sp}", [la]))
+                        split_points.append({
+                            "case": (size, st, adjoint), "store": eng.pipe_store, "adjoint": adjoint,
+                            "kernel": f"mma default splits={sp}", "splits": la.splits,
+                            "chunk": la.red_chunk, "base": la.grid[0], "resident": la.resident,
+                            "partial_bytes": k * n_out * F.nf * eng.compute.itemsize,
+                            "n_red": n_red, "step": tile[4],
+                            "max_splits": pipe_max_splits(n_red, tile),
+                            "model_choice": default[0].splits if default[0].mma else None})
                     if default[0].mma:  # the default launch with the other block order
                         eng.pipe_freq_major = not default[0].freq_major
                         la = eng._launch_pipe(k, n_out, n_red, x.dtype, np.complex128, adjoint=adjoint)
                         eng.pipe_freq_major = None
-                        t = time_plan([la])
-                        rows.append((t, f"mma default order={'frequency' if la.freq_major else 'row'}-major", la))
+                        cands.append((f"mma default order={'frequency' if la.freq_major else 'row'}-major",
+                                      [la]))
                 if (adjoint and 1 < k <= 16 and eng.nd <= XREG_MAX_ND and eng._sm80_kernels()
                         and eng.store in XREG_TILES):  # the input-in-registers kernel
                     for fw in XREG_TILES[eng.store]:
                         for per_block in (4, 8, 16, 32, 64, 128):
                             la = eng._launch_xreg(k, x.dtype, np.complex128, fw=fw, rows=per_block)
-                            t = time_plan([la])
-                            rows.append((t, f"xreg fw={fw} rows={la.xreg_rows}", la))
-                rows.sort(key=lambda r: r[0])
-                d = "adj" if adjoint else "fwd"
+                            cands.append((f"xreg fw={fw} rows={la.xreg_rows}", [la]))
+                timed = time_both_ways([plan for _, plan in cands], time_plan)
+                rows = sorted(((t, desc, plan[0]) for t, (desc, plan) in zip(timed, cands)),
+                              key=lambda r: r[0])
                 times = {desc: t for t, desc, _ in rows}
+                for p in split_points:
+                    points.append({**p, "ms": times[p.pop("kernel")] * 1e3})
+                split_points.clear()
+                d = "adj" if adjoint else "fwd"
                 print(f"{nm}x{nd}x{nt} k={k} {st} {d}: default {times['default'] * 1e3:.3f} ms "
                       f"({floor / times['default']:.2f} of floor), GEMV default "
                       f"{times['unstaged default'] * 1e3:.3f} ms ({floor / times['unstaged default']:.2f})")
@@ -195,6 +189,16 @@ def main(argv=None) -> int:
                                "split_model": {f"{st} {'adj' if adj else 'fwd'}": m
                                                for (st, adj), m in fits.items()}})
     return 0
+
+
+def time_both_ways(plans, time_plan) -> list:
+    """Each plan's time, the faster of two passes over them: in order, then in reverse."""
+    best = [None] * len(plans)
+    for order in (range(len(plans)), reversed(range(len(plans)))):
+        for i in order:
+            t = time_plan(plans[i])
+            best[i] = t if best[i] is None else min(best[i], t)
+    return best
 
 
 def fit_split_model(points) -> dict:

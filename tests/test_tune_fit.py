@@ -55,3 +55,23 @@ def test_fit_is_not_fooled_by_one_count():
     got = load_script("tune_sbgemv").fit_split_model(pts)[("c32h", False)]
     assert all(c >= 0 and math.isfinite(c) for c in got)
     assert 1 <= pipe_split_count(126, 132, 1000, 4, 31, 10**6, got) <= 31
+
+
+def test_sweep_times_each_launch_both_ways():
+    """A device that runs the first launches of a sweep slower (its clocks still ramping up)
+    favours the launches timed later; the two passes in opposite orders give every launch its
+    faster time, so equal launches come out equal, and a faster one still comes out faster."""
+    tune = load_script("tune_sbgemv")
+    calls = []
+
+    def warming_up(plan):  # the first three calls 5 % slow
+        calls.append(plan)
+        return plan * (1.05 if len(calls) <= 3 else 1.0)
+
+    plans = [1.0, 1.0, 1.0, 1.0, 0.9]
+    one_pass = [warming_up(p) for p in plans]
+    assert one_pass[0] > one_pass[3]  # the bias a single pass has
+    calls.clear()
+    best = tune.time_both_ways(plans, warming_up)
+    assert calls == plans + plans[::-1]  # in order, then reversed: each twice
+    assert best == plans
