@@ -239,7 +239,10 @@ MMA_FEW_RED = 32
 # GEMV kernels already), k = 8 1.6-2.2x in all three, k = 16 1.07-1.37x in `d`, 1.25-1.50x in
 # `s`, 1.13-1.34x in `h`; at (100000, 8, 100), k = 4 1.35x / 1.55x in `d` / `h`, k = 8 0.99x /
 # 1.06x / 1.18x in `d` / `s` / `h`. The same forward launches at k = 4 had taken 1.46-1.52x
-# cuBLAS's time at Nd = 1 in `d` and `h`; on the GEMV kernels 0.41-0.49x.
+# cuBLAS's time at Nd = 1 in `d` and `h`; on the GEMV kernels 0.41-0.49x. Over 5-7 sensors
+# (twenty-sixth run, (100000, Nd, 100)) the tensor cores were the faster from 9: k = 9
+# 1.24-1.33x / 1.15-1.20x / 1.03-1.04x in `d` / `s` / `h`, k = 16 1.38-1.40x / 1.14-1.17x /
+# 1.21-1.25x.
 MMA_FEW_OUT_MIN_KB = {4: None, 8: 9}
 # Adjoint batches over few reduction rows (Nd <= XREG_MAX_ND) take the kernel that holds the
 # input in registers and streams Khat through shared memory (hip_kernels/sbgemvx.cuh; NVIDIA
