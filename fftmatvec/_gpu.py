@@ -110,6 +110,15 @@ ASYNC_DEFAULTS[("c32h", True)] = ((4, 4, 2, 4), 1)
 # takes over if it fills more: 0.124 against 0.137 ms there; on (5000, 100, 1000) and
 # (20000, 50, 500), where the default fills 90-97 %, it was 0-4 % slower (thirteenth run).
 ASYNC_FILL_ALT = {("c32h", True): ((2, 4, 2, 4, 2), 1)}
+# Where one split's blocks fill a round of the block slots already, split-K goes on only while
+# each split keeps at least this many reduction rows, per (storage, adjoint). On an H200
+# (twenty-sixth run, the fused product, interleaved), complex128 forward: 2 splits of 504 rows
+# instead of the 6 that 8 rounds make were 1.027x as fast on (1000, 100, 1000), 3 of 504 instead
+# of 6 1.007x on (1500, 100, 1000); 1-3 splits were 1.02x in an earlier call. On
+# (5000, 100, 1000) and (20000, 50, 500), with 840 and 1056 rows per split, fewer were 1-13 %
+# slower. Where the blocks of one split fill less than a round, cutting the splits cost 1-7 %
+# ((2000, 50, 500): 5 against 18, (1000, 40, 1000): 2 against 14), and they split as before.
+ASYNC_SPLIT_ROWS = {("c128", False): 400}
 ASYNC_MIN_FILL = 0.75
 ASYNC_FEW = {"c128": ((4, 4, 2, 4), 2), "c64": ((4, 4, 2, 4), 2), "c32h": ((4, 4, 2, 4), 1)}
 # (MT, V, WR, WF, KS, NS) tiles of the tensor-core kernel for several right-hand sides
@@ -1016,28 +1025,36 @@ class KernelEngine:
         default, alt = ASYNC_DEFAULTS[key], ASYNC_FILL_ALT.get(key)
         if alt is None:
             return default
-        fill = self.async_fill(*default, n_out, n_red, in_dtype)
-        if fill < ASYNC_MIN_FILL and self.async_fill(*alt, n_out, n_red, in_dtype) > fill:
+        fill = self.async_fill(*default, n_out, n_red, in_dtype, adjoint)
+        if fill < ASYNC_MIN_FILL and self.async_fill(*alt, n_out, n_red, in_dtype, adjoint) > fill:
             return alt
         return default
 
-    def _async_grid(self, tile, waves: int, n_out: int, n_red: int, in_dtype):
+    def _async_grid(self, tile, waves: int, n_out: int, n_red: int, in_dtype,
+                    adjoint: bool = False):
         """(blocks of one split, split-K count, reduction rows per split, block slots of the
         device) of a cp.async launch: when the blocks fill less than ``waves`` rounds of the
-        slots the shared memory and threads leave, split-K makes that many rounds of them."""
+        slots the shared memory and threads leave, split-K makes that many rounds of them
+        (where one split fills a round, only down to :data:`ASYNC_SPLIT_ROWS` rows per split)."""
         rt, ty, j, ns = tile[:4]
         smem = self.async_smem(tile, in_dtype)
         base = math.ceil(n_out / (rt * ty)) * math.ceil(self.nf / self._async_freqs(tile))
         slots = self.num_sms * self.resident_blocks(None, 32 * ty, smem)
-        # each split keeps at least 2 * NS stages of reduction steps
-        splits = _fill_splits(base, waves * slots, n_red // (2 * ns * j))
+        # each split keeps at least 2 * NS stages of reduction steps, and where one split's
+        # blocks fill a round, ASYNC_SPLIT_ROWS rows
+        most = n_red // (2 * ns * j)
+        rows = ASYNC_SPLIT_ROWS.get((self.store, bool(adjoint)))
+        if rows is not None and base >= slots:
+            most = max(1, min(most, n_red // rows))
+        splits = _fill_splits(base, waves * slots, most)
         splits, red_chunk = _split_k(splits, n_red, j)
         return base, splits, red_chunk, slots
 
-    def async_fill(self, tile, waves: int, n_out: int, n_red: int, in_dtype) -> float:
+    def async_fill(self, tile, waves: int, n_out: int, n_red: int, in_dtype,
+                   adjoint: bool = False) -> float:
         """The share of the block slots that a launch's rounds keep busy: its blocks over the
         rounds they take times the slots (1 when the last round is full)."""
-        base, splits, _, slots = self._async_grid(tile, waves, n_out, n_red, in_dtype)
+        base, splits, _, slots = self._async_grid(tile, waves, n_out, n_red, in_dtype, adjoint)
         blocks = base * splits
         return blocks / (math.ceil(blocks / slots) * slots)
 
@@ -1076,7 +1093,8 @@ class KernelEngine:
         if smem > self.smem_per_block:
             raise ValueError(f"cp.async tile {tile} needs {smem} bytes of shared memory, "
                              f"the device allows {self.smem_per_block} per block")
-        base, splits, red_chunk, _ = self._async_grid(tile, waves, n_out, n_red, in_dtype)
+        base, splits, red_chunk, _ = self._async_grid(tile, waves, n_out, n_red, in_dtype,
+                                                      adjoint)
         name = self._async_name(tile, in_dtype, self.compute if splits > 1 else out_dtype)
         return _Launch(name, 1, (base, splits), (32, ty), splits, red_chunk, staged=True, smem=smem)
 

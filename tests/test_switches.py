@@ -248,6 +248,30 @@ def test_async_fill_choice(nm, nd, nf, alt):
     assert engine128._async_default(nm, nd, True, np.complex64) == ASYNC_DEFAULTS[("c128", True)]
 
 
+@pytest.mark.parametrize("nm,nd,nf,splits,unruled", [
+    (1000, 100, 1001, 2, 6),  # 416 blocks fill a round: 2 splits of 504 rows, not 6 of 168
+    (1500, 100, 1001, 3, 6),
+    (5000, 100, 1001, 6, 6),  # 840 rows per split: as 8 rounds make it
+    (20000, 50, 501, 19, 19),
+    (1000, 20, 101, 18, 18),  # 12 blocks: split to fill the rounds, 56 rows each
+    (1000, 40, 1001, 14, 14),  # 160 blocks, less than a round (264 slots): as the rounds ask
+    (2000, 50, 501, 18, 18),
+])
+def test_async_split_rows(nm, nd, nf, splits, unruled):
+    """A complex128 forward cp.async launch whose blocks of one split fill a round of the slots
+    splits its reduction only while each split keeps ASYNC_SPLIT_ROWS rows; fewer blocks, and
+    adjoints (no such rule), split as the rounds ask."""
+    from fftmatvec._gpu import ASYNC_DEFAULTS, ASYNC_SPLIT_ROWS
+
+    engine = _h200_engine("c128", nf)
+    tile, waves = engine._async_default(nd, nm, False, np.complex128)
+    assert (tile, waves) == ASYNC_DEFAULTS[("c128", False)]
+    base, got, chunk, slots = engine._async_grid(tile, waves, nd, nm, np.complex128, False)
+    assert got == splits and got * chunk >= nm > (got - 1) * chunk
+    assert chunk >= ASYNC_SPLIT_ROWS[("c128", False)] or base < slots
+    assert engine._async_grid(tile, waves, nd, nm, np.complex128, True)[1] == unruled
+
+
 @pytest.mark.parametrize(
     "nbytes,k,nm,nd,nt,expected",
     [
