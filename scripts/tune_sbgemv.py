@@ -53,7 +53,7 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(7)
     record = []
     points = []  # the default tensor-core tile at each split-K count of --pipe-splits
-    split_points = []  # ... of the case being timed, before its times
+    split_points = []  # ... of the case being timed: (its index in cands, the point less its time)
     for size in args.sizes.split(","):
         nm, nd, nt = (int(v) for v in size.split("x"))
         K = cp.asarray(rng.standard_normal((nd, nm, nt)))
@@ -139,14 +139,14 @@ def main(argv=None) -> int:
                     eng.pipe_splits = None
                     for sp, la in launches.items():
                         cands.append((f"mma default splits={sp}", [la]))
-                        split_points.append({
+                        split_points.append((len(cands) - 1, {
                             "case": (size, st, adjoint), "store": eng.pipe_store, "adjoint": adjoint,
-                            "kernel": f"mma default splits={sp}", "splits": la.splits,
+                            "splits": la.splits,
                             "chunk": la.red_chunk, "base": la.grid[0], "resident": la.resident,
                             "partial_bytes": k * n_out * F.nf * eng.compute.itemsize,
                             "n_red": n_red, "step": tile[4],
                             "max_splits": pipe_max_splits(n_red, tile),
-                            "model_choice": default[0].splits if default[0].mma else None})
+                            "model_choice": default[0].splits if default[0].mma else None}))
                     if default[0].mma:  # the default launch with the other block order
                         eng.pipe_freq_major = not default[0].freq_major
                         la = eng._launch_pipe(k, n_out, n_red, x.dtype, np.complex128, adjoint=adjoint)
@@ -163,8 +163,7 @@ def main(argv=None) -> int:
                 rows = sorted(((t, desc, plan[0]) for t, (desc, plan) in zip(timed, cands)),
                               key=lambda r: r[0])
                 times = {desc: t for t, desc, _ in rows}
-                for p in split_points:
-                    points.append({**p, "ms": times[p.pop("kernel")] * 1e3})
+                points += [{**p, "ms": timed[i] * 1e3} for i, p in split_points]
                 split_points.clear()
                 d = "adj" if adjoint else "fwd"
                 print(f"{nm}x{nd}x{nt} k={k} {st} {d}: default {times['default'] * 1e3:.3f} ms "

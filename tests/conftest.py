@@ -52,6 +52,13 @@ def dense_btt(kernel) -> np.ndarray:
     return blocks.transpose(0, 2, 1, 3).reshape(nd * nt, nm * nt)
 
 
+def poisoned(cp, shape, dtype):
+    """A device array of NaNs: an output buffer whose unwritten entries a test can see."""
+    a = cp.empty(shape, dtype=dtype)
+    a.fill(np.nan)
+    return a
+
+
 def rel_err(y, y_ref) -> float:
     y = np.asarray(to_numpy(y), dtype=np.float64)
     y_ref = np.asarray(y_ref, dtype=np.float64)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import poisoned
 
 import fftmatvec as fm
 from fftmatvec import backend
@@ -28,15 +29,6 @@ SHAPES = [  # (Nd, Nm, Nt)
     (45, 77, 150),  # Nd = 32 + 13: a full and a partial staged chunk in the adjoint
     (100, 23, 1000),  # Nf = 1001: frequency tiles with a ragged end
 ]
-POISON = np.nan
-
-
-def _poisoned(cp, shape, dtype):
-    a = cp.empty(shape, dtype=dtype)
-    a.fill(POISON)
-    return a
-
-
 def _khat_reference(K, L):
     return np.fft.rfft(K, n=L, axis=-1)  # (Nd, Nm, Nf) complex128
 
@@ -70,7 +62,7 @@ def test_sbgemv(rng, monkeypatch, shape, store, k, adjoint, kernels):
         x = (rng.standard_normal((k, n_in, nf)) + 1j * rng.standard_normal((k, n_in, nf)))
         x = x.astype(in_dt)
         ref = _dense_product(khat, x, adjoint)
-        out = _poisoned(cp, (k, n_out, nf), out_dt)
+        out = poisoned(cp, (k, n_out, nf), out_dt)
         F._engine.apply(cp.asarray(x), adjoint, out_dt, out=out)
         got = cp.asnumpy(out)
         assert got.dtype == out_dt
@@ -119,7 +111,7 @@ def test_staged_tiles(rng, shape, store, adjoint):
                     la = eng._launch_staged(n_out, n_red, np.complex128, np.complex128, tile=(rt, v, ty))
                 finally:
                     eng.num_sms = saved
-                out = _poisoned(cp, (1, n_out, F.nf), np.complex128)
+                out = poisoned(cp, (1, n_out, F.nf), np.complex128)
                 eng.apply(cp.asarray(x), adjoint, np.complex128, out=out, plan=[la])
                 got = cp.asnumpy(out)
                 assert np.isfinite(got).all(), (rt, v, ty, la)
@@ -155,7 +147,7 @@ def test_wide_tiles(rng, shape, store, adjoint):
             finally:
                 eng.blocks_per_sm = saved
             assert la.name.endswith(f"_w{w}")
-            out = _poisoned(cp, (1, n_out, F.nf), out_dt)
+            out = poisoned(cp, (1, n_out, F.nf), out_dt)
             eng.apply(cp.asarray(x), adjoint, out_dt, out=out, plan=[la])
             got = cp.asnumpy(out)
             assert np.isfinite(got).all(), la
@@ -190,7 +182,7 @@ def test_async_tiles(rng, shape, store, adjoint):
                 la = eng._launch_async(n_out, n_red, in_dt, out_dt, tile=tile, adjoint=adjoint)
             finally:
                 eng.async_waves = None
-            out = _poisoned(cp, (1, n_out, F.nf), out_dt)
+            out = poisoned(cp, (1, n_out, F.nf), out_dt)
             eng.apply(cp.asarray(x), adjoint, out_dt, out=out, plan=[la])
             got = cp.asnumpy(out)
             assert np.isfinite(got).all(), (tile, la)
@@ -234,7 +226,7 @@ def test_pipe_tiles(rng, monkeypatch, shape, store, adjoint):
                     eng.pipe_waves, eng.pipe_freq_major = waves, freq_major
                     la = eng._launch_pipe(kb, n_out, n_red, in_dt, out_dt, tile=tile)
                     assert la.freq_major == freq_major
-                    out = _poisoned(cp, (kb, n_out, F.nf), out_dt)
+                    out = poisoned(cp, (kb, n_out, F.nf), out_dt)
                     eng.apply(cp.asarray(x.astype(in_dt)), adjoint, out_dt, out=out, plan=[la])
                     got = cp.asnumpy(out)
                     case = (kb, tile, la, in_dt)
@@ -272,7 +264,7 @@ def test_h_batch_vector_ranges(rng, adjoint):
         for waves in (64, 0):
             eng.pipe_waves = waves
             la = eng._launch_pipe(kb, n_out, n_red, xs.dtype, np.complex128, tile=tile)
-            out = _poisoned(cp, (kb, n_out, F.nf), np.complex128)
+            out = poisoned(cp, (kb, n_out, F.nf), np.complex128)
             eng.apply(xs, adjoint, np.complex128, out=out, plan=[la], xhat_scaled=adjoint)
             got = cp.asnumpy(out)
             assert np.isfinite(got).all(), (tile, la)
@@ -324,14 +316,14 @@ def test_h_adjoint_prescaled(rng, monkeypatch, shape):
                        eng._launch(1, nm, nd, xs.dtype, np.complex128, adjoint=True)]
                       for t in PIPE_TILES[eng.pipe_store]]
         for plan in plans:
-            out = _poisoned(cp, (k, nm, F.nf), np.complex128)
+            out = poisoned(cp, (k, nm, F.nf), np.complex128)
             eng.apply(xs, True, np.complex128, out=out, plan=plan, xhat_scaled=True)
             got = cp.asnumpy(out)
             assert np.isfinite(got).all(), plan
             err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
             assert err < 2e-3, (k, plan, err)
         # without the flag the kernels apply the scales again: the product must change
-        out = _poisoned(cp, (k, nm, F.nf), np.complex128)
+        out = poisoned(cp, (k, nm, F.nf), np.complex128)
         eng.apply(xs, True, np.complex128, out=out)
         assert np.linalg.norm(cp.asnumpy(out) - ref) / np.linalg.norm(ref) > 1e-2
 
@@ -350,7 +342,7 @@ def test_pad_unpad(rng, rows, nt, types):
     L = fm.fft_length(nt)
     eng = KernelEngine(prec, 1, 1, L // 2 + 1, nt, L)
     x = rng.standard_normal((1, rows, nt)).astype(iface)
-    out = _poisoned(cp, (1, rows, L), prec.real_dtype("fft"))
+    out = poisoned(cp, (1, rows, L), prec.real_dtype("fft"))
     eng.pad(cp.asarray(x), prec, out=out)
     got = cp.asnumpy(out)
     ref = np.zeros((1, rows, L))
@@ -361,7 +353,7 @@ def test_pad_unpad(rng, rows, nt, types):
     y = rng.standard_normal((1, rows, L)).astype(prec.real_dtype("ifft"))
     w = rng.uniform(0.5, 2, (rows, nt)).astype(iface)
     for weight in (None, w):
-        out = _poisoned(cp, (1, rows, nt), iface)
+        out = poisoned(cp, (1, rows, nt), iface)
         eng.unpad(cp.asarray(y), prec, nt, iface, weight=None if weight is None else cp.asarray(weight), out=out)
         ref = y[..., :nt].astype(prec.reduce_dtype).astype(iface)
         if weight is not None:
@@ -382,7 +374,7 @@ def test_packed_launch(rng):
     launch = kernels.PackedLaunch(fn, (8,), (32, 2), 0, (None, None, np.int64(n), np.int32(splits)))
     for _ in range(2):  # fresh pointers each call
         part = cp.asarray(rng.standard_normal((splits, n)) + 1j * rng.standard_normal((splits, n)))
-        y = _poisoned(cp, n, np.complex64)
+        y = poisoned(cp, n, np.complex64)
         launch(cp.cuda.get_current_stream().ptr, part.data.ptr, y.data.ptr)
         np.testing.assert_allclose(cp.asnumpy(y), cp.asnumpy(part.sum(axis=0)), rtol=1e-6)
     with pytest.raises(TypeError, match="takes 2 pointers"):

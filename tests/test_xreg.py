@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from conftest import poisoned
 
 import fftmatvec as fm
 from fftmatvec import _gpu, backend, kernels
@@ -166,12 +167,6 @@ def test_xreg_tables_match_the_kernels():
 
 
 # ---- GPU --------------------------------------------------------------------------------------
-def _poisoned(cp, shape, dtype):
-    a = cp.empty(shape, dtype=dtype)
-    a.fill(np.nan)
-    return a
-
-
 @gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(1, 1, 5), (1, 37, 40), (3, 5000, 12), (9, 130, 100),
@@ -197,7 +192,7 @@ def test_xreg_kernels(rng, shape, store):
             for in_dt, out_dt in ((np.complex128, np.complex128), (np.complex64, np.complex64),
                                   (np.complex64, np.complex128), (np.complex128, np.complex64)):
                 la = eng._launch_xreg(kb, in_dt, out_dt, fw=fw)
-                out = _poisoned(cp, (kb, nm, F.nf), out_dt)
+                out = poisoned(cp, (kb, nm, F.nf), out_dt)
                 eng.apply(cp.asarray(x.astype(in_dt)), True, out_dt, out=out, plan=[la])
                 got = cp.asnumpy(out)
                 case = (kb, fw, in_dt, out_dt)
@@ -223,7 +218,7 @@ def test_xreg_many_rows(rng):
     x = cp.asarray(rng.standard_normal((2, nd, F.nf)) + 1j * rng.standard_normal((2, nd, F.nf)))
     khat = cp.fft.rfft(K, n=F.fft_len, axis=-1) / F.fft_len
     ref = cp.einsum("ijf,bif->bjf", khat.conj(), x)
-    out = _poisoned(cp, (2, nm, F.nf), np.complex128)
+    out = poisoned(cp, (2, nm, F.nf), np.complex128)
     eng.apply(x, True, np.complex128, out=out, plan=[la])
     assert bool(cp.isfinite(out).all())
     assert float(cp.linalg.norm(out - ref) / cp.linalg.norm(ref)) < 1e-13
