@@ -250,18 +250,25 @@ def test_hipified_kernels_compile_with_hiprtc():
 
 # ---- the installed code objects (CI sets FFTMATVEC_EXPECT_CODE_OBJECTS) ------------------------
 
+def device_elf(blob: bytes) -> bytes:
+    """The device ELF of a code object: a cubin as it is, an AMD code object's one device entry
+    if it is a clang offload bundle (as hipcc --genco writes it)."""
+    if not blob.startswith(b"__CLANG_OFFLOAD_BUNDLE__"):
+        return blob
+    (count,) = struct.unpack_from("<Q", blob, 24)
+    pos, elves = 32, []
+    for _ in range(count):
+        off, size, tlen = struct.unpack_from("<QQQ", blob, pos)
+        if blob[pos + 24:pos + 24 + tlen].startswith(b"hip"):
+            elves.append(blob[off:off + size])
+        pos += 24 + tlen
+    assert len(elves) == 1, "expected one device code object in the bundle"
+    return elves[0]
+
+
 def kernel_names(blob: bytes) -> set[str]:
     """Names of the global functions defined in a cubin or an AMD code object (bundle)."""
-    if blob.startswith(b"__CLANG_OFFLOAD_BUNDLE__"):
-        (count,) = struct.unpack_from("<Q", blob, 24)
-        pos, elves = 32, []
-        for _ in range(count):
-            off, size, tlen = struct.unpack_from("<QQQ", blob, pos)
-            if blob[pos + 24:pos + 24 + tlen].startswith(b"hip"):
-                elves.append(blob[off:off + size])
-            pos += 24 + tlen
-        assert len(elves) == 1, "expected one device code object in the bundle"
-        blob = elves[0]
+    blob = device_elf(blob)
     assert blob[:6] == b"\x7fELF\x02\x01", "not a 64-bit little-endian ELF"
     (shoff,) = struct.unpack_from("<Q", blob, 0x28)
     shentsize, shnum = struct.unpack_from("<HH", blob, 0x3A)
@@ -338,3 +345,63 @@ def test_installed_package_has_the_expected_code_objects():
     assert cuda_left(hip.read_text()) == []
     # the cuFFT callbacks are compiled at run time, from the installed source
     assert "fftmatvec/hip_kernels/fft_callbacks.cu" in files, "fft_callbacks.cu is not installed"
+
+
+def llvm_readelf() -> str | None:
+    """An llvm-readelf to read AMD code objects' metadata with: on the PATH (also the versioned
+    names Debian's LLVM packages install, which its hipcc depends on), or ROCm's."""
+    import shutil
+    from glob import glob
+
+    found = shutil.which("llvm-readelf")
+    if found:
+        return found
+    versioned = sorted((p for d in os.environ.get("PATH", "").split(os.pathsep) if d
+                        for p in glob(os.path.join(d, "llvm-readelf-[0-9]*"))),
+                       key=lambda p: int(re.sub(r"\D", "", p.rsplit("-", 1)[1]) or 0))
+    if versioned:
+        return versioned[-1]
+    rocm = Path(os.environ.get("ROCM_PATH", "/opt/rocm")) / "llvm" / "bin" / "llvm-readelf"
+    return str(rocm) if rocm.exists() else None
+
+
+def amd_kernel_metadata(elf: bytes, tmp_path: Path, readelf: str) -> dict:
+    """The ``amdhsa.kernels`` entries of an AMD code object's metadata note, by kernel name
+    (llvm-readelf decodes the note to YAML)."""
+    import yaml
+
+    path = tmp_path / "device.elf"
+    path.write_bytes(elf)
+    out = subprocess.run([readelf, "--notes", str(path)], capture_output=True, text=True,
+                         check=True).stdout
+    # the YAML document follows the note's heading: "---" (indented), then a line "..."
+    match = re.search(r"AMDGPU Metadata:\s*\n\s*---\s*\n(.*?)\n\.\.\.\s*$", out, re.S | re.M)
+    assert match, f"no AMDGPU metadata note in {readelf} --notes output: {out[:500]}"
+    meta = yaml.safe_load(match.group(1))
+    return {k[".name"]: k for k in meta["amdhsa.kernels"]}
+
+
+AMD_EXPECTED = [t for t in EXPECTED if t.startswith("gfx")]
+
+
+@pytest.mark.skipif(not AMD_EXPECTED, reason="no AMD code object in FFTMATVEC_EXPECT_CODE_OBJECTS")
+def test_installed_amd_code_objects_do_not_spill(tmp_path):
+    """No kernel of an installed AMD code object spills registers or uses scratch memory: that
+    hardware is not here to time them, and a spill is what would show first in their time
+    (docs/benchmarks.md, twenty-seventh run, has the registers and occupancy of each family)."""
+    readelf = llvm_readelf()
+    assert readelf is not None, ("llvm-readelf not found (hipcc's LLVM installs it): the AMD "
+                                 "code objects' metadata cannot be read")
+    files = {str(f): f for f in importlib.metadata.files("fftmatvec") or []}
+    for tag in AMD_EXPECTED:
+        rel = f"fftmatvec/_kernels/fftmatvec_kernels.{tag}.hsaco"
+        elf = device_elf(Path(files[rel].locate()).read_bytes())
+        meta = amd_kernel_metadata(elf, tmp_path, readelf)
+        assert set(meta) == kernel_names(elf), f"{tag}: the metadata and the symbols differ"
+        spilling = {name: (k[".vgpr_spill_count"], k[".sgpr_spill_count"],
+                           k[".private_segment_fixed_size"])
+                    for name, k in meta.items()
+                    if k[".vgpr_spill_count"] or k[".sgpr_spill_count"]
+                    or k[".private_segment_fixed_size"] or k.get(".uses_dynamic_stack")}
+        assert not spilling, (f"{tag}: {len(spilling)} kernels spill (VGPRs, SGPRs, scratch "
+                              f"bytes): {sorted(spilling.items())[:5]}")
