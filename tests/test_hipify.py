@@ -12,12 +12,15 @@ import importlib.metadata
 import json
 import os
 import re
+import shutil
 import struct
 import subprocess
 import sys
+from glob import glob
 from pathlib import Path
 
 import pytest
+import yaml
 
 from fftmatvec import FFTMatvecValueError
 from fftmatvec._gpu import (ASYNC_TILES, PIPE_TILES, STAGED_TILES, TILES, WIDE_TILES, XREG_ND,
@@ -350,9 +353,6 @@ def test_installed_package_has_the_expected_code_objects():
 def llvm_readelf() -> str | None:
     """An llvm-readelf to read AMD code objects' metadata with: on the PATH (also the versioned
     names Debian's LLVM packages install, which its hipcc depends on), or ROCm's."""
-    import shutil
-    from glob import glob
-
     found = shutil.which("llvm-readelf")
     if found:
         return found
@@ -368,8 +368,6 @@ def llvm_readelf() -> str | None:
 def amd_kernel_metadata(elf: bytes, tmp_path: Path, readelf: str) -> dict:
     """The ``amdhsa.kernels`` entries of an AMD code object's metadata note, by kernel name
     (llvm-readelf decodes the note to YAML)."""
-    import yaml
-
     path = tmp_path / "device.elf"
     path.write_bytes(elf)
     out = subprocess.run([readelf, "--notes", str(path)], capture_output=True, text=True,
