@@ -594,6 +594,24 @@ HOLD_KHAT_FRACTION = 4
 HOLD_STREAMS = 4
 
 
+def shared_memory_limits(props: dict) -> tuple[int, int]:
+    """(bytes of shared memory per multiprocessor, bytes one block may use) from CuPy's device
+    properties ``props``.
+
+    CUDA reports ``sharedMemPerMultiprocessor`` and ``sharedMemPerBlockOptin`` (228 and 227 KB
+    on an H100 or H200). CuPy's ROCm build reports neither: there a compute unit's LDS is
+    ``maxSharedMemoryPerMultiProcessor`` and a block may use ``sharedMemPerBlock`` (64 KB each
+    on gfx90a and gfx942; a block cannot opt into more). Taking the CUDA defaults there would
+    let the row FFT kernels take lengths whose blocks the device cannot launch (float64
+    L > 4094). Properties with neither get an H100's values."""
+    hip = "gcnArchName" in props or "maxSharedMemoryPerMultiProcessor" in props
+    per_sm = props.get("sharedMemPerMultiprocessor") or props.get(
+        "maxSharedMemoryPerMultiProcessor")
+    per_block = props.get("sharedMemPerBlockOptin") or (
+        props.get("sharedMemPerBlock") if hip else None)
+    return int(per_sm or 228 * 1024), int(per_block or 227 * 1024)
+
+
 class KernelEngine:
     """Stage 3 (and the fused casts of stages 1 and 5) through the package's own kernels."""
 
@@ -628,8 +646,7 @@ class KernelEngine:
         self._num_regs: dict = {}  # kernel name -> registers per thread (0: unknown)
         self._sm80 = None  # whether the sm_80+ kernels exist here (found on first use)
         self.async_waves = None  # split-K target of the cp.async kernel (None: default)
-        self.smem_per_sm = int(props.get("sharedMemPerMultiprocessor", 0)) or 228 * 1024
-        self.smem_per_block = int(props.get("sharedMemPerBlockOptin", 0)) or 227 * 1024
+        self.smem_per_sm, self.smem_per_block = shared_memory_limits(props)
         self.threads_per_sm = int(props.get("maxThreadsPerMultiProcessor", 0)) or 2048
         self.regs_per_sm = int(props.get("regsPerMultiprocessor", 0)) or 65536
         self.arch = backend.device_arch()

@@ -9,7 +9,9 @@ import pytest
 
 from fftmatvec import FFTMatvecValueError
 from fftmatvec import kernels
-from fftmatvec._gpu import KernelEngine, _split_k, _switch, pipe_split_count, pipe_split_time
+from fftmatvec import _rowfft
+from fftmatvec._gpu import (KernelEngine, _split_k, _switch, pipe_split_count, pipe_split_time,
+                            shared_memory_limits)
 from fftmatvec.precision import PrecisionConfig
 
 
@@ -604,3 +606,32 @@ def test_batch_kernels_line(monkeypatch, arch, mma, dmma, xreg, expected):
     assert expected in line
     if expected == "no GPU" or expected.startswith("GEMV"):
         assert line == expected
+
+
+# CuPy's getDeviceProperties: the CUDA build's keys (an H200), and the ROCm build's, which has no
+# sharedMemPerMultiprocessor, sharedMemPerBlockOptin or regsPerMultiprocessor (an MI250X GCD)
+H200_PROPS = {"name": b"NVIDIA H200", "sharedMemPerBlock": 48 * 1024,
+              "sharedMemPerMultiprocessor": 228 * 1024, "sharedMemPerBlockOptin": 227 * 1024,
+              "multiProcessorCount": 132}
+MI250X_PROPS = {"name": b"", "sharedMemPerBlock": 64 * 1024,
+                "maxSharedMemoryPerMultiProcessor": 64 * 1024,
+                "gcnArchName": b"gfx90a:sramecc+:xnack-", "multiProcessorCount": 110}
+
+
+@pytest.mark.parametrize("props,expected", [
+    (H200_PROPS, (228 * 1024, 227 * 1024)),
+    (MI250X_PROPS, (64 * 1024, 64 * 1024)),
+    ({"multiProcessorCount": 108}, (228 * 1024, 227 * 1024)),  # neither: an H100's
+])
+def test_shared_memory_limits(props, expected):
+    assert shared_memory_limits(props) == expected
+
+
+def test_row_ffts_fit_an_amd_block():
+    """On AMD the row FFT kernels take only the lengths whose two buffers fit 64 KB: float64
+    L = 2000 (32 KB), not L = 5000 (80 KB), which the CUDA defaults would have let through."""
+    _, per_block = shared_memory_limits(MI250X_PROPS)
+    assert _rowfft.supported(2000, np.float64, per_block)
+    assert not _rowfft.supported(5000, np.float64, per_block)
+    assert _rowfft.supported(5000, np.float32, per_block)
+    assert _rowfft.supported(5000, np.float64, shared_memory_limits(H200_PROPS)[1])
