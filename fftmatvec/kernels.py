@@ -160,9 +160,26 @@ def get_function(name: str, shared_mem: int = 0):
             raise KernelLoadError(f"cannot load GPU kernel {name!r}: {exc}") from exc
         _functions[key] = fn
     if shared_mem > _shared_mem.get(key, 0):
-        _allow_shared_mem(cp, fn, shared_mem)
+        if backend.is_hip():
+            _check_hip_shared_mem(cp, name, shared_mem)
+        else:
+            _allow_shared_mem(cp, fn, shared_mem)
         _shared_mem[key] = shared_mem
     return fn
+
+
+def _check_hip_shared_mem(cp, name: str, nbytes: int) -> None:
+    """On ROCm nothing is opted into: a block may use a compute unit's whole LDS without it
+    (``sharedMemPerBlock``, 64 KB on gfx90a and gfx942), and HIP ignores the carveout hint.
+    CuPy's ROCm builds, moreover, answer every function-attribute call with an error (their
+    ``cuFuncSetAttribute`` is a stub returning hipErrorUnknown), which would fail every kernel
+    with dynamic shared memory there. A launch asking for more than a block may use is refused
+    here, by name, rather than at launch."""
+    limit = int(cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id).get(
+        "sharedMemPerBlock", 0))
+    if limit and nbytes > limit:
+        raise KernelLoadError(f"GPU kernel {name!r} asks for {nbytes} bytes of shared memory; "
+                              f"this device allows {limit} per block")
 
 
 _CTYPES = {np.dtype(np.int64): ctypes.c_int64, np.dtype(np.int32): ctypes.c_int32,

@@ -635,3 +635,63 @@ def test_row_ffts_fit_an_amd_block():
     assert not _rowfft.supported(5000, np.float64, per_block)
     assert _rowfft.supported(5000, np.float32, per_block)
     assert _rowfft.supported(5000, np.float64, shared_memory_limits(H200_PROPS)[1])
+
+
+class _FakeFunction:
+    """A loaded kernel that records its attribute settings; ``fail``: they raise, as CuPy's
+    ROCm builds' do."""
+
+    ptr = 1
+
+    def __init__(self, fail: bool):
+        self.fail, self.set = fail, []
+
+    @property
+    def max_dynamic_shared_size_bytes(self):
+        return 0
+
+    @max_dynamic_shared_size_bytes.setter
+    def max_dynamic_shared_size_bytes(self, value):
+        if self.fail:
+            raise RuntimeError("hipErrorUnknown")
+        self.set.append(("max_dynamic_shared_size_bytes", value))
+
+    @property
+    def preferred_shared_memory_carveout(self):
+        return 0
+
+    @preferred_shared_memory_carveout.setter
+    def preferred_shared_memory_carveout(self, value):
+        if self.fail:
+            raise RuntimeError("hipErrorUnknown")
+        self.set.append(("preferred_shared_memory_carveout", value))
+
+
+def _fake_cupy(props):
+    runtime = SimpleNamespace(getDeviceProperties=lambda dev: props)
+    cuda = SimpleNamespace(Device=lambda: SimpleNamespace(id=0), runtime=runtime)
+    return SimpleNamespace(cuda=cuda)
+
+
+@pytest.mark.parametrize("hip", [True, False])
+def test_dynamic_shared_memory_on_rocm(monkeypatch, hip):
+    """On ROCm a kernel's dynamic shared memory is checked against what a block may use and
+    not opted into (CuPy's ROCm builds fail every function-attribute call); on CUDA it is
+    opted into, as before."""
+    fn = _FakeFunction(fail=hip)
+    module = SimpleNamespace(get_function=lambda name: fn)
+    monkeypatch.setattr(kernels.backend, "cupy", _fake_cupy(MI250X_PROPS if hip else H200_PROPS))
+    monkeypatch.setattr(kernels.backend, "is_hip", lambda: hip)
+    monkeypatch.setattr(kernels, "_load_module", lambda: module)
+    monkeypatch.setattr(kernels, "_functions", {})
+    monkeypatch.setattr(kernels, "_shared_mem", {})
+    if hip:
+        assert kernels.get_function("rfft_pad_x", 32 * 1024) is fn
+        assert kernels.get_function("rfft_pad_x", 64 * 1024) is fn
+        assert fn.set == []
+        with pytest.raises(kernels.KernelLoadError, match=r"'big' asks for 65537 bytes.*65536"):
+            kernels.get_function("big", 64 * 1024 + 1)
+    else:
+        assert kernels.get_function("rfft_pad_x", 32 * 1024) is fn
+        assert fn.set == [("max_dynamic_shared_size_bytes", 32 * 1024),
+                          ("preferred_shared_memory_carveout", 100)]
