@@ -148,7 +148,8 @@ def has_function(name: str) -> bool:
 def get_function(name: str, shared_mem: int = 0):
     """The kernel ``name`` (an ``extern "C"`` entry point) on the current device, memoized;
     ``shared_mem`` bytes of dynamic shared memory, the largest a launch of it will ask for,
-    are opted in once (the default limit is 48 KB)."""
+    are opted in once on CUDA (the default limit is 48 KB), checked against a block's LDS on
+    ROCm."""
     cp = backend.cupy
     key = (cp.cuda.Device().id, name)
     fn = _functions.get(key)
