@@ -463,8 +463,9 @@ def batch_kernels(arch: str | None) -> str:
             f"registers, {sides}")
 
 
-def row_fft_line(gpu: bool) -> str:
-    """How the fused products run their FFTs, as ``fftmatvec info`` prints it."""
+def row_fft_line(gpu: bool, smem_per_block: int | None = None) -> str:
+    """How the fused products run their FFTs, as ``fftmatvec info`` prints it; with the
+    device's shared memory per block, the longest lengths the kernels take there."""
     mode = _switch("FFTMATVEC_ROW_FFT")
     if not gpu:
         return "no GPU"
@@ -472,8 +473,11 @@ def row_fft_line(gpu: bool) -> str:
         return "off (FFTMATVEC_ROW_FFT=0): cuFFT with callbacks where it has them"
     which = ("any precision" if mode == "1" else
              ", ".join(d.name for d in ROW_FFT_DTYPES) + " (any where cuFFT has no callbacks)")
-    return (f"stages 1+2 and 4+5 as the package's own FFT kernels, 5-smooth lengths, {which}; "
-            f"cuFFT with callbacks otherwise")
+    longest = "" if smem_per_block is None else (
+        f" (here up to L = {_rowfft.longest_length(np.float64, smem_per_block)} in float64, "
+        f"{_rowfft.longest_length(np.float32, smem_per_block)} in float32)")
+    return (f"stages 1+2 and 4+5 as the package's own FFT kernels, 5-smooth lengths{longest}, "
+            f"{which}; cuFFT with callbacks otherwise")
 
 
 def fused_adjoint_line(gpu: bool) -> str:
@@ -594,24 +598,6 @@ HOLD_KHAT_FRACTION = 4
 HOLD_STREAMS = 4
 
 
-def shared_memory_limits(props: dict) -> tuple[int, int]:
-    """(bytes of shared memory per multiprocessor, bytes one block may use) from CuPy's device
-    properties ``props``.
-
-    CUDA reports ``sharedMemPerMultiprocessor`` and ``sharedMemPerBlockOptin`` (228 and 227 KB
-    on an H100 or H200). CuPy's ROCm build reports neither: there a compute unit's LDS is
-    ``maxSharedMemoryPerMultiProcessor`` and a block may use ``sharedMemPerBlock`` (64 KB each
-    on gfx90a and gfx942; a block cannot opt into more). Taking the CUDA defaults there would
-    let the row FFT kernels take lengths whose blocks the device cannot launch (float64
-    L > 4094). Properties with neither get an H100's values."""
-    hip = "gcnArchName" in props or "maxSharedMemoryPerMultiProcessor" in props
-    per_sm = props.get("sharedMemPerMultiprocessor") or props.get(
-        "maxSharedMemoryPerMultiProcessor")
-    per_block = props.get("sharedMemPerBlockOptin") or (
-        props.get("sharedMemPerBlock") if hip else None)
-    return int(per_sm or 228 * 1024), int(per_block or 227 * 1024)
-
-
 class KernelEngine:
     """Stage 3 (and the fused casts of stages 1 and 5) through the package's own kernels."""
 
@@ -646,7 +632,7 @@ class KernelEngine:
         self._num_regs: dict = {}  # kernel name -> registers per thread (0: unknown)
         self._sm80 = None  # whether the sm_80+ kernels exist here (found on first use)
         self.async_waves = None  # split-K target of the cp.async kernel (None: default)
-        self.smem_per_sm, self.smem_per_block = shared_memory_limits(props)
+        self.smem_per_sm, self.smem_per_block = backend.shared_memory_limits(props)
         self.threads_per_sm = int(props.get("maxThreadsPerMultiProcessor", 0)) or 2048
         self.regs_per_sm = int(props.get("regsPerMultiprocessor", 0)) or 65536
         self.arch = backend.device_arch()

@@ -95,6 +95,26 @@ def device_arch(device_id: int | None = None) -> str:
     return f"sm_{dev.compute_capability}"
 
 
+def shared_memory_limits(props: dict | None = None) -> tuple[int, int]:
+    """(bytes of shared memory per multiprocessor, bytes one block may use) from CuPy's device
+    properties ``props`` (by default the current device's).
+
+    CUDA reports ``sharedMemPerMultiprocessor`` and ``sharedMemPerBlockOptin`` (228 and 227 KB
+    on an H100 or H200). CuPy's ROCm build reports neither: there a compute unit's LDS is
+    ``maxSharedMemoryPerMultiProcessor`` and a block may use ``sharedMemPerBlock`` (64 KB each
+    on gfx90a and gfx942; a block cannot opt into more). Taking the CUDA defaults there would
+    let the row FFT kernels take lengths whose blocks the device cannot launch (float64
+    L > 4094). Properties with neither get an H100's values."""
+    if props is None:
+        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+    hip = "gcnArchName" in props or "maxSharedMemoryPerMultiProcessor" in props
+    per_sm = props.get("sharedMemPerMultiprocessor") or props.get(
+        "maxSharedMemoryPerMultiProcessor")
+    per_block = props.get("sharedMemPerBlockOptin") or (
+        props.get("sharedMemPerBlock") if hip else None)
+    return int(per_sm or 228 * 1024), int(per_block or 227 * 1024)
+
+
 def device_description() -> dict:
     """A plain dictionary describing the GPU seen by CuPy, or ``{"gpu": None}``."""
     if not gpu_available():
@@ -111,4 +131,6 @@ def device_description() -> dict:
         "memory_gib": round(props.get("totalGlobalMem", 0) / 2**30, 1),
         "multiprocessors": props.get("multiProcessorCount"),
         "warp_size": props.get("warpSize"),
+        "shared_memory_kib": "{} per multiprocessor, {} per block".format(
+            *(n // 1024 for n in shared_memory_limits(props))),
     }

@@ -176,9 +176,9 @@ def _check_hip_shared_mem(cp, name: str, nbytes: int) -> None:
     ``cuFuncSetAttribute`` is a stub returning hipErrorUnknown), which would fail every kernel
     with dynamic shared memory there. A launch asking for more than a block may use is refused
     here, by name, rather than at launch."""
-    limit = int(cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id).get(
-        "sharedMemPerBlock", 0))
-    if limit and nbytes > limit:
+    limit = backend.shared_memory_limits(
+        cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id))[1]
+    if nbytes > limit:
         raise KernelLoadError(f"GPU kernel {name!r} asks for {nbytes} bytes of shared memory; "
                               f"this device allows {limit} per block")
 

@@ -10,8 +10,8 @@ import pytest
 from fftmatvec import FFTMatvecValueError
 from fftmatvec import kernels
 from fftmatvec import _rowfft
-from fftmatvec._gpu import (KernelEngine, _split_k, _switch, pipe_split_count, pipe_split_time,
-                            shared_memory_limits)
+from fftmatvec.backend import shared_memory_limits
+from fftmatvec._gpu import KernelEngine, _split_k, _switch, pipe_split_count, pipe_split_time
 from fftmatvec.precision import PrecisionConfig
 
 
@@ -695,3 +695,50 @@ def test_dynamic_shared_memory_on_rocm(monkeypatch, hip):
         assert kernels.get_function("rfft_pad_x", 32 * 1024) is fn
         assert fn.set == [("max_dynamic_shared_size_bytes", 32 * 1024),
                           ("preferred_shared_memory_carveout", 100)]
+
+
+@pytest.mark.parametrize("dtype,per_block,expected", [
+    (np.float64, 227 * 1024, 14400), (np.float32, 227 * 1024, 28800),
+    (np.float64, 64 * 1024, 4050), (np.float32, 64 * 1024, 8100), (np.float64, 16, 0)])
+def test_longest_row_fft_length(dtype, per_block, expected):
+    """The longest length the row FFT kernels take within a block's shared memory: it fits and
+    is taken, and no longer even length is."""
+    got = _rowfft.longest_length(dtype, per_block)
+    assert got == expected
+    if got:
+        assert _rowfft.supported(got, dtype, per_block)
+    assert not any(_rowfft.supported(L, dtype, per_block) for L in range(got + 2, got + 400, 2))
+
+
+def test_row_fft_line_names_the_longest_lengths(monkeypatch):
+    from fftmatvec import _gpu
+
+    monkeypatch.delenv("FFTMATVEC_ROW_FFT", raising=False)
+    line = _gpu.row_fft_line(True, 64 * 1024)
+    assert "up to L = 4050 in float64, 8100 in float32" in line
+    assert "up to" not in _gpu.row_fft_line(True)
+
+
+@pytest.mark.parametrize("hip", [True, False])
+def test_device_description_on_each_vendor(monkeypatch, hip):
+    """What ``fftmatvec info`` says of a GPU, from CuPy's properties of each build: the AMD
+    architecture from ``gcnArchName`` without its feature flags, and the shared memory the
+    engine sizes its launches by."""
+    from fftmatvec import backend
+
+    props = dict(MI250X_PROPS if hip else H200_PROPS, totalGlobalMem=64 * 2**30,
+                 warpSize=64 if hip else 32)
+    fake = _fake_cupy(props)
+    fake.cuda.Device = lambda i=None: SimpleNamespace(id=0, compute_capability="90")
+    monkeypatch.setattr(backend, "cupy", fake)
+    monkeypatch.setattr(backend, "is_hip", lambda: hip)
+    monkeypatch.setattr(backend, "gpu_available", lambda: True)
+    backend.device_arch.cache_clear()
+    try:
+        desc = backend.device_description()
+    finally:
+        backend.device_arch.cache_clear()
+    assert desc["vendor"] == ("AMD" if hip else "NVIDIA")
+    assert desc["arch"] == ("gfx90a" if hip else "sm_90")
+    assert desc["shared_memory_kib"] == ("64 per multiprocessor, 64 per block" if hip
+                                         else "228 per multiprocessor, 227 per block")

@@ -35,7 +35,8 @@ def collect() -> dict:
     info["batches"] = _gpu.batch_kernels(info.get("arch"))
     ok, why = _fftcb.support()
     info["fft_callbacks"] = "stages 1 and 5 inside cuFFT (LTO callbacks)" if ok else f"off: {why}"
-    info["row_ffts"] = _gpu.row_fft_line(backend.gpu_available())
+    gpu = backend.gpu_available()
+    info["row_ffts"] = _gpu.row_fft_line(gpu, backend.shared_memory_limits()[1] if gpu else None)
     info["fused_adjoint"] = _gpu.fused_adjoint_line(backend.gpu_available())
     info["tuning"] = "no precision tables shipped yet: the precision string is the caller's choice"
     return info
