@@ -638,33 +638,20 @@ def test_row_ffts_fit_an_amd_block():
 
 
 class _FakeFunction:
-    """A loaded kernel that records its attribute settings; ``fail``: they raise, as CuPy's
-    ROCm builds' do."""
+    """A loaded kernel (its class has a RawKernel's attribute properties) that records each
+    attribute set; ``fail``: setting one raises, as CuPy's ROCm builds do."""
 
     ptr = 1
+    max_dynamic_shared_size_bytes = preferred_shared_memory_carveout = 0
 
     def __init__(self, fail: bool):
-        self.fail, self.set = fail, []
+        object.__setattr__(self, "fail", fail)
+        object.__setattr__(self, "set", [])
 
-    @property
-    def max_dynamic_shared_size_bytes(self):
-        return 0
-
-    @max_dynamic_shared_size_bytes.setter
-    def max_dynamic_shared_size_bytes(self, value):
+    def __setattr__(self, name, value):
         if self.fail:
             raise RuntimeError("hipErrorUnknown")
-        self.set.append(("max_dynamic_shared_size_bytes", value))
-
-    @property
-    def preferred_shared_memory_carveout(self):
-        return 0
-
-    @preferred_shared_memory_carveout.setter
-    def preferred_shared_memory_carveout(self, value):
-        if self.fail:
-            raise RuntimeError("hipErrorUnknown")
-        self.set.append(("preferred_shared_memory_carveout", value))
+        self.set.append((name, value))
 
 
 def _fake_cupy(props):
