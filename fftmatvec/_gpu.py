@@ -422,10 +422,33 @@ PATH_SWITCHES = ("FFTMATVEC_CUDA_GRAPHS", "FFTMATVEC_FFT_CALLBACKS", "FFTMATVEC_
                  "FFTMATVEC_FUSED_ADJOINT")
 
 
-def path_switches() -> tuple:
-    """The raw values of :data:`PATH_SWITCHES` (None where unset)."""
-    get = os.environ.get
-    return tuple(get(name) for name in PATH_SWITCHES)
+def switch_reader(names=PATH_SWITCHES, environ=os.environ):
+    """A function of no arguments giving the raw values of the variables ``names`` in
+    ``environ`` (None where unset), read at each call.
+
+    Every one-vector product reads :data:`PATH_SWITCHES` before its first kernel, so while the
+    device waits. ``os.environ.get`` encodes each name at every call: 4-7 µs for the four on
+    the H200 benchmark host's Xeon, 1.5-8 µs of each waited-for product there
+    (docs/benchmarks.md, twenty-eighth run). CPython keeps the
+    environment as a dict of encoded names and values (``os.environ._data``), which every
+    assignment and deletion through ``os.environ`` updates; this reads it with the names
+    encoded once (0.2 µs), its values as they are stored (bytes on POSIX). An ``environ``
+    without that dict is read through its ``get``."""
+    names = tuple(names)
+    data, encode = getattr(environ, "_data", None), getattr(environ, "encodekey", None)
+    if isinstance(data, dict) and callable(encode):
+        keys, get = tuple(encode(n) for n in names), data.get
+        if len(keys) == 4:  # the path switches: four lookups without a generator
+            k0, k1, k2, k3 = keys
+            return lambda: (get(k0), get(k1), get(k2), get(k3))
+        return lambda: tuple(map(get, keys))
+    get = environ.get
+    return lambda: tuple(map(get, names))
+
+
+path_switches = switch_reader()
+path_switches.__doc__ = """The raw values of :data:`PATH_SWITCHES` (None where unset), compared,
+never parsed: :func:`switch_reader`."""
 
 
 def _c64_on_dmma(arch: str) -> bool:

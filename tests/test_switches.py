@@ -335,6 +335,50 @@ def test_path_switches(monkeypatch):
         assert _gpu.path_switches() == base
 
 
+@pytest.mark.parametrize("names", [
+    ("FFTMATVEC_TEST_A", "FFTMATVEC_TEST_B", "FFTMATVEC_TEST_C", "FFTMATVEC_TEST_D"),
+    ("FFTMATVEC_TEST_A", "FFTMATVEC_TEST_B"),
+])
+def test_switch_reader_follows_the_environment(monkeypatch, names):
+    """The reader sees every assignment and deletion through os.environ, as os.environ.get
+    does, for the four-name shortcut and the general case."""
+    import os
+
+    from fftmatvec import _gpu
+
+    for name in names:
+        monkeypatch.delenv(name, raising=False)
+    read = _gpu.switch_reader(names)
+
+    def expected():
+        return tuple(os.environ.encodevalue(os.environ[n]) if n in os.environ else None
+                     for n in names)
+
+    assert read() == (None,) * len(names) == expected()
+    seen = {read()}
+    for i, name in enumerate(names):
+        monkeypatch.setenv(name, f"v{i}")
+        assert read() == expected() and read() not in seen
+        seen.add(read())
+    monkeypatch.setenv(names[0], "other")
+    assert read() == expected() and read() not in seen
+    for name in names:
+        monkeypatch.delenv(name)
+    assert read() == (None,) * len(names)
+
+
+def test_switch_reader_without_cpython_dict():
+    """A mapping without os.environ's internal dict is read through its get."""
+    from fftmatvec import _gpu
+
+    env = {"A": "1"}
+    read = _gpu.switch_reader(("A", "B", "C", "D"), environ=env)
+    assert read() == ("1", None, None, None)
+    env["C"] = "x"
+    del env["A"]
+    assert read() == (None, None, "x", None)
+
+
 @pytest.mark.parametrize("mode,L,prec,callbacks,expect", [
     (None, 2000, "ddddd", True, True), ("auto", 15, "ddddd", True, True),
     (None, 2000, "sdhds", True, True), (None, 2000, "sssss", True, True),
