@@ -321,6 +321,16 @@ _ONE_BLOCK_SHIFT = 62  # khat_foff's shift for one block (common.cuh: KHAT_ONE_B
 _BATCH_SIZES = (16, 8, 4, 2, 1)
 _PER_THREAD_STREAM = 2  # cudaStreamPerThread: one handle, a different stream in each thread
 REDUCE_LANES = 8  # the split-K reduction's largest blockDim.y (hip_kernels/sbgemv.cuh)
+# The split-K sum of at most REDUCE_SERIAL_MAX_SPLITS splits over at least
+# REDUCE_SERIAL_MIN_OUTPUTS outputs a multiprocessor runs with one thread per output
+# (``reduce_serial_*``, blocks of REDUCE_SERIAL_THREADS); others with lanes of threads
+# sharing an output's splits (``reduce_*``), which skinny products need. On an H200 the serial
+# sum was 1.2-2.1x as fast over 200 000-400 400 outputs and 4-16 splits, as fast within the
+# noise of launches of 5-8 µs below that, and slower past 24 splits in complex64
+# (scripts/probe_reduce.py; docs/benchmarks.md, twenty-eighth run).
+REDUCE_SERIAL_MAX_SPLITS = 16
+REDUCE_SERIAL_MIN_OUTPUTS = 256
+REDUCE_SERIAL_THREADS = 256
 
 
 # The FFT precisions whose fused products take the package's own row FFT kernels by default
@@ -1256,6 +1266,25 @@ class KernelEngine:
             (xhat, self.scale, out, _i64(rows), _i64(self.nd), _i64(nf), _i64(self.nfp)))
         return out
 
+    def split_sum(self, n: int, splits: int, out_dtype, serial: bool | None = None) -> tuple:
+        """(kernel, grid, block, arguments after the two pointers) of the split-K sum of
+        ``splits`` partial results of ``n`` outputs each (in the compute dtype) into
+        ``out_dtype``: one thread per output where there are few splits and many outputs,
+        else lanes of threads summing each output's splits (``serial`` True or False: that
+        kernel, for the probes)."""
+        pair = f"{_CPLX_SUFFIX[self.compute]}_{_CPLX_SUFFIX[np.dtype(out_dtype)]}"
+        args = (_i64(n), np.int32(splits))
+        if serial is None:
+            serial = (splits <= REDUCE_SERIAL_MAX_SPLITS
+                      and n >= REDUCE_SERIAL_MIN_OUTPUTS * self.num_sms)
+        if serial:
+            threads = REDUCE_SERIAL_THREADS
+            blocks = min(math.ceil(n / threads), 8 * self.num_sms)
+            return kernels.get_function(f"reduce_serial_{pair}"), (blocks,), (threads,), args
+        lanes = min(REDUCE_LANES, splits)  # threads summing one output's splits
+        blocks = min(math.ceil(n / 32), 32 * self.num_sms)
+        return kernels.get_function(f"reduce_{pair}"), (blocks,), (32, lanes), args
+
     def _launch_args(self, launch: _Launch, adjoint: bool, n_out: int, n_red: int, out_dtype):
         """(kernel, its arguments after Khat, scale, x and y, the split-K sum or None) of a
         launch, made once: a product's host time before its first kernel runs is time the
@@ -1286,11 +1315,7 @@ class KernelEngine:
         reduce = None
         if launch.splits > 1:
             n = kb * n_out * nf
-            red = kernels.get_function(
-                f"reduce_{_CPLX_SUFFIX[self.compute]}_{_CPLX_SUFFIX[np.dtype(out_dtype)]}")
-            lanes = min(REDUCE_LANES, launch.splits)  # threads summing one output's splits
-            blocks = min(math.ceil(n / 32), 32 * self.num_sms)
-            reduce = (red, (blocks,), (32, lanes), (_i64(n), np.int32(launch.splits)))
+            reduce = self.split_sum(n, launch.splits, out_dtype)
         hit = (kernels.get_function(launch.name, shared_mem=smem), args, reduce)
         self._args[key] = hit
         return hit

@@ -122,6 +122,10 @@ FFTMATVEC_SCALE_ROWS(c64, float2)
   extern "C" __global__ void reduce_##NAME(const TIN* __restrict__ part, TOUT* __restrict__ y, \
                                            i64 n, int splits) {                                \
     reduce_splits_body<TIN, TOUT>(part, y, n, splits);                                         \
+  }                                                                                            \
+  extern "C" __global__ void reduce_serial_##NAME(const TIN* __restrict__ part,                \
+                                                  TOUT* __restrict__ y, i64 n, int splits) {   \
+    reduce_splits_serial_body<TIN, TOUT>(part, y, n, splits);                                  \
   }
 FFTMATVEC_REDUCE(c128_c128, double2, double2)
 FFTMATVEC_REDUCE(c128_c64, double2, float2)

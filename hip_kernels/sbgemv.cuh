@@ -348,3 +348,40 @@ __device__ __forceinline__ void reduce_splits_body(const TIn* __restrict__ part,
     __syncthreads();  // sums is rewritten by the next tile
   }
 }
+
+// The same sum with one thread per output adding the splits in order, REDUCE_BATCH loads in
+// flight: for products with many outputs and few splits (most one-vector forwards), where the
+// lanes above leave most of their threads idle and a block's 32 outputs are too little work
+// for a block: 1.2-2.1x as fast on an H200 over 200 000 outputs or more and 4-16 splits. Its
+// sum is the one of adding the splits in order, to the last bit. The engine picks it by the
+// splits and outputs (fftmatvec/_gpu.py: REDUCE_SERIAL_MAX_SPLITS, REDUCE_SERIAL_MIN_OUTPUTS;
+// docs/benchmarks.md, twenty-eighth run).
+constexpr int REDUCE_BATCH = 8;
+template <typename TIn, typename TOut>
+__device__ __forceinline__ void reduce_splits_serial_body(const TIn* __restrict__ part,
+                                                          TOut* __restrict__ y, i64 n,
+                                                          int splits) {
+  const i64 stride = (i64)gridDim.x * blockDim.x;
+  for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride) {
+    TIn acc;
+    acc.x = 0;
+    acc.y = 0;
+    for (int s0 = 0; s0 < splits; s0 += REDUCE_BATCH) {
+      TIn v[REDUCE_BATCH];
+#pragma unroll
+      for (int u = 0; u < REDUCE_BATCH; ++u) {
+        v[u].x = 0;
+        v[u].y = 0;
+        if (s0 + u < splits) v[u] = part[(i64)(s0 + u) * n + e];
+      }
+#pragma unroll
+      for (int u = 0; u < REDUCE_BATCH; ++u) {
+        if (s0 + u < splits) {
+          acc.x += v[u].x;
+          acc.y += v[u].y;
+        }
+      }
+    }
+    y[e] = ccast<TOut>(acc);
+  }
+}

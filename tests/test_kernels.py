@@ -383,6 +383,42 @@ def test_packed_launch(rng):
         kernels.PackedLaunch(fn, (8,), (32, 2), 0, (None, None, 5, np.int32(splits)))
 
 
+@pytest.mark.parametrize("prec,out", [("ddddd", np.complex128), ("ddddd", np.complex64),
+                                      ("sssss", np.complex64), ("sssss", np.complex128)])
+@pytest.mark.parametrize("n,splits", [(1, 2), (255, 3), (257, 8), (1000, 9), (4099, 16),
+                                      (40_000, 16), (40_000, 17), (300, 40)])
+def test_split_sums(rng, prec, out, n, splits):
+    """Both split-K sums against NumPy (the serial one adds the splits in order, so it matches
+    a sum in that order to the last bit), and the engine's pick: one thread per output only
+    for few splits over many outputs."""
+    cp = backend.cupy
+    from fftmatvec import _gpu, kernels
+
+    eng = fm.BlockToeplitz(cp.asarray(rng.standard_normal((2, 3, 4))), prec)._engine
+    part = (rng.standard_normal((splits, n)) + 1j * rng.standard_normal((splits, n)))
+    part = part.astype(eng.compute)
+    ref = part[0].copy()
+    for p in part[1:]:
+        ref = ref + p
+    ref = ref.astype(out)
+    dpart = cp.asarray(part)
+    for serial in (False, True):
+        fn, grid, block, args = eng.split_sum(n, splits, out, serial=serial)
+        y = poisoned(cp, n, out)
+        kernels.PackedLaunch(fn, grid, block, 0, (None, None) + args)(
+            cp.cuda.get_current_stream().ptr, dpart.data.ptr, y.data.ptr)
+        got = cp.asnumpy(y)
+        if serial:
+            np.testing.assert_array_equal(got, ref)
+        else:
+            tol = 1e-13 if eng.compute == np.complex128 and out == np.complex128 else 1e-5
+            np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * splits)
+    picked = eng.split_sum(n, splits, out)[2]
+    serial = (splits <= _gpu.REDUCE_SERIAL_MAX_SPLITS
+              and n >= _gpu.REDUCE_SERIAL_MIN_OUTPUTS * eng.num_sms)
+    assert (len(picked) == 1) is serial
+
+
 def test_kernel_source_loads_by_name():
     from fftmatvec import kernels
 
