@@ -60,6 +60,18 @@ def _read_vec(path):
         return ds[()], dict(ds.attrs)
 
 
+def test_python_dash_m_runs_the_command(tmp_path):
+    """``python -m fftmatvec`` is the ``fftmatvec`` command."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, "-m", "fftmatvec", "info"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert "fftmatvec" in ok(proc) and "backends" in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "fftmatvec", "no-such-command"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "no-such-command" in proc.stderr
+
+
 @pytest.mark.parametrize("matrix", ["mdir", "m.h5"])
 @pytest.mark.parametrize(
     "flags,inp,space",
