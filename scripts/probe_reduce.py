@@ -16,8 +16,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_matvec import back_to_back_time  # noqa: E402
 
 SWEEP_N = (510, 16_500, 33_792, 100_100, 200_200, 400_400)
 SWEEP_S = (2, 3, 4, 6, 8, 11, 16, 17, 24, 32)
@@ -26,16 +30,7 @@ SIZES = "1000x100x1000,1500x100x1000,5000x100x1000,20000x50x500,1000x40x1000,100
 
 def mean_time(cp, fn, n: int) -> float:
     """µs per call of ``fn`` over ``n`` calls queued back to back."""
-    for _ in range(3):
-        fn()
-    cp.cuda.Device().synchronize()
-    a, b = cp.cuda.Event(), cp.cuda.Event()
-    a.record()
-    for _ in range(n):
-        fn()
-    b.record()
-    b.synchronize()
-    return cp.cuda.get_elapsed_time(a, b) * 1e3 / n
+    return back_to_back_time(cp, fn, n) * 1e6
 
 
 def sweep(cp, fm, rng) -> int:
