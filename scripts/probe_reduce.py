@@ -6,10 +6,10 @@
 thread that adds them in order. Part 1 sweeps outputs and splits, complex128 and complex64,
 each kernel alone (mean of 200 launches queued back to back), and checks the results: the
 serial sum must equal NumPy's sum in split order to the last bit. Part 2 times the one-vector
-forwards' stage 3 (the GEMV, then each sum) on the benchmark's sizes, interleaved, best of 3
-means of 50, and marks the engine's pick with ``*``.
+forwards' stage 3 (its first launch, then each sum; ``--k 16``: batches) on the benchmark's
+sizes, interleaved, best of 3 means of 50, and marks the engine's pick with ``*``.
 
-Usage: python scripts/probe_reduce.py [--sizes 1000x100x1000,...]
+Usage: python scripts/probe_reduce.py [--sizes 1000x100x1000,...] [--k 1,16] [--skip-sweep]
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def mean_time(cp, fn, n: int) -> float:
     return back_to_back_time(cp, fn, n) * 1e6
 
 
-def sweep(cp, fm, rng) -> int:
+def sweep(cp, fm, rng, sweep_n=SWEEP_N, sweep_s=SWEEP_S) -> int:
     from fftmatvec import kernels
 
     bad = 0
@@ -41,8 +41,8 @@ def sweep(cp, fm, rng) -> int:
     for prec, dtype in (("ddddd", np.complex128), ("sssss", np.complex64)):
         eng = fm.BlockToeplitz(cp.asarray(rng.standard_normal((2, 3, 4))), prec)._engine
         s = cp.cuda.get_current_stream().ptr
-        for n in SWEEP_N:
-            for S in SWEEP_S:
+        for n in sweep_n:
+            for S in sweep_s:
                 part = rng.standard_normal((S, n)) + 1j * rng.standard_normal((S, n))
                 part = part.astype(dtype)
                 ref = part[0].copy()
@@ -71,25 +71,26 @@ def sweep(cp, fm, rng) -> int:
     return bad
 
 
-def products(cp, fm, rng, sizes: str) -> None:
+def products(cp, fm, rng, sizes: str, k: int = 1) -> None:
     from fftmatvec import kernels
 
-    print("\n    Nm   Nd    Nt   prec splits       n |   GEMV us  +lanes us  +serial us")
+    print(f"\nforward stage 3, k = {k}: its first launch, then each sum")
+    print("    Nm   Nd    Nt   prec splits       n |   GEMV us  +lanes us  +serial us")
     for size in sizes.split(","):
         nm, nd, nt = (int(v) for v in size.split("x"))
         K = cp.asarray(rng.standard_normal((nd, nm, nt)))
         for prec in ("ddddd", "sssss", "ddhdd"):
             F = fm.BlockToeplitz(K, prec)
             eng = F._engine
-            st = eng.stage3(False, 1, eng.xhat_dtype(F.precision), eng.yhat_dtype(F.precision))
+            st = eng.stage3(False, k, eng.xhat_dtype(F.precision), eng.yhat_dtype(F.precision))
             (main, red, _, _), la = st.steps[0], st.plan[0]
             if red is None:
                 print(f"{nm:6d} {nd:4d} {nt:5d}  {prec}: one split")
                 continue
-            n = nd * eng.nf
-            xh = eng.xhat_buffer(F.precision, 1, nm)
+            n = la.kb * nd * eng.nf
+            xh = eng.xhat_buffer(F.precision, k, nm)
             xh[...] = cp.asarray(rng.standard_normal(xh.shape))
-            yh = eng.yhat_buffer(F.precision, 1, nd)
+            yh = eng.yhat_buffer(F.precision, k, nd)
             wk = cp.cuda.alloc(st.workspace_bytes)
             s = cp.cuda.get_current_stream().ptr
             sums = {}
@@ -102,8 +103,8 @@ def products(cp, fm, rng, sizes: str) -> None:
                                                       r(s, wk.ptr, yh.data.ptr)))
             best = {k: float("inf") for k in runs}
             for _ in range(3):
-                for k, fn in runs.items():
-                    best[k] = min(best[k], mean_time(cp, fn, 50))
+                for name, fn in runs.items():
+                    best[name] = min(best[name], mean_time(cp, fn, 50))
             pick = "serial" if len(eng.split_sum(n, la.splits, yh.dtype)[2]) == 1 else "lanes"
             mark = {False: "*" if pick == "lanes" else " ", True: "*" if pick == "serial" else " "}
             print(f"{nm:6d} {nd:4d} {nt:5d}  {prec} {la.splits:6d} {n:7d} | {best['gemv']:9.1f} "
@@ -117,14 +118,19 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default=SIZES)
     ap.add_argument("--skip-sweep", action="store_true")
+    ap.add_argument("--sweep-n", default=",".join(map(str, SWEEP_N)), help="outputs, a list")
+    ap.add_argument("--sweep-s", default=",".join(map(str, SWEEP_S)), help="splits, a list")
+    ap.add_argument("--k", default="1", help="right-hand sides of part 2, a list: 1,16")
     args = ap.parse_args(argv)
     import cupy as cp
 
     import fftmatvec as fm
 
     rng = np.random.default_rng(3)
-    bad = 0 if args.skip_sweep else sweep(cp, fm, rng)
-    products(cp, fm, rng, args.sizes)
+    ints = lambda text: tuple(int(v) for v in text.split(","))  # noqa: E731
+    bad = 0 if args.skip_sweep else sweep(cp, fm, rng, ints(args.sweep_n), ints(args.sweep_s))
+    for k in ints(args.k):
+        products(cp, fm, rng, args.sizes, k)
     if bad:
         print(f"{bad} sums did not match")
     return 1 if bad else 0
