@@ -350,9 +350,10 @@ __device__ __forceinline__ void reduce_splits_body(const TIn* __restrict__ part,
 }
 
 // The same sum with one thread per output adding the splits in order, REDUCE_BATCH loads in
-// flight: for products with many outputs and few splits (most one-vector forwards), where the
-// lanes above leave most of their threads idle and a block's 32 outputs are too little work
-// for a block: 1.2-2.1x as fast on an H200 over 200 000 outputs or more and 4-16 splits. Its
+// flight: for products with many outputs and few splits (batches, one vector over many sensors
+// and frequencies), where the lanes above leave most of their threads idle and a block's 32
+// outputs are too little work for a block: alone, 1.2-2.1x as fast on an H200 over 200 000
+// outputs or more and 4-16 splits; below 100 000 outputs both cost a launch. Its
 // sum is the one of adding the splits in order, to the last bit. The engine picks it by the
 // splits and outputs (fftmatvec/_gpu.py: REDUCE_SERIAL_MAX_SPLITS, REDUCE_SERIAL_MIN_OUTPUTS;
 // docs/benchmarks.md, twenty-eighth run).
