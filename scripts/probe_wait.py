@@ -42,9 +42,8 @@ extern "C" __global__ void spin(long long cycles) {
 def steps(cp, parts, adjoint: bool, mode: str, repeat: int, spin=None):
     """Median µs of (first step, stage 3, last step, whole) over ``repeat`` products."""
     p, s = parts["p"], cp.cuda.get_current_stream()
-    xh, yh, wk, y = (parts[k].data.ptr if hasattr(parts[k], "data") else parts[k].ptr
-                     for k in ("xh", "yh", "work", "y"))
-    x = parts["x"].data.ptr
+    xh, yh, y = (parts[k].data.ptr for k in ("xh", "yh", "y"))
+    wk, x = parts["work"].ptr, parts["x"].data.ptr
     evs = [[cp.cuda.Event() for _ in range(4)] for _ in range(repeat)]
 
     def one(e):

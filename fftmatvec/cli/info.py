@@ -29,15 +29,15 @@ def collect() -> dict:
             info[mod] = __import__(mod).__version__
         except Exception:
             info[mod] = None
-    info["backends"] = ["numpy"] + (["cupy"] if backend.gpu_available() else [])
+    gpu = backend.gpu_available()
+    info["backends"] = ["numpy"] + (["cupy"] if gpu else [])
     info.update(backend.device_description())
     info["kernels"] = kernels.describe()
     info["batches"] = _gpu.batch_kernels(info.get("arch"))
     ok, why = _fftcb.support()
     info["fft_callbacks"] = "stages 1 and 5 inside cuFFT (LTO callbacks)" if ok else f"off: {why}"
-    gpu = backend.gpu_available()
     info["row_ffts"] = _gpu.row_fft_line(gpu, backend.shared_memory_limits()[1] if gpu else None)
-    info["fused_adjoint"] = _gpu.fused_adjoint_line(backend.gpu_available())
+    info["fused_adjoint"] = _gpu.fused_adjoint_line(gpu)
     info["tuning"] = "no precision tables shipped yet: the precision string is the caller's choice"
     return info
 
