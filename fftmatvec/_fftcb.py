@@ -7,7 +7,8 @@ of each row, in the interface dtype, through a store callback. When stage 3 comp
 float32 and the FFT runs in float64, a second callback writes the forward FFT's output in
 complex64 (stage 3 rounds it so anyway). For an adjoint with float16 storage, that callback
 (in either FFT precision) also multiplies each value by the scale of its row of ``Khat``, so
-that stage 3 reads no scales. The callbacks are in ``hip_kernels/fft_callbacks.cu``; NVRTC
+that stage 3 reads no scales. A forward product whose stage 3 splits its reduction hands the
+inverse FFT the partial sums, which its load callback adds. The callbacks are in ``hip_kernels/fft_callbacks.cu``; NVRTC
 compiles them to LTO-IR, and cuFFT links them into its kernels when a plan is made.
 
 CuPy does not expose ``cufftXtSetJITCallback`` (it must be called between ``cufftCreate`` and
@@ -216,7 +217,7 @@ class CallbackPlan:
         Double precision (D2Z / Z2D) or single (R2C / C2R).
     load, store : (name, defines) or None
         The callback (``FMV_PAD_LOAD``, ``FMV_XHAT_STORE``, ``FMV_XHAT_SCALE_STORE``,
-        ``FMV_YHAT_LOAD``, ``FMV_UNPAD_STORE``) and its macros.
+        ``FMV_YHAT_LOAD``, ``FMV_SPLIT_LOAD``, ``FMV_UNPAD_STORE``) and its macros.
     store_info : CuPy array or None
         Device memory the store callback reads (its ``callerInfo``): the float16 scales for
         ``FMV_XHAT_SCALE_STORE``. The plan keeps the array alive.
@@ -224,7 +225,8 @@ class CallbackPlan:
 
     _NAMES = {"FMV_PAD_LOAD": "fmv_pad_load", "FMV_XHAT_STORE": "fmv_xhat_store",
               "FMV_XHAT_SCALE_STORE": "fmv_xhat_scale_store",
-              "FMV_YHAT_LOAD": "fmv_yhat_load", "FMV_UNPAD_STORE": "fmv_unpad_store"}
+              "FMV_YHAT_LOAD": "fmv_yhat_load", "FMV_SPLIT_LOAD": "fmv_split_load",
+              "FMV_UNPAD_STORE": "fmv_unpad_store"}
 
     def __init__(self, kind: str, L: int, batch: int, double: bool, load=None, store=None,
                  store_info=None):

@@ -25,6 +25,7 @@ from .precision import PrecisionConfig
 _REAL_SUFFIX = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32"}
 _CPLX_SUFFIX = {np.dtype(np.complex128): "c128", np.dtype(np.complex64): "c64"}
 _STORE_SUFFIX = {"d": "c128", "s": "c64", "h": "c32h"}
+_CTYPE2 = {np.dtype(np.complex128): "double2", np.dtype(np.complex64): "float2"}
 
 # (RT, KB, V) tiles compiled per storage in hip_kernels/fftmatvec_kernels.cu: each thread
 # accumulates RT output rows x KB right-hand sides x V consecutive frequencies.
@@ -331,6 +332,11 @@ REDUCE_LANES = 8  # the split-K reduction's largest blockDim.y (hip_kernels/sbge
 REDUCE_SERIAL_MAX_SPLITS = 16
 REDUCE_SERIAL_MIN_OUTPUTS = 256
 REDUCE_SERIAL_THREADS = 256
+# A fused product whose stage 3 is one launch of at most FOLD_MAX_SPLITS splits, and whose
+# inverse FFT is a cuFFT plan with callbacks, adds the splits in that FFT's load callback
+# (hip_kernels/fft_callbacks.cu: FMV_SPLIT_LOAD) instead of a sum kernel of their own: one
+# launch fewer, and the sums are never written. 0 turns it off.
+FOLD_MAX_SPLITS = 16
 
 
 # The FFT precisions whose fused products take the package's own row FFT kernels by default
@@ -381,11 +387,13 @@ class FusedPlans(NamedTuple):
     """The two FFT plans of a product, stages 1+2 and 4+5: callables ``plan(in_ptr, out_ptr,
     stream)``, cuFFT callback plans or row FFT kernels. ``xhat_scaled``: the forward
     FFT's output already carries the float16 row scales (adjoints with `h` storage), so stage 3
-    runs without them."""
+    runs without them. ``split_sum``: the inverse plan reads stage 3's partial sums and adds
+    these many splits itself (:data:`FOLD_MAX_SPLITS`), so stage 3 runs without its sum."""
 
     fwd: object
     inv: object
     xhat_scaled: bool = False
+    split_sum: int = 0  # the splits the inverse FFT's load adds (0: stage 3 writes its sums)
 
 
 @dataclass(frozen=True)
@@ -1465,7 +1473,8 @@ class KernelEngine:
         writes its output times the row scales. Where stage 3 computes in float32 and an FFT in
         float64, that FFT's output (input) is complex64: :meth:`xhat_dtype`,
         :meth:`yhat_dtype`. ``inverse=False``: no inverse plan (``inv`` None), for a product
-        whose stages 3-5 run as one kernel (:meth:`fused_adjoint`)."""
+        whose stages 3-5 run as one kernel (:meth:`fused_adjoint`). An inverse cuFFT plan
+        adds stage 3's splits itself where :meth:`fold_splits` says so (``split_sum``)."""
         in_dtype, out_dtype = np.dtype(in_dtype), np.dtype(out_dtype)
         if weight is not None or in_dtype not in _REAL_SUFFIX or out_dtype not in _REAL_SUFFIX:
             return None
@@ -1473,7 +1482,8 @@ class KernelEngine:
         if not own and not self.callbacks()[0]:
             return None
         n_in, n_out = (self.nd, self.nm) if adjoint else (self.nm, self.nd)
-        key = (adjoint, k, in_dtype, out_dtype, prec, path_switches(), inverse)
+        fold = self.fold_splits(prec, adjoint, k) if inverse else 0
+        key = (adjoint, k, in_dtype, out_dtype, prec, path_switches(), inverse, fold)
         if key not in self._cb_plans:
             fft_real, ifft_real = prec.real_dtype("fft"), prec.real_dtype("ifft")
             scaled = self.scales_input(adjoint)
@@ -1482,10 +1492,11 @@ class KernelEngine:
             fwd = self._row_fft_fwd(prec, adjoint, k, in_dtype) if row_fwd else None
             inv = self._row_fft_inv(prec, adjoint, k, out_dtype) if inverse and row_inv else None
             want_inv = inverse and inv is None
+            fold = fold if want_inv else 0  # the row FFT kernels load plain sums
             if fwd is None or want_inv:
                 try:
                     cb_fwd, cb_inv = self._callback_plans(prec, adjoint, k, in_dtype, out_dtype,
-                                                          fwd is None, want_inv)
+                                                          fwd is None, want_inv, fold)
                 except _fftcb.CallbackError as exc:
                     if _switch("FFTMATVEC_FFT_CALLBACKS") == "1":
                         raise
@@ -1494,6 +1505,7 @@ class KernelEngine:
                             fwd = self._row_fft_fwd(prec, adjoint, k, in_dtype)
                         if want_inv:
                             inv = self._row_fft_inv(prec, adjoint, k, out_dtype)
+                            fold = 0
                     else:
                         import warnings
 
@@ -1505,7 +1517,7 @@ class KernelEngine:
                 else:
                     fwd = cb_fwd if fwd is None else fwd
                     inv = cb_inv if want_inv else inv
-            self._cb_plans[key] = FusedPlans(fwd, inv, scaled)
+            self._cb_plans[key] = FusedPlans(fwd, inv, scaled, fold)
         return self._cb_plans[key]
 
     def row_fft_pays(self, rows: int, fft_dtype) -> bool:
@@ -1518,10 +1530,22 @@ class KernelEngine:
         blocks = _row_blocks(rows, self.fft_len, fft_dtype)
         return blocks >= ROW_FFT_MIN_BLOCKS_PER_SM * self.num_sms
 
+    def fold_splits(self, prec: PrecisionConfig, adjoint: bool, k: int) -> int:
+        """The splits of a fused product's stage 3 that its inverse FFT's load callback adds
+        (:data:`FOLD_MAX_SPLITS`): those of a stage 3 of one launch with 2 to
+        :data:`FOLD_MAX_SPLITS` splits, else 0 (stage 3 sums them itself)."""
+        run = self.stage3(adjoint, k, self.xhat_dtype(prec), self.yhat_dtype(prec))
+        if len(run.plan) != 1:
+            return 0
+        splits = run.plan[0].splits
+        return splits if 1 < splits <= FOLD_MAX_SPLITS else 0
+
     def _callback_plans(self, prec: PrecisionConfig, adjoint: bool, k: int, in_dtype, out_dtype,
-                        want_fwd: bool = True, want_inv: bool = True) -> tuple:
+                        want_fwd: bool = True, want_inv: bool = True, split_sum: int = 0) -> tuple:
         """The cuFFT callback plans (forward, inverse) of :meth:`fused_plans`, None for one not
-        wanted; a plan cuFFT cannot make raises :class:`fftmatvec._fftcb.CallbackError`."""
+        wanted; a plan cuFFT cannot make raises :class:`fftmatvec._fftcb.CallbackError`.
+        ``split_sum``: the inverse loads stage 3's partial sums of that many splits and adds
+        them (:meth:`fold_splits`)."""
         n_in, n_out = (self.nd, self.nm) if adjoint else (self.nm, self.nd)
         L, nt = self.fft_len, self.nt
         fft_real, ifft_real = prec.real_dtype("fft"), prec.real_dtype("ifft")
@@ -1544,7 +1568,13 @@ class KernelEngine:
                                   store=store, store_info=store_info)
         if want_inv:
             widen = None  # stage 3's float32 sums widened as the inverse FFT loads them
-            if self.yhat_dtype(prec) != prec.complex_dtype("ifft"):
+            if split_sum:  # ... or its partial sums, added (and widened) as they are loaded
+                widen = ("FMV_SPLIT_LOAD", {
+                    "FMV_SPLITS": str(split_sum), "FMV_SPLIT_STRIDE": f"{k * n_out * self.nf}ULL",
+                    "FMV_TPART": _CTYPE2[self.compute],
+                    "FMV_TYHAT": _CTYPE2[self.yhat_dtype(prec)],
+                    "FMV_TFFTC": _CTYPE2[prec.complex_dtype("ifft")]})
+            elif self.yhat_dtype(prec) != prec.complex_dtype("ifft"):
                 widen = ("FMV_YHAT_LOAD", {})
             unpad = ("FMV_UNPAD_STORE", {**sizes, "FMV_TOUT": _fftcb.ctype(out_dtype),
                                          "FMV_TMID": _fftcb.ctype(prec.reduce_dtype),
@@ -1763,6 +1793,14 @@ class _Stage3:
             self.steps.append((main, red, b0 * in_row, b0 * out_row))
             b0 += la.kb
 
+    def partials(self, stream_ptr: int, x_ptr: int, work_ptr: int) -> None:
+        """A plan of one launch with split-K, without its sum: the partial sums
+        ``(splits, k, n_out, Nf)`` into the workspace, for an inverse FFT that adds them
+        (:attr:`FusedPlans.split_sum`)."""
+        if len(self.steps) != 1 or self.steps[0][1] is None:
+            raise ValueError("only a stage 3 of one launch with split-K leaves partial sums")
+        self.steps[0][0](stream_ptr, x_ptr, work_ptr)
+
     def __call__(self, stream_ptr: int, x_ptr: int, y_ptr: int, work_ptr: int = 0) -> None:
         for main, red, xo, yo in self.steps:
             if red is None:
@@ -1820,8 +1858,9 @@ class _GemvIrfft:
 class _FusedProduct:
     """One product (direction, right-hand sides, dtypes) with stages 1 and 5 inside the FFTs
     (cuFFT callbacks or the row FFT kernels) and stage 3's launches packed. A call queues the
-    forward FFT, stage 3 and the inverse FFT, or the forward FFT and stages 3-5 as one kernel
-    (:meth:`KernelEngine.fused_adjoint`): 20-35 µs of host time (70-140 µs stage by stage), of
+    forward FFT, stage 3 (without its split-K sum where the inverse FFT adds the splits:
+    :attr:`FusedPlans.split_sum`) and the inverse FFT, or the forward FFT and stages 3-5 as one
+    kernel (:meth:`KernelEngine.fused_adjoint`): 20-35 µs of host time (70-140 µs stage by stage), of
     which a product that is waited for sees 1-14 µs (docs/benchmarks.md, fifteenth run).
 
     The intermediate arrays are held per stream where they are small next to ``Khat``
@@ -1843,10 +1882,21 @@ class _FusedProduct:
         self.stage3 = None
         self.xhat_bytes = eng.xhat_nbytes(prec, k, n_in)
         self.yhat_bytes = self.work_bytes = 0
+        self.split_sum = plans.split_sum
         if self.fused is None:
             self.stage3 = eng.stage3(adjoint, k, eng.xhat_dtype(prec), eng.yhat_dtype(prec))
             self.yhat_bytes = eng.yhat_nbytes(prec, k, n_out)
             self.work_bytes = self.stage3.workspace_bytes
+            if self.split_sum:  # the inverse FFT reads the partial sums (and may overwrite
+                # them, as it may any complex-to-real input): no array of sums
+                plan = self.stage3.plan
+                if len(plan) != 1 or plan[0].splits != self.split_sum:
+                    raise ValueError(f"the inverse plan adds {self.split_sum} splits, stage 3 "
+                                     f"has {[la.splits for la in plan]}")
+                self.work_bytes = max(self.work_bytes, self.yhat_bytes)
+                self.yhat_bytes = 0
+        elif self.split_sum:
+            raise ValueError("stages 3-5 as one kernel leave no partial sums")
         self.out_dtype = np.dtype(out_dtype)
         self.y_shape = (k, n_out, eng.nt)
         self.y_bytes = eng.y_nbytes(prec, k, n_out, out_dtype)
@@ -1867,8 +1917,16 @@ class _FusedProduct:
         if self.fused is not None:
             self.fused(xhat, y, stream)
         else:
-            self.stage3(stream, xhat, yhat, work)
-            self.plans.inv(yhat, y, stream)
+            self.plans.inv(self._stage3(stream, xhat, yhat, work), y, stream)
+
+    def _stage3(self, stream: int, xhat: int, yhat: int, work: int) -> int:
+        """Queue stage 3; the pointer the inverse FFT reads: its sums, or the partial sums
+        where the inverse adds them."""
+        if self.split_sum:
+            self.stage3.partials(stream, xhat, work)
+            return work
+        self.stage3(stream, xhat, yhat, work)
+        return yhat
 
     def _alloc(self) -> tuple:
         """(xhat, yhat, work) memory from CuPy's pool, on the current stream."""
@@ -1912,10 +1970,10 @@ class _FusedProduct:
                 xhat, yhat, work = (m.ptr for m in mem)
             self.plans.fwd(x.data.ptr, xhat, stream)  # first: the device starts on it at once
             if self.fused is None:
-                self.stage3(stream, xhat, yhat, work)
+                sums = self._stage3(stream, xhat, yhat, work)
             y = cp.ndarray(y_shape, self.out_dtype, memptr=alloc(self.y_bytes))
             if self.fused is None:
-                self.plans.inv(yhat, y.data.ptr, stream)
+                self.plans.inv(sums, y.data.ptr, stream)
             else:
                 self.fused(xhat, y.data.ptr, stream)
         return y

@@ -5,8 +5,8 @@
 // the unpadded output.
 //
 // One callback is compiled per program (cuFFT links one image per callback it is given),
-// chosen by FMV_PAD_LOAD, FMV_XHAT_STORE, FMV_XHAT_SCALE_STORE, FMV_YHAT_LOAD or
-// FMV_UNPAD_STORE, with the
+// chosen by FMV_PAD_LOAD, FMV_XHAT_STORE, FMV_XHAT_SCALE_STORE, FMV_YHAT_LOAD,
+// FMV_SPLIT_LOAD or FMV_UNPAD_STORE, with the
 // sizes and types given as macros: FMV_L (FFT length), FMV_NT (samples kept), FMV_TIN /
 // FMV_TOUT (the arrays read or written), FMV_TMID (the precision the padded or unpadded values
 // are rounded to), FMV_TFFT (the FFT's real type). cuFFT passes each callback the element offset into the logical
@@ -60,6 +60,42 @@ __device__ double2 fmv_yhat_load(void* dataIn, unsigned long long offset, void* 
                                  void* sharedPointer) {
   const float2 v = static_cast<const float2*>(dataIn)[offset];
   return make_double2((double)v.x, (double)v.y);
+}
+#endif
+
+#if defined(FMV_SPLIT_LOAD)
+// The split-K sum of a one-vector forward product as the inverse FFT's load, so that it costs
+// no launch of its own: dataIn is stage 3's FMV_SPLITS partial results (FMV_TPART, its compute
+// precision), FMV_SPLIT_STRIDE elements apart. They are added in split order from zero, as the
+// serial sum kernel adds them (hip_kernels/sbgemv.cuh), rounded to the type that kernel would
+// write (FMV_TYHAT), then widened to the FFT's complex type FMV_TFFTC: to the bit the values
+// that kernel would hand the inverse FFT. Any number of splits; the engine folds only a few
+// (fftmatvec/_gpu.py: FOLD_MAX_SPLITS).
+__device__ FMV_TFFTC fmv_split_load(void* dataIn, unsigned long long offset, void* callerInfo,
+                                    void* sharedPointer) {
+  const FMV_TPART* p = static_cast<const FMV_TPART*>(dataIn) + offset;
+  FMV_TPART acc;
+  acc.x = 0;
+  acc.y = 0;
+  for (int s0 = 0; s0 < (FMV_SPLITS); s0 += 8) {  // 8 loads in flight, then their sum in order
+    FMV_TPART v[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u)
+      if (s0 + u < (FMV_SPLITS)) v[u] = p[(unsigned long long)(s0 + u) * (FMV_SPLIT_STRIDE)];
+#pragma unroll
+    for (int u = 0; u < 8; ++u)
+      if (s0 + u < (FMV_SPLITS)) {
+        acc.x += v[u].x;
+        acc.y += v[u].y;
+      }
+  }
+  FMV_TYHAT r;
+  r.x = acc.x;
+  r.y = acc.y;
+  FMV_TFFTC out;
+  out.x = r.x;
+  out.y = r.y;
+  return out;
 }
 #endif
 

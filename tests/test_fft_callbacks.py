@@ -70,6 +70,7 @@ def _host_engine(monkeypatch, ok=True, fail=None):
     for name in ("_callback_plans", "_row_fft_fwd", "_row_fft_inv"):
         setattr(engine, name, getattr(KernelEngine, name).__get__(engine))
     engine.row_fft_pays = lambda rows, dtype: True
+    engine.fold_splits = lambda prec, adjoint, k: 0  # stage 3 sums its splits itself
     return engine, calls
 
 
@@ -78,7 +79,7 @@ def test_fused_plans_name_the_right_callbacks(monkeypatch):
     engine, calls = _host_engine(monkeypatch)
     prec = PrecisionConfig("sdhds")  # stage 1 float32, FFTs float64, stage 3 h, stage 5 float32
     plans = KernelEngine.fused_plans(engine, prec, False, 2, np.float64, np.float32)
-    assert plans == ("r2c plan", "c2r plan", False) and not plans.xhat_scaled
+    assert plans == ("r2c plan", "c2r plan", False, 0) and not plans.xhat_scaled
     sizes = {"FMV_L": "20ULL", "FMV_NT": "10ULL"}
     assert calls == [
         ("r2c", 20, 2 * 5, True,
@@ -123,6 +124,61 @@ def test_fused_plans_scale_float16_adjoints(monkeypatch):
     assert not plans.xhat_scaled and calls[0][5] == ("FMV_XHAT_STORE", {})
 
 
+def test_fused_plans_add_the_splits_in_the_inverse_load(monkeypatch):
+    """Where stage 3 leaves few splits, the inverse cuFFT plan loads its partial sums and adds
+    them (in stage 3's compute type, rounded to the type of its sums, widened to the FFT's),
+    the splits k n_out Nf elements apart; the row FFT kernels never do, nor a product with
+    no inverse plan."""
+    engine, calls = _host_engine(monkeypatch)
+    engine.fold_splits = lambda prec, adjoint, k: 6
+    plans = KernelEngine.fused_plans(engine, PrecisionConfig("ddhdd"), False, 2, np.float64,
+                                     np.float64)
+    assert plans.split_sum == 6
+    assert calls[-1][4] == ("FMV_SPLIT_LOAD", {
+        "FMV_SPLITS": "6", "FMV_SPLIT_STRIDE": f"{2 * 3 * 11}ULL", "FMV_TPART": "float2",
+        "FMV_TYHAT": "float2", "FMV_TFFTC": "double2"})
+    engine.compute = np.dtype(np.complex128)  # d stage 3, float32 inverse FFT
+    plans = KernelEngine.fused_plans(engine, PrecisionConfig("dddsd"), True, 1, np.float64,
+                                     np.float64)
+    assert plans.split_sum == 6
+    assert calls[-1][:3] == ("c2r", 20, 5) and calls[-1][4] == ("FMV_SPLIT_LOAD", {
+        "FMV_SPLITS": "6", "FMV_SPLIT_STRIDE": f"{5 * 11}ULL", "FMV_TPART": "double2",
+        "FMV_TYHAT": "float2", "FMV_TFFTC": "float2"})
+    assert KernelEngine.fused_plans(engine, PrecisionConfig("ddddd"), True, 1, np.float64,
+                                    np.float64, inverse=False).split_sum == 0
+    engine, calls = _host_engine(monkeypatch)
+    engine.fold_splits = lambda prec, adjoint, k: 6
+    engine.row_ffts = lambda prec: True
+    monkeypatch.setattr(_rowfft, "RowFFT", lambda kind, *a, **kw: f"{kind} kernel")
+    assert KernelEngine.fused_plans(engine, PrecisionConfig("ddddd"), False, 1, np.float64,
+                                    np.float64) == ("r2c kernel", "c2r kernel", False, 0)
+    engine, calls = _host_engine(monkeypatch, fail="link failed")  # cuFFT fails: the kernels
+    engine.fold_splits = lambda prec, adjoint, k: 6
+    engine.row_ffts = lambda prec: True
+    engine.row_fft_pays = lambda rows, dtype: False
+    assert KernelEngine.fused_plans(engine, PrecisionConfig("ddddd"), False, 1, np.float64,
+                                    np.float64) == ("r2c kernel", "c2r kernel", False, 0)
+
+
+def test_fold_splits_takes_one_launch_of_few_splits(monkeypatch):
+    """The splits the inverse adds: a stage 3 of one launch with 2 to FOLD_MAX_SPLITS
+    splits; none for one split, more, or several launches."""
+    from fftmatvec import _gpu
+
+    def engine(*splits):
+        plan = [SimpleNamespace(splits=s) for s in splits]
+        return SimpleNamespace(stage3=lambda *a: SimpleNamespace(plan=plan),
+                               xhat_dtype=lambda prec: None, yhat_dtype=lambda prec: None)
+
+    prec = PrecisionConfig("ddddd")
+    top = _gpu.FOLD_MAX_SPLITS
+    assert [KernelEngine.fold_splits(engine(s), prec, False, 1) for s in (1, 2, top, top + 1)] \
+        == [0, 2, top, 0]
+    assert KernelEngine.fold_splits(engine(4, 4), prec, False, 3) == 0
+    monkeypatch.setattr(_gpu, "FOLD_MAX_SPLITS", 0)
+    assert KernelEngine.fold_splits(engine(2), prec, False, 1) == 0
+
+
 def test_fused_plans_none_where_stages_run_one_by_one(monkeypatch):
     engine, calls = _host_engine(monkeypatch)
     prec = PrecisionConfig("ddddd")
@@ -150,7 +206,7 @@ def test_fused_plans_on_row_fft_kernels(monkeypatch):
     monkeypatch.setattr(_rowfft, "RowFFT", row_fft)
     plans = KernelEngine.fused_plans(engine, PrecisionConfig("sdhds"), False, 2, np.float64,
                                      np.float32)
-    assert plans == ("r2c kernel", "c2r kernel", False)
+    assert plans == ("r2c kernel", "c2r kernel", False, 0)
     assert made == [("r2c", 20, 10, 2 * 5, "float64", "float32", "float64", "complex64", None, 3, 12),
                     ("c2r", 20, 10, 2 * 3, "complex64", "float32", "float64", "float32", None, 1, 0)]
     made.clear()
@@ -178,7 +234,7 @@ def test_fused_plans_mix_kernels_and_callbacks(monkeypatch):
     monkeypatch.setattr(_rowfft, "RowFFT", lambda kind, *a, **kw: f"{kind} kernel")
     prec = PrecisionConfig("ddddd")
     plans = KernelEngine.fused_plans(engine, prec, False, 2, np.float64, np.float64)
-    assert plans == ("r2c kernel", "c2r plan", False)
+    assert plans == ("r2c kernel", "c2r plan", False, 0)
     assert [c[0] for c in calls] == ["c2r"]
     engine, calls = _host_engine(monkeypatch, fail="link failed")
     engine.row_ffts = lambda prec: True
@@ -188,7 +244,7 @@ def test_fused_plans_mix_kernels_and_callbacks(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         plans = KernelEngine.fused_plans(engine, prec, False, 2, np.float64, np.float64)
-    assert plans == ("r2c kernel", "c2r kernel", False)
+    assert plans == ("r2c kernel", "c2r kernel", False, 0)
 
 
 def test_fused_plans_warn_and_fall_back(monkeypatch):
@@ -219,6 +275,10 @@ CALLBACKS = Path(__file__).resolve().parents[1] / "hip_kernels" / "fft_callbacks
     ("FMV_XHAT_SCALE_STORE", {"FMV_NF": "1001ULL", "FMV_ND": "7ULL", "FMV_NFP": "1008ULL",
                               "FMV_TFFTC": "float2"}),
     ("FMV_YHAT_LOAD", {}),
+    ("FMV_SPLIT_LOAD", {"FMV_SPLITS": "6", "FMV_SPLIT_STRIDE": "100100ULL", "FMV_TPART": "float2",
+                        "FMV_TYHAT": "float2", "FMV_TFFTC": "double2"}),
+    ("FMV_SPLIT_LOAD", {"FMV_SPLITS": "2", "FMV_SPLIT_STRIDE": "7007ULL", "FMV_TPART": "double2",
+                        "FMV_TYHAT": "float2", "FMV_TFFTC": "float2"}),
     ("FMV_UNPAD_STORE", {"FMV_TOUT": "float", "FMV_TMID": "float", "FMV_TFFT": "double"}),
 ])
 def test_callbacks_compile_to_lto_ir(tmp_path, which, types):
@@ -389,15 +449,20 @@ def test_fused_product_made_once_any_stream_any_layout(monkeypatch, rng, precisi
 
 @gpu
 @pytest.mark.gpu
+@pytest.mark.parametrize("fold", [0, 10**6])
 @pytest.mark.parametrize("graphs", ["0", "1"])
 @pytest.mark.parametrize("precision", ["ddddd", "ddhdd", "sssss", "dsdsd"])
-def test_fused_product_with_split_k(monkeypatch, rng, graphs, precision):
-    """Few outputs and a long reduction: stage 3 splits its reduction and sums the partials
-    between the FFTs. Against the float64 dense matrix, as one product and as a graph, with
-    one and several right-hand sides."""
+def test_fused_product_with_split_k(monkeypatch, rng, fold, graphs, precision):
+    """Few outputs and a long reduction: stage 3 splits its reduction, and the partials are
+    summed between the FFTs or, for one launch of stage 3 (FOLD_MAX_SPLITS), by the inverse
+    FFT's load. Against the float64 dense matrix, as one product and as a graph, with one and
+    several right-hand sides."""
+    from fftmatvec import _gpu
+
     _needs_callbacks()
     monkeypatch.setenv("FFTMATVEC_FFT_CALLBACKS", "1")
     monkeypatch.setenv("FFTMATVEC_CUDA_GRAPHS", graphs)
+    monkeypatch.setattr(_gpu, "FOLD_MAX_SPLITS", fold)
     cp = backend.cupy
     for shape, adjoint in (((3, 3000, 40), False), ((2900, 4, 40), True)):
         K, F = _op(rng, shape, precision)
@@ -405,6 +470,10 @@ def test_fused_product_with_split_k(monkeypatch, rng, graphs, precision):
         n_in = shape[0] if adjoint else shape[1]
         product = eng.fused_product(F.precision, adjoint, 1, np.float64, np.float64)
         assert product.work_bytes > 0, product.stage3.plan  # split-K
+        splits = product.stage3.plan[0].splits
+        assert product.split_sum == (splits if fold and len(product.stage3.plan) == 1 else 0)
+        if not adjoint:
+            assert (product.split_sum > 1) == (fold > 0)  # the case this test is for
         M = dense_btt(K).T if adjoint else dense_btt(K)
         for k in (1, 3):
             x = _rand(rng, k, n_in, shape[2])
@@ -414,6 +483,43 @@ def test_fused_product_with_split_k(monkeypatch, rng, graphs, precision):
                 assert rel_err(y[b].ravel(), M @ xs[b].ravel()) < TOL[precision]
         del F
         cp.get_default_memory_pool().free_all_blocks()
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["ddddd", "ddhdd", "sssss", "dddsd"])
+@pytest.mark.parametrize("nt", [10, 1000, 40000])  # L = 20, 2000, 80000: cuFFT in several passes
+@pytest.mark.parametrize("splits", [2, 7, 16, 37])
+def test_split_load_adds_the_partials(rng, precision, nt, splits):
+    """The inverse plan that loads stage 3's partial sums against the plain inverse plan fed
+    their sum in split order (made on the host in stage 3's compute type), over fresh random
+    partials, into outputs poisoned with NaN."""
+    _needs_callbacks()
+    cp = backend.cupy
+    nd, nm = 3, 4
+    _, F = _op(rng, (nd, nm, nt), precision)
+    eng, prec = F._engine, F.precision
+    nf, rows = eng.nf, nd  # a forward product: the inverse transforms Nd rows
+    parts = (rng.standard_normal((splits, rows, nf))
+             + 1j * rng.standard_normal((splits, rows, nf))).astype(eng.compute)
+    total = np.zeros((rows, nf), dtype=eng.compute)
+    for p in parts:  # in split order, from zero
+        total += p
+    total = total.astype(eng.yhat_dtype(prec))
+    _, folded = eng._callback_plans(prec, False, 1, np.float64, np.float64, False, True, splits)
+    _, plain = eng._callback_plans(prec, False, 1, np.float64, np.float64, False, True)
+    room = eng.yhat_nbytes(prec, 1, rows)  # a complex-to-real input may be overwritten
+    out = []
+    for plan, data in ((folded, parts), (plain, total)):
+        src = cp.cuda.alloc(max(data.nbytes, room))
+        src.copy_from_host(data.ctypes.data, data.nbytes)
+        y = eng.y_buffer(prec, 1, rows, np.float64)
+        y.fill(np.nan)
+        plan(src.ptr, y.data.ptr)
+        out.append(to_numpy(y))
+    assert np.isfinite(out[0]).all()
+    tol = 1e-13 if prec.real_dtype("ifft") == np.float64 else 1e-6
+    assert rel_err(out[0], out[1]) < tol
 
 
 def _poison_held(product):
@@ -586,4 +692,4 @@ def test_fused_plans_without_the_inverse(monkeypatch):
     engine.row_ffts = lambda prec: True
     monkeypatch.setattr(_rowfft, "RowFFT", lambda kind, *a, **kw: f"{kind} kernel")
     plans = KernelEngine.fused_plans(engine, prec, True, 1, np.float64, np.float64, inverse=False)
-    assert plans == ("r2c kernel", None, False) and calls == []
+    assert plans == ("r2c kernel", None, False, 0) and calls == []
