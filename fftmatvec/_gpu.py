@@ -335,8 +335,13 @@ REDUCE_SERIAL_THREADS = 256
 # A fused product whose stage 3 is one launch of at most FOLD_MAX_SPLITS splits, and whose
 # inverse FFT is a cuFFT plan with callbacks, adds the splits in that FFT's load callback
 # (hip_kernels/fft_callbacks.cu: FMV_SPLIT_LOAD) instead of a sum kernel of their own: one
-# launch fewer, and the sums are never written. 0 turns it off.
-FOLD_MAX_SPLITS = 16
+# launch fewer, and the sums are never written. 0 turns it off. On an H200, interleaved with the
+# sum kernel (scripts/probe_fold.py; docs/benchmarks.md, twenty-ninth run), the `ddddd`
+# forwards of 2, 3 and 6 splits ((1000 | 1500 | 5000, 100, 1000)) took 0.8-3.0 µs less, waited
+# for or back to back, with the same outputs to the bit; the `sssss` forwards of 11 splits took
+# 3.9-7.4 µs more, and the `ddddd` one of 14 ((1000, 40, 1000)) 1.9-2.7 more: past 8 splits the
+# callback takes a second round of loads in the inverse FFT's latency-bound kernel.
+FOLD_MAX_SPLITS = 8
 
 
 # The FFT precisions whose fused products take the package's own row FFT kernels by default

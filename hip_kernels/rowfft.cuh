@@ -3,8 +3,12 @@
 //
 // cuFFT with the pad and unpad as callbacks ran these transforms at 0.16-0.44 of their memory
 // floor at the lengths the operator uses (L = 2000, 1000, 200 on an H200: docs/benchmarks.md,
-// twenty-first run). Here a block loads `rpb` rows into shared memory (one pass over the
-// input), transforms them there and writes them out (one pass over the output):
+// twenty-first run). Here a block reads `rpb` rows once, transforms them in shared memory and
+// writes them out once. The first Stockham pass of an even L loads its butterflies' inputs from
+// global memory itself (fft_first_pass), forward always and inverse from complex64 spectra,
+// instead of after a copy of the rows into shared memory: on an H200 that made the forward
+// transforms of 5000-100000 rows 3-18 % faster (float64 FFTs 10-18 %; docs/benchmarks.md,
+// twenty-ninth run).
 //
 // * The real input of a row is packed as N complex values z[n] = x[2n] + i x[2n+1] and
 //   transformed by a complex FFT of length N (Stockham passes between two shared-memory
@@ -241,8 +245,7 @@ __device__ __forceinline__ void fft_pass(const C* __restrict__ src, C* __restric
 // radices up to its own MAXR only. The passes' twiddle tables follow each other from twp.
 template <int MAXR, int S, typename C>
 __device__ __forceinline__ C* fft_rows(C* a, C* b, const C* __restrict__ twp, int n, int rows,
-                                       unsigned long long radices, int npass) {
-  int ls = 1;
+                                       unsigned long long radices, int npass, int ls = 1) {
   for (int p = 0; p < npass; ++p) {
     const int rad = (int)((radices >> (6 * p)) & 63);
     switch (rad) {
@@ -262,6 +265,57 @@ __device__ __forceinline__ C* fft_rows(C* a, C* b, const C* __restrict__ twp, in
     ls *= rad;
   }
   return a;
+}
+
+// The first pass (ls = 1: no twiddles) of `rows` transforms of length n whose inputs come from
+// load(r, m), element m of row r, instead of shared memory: the loads of global memory that
+// would fill the shared buffer feed the butterflies' registers directly, so a row takes one
+// round trip through shared memory and one barrier fewer. Written to dst as fft_pass writes.
+template <int RAD, int S, typename C, typename Load>
+__device__ __forceinline__ void fft_first_pass(Load load, C* __restrict__ dst, int n, int rows) {
+  const int stride = n / RAD, total = rows * stride, step = blockDim.x;
+  const int drow = step / stride, dj = step - drow * stride;
+  int row = threadIdx.x / stride, j = threadIdx.x - row * stride;
+  for (int b = threadIdx.x; b < total; b += step) {
+    C v[RAD];
+#pragma unroll
+    for (int q = 0; q < RAD; ++q) v[q] = load(row, j + q * stride);
+    Dft<RAD, S, C>::run(v);
+    C* d = dst + row * n + j * RAD;
+#pragma unroll
+    for (int q = 0; q < RAD; ++q) d[q] = v[q];
+    row += drow;
+    j += dj;
+    if (j >= stride) {
+      j -= stride;
+      ++row;
+    }
+  }
+}
+
+// fft_rows over inputs from load(r, m) (fft_first_pass) into a, then through b and a; returns
+// the buffer that holds the result.
+template <int MAXR, int S, typename C, typename Load>
+__device__ __forceinline__ C* fft_rows_loaded(Load load, C* a, C* b, const C* __restrict__ twp,
+                                              int n, int rows, unsigned long long radices,
+                                              int npass) {
+  if (npass == 0) {  // n = 1
+    for (int r = threadIdx.x; r < rows; r += blockDim.x) a[r] = load(r, 0);
+    __syncthreads();
+    return a;
+  }
+  const int rad = (int)(radices & 63);
+  switch (rad) {
+    case 2: fft_first_pass<2, S, C>(load, a, n, rows); break;
+    case 3: fft_first_pass<3, S, C>(load, a, n, rows); break;
+    case 4: fft_first_pass<4, S, C>(load, a, n, rows); break;
+    case 5: fft_first_pass<5, S, C>(load, a, n, rows); break;
+    case 6: fft_first_pass<6, S, C>(load, a, n, rows); break;
+    case 8: fft_first_pass<8, S, C>(load, a, n, rows); break;
+    default: if constexpr (MAXR >= 10) fft_first_pass<10, S, C>(load, a, n, rows); break;
+  }
+  __syncthreads();
+  return fft_rows<MAXR, S, C>(a, b, twp + (rad - 1), n, rows, radices >> 6, npass - 1, rad);
 }
 
 // Position (r, c) of element i = r * len + c of a block's rows, for i = threadIdx.x,
@@ -345,14 +399,18 @@ __device__ __forceinline__ const typename Complex<R>::type* rfft_rows(
   typedef typename Complex<R>::type C;
   const bool packed = L % 2 == 0;  // else one complex FFT of length L, imaginary parts zero
   const int n = packed ? L / 2 : L;
-  if (packed) {
-    load_padded<TIn, TMid, R>(x, reinterpret_cast<R*>(a), nrow, nt, 2 * n);
-  } else {
-    load_padded<TIn, TMid, R>(x, reinterpret_cast<R*>(b), nrow, nt, n);
-    __syncthreads();
-    const R* br = reinterpret_cast<const R*>(b);
-    for (int i = threadIdx.x; i < nrow * n; i += blockDim.x) a[i] = make_c(br[i], (R)0);
+  if (packed) {  // z[m] = x[2m] + i x[2m + 1], zero past nt, loaded by the first pass
+    auto load = [&](int r, int m) {
+      const TIn* xr = x + (i64)r * nt;
+      const int c = 2 * m;
+      return make_c(c < nt ? (R)(TMid)xr[c] : (R)0, c + 1 < nt ? (R)(TMid)xr[c + 1] : (R)0);
+    };
+    return fft_rows_loaded<MAXR, -1, C>(load, a, b, tw + n / 2 + 1, n, nrow, radices, npass);
   }
+  load_padded<TIn, TMid, R>(x, reinterpret_cast<R*>(b), nrow, nt, n);
+  __syncthreads();
+  const R* br = reinterpret_cast<const R*>(b);
+  for (int i = threadIdx.x; i < nrow * n; i += blockDim.x) a[i] = make_c(br[i], (R)0);
   __syncthreads();
   return fft_rows<MAXR, -1, C>(a, b, tw + n / 2 + 1, n, nrow, radices, npass);
 }
@@ -409,6 +467,23 @@ __device__ __forceinline__ void rfft_pad_body(const TIn* __restrict__ x, COut* _
   });
 }
 
+// The first nt samples of each of the nrow inverse transforms z (rows n apart; packed: of n
+// complex values holding 2n real samples) to o (rows nt apart), rounded to TMid, in TOut.
+template <typename TMid, typename C, typename TOut>
+__device__ __forceinline__ void unpad_rows(const C* z, TOut* __restrict__ o, int nrow, int nt,
+                                           int n, bool packed) {
+  typedef typename RealOf<C>::type R;
+  RowCursor at(nt);
+  if (packed) {
+    const R* zr = reinterpret_cast<const R*>(z);  // row r's samples are zr[r * 2n + c]
+    for (int i = threadIdx.x; i < nrow * nt; i += blockDim.x, at.next())
+      o[i] = (TOut)(TMid)zr[at.r * 2 * n + at.c];
+  } else {
+    for (int i = threadIdx.x; i < nrow * nt; i += blockDim.x, at.next())
+      o[i] = (TOut)(TMid)z[at.r * n + at.c].x;
+  }
+}
+
 // Stages 4 and 5 of a block's nrow rows of spectra, already in shared memory in b (rows of
 // L / 2 + 1 values, contiguous), through a: out[r, c] (c < nt; rows nt apart) is sample c of
 // the unnormalised inverse real FFT of row r, computed in R, rounded to stage 5's precision TMid,
@@ -450,20 +525,45 @@ __device__ __forceinline__ void irfft_rows(typename Complex<R>::type* a,
   }
   __syncthreads();
   const C* z = fft_rows<MAXR, 1, C>(a, b, tw + n / 2 + 1, n, nrow, radices, npass);
-  if (packed) {
-    const R* zr = reinterpret_cast<const R*>(z);  // row r's samples are zr[r * 2n + c]
-    RowCursor at(nt);
-    for (int i = threadIdx.x; i < nrow * nt; i += blockDim.x, at.next())
-      o[i] = (TOut)(TMid)zr[at.r * 2 * n + at.c];
-  } else {
-    RowCursor at(nt);
-    for (int i = threadIdx.x; i < nrow * nt; i += blockDim.x, at.next())
-      o[i] = (TOut)(TMid)z[at.r * n + at.c].x;
-  }
+  unpad_rows<TMid>(z, o, nrow, nt, n, packed);
+}
+
+// Stages 4 and 5 of a block's nrow rows of an even L = 2n, the first pass loading its inputs
+// Z[m] = E + i O (irfft_rows) from the spectra yb in global memory (rows of n + 1 values): X[k]
+// and X[n - k] with k = m for m <= n / 2, else their conjugate form with k = n - m, so the rows
+// go through shared memory neither as they are nor packed. a and b: the two buffers.
+template <int MAXR, typename CIn, typename R, typename TMid, typename TOut>
+__device__ __forceinline__ void irfft_loaded(const CIn* __restrict__ yb, TOut* __restrict__ o,
+                                             typename Complex<R>::type* a,
+                                             typename Complex<R>::type* b,
+                                             const typename Complex<R>::type* __restrict__ tw,
+                                             int nrow, int nt, int n, unsigned long long radices,
+                                             int npass) {
+  typedef typename Complex<R>::type C;
+  const int nf = n + 1, half = n / 2;
+  auto load = [&](int r, int m) {
+    const bool low = m <= half;
+    const int k = low ? m : n - m;
+    const CIn* src = yb + (i64)r * nf;
+    C xk = ccast<C>(src[k]), xnk = ccast<C>(src[n - k]);
+    if (k == 0) {  // X[0] and X[N] of a real signal are real
+      xk.y = 0;
+      xnk.y = 0;
+    }
+    const C e = c_add(xk, c_conj(xnk));
+    const C od = c_mul(c_sub(xk, c_conj(xnk)), c_conj(tw[k]));
+    return low ? c_add(e, c_muli<1>(od)) : c_add(c_conj(e), c_muli<1>(c_conj(od)));
+  };
+  const C* z = fft_rows_loaded<MAXR, 1, C>(load, a, b, tw + n / 2 + 1, n, nrow, radices, npass);
+  unpad_rows<TMid>(z, o, nrow, nt, n, true);
 }
 
 // Stages 4 and 5: out[r, c] (c < nt) is sample c of the unnormalised inverse real FFT of row r
 // of y (rows, N + 1) in CIn, computed in R, rounded to stage 5's precision TMid, in TOut.
+// Complex64 spectra of an even L take irfft_loaded: on an H200 that made the inverse transforms
+// of 5000-100000 rows 1.5-7 % faster in float32 and 2-3 % in float64 (`ddhdd`). From complex128
+// ones, where the doubled loads cost spills, they were 0-4 % slower, and keep the rows' copy
+// into shared memory (docs/benchmarks.md, twenty-ninth run).
 template <int MAXR, typename CIn, typename R, typename TMid, typename TOut>
 __device__ __forceinline__ void irfft_unpad_body(const CIn* __restrict__ y, TOut* __restrict__ out,
                                                  const typename Complex<R>::type* __restrict__ tw,
@@ -475,6 +575,13 @@ __device__ __forceinline__ void irfft_unpad_body(const CIn* __restrict__ y, TOut
   C* b = a + rpb * (n + 1);  // two buffers of rpb rows of n + 1 values (the inverse loads n + 1)
   const i64 row0 = (i64)blockIdx.x * rpb;
   const int nrow = (int)(rows - row0 < rpb ? rows - row0 : rpb);
+  if constexpr (sizeof(CIn) == 8) {
+    if (L % 2 == 0) {
+      irfft_loaded<MAXR, CIn, R, TMid, TOut>(y + row0 * nf, out + row0 * nt, a, b, tw, nrow, nt,
+                                             n, radices, npass);
+      return;
+    }
+  }
   load_rows<CIn, C>(y + row0 * nf, b, nrow * nf);
   __syncthreads();
   irfft_rows<MAXR, R, TMid, TOut>(a, b, tw, out + row0 * nt, nrow, nt, L, radices, npass);
