@@ -1712,9 +1712,28 @@ class KernelEngine:
 
     def ifft_unpad(self, plans, yhat, out):
         """Stages 4 and 5: the inverse FFT of ``yhat`` ``(k, n, Nf)``, its first ``Nt`` samples
-        written to ``out`` (from :meth:`y_buffer`). ``yhat`` is overwritten."""
+        written to ``out`` (from :meth:`y_buffer`). ``yhat`` is overwritten. Where the plan adds
+        stage 3's splits (``plans.split_sum``), ``yhat`` holds their partial sums instead,
+        ``(splits, k, n, Nf)`` in the compute dtype (:meth:`inverse_input_nbytes`)."""
+        rows = out.shape[0] * out.shape[1]
+        if plans.split_sum:
+            need = plans.split_sum * rows * self.nf * self.compute.itemsize
+            what = f"the partial sums of {plans.split_sum} splits"
+        else:
+            need = rows * self.nf * np.dtype(yhat.dtype).itemsize
+            what = "the spectra"
+        if yhat.nbytes < need:
+            raise ValueError(f"the inverse FFT reads {what} of {rows} rows, {need} bytes; "
+                             f"the array given has {yhat.nbytes}")
         plans[1](yhat.data.ptr, out.data.ptr)
         return out
+
+    def inverse_input_nbytes(self, prec: PrecisionConfig, plans, rows: int) -> int:
+        """Bytes an input of ``plans``' inverse over ``rows`` rows takes: the partial sums
+        where it adds stage 3's splits (``split_sum``), and at least the room of a
+        complex-to-real input of those rows, which cuFFT may overwrite (:meth:`yhat_nbytes`)."""
+        return max(plans.split_sum * rows * self.nf * self.compute.itemsize,
+                   self.yhat_nbytes(prec, 1, rows))
 
     # ---- stages 1 and 5 with fused casts -------------------------------------------------
     def _rows_launch(self, rows: int, cols: int) -> tuple[tuple, tuple]:
@@ -1922,11 +1941,11 @@ class _FusedProduct:
         if self.fused is not None:
             self.fused(xhat, y, stream)
         else:
-            self.plans.inv(self._stage3(stream, xhat, yhat, work), y, stream)
+            self.plans.inv(self.queue_stage3(stream, xhat, yhat, work), y, stream)
 
-    def _stage3(self, stream: int, xhat: int, yhat: int, work: int) -> int:
-        """Queue stage 3; the pointer the inverse FFT reads: its sums, or the partial sums
-        where the inverse adds them."""
+    def queue_stage3(self, stream: int, xhat: int, yhat: int, work: int) -> int:
+        """Queue stage 3; the pointer the inverse FFT reads: its sums in ``yhat``, or the
+        partial sums in ``work`` where the inverse adds them (:attr:`split_sum`)."""
         if self.split_sum:
             self.stage3.partials(stream, xhat, work)
             return work
@@ -1975,7 +1994,7 @@ class _FusedProduct:
                 xhat, yhat, work = (m.ptr for m in mem)
             self.plans.fwd(x.data.ptr, xhat, stream)  # first: the device starts on it at once
             if self.fused is None:
-                sums = self._stage3(stream, xhat, yhat, work)
+                sums = self.queue_stage3(stream, xhat, yhat, work)
             y = cp.ndarray(y_shape, self.out_dtype, memptr=alloc(self.y_bytes))
             if self.fused is None:
                 self.plans.inv(sums, y.data.ptr, stream)

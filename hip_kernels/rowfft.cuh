@@ -558,12 +558,53 @@ __device__ __forceinline__ void irfft_loaded(const CIn* __restrict__ yb, TOut* _
   unpad_rows<TMid>(z, o, nrow, nt, n, true);
 }
 
+// The packed spectra Z (irfft_rows) of nrow rows of an even L = 2n into a (rows n apart),
+// computed as the rows yb (n + 1 values each) are loaded from global memory: each thread loads
+// X[k] and X[n - k] of PACK_UNROLL pairs before it writes Z[k] and Z[n - k].
+#define PACK_UNROLL 4
+template <typename CIn, typename C>
+__device__ __forceinline__ void pack_spectra(const CIn* __restrict__ yb, C* __restrict__ a,
+                                             const C* __restrict__ tw, int nrow, int n) {
+  const int nf = n + 1, half = n / 2 + 1, total = nrow * half;
+  RowCursor at(half);
+  for (int base = threadIdx.x; base < total; base += PACK_UNROLL * blockDim.x) {
+    CIn xk[PACK_UNROLL], xnk[PACK_UNROLL];
+    int rr[PACK_UNROLL], kk[PACK_UNROLL];
+#pragma unroll
+    for (int u = 0; u < PACK_UNROLL; ++u, at.next()) {
+      rr[u] = at.r;
+      kk[u] = at.c;
+      if (base + u * (int)blockDim.x < total) {
+        const CIn* src = yb + (i64)at.r * nf;
+        xk[u] = src[at.c];
+        xnk[u] = src[n - at.c];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < PACK_UNROLL; ++u) {
+      if (base + u * (int)blockDim.x >= total) break;
+      const int k = kk[u];
+      C x0 = ccast<C>(xk[u]), x1 = ccast<C>(xnk[u]);
+      if (k == 0) {  // X[0] and X[N] of a real signal are real
+        x0.y = 0;
+        x1.y = 0;
+      }
+      const C e = c_add(x0, c_conj(x1));
+      const C o = c_mul(c_sub(x0, c_conj(x1)), c_conj(tw[k]));
+      C* zr = a + rr[u] * n;
+      zr[k] = c_add(e, c_muli<1>(o));
+      if (k != 0 && n - k != k) zr[n - k] = c_add(c_conj(e), c_muli<1>(c_conj(o)));
+    }
+  }
+}
+
 // Stages 4 and 5: out[r, c] (c < nt) is sample c of the unnormalised inverse real FFT of row r
 // of y (rows, N + 1) in CIn, computed in R, rounded to stage 5's precision TMid, in TOut.
 // Complex64 spectra of an even L take irfft_loaded: on an H200 that made the inverse transforms
 // of 5000-100000 rows 1.5-7 % faster in float32 and 2-3 % in float64 (`ddhdd`). From complex128
-// ones, where the doubled loads cost spills, they were 0-4 % slower, and keep the rows' copy
-// into shared memory (docs/benchmarks.md, twenty-ninth run).
+// spectra, where its doubled loads cost spills, it was 0-4 % slower; those are packed as they
+// are loaded instead (pack_spectra), one pass through shared memory fewer than the copy and
+// irfft_rows' packing, 3-7 % faster (docs/benchmarks.md, twenty-ninth run).
 template <int MAXR, typename CIn, typename R, typename TMid, typename TOut>
 __device__ __forceinline__ void irfft_unpad_body(const CIn* __restrict__ y, TOut* __restrict__ out,
                                                  const typename Complex<R>::type* __restrict__ tw,
@@ -575,12 +616,17 @@ __device__ __forceinline__ void irfft_unpad_body(const CIn* __restrict__ y, TOut
   C* b = a + rpb * (n + 1);  // two buffers of rpb rows of n + 1 values (the inverse loads n + 1)
   const i64 row0 = (i64)blockIdx.x * rpb;
   const int nrow = (int)(rows - row0 < rpb ? rows - row0 : rpb);
-  if constexpr (sizeof(CIn) == 8) {
-    if (L % 2 == 0) {
+  if (L % 2 == 0) {
+    if constexpr (sizeof(CIn) == 8) {
       irfft_loaded<MAXR, CIn, R, TMid, TOut>(y + row0 * nf, out + row0 * nt, a, b, tw, nrow, nt,
                                              n, radices, npass);
-      return;
+    } else {
+      pack_spectra(y + row0 * nf, a, tw, nrow, n);
+      __syncthreads();
+      const C* z = fft_rows<MAXR, 1, C>(a, b, tw + n / 2 + 1, n, nrow, radices, npass);
+      unpad_rows<TMid>(z, out + row0 * nt, nrow, nt, n, true);
     }
+    return;
   }
   load_rows<CIn, C>(y + row0 * nf, b, nrow * nf);
   __syncthreads();

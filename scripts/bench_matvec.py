@@ -125,8 +125,9 @@ def read_bandwidth(cp, nbytes: int = 4 * 2**30, repeat: int = 20) -> float:
 def fft_stage_times(cp, F, x, adjoint: bool, repeat: int):
     """(seconds of stages 1+2, of stages 4+5, bytes stage 3 must move) for one product as the
     operator runs it: the FFTs with pad and unpad inside (the row FFT kernels or cuFFT
-    callbacks) where it fuses them,
-    else the four stages one by one; stage 3's bytes are Khat, its input and its output."""
+    callbacks) where it fuses them (an inverse that adds stage 3's split-K partial sums as it
+    loads them reads those), else the four stages one by one; stage 3's bytes are Khat, its
+    input and its output."""
     eng = F._engine
     k, _, _ = x.shape
     plans = eng.fused_plans(F.precision, adjoint, k, x.dtype, F.dtype)
@@ -138,6 +139,9 @@ def fft_stage_times(cp, F, x, adjoint: bool, repeat: int):
         eng.apply(xhat, adjoint, yhat.dtype, out=yhat, xhat_scaled=plans.xhat_scaled)
         yb = eng.y_buffer(F.precision, k, n_out, F.dtype)
         scratch = yhat  # the inverse overwrites it: its time does not depend on the values
+        if plans.split_sum:  # the inverse loads stage 3's partial sums and adds them
+            nbytes = eng.inverse_input_nbytes(F.precision, plans, k * n_out)
+            scratch = cp.zeros(-(-nbytes // 16), dtype=np.complex128)
         t_in = median_time(cp, lambda: eng.pad_fft(plans, x, out=xb), repeat)
         t_out = median_time(cp, lambda: eng.ifft_unpad(plans, scratch, out=yb), repeat)
     else:

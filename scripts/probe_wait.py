@@ -50,9 +50,9 @@ def steps(cp, parts, adjoint: bool, mode: str, repeat: int, spin=None):
         e[0].record()
         p.plans.fwd(x, xh, s.ptr)
         e[1].record()
-        p.stage3(s.ptr, xh, yh, wk)
+        sums = p.queue_stage3(s.ptr, xh, yh, wk)  # work: partial sums the inverse adds
         e[2].record()
-        p.plans.inv(yh, y, s.ptr)
+        p.plans.inv(sums, y, s.ptr)
         e[3].record()
 
     for _ in range(5):
@@ -85,8 +85,8 @@ def host_pieces(cp, F, v, parts, adjoint: bool, spin, n: int = 200) -> dict:
         "call": (lambda: F.rmatvec(v)) if adjoint else (lambda: F.matvec(v)),
         "product": lambda: product(v, y_shape, contiguous=True),
         "fwd": lambda: p.plans.fwd(x, xh, s.ptr),
-        "stage3": lambda: p.stage3(s.ptr, xh, yh, wk),
-        "inv": lambda: p.plans.inv(yh, y, s.ptr),
+        "stage3": lambda: p.queue_stage3(s.ptr, xh, yh, wk),
+        "inv": lambda: p.plans.inv(wk if p.split_sum else yh, y, s.ptr),
         "switches": _gpu.path_switches,
         "getDevice": cp.cuda.runtime.getDevice,
         "flags+dev": lambda: (v.flags.c_contiguous, v.data.device_id),

@@ -160,6 +160,30 @@ def test_fused_plans_add_the_splits_in_the_inverse_load(monkeypatch):
                                     np.float64) == ("r2c kernel", "c2r kernel", False, 0)
 
 
+def test_ifft_unpad_checks_what_it_reads():
+    """The stages-4+5 step refuses an input smaller than what its plan reads: the spectra, or
+    the partial sums of every split where the plan adds them, and names which."""
+    from fftmatvec._gpu import FusedPlans
+
+    engine = SimpleNamespace(nf=11, compute=np.dtype(np.complex64))
+    ran = []
+    out = SimpleNamespace(shape=(2, 3, 10), data=SimpleNamespace(ptr=2))
+
+    def arr(nbytes):
+        return SimpleNamespace(nbytes=nbytes, dtype=np.dtype(np.complex64),
+                               data=SimpleNamespace(ptr=1))
+
+    for splits, need, what in ((6, 6 * 2 * 3 * 11 * 8, "partial sums of 6 splits"),
+                               (0, 2 * 3 * 11 * 8, "the spectra")):
+        plans = FusedPlans("fwd", lambda i, o: ran.append((i, o)), False, splits)
+        with pytest.raises(ValueError, match=what):
+            KernelEngine.ifft_unpad(engine, plans, arr(need - 1), out)
+        assert ran == []
+        assert KernelEngine.ifft_unpad(engine, plans, arr(need), out) is out
+        assert ran == [(1, 2)]
+        ran.clear()
+
+
 def test_fold_splits_takes_one_launch_of_few_splits(monkeypatch):
     """The splits the inverse adds: a stage 3 of one launch with 2 to FOLD_MAX_SPLITS
     splits; none for one split, more, or several launches."""
@@ -520,6 +544,47 @@ def test_split_load_adds_the_partials(rng, precision, nt, splits):
     assert np.isfinite(out[0]).all()
     tol = 1e-13 if prec.real_dtype("ifft") == np.float64 else 1e-6
     assert rel_err(out[0], out[1]) < tol
+
+
+@gpu
+@pytest.mark.gpu
+def test_folded_product_in_steps(monkeypatch, rng):
+    """A product whose inverse adds the splits, queued step by step as the benchmark and the
+    probes do: the forward FFT, stage 3's partial sums (queue_stage3 says where), and the
+    inverse over them, through ifft_unpad and through the plan; both equal the product."""
+    from fftmatvec import _gpu
+
+    _needs_callbacks()
+    monkeypatch.setenv("FFTMATVEC_FFT_CALLBACKS", "1")
+    monkeypatch.setenv("FFTMATVEC_CUDA_GRAPHS", "0")
+    monkeypatch.setattr(_gpu, "FOLD_MAX_SPLITS", 10**6)
+    cp = backend.cupy
+    K, F = _op(rng, (3, 3000, 40), "ddddd")
+    eng, prec = F._engine, F.precision
+    product = eng.fused_product(prec, False, 1, np.float64, np.float64)
+    assert product.split_sum > 1
+    plans = eng.fused_plans(prec, False, 1, np.float64, np.float64)
+    assert plans.split_sum == product.split_sum
+    m = _rand(rng, 1, 3000, 40)
+    want = to_numpy(F.matmat(m))
+    xb = eng.xhat_buffer(prec, 1, 3000)
+    yh = eng.yhat_buffer(prec, 1, 3)
+    work = cp.zeros(-(-eng.inverse_input_nbytes(prec, plans, 3) // 16), dtype=np.complex128)
+    assert work.nbytes >= product.work_bytes - 16
+    stream = cp.cuda.get_current_stream().ptr
+    for through in ("ifft_unpad", "plan"):
+        eng.pad_fft(plans, m, out=xb)
+        src = product.queue_stage3(stream, xb.data.ptr, yh.data.ptr, work.data.ptr)
+        assert src == work.data.ptr
+        y = eng.y_buffer(prec, 1, 3, np.float64)
+        y.fill(np.nan)
+        if through == "plan":
+            plans.inv(src, y.data.ptr, stream)
+        else:
+            eng.ifft_unpad(plans, work, out=y)
+        assert rel_err(y, want) < 1e-14
+    with pytest.raises(ValueError, match="partial sums"):
+        eng.ifft_unpad(plans, yh, out=eng.y_buffer(prec, 1, 3, np.float64))
 
 
 def _poison_held(product):
