@@ -7,9 +7,10 @@ of each row, in the interface dtype, through a store callback. When stage 3 comp
 float32 and the FFT runs in float64, a second callback writes the forward FFT's output in
 complex64 (stage 3 rounds it so anyway). For an adjoint with float16 storage, that callback
 (in either FFT precision) also multiplies each value by the scale of its row of ``Khat``, so
-that stage 3 reads no scales. A forward product whose stage 3 splits its reduction hands the
-inverse FFT the partial sums, which its load callback adds. The callbacks are in ``hip_kernels/fft_callbacks.cu``; NVRTC
-compiles them to LTO-IR, and cuFFT links them into its kernels when a plan is made.
+that stage 3 reads no scales. A product whose stage 3 splits its reduction a few times hands
+the inverse FFT the partial sums, which its load callback adds. The callbacks are in
+``hip_kernels/fft_callbacks.cu``; NVRTC compiles them to LTO-IR, and cuFFT links them into its
+kernels when a plan is made.
 
 CuPy does not expose ``cufftXtSetJITCallback`` (it must be called between ``cufftCreate`` and
 the plan), so the few cuFFT and NVRTC entry points needed are called through ``ctypes`` on the

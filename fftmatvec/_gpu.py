@@ -1884,8 +1884,9 @@ class _FusedProduct:
     (cuFFT callbacks or the row FFT kernels) and stage 3's launches packed. A call queues the
     forward FFT, stage 3 (without its split-K sum where the inverse FFT adds the splits:
     :attr:`FusedPlans.split_sum`) and the inverse FFT, or the forward FFT and stages 3-5 as one
-    kernel (:meth:`KernelEngine.fused_adjoint`): 20-35 µs of host time (70-140 µs stage by stage), of
-    which a product that is waited for sees 1-14 µs (docs/benchmarks.md, fifteenth run).
+    kernel (:meth:`KernelEngine.fused_adjoint`): 20-35 µs of host time (70-140 µs stage by
+    stage), of which a product that is waited for sees 1-14 µs (docs/benchmarks.md, fifteenth
+    run).
 
     The intermediate arrays are held per stream where they are small next to ``Khat``
     (:data:`HOLD_MAX_BYTES`, :data:`HOLD_KHAT_FRACTION`), else taken from CuPy's pool at each
@@ -1917,7 +1918,7 @@ class _FusedProduct:
                 if len(plan) != 1 or plan[0].splits != self.split_sum:
                     raise ValueError(f"the inverse plan adds {self.split_sum} splits, stage 3 "
                                      f"has {[la.splits for la in plan]}")
-                self.work_bytes = max(self.work_bytes, self.yhat_bytes)
+                self.work_bytes = eng.inverse_input_nbytes(prec, plans, k * n_out)
                 self.yhat_bytes = 0
         elif self.split_sum:
             raise ValueError("stages 3-5 as one kernel leave no partial sums")

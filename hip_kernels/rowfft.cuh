@@ -6,9 +6,9 @@
 // twenty-first run). Here a block reads `rpb` rows once, transforms them in shared memory and
 // writes them out once. The first Stockham pass of an even L loads its butterflies' inputs from
 // global memory itself (fft_first_pass), forward always and inverse from complex64 spectra,
-// instead of after a copy of the rows into shared memory: on an H200 that made the forward
-// transforms of 5000-100000 rows 3-18 % faster (float64 FFTs 10-18 %; docs/benchmarks.md,
-// twenty-ninth run).
+// instead of after a copy of the rows into shared memory (complex128 spectra are packed as they
+// are loaded: irfft_unpad_body): on an H200 that made the forward transforms of 5000-100000
+// rows 3-18 % faster (float64 FFTs 10-18 %; docs/benchmarks.md, twenty-ninth run).
 //
 // * The real input of a row is packed as N complex values z[n] = x[2n] + i x[2n+1] and
 //   transformed by a complex FFT of length N (Stockham passes between two shared-memory
