@@ -66,11 +66,11 @@ __device__ double2 fmv_yhat_load(void* dataIn, unsigned long long offset, void* 
 #if defined(FMV_SPLIT_LOAD)
 // The split-K sum of a fused product's stage 3 (one launch) as the inverse FFT's load, so that
 // it costs no launch of its own: dataIn is stage 3's FMV_SPLITS partial results (FMV_TPART,
-// its compute precision), FMV_SPLIT_STRIDE elements apart. They are added in split order from zero, as the
-// serial sum kernel adds them (hip_kernels/sbgemv.cuh), rounded to the type that kernel would
-// write (FMV_TYHAT), then widened to the FFT's complex type FMV_TFFTC: to the bit the values
-// that kernel would hand the inverse FFT. Any number of splits; the engine folds only a few
-// (fftmatvec/_gpu.py: FOLD_MAX_SPLITS).
+// its compute precision), FMV_SPLIT_STRIDE elements apart. They are added in split order from
+// zero, as the serial sum kernel adds them (hip_kernels/sbgemv.cuh), rounded to the type that
+// kernel would write (FMV_TYHAT), then widened to the FFT's complex type FMV_TFFTC: to the bit
+// the values that kernel would hand the inverse FFT. Any number of splits; the engine folds
+// only a few (fftmatvec/_gpu.py: FOLD_MAX_SPLITS).
 __device__ FMV_TFFTC fmv_split_load(void* dataIn, unsigned long long offset, void* callerInfo,
                                     void* sharedPointer) {
   const FMV_TPART* p = static_cast<const FMV_TPART*>(dataIn) + offset;
