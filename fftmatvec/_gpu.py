@@ -644,6 +644,12 @@ HOLD_KHAT_FRACTION = 4
 HOLD_STREAMS = 4
 
 
+def _partials_nbytes(eng, plans, rows: int) -> int:
+    """Bytes of the stage-3 partial sums over ``rows`` rows that ``plans``' inverse adds
+    (:attr:`FusedPlans.split_sum`), in the engine ``eng``'s compute dtype."""
+    return plans.split_sum * rows * eng.nf * eng.compute.itemsize
+
+
 class KernelEngine:
     """Stage 3 (and the fused casts of stages 1 and 5) through the package's own kernels."""
 
@@ -1717,7 +1723,7 @@ class KernelEngine:
         ``(splits, k, n, Nf)`` in the compute dtype (:meth:`inverse_input_nbytes`)."""
         rows = out.shape[0] * out.shape[1]
         if plans.split_sum:
-            need = plans.split_sum * rows * self.nf * self.compute.itemsize
+            need = _partials_nbytes(self, plans, rows)
             what = f"the partial sums of {plans.split_sum} splits"
         else:
             need = rows * self.nf * np.dtype(yhat.dtype).itemsize
@@ -1732,8 +1738,7 @@ class KernelEngine:
         """Bytes an input of ``plans``' inverse over ``rows`` rows takes: the partial sums
         where it adds stage 3's splits (``split_sum``), and at least the room of a
         complex-to-real input of those rows, which cuFFT may overwrite (:meth:`yhat_nbytes`)."""
-        return max(plans.split_sum * rows * self.nf * self.compute.itemsize,
-                   self.yhat_nbytes(prec, 1, rows))
+        return max(_partials_nbytes(self, plans, rows), self.yhat_nbytes(prec, 1, rows))
 
     # ---- stages 1 and 5 with fused casts -------------------------------------------------
     def _rows_launch(self, rows: int, cols: int) -> tuple[tuple, tuple]:
@@ -1817,13 +1822,14 @@ class _Stage3:
             self.steps.append((main, red, b0 * in_row, b0 * out_row))
             b0 += la.kb
 
-    def partials(self, stream_ptr: int, x_ptr: int, work_ptr: int) -> None:
-        """A plan of one launch with split-K, without its sum: the partial sums
+    def partials_launch(self):
+        """The launch of a plan of one launch with split-K, without its sum: called as
+        ``launch(stream_ptr, x_ptr, work_ptr)``, it writes the partial sums
         ``(splits, k, n_out, Nf)`` into the workspace, for an inverse FFT that adds them
         (:attr:`FusedPlans.split_sum`)."""
         if len(self.steps) != 1 or self.steps[0][1] is None:
             raise ValueError("only a stage 3 of one launch with split-K leaves partial sums")
-        self.steps[0][0](stream_ptr, x_ptr, work_ptr)
+        return self.steps[0][0]
 
     def __call__(self, stream_ptr: int, x_ptr: int, y_ptr: int, work_ptr: int = 0) -> None:
         for main, red, xo, yo in self.steps:
@@ -1908,6 +1914,7 @@ class _FusedProduct:
         self.xhat_bytes = eng.xhat_nbytes(prec, k, n_in)
         self.yhat_bytes = self.work_bytes = 0
         self.split_sum = plans.split_sum
+        self._partials = None  # stage 3's launch without its sum, where the inverse adds it
         if self.fused is None:
             self.stage3 = eng.stage3(adjoint, k, eng.xhat_dtype(prec), eng.yhat_dtype(prec))
             self.yhat_bytes = eng.yhat_nbytes(prec, k, n_out)
@@ -1918,6 +1925,7 @@ class _FusedProduct:
                 if len(plan) != 1 or plan[0].splits != self.split_sum:
                     raise ValueError(f"the inverse plan adds {self.split_sum} splits, stage 3 "
                                      f"has {[la.splits for la in plan]}")
+                self._partials = self.stage3.partials_launch()  # checked once, not per call
                 self.work_bytes = eng.inverse_input_nbytes(prec, plans, k * n_out)
                 self.yhat_bytes = 0
         elif self.split_sum:
@@ -1948,7 +1956,7 @@ class _FusedProduct:
         """Queue stage 3; the pointer the inverse FFT reads: its sums in ``yhat``, or the
         partial sums in ``work`` where the inverse adds them (:attr:`split_sum`)."""
         if self.split_sum:
-            self.stage3.partials(stream, xhat, work)
+            self._partials(stream, xhat, work)
             return work
         self.stage3(stream, xhat, yhat, work)
         return yhat
