@@ -1065,9 +1065,7 @@ class KernelEngine:
         """Whether the code object has the kernels compiled for NVIDIA sm_80 and newer only
         (FFTMATVEC_MMA: the tensor-core and the cp.async ones), found once."""
         if self._sm80 is None:
-            tile = PIPE_TILES[self.store][0]
-            self._sm80 = (not backend.is_hip()) and kernels.has_function(
-                self._pipe_name(tile, np.complex128, np.complex128))
+            self._sm80 = kernels.has_mma_kernels()
         return self._sm80
 
     def _async_default(self, n_out: int, n_red: int, adjoint: bool, in_dtype):
@@ -1635,6 +1633,10 @@ class KernelEngine:
             why = f"Nf = {self.nf} frequencies (it takes at most {FUSED_THREADS})"
         elif not self.row_ffts(prec):
             why = f"the row FFT kernels do not take length {self.fft_len} in {fft_real}"
+        if why is None and mode == "auto" and (
+                _row_blocks(self.nm, self.fft_len, fft_real)
+                < FUSED_MIN_BLOCKS_PER_SM[self.store] * self.num_sms):
+            return None  # before the lookup, which compiles the kernel's section (run-time compile)
         if why is None:
             name = _GemvIrfft.kernel_name(self.store, self.xhat_dtype(prec), prec, out_dtype,
                                           self.nd)
@@ -1642,9 +1644,6 @@ class KernelEngine:
                 why = f"the code object has no {name}"
         if _unavailable("FFTMATVEC_FUSED_ADJOINT", mode,
                         "this product cannot run stages 3-5 as one kernel", why):
-            return None
-        if mode == "auto" and (_row_blocks(self.nm, self.fft_len, fft_real)
-                               < FUSED_MIN_BLOCKS_PER_SM[self.store] * self.num_sms):
             return None
         return _GemvIrfft(self, prec, out_dtype)
 

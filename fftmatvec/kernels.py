@@ -6,7 +6,9 @@ for NVIDIA, ``fftmatvec_kernels.gfx90a.hsaco`` for AMD (after hipify). At run ti
 object matching the current device is loaded — CUDA ``sm_XY``; on ROCm the ``gcnArchName``,
 never the compute capability, which collides between AMD architectures. With no matching code
 object the installed source is compiled through CuPy (NVRTC on NVIDIA, hiprtc with the hipified
-source on ROCm), on first use and never at import; CuPy caches the result on disk.
+source on ROCm), on first use and never at import, one section of entry points at a time: the
+section holding the kernel asked for (``section_of``), so that a first product compiles the few
+families it runs and not all of them. CuPy caches each compiled section on disk.
 
 Set ``FFTMATVEC_KERNELS=jit`` to skip the prebuilt code objects, ``=prebuilt`` to refuse JIT.
 """
@@ -24,13 +26,15 @@ import numpy as np
 from . import backend
 from ._errors import FFTMatvecError
 
-__all__ = ["available", "get_function", "PackedLaunch", "describe", "kernel_source", "MODULE_NAME"]
+__all__ = ["available", "get_function", "has_function", "has_mma_kernels", "section_of",
+           "PackedLaunch", "describe", "kernel_source", "MODULE_NAME"]
 
 MODULE_NAME = "fftmatvec_kernels"
 _PKG_DIR = Path(__file__).resolve().parent
 _CODE_DIR = _PKG_DIR / "_kernels"
 _lock = threading.Lock()
-_modules: dict[int, tuple[object, str]] = {}  # device id -> (RawModule, how it was obtained)
+# (device id, section) -> (RawModule, how it was obtained); section None: the prebuilt code object
+_modules: dict[tuple[int, str | None], tuple[object, str]] = {}
 _functions: dict[tuple[int, str], object] = {}
 _shared_mem: dict[tuple[int, str], int] = {}  # dynamic shared memory opted in, per function
 
@@ -89,42 +93,93 @@ def _code_object_path(arch: str) -> Path | None:
     return None
 
 
-def _load_module():
+_SECTION_DEFINE = re.compile(r"^#define FFTMATVEC_SECTION_(\w+) (\d+)$", re.M)
+_STAGE3_FAMILIES = {"sbgemv": "GEMV", "sbgemvs": "GEMV", "sbgemva": "ASYNC", "sbgemmp": "MMA",
+                    "sbgemvx": "XREG"}
+
+
+def section_of(name: str) -> str:
+    """The section of the kernel source that defines the entry point ``name`` (its
+    ``FFTMATVEC_SECTION_*`` in ``fftmatvec_kernels.cu``), read off the name: the row FFTs by
+    FFT precision and complex type, the fused adjoints by storage, input and FFT precision,
+    the stage-3 families by storage, and the small stage-1/5 kernels together."""
+    parts = name.split("_")
+    if name.startswith(("pad_", "unpad_", "scale_rows_", "reduce_")):
+        return "MISC"
+    if name.startswith("rfft_pad_") and len(parts) >= 7:  # rfft_pad_<in>_<s1>_<F>_<C>_r<M>
+        return f"ROWFFT_{parts[4]}_{parts[5]}".upper()
+    if name.startswith("irfft_unpad_") and len(parts) >= 7:  # irfft_unpad_<C>_<F>_<s5>_<out>_r<M>
+        return f"ROWFFT_{parts[3]}_{parts[2]}".upper()
+    if name.startswith("sbgemv_irfft_") and len(parts) >= 6:  # sbgemv_irfft_<S>_<C>_<F>_...
+        return f"FUSED_{parts[2]}_{parts[3]}_{parts[4]}".upper()
+    if parts[0] in _STAGE3_FAMILIES and len(parts) >= 2:  # <family>_<storage>_...
+        return f"{_STAGE3_FAMILIES[parts[0]]}_{parts[1]}".upper()
+    raise KernelLoadError(f"no GPU kernel is named {name!r}")
+
+
+def _jit_source() -> tuple[str, str, tuple[str, ...]]:
+    """(source, compiler, options) of a run-time compile for the current device."""
+    arch = backend.device_arch()
+    if backend.is_hip():
+        translated = source_dir() / f"{MODULE_NAME}.hip"  # made by the build
+        if translated.is_file():
+            return translated.read_text(), f"hiprtc for {arch}", ("-std=c++17",)
+        from ._hipify import hipify
+
+        src = hipify(kernel_source(), add_runtime_header=False)
+        return src, f"hiprtc for {arch}", ("-std=c++17",)
+    return kernel_source(), f"NVRTC for {arch}", ("-std=c++17",) + mma_options(arch)
+
+
+def _code_object() -> Path | None:
+    """The prebuilt code object the current device loads, or None where kernels are compiled
+    at run time (``FFTMATVEC_KERNELS``)."""
+    mode = os.environ.get("FFTMATVEC_KERNELS", "auto").lower()
+    if mode not in ("auto", "jit", "prebuilt"):
+        raise KernelLoadError(f"FFTMATVEC_KERNELS must be auto, jit or prebuilt, got {mode!r}")
+    arch = backend.device_arch()
+    path = None if mode == "jit" else _code_object_path(arch)
+    if path is None and mode == "prebuilt":
+        raise KernelLoadError(
+            f"no prebuilt code object for {arch} in {_CODE_DIR} and FFTMATVEC_KERNELS=prebuilt"
+        )
+    return path
+
+
+def _load_module(name: str):
+    """The module holding the entry point ``name`` on the current device: the prebuilt code
+    object, or the run-time compile of the section that defines ``name``; loaded once."""
     cp = backend.cupy
     dev = cp.cuda.Device().id
     with _lock:
-        if dev in _modules:
-            return _modules[dev][0]
-        mode = os.environ.get("FFTMATVEC_KERNELS", "auto").lower()
-        if mode not in ("auto", "jit", "prebuilt"):
-            raise KernelLoadError(f"FFTMATVEC_KERNELS must be auto, jit or prebuilt, got {mode!r}")
-        arch = backend.device_arch(dev)
-        path = None if mode == "jit" else _code_object_path(arch)
+        if (dev, None) in _modules:
+            return _modules[dev, None][0]
+        path = _code_object()
         if path is not None:
             module = cp.RawModule(path=str(path))
-            how = f"prebuilt {path.name}"
-        elif mode == "prebuilt":
-            raise KernelLoadError(
-                f"no prebuilt code object for {arch} in {_CODE_DIR} and FFTMATVEC_KERNELS=prebuilt"
-            )
-        else:
-            if backend.is_hip():
-                translated = source_dir() / f"{MODULE_NAME}.hip"  # made by the build
-                if translated.is_file():
-                    src = translated.read_text()
-                else:
-                    from ._hipify import hipify
-
-                    src = hipify(kernel_source(), add_runtime_header=False)
-                how = f"JIT hiprtc for {arch}"
-                options = ("-std=c++17",)
-            else:
-                src = kernel_source()
-                how = f"JIT NVRTC for {arch}"
-                options = ("-std=c++17",) + mma_options(arch)
-            module = cp.RawModule(code=src, options=options)
-        _modules[dev] = (module, how)
+            _modules[dev, None] = (module, f"prebuilt {path.name}")
+            return module
+        section = section_of(name)
+        if (dev, section) in _modules:
+            return _modules[dev, section][0]
+        src, compiler, options = _jit_source()
+        number = dict(_SECTION_DEFINE.findall(src)).get(section)
+        if number is None:
+            raise KernelLoadError(f"the kernel source has no section {section} (for {name!r})")
+        module = cp.RawModule(code=src, options=options + (f"-DFFTMATVEC_SECTION={number}",))
+        _modules[dev, section] = (module, f"JIT {compiler}")
         return module
+
+
+def has_mma_kernels() -> bool:
+    """Whether the current device's kernels include those built for NVIDIA sm_80 and newer only
+    (``FFTMATVEC_MMA``: the tensor-core and cp.async kernels), known without compiling: from the
+    architecture of the prebuilt code object, or of the device where kernels are compiled."""
+    if backend.is_hip():
+        return False
+    path = _code_object()
+    arch = path.name.split(".")[-2] if path is not None else backend.device_arch()
+    return bool(mma_options(arch))
 
 
 def mma_options(arch: str) -> tuple[str, ...]:
@@ -137,7 +192,11 @@ def mma_options(arch: str) -> tuple[str, ...]:
 def has_function(name: str) -> bool:
     """Whether the current device's code object has the entry point ``name``. A code object
     that cannot be loaded at all is an error, not a missing name."""
-    _load_module()
+    try:
+        section_of(name)
+    except KernelLoadError:
+        return False
+    _load_module(name)
     try:
         get_function(name)
     except KernelLoadError:
@@ -154,7 +213,7 @@ def get_function(name: str, shared_mem: int = 0):
     key = (cp.cuda.Device().id, name)
     fn = _functions.get(key)
     if fn is None:
-        module = _load_module()
+        module = _load_module(name)
         try:
             fn = module.get_function(name)
         except Exception as exc:  # compile errors surface here for JIT modules
@@ -289,13 +348,21 @@ def describe() -> dict:
         return info
     arch = backend.device_arch()
     dev = backend.cupy.cuda.Device().id
-    if dev in _modules:
-        info["current_device"] = _modules[dev][1]
+    loaded = {section: how for (d, section), (_, how) in _modules.items() if d == dev}
+    if None in loaded:
+        info["current_device"] = loaded[None]
+    elif loaded:
+        info["current_device"] = (f"{next(iter(loaded.values()))}, by section; compiled so far: "
+                                  f"{', '.join(sorted(loaded))}")
     else:
-        mode = os.environ.get("FFTMATVEC_KERNELS", "auto").lower()
-        path = None if mode == "jit" else _code_object_path(arch)
+        try:
+            path = _code_object()
+        except KernelLoadError as exc:
+            info["current_device"] = f"{arch}: {exc}"
+            return info
         info["current_device"] = (
             f"{arch}: will load prebuilt {path.name}" if path else
-            f"{arch}: will JIT-compile ({'hiprtc' if backend.is_hip() else 'NVRTC'}) on first use"
+            f"{arch}: will JIT-compile ({'hiprtc' if backend.is_hip() else 'NVRTC'}) on first use, "
+            f"the section of the kernels a product runs"
         )
     return info

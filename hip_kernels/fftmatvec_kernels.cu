@@ -12,6 +12,43 @@
 #include "rowfft.cuh"
 #include "fused.cuh"
 
+// ---- sections -------------------------------------------------------------------------------
+// The build compiles every entry point into one code object. A run-time compile compiles one
+// section: FFTMATVEC_SECTION=<n> keeps the entry points of that section and drops the others, so
+// that a product compiles the kernels it runs (seconds) rather than all of them (minutes). The
+// loader reads these numbers from here and names an entry point's section from its name
+// (fftmatvec/kernels.py: section_of); a test checks the two agree for every entry point.
+// Sections: the small stage-1/5 kernels; the row FFTs per (FFT precision, complex type); the
+// fused adjoints per (storage, input, FFT precision); each stage-3 family per storage.
+#define FFTMATVEC_SECTION_MISC 1
+#define FFTMATVEC_SECTION_ROWFFT_F64_C128 2
+#define FFTMATVEC_SECTION_ROWFFT_F64_C64 3
+#define FFTMATVEC_SECTION_ROWFFT_F32_C64 4
+#define FFTMATVEC_SECTION_FUSED_C128_C128_F64 5
+#define FFTMATVEC_SECTION_FUSED_C128_C128_F32 6
+#define FFTMATVEC_SECTION_FUSED_C128_C64_F64 7
+#define FFTMATVEC_SECTION_FUSED_C128_C64_F32 8
+#define FFTMATVEC_SECTION_FUSED_C64_C64_F64 9
+#define FFTMATVEC_SECTION_FUSED_C64_C64_F32 10
+#define FFTMATVEC_SECTION_GEMV_C128 11
+#define FFTMATVEC_SECTION_GEMV_C64 12
+#define FFTMATVEC_SECTION_GEMV_C32H 13
+#define FFTMATVEC_SECTION_ASYNC_C128 14
+#define FFTMATVEC_SECTION_ASYNC_C64 15
+#define FFTMATVEC_SECTION_ASYNC_C32H 16
+#define FFTMATVEC_SECTION_MMA_C128 17
+#define FFTMATVEC_SECTION_MMA_C64 18
+#define FFTMATVEC_SECTION_MMA_C64DMMA 19
+#define FFTMATVEC_SECTION_MMA_C32H 20
+#define FFTMATVEC_SECTION_XREG_C128 21
+#define FFTMATVEC_SECTION_XREG_C64 22
+#define FFTMATVEC_SECTION_XREG_C32H 23
+#if defined(FFTMATVEC_SECTION)
+#define FFTMATVEC_IN_SECTION(NAME) (FFTMATVEC_SECTION == FFTMATVEC_SECTION_##NAME)
+#else
+#define FFTMATVEC_IN_SECTION(NAME) 1
+#endif
+
 // ---- stage 1 / stage 5 --------------------------------------------------------------------
 #define FFTMATVEC_PAD(NAME, TIN, TMID, TOUT)                                                  \
   extern "C" __global__ void pad_##NAME(const TIN* __restrict__ in, TOUT* __restrict__ out,   \
@@ -28,6 +65,7 @@
   FFTMATVEC_PAD(A##_##B##_##C, TA, TB, TC)     \
   FFTMATVEC_UNPAD(A##_##B##_##C, TA, TB, TC)
 
+#if FFTMATVEC_IN_SECTION(MISC)
 FFTMATVEC_STAGE15(f64, double, f64, double, f64, double)
 FFTMATVEC_STAGE15(f64, double, f64, double, f32, float)
 FFTMATVEC_STAGE15(f64, double, f32, float, f64, double)
@@ -36,6 +74,7 @@ FFTMATVEC_STAGE15(f32, float, f64, double, f64, double)
 FFTMATVEC_STAGE15(f32, float, f64, double, f32, float)
 FFTMATVEC_STAGE15(f32, float, f32, float, f64, double)
 FFTMATVEC_STAGE15(f32, float, f32, float, f32, float)
+#endif
 
 // ---- stages 1+2 and 4+5 in one kernel each (rowfft.cuh) ------------------------------------
 // rfft_pad_<input>_<stage 1>_<FFT>_<output>_r<M>: the output is complex64, or complex128 from a
@@ -70,9 +109,15 @@ FFTMATVEC_STAGE15(f32, float, f32, float, f32, float)
 #define FFTMATVEC_ROWFFT_FAMILIES(F, R, C, CT) \
   FFTMATVEC_ROWFFT(F, R, C, CT, 8)             \
   FFTMATVEC_ROWFFT(F, R, C, CT, 10)
+#if FFTMATVEC_IN_SECTION(ROWFFT_F64_C128)
 FFTMATVEC_ROWFFT_FAMILIES(f64, double, c128, double2)
+#endif
+#if FFTMATVEC_IN_SECTION(ROWFFT_F64_C64)
 FFTMATVEC_ROWFFT_FAMILIES(f64, double, c64, float2)
+#endif
+#if FFTMATVEC_IN_SECTION(ROWFFT_F32_C64)
 FFTMATVEC_ROWFFT_FAMILIES(f32, float, c64, float2)
+#endif
 
 // ---- stages 3-5 of an adjoint in one kernel (fused.cuh) -------------------------------------
 // sbgemv_irfft_<storage>_<input>_<FFT>_<stage 5>_<output>_n<ND>: complex128 or complex64 Khat,
@@ -100,12 +145,24 @@ FFTMATVEC_ROWFFT_FAMILIES(f32, float, c64, float2)
   FFTMATVEC_SBGEMV_IRFFT_ND(S##_##C##_##F##_f32_f32, STORE, CT, R, float, float)
 // the input is the forward FFT's output: complex128 or complex64 into complex128 sums,
 // complex64 into complex64 ones (_gpu.py: xhat_dtype)
+#if FFTMATVEC_IN_SECTION(FUSED_C128_C128_F64)
 FFTMATVEC_SBGEMV_IRFFT_IO(c128, StoreC128, c128, double2, f64, double)
+#endif
+#if FFTMATVEC_IN_SECTION(FUSED_C128_C128_F32)
 FFTMATVEC_SBGEMV_IRFFT_IO(c128, StoreC128, c128, double2, f32, float)
+#endif
+#if FFTMATVEC_IN_SECTION(FUSED_C128_C64_F64)
 FFTMATVEC_SBGEMV_IRFFT_IO(c128, StoreC128, c64, float2, f64, double)
+#endif
+#if FFTMATVEC_IN_SECTION(FUSED_C128_C64_F32)
 FFTMATVEC_SBGEMV_IRFFT_IO(c128, StoreC128, c64, float2, f32, float)
+#endif
+#if FFTMATVEC_IN_SECTION(FUSED_C64_C64_F64)
 FFTMATVEC_SBGEMV_IRFFT_IO(c64, StoreC64, c64, float2, f64, double)
+#endif
+#if FFTMATVEC_IN_SECTION(FUSED_C64_C64_F32)
 FFTMATVEC_SBGEMV_IRFFT_IO(c64, StoreC64, c64, float2, f32, float)
+#endif
 // ---- a float16 adjoint's input times the row scales: scale_rows_<input> -------------------
 #define FFTMATVEC_SCALE_ROWS(NAME, C)                                                           \
   extern "C" __global__ void scale_rows_##NAME(const C* __restrict__ x,                         \
@@ -114,8 +171,10 @@ FFTMATVEC_SBGEMV_IRFFT_IO(c64, StoreC64, c64, float2, f32, float)
                                                i64 nfp) {                                       \
     scale_rows_body<C>(x, scale, out, rows, nd, nf, nfp);                                       \
   }
+#if FFTMATVEC_IN_SECTION(MISC)
 FFTMATVEC_SCALE_ROWS(c128, double2)
 FFTMATVEC_SCALE_ROWS(c64, float2)
+#endif
 
 // ---- split-K reduction ----------------------------------------------------------------------
 #define FFTMATVEC_REDUCE(NAME, TIN, TOUT)                                                      \
@@ -127,10 +186,12 @@ FFTMATVEC_SCALE_ROWS(c64, float2)
                                                   TOUT* __restrict__ y, i64 n, int splits) {   \
     reduce_splits_serial_body<TIN, TOUT>(part, y, n, splits);                                  \
   }
+#if FFTMATVEC_IN_SECTION(MISC)
 FFTMATVEC_REDUCE(c128_c128, double2, double2)
 FFTMATVEC_REDUCE(c128_c64, double2, float2)
 FFTMATVEC_REDUCE(c64_c128, float2, double2)
 FFTMATVEC_REDUCE(c64_c64, float2, float2)
+#endif
 
 // ---- stage 3 --------------------------------------------------------------------------------
 // Every stage-3 entry point comes in the four (input, output) precision pairs:
@@ -161,6 +222,7 @@ FFTMATVEC_REDUCE(c64_c64, float2, float2)
 #define FFTMATVEC_SBGEMV_IO(SNAME, STORE, RT, KB, V) \
   FFTMATVEC_FOR_IO(FFTMATVEC_SBGEMV, SNAME, STORE, RT, KB, V)
 
+#if FFTMATVEC_IN_SECTION(GEMV_C128)
 FFTMATVEC_SBGEMV_IO(c128, StoreC128, 1, 1, 1)
 FFTMATVEC_SBGEMV_IO(c128, StoreC128, 2, 1, 1)
 FFTMATVEC_SBGEMV_IO(c128, StoreC128, 4, 1, 1)
@@ -171,6 +233,8 @@ FFTMATVEC_SBGEMV_IO(c128, StoreC128, 1, 8, 1)
 FFTMATVEC_SBGEMV_IO(c128, StoreC128, 2, 8, 1)
 FFTMATVEC_SBGEMV_IO(c128, StoreC128, 1, 16, 1)
 FFTMATVEC_SBGEMV_IO(c128, StoreC128, 2, 16, 1)
+#endif
+#if FFTMATVEC_IN_SECTION(GEMV_C64)
 FFTMATVEC_SBGEMV_IO(c64, StoreC64, 1, 1, 2)
 FFTMATVEC_SBGEMV_IO(c64, StoreC64, 2, 1, 2)
 FFTMATVEC_SBGEMV_IO(c64, StoreC64, 4, 1, 2)
@@ -181,6 +245,8 @@ FFTMATVEC_SBGEMV_IO(c64, StoreC64, 2, 8, 1)
 FFTMATVEC_SBGEMV_IO(c64, StoreC64, 4, 8, 1)
 FFTMATVEC_SBGEMV_IO(c64, StoreC64, 2, 16, 1)
 FFTMATVEC_SBGEMV_IO(c64, StoreC64, 4, 16, 1)
+#endif
+#if FFTMATVEC_IN_SECTION(GEMV_C32H)
 FFTMATVEC_SBGEMV_IO(c32h, StoreC32h, 1, 1, 4)
 FFTMATVEC_SBGEMV_IO(c32h, StoreC32h, 2, 1, 4)
 FFTMATVEC_SBGEMV_IO(c32h, StoreC32h, 4, 1, 4)
@@ -191,6 +257,7 @@ FFTMATVEC_SBGEMV_IO(c32h, StoreC32h, 2, 8, 1)
 FFTMATVEC_SBGEMV_IO(c32h, StoreC32h, 4, 8, 1)
 FFTMATVEC_SBGEMV_IO(c32h, StoreC32h, 2, 16, 1)
 FFTMATVEC_SBGEMV_IO(c32h, StoreC32h, 4, 16, 1)
+#endif
 
 // sbgemv_<storage>_<input>_<output>_r<RT>_k1_v<V>_w<W>: one right-hand side, each thread
 // W groups of V consecutive frequencies, blockDim.x groups apart (sbgemv.cuh).
@@ -201,13 +268,17 @@ FFTMATVEC_SBGEMV_IO(c32h, StoreC32h, 4, 16, 1)
   FFTMATVEC_FOR_IO(FFTMATVEC_SBGEMVW, SNAME, STORE, RT, V, W)
 
 // (keep in sync with fftmatvec/_gpu.py: WIDE_TILES)
+#if FFTMATVEC_IN_SECTION(GEMV_C128)
 FFTMATVEC_SBGEMVW_IO(c128, StoreC128, 2, 1, 4)
 FFTMATVEC_SBGEMVW_IO(c128, StoreC128, 1, 1, 8)
 FFTMATVEC_SBGEMVW_IO(c128, StoreC128, 4, 1, 2)
 FFTMATVEC_SBGEMVW_IO(c128, StoreC128, 1, 1, 4)
+#endif
+#if FFTMATVEC_IN_SECTION(GEMV_C64)
 FFTMATVEC_SBGEMVW_IO(c64, StoreC64, 2, 2, 4)
 FFTMATVEC_SBGEMVW_IO(c64, StoreC64, 1, 2, 8)
 FFTMATVEC_SBGEMVW_IO(c64, StoreC64, 4, 2, 2)
+#endif
 
 // sbgemvs_<storage>_<input>_<output>_r<RT>_v<V>: one right-hand side, the vectors staged
 // through shared memory in chunks of 32 reduction steps; blocks are 32 x TY threads.
@@ -226,17 +297,23 @@ FFTMATVEC_SBGEMVW_IO(c64, StoreC64, 4, 2, 2)
   FFTMATVEC_FOR_IO(FFTMATVEC_SBGEMVS, SNAME, STORE, RT, V)
 
 // (keep in sync with fftmatvec/_gpu.py: STAGED_TILES)
+#if FFTMATVEC_IN_SECTION(GEMV_C128)
 FFTMATVEC_SBGEMVS_IO(c128, StoreC128, 1, 1)
 FFTMATVEC_SBGEMVS_IO(c128, StoreC128, 2, 1)
 FFTMATVEC_SBGEMVS_IO(c128, StoreC128, 4, 1)
+#endif
+#if FFTMATVEC_IN_SECTION(GEMV_C64)
 FFTMATVEC_SBGEMVS_IO(c64, StoreC64, 1, 2)
 FFTMATVEC_SBGEMVS_IO(c64, StoreC64, 2, 2)
 FFTMATVEC_SBGEMVS_IO(c64, StoreC64, 4, 2)
+#endif
+#if FFTMATVEC_IN_SECTION(GEMV_C32H)
 FFTMATVEC_SBGEMVS_IO(c32h, StoreC32h, 1, 4)
 FFTMATVEC_SBGEMVS_IO(c32h, StoreC32h, 2, 4)
 FFTMATVEC_SBGEMVS_IO(c32h, StoreC32h, 4, 4)
 FFTMATVEC_SBGEMVS_IO(c32h, StoreC32h, 2, 2)
 FFTMATVEC_SBGEMVS_IO(c32h, StoreC32h, 4, 2)
+#endif
 
 // sbgemva_<storage>_<input>_<output>_r<RT>_y<TY>_j<J>_s<NS>[_w<W>]: one right-hand side, Khat
 // streamed through shared memory by cp.async (see sbgemva.cuh): blocks of 32 x TY threads own
@@ -265,21 +342,33 @@ FFTMATVEC_SBGEMVS_IO(c32h, StoreC32h, 4, 2)
   FFTMATVEC_FOR_IO(FFTMATVEC_SBGEMVA, SNAME, STORE, RT, TY, J, NS)
 #define FFTMATVEC_SBGEMVAW_IO(SNAME, STORE, RT, TY, J, NS, W) \
   FFTMATVEC_FOR_IO(FFTMATVEC_SBGEMVAW, SNAME, STORE, RT, TY, J, NS, W)
-#define FFTMATVEC_SBGEMVA_STORES(RT, TY, J, NS)          \
-  FFTMATVEC_SBGEMVA_IO(c128, StoreC128, RT, TY, J, NS)   \
-  FFTMATVEC_SBGEMVA_IO(c64, StoreC64, RT, TY, J, NS)     \
-  FFTMATVEC_SBGEMVA_IO(c32h, StoreC32h, RT, TY, J, NS)
 
 // (keep in sync with fftmatvec/_gpu.py: ASYNC_TILES)
-FFTMATVEC_SBGEMVA_STORES(4, 8, 2, 3)
-FFTMATVEC_SBGEMVA_STORES(4, 4, 2, 4)
-FFTMATVEC_SBGEMVA_STORES(4, 8, 1, 4)
-FFTMATVEC_SBGEMVA_STORES(1, 8, 8, 3)
-FFTMATVEC_SBGEMVA_STORES(8, 8, 2, 3)
+#if FFTMATVEC_IN_SECTION(ASYNC_C128)
+FFTMATVEC_SBGEMVA_IO(c128, StoreC128, 4, 8, 2, 3)
+FFTMATVEC_SBGEMVA_IO(c128, StoreC128, 4, 4, 2, 4)
+FFTMATVEC_SBGEMVA_IO(c128, StoreC128, 4, 8, 1, 4)
+FFTMATVEC_SBGEMVA_IO(c128, StoreC128, 1, 8, 8, 3)
+FFTMATVEC_SBGEMVA_IO(c128, StoreC128, 8, 8, 2, 3)
+#endif
+#if FFTMATVEC_IN_SECTION(ASYNC_C64)
+FFTMATVEC_SBGEMVA_IO(c64, StoreC64, 4, 8, 2, 3)
+FFTMATVEC_SBGEMVA_IO(c64, StoreC64, 4, 4, 2, 4)
+FFTMATVEC_SBGEMVA_IO(c64, StoreC64, 4, 8, 1, 4)
+FFTMATVEC_SBGEMVA_IO(c64, StoreC64, 1, 8, 8, 3)
+FFTMATVEC_SBGEMVA_IO(c64, StoreC64, 8, 8, 2, 3)
+#endif
+#if FFTMATVEC_IN_SECTION(ASYNC_C32H)
+FFTMATVEC_SBGEMVA_IO(c32h, StoreC32h, 4, 8, 2, 3)
+FFTMATVEC_SBGEMVA_IO(c32h, StoreC32h, 4, 4, 2, 4)
+FFTMATVEC_SBGEMVA_IO(c32h, StoreC32h, 4, 8, 1, 4)
+FFTMATVEC_SBGEMVA_IO(c32h, StoreC32h, 1, 8, 8, 3)
+FFTMATVEC_SBGEMVA_IO(c32h, StoreC32h, 8, 8, 2, 3)
 // two chunks per thread and row: float16 storage only
 FFTMATVEC_SBGEMVAW_IO(c32h, StoreC32h, 4, 4, 2, 3, 2)
 FFTMATVEC_SBGEMVAW_IO(c32h, StoreC32h, 4, 4, 1, 4, 2)
 FFTMATVEC_SBGEMVAW_IO(c32h, StoreC32h, 2, 4, 2, 4, 2)
+#endif
 #endif  // FFTMATVEC_MMA
 
 // sbgemmp_<storage>_<input>_<output>_m<MT>_v<V>_w<WR>x<WF>_k<KS>_s<NS>: up to 16 right-hand
@@ -306,6 +395,7 @@ FFTMATVEC_SBGEMVAW_IO(c32h, StoreC32h, 2, 4, 2, 4, 2)
   FFTMATVEC_FOR_IO(FFTMATVEC_SBGEMMP, SNAME, STORE, MT, V, WR, WF, KS, NS)
 
 // (keep in sync with fftmatvec/_gpu.py: PIPE_TILES)
+#if FFTMATVEC_IN_SECTION(MMA_C128)
 FFTMATVEC_SBGEMMP_IO(c128, StoreC128, 4, 1, 1, 8, 4, 4)
 FFTMATVEC_SBGEMMP_IO(c128, StoreC128, 2, 2, 2, 4, 4, 4)
 FFTMATVEC_SBGEMMP_IO(c128, StoreC128, 4, 1, 2, 4, 4, 4)
@@ -314,16 +404,23 @@ FFTMATVEC_SBGEMMP_IO(c128, StoreC128, 2, 1, 4, 4, 4, 4)
 FFTMATVEC_SBGEMMP_IO(c128, StoreC128, 1, 2, 1, 8, 4, 4)
 FFTMATVEC_SBGEMMP_IO(c128, StoreC128, 2, 2, 1, 8, 4, 4)
 FFTMATVEC_SBGEMMP_IO(c128, StoreC128, 1, 2, 1, 8, 4, 3)
+#endif
+#if FFTMATVEC_IN_SECTION(MMA_C64)
 FFTMATVEC_SBGEMMP_IO(c64, StoreC64, 2, 2, 1, 8, 4, 4)
 FFTMATVEC_SBGEMMP_IO(c64, StoreC64, 1, 2, 4, 2, 4, 4)
 FFTMATVEC_SBGEMMP_IO(c64, StoreC64, 1, 2, 1, 8, 4, 2)
+#endif
+#if FFTMATVEC_IN_SECTION(MMA_C64DMMA)
 FFTMATVEC_SBGEMMP_IO(c64dmma, StoreC64Dmma, 2, 2, 2, 4, 4, 4)
 FFTMATVEC_SBGEMMP_IO(c64dmma, StoreC64Dmma, 1, 2, 1, 8, 4, 3)
 FFTMATVEC_SBGEMMP_IO(c64dmma, StoreC64Dmma, 1, 2, 1, 8, 4, 4)
 FFTMATVEC_SBGEMMP_IO(c64dmma, StoreC64Dmma, 2, 2, 1, 8, 4, 4)
+#endif
+#if FFTMATVEC_IN_SECTION(MMA_C32H)
 FFTMATVEC_SBGEMMP_IO(c32h, StoreC32h, 2, 2, 2, 8, 4, 4)
 FFTMATVEC_SBGEMMP_IO(c32h, StoreC32h, 2, 4, 1, 8, 4, 4)
 FFTMATVEC_SBGEMMP_IO(c32h, StoreC32h, 1, 2, 1, 8, 4, 2)
+#endif
 #endif  // FFTMATVEC_MMA
 
 // sbgemvx_<storage>_<input>_<output>_n<ND>_f<FW>: adjoints of up to 16 right-hand sides over at
@@ -348,10 +445,16 @@ FFTMATVEC_SBGEMMP_IO(c32h, StoreC32h, 1, 2, 1, 8, 4, 2)
   FFTMATVEC_FOR_IO(FFTMATVEC_SBGEMVX, SNAME, STORE, 12, BG, FW, RS, NS, MINB)
 // complex128: 2 right-hand sides per thread (their input takes 8 ND registers); complex64 and
 // float16: 4. Blocks of 128 threads with 4 per multiprocessor, or of 256 with 2.
+#if FFTMATVEC_IN_SECTION(XREG_C128)
 FFTMATVEC_SBGEMVX_ND(c128, StoreC128, 2, 16, 2, 6, 4)
 FFTMATVEC_SBGEMVX_ND(c128, StoreC128, 2, 32, 2, 4, 2)
+#endif
+#if FFTMATVEC_IN_SECTION(XREG_C64)
 FFTMATVEC_SBGEMVX_ND(c64, StoreC64, 4, 32, 2, 4, 4)
 FFTMATVEC_SBGEMVX_ND(c64, StoreC64, 4, 64, 2, 4, 2)
+#endif
+#if FFTMATVEC_IN_SECTION(XREG_C32H)
 FFTMATVEC_SBGEMVX_ND(c32h, StoreC32h, 4, 32, 2, 4, 4)
 FFTMATVEC_SBGEMVX_ND(c32h, StoreC32h, 4, 64, 2, 4, 2)
+#endif
 #endif  // FFTMATVEC_MMA

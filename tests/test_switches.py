@@ -713,7 +713,7 @@ def test_dynamic_shared_memory_on_rocm(monkeypatch, hip):
     module = SimpleNamespace(get_function=lambda name: fn)
     monkeypatch.setattr(kernels.backend, "cupy", _fake_cupy(MI250X_PROPS if hip else H200_PROPS))
     monkeypatch.setattr(kernels.backend, "is_hip", lambda: hip)
-    monkeypatch.setattr(kernels, "_load_module", lambda: module)
+    monkeypatch.setattr(kernels, "_load_module", lambda name: module)
     monkeypatch.setattr(kernels, "_functions", {})
     monkeypatch.setattr(kernels, "_shared_mem", {})
     if hip:
