@@ -88,22 +88,18 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     print(f"{'case':<26} | {'first s':>8} {'process s':>9} | {'again s':>8} | {'rel err':>8} | "
-          f"sections compiled")
-    rows = []
-    if not args.no_whole:
-        with tempfile.TemporaryDirectory() as cache:
-            rows.append(("whole source", run(_WHOLE, [], cache), None))
+          f"sections compiled", flush=True)
+    cases = [] if args.no_whole else [("whole source", _WHOLE, [])]
     for case in args.cases.split(","):
         prec, size = case.split(":")
-        dims = size.split("x")
+        cases.append((f"{prec} {size}", _PRODUCT, [prec, *size.split("x")]))
+    for name, code, case_args in cases:  # each row as soon as it is measured
         with tempfile.TemporaryDirectory() as cache:
-            first = run(_PRODUCT, [prec, *dims], cache)
-            again = run(_PRODUCT, [prec, *dims], cache)
-        rows.append((f"{prec} {size}", first, again))
-    for name, first, again in rows:
-        print(f"{name:<26} | {first['seconds']:8.1f} {first['process']:9.1f} | "
-              f"{again['seconds'] if again else float('nan'):8.2f} | {first['err']:8.1e} | "
-              f"{len(first['sections'])}: {', '.join(first['sections'])}", flush=True)
+            first = run(code, case_args, cache)
+            again = run(code, case_args, cache)["seconds"] if case_args else float("nan")
+        print(f"{name:<26} | {first['seconds']:8.1f} {first['process']:9.1f} | {again:8.2f} | "
+              f"{first['err']:8.1e} | {len(first['sections'])}: {', '.join(first['sections'])}",
+              flush=True)
     return 0
 
 
