@@ -16,6 +16,7 @@ Set ``FFTMATVEC_KERNELS=jit`` to skip the prebuilt code objects, ``=prebuilt`` t
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import re
 import threading
@@ -117,18 +118,28 @@ def section_of(name: str) -> str:
     raise KernelLoadError(f"no GPU kernel is named {name!r}")
 
 
-def _jit_source() -> tuple[str, str, tuple[str, ...]]:
-    """(source, compiler, options) of a run-time compile for the current device."""
-    arch = backend.device_arch()
-    if backend.is_hip():
+def _jit_source() -> tuple[str, str, tuple[str, ...], dict[str, str]]:
+    """(source, compiler, options, section numbers by name) of a run-time compile for the
+    current device."""
+    return _jit_source_for(backend.device_arch(), backend.is_hip())
+
+
+@functools.lru_cache(maxsize=None)
+def _jit_source_for(arch: str, hip: bool) -> tuple[str, str, tuple[str, ...], dict[str, str]]:
+    """:func:`_jit_source` for ``arch``, read (and on ROCm translated) once, not per section."""
+    if hip:
         translated = source_dir() / f"{MODULE_NAME}.hip"  # made by the build
         if translated.is_file():
-            return translated.read_text(), f"hiprtc for {arch}", ("-std=c++17",)
-        from ._hipify import hipify
+            src = translated.read_text()
+        else:
+            from ._hipify import hipify
 
-        src = hipify(kernel_source(), add_runtime_header=False)
-        return src, f"hiprtc for {arch}", ("-std=c++17",)
-    return kernel_source(), f"NVRTC for {arch}", ("-std=c++17",) + mma_options(arch)
+            src = hipify(kernel_source(), add_runtime_header=False)
+        compiler, options = f"hiprtc for {arch}", ("-std=c++17",)
+    else:
+        src = kernel_source()
+        compiler, options = f"NVRTC for {arch}", ("-std=c++17",) + mma_options(arch)
+    return src, compiler, options, dict(_SECTION_DEFINE.findall(src))
 
 
 def _code_object() -> Path | None:
@@ -162,8 +173,8 @@ def _load_module(name: str):
         section = section_of(name)
         if (dev, section) in _modules:
             return _modules[dev, section][0]
-        src, compiler, options = _jit_source()
-        number = dict(_SECTION_DEFINE.findall(src)).get(section)
+        src, compiler, options, numbers = _jit_source()
+        number = numbers.get(section)
         if number is None:
             raise KernelLoadError(f"the kernel source has no section {section} (for {name!r})")
         module = cp.RawModule(code=src, options=options + (f"-DFFTMATVEC_SECTION={number}",))

@@ -32,10 +32,10 @@ CASES = "ddddd:1000x100x1000,sssss:1000x100x1000,ddhdd:1000x100x1000,ddddd:20000
 _WHOLE = """
 import json, time
 import cupy as cp
-from fftmatvec import backend, kernels
+from fftmatvec import kernels
 cp.cuda.Device().synchronize()
 t = time.perf_counter()
-src, compiler, options = kernels._jit_source()
+src, compiler, options, _ = kernels._jit_source()
 module = cp.RawModule(code=src, options=options)
 module.get_function("reduce_c128_c128")
 print(json.dumps({"seconds": time.perf_counter() - t, "sections": ["all"], "err": 0.0}))
