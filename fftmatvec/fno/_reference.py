@@ -1,0 +1,85 @@
+"""Reference FNO spectral convolution on NumPy or CuPy arrays, with its adjoint pieces.
+
+Forward, for ``x`` of shape ``(B, Cin, *spatial)`` (``Nt`` spatial points in all):
+
+* ``X = gather(rfftn(x) / Nt)``, the kept modes (``fft_norm="forward"``);
+* ``Y[b, o, k] = sum_i X[b, i, k] W[i, o, k]``;
+* ``y = Re(sum_k c_k Y_k exp(+2 pi i k.n / N))`` plus the bias, with ``c_k`` 1 on the DC and
+  Nyquist columns of the last axis and 2 elsewhere: the inverse over the other axes first, the
+  imaginary part of the DC and Nyquist columns dropped, then the real inverse on the last axis,
+  which is neuraloperator's result.
+
+Backward, for the gradient ``g`` of ``y``: ``gY = Nt c . gather(rfftn(g) / Nt)``,
+``gX = gY conj(W)^T`` per mode, ``gW = sum_b conj(X) gY`` and ``gx = synth(gX / c) / Nt``: the
+same transforms and product with the conjugate weights and the transposed gather/scatter.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import backend
+from ._modes import check_shapes, hermitian_weights, kept_modes, mode_indices
+
+
+def _xp(a):
+    return backend.get_array_module(a, name="x")
+
+
+def analysis(x, modes):
+    """The kept modes ``gather(rfftn(x) / Nt)``, shape ``(B, C, *modes)``."""
+    xp = _xp(x)
+    d = len(modes)
+    axes = tuple(range(-d, 0))
+    spec = xp.fft.rfftn(x, axes=axes, norm="forward")
+    for a, ix in zip(range(2, 2 + d), mode_indices(x.shape[2:], modes)):
+        spec = xp.take(spec, xp.asarray(ix), axis=a)
+    return spec
+
+
+def synthesis(spec, spatial):
+    """``Re(sum_k c_k S_k exp(+i k.n))`` on the grid ``spatial``, unnormalised."""
+    xp = _xp(spec)
+    d = len(spatial)
+    modes = spec.shape[2:]
+    full = xp.zeros(spec.shape[:2] + tuple(spatial[:-1]) + (modes[-1],), dtype=spec.dtype)
+    idx = mode_indices(spatial, modes)
+    sl = np.ix_(*([np.arange(s) for s in spec.shape[:2]] + idx))
+    full[tuple(xp.asarray(i) for i in sl)] = spec
+    if d > 1:
+        full = xp.fft.ifftn(full, axes=tuple(range(2, 1 + d)), norm="forward")
+    c = xp.asarray(hermitian_weights(spatial[-1], modes[-1]), dtype=full.real.dtype)
+    phase = xp.exp(2j * np.pi * xp.outer(xp.arange(modes[-1]), xp.arange(spatial[-1]))
+                   / spatial[-1]).astype(full.dtype)
+    return xp.real(xp.einsum("...k,kn->...n", full * c, phase))
+
+
+def spectral_conv(x, weight, n_modes, bias=None):
+    """FNO spectral convolution of ``x`` with per-mode complex channel weights.
+
+    Parameters
+    ----------
+    x : numpy.ndarray or cupy.ndarray
+        Real input, shape ``(B, Cin, *spatial)`` with 1 to 3 spatial axes of any size.
+    weight : array
+        Complex, shape ``(Cin, Cout, m_1, ..., m_{d-1}, n_modes[-1] // 2 + 1)``; index ``j``
+        of a non-last axis holds frequency ``j - m // 2`` (neuraloperator's order).
+    n_modes : int or sequence of int
+        Modes per axis as neuraloperator counts them (both signs on all but the last axis).
+    bias : array, optional
+        Real, ``Cout`` values (any shape of that size), added to every point.
+
+    Returns
+    -------
+    array
+        Real, shape ``(B, Cout, *spatial)``, in ``x``'s precision.
+    """
+    xp = _xp(x)
+    modes = kept_modes(n_modes)
+    check_shapes(x.shape, weight.shape, modes)
+    X = analysis(x, modes)
+    Y = xp.einsum("bi...,io...->bo...", X, weight.astype(X.dtype, copy=False))
+    y = synthesis(Y, x.shape[2:]).astype(x.dtype, copy=False)
+    if bias is not None:
+        y = y + xp.asarray(bias, dtype=y.dtype).reshape((1, -1) + (1,) * len(modes))
+    return y

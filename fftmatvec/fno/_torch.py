@@ -1,0 +1,196 @@
+"""PyTorch layer: :class:`SpectralConv` and its autograd function (torch imported lazily)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._errors import FFTMatvecTypeError, FFTMatvecValueError
+from ._modes import check_shapes, hermitian_weights, kept_modes, mode_indices
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - exercised only without torch
+        raise FFTMatvecTypeError("SpectralConv: expected PyTorch installed, got none") from None
+    return torch
+
+
+def _index(torch, spatial, modes, device):
+    return [torch.as_tensor(i, device=device) for i in mode_indices(spatial, modes)]
+
+
+def _analysis(torch, x, modes):
+    d = len(modes)
+    spec = torch.fft.rfftn(x, dim=tuple(range(-d, 0)), norm="forward")
+    for a, ix in zip(range(2, 2 + d), _index(torch, x.shape[2:], modes, x.device)):
+        spec = torch.index_select(spec, a, ix)
+    return spec
+
+
+def _synthesis(torch, spec, spatial):
+    d = len(spatial)
+    modes = spec.shape[2:]
+    full = spec.new_zeros(tuple(spec.shape[:2]) + tuple(spatial[:-1]) + (modes[-1],))
+    idx = _index(torch, spatial, modes, spec.device)
+    grids = torch.meshgrid(*idx, indexing="ij") if d > 1 else (idx[0],)
+    full[(slice(None), slice(None)) + tuple(grids)] = spec
+    if d > 1:
+        full = torch.fft.ifftn(full, dim=tuple(range(2, 1 + d)), norm="forward")
+    c = torch.as_tensor(hermitian_weights(spatial[-1], modes[-1]), device=spec.device,
+                        dtype=full.real.dtype)
+    k = torch.arange(modes[-1], device=spec.device, dtype=full.real.dtype)
+    n = torch.arange(spatial[-1], device=spec.device, dtype=full.real.dtype)
+    phase = torch.exp(torch.complex(torch.zeros((), dtype=k.dtype, device=k.device),
+                                    2 * math.pi * torch.outer(k, n) / spatial[-1]))
+    return torch.einsum("...k,kn->...n", full * c, phase.to(full.dtype)).real
+
+
+def _function():
+    torch = _torch()
+
+    class _SpectralConvFn(torch.autograd.Function):
+        """``y = synth(gather(F x) W)``; backward: the same with ``conj(W)^T``."""
+
+        @staticmethod
+        def forward(ctx, x, weight, modes):
+            X = _analysis(torch, x, modes)
+            Y = torch.einsum("bi...,io...->bo...", X, weight.to(X.dtype))
+            ctx.save_for_backward(X, weight)
+            ctx.spatial = tuple(x.shape[2:])
+            ctx.modes = modes
+            return _synthesis(torch, Y, ctx.spatial).to(x.dtype)
+
+        @staticmethod
+        def backward(ctx, g):
+            X, weight = ctx.saved_tensors
+            spatial, modes = ctx.spatial, ctx.modes
+            nt = float(np.prod(spatial))
+            c = torch.as_tensor(hermitian_weights(spatial[-1], modes[-1]), device=g.device,
+                                dtype=g.dtype)
+            gY = _analysis(torch, g, modes) * (nt * c)
+            gx = gw = None
+            if ctx.needs_input_grad[0]:
+                gX = torch.einsum("bo...,io...->bi...", gY, weight.conj().to(gY.dtype))
+                gx = _synthesis(torch, gX / c, spatial) / nt
+            if ctx.needs_input_grad[1]:
+                gw = torch.einsum("bi...,bo...->io...", X.conj(), gY).to(weight.dtype)
+            return gx, gw, None
+
+    return _SpectralConvFn
+
+
+_FN = None
+
+
+def spectral_conv_torch(x, weight, n_modes, bias=None):
+    """:func:`spectral_conv` on torch tensors, differentiable in ``x``, ``weight`` and ``bias``."""
+    global _FN
+    torch = _torch()
+    if not (torch.is_tensor(x) and torch.is_tensor(weight)):
+        raise FFTMatvecTypeError(
+            f"x, weight: expected torch tensors, got {type(x).__name__}, {type(weight).__name__}"
+        )
+    modes = kept_modes(n_modes)
+    check_shapes(tuple(x.shape), tuple(weight.shape), modes)
+    if _FN is None:
+        _FN = _function()
+    y = _FN.apply(x, weight, modes)
+    if bias is not None:
+        y = y + bias.reshape((1, -1) + (1,) * len(modes))
+    return y
+
+
+def _module_base():
+    return _torch().nn.Module
+
+
+class _LazyModuleMeta(type):
+    """Builds :class:`SpectralConv` on ``torch.nn.Module`` the first time it is used."""
+
+    _cls = None
+
+    def __call__(cls, *args, **kwargs):
+        return _real_class()(*args, **kwargs)
+
+    def __getattr__(cls, name):
+        return getattr(_real_class(), name)
+
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, _real_class())
+
+
+def _real_class():
+    if _LazyModuleMeta._cls is not None:
+        return _LazyModuleMeta._cls
+    torch = _torch()
+
+    class SpectralConv(torch.nn.Module):
+        """FNO spectral convolution, neuraloperator's dense ``SpectralConv`` semantics.
+
+        Parameters
+        ----------
+        in_channels, out_channels : int
+            Channels of the input ``(B, Cin, *spatial)`` and the output.
+        n_modes : int or sequence of int
+            Modes per spatial axis, both signs on all but the last axis, which keeps
+            ``n_modes[-1] // 2 + 1`` non-negative frequencies.
+        bias : bool, default True
+            Learn a real per-channel bias.
+        init_std : float or "auto", default "auto"
+            Standard deviation of the initial weights; "auto" is ``sqrt(2 / (Cin + Cout))``.
+        device, dtype : optional
+            Of the parameters; ``dtype`` is the real type (the weight is its complex type).
+        """
+
+        def __init__(self, in_channels, out_channels, n_modes, bias=True, init_std="auto",
+                     device=None, dtype=None):
+            super().__init__()
+            self.in_channels, self.out_channels = int(in_channels), int(out_channels)
+            self.n_modes = tuple([n_modes] if isinstance(n_modes, int) else n_modes)
+            self.modes = kept_modes(self.n_modes)
+            std = (2 / (in_channels + out_channels)) ** 0.5 if init_std == "auto" else init_std
+            real = dtype or torch.get_default_dtype()
+            cplx = torch.complex64 if real == torch.float32 else torch.complex128
+            w = torch.randn((in_channels, out_channels) + self.modes, dtype=cplx, device=device)
+            self.weight = torch.nn.Parameter(w * std)
+            d = len(self.modes)
+            self.bias = (torch.nn.Parameter(std * torch.randn(
+                (out_channels,) + (1,) * d, dtype=real, device=device)) if bias else None)
+
+        def forward(self, x):
+            """Apply the layer to ``x`` of shape ``(B, Cin, *spatial)``."""
+            return spectral_conv_torch(x, self.weight, self.n_modes, self.bias)
+
+        @classmethod
+        def from_neuralop(cls, layer):
+            """Copy a dense-weight ``neuralop.layers.spectral_convolution.SpectralConv``."""
+            w = layer.weight
+            w = w if torch.is_tensor(w) else w.to_tensor()
+            if getattr(layer, "separable", False) or getattr(layer, "complex_data", False):
+                raise FFTMatvecValueError(
+                    "layer: expected a dense, non-separable, real-data SpectralConv, got "
+                    f"separable={layer.separable}, complex_data={layer.complex_data}"
+                )
+            if getattr(layer, "fft_norm", "forward") != "forward":
+                raise FFTMatvecValueError(
+                    f"layer: expected fft_norm='forward', got {layer.fft_norm!r}"
+                )
+            n_modes = list(w.shape[2:])
+            n_modes[-1] = 2 * (n_modes[-1] - 1)
+            new = cls(layer.in_channels, layer.out_channels, tuple(n_modes),
+                      bias=layer.bias is not None, device=w.device, dtype=w.real.dtype)
+            with torch.no_grad():
+                new.weight.copy_(w.detach())
+                if layer.bias is not None:
+                    new.bias.copy_(layer.bias.detach())
+            return new
+
+    _LazyModuleMeta._cls = SpectralConv
+    return SpectralConv
+
+
+class SpectralConv(metaclass=_LazyModuleMeta):
+    """FNO spectral convolution layer (a ``torch.nn.Module``; see the built class's docs)."""
