@@ -57,9 +57,15 @@ def check_shapes(x_shape, weight_shape, modes) -> None:
         )
 
 
-def mode_indices(spatial, modes) -> list[np.ndarray]:
-    """Per axis, the (unshifted) FFT bins of the kept modes in the weight's order."""
-    idx = [(np.arange(m) - m // 2) % n for n, m in zip(spatial[:-1], modes[:-1])]
+def mode_indices(spatial, modes, output: bool = False) -> list[np.ndarray]:
+    """Per axis, the (unshifted) FFT bins of the kept modes in the weight's order.
+
+    With ``output``, the bins the product is written to: neuraloperator applies ``fftshift``
+    (not its inverse) before the inverse transform, so on a non-last axis of odd size ``n``
+    the output of frequency ``k`` lands on bin ``k - 1`` (``k + 2 (n // 2)`` modulo ``n``).
+    """
+    idx = [(np.arange(m) - m // 2 + (2 * (n // 2) if output else 0)) % n
+           for n, m in zip(spatial[:-1], modes[:-1])]
     idx.append(np.arange(modes[-1]))
     return idx
 

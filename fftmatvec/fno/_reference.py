@@ -26,24 +26,24 @@ def _xp(a):
     return backend.get_array_module(a, name="x")
 
 
-def analysis(x, modes):
+def analysis(x, modes, output=False):
     """The kept modes ``gather(rfftn(x) / Nt)``, shape ``(B, C, *modes)``."""
     xp = _xp(x)
     d = len(modes)
     axes = tuple(range(-d, 0))
     spec = xp.fft.rfftn(x, axes=axes, norm="forward")
-    for a, ix in zip(range(2, 2 + d), mode_indices(x.shape[2:], modes)):
+    for a, ix in zip(range(2, 2 + d), mode_indices(x.shape[2:], modes, output)):
         spec = xp.take(spec, xp.asarray(ix), axis=a)
     return spec
 
 
-def synthesis(spec, spatial):
+def synthesis(spec, spatial, output=True):
     """``Re(sum_k c_k S_k exp(+i k.n))`` on the grid ``spatial``, unnormalised."""
     xp = _xp(spec)
     d = len(spatial)
     modes = spec.shape[2:]
     full = xp.zeros(spec.shape[:2] + tuple(spatial[:-1]) + (modes[-1],), dtype=spec.dtype)
-    idx = mode_indices(spatial, modes)
+    idx = mode_indices(spatial, modes, output)
     sl = np.ix_(*([np.arange(s) for s in spec.shape[:2]] + idx))
     full[tuple(xp.asarray(i) for i in sl)] = spec
     if d > 1:

@@ -18,23 +18,23 @@ def _torch():
     return torch
 
 
-def _index(torch, spatial, modes, device):
-    return [torch.as_tensor(i, device=device) for i in mode_indices(spatial, modes)]
+def _index(torch, spatial, modes, device, output):
+    return [torch.as_tensor(i, device=device) for i in mode_indices(spatial, modes, output)]
 
 
-def _analysis(torch, x, modes):
+def _analysis(torch, x, modes, output=False):
     d = len(modes)
     spec = torch.fft.rfftn(x, dim=tuple(range(-d, 0)), norm="forward")
-    for a, ix in zip(range(2, 2 + d), _index(torch, x.shape[2:], modes, x.device)):
+    for a, ix in zip(range(2, 2 + d), _index(torch, x.shape[2:], modes, x.device, output)):
         spec = torch.index_select(spec, a, ix)
     return spec
 
 
-def _synthesis(torch, spec, spatial):
+def _synthesis(torch, spec, spatial, output=True):
     d = len(spatial)
     modes = spec.shape[2:]
     full = spec.new_zeros(tuple(spec.shape[:2]) + tuple(spatial[:-1]) + (modes[-1],))
-    idx = _index(torch, spatial, modes, spec.device)
+    idx = _index(torch, spatial, modes, spec.device, output)
     grids = torch.meshgrid(*idx, indexing="ij") if d > 1 else (idx[0],)
     full[(slice(None), slice(None)) + tuple(grids)] = spec
     if d > 1:
@@ -70,11 +70,11 @@ def _function():
             nt = float(np.prod(spatial))
             c = torch.as_tensor(hermitian_weights(spatial[-1], modes[-1]), device=g.device,
                                 dtype=g.dtype)
-            gY = _analysis(torch, g, modes) * (nt * c)
+            gY = _analysis(torch, g, modes, output=True) * (nt * c)
             gx = gw = None
             if ctx.needs_input_grad[0]:
                 gX = torch.einsum("bo...,io...->bi...", gY, weight.conj().to(gY.dtype))
-                gx = _synthesis(torch, gX / c, spatial) / nt
+                gx = _synthesis(torch, gX / c, spatial, output=False) / nt
             if ctx.needs_input_grad[1]:
                 gw = torch.einsum("bi...,bo...->io...", X.conj(), gY).to(weight.dtype)
             return gx, gw, None
