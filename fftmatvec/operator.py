@@ -375,6 +375,8 @@ class BlockToeplitz(_OperatorBase):
         self.rtol = rtol
         self.precision = PrecisionConfig(precision)
         self._guard = _Guard(self, check_every) if check_every is not None else None
+        # the planner's overrides: the user's plan= wins over the tuned table's
+        self.plan_overrides = dict(plan) if plan is not None else dict(self._tuned_plan or {})
         self._n_in, self._n_out = self.nm, self.nd
         self.fft_len = _check_fft_len(fft_len, self.nt)
         self.nf = self.fft_len // 2 + 1
