@@ -339,6 +339,14 @@ class BlockToeplitz(_OperatorBase):
     fft_len : int, optional
         FFT length ``L`` (at least ``2*Nt - 1``); by default :func:`fft_length`. A longer
         ``L`` stores more frequencies but may suit the device's FFT library better.
+    rtol : float, optional
+        Only with ``precision="auto"`` (default 1e-6): the fastest configuration of the tuning
+        tables (or the a-priori model) whose error is within ``rtol`` (docs/tuning.md).
+    check_every : int, optional
+        Guard: compare one application in ``check_every`` with ``ddddd`` and move to the next more
+        accurate front point, with a warning, when the error exceeds ``rtol``.
+    plan : mapping, optional
+        Planner overrides; wins over a tuning table's plan.
 
     Attributes
     ----------
@@ -350,6 +358,8 @@ class BlockToeplitz(_OperatorBase):
         Number of stored frequencies, ``L//2 + 1``.
     shape : (int, int)
         ``(Nd*Nt, Nm*Nt)``.
+    precision_source : str
+        ``"explicit"``, ``"model"``, or the tuning table's file and entry.
 
     Raises
     ------
