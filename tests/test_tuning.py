@@ -151,7 +151,7 @@ def test_tune_plot_and_rerun(tmp_path, capsys):
 def test_interrupted_tune_keeps_shapes(tmp_path):
     out = tmp_path / "t.yaml"
     cmd = [sys.executable, "-m", "fftmatvec", "tune", "--nm", "4", "--nd", "3", "--nt", "8",
-           "--nm", "3000", "--nd", "300", "--nt", "500", "--ops", "matvec",
+           "--nm", "1000", "--nd", "100", "--nt", "200", "--ops", "matvec",
            "--precisions", "ddddd,ddsdd", "--repeat", "1", "--out", str(out), "--device", "cpu"]
     env = dict(os.environ, PYTHONPATH=ROOT)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
