@@ -339,6 +339,14 @@ class BlockToeplitz(_OperatorBase):
     fft_len : int, optional
         FFT length ``L`` (at least ``2*Nt - 1``); by default :func:`fft_length`. A longer
         ``L`` stores more frequencies but may suit the device's FFT library better.
+    rtol : float, optional
+        Only with ``precision="auto"`` (default 1e-6): the fastest configuration of the tuning
+        tables (or the a-priori model) whose error is within ``rtol`` (docs/tuning.md).
+    check_every : int, optional
+        Guard: compare one application in ``check_every`` with ``ddddd`` and move to the next more
+        accurate front point, with a warning, when the error exceeds ``rtol``.
+    plan : mapping, optional
+        Planner overrides; wins over a tuning table's plan.
 
     Attributes
     ----------
@@ -350,6 +358,8 @@ class BlockToeplitz(_OperatorBase):
         Number of stored frequencies, ``L//2 + 1``.
     shape : (int, int)
         ``(Nd*Nt, Nm*Nt)``.
+    precision_source : str
+        ``"explicit"``, ``"model"``, or the tuning table's file and entry.
 
     Raises
     ------
@@ -364,12 +374,19 @@ class BlockToeplitz(_OperatorBase):
     precision. Vectors are space-outer, time-inner (SOTI): ``m`` is ``(Nm, Nt)``.
     """
 
-    def __init__(self, kernel, precision="ddddd", *, dtype=None, fft_len=None, _share=None):
+    def __init__(self, kernel, precision="ddddd", *, dtype=None, fft_len=None, rtol=None,
+                 check_every=None, plan=None, _share=None):
         xp = _check_kernel(kernel)
         self._xp = xp
         self.dtype = _check_dtype(dtype)
-        self.precision = PrecisionConfig(precision)
         self.nd, self.nm, self.nt = (int(n) for n in kernel.shape)
+        precision, self.precision_source, self._front, self._tuned_plan = _resolve_precision(
+            xp, precision, rtol, self.nm, self.nd, self.nt)
+        self.rtol = rtol
+        self.precision = PrecisionConfig(precision)
+        self._guard = _Guard(self, check_every) if check_every is not None else None
+        # the planner's overrides: the user's plan= wins over the tuned table's
+        self.plan_overrides = dict(plan) if plan is not None else dict(self._tuned_plan or {})
         self._n_in, self._n_out = self.nm, self.nd
         self.fft_len = _check_fft_len(fft_len, self.nt)
         self.nf = self.fft_len // 2 + 1
@@ -551,7 +568,65 @@ class BlockToeplitz(_OperatorBase):
         return self.unpad_and_reduce(y, weight)
 
     def _matmat(self, x):
-        return self._apply(x, adjoint=False)
+        y = self._apply(x, adjoint=False)
+        return y if self._guard is None else self._guard.check(x, y, False)
 
     def _rmatmat(self, x):
-        return self._apply(x, adjoint=True)
+        y = self._apply(x, adjoint=True)
+        return y if self._guard is None else self._guard.check(x, y, True)
+
+
+def _resolve_precision(xp, precision, rtol, nm, nd, nt):
+    """``(precision string, source, front, plan)``: "auto" resolved from the tuning tables."""
+    if rtol is not None:
+        if isinstance(rtol, bool) or not isinstance(rtol, (int, float, np.floating)):
+            raise FFTMatvecTypeError(f"rtol must be a number, got {type(rtol).__name__}")
+        if not (math.isfinite(rtol) and rtol > 0):
+            raise FFTMatvecValueError(f"rtol must be positive and finite, got {rtol!r}")
+    if not (isinstance(precision, str) and precision.strip().lower() == "auto"):
+        if rtol is not None:
+            raise FFTMatvecValueError(
+                f"rtol is only for precision='auto', got precision={str(precision)!r} with rtol={rtol!r}")
+        return precision, "explicit", None, None
+    from .tuning import select
+    from .tuning.sweep import device_info
+
+    arch = device_info(xp)["arch"]
+    p, src, plan, front = select.choose(arch, "matvec", nm, nd, nt, 1, 1e-6 if rtol is None else rtol)
+    return p, src, front, plan
+
+
+class _Guard:
+    """Compare one application in ``every`` with ``ddddd`` (sharing the kernel); past ``rtol``
+    move to the next more accurate front point, with a warning."""
+
+    def __init__(self, op, every):
+        if isinstance(every, bool) or not isinstance(every, (int, np.integer)) or every < 1:
+            raise FFTMatvecValueError(f"check_every must be a positive integer, got {every!r}")
+        self.op, self.every, self.count, self.ref = op, int(every), 0, None
+
+    def check(self, x, y, adjoint):
+        import warnings
+
+        op = self.op
+        self.count += 1
+        if self.count % self.every or op.precision.letters == "ddddd":
+            return y
+        if self.ref is None:
+            self.ref = BlockToeplitz(op._kernel, "ddddd", dtype=op.dtype, fft_len=op.fft_len)
+        xp = op._xp
+        r = self.ref._apply(x, adjoint)
+        err = float(xp.linalg.norm(y - r)) / max(float(xp.linalg.norm(r)), 1e-300)
+        tol = op.rtol if op.rtol is not None else 1e-6
+        if err <= tol:
+            return y
+        front = [p for p, _ in (op._front or [])]
+        cur = op.precision.letters
+        later = front[front.index(cur) + 1:] if cur in front else []
+        nxt = later[0] if later else "ddddd"
+        warnings.warn(f"precision {cur!r} gave a relative error {err:.3g} above rtol={tol:g}; "
+                      f"moving to {nxt!r}", stacklevel=4)
+        new = op.with_precision(nxt)
+        op.precision, op._engine, op._one_paths = new.precision, new._engine, {}
+        op.precision_source = f"{op.precision_source} (guard: {cur} -> {nxt})"
+        return r

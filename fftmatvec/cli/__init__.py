@@ -13,7 +13,7 @@ import sys
 from .._errors import FFTMatvecError
 
 # Subcommand modules, in the order ``--help`` lists them.
-SUBCOMMANDS = ("info", "matvec", "convert", "demo")
+SUBCOMMANDS = ("info", "matvec", "convert", "demo", "tune")
 
 
 def positive_int(text: str) -> int:

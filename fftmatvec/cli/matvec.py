@@ -46,6 +46,8 @@ def register(sub) -> None:
     p.add_argument("--precision", default="ddddd", metavar="STR",
                    help="five letters, one per stage, from d/s ('h' for stage 3), e.g. dssdd "
                         "(default: ddddd)")
+    p.add_argument("--rtol", type=float, default=None, metavar="X",
+                   help="with --precision auto: the relative error wanted (default 1e-6)")
     p.add_argument("--repeat", type=positive_int, default=10, metavar="N",
                    help="timed applications after one warm-up (default: 10)")
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
@@ -67,12 +69,13 @@ class MatvecRequest:
     repeat: int = 10
     device: str = "cpu"
     check: bool = False
+    rtol: float | None = None
 
     @classmethod
     def from_args(cls, args) -> "MatvecRequest":
         mode = "adjoint" if args.adjoint else "normal" if args.normal else "forward"
         return cls(args.matrix, args.input, args.output, mode, args.precision, args.repeat,
-                   args.device, args.check)
+                   args.device, args.check, getattr(args, "rtol", None))
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,11 @@ def execute(request: MatvecRequest) -> MatvecResult:
     """Read, compute, check, write. Raises :class:`~fftmatvec.FFTMatvecError` on bad input."""
     from ..precision import PrecisionConfig
 
-    precision = PrecisionConfig(request.precision)  # validate before any reading
+    auto = request.precision.strip().lower() == "auto"
+    if request.rtol is not None and not auto:
+        raise FFTMatvecValueError(f"--rtol is only for --precision auto, got {request.precision!r}")
+    # validate before any reading
+    precision = ("auto", request.rtol) if auto else PrecisionConfig(request.precision)
     xp = _array_module(request.device)
     info = io.matrix_info(request.matrix)
     in_space, out_space, _ = MODES[request.mode]
@@ -169,7 +176,10 @@ def compute(kernel, x, *, mode: str, precision, xp, repeat: int):
     """
     from ..operator import BlockToeplitz
 
-    op = BlockToeplitz(xp.asarray(kernel), precision)
+    if isinstance(precision, tuple):  # ("auto", rtol)
+        op = BlockToeplitz(xp.asarray(kernel), "auto", rtol=precision[1])
+    else:
+        op = BlockToeplitz(xp.asarray(kernel), precision)
     apply = {
         "forward": op.matvec,
         "adjoint": op.rmatvec,

@@ -1,0 +1,123 @@
+"""``fftmatvec tune``: measure time and error of the precisions on this device and write the
+tuning table that ``precision="auto"`` reads (docs/tuning.md)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import backend
+from .._errors import FFTMatvecValueError
+from . import positive_int
+
+
+def register(sub) -> None:
+    p = sub.add_parser("tune", help="build a tuning table (time and error of each precision)",
+                       description="Sweep the precisions on this device (GPU, else CPU) and "
+                                   "write the Pareto fronts to a YAML tuning table.")
+    p.add_argument("--nm", type=positive_int, action="append", default=[])
+    p.add_argument("--nd", type=positive_int, action="append", default=[])
+    p.add_argument("--nt", type=positive_int, action="append", default=[])
+    p.add_argument("--shapes", metavar="FILE", help="lines 'nm nd nt'")
+    p.add_argument("--matrix", metavar="PATH", help="the user's kernel (.npy of shape (nd, nm, nt))")
+    p.add_argument("--nrhs", default="1", help="K[,K...] (default 1)")
+    p.add_argument("--ops", default="matvec,rmatvec,normal")
+    p.add_argument("--precisions", default="all", help="comma list (default: all 48)")
+    p.add_argument("--repeat", type=positive_int, default=10)
+    p.add_argument("--n-inputs", type=positive_int, default=3, help="random inputs (default 3)")
+    p.add_argument("--inputs", metavar="FILE", help="the user's vectors (.npy)")
+    p.add_argument("--out", required=True, metavar="FILE")
+    p.add_argument("--plot", metavar="FILE.png", help="plot of the first entry")
+    p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto")
+    p.set_defaults(func=run)
+
+
+def _shapes(args):
+    if args.shapes:
+        with open(args.shapes) as f:
+            return [tuple(int(v) for v in ln.split()) for ln in f if ln.strip()]
+    if not (len(args.nm) == len(args.nd) == len(args.nt)) or not args.nm:
+        raise FFTMatvecValueError("give --nm, --nd, --nt the same number of times (or --shapes)")
+    return list(zip(args.nm, args.nd, args.nt))
+
+
+def run(args) -> int:
+    import os
+
+    from tqdm import tqdm
+
+    from ..tuning import sweep, table as tb
+
+    xp = np
+    if args.device != "cpu" and backend.cupy is not None:
+        try:
+            if backend.cupy.cuda.runtime.getDeviceCount() > 0:
+                xp = backend.cupy
+        except Exception:  # noqa: BLE001 - no usable GPU
+            if args.device == "gpu":
+                raise
+    precs = sweep.all_precisions() if args.precisions == "all" else args.precisions.split(",")
+    ops = args.ops.split(",")
+    for op in ops:
+        if op not in tb.OPS:
+            raise FFTMatvecValueError(f"--ops: expected {', '.join(tb.OPS)}, got {op!r}")
+    nrhs = [int(k) for k in args.nrhs.split(",")]
+    user = None if args.inputs is None else [np.load(args.inputs)]
+    if args.matrix:
+        K0 = np.load(args.matrix)
+        shapes = [(K0.shape[1], K0.shape[0], K0.shape[2])]
+    else:
+        shapes = _shapes(args)
+    table = tb.load_table(args.out) if os.path.exists(args.out) else tb.new_table(
+        sweep.device_info(xp))
+    todo = [(s, op, k) for s in shapes for op in ops for k in nrhs
+            if tb.find_entry(table, (op,) + s + (k,)) is None]
+    est = sum(sweep.estimate_seconds([s], [op], [k], precs, args.repeat, args.n_inputs)
+              for s, op, k in todo)
+    print(f"tuning {len(todo)} entries x {len(precs)} precisions "
+          f"({len(shapes) * len(ops) * len(nrhs) - len(todo)} already in {args.out}); "
+          f"estimated {est:.0f} s", flush=True)
+    rng = np.random.default_rng(0)
+    bar = tqdm(total=len(todo) * len(precs), unit="config")
+    for s, op, k in todo:
+        nm, nd, nt = s
+        K = xp.asarray(K0 if args.matrix else rng.standard_normal((nd, nm, nt)) / np.sqrt(nm))
+        entry = sweep.sweep_shape(K, op, k, precs, args.repeat, args.n_inputs, rng=rng,
+                                  user_inputs=user, progress=bar)
+        entry.update(_tune_plan(K, entry, op, k, args.repeat, xp))
+        table["entries"].append(entry)
+        tb.save_table(table, args.out)
+        if "plan_time" in entry:
+            bar.write(f"{op} {s} k={k}: tuned plan {entry['plan_time'] * 1e3:.3f} ms vs built-in "
+                      f"{entry['builtin_plan_time'] * 1e3:.3f} ms "
+                      f"(ratio {entry['builtin_plan_time'] / entry['plan_time']:.2f}x)")
+    bar.close()
+    if args.plot and table["entries"]:
+        from ..tuning.plot import plot_entry
+
+        plot_entry(table["entries"][0], args.plot)
+    return 0
+
+
+def _tune_plan(K, entry, op, k, repeat, xp):
+    """On a GPU with the planner: time its candidates for the front's fastest point."""
+    if xp is np:
+        return {"plan": {}}
+    try:
+        from ..gpu.plan import candidate_overrides
+    except ImportError:
+        return {"plan": {}}
+    from ..operator import BlockToeplitz
+    from ..tuning.sweep import _apply, _time
+
+    p = entry["front"][0]
+    X = xp.asarray(np.random.default_rng(1).standard_normal(
+        (k, entry["nd"] if op == "rmatvec" else entry["nm"], entry["nt"])))
+    F0 = BlockToeplitz(K, p)
+    best, best_t, t0 = {}, None, None
+    for ov in candidate_overrides(F0, k=k, adjoint=op == "rmatvec"):
+        t = _time(lambda F=BlockToeplitz(K, p, plan=ov or None): _apply(F, op, X), xp, repeat)
+        if t0 is None:
+            t0 = t
+        if best_t is None or t < best_t:
+            best, best_t = dict(ov), t
+    return {"plan": best, "plan_time": float(best_t), "builtin_plan_time": float(t0)}

@@ -1,0 +1,167 @@
+"""Tuning tables: sweep, front, schema, lookup, model fallback, guard, the tune command."""
+
+import os
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+import yaml
+
+from fftmatvec import BlockToeplitz
+from fftmatvec.cli import main
+from fftmatvec.tuning import pareto_front, select, table as tb
+from fftmatvec.tuning.sweep import device_info, sweep_shape
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def kernel():
+    return np.random.default_rng(3).standard_normal((3, 5, 12))
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("FFTMATVEC_TUNING_PATH", raising=False)
+    select._warned.clear()
+
+
+def test_sweep_small(kernel):
+    e = sweep_shape(kernel, "rmatvec", 2, ["ddddd", "ddsdd", "ddhdd"], 1, 2)
+    errs = {p["precision"]: p["error_max"] for p in e["points"]}
+    assert errs["ddddd"] == 0 and 0 < errs["ddsdd"] < 1e-5 < errs["ddhdd"] < 1e-1
+    assert "ddddd" in e["front"] and e["inputs"] == 2
+
+
+def test_front_brute_force():
+    rng = np.random.default_rng(0)
+    pts = [{"time": float(t), "error_max": float(e)} for t, e in rng.random((60, 2))]
+    got = set(pareto_front(pts))
+    want = {i for i, p in enumerate(pts) if not any(
+        q["time"] <= p["time"] and q["error_max"] <= p["error_max"] and q != p for q in pts)}
+    assert got == want
+
+
+def _table(arch="cpu", front=("ddsdd", "ddddd"), errs=(1e-7, 0.0), nm=5, nd=3, nt=12):
+    t = tb.new_table(device_info(np) | {"arch": arch})
+    t["entries"].append({"op": "matvec", "nm": nm, "nd": nd, "nt": nt, "nrhs": 1, "points": [
+        {"precision": p, "time": 1.0 + i, "error_median": e, "error_max": e}
+        for i, (p, e) in enumerate(zip(front, errs))], "front": list(front), "plan": {"x": 1}})
+    return t
+
+
+def test_round_trip(tmp_path):
+    t = _table()
+    tb.save_table(t, tmp_path / "a.yaml")
+    assert tb.load_table(tmp_path / "a.yaml") == t
+
+
+@pytest.mark.parametrize("edit,msg", [
+    (lambda t: t.pop("device"), "missing key 'device'"),
+    (lambda t: t.update(schema=99), "newer"),
+    (lambda t: t["entries"][0].update(nm="5"), "expected int"),
+    (lambda t: t["entries"][0].update(op="x"), "expected one of"),
+    (lambda t: t["entries"][0]["points"][0].update(time=-1.0), "positive"),
+    (lambda t: t["entries"][0].update(front=["sssss"]), "not among"),
+    (lambda t: t["entries"][0]["points"][0].update(precision="zz"), "bad precision"),
+    (lambda t: t["entries"].append(dict(t["entries"][0])), "duplicate"),
+    (lambda t: t["entries"][0].update(plan=[1]), "expected a mapping"),
+])
+def test_schema_errors(tmp_path, edit, msg):
+    t = _table()
+    edit(t)
+    p = tmp_path / "bad.yaml"
+    p.write_text(yaml.safe_dump(t))
+    with pytest.raises(tb.TableError, match=msg) as exc:
+        tb.load_table(p)
+    assert str(p) in str(exc.value)
+
+
+def test_not_yaml(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("a: [")
+    with pytest.raises(tb.TableError, match="not valid YAML"):
+        tb.load_table(p)
+
+
+def test_lookup_order_and_nearest(tmp_path, monkeypatch, kernel):
+    cache = tmp_path / "cache" / "fftmatvec" / "tuning"
+    cache.mkdir(parents=True)
+    tb.save_table(_table(front=("dssdd", "ddddd")), cache / "c.yaml")
+    assert BlockToeplitz(kernel, "auto", rtol=1e-5).precision_source.startswith(str(cache))
+    envt = _table(front=("ddsdd", "ddddd"))
+    envt["entries"].append(_table(front=("sssss", "ddddd"), nm=5000, nd=300, nt=1000)["entries"][0])
+    tb.save_table(envt, tmp_path / "e.yaml")
+    monkeypatch.setenv("FFTMATVEC_TUNING_PATH", str(tmp_path / "e.yaml"))
+    F = BlockToeplitz(kernel, "auto", rtol=1e-5)
+    assert F.precision.letters == "ddsdd" and "nm=5," in F.precision_source
+    assert BlockToeplitz(kernel, "auto", rtol=1e-8).precision.letters == "ddddd"
+    big = np.zeros((200, 3000, 4)) + 1.0
+    assert "nm=5000" in BlockToeplitz(big, "auto", rtol=1e-5).precision_source
+
+
+def test_model_fallback_warns_once(kernel):
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        F = BlockToeplitz(kernel, "auto", rtol=1e-3)
+        G = BlockToeplitz(kernel, "auto", rtol=1e-12)
+    assert sum("a-priori" in str(x.message) for x in w) == 1
+    assert F.precision_source == "model" and G.precision.letters == "ddddd"
+    assert select.model_error(F.precision.letters, 5) * select.SAFETY <= 1e-3
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
+def test_rtol_errors(kernel, bad):
+    with pytest.raises(ValueError, match="rtol"):
+        BlockToeplitz(kernel, "auto", rtol=bad)
+    with pytest.raises(ValueError, match="rtol"):
+        BlockToeplitz(kernel, "ddsdd", rtol=1e-3)
+
+
+def test_guard_moves_on(tmp_path, monkeypatch, kernel):
+    # a wrong table: it claims ddhdd is exact
+    tb.save_table(_table(front=("ddhdd", "ddddd"), errs=(0.0, 0.0)), tmp_path / "w.yaml")
+    monkeypatch.setenv("FFTMATVEC_TUNING_PATH", str(tmp_path))
+    F = BlockToeplitz(kernel, "auto", rtol=1e-6, check_every=2)
+    assert F.precision.letters == "ddhdd"
+    x = np.random.default_rng(5).standard_normal((5, 12))
+    F @ x
+    with pytest.warns(UserWarning, match="moving to 'ddddd'"):
+        y = F @ x
+    assert F.precision.letters == "ddddd" and "guard" in F.precision_source
+    ref = BlockToeplitz(kernel) @ x
+    np.testing.assert_allclose(y, ref, rtol=1e-12)
+
+
+def test_tune_plot_and_rerun(tmp_path, capsys):
+    out, png = tmp_path / "t.yaml", tmp_path / "p.png"
+    args = ["tune", "--nm", "4", "--nd", "3", "--nt", "8", "--nrhs", "1", "--ops", "matvec",
+            "--precisions", "ddddd,ddsdd,sssss", "--repeat", "1", "--out", str(out),
+            "--plot", str(png), "--device", "cpu"]
+    assert main(args) == 0
+    assert png.stat().st_size > 1000
+    assert len(tb.load_table(out)["entries"]) == 1
+    assert main(args) == 0
+    assert "1 already in" in capsys.readouterr().out
+
+
+def test_interrupted_tune_keeps_shapes(tmp_path):
+    out = tmp_path / "t.yaml"
+    cmd = [sys.executable, "-m", "fftmatvec", "tune", "--nm", "4", "--nd", "3", "--nt", "8",
+           "--nm", "1000", "--nd", "100", "--nt", "200", "--ops", "matvec",
+           "--precisions", "ddddd,ddsdd", "--repeat", "1", "--out", str(out), "--device", "cpu"]
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    import time
+
+    for _ in range(600):
+        if out.exists() or proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    entries = tb.load_table(out)["entries"]
+    assert [(e["nm"], e["nd"], e["nt"]) for e in entries] == [(4, 3, 8)]
