@@ -177,6 +177,45 @@ class PlainCupy:
         return cp.fft.irfft(mh.T, n=self.L, axis=-1)[:, : self.nt]
 
 
+class PylopsMDC:
+    """PyLops ``MDC`` with the kernel's spectrum, the operator inverse-problem users pick instead.
+
+    ``MDC(G, nt=L, nv=1, twosided=False, prescaled=True)`` with ``G = rfft(K, n=L)`` as
+    ``(Nf, Nd, Nm)`` is the circular convolution of length ``L``; zero-padding the input to ``L``
+    and keeping the first ``Nt`` outputs gives the same forward and adjoint as ``BlockToeplitz``.
+    ``xp`` is NumPy or CuPy (PyLops follows the array module of ``G``).
+    """
+
+    def __init__(self, xp, K, nt, L, cdtype):
+        from pylops.waveeqprocessing import MDC
+
+        self.xp, self.nt, self.L = xp, nt, L
+        self.nd, self.nm = K.shape[0], K.shape[1]
+        rdtype = np.float64 if cdtype == np.complex128 else np.float32
+        self.rdtype = rdtype
+        G = xp.ascontiguousarray(xp.fft.rfft(K.astype(rdtype), n=L, axis=-1).transpose(2, 0, 1))
+        self.op = MDC(G.astype(cdtype), nt=L, nv=1, twosided=False, prescaled=True)
+
+    def _pad(self, v):
+        x = self.xp.zeros((self.L, v.shape[0]), dtype=self.rdtype)
+        x[: self.nt] = v.T
+        return x.ravel()
+
+    def matvec(self, m):
+        return self.op.matvec(self._pad(m)).reshape(self.L, self.nd)[: self.nt].T
+
+    def rmatvec(self, d):
+        return self.op.rmatvec(self._pad(d)).reshape(self.L, self.nm)[: self.nt].T
+
+
+def have_pylops() -> bool:
+    try:
+        import pylops  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def table_header(title: str, columns: str) -> None:
     """Print a table's title and header; every table starts with the size (Nm, Nd, Nt)."""
     hdr = f"{'Nm':>7} {'Nd':>4} {'Nt':>5} {columns}"
@@ -411,7 +450,7 @@ def main(argv=None) -> int:
                      "ratio the FFT stages allow: floor / (the FFTs as the product runs them, timed "
                      "alone + stage 3's bytes at the read-only bandwidth)",
                      f"{'prec':>6} {'dir':>4} | {'time ms':>8} {'floor ms':>8} {'ratio':>6} {'bound':>6} | "
-                     f"{'plain ms':>8} {'ratio':>6} | {'adj/fwd':>7}")
+                     f"{'plain ms':>8} {'ratio':>6} | {'adj/fwd':>7} | {'MDC ms':>8} {'x ours':>6}")
     for nm, nd, nt in single:
         K = cp.asarray(rng.standard_normal((nd, nm, nt)))
         m = cp.asarray(rng.standard_normal((nm, nt)))
@@ -444,6 +483,16 @@ def main(argv=None) -> int:
                     "floor": pfloor,
                 }
                 del P
+            mdc = {}
+            if not args.no_baseline and have_pylops() and p in ("ddddd", "sssss"):
+                M = PylopsMDC(cp, K, nt, F.fft_len, np.complex128 if p == "ddddd" else np.complex64)
+                for direction, fn, ref in (("fwd", M.matvec, F.matvec), ("adj", M.rmatvec, F.rmatvec)):
+                    v = m if direction == "fwd" else d
+                    err = float(cp.linalg.norm(fn(v) - ref(v)) / cp.linalg.norm(ref(v)))
+                    if err > (1e-10 if p == "ddddd" else 1e-4):
+                        raise RuntimeError(f"PyLops MDC disagrees with the product: {direction} {err:.1e}")
+                    mdc[direction] = median_time(cp, lambda: fn(v), args.repeat)
+                del M
             bounds = {}
             for direction, vec in (("fwd", m), ("adj", d)):
                 t_in, t_out, nbytes3 = fft_stage_times(cp, F, vec[None], direction == "adj",
@@ -453,12 +502,14 @@ def main(argv=None) -> int:
                 pt = plain.get(direction)
                 ptxt = f"{pt * 1e3:8.3f} {plain['floor'] / pt:6.2f}" if pt else f"{'-':>8} {'-':>6}"
                 adjfwd = f"{ta / tf:7.2f}" if direction == "adj" else " " * 7
+                mt = mdc.get(direction)
+                mtxt = f"{mt * 1e3:8.3f} {mt / t:6.2f}" if mt else f"{'-':>8} {'-':>6}"
                 print(f"{nm:>7} {nd:>4} {nt:>5} {p:>6} {direction:>4} | {t * 1e3:8.3f} {floor * 1e3:8.3f} "
-                      f"{floor / t:6.2f} {bounds[direction]:6.2f} | {ptxt} | {adjfwd}")
+                      f"{floor / t:6.2f} {bounds[direction]:6.2f} | {ptxt} | {adjfwd} | {mtxt}")
                 row = dict(nm=nm, nd=nd, nt=nt, precision=p, direction=direction,
                            seconds=t, b2b_seconds=b2b[direction], floor=floor,
                            bound=bounds[direction], plain_seconds=pt,
-                           plain_floor=plain.get("floor"))
+                           plain_floor=plain.get("floor"), pylops_mdc_seconds=mt)
                 if direction in against:
                     own, other = against[direction]
                     row.update(against="=".join(args.against), interleaved_seconds=own,
