@@ -74,6 +74,18 @@ def _check_kernel(kernel: Any):
     return xp
 
 
+def _fingerprint(xp, kernel) -> tuple:
+    """Sums of the kernel's bits read as unsigned integers (plain and position-weighted, exact
+    modulo 2**64): any realistic change to the kernel changes them. One pass over the kernel."""
+    k = xp.ascontiguousarray(kernel)
+    u = k.reshape(-1).view(np.uint32 if k.dtype.itemsize == 4 else
+                           np.uint64 if k.dtype.itemsize == 8 else np.uint8)
+    total = int(u.sum(dtype=np.uint64))
+    rows = k.reshape(k.shape[0], -1).view(u.dtype).sum(axis=1, dtype=np.uint64)
+    ramp = xp.arange(1, rows.size + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    return total, int((rows * ramp).sum(dtype=np.uint64))
+
+
 def _check_dtype(dtype: Any) -> np.dtype:
     try:
         dt = np.dtype(np.float64 if dtype is None else dtype)
@@ -119,7 +131,7 @@ class _OperatorBase:
         return self._xp
 
     # ---- validation ----------------------------------------------------------------------
-    def _check_vector(self, x: Any, n: int, name: str, batched: bool):
+    def _check_vector(self, x: Any, n: int, name: str, batched: bool, check_finite: bool = True):
         xp = backend.get_array_module(x, name=name)
         if xp is not self._xp:
             where = "CuPy (GPU)" if self._xp is not np else "NumPy (CPU)"
@@ -133,7 +145,19 @@ class _OperatorBase:
                 f"{name} must be real floating point (float32 or float64), got dtype {x.dtype}"
             )
         if x.dtype not in _INTERFACE_DTYPES:  # float16, longdouble: the stages take f32 / f64
+            if check_finite and x.size and not bool(xp.isfinite(x).all()):
+                raise FFTMatvecValueError(f"{name} contains NaN or Inf values")
             x = x.astype(self.dtype)
+            if check_finite and x.size and not bool(xp.isfinite(x).all()):
+                raise FFTMatvecValueError(
+                    f"{name} holds values too large for {self.dtype} (they overflow to Inf)"
+                )
+        elif check_finite and x.size:
+            # one reduction: the largest magnitude is finite iff every entry is
+            if not math.isfinite(float(xp.abs(x).max())):
+                raise FFTMatvecValueError(
+                    f"{name} contains NaN or Inf values (pass check_finite=False to skip this check)"
+                )
         if self._device is not None and x.device.id != self._device.id:
             raise FFTMatvecValueError(
                 f"{name} lives on GPU {x.device.id} but the operator on GPU {self._device.id}; "
@@ -156,37 +180,44 @@ class _OperatorBase:
         )
 
     # ---- public products -----------------------------------------------------------------
-    def matvec(self, m):
+    def matvec(self, m, *, check_finite=True):
         """Apply the operator to one vector.
 
         Parameters
         ----------
         m : (n_in, Nt) or (n_in*Nt,) array
             Real input, on the operator's device.
+        check_finite : bool, default True
+            Raise :class:`~fftmatvec.FFTMatvecValueError` if ``m`` holds NaN or Inf (one
+            reduction over ``m``). ``False`` skips it; a non-finite input then spreads to every
+            output time through the FFT.
 
         Returns
         -------
         (n_out, Nt) or (n_out*Nt,) array
             Same rank as ``m``, in the operator's ``dtype``.
         """
-        x, flat = self._check_vector(m, self._n_in, "m", batched=False)
+        x, flat = self._check_vector(m, self._n_in, "m", batched=False, check_finite=check_finite)
         y = self._matmat(x)
         return y.reshape(-1) if flat else y[0]
 
-    def rmatvec(self, d):
-        """Apply the adjoint to one vector: ``d`` is ``(n_out, Nt)`` or flat."""
-        x, flat = self._check_vector(d, self._n_out, "d", batched=False)
+    def rmatvec(self, d, *, check_finite=True):
+        """Apply the adjoint to one vector: ``d`` is ``(n_out, Nt)`` or flat (``check_finite``
+        as in :meth:`matvec`)."""
+        x, flat = self._check_vector(d, self._n_out, "d", batched=False, check_finite=check_finite)
         y = self._rmatmat(x)
         return y.reshape(-1) if flat else y[0]
 
-    def matmat(self, M):
-        """Apply the operator to a batch ``M`` of shape ``(k, n_in, Nt)`` in one batched product."""
-        x, _ = self._check_vector(M, self._n_in, "M", batched=True)
+    def matmat(self, M, *, check_finite=True):
+        """Apply the operator to a batch ``M`` of shape ``(k, n_in, Nt)`` in one batched product
+        (``check_finite`` as in :meth:`matvec`)."""
+        x, _ = self._check_vector(M, self._n_in, "M", batched=True, check_finite=check_finite)
         return self._matmat(x)
 
-    def rmatmat(self, D):
-        """Apply the adjoint to a batch ``D`` of shape ``(k, n_out, Nt)``."""
-        x, _ = self._check_vector(D, self._n_out, "D", batched=True)
+    def rmatmat(self, D, *, check_finite=True):
+        """Apply the adjoint to a batch ``D`` of shape ``(k, n_out, Nt)`` (``check_finite`` as
+        in :meth:`matvec`)."""
+        x, _ = self._check_vector(D, self._n_out, "D", batched=True, check_finite=check_finite)
         return self._rmatmat(x)
 
     def __matmul__(self, x):
@@ -283,10 +314,18 @@ class NormalOperator(_OperatorBase):
         xp = op._xp
         if weight is None:
             self._weight = None
-        elif np.isscalar(weight):
+        elif np.isscalar(weight) or (isinstance(weight, np.ndarray) and weight.ndim == 0):
+            if (isinstance(weight, (bool, np.bool_, str, bytes))
+                    or not isinstance(weight, (int, float, np.integer, np.floating))):
+                raise FFTMatvecTypeError(
+                    f"weight must be a real number or an ({op.nd}, {op.nt}) array, got "
+                    f"{type(weight).__name__} {weight!r}"
+                )
             w = float(weight)
-            if not math.isfinite(w):
-                raise FFTMatvecValueError(f"weight must be finite, got {weight!r}")
+            if not math.isfinite(w) or w < 0:
+                raise FFTMatvecValueError(
+                    f"weight (a noise precision) must be finite and >= 0, got {weight!r}"
+                )
             with op._on_device():
                 self._weight = xp.full((op.nd, op.nt), w, dtype=op.dtype)
         else:
@@ -307,7 +346,11 @@ class NormalOperator(_OperatorBase):
                 raise FFTMatvecTypeError(f"weight must be real, got dtype {weight.dtype}")
             if not bool(xp.isfinite(weight).all()):
                 raise FFTMatvecValueError("weight contains NaN or Inf values")
-            self._weight = xp.ascontiguousarray(weight, dtype=op.dtype)
+            if bool((weight < 0).any()):
+                raise FFTMatvecValueError("weight (a noise precision) must be >= 0 everywhere")
+            # a copy: a weight changed after construction must not change the operator
+            with op._on_device():
+                self._weight = xp.array(weight, dtype=op.dtype, order="C", copy=True)
 
     def _matmat(self, x):
         # the weight is applied inside the forward product's stage 5, on the device
@@ -391,6 +434,9 @@ class BlockToeplitz(_OperatorBase):
         self.fft_len = _check_fft_len(fft_len, self.nt)
         self.nf = self.fft_len // 2 + 1
         self._kernel = kernel
+        # a fingerprint of the kernel's bytes: a derived operator (with_precision) must equal
+        # the one built from the kernel as it was here, so it refuses a changed kernel
+        self._kernel_print = _share._kernel_print if _share is not None else _fingerprint(xp, kernel)
         # the GPU the kernel lives on: products run there whatever device is current
         self._device = None if xp is np else kernel.device
         # One-vector products that a fused product served before (_one): (adjoint, shape,
@@ -432,6 +478,11 @@ class BlockToeplitz(_OperatorBase):
     def with_precision(self, precision) -> "BlockToeplitz":
         """A new operator in another precision, sharing the kernel and, when stage 3's letter
         is unchanged, the stored ``Khat``."""
+        if _fingerprint(self._xp, self._kernel) != self._kernel_print:
+            raise FFTMatvecValueError(
+                "kernel was changed after this operator was built; with_precision derives from "
+                "that kernel, so build a new BlockToeplitz from the changed kernel instead"
+            )
         return BlockToeplitz(self._kernel, precision, dtype=self.dtype, fft_len=self.fft_len,
                              _share=self)
 
@@ -467,16 +518,16 @@ class BlockToeplitz(_OperatorBase):
         )
 
     # ---- one vector: the fused product without the general path's overhead ---------------
-    def matvec(self, m):
-        return self._one(m, adjoint=False)
+    def matvec(self, m, *, check_finite=True):
+        return self._one(m, adjoint=False, check_finite=check_finite)
 
-    def rmatvec(self, d):
-        return self._one(d, adjoint=True)
+    def rmatvec(self, d, *, check_finite=True):
+        return self._one(d, adjoint=True, check_finite=check_finite)
 
     matvec.__doc__ = _OperatorBase.matvec.__doc__
     rmatvec.__doc__ = _OperatorBase.rmatvec.__doc__
 
-    def _one(self, v, adjoint: bool):
+    def _one(self, v, adjoint: bool, check_finite: bool = True):
         """One vector's product. Once the general path has served a CuPy vector of this shape
         and dtype through a fused product (NVIDIA), later ones go to that product directly:
         their checks shrink to the ones that can change between calls (the array's device and
@@ -492,8 +543,14 @@ class BlockToeplitz(_OperatorBase):
                     known = False  # the general path serves this shape and dtype
                 elif (v.data.device_id == self._device_id and v.flags.c_contiguous
                       and backend.cupy.cuda.runtime.getDevice() == self._device_id):
+                    if check_finite and not math.isfinite(float(abs(v).max())):
+                        raise FFTMatvecValueError(
+                            f"{'d' if adjoint else 'm'} contains NaN or Inf values "
+                            f"(pass check_finite=False to skip this check)"
+                        )
                     return product(v, y_shape, contiguous=True)
-        y = (_OperatorBase.rmatvec if adjoint else _OperatorBase.matvec)(self, v)
+        y = (_OperatorBase.rmatvec if adjoint else _OperatorBase.matvec)(
+            self, v, check_finite=check_finite)
         if known:
             self._remember_one(v, adjoint, y.shape)
         return y
