@@ -328,7 +328,7 @@ REDUCE_LANES = 8  # the split-K reduction's largest blockDim.y (hip_kernels/sbge
 # sharing an output's splits (``reduce_*``), which skinny products need. On an H200 the serial
 # sum was 1.2-2.1x as fast over 200 000-400 400 outputs and 4-16 splits, as fast within the
 # noise of launches of 5-8 µs below that, and slower past 24 splits in complex64
-# (scripts/probe_reduce.py; docs/benchmarks.md, twenty-eighth run).
+# (a probe git history keeps; docs/benchmarks.md, twenty-eighth run).
 REDUCE_SERIAL_MAX_SPLITS = 16
 REDUCE_SERIAL_MIN_OUTPUTS = 256
 REDUCE_SERIAL_THREADS = 256
@@ -336,7 +336,7 @@ REDUCE_SERIAL_THREADS = 256
 # inverse FFT is a cuFFT plan with callbacks, adds the splits in that FFT's load callback
 # (hip_kernels/fft_callbacks.cu: FMV_SPLIT_LOAD) instead of a sum kernel of their own: one
 # launch fewer, and the sums are never written. 0 turns it off. On an H200, interleaved with the
-# sum kernel (scripts/probe_fold.py; docs/benchmarks.md, twenty-ninth run), the `ddddd`
+# sum kernel (a probe git history keeps; docs/benchmarks.md, twenty-ninth run), the `ddddd`
 # forwards of 2, 3 and 6 splits ((1000 | 1500 | 5000, 100, 1000)) took 0.8-3.0 µs less, waited
 # for or back to back, with the same outputs to the bit; the `sssss` forwards of 11 splits took
 # 3.9-7.4 µs more, and the `ddddd` one of 14 ((1000, 40, 1000)) 1.9-2.7 more: past 8 splits the
