@@ -21,8 +21,8 @@ __all__ = ["SAFETY", "UNIT_ROUNDOFF", "GROWTH", "table_paths", "choose", "model_
 
 SAFETY = 4.0  # a front point is taken when 4 x its largest measured error is within rtol
 UNIT_ROUNDOFF = {"d": 2.0**-53, "s": 2.0**-24, "h": 2.0**-11}
-# growth factor per stage (error of the product / unit roundoff of that stage), calibrated from
-# the CPU sweep of random kernels in docs/tuning.md (stage 3 sums over Nm terms: sqrt(n) growth)
+# growth factor per stage (error of the product / unit roundoff of that stage), set by hand as
+# conservative bounds, not yet fitted to measurements (stage 3 sums over Nm terms: sqrt(n) growth)
 GROWTH = (2.0, 8.0, 8.0, 8.0, 2.0)
 _warned = set()
 
