@@ -39,14 +39,11 @@ def table_paths() -> list[Path]:
             out.append(p)
         else:
             raise FFTMatvecValueError(f"FFTMATVEC_TUNING_PATH={env!r} is neither a file nor a folder")
-    try:
-        import platformdirs
+    import platformdirs
 
-        cache = Path(platformdirs.user_cache_dir("fftmatvec")) / "tuning"
-        if cache.is_dir():
-            out += sorted(cache.glob("*.yaml"))
-    except ImportError:  # pragma: no cover
-        pass
+    cache = Path(platformdirs.user_cache_dir("fftmatvec")) / "tuning"
+    if cache.is_dir():
+        out += sorted(cache.glob("*.yaml"))
     shipped = Path(__file__).resolve().parent.parent / "tuning_tables"
     if not shipped.is_dir():  # a source checkout: the top-level tuning/ folder
         shipped = Path(__file__).resolve().parents[2] / "tuning"
