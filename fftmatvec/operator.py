@@ -86,6 +86,15 @@ def _fingerprint(xp, kernel) -> tuple:
     return total, int((rows * ramp).sum(dtype=np.uint64))
 
 
+def _require_finite(xp, x, name: str) -> None:
+    """Raise if ``x`` holds NaN or Inf: one reduction, the largest magnitude is finite iff
+    every entry is."""
+    if x.size and not math.isfinite(float(xp.abs(x).max())):
+        raise FFTMatvecValueError(
+            f"{name} contains NaN or Inf values (pass check_finite=False to skip this check)"
+        )
+
+
 def _check_dtype(dtype: Any) -> np.dtype:
     try:
         dt = np.dtype(np.float64 if dtype is None else dtype)
@@ -152,12 +161,8 @@ class _OperatorBase:
                 raise FFTMatvecValueError(
                     f"{name} holds values too large for {self.dtype} (they overflow to Inf)"
                 )
-        elif check_finite and x.size:
-            # one reduction: the largest magnitude is finite iff every entry is
-            if not math.isfinite(float(xp.abs(x).max())):
-                raise FFTMatvecValueError(
-                    f"{name} contains NaN or Inf values (pass check_finite=False to skip this check)"
-                )
+        elif check_finite:
+            _require_finite(xp, x, name)
         if self._device is not None and x.device.id != self._device.id:
             raise FFTMatvecValueError(
                 f"{name} lives on GPU {x.device.id} but the operator on GPU {self._device.id}; "
@@ -543,11 +548,8 @@ class BlockToeplitz(_OperatorBase):
                     known = False  # the general path serves this shape and dtype
                 elif (v.data.device_id == self._device_id and v.flags.c_contiguous
                       and backend.cupy.cuda.runtime.getDevice() == self._device_id):
-                    if check_finite and not math.isfinite(float(abs(v).max())):
-                        raise FFTMatvecValueError(
-                            f"{'d' if adjoint else 'm'} contains NaN or Inf values "
-                            f"(pass check_finite=False to skip this check)"
-                        )
+                    if check_finite:
+                        _require_finite(self._xp, v, "d" if adjoint else "m")
                     return product(v, y_shape, contiguous=True)
         y = (_OperatorBase.rmatvec if adjoint else _OperatorBase.matvec)(
             self, v, check_finite=check_finite)
