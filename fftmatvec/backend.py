@@ -8,7 +8,6 @@ belongs to.
 from __future__ import annotations
 
 import functools
-import os
 from typing import Any
 
 import numpy as np
@@ -26,8 +25,6 @@ __all__ = [
 
 
 def _import_cupy():
-    if os.environ.get("FFTMATVEC_DISABLE_GPU", "") not in ("", "0"):
-        return None
     try:
         import cupy  # noqa: F401
     except Exception:  # ImportError, or a broken CUDA/ROCm installation

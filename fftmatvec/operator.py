@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 import scipy.fft
 
-from . import _gpu, backend
+from . import backend
+from .gpu.plan import parse_overrides, plan_key
 from ._errors import FFTMatvecTypeError, FFTMatvecValueError
 from ._matmul import MatmulEngine, rfft
 from .precision import PrecisionConfig
@@ -433,8 +434,11 @@ class BlockToeplitz(_OperatorBase):
         self.rtol = rtol
         self.precision = PrecisionConfig(precision)
         self._guard = _Guard(self, check_every) if check_every is not None else None
-        # the planner's overrides: the user's plan= wins over the tuned table's
-        self.plan_overrides = dict(plan) if plan is not None else dict(self._tuned_plan or {})
+        # the planner's overrides: the user's plan= wins over FFTMATVEC_PLAN, which wins over
+        # the tuned table's (fftmatvec.gpu.plan)
+        self._plan_user = parse_overrides(plan, "plan")
+        self._plan_tuned = parse_overrides(self._tuned_plan, "the tuning table's plan")
+        self.plan_overrides = {**self._plan_tuned, **self._plan_user}
         self._n_in, self._n_out = self.nm, self.nd
         self.fft_len = _check_fft_len(fft_len, self.nt)
         self.nf = self.fft_len // 2 + 1
@@ -451,11 +455,13 @@ class BlockToeplitz(_OperatorBase):
         self._device_id = None if xp is np else kernel.device.id
         self._engine = None
         if (_share is not None and _share.precision.letters[2] == self.precision.letters[2]
-                and _share.fft_len == self.fft_len):
+                and _share.fft_len == self.fft_len and _share.plan_overrides == self.plan_overrides):
             self._engine = _share._engine
         if self._engine is None:
             with self._on_device():
                 self._engine = self._make_engine()
+                if hasattr(self._engine, "overrides"):  # the GPU engine: its planner reads them
+                    self._engine.overrides, self._engine.tuned = self._plan_user, self._plan_tuned
                 self._setup_khat()
 
     # ---- setup ---------------------------------------------------------------------------
@@ -464,7 +470,7 @@ class BlockToeplitz(_OperatorBase):
             from . import kernels
 
             if kernels.available():
-                from ._gpu import KernelEngine
+                from .gpu.engine import KernelEngine
 
                 return KernelEngine(self.precision, self.nd, self.nm, self.nf, self.nt, self.fft_len)
         return MatmulEngine(self._xp, self.precision, self.nd, self.nm, self.nf, self.nt, self.fft_len)
@@ -489,7 +495,25 @@ class BlockToeplitz(_OperatorBase):
                 "that kernel, so build a new BlockToeplitz from the changed kernel instead"
             )
         return BlockToeplitz(self._kernel, precision, dtype=self.dtype, fft_len=self.fft_len,
-                             _share=self)
+                             plan=self._plan_user or None, _share=self)
+
+    def plan(self, k: int = 1, adjoint: bool = False):
+        """The :class:`~fftmatvec.gpu.plan.Plan` a product of ``k`` right-hand sides will run
+        (``print`` it for the words): fused or stage by stage, the FFTs, stage 3's kernels with
+        their tiles and split-K, CUDA-graph replay, and the overrides in effect."""
+        from .gpu.plan import Plan
+
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise FFTMatvecValueError(f"k must be a positive integer, got {k!r}")
+        if self._engine.name != "kernels":
+            return Plan("adjoint" if adjoint else "forward", int(k), self.precision.letters,
+                        "cpu" if self._xp is np else "stages",
+                        device="CPU" if self._xp is np else "GPU (CuPy, no package kernels)")
+        from .gpu.planner import plan_for
+
+        with self._on_device():
+            return plan_for(self._engine, self.precision, bool(adjoint), int(k), self.dtype,
+                            self.dtype)
 
     def normal(self, weight=None) -> NormalOperator:
         """The Gauss-Newton operator ``F^T W F`` (``W`` diagonal: scalar or ``(Nd, Nt)``)."""
@@ -542,7 +566,7 @@ class BlockToeplitz(_OperatorBase):
         known = type(v) is self._one_type
         if known:
             hit = self._one_paths.get((adjoint, v.shape, v.dtype))
-            if hit is not None and hit[2] == _gpu.path_switches():
+            if hit is not None and hit[2] == plan_key():
                 product, y_shape, _ = hit
                 if product is None:
                     known = False  # the general path serves this shape and dtype
@@ -562,7 +586,7 @@ class BlockToeplitz(_OperatorBase):
         accepted): the fused product, or None for the general path."""
         if not v.flags.c_contiguous:
             return  # copied first on the general path; a contiguous one may follow
-        switches = _gpu.path_switches()
+        switches = plan_key()
         product = None
         if v.dtype in _INTERFACE_DTYPES:
             eng = self._engine

@@ -15,11 +15,12 @@ smallest fast length ``fft_length(Nt)``.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
 import numpy as np
+
+from fftmatvec.gpu.plan import set_env_key
 
 
 def main(argv=None) -> int:
@@ -33,8 +34,9 @@ def main(argv=None) -> int:
 
     import cupy as cp
 
-    from fftmatvec import _fftcb, fft_length
-    from fftmatvec._gpu import KernelEngine
+    from fftmatvec import fft_length
+    from fftmatvec.gpu import callbacks as _fftcb
+    from fftmatvec.gpu import KernelEngine
     from fftmatvec.precision import PrecisionConfig
 
     sys.path.insert(0, __file__.rsplit("/", 1)[0])
@@ -42,7 +44,7 @@ def main(argv=None) -> int:
 
     # this script compares cuFFT with callbacks against the stages one by one: the row FFT
     # kernels (scripts/bench_row_fft.py) stay out of the fused plans
-    os.environ["FFTMATVEC_ROW_FFT"] = "0"
+    set_env_key("row_fft", "0")
     ok, why = _fftcb.support()
     if not ok:
         print(f"cuFFT callbacks are not available here: {why}")

@@ -27,6 +27,8 @@ from unittest import mock
 
 import numpy as np
 
+from fftmatvec.gpu.plan import ENV as PLAN_ENV, set_env_key
+
 SIZES = [(1000, 100, 1000), (5000, 100, 1000), (20000, 50, 500), (100000, 10, 100)]
 SMALL = [(289, 15, 10), (1000, 20, 100)]
 PRECISIONS = ["ddddd", "sssss", "ddhdd"]
@@ -228,11 +230,11 @@ def count_launches(cp, fn) -> int | None:
     """Kernel nodes in a CUDA graph captured from one call of ``fn`` with the operator's own
     graph replay switched off (the default's kernels, at the sizes it fuses), or None if
     unsupported."""
-    os.environ["FFTMATVEC_CUDA_GRAPHS"] = "0"
+    set_env_key("graphs", "0")
     try:
         return _count_launches(cp, fn)
     finally:
-        os.environ.pop("FFTMATVEC_CUDA_GRAPHS")
+        set_env_key("graphs", None)
 
 
 def _count_launches(cp, fn) -> int | None:
@@ -291,12 +293,12 @@ def stage_table(cp, fm, sizes, precs, bw, rng, repeat, results) -> None:
                 whole = {}
                 for name, graphs, fused in (("stages", "0", "0"), ("fused", "0", "auto"),
                                             ("graph", "1", "auto")):
-                    os.environ["FFTMATVEC_CUDA_GRAPHS"] = graphs
-                    os.environ["FFTMATVEC_FFT_CALLBACKS"] = fused
-                    os.environ["FFTMATVEC_ROW_FFT"] = fused
+                    set_env_key("graphs", graphs)
+                    set_env_key("fft_callbacks", fused)
+                    set_env_key("row_fft", fused)
                     whole[name] = median_time(cp, lambda: F._apply(x, adjoint), repeat)
-                for name in ("FFTMATVEC_CUDA_GRAPHS", "FFTMATVEC_FFT_CALLBACKS", "FFTMATVEC_ROW_FFT"):
-                    os.environ.pop(name)
+                for name in ("graphs", "fft_callbacks", "row_fft"):
+                    set_env_key(name, None)
                 eng = F._engine
                 if not (hasattr(eng, "callbacks") and (eng.callbacks()[0] or eng.row_ffts(eng.prec))):
                     whole["fused"] = float("nan")  # nothing fuses here: 'fused' ran stage by stage
@@ -375,12 +377,16 @@ def target_summary(results) -> list[str]:
     return lines
 
 
-def _switch_setting(text: str) -> tuple[str, str]:
-    """``NAME=VALUE`` of ``--against``: an FFTMATVEC_* environment switch."""
-    name, sep, value = text.partition("=")
-    if not sep or not name.startswith("FFTMATVEC_"):
-        raise argparse.ArgumentTypeError(f"expected FFTMATVEC_NAME=VALUE, got {text!r}")
-    return name, value
+def _plan_setting(text: str) -> tuple[str, str]:
+    """``KEY=VALUE`` of ``--against``: one plan override (fftmatvec.gpu.plan, docs/gpu.md)."""
+    from fftmatvec import FFTMatvecError
+    from fftmatvec.gpu.plan import parse_overrides
+
+    try:
+        (key, value), = parse_overrides(text, "--against").items()
+    except (FFTMatvecError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(f"expected one plan KEY=VALUE, got {text!r}: {exc}")
+    return key, value
 
 
 def interleaved(time_own, time_other, rounds: int = 3) -> tuple[float, float]:
@@ -399,7 +405,7 @@ def plan_with(eng, setting, adjoint, k, in_dtype, out_dtype):
     key = (adjoint, k, np.dtype(in_dtype), np.dtype(out_dtype))
     saved = eng._plans.pop(key, None)
     try:
-        with mock.patch.dict(os.environ, {setting[0]: setting[1]}):
+        with mock.patch.dict(os.environ, {PLAN_ENV: "=".join(setting)}):
             return eng._plan(adjoint, k, in_dtype, out_dtype)
     finally:
         eng._plans.pop(key, None)
@@ -420,9 +426,9 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-batches", action="store_true")
     ap.add_argument("--skip-small", action="store_true")
     ap.add_argument("--stages", action="store_true", help="also time each stage and graph on/off")
-    ap.add_argument("--against", metavar="NAME=VALUE", type=_switch_setting,
+    ap.add_argument("--against", metavar="NAME=VALUE", type=_plan_setting,
                     help="also time each single-vector product and each batch's stage 3 with "
-                         "this environment switch set (e.g. FFTMATVEC_FUSED_ADJOINT=0), "
+                         "this plan override set (e.g. fused_adjoint=0), "
                          "interleaved with the default in the same run, best of 3 medians each")
     ap.add_argument("--json", help="write all numbers to this file")
     args = ap.parse_args(argv)
@@ -467,7 +473,7 @@ def main(argv=None) -> int:
             if args.against:
                 name, value = args.against
                 def switched(fn):
-                    with mock.patch.dict(os.environ, {name: value}):
+                    with mock.patch.dict(os.environ, {PLAN_ENV: f"{name}={value}"}):
                         return median_time(cp, fn, args.repeat)
 
                 for direction, fn in (("fwd", lambda: F.matvec(m)), ("adj", lambda: F.rmatvec(d))):
@@ -592,7 +598,7 @@ def main(argv=None) -> int:
     if not args.skip_small:
         table_header("small problems: time per matvec (launch latency dominates): the operator as it "
                      "runs by default (NVIDIA: the fused product), and replaying its stages as one CUDA "
-                     "graph (FFTMATVEC_CUDA_GRAPHS=1); 'launches' counts the kernels of one default product",
+                     "graph (graphs=1); 'launches' counts the kernels of one default product",
                      f"{'prec':>6} {'dir':>4} | {'default us':>10} {'graph us':>8} {'launches':>8} | "
                      f"{'plain us':>8}")
         for nm, nd, nt in SMALL:
@@ -605,9 +611,9 @@ def main(argv=None) -> int:
                 for dname, fn, pfn in (("fwd", lambda: F.matvec(m), lambda: P.matvec(m)),
                                        ("adj", lambda: F.rmatvec(d), lambda: P.rmatvec(d))):
                     t = median_time(cp, fn, 200, warmup=10)
-                    os.environ["FFTMATVEC_CUDA_GRAPHS"] = "1"
+                    set_env_key("graphs", "1")
                     tg = median_time(cp, fn, 200, warmup=10)
-                    os.environ.pop("FFTMATVEC_CUDA_GRAPHS")
+                    set_env_key("graphs", None)
                     pt = median_time(cp, pfn, 200, warmup=10)
                     n = count_launches(cp, fn)
                     print(f"{nm:>7} {nd:>4} {nt:>5} {p:>6} {dname:>4} | {t * 1e6:10.1f} {tg * 1e6:8.1f} "

@@ -2,7 +2,7 @@
 """Stages 1+2 and 4+5 as the package's own FFT kernels (``hip_kernels/rowfft.cuh``) against
 cuFFT with the padding and unpadding as callbacks, the operator's two ways to run them. Each
 pair is timed in the same run, on the plans a fused product makes
-(``KernelEngine.fused_plans`` with ``FFTMATVEC_ROW_FFT=1`` and ``=0``), with its floor: the
+(``KernelEngine.fused_plans`` with ``row_fft=1`` and ``=0``), with its floor: the
 bytes the fused stage must move (the unpadded real rows once, the complex rows once, in the
 dtypes the product uses) over the copy bandwidth measured in that run. Also prints the largest
 difference between the two results, relative to the largest value.
@@ -25,6 +25,8 @@ import sys
 
 import numpy as np
 
+from fftmatvec.gpu.plan import ENV as PLAN_ENV, set_env_key
+
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
@@ -44,8 +46,9 @@ def main(argv=None) -> int:
 
     import cupy as cp
 
-    from fftmatvec import _fftcb, _rowfft, fft_length
-    from fftmatvec._gpu import KernelEngine
+    from fftmatvec import fft_length
+    from fftmatvec.gpu import callbacks as _fftcb, rowfft as _rowfft
+    from fftmatvec.gpu import KernelEngine
     from fftmatvec.precision import PrecisionConfig
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -62,7 +65,7 @@ def main(argv=None) -> int:
     print("-" * len(hdr))
     rng = np.random.default_rng(5)
     results = []
-    saved = os.environ.get("FFTMATVEC_ROW_FFT")
+    saved = os.environ.get(PLAN_ENV)
     try:
         for size in args.sizes.split(","):
             rows, nt = (int(v) for v in size.split("x"))
@@ -75,7 +78,7 @@ def main(argv=None) -> int:
                 for mode in ("0", "1"):
                     if mode == "0" and not callbacks:
                         continue
-                    os.environ["FFTMATVEC_ROW_FFT"] = mode
+                    set_env_key("row_fft", mode)
                     # the forward plan of a forward product (rows -> xhat), the inverse plan of
                     # an adjoint (yhat -> rows)
                     plans[mode] = (eng.fused_plans(prec, False, 1, np.float64, np.float64).fwd,
@@ -166,9 +169,9 @@ def main(argv=None) -> int:
                 cp.get_default_memory_pool().free_all_blocks()
     finally:
         if saved is None:
-            os.environ.pop("FFTMATVEC_ROW_FFT", None)
+            os.environ.pop(PLAN_ENV, None)
         else:
-            os.environ["FFTMATVEC_ROW_FFT"] = saved
+            os.environ[PLAN_ENV] = saved
     if args.json:
         write_json(args.json, results)
     return 0

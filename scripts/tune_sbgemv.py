@@ -42,7 +42,7 @@ def main(argv=None) -> int:
     import cupy as cp
 
     import fftmatvec as fm
-    from fftmatvec._gpu import (ASYNC_TILES, PIPE_TILES, STAGED_TILES, TILES, WIDE_TILES,
+    from fftmatvec.gpu import (ASYNC_TILES, PIPE_TILES, STAGED_TILES, TILES, WIDE_TILES,
                                 XREG_MAX_ND, XREG_TILES, pipe_max_splits)
 
     sys.path.insert(0, __file__.rsplit("/", 1)[0])
@@ -76,16 +76,13 @@ def main(argv=None) -> int:
                 cands = []  # (description, plan): all made first, then timed (time_both_ways)
                 default = eng._plan(adjoint, k, x.dtype, np.complex128)
                 eng._plans.clear()
-                switches = ("FFTMATVEC_STAGED", "FFTMATVEC_MMA", "FFTMATVEC_ASYNC",
-                            "FFTMATVEC_XREG")
-                saved = {v: os.environ.get(v) for v in switches}
-                os.environ.update({v: "0" for v in switches})
+                saved = os.environ.get("FFTMATVEC_PLAN")
+                os.environ["FFTMATVEC_PLAN"] = "stage3=gemv"
                 unstaged = eng._plan(adjoint, k, x.dtype, np.complex128)  # the GEMV kernel
-                for var, value in saved.items():
-                    if value is None:
-                        os.environ.pop(var)
-                    else:
-                        os.environ[var] = value
+                if saved is None:
+                    os.environ.pop("FFTMATVEC_PLAN")
+                else:
+                    os.environ["FFTMATVEC_PLAN"] = saved
                 eng._plans.clear()
                 cands += [("unstaged default", unstaged), ("default", default)]
                 if k == 1:  # the default tile of one frequency group (default block), as a reference
@@ -207,7 +204,7 @@ def fit_split_model(points) -> dict:
     the engine's, and return (a, w, b)."""
     from scipy.optimize import nnls
 
-    from fftmatvec._gpu import PIPE_MAX_SPLIT_ROWS, pipe_split_count, pipe_split_time
+    from fftmatvec.gpu import PIPE_MAX_SPLIT_ROWS, pipe_split_count, pipe_split_time
 
     fits = {}
     for key in sorted({(p["store"], p["adjoint"]) for p in points}):

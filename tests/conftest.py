@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -75,3 +77,19 @@ def load_script(name: str):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def set_plan(monkeypatch, key: str, value) -> None:
+    """Set (or, with ``value`` None, remove) one key of ``FFTMATVEC_PLAN`` for a test, keeping
+    the others."""
+    from fftmatvec.gpu.plan import ENV
+
+    items = dict(item.split("=", 1) for item in os.environ.get(ENV, "").split(",") if "=" in item)
+    if value is None:
+        items.pop(key, None)
+    else:
+        items[key] = value
+    if items:
+        monkeypatch.setenv(ENV, ",".join(f"{k}={v}" for k, v in items.items()))
+    else:
+        monkeypatch.delenv(ENV, raising=False)

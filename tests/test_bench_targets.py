@@ -98,16 +98,16 @@ def test_host_times_three_ways(monkeypatch):
 
 
 def test_against_takes_a_switch_setting():
-    """--against NAME=VALUE: an FFTMATVEC_* switch and its value, anything else refused."""
+    """--against KEY=VALUE: one plan override and its value, anything else refused."""
     import argparse
 
     import pytest
 
     bench = load_script("bench_matvec")
-    assert bench._switch_setting("FFTMATVEC_FUSED_ADJOINT=0") == ("FFTMATVEC_FUSED_ADJOINT", "0")
-    for bad in ("FFTMATVEC_FUSED_ADJOINT", "PATH=/tmp", "=1"):
-        with pytest.raises(argparse.ArgumentTypeError, match="FFTMATVEC_NAME=VALUE"):
-            bench._switch_setting(bad)
+    assert bench._plan_setting("fused_adjoint=0") == ("fused_adjoint", "0")
+    for bad in ("fused_adjoint", "PATH=/tmp", "=1", "row_fft=0,mma=1", "mma=2"):
+        with pytest.raises(argparse.ArgumentTypeError, match="one plan KEY=VALUE"):
+            bench._plan_setting(bad)
 
 
 def test_plan_with_leaves_the_engine_cache():
@@ -124,17 +124,17 @@ def test_plan_with_leaves_the_engine_cache():
 
     def plan(adjoint, k, in_dtype, out_dtype):
         eng._plans[(adjoint, k, np.dtype(in_dtype), np.dtype(out_dtype))] = made = [
-            os.environ.get("FFTMATVEC_XREG")]
+            os.environ.get("FFTMATVEC_PLAN")]
         return made
 
     eng._plan = plan
-    before = os.environ.get("FFTMATVEC_XREG")
-    got = bench.plan_with(eng, ("FFTMATVEC_XREG", "0"), True, 16, np.complex128, np.complex128)
-    assert got == ["0"] and eng._plans == {key: ["default"]}
-    assert os.environ.get("FFTMATVEC_XREG") == before
+    before = os.environ.get("FFTMATVEC_PLAN")
+    got = bench.plan_with(eng, ("xreg", "0"), True, 16, np.complex128, np.complex128)
+    assert got == ["xreg=0"] and eng._plans == {key: ["default"]}
+    assert os.environ.get("FFTMATVEC_PLAN") == before
     eng._plans.clear()
-    assert bench.plan_with(eng, ("FFTMATVEC_XREG", "1"), True, 16, np.complex128,
-                           np.complex128) == ["1"]
+    assert bench.plan_with(eng, ("xreg", "1"), True, 16, np.complex128,
+                           np.complex128) == ["xreg=1"]
     assert eng._plans == {}
 
 

@@ -11,9 +11,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from conftest import set_plan
+
 import fftmatvec as fm
-from fftmatvec import _fftcb, _rowfft, backend
-from fftmatvec._gpu import KernelEngine
+from fftmatvec import backend
+from fftmatvec.gpu import callbacks as _fftcb
+from fftmatvec.gpu import rowfft as _rowfft
+from fftmatvec.gpu import KernelEngine
 from fftmatvec.precision import PrecisionConfig
 
 from conftest import dense_btt, rel_err, to_numpy
@@ -31,9 +35,6 @@ def test_mapped_library_finds_what_is_loaded():
 
 
 def test_support_says_why_not(monkeypatch):
-    monkeypatch.setenv("FFTMATVEC_FFT_CALLBACKS", "0")
-    assert _fftcb.support() == (False, "turned off (FFTMATVEC_FFT_CALLBACKS=0)")
-    monkeypatch.delenv("FFTMATVEC_FFT_CALLBACKS")
     ok, why = _fftcb.support()
     if not backend.gpu_available():
         assert (ok, why) == (False, "no GPU")
@@ -163,7 +164,7 @@ def test_fused_plans_add_the_splits_in_the_inverse_load(monkeypatch):
 def test_ifft_unpad_checks_what_it_reads():
     """The stages-4+5 step refuses an input smaller than what its plan reads: the spectra, or
     the partial sums of every split where the plan adds them, and names which."""
-    from fftmatvec._gpu import FusedPlans
+    from fftmatvec.gpu import FusedPlans
 
     engine = SimpleNamespace(nf=11, compute=np.dtype(np.complex64))
     ran = []
@@ -187,11 +188,11 @@ def test_ifft_unpad_checks_what_it_reads():
 def test_fold_splits_takes_one_launch_of_few_splits(monkeypatch):
     """The splits the inverse adds: a stage 3 of one launch with 2 to FOLD_MAX_SPLITS
     splits; none for one split, more, or several launches."""
-    from fftmatvec import _gpu
+    from fftmatvec import gpu as _gpu
 
     def engine(*splits):
         plan = [SimpleNamespace(splits=s) for s in splits]
-        return SimpleNamespace(stage3=lambda *a: SimpleNamespace(plan=plan),
+        return SimpleNamespace(_plan=lambda *a: plan,
                                xhat_dtype=lambda prec: None, yhat_dtype=lambda prec: None)
 
     prec = PrecisionConfig("ddddd")
@@ -199,7 +200,7 @@ def test_fold_splits_takes_one_launch_of_few_splits(monkeypatch):
     assert [KernelEngine.fold_splits(engine(s), prec, False, 1) for s in (1, 2, top, top + 1)] \
         == [0, 2, top, 0]
     assert KernelEngine.fold_splits(engine(4, 4), prec, False, 3) == 0
-    monkeypatch.setattr(_gpu, "FOLD_MAX_SPLITS", 0)
+    monkeypatch.setattr(_gpu.planner, "FOLD_MAX_SPLITS", 0)
     assert KernelEngine.fold_splits(engine(2), prec, False, 1) == 0
 
 
@@ -273,14 +274,14 @@ def test_fused_plans_mix_kernels_and_callbacks(monkeypatch):
 
 def test_fused_plans_warn_and_fall_back(monkeypatch):
     """A plan cuFFT cannot make: a warning and the separate kernels, or with
-    FFTMATVEC_FFT_CALLBACKS=1 the error."""
+    fft_callbacks=1 the error."""
     engine, _ = _host_engine(monkeypatch, fail="link failed")
     prec = PrecisionConfig("ddddd")
-    monkeypatch.delenv("FFTMATVEC_FFT_CALLBACKS", raising=False)
+    set_plan(monkeypatch, "fft_callbacks", None)
     with pytest.warns(RuntimeWarning, match="link failed"):
         assert KernelEngine.fused_plans(engine, prec, False, 1, np.float64, np.float64) is None
     assert KernelEngine.fused_plans(engine, prec, False, 1, np.float64, np.float64) is None
-    monkeypatch.setenv("FFTMATVEC_FFT_CALLBACKS", "1")
+    set_plan(monkeypatch, "fft_callbacks", "1")
     engine._cb_plans.clear()
     with pytest.raises(_fftcb.CallbackError, match="link failed"):
         KernelEngine.fused_plans(engine, prec, False, 1, np.float64, np.float64)
@@ -356,8 +357,8 @@ def test_fused_matches_dense(monkeypatch, rng, callbacks, graphs, precision, dty
     interface dtype."""
     if callbacks == "1":
         _needs_callbacks()
-    monkeypatch.setenv("FFTMATVEC_FFT_CALLBACKS", callbacks)
-    monkeypatch.setenv("FFTMATVEC_CUDA_GRAPHS", graphs)
+    set_plan(monkeypatch, "fft_callbacks", callbacks)
+    set_plan(monkeypatch, "graphs", graphs)
     K, F = _op(rng, shape, precision, dtype)
     A = dense_btt(K)
     nd, nm, nt = shape
@@ -382,14 +383,14 @@ def test_fused_matches_dense(monkeypatch, rng, callbacks, graphs, precision, dty
 def test_fused_agrees_with_stages_one_by_one(monkeypatch, rng, precision):
     """The fused product and the unfused one differ only by the FFTs' own rounding."""
     _needs_callbacks()
-    monkeypatch.setenv("FFTMATVEC_CUDA_GRAPHS", "0")
+    set_plan(monkeypatch, "graphs", "0")
     shape = (9, 40, 64)
     K = rng.standard_normal(shape)
     m = _rand(rng, shape[1], shape[2])
     d = _rand(rng, shape[0], shape[2])
     out = {}
     for mode in ("0", "1"):
-        monkeypatch.setenv("FFTMATVEC_FFT_CALLBACKS", mode)
+        set_plan(monkeypatch, "fft_callbacks", mode)
         F = fm.BlockToeplitz(backend.cupy.asarray(K), precision)
         assert F._engine.callbacks()[0] is (mode == "1")
         out[mode] = (F.matvec(m), F.rmatvec(d))
@@ -405,8 +406,8 @@ def test_fused_long_time_axis(monkeypatch, rng, precision):
     """A time axis long enough that cuFFT splits each transform into several passes (and may
     use its output buffer as scratch): against the NumPy float64 operator."""
     _needs_callbacks()
-    monkeypatch.setenv("FFTMATVEC_FFT_CALLBACKS", "1")
-    monkeypatch.setenv("FFTMATVEC_CUDA_GRAPHS", "0")
+    set_plan(monkeypatch, "fft_callbacks", "1")
+    set_plan(monkeypatch, "graphs", "0")
     shape = (2, 3, 40000)
     K = rng.standard_normal(shape)
     ref = fm.BlockToeplitz(K, "ddddd")
@@ -423,8 +424,8 @@ def test_fused_long_time_axis(monkeypatch, rng, precision):
 def test_weighted_products_run_unfused(monkeypatch, rng):
     """A weighted normal operator keeps the unpad kernel (its weight changes per call)."""
     _needs_callbacks()
-    monkeypatch.setenv("FFTMATVEC_FFT_CALLBACKS", "1")
-    monkeypatch.setenv("FFTMATVEC_CUDA_GRAPHS", "0")
+    set_plan(monkeypatch, "fft_callbacks", "1")
+    set_plan(monkeypatch, "graphs", "0")
     shape = (3, 4, 10)
     K, F = _op(rng, shape, "ddddd")
     eng = F._engine
@@ -445,8 +446,8 @@ def test_fused_product_made_once_any_stream_any_layout(monkeypatch, rng, precisi
     """The fused product is made once per shape and reused; it runs on the current stream
     (not the one it was made on) and takes inputs that are not C-contiguous."""
     _needs_callbacks()
-    monkeypatch.setenv("FFTMATVEC_FFT_CALLBACKS", "1")
-    monkeypatch.setenv("FFTMATVEC_CUDA_GRAPHS", "0")
+    set_plan(monkeypatch, "fft_callbacks", "1")
+    set_plan(monkeypatch, "graphs", "0")
     cp = backend.cupy
     shape = (5, 8, 30)
     K, F = _op(rng, shape, precision)
@@ -481,12 +482,12 @@ def test_fused_product_with_split_k(monkeypatch, rng, fold, graphs, precision):
     summed between the FFTs or, for one launch of stage 3 (FOLD_MAX_SPLITS), by the inverse
     FFT's load. Against the float64 dense matrix, as one product and as a graph, with one and
     several right-hand sides."""
-    from fftmatvec import _gpu
+    from fftmatvec import gpu as _gpu
 
     _needs_callbacks()
-    monkeypatch.setenv("FFTMATVEC_FFT_CALLBACKS", "1")
-    monkeypatch.setenv("FFTMATVEC_CUDA_GRAPHS", graphs)
-    monkeypatch.setattr(_gpu, "FOLD_MAX_SPLITS", fold)
+    set_plan(monkeypatch, "fft_callbacks", "1")
+    set_plan(monkeypatch, "graphs", graphs)
+    monkeypatch.setattr(_gpu.planner, "FOLD_MAX_SPLITS", fold)
     cp = backend.cupy
     for shape, adjoint in (((3, 3000, 40), False), ((2900, 4, 40), True)):
         K, F = _op(rng, shape, precision)
@@ -552,12 +553,12 @@ def test_folded_product_in_steps(monkeypatch, rng):
     """A product whose inverse adds the splits, queued step by step as the benchmark and the
     probes do: the forward FFT, stage 3's partial sums (queue_stage3 says where), and the
     inverse over them, through ifft_unpad and through the plan; both equal the product."""
-    from fftmatvec import _gpu
+    from fftmatvec import gpu as _gpu
 
     _needs_callbacks()
-    monkeypatch.setenv("FFTMATVEC_FFT_CALLBACKS", "1")
-    monkeypatch.setenv("FFTMATVEC_CUDA_GRAPHS", "0")
-    monkeypatch.setattr(_gpu, "FOLD_MAX_SPLITS", 10**6)
+    set_plan(monkeypatch, "fft_callbacks", "1")
+    set_plan(monkeypatch, "graphs", "0")
+    monkeypatch.setattr(_gpu.planner, "FOLD_MAX_SPLITS", 10**6)
     cp = backend.cupy
     K, F = _op(rng, (3, 3000, 40), "ddddd")
     eng, prec = F._engine, F.precision
@@ -605,8 +606,8 @@ def test_one_vector_shortcut(monkeypatch, rng, precision):
     matrix; the held intermediate arrays are poisoned between calls; a strided input, a new
     shape or dtype, and a changed path switch each go back to the general path."""
     _needs_callbacks()
-    monkeypatch.setenv("FFTMATVEC_FFT_CALLBACKS", "1")
-    monkeypatch.delenv("FFTMATVEC_CUDA_GRAPHS", raising=False)
+    set_plan(monkeypatch, "fft_callbacks", "1")
+    set_plan(monkeypatch, "graphs", None)
     cp = backend.cupy
     for shape in ((5, 8, 30), (3, 3000, 40)):  # the second splits its forward reduction
         K, F = _op(rng, shape, precision)
@@ -642,11 +643,11 @@ def test_one_vector_shortcut(monkeypatch, rng, precision):
             check(_rand(rng, n_in, 2 * shape[2])[:, ::2], 1)
             check(_rand(rng, n_in, shape[2], dtype=np.float32), 1)  # a new dtype
             check(_rand(rng, n_in, shape[2], dtype=np.float32), 0)
-            monkeypatch.setenv("FFTMATVEC_CUDA_GRAPHS", "1")  # a switch changed: general path
+            set_plan(monkeypatch, "graphs", "1")  # a switch changed: general path
             check(_rand(rng, n_in, shape[2]), 1)
             check(_rand(rng, n_in, shape[2]), 1)  # ... which replays a graph, not the product
             assert F._engine._graphs
-            monkeypatch.delenv("FFTMATVEC_CUDA_GRAPHS")
+            set_plan(monkeypatch, "graphs", None)
             check(_rand(rng, n_in, shape[2]), 1)  # recorded again under the old switches
             check(_rand(rng, n_in, shape[2]), 0)
             assert product._held
@@ -666,11 +667,11 @@ def test_held_buffers_across_streams_and_threads(monkeypatch, rng):
     fused product holds: each result matches the CPU operator."""
     import threading
 
-    from fftmatvec import _gpu
+    from fftmatvec import gpu as _gpu
 
     _needs_callbacks()
-    monkeypatch.setenv("FFTMATVEC_FFT_CALLBACKS", "1")
-    monkeypatch.setenv("FFTMATVEC_CUDA_GRAPHS", "0")
+    set_plan(monkeypatch, "fft_callbacks", "1")
+    set_plan(monkeypatch, "graphs", "0")
     cp = backend.cupy
     assert _gpu._PER_THREAD_STREAM == cp.cuda.runtime.streamPerThread
     shape = (6, 2000, 50)
@@ -720,13 +721,13 @@ def test_held_buffers_across_streams_and_threads(monkeypatch, rng):
 def test_fused_product_without_held_buffers(monkeypatch, rng, precision):
     """A product whose intermediate arrays are too large to hold takes them from the pool at
     every call: the same products, against the dense matrix, with nothing held."""
-    from fftmatvec import _gpu
+    from fftmatvec import gpu as _gpu
 
     _needs_callbacks()
-    monkeypatch.setenv("FFTMATVEC_FFT_CALLBACKS", "1")
-    monkeypatch.setenv("FFTMATVEC_CUDA_GRAPHS", "0")
-    monkeypatch.setattr(_gpu, "HOLD_MAX_BYTES", 0)
-    monkeypatch.setattr(_gpu, "HOLD_KHAT_FRACTION", 2**62)
+    set_plan(monkeypatch, "fft_callbacks", "1")
+    set_plan(monkeypatch, "graphs", "0")
+    monkeypatch.setattr(_gpu.fused, "HOLD_MAX_BYTES", 0)
+    monkeypatch.setattr(_gpu.fused, "HOLD_KHAT_FRACTION", 2**62)
     for shape in ((5, 8, 30), (3, 3000, 40)):
         K, F = _op(rng, shape, precision)
         A = dense_btt(K)

@@ -11,10 +11,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from conftest import set_plan
+
 import fftmatvec as fm
-from fftmatvec import _gpu, backend, kernels
+from fftmatvec import gpu as _gpu, backend, kernels
 from fftmatvec._errors import FFTMatvecValueError
-from fftmatvec._gpu import KernelEngine
+from fftmatvec.gpu import KernelEngine
 from fftmatvec.precision import PrecisionConfig
 
 from conftest import dense_btt, rel_err, to_numpy
@@ -53,7 +55,7 @@ def test_fused_adjoint_rule(monkeypatch, change, expect):
     """By default: one-vector adjoints with complex128 or complex64 storage, at most FUSED_MAX_ND sensors
     and FUSED_THREADS frequencies, whose inverse transform the row FFT kernels take, with
     FUSED_MIN_BLOCKS_PER_SM blocks per multiprocessor for their storage."""
-    monkeypatch.delenv("FFTMATVEC_FUSED_ADJOINT", raising=False)
+    set_plan(monkeypatch, "fused_adjoint", None)
     adjoint, k = change.pop("adjoint", True), change.pop("k", 1)
     eng, made = _engine(monkeypatch, **change)
     prec = PrecisionConfig("sssss" if eng.store == "c64" else "ddddd")
@@ -66,10 +68,10 @@ def test_fused_adjoint_switch(monkeypatch):
     """=0 never; =1 also with few blocks, and an error that names the reason where the kernel
     cannot take the product; anything else is an error."""
     prec = PrecisionConfig("ddddd")
-    monkeypatch.setenv("FFTMATVEC_FUSED_ADJOINT", "0")
+    set_plan(monkeypatch, "fused_adjoint", "0")
     eng, made = _engine(monkeypatch)
     assert KernelEngine.fused_adjoint(eng, prec, True, 1, np.float64) is None
-    monkeypatch.setenv("FFTMATVEC_FUSED_ADJOINT", "1")
+    set_plan(monkeypatch, "fused_adjoint", "1")
     eng, made = _engine(monkeypatch, store="c64", nm=100)
     assert KernelEngine.fused_adjoint(eng, PrecisionConfig("sssss"), True, 1, np.float64) is not None
     assert KernelEngine.fused_adjoint(eng, prec, False, 1, np.float64) is None  # forward: never
@@ -85,10 +87,9 @@ def test_fused_adjoint_switch(monkeypatch):
     eng.store, eng.nd, eng.nf, eng.row_ffts = "c128", 10, 101, lambda p: True
     with pytest.raises(FFTMatvecValueError, match="no sbgemv_irfft_c128_c128_f64_f64_f64_n10"):
         KernelEngine.fused_adjoint(eng, prec, True, 1, np.float64)
-    monkeypatch.setenv("FFTMATVEC_FUSED_ADJOINT", "yes")
-    with pytest.raises(FFTMatvecValueError, match="FFTMATVEC_FUSED_ADJOINT must be auto, 0 or 1"):
+    set_plan(monkeypatch, "fused_adjoint", "yes")
+    with pytest.raises(FFTMatvecValueError, match="fused_adjoint must be auto, 0 or 1"):
         KernelEngine.fused_adjoint(eng, prec, True, 1, np.float64)
-    assert "FFTMATVEC_FUSED_ADJOINT" in _gpu.PATH_SWITCHES
 
 
 @pytest.mark.parametrize("prec,out,nd,name", [
@@ -149,7 +150,7 @@ def test_fused_adjoint_matches_dense(monkeypatch, rng, precision, dtype, shape):
     frequency (128 row lanes of one thread), 8 and 13 (16 and 9 lanes), 65 and 101, and
     every compiled sensor count (4, 8, 10, 12) full and not."""
     cp = backend.cupy
-    monkeypatch.setenv("FFTMATVEC_FUSED_ADJOINT", "1")
+    set_plan(monkeypatch, "fused_adjoint", "1")
     K = rng.standard_normal(shape)
     F = fm.BlockToeplitz(cp.asarray(K), precision, dtype=dtype)
     nd, nm, nt = shape
@@ -176,7 +177,7 @@ def test_fused_adjoint_matches_dense(monkeypatch, rng, precision, dtype, shape):
     assert rel_err(y.ravel(), ref) < tol
 
     # the stages apart: the same sums, rounded apart
-    monkeypatch.setenv("FFTMATVEC_FUSED_ADJOINT", "0")
+    set_plan(monkeypatch, "fused_adjoint", "0")
     apart = F.rmatvec(d)
     assert eng.fused_product(F.precision, True, 1, dtype, dtype).fused is None
     assert rel_err(z.ravel(), to_numpy(apart).ravel()) < tol
@@ -190,23 +191,23 @@ def test_fused_adjoint_by_default(monkeypatch, rng, graphs):
     replayed as a graph; complex64 storage too, and a float16 product, which keeps the stages
     apart."""
     cp = backend.cupy
-    monkeypatch.delenv("FFTMATVEC_FUSED_ADJOINT", raising=False)
-    monkeypatch.setenv("FFTMATVEC_CUDA_GRAPHS", graphs)
+    set_plan(monkeypatch, "fused_adjoint", None)
+    set_plan(monkeypatch, "graphs", graphs)
     shape = (6, 120000, 40)  # L = 80: 4800 blocks of 25 rows in float64, 2353 of 51 in float32
     K = cp.asarray(rng.standard_normal(shape))
     for precision in ("ddddd", "sssss", "ddhdd"):
         F = fm.BlockToeplitz(K, precision)
         eng = F._engine
         product = eng.fused_product(F.precision, True, 1, np.float64, np.float64)
-        rows = _gpu._rowfft.default_rows_per_block(eng.fft_len, F.precision.real_dtype("ifft"))
+        rows = _gpu.rowfft.default_rows_per_block(eng.fft_len, F.precision.real_dtype("ifft"))
         fills = (-(-shape[1] // rows)
                  >= _gpu.FUSED_MIN_BLOCKS_PER_SM.get(eng.store, 0) * eng.num_sms)
         assert (product.fused is not None) is (precision != "ddhdd" and fills)
         d = cp.asarray(rng.standard_normal((shape[0], shape[2])))
         z = F.rmatvec(d)
-        monkeypatch.setenv("FFTMATVEC_FUSED_ADJOINT", "0")
+        set_plan(monkeypatch, "fused_adjoint", "0")
         apart = F.rmatvec(d)
-        monkeypatch.delenv("FFTMATVEC_FUSED_ADJOINT")
+        set_plan(monkeypatch, "fused_adjoint", None)
         assert rel_err(z.ravel(), to_numpy(apart).ravel()) < (1e-12 if precision == "ddddd" else 1e-6)
         del F
     cp.get_default_memory_pool().free_all_blocks()
@@ -216,14 +217,14 @@ def test_fused_adjoint_by_default(monkeypatch, rng, graphs):
 def test_fused_product_takes_the_kernel_or_the_inverse(monkeypatch, fused):
     """fused_product asks for no inverse plan where stages 3-5 run as one kernel, and hands
     the kernel to the product; a product takes one or the other."""
-    monkeypatch.delenv("FFTMATVEC_FUSED_ADJOINT", raising=False)
+    set_plan(monkeypatch, "fused_adjoint", None)
     asked, made = [], []
     eng = SimpleNamespace(_products={}, row_ffts=lambda prec: True, callbacks=lambda: (True, ""),
                           fused_adjoint=lambda prec, adjoint, k, out: fused, nd=10, nm=100000,
                           scales_input=lambda adjoint: False)
     eng.fused_plans = lambda prec, adjoint, k, i, o, inverse: (
         asked.append(inverse) or _gpu.FusedPlans("fwd", "inv" if inverse else None))
-    monkeypatch.setattr(_gpu, "_FusedProduct", lambda *args: made.append(args) or "product")
+    monkeypatch.setattr(_gpu.fused, "_FusedProduct", lambda *args: made.append(args) or "product")
     prec = PrecisionConfig("ddddd")
     assert KernelEngine.fused_product(eng, prec, True, 1, np.float64, np.float64) == "product"
     assert asked == [fused is None]

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from fftmatvec import FFTMatvecValueError
-from fftmatvec._gpu import (ASYNC_TILES, PIPE_TILES, STAGED_TILES, TILES, WIDE_TILES, XREG_ND,
+from fftmatvec.gpu import (ASYNC_TILES, PIPE_TILES, STAGED_TILES, TILES, WIDE_TILES, XREG_ND,
                             XREG_TILES)
 from fftmatvec._hipify import DROP_MASK, HipifyError, hipify, hipify_file
 

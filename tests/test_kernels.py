@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
+from conftest import set_plan
 from conftest import poisoned
 
 import fftmatvec as fm
@@ -42,9 +44,9 @@ def _khat_reference(K, L):
 @pytest.mark.parametrize("kernels", ["auto", "gemv"])
 def test_sbgemv(rng, monkeypatch, shape, store, k, adjoint, kernels):
     if kernels == "gemv":
-        monkeypatch.setenv("FFTMATVEC_STAGED", "0")
-        monkeypatch.setenv("FFTMATVEC_MMA", "0")
-        monkeypatch.setenv("FFTMATVEC_ASYNC", "0")
+        set_plan(monkeypatch, "staged", "0")
+        set_plan(monkeypatch, "mma", "0")
+        set_plan(monkeypatch, "async", "0")
     cp = backend.cupy
     nd, nm, nt = shape
     K = rng.standard_normal(shape)
@@ -97,7 +99,7 @@ def test_staged_tiles(rng, shape, store, adjoint):
     """Every compiled tile of the staged kernel, with narrow and wide blocks, with and without
     split-K, against the float64 product."""
     cp = backend.cupy
-    from fftmatvec._gpu import STAGED_TILES
+    from fftmatvec.gpu import STAGED_TILES
 
     F, eng, khat, n_in, n_out, n_red = _tile_case(rng, shape, store, adjoint)
     x = rng.standard_normal((1, n_in, F.nf)) + 1j * rng.standard_normal((1, n_in, F.nf))
@@ -128,7 +130,7 @@ def test_wide_tiles(rng, shape, store, adjoint):
     32 to 128 lanes, with and without split-K, in and out in both precisions, against the float64
     product (groups past the padded frequencies, rows past the end)."""
     cp = backend.cupy
-    from fftmatvec._gpu import WIDE_TILES
+    from fftmatvec.gpu import WIDE_TILES
 
     F, eng, khat, n_in, n_out, n_red = _tile_case(rng, shape, store, adjoint)
     tol = {"d": 1e-13, "s": 2e-6}[store]
@@ -165,7 +167,7 @@ def test_async_tiles(rng, shape, store, adjoint):
     with and without split-K, against the float64 product (zero-filled tails: rows, reduction
     steps, frequencies)."""
     cp = backend.cupy
-    from fftmatvec._gpu import ASYNC_TILES
+    from fftmatvec.gpu import ASYNC_TILES
 
     F, eng, khat, n_in, n_out, n_red = _tile_case(rng, shape, store, adjoint)
     if not eng._sm80_kernels():
@@ -201,11 +203,11 @@ def test_pipe_tiles(rng, monkeypatch, shape, store, adjoint):
     the float64 product (zero-filled tails: rows, reduction rows, frequencies, vectors).
     Complex64 storage on both of its kernels, TF32 and DMMA."""
     cp = backend.cupy
-    from fftmatvec._gpu import PIPE_TILES
+    from fftmatvec.gpu import PIPE_TILES
 
     store, _, mma = store.partition("-")
     if mma:
-        monkeypatch.setenv("FFTMATVEC_DMMA_C64", "1" if mma == "dmma" else "0")
+        set_plan(monkeypatch, "dmma_c64", "1" if mma == "dmma" else "0")
     F, eng, khat, n_in, n_out, n_red = _tile_case(rng, shape, store, adjoint)
     if eng._mma_min_kb() is None:
         pytest.skip("no tensor-core kernels on this device")
@@ -243,7 +245,7 @@ def test_h_batch_vector_ranges(rng, adjoint):
     float64 reference, on every tile, split and unsplit (a kernel that converts the vectors to
     a narrower type must keep each one's own range)."""
     cp = backend.cupy
-    from fftmatvec._gpu import PIPE_TILES
+    from fftmatvec.gpu import PIPE_TILES
 
     F, eng, khat, n_in, n_out, n_red = _tile_case(rng, (45, 300, 40), "h", adjoint)
     if eng._mma_min_kb() is None:
@@ -280,7 +282,7 @@ def test_h_adjoint_prescaled(rng, monkeypatch, shape):
     the scale_rows kernel): every kernel family, every compiled tile, 1 and 17 right-hand
     sides, against the float64 product, with outputs poisoned first."""
     cp = backend.cupy
-    from fftmatvec._gpu import ASYNC_TILES, PIPE_TILES, STAGED_TILES
+    from fftmatvec.gpu import ASYNC_TILES, PIPE_TILES, STAGED_TILES
 
     nd, nm, nt = shape
     K = rng.standard_normal(shape)
@@ -332,7 +334,7 @@ def test_h_adjoint_prescaled(rng, monkeypatch, shape):
 @pytest.mark.parametrize("types", ["ddd", "dsd", "dds", "sss", "sdd", "ssd"])
 def test_pad_unpad(rng, rows, nt, types):
     cp = backend.cupy
-    from fftmatvec._gpu import KernelEngine
+    from fftmatvec.gpu import KernelEngine
     from fftmatvec.precision import PrecisionConfig
 
     iface = np.float64 if types[0] == "d" else np.float32
@@ -392,7 +394,7 @@ def test_split_sums(rng, prec, out, n, splits):
     a sum in that order to the last bit), and the engine's pick: one thread per output only
     for few splits over many outputs."""
     cp = backend.cupy
-    from fftmatvec import _gpu, kernels
+    from fftmatvec import gpu as _gpu, kernels
 
     eng = fm.BlockToeplitz(cp.asarray(rng.standard_normal((2, 3, 4))), prec)._engine
     part = (rng.standard_normal((splits, n)) + 1j * rng.standard_normal((splits, n)))
@@ -444,7 +446,7 @@ def test_graph_replay_matches_stages(rng, monkeypatch, precision, shape):
     m2 = cp.asarray(rng.standard_normal((nm, nt)))
     d = cp.asarray(rng.standard_normal((nd, nt)))
     for mode in ("0", "1"):
-        monkeypatch.setenv("FFTMATVEC_CUDA_GRAPHS", mode)
+        set_plan(monkeypatch, "graphs", mode)
         F = fm.BlockToeplitz(cp.asarray(K), precision)
         y1, y2 = F @ m1, F @ m2  # the second call must not overwrite the first result
         z = F.T @ d

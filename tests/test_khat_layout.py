@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fftmatvec import _gpu
-from fftmatvec._gpu import KernelEngine, khat_layout
+from fftmatvec import gpu as _gpu
+from fftmatvec.gpu import KernelEngine, khat_layout
 
 
 def khat_offset(o, r, f, so: int, sr: int, shift: int, block_stride: int):
@@ -53,7 +53,7 @@ def _engine(store: str, nd: int, nm: int, nf: int) -> KernelEngine:
 @pytest.mark.parametrize("nf", [5, 37, 64, 250])
 def test_store_rows_meets_kernel_addresses(monkeypatch, store, block, nf):
     monkeypatch.setitem(_gpu.KHAT_BLOCK, store, block)
-    monkeypatch.setattr(_gpu, "KHAT_MAX_WASTE", 1.0)  # last blocks with unused frequencies too
+    monkeypatch.setattr(_gpu.engine, "KHAT_MAX_WASTE", 1.0)  # last blocks with unused frequencies too
     rng = np.random.default_rng(nf)
     nd, nm = 3, 7
     eng = _engine(store, nd, nm, nf)

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fftmatvec import _rowfft, backend
+from fftmatvec import backend
+from fftmatvec.gpu import rowfft as _rowfft
 from fftmatvec.operator import fft_length
 
 gpu = pytest.mark.skipif(not backend.gpu_available(), reason="no GPU (CuPy missing or no device)")

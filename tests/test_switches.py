@@ -7,11 +7,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from conftest import set_plan
+
 from fftmatvec import FFTMatvecValueError
 from fftmatvec import kernels
-from fftmatvec import _rowfft
+from fftmatvec.gpu import rowfft as _rowfft
 from fftmatvec.backend import shared_memory_limits
-from fftmatvec._gpu import KernelEngine, _split_k, _switch, pipe_split_count, pipe_split_time
+from fftmatvec.gpu import KernelEngine, _split_k, pipe_split_count, pipe_split_time
+from fftmatvec.gpu.plan import mode
 from fftmatvec.precision import PrecisionConfig
 
 
@@ -19,19 +22,19 @@ from fftmatvec.precision import PrecisionConfig
                                             ("0", "0"), ("1", "1"), (" AUTO ", "auto")])
 def test_switch_values(monkeypatch, value, expected):
     if value is None:
-        monkeypatch.delenv("FFTMATVEC_STAGED", raising=False)
+        set_plan(monkeypatch, "staged", None)
     else:
-        monkeypatch.setenv("FFTMATVEC_STAGED", value)
-    assert _switch("FFTMATVEC_STAGED") == expected
+        set_plan(monkeypatch, "staged", value)
+    assert mode(None, "staged") == expected
 
 
-@pytest.mark.parametrize("name", ["FFTMATVEC_STAGED", "FFTMATVEC_CUDA_GRAPHS", "FFTMATVEC_MMA",
-                                  "FFTMATVEC_ASYNC", "FFTMATVEC_FFT_CALLBACKS",
-                                  "FFTMATVEC_DMMA_C64", "FFTMATVEC_XREG"])
+@pytest.mark.parametrize("name", ["staged", "graphs", "mma",
+                                  "async", "fft_callbacks",
+                                  "dmma_c64", "xreg"])
 def test_switch_rejects_other_values(monkeypatch, name):
-    monkeypatch.setenv(name, "yes")
-    with pytest.raises(FFTMatvecValueError, match=name):
-        _switch(name)
+    set_plan(monkeypatch, name, "yes")
+    with pytest.raises(FFTMatvecValueError, match=f"FFTMATVEC_PLAN: {name} must be auto, 0 or 1"):
+        mode(None, name)
 
 
 @pytest.mark.parametrize("store,arch,switch,expected", [
@@ -44,14 +47,14 @@ def test_switch_rejects_other_values(monkeypatch, name):
 ])
 def test_pipe_store(monkeypatch, store, arch, switch, expected):
     """Complex64 storage's batches run on FP64 tensor cores (the c64dmma kernels) on
-    DMMA_C64_ARCHS by default, on TF32 elsewhere, FFTMATVEC_DMMA_C64 overriding; other
+    DMMA_C64_ARCHS by default, on TF32 elsewhere, dmma_c64 overriding; other
     storages keep their own kernels whatever the switch says."""
-    from fftmatvec._gpu import DMMA_C64_ARCHS, MMA_MIN_KB, PIPE_DEFAULTS, PIPE_FEW, PIPE_TILES
+    from fftmatvec.gpu import DMMA_C64_ARCHS, MMA_MIN_KB, PIPE_DEFAULTS, PIPE_FEW, PIPE_TILES
 
     if switch is None:
-        monkeypatch.delenv("FFTMATVEC_DMMA_C64", raising=False)
+        set_plan(monkeypatch, "dmma_c64", None)
     else:
-        monkeypatch.setenv("FFTMATVEC_DMMA_C64", switch)
+        set_plan(monkeypatch, "dmma_c64", switch)
     engine = SimpleNamespace(store=store, arch=arch)
     got = KernelEngine.pipe_store.fget(engine)
     assert got == expected
@@ -60,8 +63,8 @@ def test_pipe_store(monkeypatch, store, arch, switch, expected):
         assert PIPE_DEFAULTS[(got, adjoint)] in PIPE_TILES[got]
         assert PIPE_FEW[(got, adjoint)] in PIPE_TILES[got]
         assert MMA_MIN_KB[(got, adjoint)] >= 1
-    monkeypatch.setenv("FFTMATVEC_DMMA_C64", "2")
-    with pytest.raises(FFTMatvecValueError, match="FFTMATVEC_DMMA_C64"):
+    set_plan(monkeypatch, "dmma_c64", "2")
+    with pytest.raises(FFTMatvecValueError, match="dmma_c64"):
         KernelEngine.pipe_store.fget(SimpleNamespace(store="c64", arch=arch))
 
 
@@ -79,12 +82,12 @@ def test_pipe_store(monkeypatch, store, arch, switch, expected):
     ],
 )
 def test_staged_choice(monkeypatch, store, kb, n_red, adjoint, expected):
-    monkeypatch.delenv("FFTMATVEC_STAGED", raising=False)
+    set_plan(monkeypatch, "staged", None)
     engine = SimpleNamespace(store=store)
     assert KernelEngine._use_staged(engine, kb, n_red, adjoint) is expected
-    monkeypatch.setenv("FFTMATVEC_STAGED", "0")
+    set_plan(monkeypatch, "staged", "0")
     assert KernelEngine._use_staged(engine, kb, n_red, adjoint) is False
-    monkeypatch.setenv("FFTMATVEC_STAGED", "1")
+    set_plan(monkeypatch, "staged", "1")
     assert KernelEngine._use_staged(engine, kb, n_red, adjoint) is (kb == 1)
 
 
@@ -94,10 +97,10 @@ def test_staged_choice(monkeypatch, store, kb, n_red, adjoint, expected):
 def test_tensor_cores_forward_over_few_outputs(monkeypatch, store, n_out, expected):
     """Forward launches over at most 4 outputs stay on the GEMV kernels, over at most 8 they
     take tensor cores from 9 right-hand sides (MMA_FEW_OUT_MIN_KB); adjoints are not affected."""
-    from fftmatvec._gpu import MMA_MIN_KB
+    from fftmatvec.gpu import MMA_MIN_KB
 
     engine = SimpleNamespace(_sm80_kernels=lambda: True, pipe_store=store, nd=n_out)
-    monkeypatch.delenv("FFTMATVEC_MMA", raising=False)
+    set_plan(monkeypatch, "mma", None)
     least = MMA_MIN_KB[(store, False)]
     want = least if expected == "min" else None if expected is None else max(least, expected)
     assert KernelEngine._mma_min_kb(engine, False, 5000, n_out) == want
@@ -111,12 +114,12 @@ def test_tensor_cores_forward_over_few_outputs(monkeypatch, store, n_out, expect
 def test_tensor_core_choice(monkeypatch, has_mma, adjoint, store, nd):
     """Tensor cores serve batches of a storage's MMA_MIN_KB or more right-hand sides, in both
     directions and at any Nd, by default (MMA_FEW_MIN_KB over fewer than MMA_FEW_RED reduction
-    rows); every launch with FFTMATVEC_MMA=1 (an error where the device has none); nothing with
+    rows); every launch with mma=1 (an error where the device has none); nothing with
     =0."""
-    from fftmatvec._gpu import MMA_FEW_MIN_KB, MMA_FEW_RED, MMA_MIN_KB
+    from fftmatvec.gpu import MMA_FEW_MIN_KB, MMA_FEW_RED, MMA_MIN_KB
 
     engine = SimpleNamespace(_sm80_kernels=lambda: has_mma, pipe_store=store, nd=nd)
-    monkeypatch.delenv("FFTMATVEC_MMA", raising=False)
+    set_plan(monkeypatch, "mma", None)
     expected = MMA_MIN_KB[(store, adjoint)] if has_mma else None
     assert KernelEngine._mma_min_kb(engine, adjoint) == expected
     n_red = nd if adjoint else 5000
@@ -126,17 +129,17 @@ def test_tensor_core_choice(monkeypatch, has_mma, adjoint, store, nd):
     if has_mma and (store, adjoint) == ("c128", True):
         assert KernelEngine._mma_min_kb(engine, adjoint, 17) == 8
         assert KernelEngine._mma_min_kb(engine, adjoint, 32) == 4
-    monkeypatch.setenv("FFTMATVEC_MMA", "0")
+    set_plan(monkeypatch, "mma", "0")
     assert KernelEngine._mma_min_kb(engine, adjoint) is None
-    monkeypatch.setenv("FFTMATVEC_MMA", "1")
+    set_plan(monkeypatch, "mma", "1")
     if has_mma:
         assert KernelEngine._mma_min_kb(engine, adjoint) == 1
         assert KernelEngine._mma_min_kb(engine, adjoint, 5000, 2) == 1
     else:
-        with pytest.raises(FFTMatvecValueError, match="FFTMATVEC_MMA"):
+        with pytest.raises(FFTMatvecValueError, match="mma"):
             KernelEngine._mma_min_kb(engine, adjoint)
-    monkeypatch.setenv("FFTMATVEC_MMA", "maybe")
-    with pytest.raises(FFTMatvecValueError, match="FFTMATVEC_MMA"):
+    set_plan(monkeypatch, "mma", "maybe")
+    with pytest.raises(FFTMatvecValueError, match="mma"):
         KernelEngine._mma_min_kb(engine, adjoint)
 
 
@@ -161,7 +164,7 @@ def test_tensor_core_choice(monkeypatch, has_mma, adjoint, store, nd):
 @pytest.mark.parametrize("in_dtype", [np.complex128, np.complex64])
 def test_async_choice(monkeypatch, has_async, store, adjoint, n_out, n_red, expected, in_dtype):
     """The cp.async kernel serves one vector where ASYNC_MIN_RED and ASYNC_FEW_ROWS say so, by
-    default; always with FFTMATVEC_ASYNC=1 (an error where the device has none); never with =0,
+    default; always with async=1 (an error where the device has none); never with =0,
     for batches, or where a device has too little shared memory per block."""
     engine = SimpleNamespace(store=store, smem_per_block=227 * 1024,
                              _sm80_kernels=lambda: has_async, async_smem=lambda tile, dt: 1024,
@@ -173,19 +176,19 @@ def test_async_choice(monkeypatch, has_async, store, adjoint, n_out, n_red, expe
 
     if expected == "c64":  # the default only for complex64 input
         expected = in_dtype == np.complex64
-    monkeypatch.delenv("FFTMATVEC_ASYNC", raising=False)
+    set_plan(monkeypatch, "async", None)
     assert use() is (expected and has_async)
     assert use(16) is False
     engine.async_smem = lambda tile, dt: 228 * 1024
     assert use() is False
     engine.async_smem = lambda tile, dt: 1024
-    monkeypatch.setenv("FFTMATVEC_ASYNC", "0")
+    set_plan(monkeypatch, "async", "0")
     assert use() is False
-    monkeypatch.setenv("FFTMATVEC_ASYNC", "1")
+    set_plan(monkeypatch, "async", "1")
     if has_async:
         assert use() is True
     else:
-        with pytest.raises(FFTMatvecValueError, match="FFTMATVEC_ASYNC"):
+        with pytest.raises(FFTMatvecValueError, match="async"):
             use()
 
 
@@ -229,7 +232,7 @@ def _h200_engine(store: str, nf: int):
 def test_async_fill_choice(nm, nd, nf, alt):
     """A float16 adjoint's cp.async tile: the default, unless its blocks leave most of their
     last round of slots empty and ASYNC_FILL_ALT's tile fills more of them."""
-    from fftmatvec._gpu import (ASYNC_DEFAULTS, ASYNC_FEW, ASYNC_FEW_ROWS, ASYNC_FILL_ALT,
+    from fftmatvec.gpu import (ASYNC_DEFAULTS, ASYNC_FEW, ASYNC_FEW_ROWS, ASYNC_FILL_ALT,
                                 ASYNC_MIN_FILL)
 
     engine = _h200_engine("c32h", nf)
@@ -263,7 +266,7 @@ def test_async_split_rows(nm, nd, nf, splits, unruled):
     """A complex128 forward cp.async launch whose blocks of one split fill a round of the slots
     splits its reduction only while each split keeps ASYNC_SPLIT_ROWS rows; fewer blocks, and
     adjoints (no such rule), split as the rounds ask."""
-    from fftmatvec._gpu import ASYNC_DEFAULTS, ASYNC_SPLIT_ROWS
+    from fftmatvec.gpu import ASYNC_DEFAULTS, ASYNC_SPLIT_ROWS
 
     engine = _h200_engine("c128", nf)
     tile, waves = engine._async_default(nd, nm, False, np.complex128)
@@ -299,13 +302,13 @@ def test_graph_choice(nbytes, k, nm, nd, nt, expected):
 ])
 def test_graph_runner_choice(monkeypatch, mode, fused, pays, expected):
     """By default a graph replays only the products that run stage by stage, at the sizes
-    graph_pays names; FFTMATVEC_CUDA_GRAPHS=1 and =0 override both."""
-    from fftmatvec import _gpu, backend
+    graph_pays names; graphs=1 and =0 override both."""
+    from fftmatvec import gpu as _gpu, backend
 
-    monkeypatch.setenv("FFTMATVEC_CUDA_GRAPHS", mode)
+    set_plan(monkeypatch, "graphs", mode)
     monkeypatch.setattr(backend, "is_hip", lambda: False)
     made = []
-    monkeypatch.setattr(_gpu, "_GraphRunner", lambda *args: made.append(args) or "runner")
+    monkeypatch.setattr(_gpu.graphs, "_GraphRunner", lambda *args: made.append(args) or "runner")
     from collections import OrderedDict
 
     engine = SimpleNamespace(_graphs=OrderedDict(), graph_pays=lambda x: pays,
@@ -318,65 +321,33 @@ def test_graph_runner_choice(monkeypatch, mode, fused, pays, expected):
     assert KernelEngine.replays(engine, x, fused) is expected
 
 
-def test_path_switches(monkeypatch):
-    """The one-vector shortcut is keyed on the raw values of the switches that choose a
-    product's path: setting either one changes them."""
-    from fftmatvec import _gpu
-
-    for name in _gpu.PATH_SWITCHES:
-        monkeypatch.delenv(name, raising=False)
-    base = _gpu.path_switches()
-    assert "FFTMATVEC_ROW_FFT" in _gpu.PATH_SWITCHES
-    assert base == (None,) * len(_gpu.PATH_SWITCHES)
-    for name in _gpu.PATH_SWITCHES:
-        monkeypatch.setenv(name, "0")
-        assert _gpu.path_switches() != base
-        monkeypatch.delenv(name)
-        assert _gpu.path_switches() == base
-
-
-@pytest.mark.parametrize("names", [
-    ("FFTMATVEC_TEST_A", "FFTMATVEC_TEST_B", "FFTMATVEC_TEST_C", "FFTMATVEC_TEST_D"),
-    ("FFTMATVEC_TEST_A", "FFTMATVEC_TEST_B"),
-])
-def test_switch_reader_follows_the_environment(monkeypatch, names):
-    """The reader sees every assignment and deletion through os.environ, as os.environ.get
-    does, for the four-name shortcut and the general case."""
+def test_plan_key_follows_the_environment(monkeypatch):
+    """The one-vector shortcut is keyed on the raw value of FFTMATVEC_PLAN: every assignment
+    and deletion through os.environ changes it, as os.environ.get sees it."""
     import os
 
-    from fftmatvec import _gpu
+    from fftmatvec.gpu.plan import ENV, plan_key
 
-    for name in names:
-        monkeypatch.delenv(name, raising=False)
-    read = _gpu.switch_reader(names)
-
-    def expected():
-        return tuple(os.environ.encodevalue(os.environ[n]) if n in os.environ else None
-                     for n in names)
-
-    assert read() == (None,) * len(names) == expected()
-    seen = {read()}
-    for i, name in enumerate(names):
-        monkeypatch.setenv(name, f"v{i}")
-        assert read() == expected() and read() not in seen
-        seen.add(read())
-    monkeypatch.setenv(names[0], "other")
-    assert read() == expected() and read() not in seen
-    for name in names:
-        monkeypatch.delenv(name)
-    assert read() == (None,) * len(names)
+    monkeypatch.delenv(ENV, raising=False)
+    assert plan_key() is None
+    seen = {None}
+    for value in ("row_fft=0", "row_fft=0,graphs=1", "stage3=mma"):
+        monkeypatch.setenv(ENV, value)
+        assert plan_key() == os.environ.encodevalue(value) and plan_key() not in seen
+        seen.add(plan_key())
+    monkeypatch.delenv(ENV)
+    assert plan_key() is None
 
 
-def test_switch_reader_without_cpython_dict():
+def test_env_reader_without_cpython_dict():
     """A mapping without os.environ's internal dict is read through its get."""
-    from fftmatvec import _gpu
+    from fftmatvec.gpu.plan import _env_reader
 
     env = {"A": "1"}
-    read = _gpu.switch_reader(("A", "B", "C", "D"), environ=env)
-    assert read() == ("1", None, None, None)
-    env["C"] = "x"
+    read = _env_reader("A", environ=env)
+    assert read() == "1"
     del env["A"]
-    assert read() == (None, None, "x", None)
+    assert read() is None
 
 
 @pytest.mark.parametrize("mode,L,prec,callbacks,expect", [
@@ -391,30 +362,30 @@ def test_switch_reader_without_cpython_dict():
 def test_row_ffts_by_length_and_switch(monkeypatch, mode, L, prec, callbacks, expect):
     """Fused products run their FFTs as the package's kernels where those take the length in
     both FFTs' precisions (by default in ROW_FFT_DTYPES, or any where cuFFT has no callbacks);
-    FFTMATVEC_ROW_FFT=0 never, =1 always."""
-    from fftmatvec import _gpu
+    row_fft=0 never, =1 always."""
+    from fftmatvec import gpu as _gpu
 
     if mode is None:
-        monkeypatch.delenv("FFTMATVEC_ROW_FFT", raising=False)
+        set_plan(monkeypatch, "row_fft", None)
     else:
-        monkeypatch.setenv("FFTMATVEC_ROW_FFT", mode)
+        set_plan(monkeypatch, "row_fft", mode)
     engine = SimpleNamespace(fft_len=L, smem_per_block=227 * 1024, _row_ffts={},
                              callbacks=lambda: (callbacks, "why"))
-    monkeypatch.setattr(_gpu, "ROW_FFT_DTYPES", (np.dtype(np.float64), np.dtype(np.float32)))
+    monkeypatch.setattr(_gpu.planner, "ROW_FFT_DTYPES", (np.dtype(np.float64), np.dtype(np.float32)))
     assert KernelEngine.row_ffts(engine, PrecisionConfig(prec)) is expect
     assert KernelEngine.row_ffts(engine, PrecisionConfig(prec)) is expect  # from the cache
     if mode is None and expect:  # a precision out of ROW_FFT_DTYPES keeps cuFFT's callbacks
-        monkeypatch.setattr(_gpu, "ROW_FFT_DTYPES", ())
+        monkeypatch.setattr(_gpu.planner, "ROW_FFT_DTYPES", ())
         engine._row_ffts.clear()
         assert KernelEngine.row_ffts(engine, PrecisionConfig(prec)) is (not callbacks)
-    monkeypatch.setenv("FFTMATVEC_ROW_FFT", "1")
-    if _gpu._rowfft.supported(L, np.float64, 227 * 1024) or prec == "sssss":
+    set_plan(monkeypatch, "row_fft", "1")
+    if _gpu.rowfft.supported(L, np.float64, 227 * 1024) or prec == "sssss":
         assert KernelEngine.row_ffts(engine, PrecisionConfig(prec)) is True
     else:
         with pytest.raises(kernels.KernelLoadError, match=f"length {L} in float64"):
             KernelEngine.row_ffts(engine, PrecisionConfig(prec))
-    monkeypatch.setenv("FFTMATVEC_ROW_FFT", "yes")
-    with pytest.raises(FFTMatvecValueError, match="FFTMATVEC_ROW_FFT must be auto, 0 or 1"):
+    set_plan(monkeypatch, "row_fft", "yes")
+    with pytest.raises(FFTMatvecValueError, match="row_fft must be auto, 0 or 1"):
         KernelEngine.row_ffts(engine, PrecisionConfig(prec))
 
 
@@ -431,22 +402,22 @@ def test_row_ffts_by_length_and_switch(monkeypatch, mode, L, prec, callbacks, ex
 def test_row_fft_pays_where_blocks_fill_the_device(monkeypatch, mode, callbacks, rows, L, dtype,
                                                    expect):
     if mode is None:
-        monkeypatch.delenv("FFTMATVEC_ROW_FFT", raising=False)
+        set_plan(monkeypatch, "row_fft", None)
     else:
-        monkeypatch.setenv("FFTMATVEC_ROW_FFT", mode)
+        set_plan(monkeypatch, "row_fft", mode)
     engine = SimpleNamespace(fft_len=L, num_sms=132, callbacks=lambda: (callbacks, "why"))
     assert KernelEngine.row_fft_pays(engine, rows, np.dtype(dtype)) is expect
 
 
 def test_row_fft_line(monkeypatch):
-    from fftmatvec import _gpu
+    from fftmatvec import gpu as _gpu
 
-    monkeypatch.delenv("FFTMATVEC_ROW_FFT", raising=False)
+    set_plan(monkeypatch, "row_fft", None)
     assert _gpu.row_fft_line(False) == "no GPU"
     assert _gpu.row_fft_line(True).startswith("stages 1+2 and 4+5 as the package's own FFT")
-    monkeypatch.setenv("FFTMATVEC_ROW_FFT", "0")
-    assert _gpu.row_fft_line(True).startswith("off (FFTMATVEC_ROW_FFT=0)")
-    monkeypatch.setenv("FFTMATVEC_ROW_FFT", "1")
+    set_plan(monkeypatch, "row_fft", "0")
+    assert _gpu.row_fft_line(True).startswith("off (row_fft=0)")
+    set_plan(monkeypatch, "row_fft", "1")
     assert "any precision" in _gpu.row_fft_line(True)
 
 
@@ -534,7 +505,7 @@ def test_pipe_tile_for_few_rows(store, adjoint, nd):
     """Forward products with at most PIPE_FEW_ROWS outputs, and adjoints over at most that many
     rows, take the 16-row tile with a split-K by rounds; the rest the default tile and the
     fitted model. Every tile chosen is compiled."""
-    from fftmatvec._gpu import PIPE_DEFAULTS, PIPE_FEW, PIPE_FEW_ROWS, PIPE_FEW_WAVES, PIPE_TILES
+    from fftmatvec.gpu import PIPE_DEFAULTS, PIPE_FEW, PIPE_FEW_ROWS, PIPE_FEW_WAVES, PIPE_TILES
 
     engine = SimpleNamespace(pipe_store=store)
     n_out, n_red = (5000, nd) if adjoint else (nd, 5000)
@@ -564,7 +535,7 @@ def test_wide_tile_choice(shape, adjoint, wide):
     """One complex128 vector takes the wide GEMV tile where its frequencies fill the blocks'
     spans and its blocks, split, fill the device once; small and skinny products keep the tile
     of one group. Other storages and batches never take it by default."""
-    from fftmatvec._gpu import WIDE_DEFAULTS, WIDE_TILES
+    from fftmatvec.gpu import WIDE_DEFAULTS, WIDE_TILES
 
     nd, nm, nt = shape
     n_out, n_red = (nm, nd) if adjoint else (nd, nm)
@@ -622,30 +593,27 @@ def test_packed_launch_argument_block(monkeypatch):
     (None, None, None, None, "no GPU"),
     ("gfx90a", None, None, None, "GEMV kernels (the tensor-core ones need NVIDIA sm_80 or newer)"),
     ("sm_75", "1", None, None, "GEMV kernels (the tensor-core ones need NVIDIA sm_80 or newer)"),
-    ("sm_90", "0", None, None, "GEMV kernels (FFTMATVEC_MMA=0)"),
+    ("sm_90", "0", None, None, "GEMV kernels (mma=0)"),
     ("sm_90", None, None, None, "batches of 4 to 16 right-hand sides or more (forward over at "
                                 "most 4 sensors never, over at most 8 sensors from 9), by "
                                 "storage and direction: d DMMA, s DMMA, h TF32; adjoints over "
                                 "at most 12 sensors with the input in registers, from c128 3, "
                                 "c64 3, c32h 3 right-hand sides (c128 4, c64 4 over more than 4 "
                                 "sensors on the GEMV kernels)"),
-    ("sm_90", "1", "0", None, "every launch (FFTMATVEC_MMA=1): d DMMA, s 3xTF32, h TF32;"),
+    ("sm_90", "1", "0", None, "every launch (mma=1): d DMMA, s 3xTF32, h TF32;"),
     ("sm_80", None, None, None, "by storage and direction: d DMMA, s 3xTF32, h TF32;"),
     ("sm_100", None, "1", None, "by storage and direction: d DMMA, s DMMA, h TF32;"),
     ("sm_90", None, None, "0", "h TF32; adjoints with the input in registers off "
-                               "(FFTMATVEC_XREG=0)"),
-    ("sm_90", None, None, "1", "with the input in registers, every launch (FFTMATVEC_XREG=1)"),
+                               "(xreg=0)"),
+    ("sm_90", None, None, "1", "with the input in registers, every launch (xreg=1)"),
 ])
 def test_batch_kernels_line(monkeypatch, arch, mma, dmma, xreg, expected):
     """``fftmatvec info`` names the batches' kernels as the engine picks them."""
-    from fftmatvec._gpu import batch_kernels
+    from fftmatvec.gpu import batch_kernels
 
-    for name, value in (("FFTMATVEC_MMA", mma), ("FFTMATVEC_DMMA_C64", dmma),
-                        ("FFTMATVEC_XREG", xreg)):
-        if value is None:
-            monkeypatch.delenv(name, raising=False)
-        else:
-            monkeypatch.setenv(name, value)
+    for name, value in (("mma", mma), ("dmma_c64", dmma),
+                        ("xreg", xreg)):
+        set_plan(monkeypatch, name, value)
     line = batch_kernels(arch)
     assert expected in line
     if expected == "no GPU" or expected.startswith("GEMV"):
@@ -742,9 +710,9 @@ def test_longest_row_fft_length(dtype, per_block, expected):
 
 
 def test_row_fft_line_names_the_longest_lengths(monkeypatch):
-    from fftmatvec import _gpu
+    from fftmatvec import gpu as _gpu
 
-    monkeypatch.delenv("FFTMATVEC_ROW_FFT", raising=False)
+    set_plan(monkeypatch, "row_fft", None)
     line = _gpu.row_fft_line(True, 64 * 1024)
     assert "up to L = 4050 in float64, 8100 in float32" in line
     assert "up to" not in _gpu.row_fft_line(True)

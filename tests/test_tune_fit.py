@@ -5,7 +5,7 @@ import math
 import pytest
 from conftest import load_script
 
-from fftmatvec._gpu import _split_k, pipe_split_count, pipe_split_time
+from fftmatvec.gpu import _split_k, pipe_split_count, pipe_split_time
 
 pytest.importorskip("scipy")
 

@@ -49,7 +49,7 @@ def _table(arch="cpu", front=("ddsdd", "ddddd"), errs=(1e-7, 0.0), nm=5, nd=3, n
     t = tb.new_table(device_info(np) | {"arch": arch})
     t["entries"].append({"op": "matvec", "nm": nm, "nd": nd, "nt": nt, "nrhs": 1, "points": [
         {"precision": p, "time": 1.0 + i, "error_median": e, "error_max": e}
-        for i, (p, e) in enumerate(zip(front, errs))], "front": list(front), "plan": {"x": 1}})
+        for i, (p, e) in enumerate(zip(front, errs))], "front": list(front), "plan": {"row_fft": 0}})
     return t
 
 

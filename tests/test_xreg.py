@@ -10,12 +10,14 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+
+from conftest import set_plan
 from conftest import poisoned
 
 import fftmatvec as fm
-from fftmatvec import _gpu, backend, kernels
+from fftmatvec import gpu as _gpu, backend, kernels
 from fftmatvec._errors import FFTMatvecValueError
-from fftmatvec._gpu import KernelEngine
+from fftmatvec.gpu import KernelEngine
 
 gpu = pytest.mark.skipif(not backend.gpu_available(), reason="no GPU (CuPy missing or no device)")
 KERNELS = Path(__file__).parents[1] / "hip_kernels"
@@ -48,7 +50,7 @@ def _min_kb(eng, adjoint=True, n_red=None):
 def test_xreg_rule(monkeypatch, change, expect):
     """By default: adjoints over at most XREG_MAX_ND reduction rows on devices with the sm_80
     kernels, from XREG_MIN_KB right-hand sides of their storage; never forward."""
-    monkeypatch.delenv("FFTMATVEC_XREG", raising=False)
+    set_plan(monkeypatch, "xreg", None)
     adjoint = change.pop("adjoint", True)
     eng = _engine(monkeypatch, **change)
     got = _min_kb(eng, adjoint)
@@ -62,29 +64,29 @@ def test_xreg_rule(monkeypatch, change, expect):
 ])
 def test_xreg_gemv_batches(monkeypatch, store, nd, kb, takes):
     """Launches of XREG_GEMV_KB right-hand sides over more than the fewest sensors compiled
-    stay on the GEMV kernels by default (their 4-wide tile is one launch); FFTMATVEC_XREG=1
+    stay on the GEMV kernels by default (their 4-wide tile is one launch); xreg=1
     takes them too."""
-    monkeypatch.delenv("FFTMATVEC_XREG", raising=False)
+    set_plan(monkeypatch, "xreg", None)
     eng = _engine(monkeypatch, store=store, nd=nd)
     assert eng._xreg_takes(kb) is takes
-    monkeypatch.setenv("FFTMATVEC_XREG", "1")
+    set_plan(monkeypatch, "xreg", "1")
     assert eng._xreg_takes(kb) is True
 
 
 def test_xreg_switch(monkeypatch):
     """=0 never; =1 from one right-hand side, and an error that says why where the kernel
     cannot take the adjoint (forward products never take it); anything else is an error."""
-    monkeypatch.setenv("FFTMATVEC_XREG", "0")
+    set_plan(monkeypatch, "xreg", "0")
     assert _min_kb(_engine(monkeypatch)) is None
-    monkeypatch.setenv("FFTMATVEC_XREG", "1")
+    set_plan(monkeypatch, "xreg", "1")
     assert _min_kb(_engine(monkeypatch)) == 1
     assert _min_kb(_engine(monkeypatch), adjoint=False) is None
     for change, why in (({"nd": 13}, "13 reduction rows"), ({"sm80": False}, "sm_80 or newer"),
                         ({"present": False}, "no sbgemvx_c128_c128_c128_n10_f16")):
         with pytest.raises(FFTMatvecValueError, match=why):
             _min_kb(_engine(monkeypatch, **change))
-    monkeypatch.setenv("FFTMATVEC_XREG", "on")
-    with pytest.raises(FFTMatvecValueError, match="FFTMATVEC_XREG must be auto, 0 or 1"):
+    set_plan(monkeypatch, "xreg", "on")
+    with pytest.raises(FFTMatvecValueError, match="xreg must be auto, 0 or 1"):
         _min_kb(_engine(monkeypatch))
 
 
@@ -231,11 +233,11 @@ def test_xreg_many_rows(rng):
 def test_xreg_by_default(rng, monkeypatch):
     """The default plan of an adjoint of 17 right-hand sides over 10 sensors: 16 on this kernel
     (on sm_80 and newer), the last one on another; the operator's result matches the dense
-    product with the kernel and without (FFTMATVEC_XREG=0)."""
+    product with the kernel and without (xreg=0)."""
     from conftest import dense_btt, rel_err, to_numpy
 
     cp = backend.cupy
-    monkeypatch.delenv("FFTMATVEC_XREG", raising=False)
+    set_plan(monkeypatch, "xreg", None)
     K = rng.standard_normal((10, 300, 40))
     A = dense_btt(K)
     D = rng.standard_normal((17, 10, 40))
@@ -250,13 +252,13 @@ def test_xreg_by_default(rng, monkeypatch):
         if F._engine._sm80_kernels():
             assert names[0].startswith("sbgemvx_") and plans[0][0].kb == 16, names
             assert not any(n.startswith("sbgemvx_") for n in names[1:]), names
-        monkeypatch.setenv("FFTMATVEC_XREG", "0")
+        set_plan(monkeypatch, "xreg", "0")
         G = fm.BlockToeplitz(cp.asarray(K), precision)
         got = to_numpy(G.rmatmat(cp.asarray(D))).reshape(17, -1)
         assert rel_err(got.ravel(), want.ravel()) < tol
         plans = [plan for key, plan in G._engine._plans.items() if key[:2] == (True, 17)]
         assert plans and not any(la.name.startswith("sbgemvx_") for la in plans[0])
-        monkeypatch.delenv("FFTMATVEC_XREG")
+        set_plan(monkeypatch, "xreg", None)
 
 
 def test_xreg_launch_keeps_the_default_carveout(monkeypatch):

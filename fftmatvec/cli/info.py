@@ -16,7 +16,7 @@ def collect() -> dict:
     import numpy
     import scipy
 
-    from .. import __version__, _fftcb, _gpu, backend, kernels
+    from .. import __version__, backend, gpu, kernels
 
     info: dict = {
         "fftmatvec": __version__,
@@ -29,15 +29,19 @@ def collect() -> dict:
             info[mod] = __import__(mod).__version__
         except Exception:
             info[mod] = None
-    gpu = backend.gpu_available()
-    info["backends"] = ["numpy"] + (["cupy"] if gpu else [])
+    gpu_ok = backend.gpu_available()
+    info["backends"] = ["numpy"] + (["cupy"] if gpu_ok else [])
     info.update(backend.device_description())
     info["kernels"] = kernels.describe()
-    info["batches"] = _gpu.batch_kernels(info.get("arch"))
-    ok, why = _fftcb.support()
+    info["batches"] = gpu.batch_kernels(info.get("arch"))
+    ok, why = gpu.callbacks.support()
     info["fft_callbacks"] = "stages 1 and 5 inside cuFFT (LTO callbacks)" if ok else f"off: {why}"
-    info["row_ffts"] = _gpu.row_fft_line(gpu, backend.shared_memory_limits()[1] if gpu else None)
-    info["fused_adjoint"] = _gpu.fused_adjoint_line(gpu)
+    smem = backend.shared_memory_limits()[1] if gpu_ok else None
+    info["row_ffts"] = gpu.row_fft_line(gpu_ok, smem)
+    info["fused_adjoint"] = gpu.fused_adjoint_line(gpu_ok)
+    env = gpu.env_overrides()
+    info["plan"] = (", ".join(f"{k}={v}" for k, v in env.items()) + f" ({gpu.ENV})" if env
+                    else "the built-in rules (docs/gpu.md); override with FFTMATVEC_PLAN")
     info["tuning"] = "no precision tables shipped yet: the precision string is the caller's choice"
     return info
 

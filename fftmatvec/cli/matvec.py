@@ -54,6 +54,8 @@ def register(sub) -> None:
                    help="cpu: NumPy; gpu: CuPy on the current device (default: cpu)")
     p.add_argument("--check", action="store_true",
                    help="also print the relative error against the float64 NumPy path")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="also print the plan the product runs (kernels, FFTs, split-K, graphs)")
     p.set_defaults(func=run)
 
 
@@ -70,12 +72,14 @@ class MatvecRequest:
     device: str = "cpu"
     check: bool = False
     rtol: float | None = None
+    verbose: bool = False
 
     @classmethod
     def from_args(cls, args) -> "MatvecRequest":
         mode = "adjoint" if args.adjoint else "normal" if args.normal else "forward"
         return cls(args.matrix, args.input, args.output, mode, args.precision, args.repeat,
-                   args.device, args.check, getattr(args, "rtol", None))
+                   args.device, args.check, getattr(args, "rtol", None),
+                   bool(getattr(args, "verbose", False)))
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,7 @@ class MatvecResult:
     output_shape: tuple
     times: list
     rel_err: float | None
+    plan: str | None = None
 
     @property
     def median(self) -> float:
@@ -112,15 +117,16 @@ def execute(request: MatvecRequest) -> MatvecResult:
     rows, cols = local_blocks(info)
     x = read_input(request, info, in_space)
     kernel = io.load_matrix(request.matrix, rows=rows, cols=cols)
+    plans: list | None = [] if request.verbose else None
     y, times = compute(kernel, x, mode=request.mode, precision=precision, xp=xp,
-                       repeat=request.repeat)
+                       repeat=request.repeat, plans=plans)
     err = None
     if request.check:
         y_ref, _ = compute(kernel, x, mode=request.mode, precision="ddddd", xp=np, repeat=0)
         err = relative_error(y, y_ref)
     io.save_vector(request.output, y, out_space,
                    checksum=info.checksum if out_space == "param" else 0)
-    return MatvecResult(info, tuple(y.shape), times, err)
+    return MatvecResult(info, tuple(y.shape), times, err, "\n".join(plans) if plans else None)
 
 
 def local_blocks(info: io.MatrixInfo):
@@ -151,7 +157,7 @@ def read_input(request: MatvecRequest, info: io.MatrixInfo, space: str) -> np.nd
     return io.load_vector(request.input, space=space)
 
 
-def compute(kernel, x, *, mode: str, precision, xp, repeat: int):
+def compute(kernel, x, *, mode: str, precision, xp, repeat: int, plans: list | None = None):
     """Apply the operator built from a kernel block to an input block.
 
     Parameters
@@ -166,6 +172,8 @@ def compute(kernel, x, *, mode: str, precision, xp, repeat: int):
         Where to compute.
     repeat : int
         Timed applications after one warm-up; 0 applies once, untimed.
+    plans : list, optional
+        Receives the plan of each product the mode runs, in words (``F.plan``).
 
     Returns
     -------
@@ -185,6 +193,9 @@ def compute(kernel, x, *, mode: str, precision, xp, repeat: int):
         "adjoint": op.rmatvec,
         "normal": op.normal().matvec,
     }[mode]
+    if plans is not None:
+        sides = {"forward": (False,), "adjoint": (True,), "normal": (False, True)}[mode]
+        plans.extend(str(op.plan(k=1, adjoint=adj)) for adj in sides)
     xd = xp.asarray(x)
     y = apply(xd)  # also the warm-up
     times = _time(apply, xd, xp, repeat)
@@ -241,4 +252,6 @@ def report(request: MatvecRequest, result: MatvecResult) -> str:
     if result.rel_err is not None:
         lines.append(f"rel_err    {result.rel_err:.3e} vs float64 NumPy (ddddd)")
     lines.append(f"output     {request.output} ({out_space} space, shape {result.output_shape})")
+    if result.plan:
+        lines.append("plan       " + result.plan.replace("\n", "\n           "))
     return "\n".join(lines)

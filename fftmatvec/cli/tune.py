@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import backend
-from .._errors import FFTMatvecValueError
+from .._errors import FFTMatvecError, FFTMatvecValueError
 from . import positive_int
 
 
@@ -115,7 +115,11 @@ def _tune_plan(K, entry, op, k, repeat, xp):
     F0 = BlockToeplitz(K, p)
     best, best_t, t0 = {}, None, None
     for ov in candidate_overrides(F0, k=k, adjoint=op == "rmatvec"):
-        t = _time(lambda F=BlockToeplitz(K, p, plan=ov or None): _apply(F, op, X), xp, repeat)
+        try:
+            F = BlockToeplitz(K, p, plan=ov or None)
+            t = _time(lambda F=F: _apply(F, op, X), xp, repeat)
+        except (FFTMatvecError, RuntimeError):  # a choice this device cannot run
+            continue
         if t0 is None:
             t0 = t
         if best_t is None or t < best_t:

@@ -21,6 +21,7 @@ import tempfile
 import yaml
 
 from .._errors import FFTMatvecTypeError, FFTMatvecValueError
+from ..gpu.plan import parse_overrides
 from ..precision import PrecisionConfig
 
 __all__ = ["SCHEMA_VERSION", "OPS", "TableError", "load_table", "save_table", "new_table",
@@ -138,6 +139,11 @@ def validate(table, path="<table>") -> dict:
                 _fail(path, f"{where}.front[{m}]", f"{f!r} is not among the entry's points")
         if "plan" in e and not isinstance(e["plan"], dict):
             _fail(path, f"{where}.plan", f"expected a mapping, got {type(e['plan']).__name__}")
+        if "plan" in e:
+            try:
+                parse_overrides(e["plan"], "plan")
+            except FFTMatvecValueError as exc:
+                _fail(path, f"{where}.plan", str(exc))
     return table
 
 

@@ -14,7 +14,7 @@ import threading
 
 import numpy as np
 
-from . import backend, kernels
+from .. import backend, kernels
 
 __all__ = ["RowFFT", "block_bytes", "complex_length", "default_rows_per_block", "factorisations",
            "packed_radices", "radices", "supported"]

@@ -27,8 +27,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from . import backend
-from ._errors import FFTMatvecError
+from .. import backend
+from .._errors import FFTMatvecError
 
 __all__ = ["support", "CallbackPlan", "get_plan"]
 
@@ -171,8 +171,6 @@ def _libs() -> _Libs:
 
 def support() -> tuple[bool, str]:
     """Whether cuFFT LTO callbacks can be used here, and if not, why not."""
-    if os.environ.get("FFTMATVEC_FFT_CALLBACKS", "") == "0":
-        return False, "turned off (FFTMATVEC_FFT_CALLBACKS=0)"
     if not backend.gpu_available():
         return False, "no GPU"
     if backend.is_hip():
@@ -185,7 +183,7 @@ def support() -> tuple[bool, str]:
 
 
 def _source() -> str:
-    from .kernels import source_dir
+    from ..kernels import source_dir
 
     return (source_dir() / "fft_callbacks.cu").read_text()
 

@@ -1,0 +1,238 @@
+"""The plan of a GPU product: what it runs, and the overrides that change it.
+
+Every choice the GPU path makes for one product (shape, precision, right-hand sides,
+direction, device) is a method of :class:`fftmatvec.gpu.planner.Planner`, from the rules
+measured on an H200 (:mod:`fftmatvec.gpu.rules`, docs/gpu.md). :func:`plan_for` gathers those
+choices into a :class:`Plan`, small, immutable and printable: ``F.plan(k=1, adjoint=False)``.
+
+The rules can be overridden, key by key, for comparisons, debugging and tuning:
+
+* per operator, ``BlockToeplitz(..., plan={"row_fft": 0, "stage3": "mma"})``;
+* per process, ``FFTMATVEC_PLAN="stage3=mma,row_fft=0"`` (read at each product);
+* by a tuning table's entry (docs/tuning.md).
+
+The operator's mapping wins over the environment, the environment over the tuning table.
+An unknown key or value is an error that names it and the allowed ones.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .._errors import FFTMatvecValueError
+
+__all__ = ["PLAN_KEYS", "STAGE3_CHOICES", "Plan", "parse_overrides", "env_overrides", "mode",
+           "plan_key", "ENV"]
+
+ENV = "FFTMATVEC_PLAN"
+
+# key -> what "1" forces ("0" forbids it, "auto" leaves it to the rules)
+PLAN_KEYS = {
+    "graphs": "replay the whole product as one CUDA graph",
+    "fft_callbacks": "stages 1+2 and 4+5 as cuFFT plans with load and store callbacks",
+    "row_fft": "stages 1+2 and 4+5 as the package's own row FFT kernels",
+    "fused_adjoint": "stages 3-5 of a one-vector adjoint as one kernel",
+    "mma": "stage 3 on the tensor-core kernels, every launch",
+    "xreg": "adjoint stage 3 with the input in registers, every launch",
+    "staged": "one-vector stage 3 on the staged kernel",
+    "async": "one-vector stage 3 on the cp.async kernel",
+    "dmma_c64": "complex64 batches on FP64 tensor cores",
+}
+_VALUES = ("auto", "0", "1")
+# the stage-3 family in one key: shorthand for the family keys above
+STAGE3_CHOICES = {
+    "auto": {},
+    "gemv": {"mma": "0", "xreg": "0", "staged": "0", "async": "0"},
+    "staged": {"mma": "0", "xreg": "0", "staged": "1", "async": "0"},
+    "async": {"mma": "0", "xreg": "0", "async": "1"},
+    "xreg": {"xreg": "1"},
+    "mma": {"mma": "1", "xreg": "0"},
+}
+_WORDS = {True: "1", False: "0", 1: "1", 0: "0"}
+
+
+def _value(key: str, value: Any, source: str) -> str:
+    if isinstance(value, (bool, int)) and value in _WORDS:
+        return _WORDS[value]
+    text = str(value).strip().lower() if isinstance(value, str) else None
+    if text == "":
+        text = "auto"
+    if text not in _VALUES:
+        raise FFTMatvecValueError(f"{source}: {key} must be auto, 0 or 1, got {value!r}")
+    return text
+
+
+def parse_overrides(overrides: Mapping | str | None, source: str = "plan") -> dict:
+    """``{key: "auto"|"0"|"1"}`` from a mapping or a ``"key=value,key=value"`` string; the
+    ``stage3`` shorthand expands to its family keys (an explicit key wins over it)."""
+    if overrides is None:
+        return {}
+    if isinstance(overrides, str):
+        pairs = []
+        for item in overrides.split(","):
+            item = item.strip()
+            if not item:
+                continue
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise FFTMatvecValueError(f"{source}: {item!r} is not key=value")
+            pairs.append((key.strip().lower(), value))
+    elif isinstance(overrides, Mapping):
+        pairs = list(overrides.items())
+    else:
+        raise FFTMatvecValueError(
+            f"{source} must be a mapping or a 'key=value,...' string, got {type(overrides).__name__}")
+    out: dict = {}
+    family: dict = {}
+    for key, value in pairs:
+        if not isinstance(key, str):
+            raise FFTMatvecValueError(f"{source}: plan keys are strings, got {key!r}")
+        if key == "stage3":
+            choice = str(value).strip().lower()
+            if choice not in STAGE3_CHOICES:
+                raise FFTMatvecValueError(f"{source}: stage3 must be one of "
+                                          f"{', '.join(STAGE3_CHOICES)}, got {value!r}")
+            family = dict(STAGE3_CHOICES[choice])
+        elif key in PLAN_KEYS:
+            out[key] = _value(key, value, source)
+        else:
+            raise FFTMatvecValueError(f"{source}: unknown plan key {key!r}; the keys are stage3, "
+                                      + ", ".join(PLAN_KEYS))
+    return {**family, **out}
+
+
+def _env_reader(name: str = ENV, environ=os.environ):
+    """A function of no arguments giving the raw value of ``name`` (None where unset).
+
+    Every one-vector product reads it before its first kernel, while the device waits.
+    ``os.environ.get`` encodes the name at every call (1-2 µs on the H200 benchmark host);
+    CPython keeps the environment as a dict of encoded names and values
+    (``os.environ._data``) that every assignment through ``os.environ`` updates, and this
+    reads it with the name encoded once (0.1 µs)."""
+    data, encode = getattr(environ, "_data", None), getattr(environ, "encodekey", None)
+    if isinstance(data, dict) and callable(encode):
+        return functools.partial(data.get, encode(name))
+    return functools.partial(environ.get, name)
+
+
+plan_key = _env_reader()
+plan_key.__doc__ = ("The raw value of FFTMATVEC_PLAN (None where unset), compared, never "
+                    "parsed: a cached product is valid while it keeps the value it was made with.")
+
+
+@functools.lru_cache(maxsize=32)
+def _parse_env(raw) -> dict:
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    return parse_overrides(text, ENV)
+
+
+def env_overrides() -> dict:
+    """The overrides of ``FFTMATVEC_PLAN`` (parsed once per distinct value)."""
+    raw = plan_key()
+    return {} if raw is None else _parse_env(raw)
+
+
+def mode(eng, key: str) -> str:
+    """``"auto"``, ``"0"`` or ``"1"`` for ``key`` on engine ``eng``: its operator's overrides
+    (``eng.overrides``), else ``FFTMATVEC_PLAN``, else its tuning table's plan
+    (``eng.tuned``), else ``"auto"``."""
+    own = getattr(eng, "overrides", None)
+    if own and key in own:
+        return own[key]
+    env = env_overrides()
+    if key in env:
+        return env[key]
+    tuned = getattr(eng, "tuned", None)
+    if tuned and key in tuned:
+        return tuned[key]
+    return "auto"
+
+
+def unavailable(key: str, value: str, what: str, why: str | None) -> bool:
+    """Whether a kernel that plan ``key`` chooses cannot serve a product (``why`` says why,
+    None where it can); an error that says why where the plan forces it (``value`` "1")."""
+    if why is not None and value == "1":
+        raise FFTMatvecValueError(f"plan {key}=1, but {what}: {why}")
+    return why is not None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one product runs on the GPU (or the CPU), in words.
+
+    ``path``: ``"graph"`` (the product replayed as one CUDA graph), ``"fused"`` (stages 1 and
+    5 inside the FFTs, stage 3 packed: three launches or two), ``"stages"`` (the five stages
+    one by one) or ``"cpu"``. ``ffts``: (forward, inverse) transforms. ``stage3``: one line a
+    launch (kernel family, right-hand sides, tile, split-K). ``fold``: stage 3's splits that the
+    inverse FFT adds as it loads them (0: none). ``overrides``: the plan keys in effect that are
+    not ``auto``, and where they came from."""
+
+    direction: str
+    k: int
+    precision: str
+    path: str
+    ffts: tuple = ()
+    stage3: tuple = ()
+    fused_adjoint: bool = False
+    fold: int = 0
+    device: str = ""
+    overrides: tuple = field(default=())
+
+    def __str__(self) -> str:
+        lines = [f"{self.direction}, k={self.k}, precision {self.precision} on {self.device}: "
+                 + {"graph": "one CUDA graph replay of the product below",
+                    "fused": "fused product (stages 1 and 5 inside the FFTs)",
+                    "stages": "five stages one by one",
+                    "cpu": "five stages on the CPU (NumPy/SciPy)"}[self.path]]
+        if self.ffts:
+            lines.append(f"  stages 1+2: {self.ffts[0]}")
+            lines.append(f"  stages 4+5: {self.ffts[1]}")
+        if self.fused_adjoint:
+            lines.append("  stages 3-5: one kernel (fused adjoint)")
+        for i, launch in enumerate(self.stage3):
+            lines.append(f"  stage 3{'' if len(self.stage3) == 1 else f' [{i}]'}: {launch}")
+        if self.fold:
+            lines.append(f"  split-K: the inverse FFT adds stage 3's {self.fold} partial sums")
+        if self.overrides:
+            lines.append("  overrides: " + ", ".join(f"{k}={v} ({src})"
+                                                     for k, v, src in self.overrides))
+        return "\n".join(lines)
+
+
+def set_env_key(key: str, value: str | None) -> None:
+    """Set (``value`` None: remove) one key of ``FFTMATVEC_PLAN`` in this process, keeping the
+    others: for benchmarks that compare plans."""
+    current = parse_overrides(os.environ.get(ENV, ""), ENV)
+    if value is None:
+        current.pop(key, None)
+    else:
+        current.update(parse_overrides({key: value}, ENV))
+    if current:
+        os.environ[ENV] = ",".join(f"{k}={v}" for k, v in current.items())
+    else:
+        os.environ.pop(ENV, None)
+
+
+def candidate_overrides(op, k: int = 1, adjoint: bool = False):
+    """The plans worth timing for a product of ``op`` with ``k`` right-hand sides (the tune
+    command stores the fastest): the built-in rules first (``{}``), then one choice set aside
+    at a time. An alternative the device cannot run raises when it is timed; the caller skips
+    it."""
+    yield {}
+    yield {"row_fft": "0"}
+    yield {"row_fft": "1"}
+    if k == 1:
+        yield {"graphs": "1"}
+        for family in ("gemv", "staged", "async"):
+            yield {"stage3": family}
+        if adjoint:
+            yield {"fused_adjoint": "0"}
+    else:
+        yield {"mma": "0"}
+        yield {"mma": "1"}
+    if adjoint:
+        yield {"xreg": "0"}
+        yield {"xreg": "1"}

@@ -1,0 +1,506 @@
+"""Every choice of the GPU path, in one place: :class:`Planner`, a base class of the engine
+whose methods decide, from the rules (:mod:`fftmatvec.gpu.rules`) and the plan overrides
+(:func:`fftmatvec.gpu.plan.mode`), which kernels a product runs; :func:`plan_for` gathers them
+into a :class:`~fftmatvec.gpu.plan.Plan`. The other modules of this package launch what these
+methods chose."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import backend, kernels
+from .._errors import FFTMatvecValueError
+from ..precision import PrecisionConfig
+from . import callbacks as _fftcb
+from . import rowfft as _rowfft
+from .ffts import _row_blocks
+from .fused import _GemvIrfft
+from .plan import PLAN_KEYS, Plan, env_overrides, unavailable
+from .plan import mode as plan_mode
+from .rules import (_REAL_SUFFIX, ASYNC_DEFAULTS, ASYNC_FEW, ASYNC_FEW_ROWS, ASYNC_FILL_ALT, ASYNC_MIN_FILL,
+                    ASYNC_MIN_RED, ASYNC_MIN_RED_C64_INPUT, DMMA_C64_ARCHS, FOLD_MAX_SPLITS,
+                    FUSED_MAX_ND, FUSED_MIN_BLOCKS_PER_SM, FUSED_STORES, FUSED_THREADS,
+                    GRAPH_MAX_KHAT_BYTES, GRAPH_MAX_VECTOR_BYTES, GRAPH_MEDIUM_KHAT_BYTES,
+                    MMA_FEW_MIN_KB, MMA_FEW_OUT_MIN_KB, MMA_FEW_RED, MMA_MAX_KB, MMA_MIN_KB,
+                    PIPE_DEFAULTS, PIPE_FEW, PIPE_FEW_ROWS, PIPE_FEW_WAVES, ROW_FFT_DTYPES,
+                    ROW_FFT_MIN_BLOCKS_PER_SM, TILES, WIDE_DEFAULTS, WIDE_MIN_BLOCKS_PER_SM,
+                    WIDE_MIN_FILL, XREG_GEMV_KB, XREG_MAX_ND, XREG_MIN_KB, XREG_ND, XREG_TILES,
+                    _BATCH_SIZES, _STAGED_J)
+from .stage3 import _Launch
+
+
+def _c64_on_dmma(arch: str, eng=None) -> bool:
+    """Whether complex64 batches run on FP64 tensor cores on a GPU of ``arch``
+    (:data:`DMMA_C64_ARCHS`, ``dmma_c64``)."""
+    mode = plan_mode(eng, "dmma_c64")
+    return arch in DMMA_C64_ARCHS if mode == "auto" else mode == "1"
+
+
+def batch_kernels(arch: str | None) -> str:
+    """How stage 3 runs batches of right-hand sides on a GPU of ``arch`` (``sm_90``,
+    ``gfx90a``; None: no GPU), as ``fftmatvec info`` prints it."""
+    if not arch:
+        return "no GPU"
+    if not kernels.mma_options(arch):  # the build defines the tensor-core kernels from sm_80
+        return "GEMV kernels (the tensor-core ones need NVIDIA sm_80 or newer)"
+    mode = plan_mode(None, "mma")
+    if mode == "0":
+        return "GEMV kernels (mma=0)"
+    few = ", ".join(f"over at most {rows} sensors " + ("never" if kb is None else f"from {kb}")
+                    for rows, kb in sorted(MMA_FEW_OUT_MIN_KB.items()))
+    which = ("every launch (mma=1)" if mode == "1"
+             else f"batches of 4 to 16 right-hand sides or more (forward {few}), by storage "
+                  "and direction")
+    s = "DMMA" if _c64_on_dmma(arch) else "3xTF32"
+    line = f"tensor cores for {which}: d DMMA, s {s}, h TF32"
+    xreg = plan_mode(None, "xreg")
+    if xreg == "0":
+        return line + "; adjoints with the input in registers off (xreg=0)"
+    sides = ("every launch (xreg=1)" if xreg == "1" else
+             "from " + ", ".join(f"{s} {n}" for s, n in XREG_MIN_KB.items())
+             + " right-hand sides (" + ", ".join(f"{s} {n}" for s, n in XREG_GEMV_KB.items())
+             + f" over more than {XREG_ND[0]} sensors on the GEMV kernels)")
+    return (line + f"; adjoints over at most {XREG_MAX_ND} sensors with the input in "
+            f"registers, {sides}")
+
+
+def row_fft_line(gpu: bool, smem_per_block: int | None = None) -> str:
+    """How the fused products run their FFTs, as ``fftmatvec info`` prints it; with the
+    device's shared memory per block, the longest lengths the kernels take there."""
+    mode = plan_mode(None, "row_fft")
+    if not gpu:
+        return "no GPU"
+    if mode == "0":
+        return "off (row_fft=0): cuFFT with callbacks where it has them"
+    which = ("any precision" if mode == "1" else
+             ", ".join(d.name for d in ROW_FFT_DTYPES) + " (any where cuFFT has no callbacks)")
+    longest = "" if smem_per_block is None else (
+        f" (here up to L = {_rowfft.longest_length(np.float64, smem_per_block)} in float64, "
+        f"{_rowfft.longest_length(np.float32, smem_per_block)} in float32)")
+    return (f"stages 1+2 and 4+5 as the package's own FFT kernels, 5-smooth lengths{longest}, "
+            f"{which}; cuFFT with callbacks otherwise")
+
+
+def fused_adjoint_line(gpu: bool) -> str:
+    """When stages 3-5 of an adjoint run as one kernel, as ``fftmatvec info`` prints it."""
+    mode = plan_mode(None, "fused_adjoint")
+    if not gpu:
+        return "no GPU"
+    if mode == "0":
+        return "off (fused_adjoint=0)"
+    return (f"stages 3-5 of one-vector adjoints as one kernel: {', '.join(FUSED_STORES)} storage, "
+            f"Nd <= {FUSED_MAX_ND}, Nf <= {FUSED_THREADS}, inverse FFT on the row FFT kernels, "
+            "blocks per multiprocessor: "
+            + ", ".join(f"{s} {n}+" for s, n in FUSED_MIN_BLOCKS_PER_SM.items()))
+
+
+class Planner:
+    """The choices of a product (a base class of :class:`~fftmatvec.gpu.engine.KernelEngine`)."""
+
+    @property
+    def pipe_store(self) -> str:
+        """The storage name of the tensor-core kernels and their tables: ``c64dmma`` for
+        complex64 storage on FP64 MMAs (by default on :data:`DMMA_C64_ARCHS`;
+        ``dmma_c64=0`` / ``=1`` never / always), else :attr:`store`."""
+        if self.store != "c64":
+            return self.store
+        return "c64dmma" if _c64_on_dmma(self.arch, self) else "c64"
+
+    def _tile(self, kb: int, n_out: int, adjoint: bool) -> tuple[int, int]:
+        """(RT, V) for a launch of ``kb`` right-hand sides (defaults from scripts/tune_sbgemv.py
+        on an H200; see docs/benchmarks.md)."""
+        if kb > 1:
+            # several right-hand sides: the product becomes arithmetic-bound; the largest
+            # register tile keeps the vector reads per multiply-add low
+            return max((rt, v) for rt, k, v in TILES[self.store] if k == kb)
+        # One right-hand side: 16-byte loads; RT rows share each vector read. Skinny outputs
+        # take fewer rows per thread (and more split-K blocks) so no thread idles.
+        rt, v = {
+            ("c128", False): (2, 1), ("c128", True): (4, 1),
+            ("c64", False): (4, 2), ("c64", True): (2, 2),
+            ("c32h", False): (4, 4), ("c32h", True): (8, 2),
+        }[(self.store, adjoint)]
+        if n_out < 16:
+            rt = {"c128": 1, "c64": 2, "c32h": 2}[self.store]
+            v = {"c128": 1, "c64": 2, "c32h": 4}[self.store]
+        return rt, v
+
+
+    def _plan(self, adjoint: bool, k: int, in_dtype, out_dtype) -> list[_Launch]:
+        key = (adjoint, k, np.dtype(in_dtype), np.dtype(out_dtype))
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan
+        n_out, n_red = (self.nm, self.nd) if adjoint else (self.nd, self.nm)
+        plan = []
+        remaining = k
+        mma_min = self._mma_min_kb(adjoint, n_red, n_out)
+        tile, _ = self._pipe_tile(n_out, n_red, adjoint)
+        if mma_min is not None and self.pipe_smem(tile, in_dtype) > self.smem_per_block:
+            mma_min = None  # a device with less shared memory per block than the tile needs
+        xreg_min = self._xreg_min_kb(adjoint, n_red, in_dtype, out_dtype)
+        while xreg_min is not None and remaining >= xreg_min and self._xreg_takes(remaining):
+            kb = min(remaining, MMA_MAX_KB)
+            remaining -= kb
+            plan.append(self._launch_xreg(kb, in_dtype, out_dtype))
+        while mma_min is not None and remaining >= mma_min:
+            kb = min(remaining, MMA_MAX_KB)
+            remaining -= kb
+            plan.append(self._launch_pipe(kb, n_out, n_red, in_dtype, out_dtype, adjoint=adjoint))
+        for kb in _BATCH_SIZES:
+            while remaining >= kb:
+                remaining -= kb
+                plan.append(self._launch(kb, n_out, n_red, in_dtype, out_dtype, adjoint=adjoint))
+        self._plans[key] = plan
+        return plan
+
+
+    def _mma_min_kb(self, adjoint: bool = False, n_red: int | None = None,
+                    n_out: int | None = None) -> int | None:
+        """The fewest right-hand sides a tensor-core launch takes, or None when that kernel is
+        not used. It exists on NVIDIA sm_80 and newer and by default serves launches of at least
+        ``MMA_MIN_KB`` right-hand sides in either direction (``MMA_FEW_MIN_KB`` over fewer
+        than ``MMA_FEW_RED`` reduction rows ``n_red``; forward over few outputs ``n_out``, at
+        least ``MMA_FEW_OUT_MIN_KB``). ``mma=0`` never uses it, ``=1`` uses it for
+        every launch, both directions, down to one right-hand side."""
+        mode = plan_mode(self, "mma")
+        if mode == "0":
+            return None
+        if not self._sm80_kernels():
+            if mode == "1":
+                raise FFTMatvecValueError(
+                    "mma=1, but this device has no tensor-core kernels "
+                    "(NVIDIA sm_80 or newer)")
+            return None
+        if mode == "1":
+            return 1
+        key = (self.pipe_store, bool(adjoint))
+        least = MMA_MIN_KB[key]
+        if n_red is not None and n_red < MMA_FEW_RED and key in MMA_FEW_MIN_KB:
+            least = MMA_FEW_MIN_KB[key]
+        if not adjoint and n_out is not None:
+            holds = [rows for rows in MMA_FEW_OUT_MIN_KB if n_out <= rows]
+            if holds:  # forward over few outputs: the smallest cap that holds n_out
+                from_kb = MMA_FEW_OUT_MIN_KB[min(holds)]
+                return None if from_kb is None else max(least, from_kb)
+        return least
+
+
+    def _xreg_min_kb(self, adjoint: bool, n_red: int, in_dtype, out_dtype) -> int | None:
+        """The fewest right-hand sides an input-in-registers launch takes (an adjoint over at
+        most :data:`XREG_MAX_ND` reduction rows ``n_red``), or None where that kernel is not
+        used: by default from :data:`XREG_MIN_KB`. ``xreg=0`` never uses it; ``=1``
+        uses it for every adjoint launch, and is an error that says why where it cannot."""
+        mode = plan_mode(self, "xreg")
+        if mode == "0" or not adjoint:
+            return None
+        why = None
+        if self.store not in XREG_TILES:
+            why = f"{self.store} storage"
+        elif n_red > XREG_MAX_ND:
+            why = f"{n_red} reduction rows (it takes at most {XREG_MAX_ND})"
+        elif not self._sm80_kernels():
+            why = "this device has none (NVIDIA sm_80 or newer)"
+        else:
+            name = self._xreg_name(self._xreg_fw(), in_dtype, out_dtype)
+            if not kernels.has_function(name):
+                why = f"the code object has no {name}"
+        if unavailable("xreg", mode, "the adjoint kernel with its input in registers "
+                        "cannot take this product", why):
+            return None
+        return 1 if mode == "1" else XREG_MIN_KB[self.store]
+
+
+    def _xreg_takes(self, kb: int) -> bool:
+        """Whether a launch of ``kb`` right-hand sides (past the kernel's minimum) goes to the
+        input-in-registers kernel: all of them with ``xreg=1``, else all but the
+        batches of :data:`XREG_GEMV_KB` over more than the fewest sensors compiled."""
+        return (kb != XREG_GEMV_KB.get(self.store) or self.nd <= XREG_ND[0]
+                or plan_mode(self, "xreg") == "1")
+
+
+    def _pipe_tile(self, n_out: int, n_red: int, adjoint: bool):
+        """(tile, rounds of resident blocks its split-K fills, or None for the fitted model) of
+        a tensor-core launch: the 16-row tile of ``PIPE_FEW`` for few outputs (forward) or few
+        reduction rows (adjoint), else the storage's default."""
+        store = self.pipe_store
+        few = PIPE_FEW.get((store, bool(adjoint)))
+        if few is not None and (n_red if adjoint else n_out) <= PIPE_FEW_ROWS:
+            return few, PIPE_FEW_WAVES
+        return PIPE_DEFAULTS[(store, bool(adjoint))], None
+
+
+    def _use_staged(self, kb: int, n_red: int, adjoint: bool) -> bool:
+        """Whether one right-hand side goes through the staged kernel. From the sweeps of
+        scripts/tune_sbgemv.py on an H200 (docs/benchmarks.md): for `s` forward and `h` both
+        ways, where the vector entries per byte of `Khat` are many; `d` streams as fast
+        unstaged. Adjoints with less than one chunk of reduction rows stay unstaged.
+        ``staged=0`` / ``=1`` never / always stages."""
+        if kb != 1:
+            return False
+        mode = plan_mode(self, "staged")
+        if mode != "auto":
+            return mode == "1"
+        if self.store == "c32h":
+            return (not adjoint) or n_red >= _STAGED_J
+        return self.store == "c64" and not adjoint
+
+
+    def _use_async(self, kb: int, n_out: int, n_red: int, adjoint: bool, in_dtype) -> bool:
+        """Whether one right-hand side goes through the kernel that streams Khat through shared
+        memory with cp.async (NVIDIA sm_80 and newer): by default for forward products with
+        few outputs, and where ``ASYNC_MIN_RED`` says it is the fastest. ``async=0``
+        never uses it, ``=1`` always (an error where the device has none)."""
+        if kb != 1:
+            return False
+        mode = plan_mode(self, "async")
+        if mode == "0":
+            return False
+        if mode == "auto" and (adjoint or n_out > ASYNC_FEW_ROWS):
+            table = ASYNC_MIN_RED_C64_INPUT if np.dtype(in_dtype) == np.complex64 else ASYNC_MIN_RED
+            min_red = table[(self.store, bool(adjoint))]
+            if min_red is None or n_red < min_red:
+                return False
+        tile = self._async_default(n_out, n_red, adjoint, in_dtype)[0]
+        ok = self._sm80_kernels() and self.async_smem(tile, in_dtype) <= self.smem_per_block
+        if mode == "1" and not ok:
+            raise FFTMatvecValueError(
+                "async=1, but this device has no cp.async kernels (NVIDIA sm_80 or "
+                "newer, with enough shared memory per block)")
+        return ok
+
+
+    def _sm80_kernels(self) -> bool:
+        """Whether the code object has the kernels compiled for NVIDIA sm_80 and newer only
+        (mma: the tensor-core and the cp.async ones), found once."""
+        if self._sm80 is None:
+            self._sm80 = kernels.has_mma_kernels()
+        return self._sm80
+
+
+    def _async_default(self, n_out: int, n_red: int, adjoint: bool, in_dtype):
+        """(tile, split-K target) of the cp.async kernel: the narrow tile for forward products
+        with few outputs; ``ASYNC_FILL_ALT``'s tile where it fills the device's block slots
+        better than a default that fills less than ``ASYNC_MIN_FILL`` of its last round."""
+        if not adjoint and n_out <= ASYNC_FEW_ROWS:
+            return ASYNC_FEW[self.store]
+        key = (self.store, bool(adjoint))
+        default, alt = ASYNC_DEFAULTS[key], ASYNC_FILL_ALT.get(key)
+        if alt is None:
+            return default
+        fill = self.async_fill(*default, n_out, n_red, in_dtype, adjoint)
+        if fill < ASYNC_MIN_FILL and self.async_fill(*alt, n_out, n_red, in_dtype, adjoint) > fill:
+            return alt
+        return default
+
+
+    def _wide_default(self, kb: int, n_out: int, n_red: int, adjoint: bool):
+        """((RT, V, W), (BX, TY), split-K target in blocks per multiprocessor) of the wide GEMV
+        tile that serves one right-hand side by default (``WIDE_DEFAULTS``, TY cut to the rows
+        there are), or None: products
+        with fewer than ``ASYNC_FEW_ROWS`` outputs, frequencies that fill less than
+        ``WIDE_MIN_FILL`` of the blocks' spans, or too few blocks, even split, for
+        ``WIDE_MIN_BLOCKS_PER_SM`` per multiprocessor keep the tiles of one group."""
+        wide = WIDE_DEFAULTS.get((self.store, bool(adjoint))) if kb == 1 else None
+        if wide is None or n_out < ASYNC_FEW_ROWS:
+            return None
+        (rt, v, w), (bx, ty), per_sm = wide
+        span = bx * w * v  # frequencies of one block
+        if self.nf < WIDE_MIN_FILL * math.ceil(self.nf / span) * span:
+            return None
+        ty = max(1, min(ty, math.ceil(n_out / rt)))
+        base, splits = self._gemv_blocks(n_out, n_red, rt, v, w, bx, ty, per_sm)
+        if base * splits < WIDE_MIN_BLOCKS_PER_SM * self.num_sms:
+            return None
+        return (rt, v, w), (bx, ty), per_sm
+
+    def graph_pays(self, x) -> bool:
+        """Whether a product with input ``x`` ``(k, n_in, Nt)`` replays a graph by default: a
+        ``Khat`` under ``GRAPH_MAX_KHAT_BYTES``, or under ``GRAPH_MEDIUM_KHAT_BYTES`` with input
+        and output vectors of at most ``GRAPH_MAX_VECTOR_BYTES`` together."""
+        if self.nbytes <= GRAPH_MAX_KHAT_BYTES:
+            return True
+        vectors = x.shape[0] * (self.nm + self.nd) * self.nt * x.dtype.itemsize
+        return self.nbytes <= GRAPH_MEDIUM_KHAT_BYTES and vectors <= GRAPH_MAX_VECTOR_BYTES
+
+
+    def replays(self, x, fused: bool) -> bool:
+        """Whether a product with input ``x`` replays a graph (:meth:`graph_runner`)."""
+        mode = plan_mode(self, "graphs")
+        if mode == "auto":
+            return not (fused or backend.is_hip()) and self.graph_pays(x)
+        return mode == "1"
+
+    def callbacks(self) -> tuple[bool, str]:
+        """Whether the FFTs can take stages 1 and 5 as callbacks here, and if not, why not.
+        ``fft_callbacks=0`` turns them off, ``=1`` makes their absence an error."""
+        mode = plan_mode(self, "fft_callbacks")
+        if mode == "0":
+            return False, "turned off (fft_callbacks=0)"
+        if self._callbacks is None:
+            self._callbacks = _fftcb.support()
+        if mode == "1" and not self._callbacks[0]:
+            raise kernels.KernelLoadError(f"fft_callbacks=1, but {self._callbacks[1]}")
+        return self._callbacks
+
+
+    def row_ffts(self, prec: PrecisionConfig) -> bool:
+        """Whether the fused products of ``prec`` run their FFTs as the package's own kernels
+        (:mod:`fftmatvec.gpu.rowfft`: stages 1+2 and 4+5 one kernel each) instead of cuFFT with
+        callbacks. By default where those kernels take the length in both FFTs' precisions and
+        these are :data:`ROW_FFT_DTYPES` or cuFFT has no callbacks here;
+        ``row_fft=0`` never, ``=1`` in any precision they take, and an error where
+        they do not take both FFTs."""
+        mode = plan_mode(self, "row_fft")
+        if mode == "0":
+            return False
+        key = (prec, mode, self.callbacks()[0])
+        hit = self._row_ffts.get(key)  # on every product's path: made once
+        if hit is not None:
+            return hit
+        dtypes = [prec.real_dtype("fft"), prec.real_dtype("ifft")]
+        ok = all(_rowfft.supported(self.fft_len, d, self.smem_per_block) for d in dtypes)
+        if mode == "1":
+            if not ok:
+                raise kernels.KernelLoadError(
+                    f"row_fft=1, but the row FFT kernels do not take length "
+                    f"{self.fft_len} in {', '.join(sorted({d.name for d in dtypes}))}")
+        else:
+            ok = ok and (all(d in ROW_FFT_DTYPES for d in dtypes) or not self.callbacks()[0])
+        self._row_ffts[key] = ok
+        return ok
+
+
+    def row_fft_pays(self, rows: int, fft_dtype) -> bool:
+        """Whether a transform of ``rows`` rows in ``fft_dtype`` that both the row FFT kernels
+        and cuFFT with callbacks take runs on the kernels: where its blocks fill
+        :data:`ROW_FFT_MIN_BLOCKS_PER_SM` rounds of the multiprocessors; always with
+        ``row_fft=1`` or where cuFFT has no callbacks."""
+        if plan_mode(self, "row_fft") == "1" or not self.callbacks()[0]:
+            return True
+        blocks = _row_blocks(rows, self.fft_len, fft_dtype)
+        return blocks >= ROW_FFT_MIN_BLOCKS_PER_SM * self.num_sms
+
+
+    def fold_splits(self, prec: PrecisionConfig, adjoint: bool, k: int) -> int:
+        """The splits of a fused product's stage 3 that its inverse FFT's load callback adds
+        (:data:`FOLD_MAX_SPLITS`): those of a stage 3 of one launch with 2 to
+        :data:`FOLD_MAX_SPLITS` splits, else 0 (stage 3 sums them itself)."""
+        launches = self._plan(adjoint, k, self.xhat_dtype(prec), self.yhat_dtype(prec))
+        if len(launches) != 1:
+            return 0
+        splits = launches[0].splits
+        return splits if 1 < splits <= FOLD_MAX_SPLITS else 0
+
+
+    def fused_adjoint(self, prec: PrecisionConfig, adjoint: bool, k: int,
+                      out_dtype) -> "_GemvIrfft | None":
+        """Stages 3-5 of a fused product as one kernel (:class:`_GemvIrfft`) where
+        :meth:`fused_adjoint_takes` says so, else None."""
+        if not Planner.fused_adjoint_takes(self, prec, adjoint, k, out_dtype):
+            return None
+        return _GemvIrfft(self, prec, out_dtype)
+
+    def fused_adjoint_takes(self, prec: PrecisionConfig, adjoint: bool, k: int, out_dtype,
+                            code: bool = True) -> bool:
+        """Whether stages 3-5 of a fused product run as one kernel: by
+        default for one-vector adjoints with storage in :data:`FUSED_STORES`, at most
+        :data:`FUSED_MAX_ND` sensors and :data:`FUSED_THREADS` frequencies, whose inverse
+        transform the row FFT kernels take (:meth:`row_ffts`) and whose blocks fill
+        :data:`FUSED_MIN_BLOCKS_PER_SM` per multiprocessor for their storage.
+        ``fused_adjoint=0`` never; ``=1`` wherever the kernel takes the product, and an
+        error that says why where it does not. ``code=False``: without looking the kernel up in
+        the code object (a plan described without a GPU)."""
+        mode = plan_mode(self, "fused_adjoint")
+        if mode == "0" or not adjoint:
+            return False
+        fft_real = prec.real_dtype("ifft")
+        why = None
+        if k != 1:
+            why = f"{k} right-hand sides (it takes one)"
+        elif self.store not in FUSED_STORES:
+            why = f"{self.store} storage (it takes {', '.join(FUSED_STORES)})"
+        elif self.nd > FUSED_MAX_ND:
+            why = f"Nd = {self.nd} sensors (it takes at most {FUSED_MAX_ND})"
+        elif self.nf > FUSED_THREADS:
+            why = f"Nf = {self.nf} frequencies (it takes at most {FUSED_THREADS})"
+        elif not self.row_ffts(prec):
+            why = f"the row FFT kernels do not take length {self.fft_len} in {fft_real}"
+        if why is None and mode == "auto" and (
+                _row_blocks(self.nm, self.fft_len, fft_real)
+                < FUSED_MIN_BLOCKS_PER_SM[self.store] * self.num_sms):
+            return False  # before the lookup, which compiles the kernel's section (run-time compile)
+        if why is None and code:
+            name = _GemvIrfft.kernel_name(self.store, self.xhat_dtype(prec), prec, out_dtype,
+                                          self.nd)
+            if not kernels.has_function(name):
+                why = f"the code object has no {name}"
+        return not unavailable("fused_adjoint", mode,
+                               "this product cannot run stages 3-5 as one kernel", why)
+
+
+def describe_launch(launch: _Launch) -> str:
+    """One stage-3 launch in words: kernel family, right-hand sides, kernel, grid, split-K."""
+    family = ("tensor cores" if launch.mma else "input in registers" if launch.xreg_rows
+              else "cp.async" if launch.name.startswith("sbgemva_")
+              else "staged" if launch.staged else "GEMV")
+    split = (f", split-K {launch.splits} x {launch.red_chunk} rows" if launch.splits > 1
+             else "")
+    sides = f"{launch.kb} right-hand side" + ("s" if launch.kb > 1 else "")
+    return f"{family}, {sides}: {launch.name}, grid {launch.grid}, block {launch.block}{split}"
+
+
+def plan_for(eng, prec, adjoint: bool, k: int, in_dtype, out_dtype, weighted: bool = False,
+             device: str = "") -> Plan:
+    """The :class:`Plan` of a product of ``k`` right-hand sides on engine ``eng``, from the
+    planner's methods alone (nothing is compiled or allocated, so it also describes a device
+    from its properties, without one). A cuFFT callback plan that cuFFT refuses at run time
+    falls back to the row FFT kernels or the stages one by one, with a warning."""
+    prec = PrecisionConfig(prec)
+    in_dtype, out_dtype = np.dtype(in_dtype), np.dtype(out_dtype)
+    n_in, n_out = (eng.nd, eng.nm) if adjoint else (eng.nm, eng.nd)
+    own, cb = eng.row_ffts(prec), eng.callbacks()[0]
+    fused = (not weighted and in_dtype in _REAL_SUFFIX and out_dtype in _REAL_SUFFIX
+             and (own or cb))
+    fused_adj, fold = False, 0
+    if fused:
+        fused_adj = eng.fused_adjoint_takes(prec, adjoint, k, out_dtype,
+                                            code=backend.gpu_available())
+        row_fwd = own and eng.row_fft_pays(k * n_in, prec.real_dtype("fft"))
+        fwd = "row FFT kernel" if row_fwd else "cuFFT with callbacks"
+        if fused_adj:
+            inv = "in the fused adjoint kernel"
+            launches = []
+        else:
+            row_inv = own and eng.row_fft_pays(k * n_out, prec.real_dtype("ifft"))
+            inv = "row FFT kernel" if row_inv else "cuFFT with callbacks"
+            fold = 0 if row_inv else eng.fold_splits(prec, adjoint, k)
+            launches = eng._plan(adjoint, k, eng.xhat_dtype(prec), eng.yhat_dtype(prec))
+        ffts = (fwd, inv)
+    else:
+        ffts = ("pad kernel, then cuFFT", "cuFFT, then unpad kernel")
+        launches = eng._plan(adjoint, k, prec.complex_dtype("fft"), prec.complex_dtype("ifft"))
+    x = _Shape((k, n_in, eng.nt), in_dtype)
+    graph = eng.replays(x, fused)
+    path = "graph" if graph else "fused" if fused else "stages"
+    env = env_overrides()
+    sources = []
+    for key in PLAN_KEYS:
+        value = plan_mode(eng, key)
+        if value != "auto":
+            own_keys = getattr(eng, "overrides", None) or {}
+            src = ("plan=" if key in own_keys else "FFTMATVEC_PLAN" if key in env
+                   else "tuning table")
+            sources.append((key, value, src))
+    return Plan("adjoint" if adjoint else "forward", int(k), prec.letters, path, ffts,
+                tuple(describe_launch(la) for la in launches), fused_adj, fold,
+                device or getattr(eng, "arch", "GPU"), tuple(sources))
+
+
+class _Shape:
+    """The shape and dtype of an input, for the rules that look at its size."""
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = shape, np.dtype(dtype)
