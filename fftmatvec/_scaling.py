@@ -1,0 +1,237 @@
+"""Power-of-two scaling of the kernel and the input, and the input's finiteness check.
+
+Reduced stages (``s``, ``h``) hold values in float32's range (about 1.2e-38 to 3.4e38; the float16
+pairs of ``h`` are scaled per (sensor, frequency) by a float32). A kernel or an input far from
+1 would over- or underflow there, so a configuration with any reduced stage scales both by
+powers of two, which is exact in binary:
+
+* the kernel once at setup, by ``2**-kernel_exponent`` (:func:`kernel_exponent`);
+* the input per product, by ``2**s`` with ``s`` from its largest magnitude
+  (:func:`scale_exponent`), fused into stage 1's cast on the CPU;
+* the output by ``2**(kernel_exponent - s)``.
+
+A magnitude inside ``[2**-WINDOW, 2**WINDOW)`` is left as it is (exponent 0), so usual kernels
+and inputs are computed exactly as without scaling. Outside it the largest magnitude is brought
+to ``[0.5, 1)``. Then every stage's values stay below ``n_in * Nt**2 * 2**(2*WINDOW)`` (far
+below float32's 2**128 for any problem that fits in memory), and entries down to about
+``2**-90`` of the largest stay normal float32 numbers.
+
+The largest magnitude is one reduction; it also decides whether the input is finite, so the
+check and the scale share it. On a GPU the check does not wait for the device before the
+product is queued: the reduction's result is copied to pinned host memory asynchronously, an
+event is recorded, the product is queued behind it, and only then does the host wait for that
+event (which completes long before the product) and raise if the input was not finite.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import numpy as np
+
+from ._errors import FFTMatvecValueError
+
+__all__ = ["WINDOW", "scale_exponent", "kernel_exponent", "scale_kernel", "ops_for",
+           "HostOps", "DeviceOps", "not_finite_error"]
+
+WINDOW = 32
+_LO, _HI = 2.0 ** -WINDOW, 2.0 ** WINDOW
+# exponents s for which 2**s is a normal number of the dtype (so x * 2**s is exact)
+_NORMAL = {4: (-126, 127), 8: (-1022, 1023)}
+
+
+def scale_exponent(a, itemsize: int = 8) -> int:
+    """``s`` such that ``a * 2**s`` lies in ``[0.5, 1)``, or 0 where ``a`` (a largest
+    magnitude) lies in ``[2**-WINDOW, 2**WINDOW)``, is zero, NaN or Inf; clamped so that
+    ``2**s`` is a normal number of a float of ``itemsize`` bytes. The device kernels compute
+    the same (``_PREAMBLE``)."""
+    a = float(a)
+    if not (a > 0.0) or math.isinf(a) or _LO <= a < _HI:
+        return 0
+    lo, hi = _NORMAL[itemsize]
+    return min(hi, max(lo, -math.frexp(a)[1]))
+
+
+def kernel_exponent(xp, kernel) -> int:
+    """``e`` such that ``kernel * 2**-e`` has its largest magnitude in ``[0.5, 1)``, or 0 where
+    that magnitude lies in ``[2**-WINDOW, 2**WINDOW)`` (a float64 or long double kernel: not
+    clamped, :func:`scale_kernel` applies any exponent)."""
+    hi, lo = kernel.max(), kernel.min()  # no temporary of the kernel's size (it is finite)
+    if xp is not np:
+        hi, lo = hi.get(), lo.get()
+    amax = max(np.asarray(hi)[()], -np.asarray(lo)[()])
+    if not (amax > 0) or not np.isfinite(amax) or _LO <= amax < _HI:
+        return 0
+    return int(np.frexp(amax)[1])
+
+
+def scale_kernel(xp, block, exponent: int):
+    """``block * 2**-exponent`` in float64 (a long double block is scaled before its cast, so
+    a kernel beyond float64's range but within its own keeps its values)."""
+    if block.dtype.itemsize > 8:  # long double (NumPy only)
+        return np.ldexp(block, -exponent).astype(np.float64)
+    block = block.astype(np.float64, copy=False)
+    if exponent == 0:
+        return block
+    if xp is np:
+        return np.ldexp(block, -exponent)
+    h = -exponent // 2  # two normal powers of two: |exponent| may exceed 1022
+    return block * (2.0 ** h) * (2.0 ** (-exponent - h))
+
+
+def not_finite_error(name: str) -> FFTMatvecValueError:
+    return FFTMatvecValueError(
+        f"{name} contains NaN or Inf values (pass check_finite=False to skip this check)"
+    )
+
+
+class _Done:
+    """A check already decided (the host's): nothing to wait for."""
+
+    def wait(self, name: str) -> None:
+        pass
+
+    def abandon(self) -> None:
+        pass
+
+
+class HostOps:
+    """NumPy: the largest magnitude is a host float, the check raises before the product."""
+
+    host = True
+
+    @staticmethod
+    def amax(x) -> float:
+        return float(np.abs(x).max())
+
+    @staticmethod
+    def start_check(a, name: str) -> _Done:
+        if not math.isfinite(a):
+            raise not_finite_error(name)
+        return _Done()
+
+
+_PREAMBLE = r"""
+template <typename T> __device__ int fm_scale_exp(T a_) {
+    // the exponent of fftmatvec._scaling.scale_exponent
+    const double a = (double)a_;
+    if (!(a > 0.0) || isinf(a) || (a >= ldexp(1.0, -WINDOW) && a < ldexp(1.0, WINDOW))) return 0;
+    int e;
+    frexp(a, &e);
+    const int lo = sizeof(T) == 4 ? -126 : -1022, hi = sizeof(T) == 4 ? 127 : 1023;
+    const int s = -e;
+    return s < lo ? lo : (s > hi ? hi : s);
+}
+""".replace("WINDOW", str(WINDOW))
+
+
+class _DevicePending:
+    """The largest magnitude on its way to pinned host memory; :meth:`wait` waits for it (not
+    for the product queued after it) and raises if it is not finite."""
+
+    def __init__(self, ops: "DeviceOps", a):
+        cp = ops.cp
+        self.ops = ops
+        self.slot = ops._take_slot()
+        buf, self.event = self.slot
+        self.value = buf.view(a.dtype)[:1]
+        stream = cp.cuda.get_current_stream()
+        cp.cuda.runtime.memcpyAsync(buf.ctypes.data, a.data.ptr, a.dtype.itemsize,
+                                    cp.cuda.runtime.memcpyDeviceToHost, stream.ptr)
+        self.event.record(stream)
+
+    def wait(self, name: str) -> None:
+        self.event.synchronize()
+        finite = math.isfinite(float(self.value[0]))
+        self.ops._give_slot(self.slot)
+        if not finite:
+            raise not_finite_error(name)
+
+    def abandon(self) -> None:
+        """The product failed: wait for the copy into the pinned buffer, then drop it."""
+        self.event.synchronize()
+
+
+class DeviceOps:
+    """CuPy: every step is queued on the current stream; nothing waits for the device but
+    :meth:`_DevicePending.wait`."""
+
+    host = False
+
+    def __init__(self, cp):
+        self.cp = cp
+        self._local = threading.local()  # per thread and device: free (pinned buffer, event)
+        self._amax = cp.ReductionKernel(
+            "T x", "T y", "x < (T)0 ? -x : x", "(a > b || a != a) ? a : b", "y = a", "0",
+            "fftmatvec_amax")  # NaN wins: a NaN input gives NaN
+        self._scale = cp.ElementwiseKernel(
+            "X x, X a", "X y", "y = x * (X)ldexp(1.0, fm_scale_exp<X>(a))",
+            "fftmatvec_scale_input", preamble=_PREAMBLE)
+        self._unscale = cp.ElementwiseKernel(
+            "X a, int32 k", "Y y", "y = (Y)ldexp((double)y, k - fm_scale_exp<X>(a))",
+            "fftmatvec_unscale_output", preamble=_PREAMBLE)
+
+    def amax(self, x):
+        """The largest magnitude of ``x`` as a 0-d device array (NaN if ``x`` holds one)."""
+        return self._amax(x)
+
+    def start_check(self, a, name: str) -> _DevicePending:
+        return _DevicePending(self, a)
+
+    def scale(self, x, a):
+        """A new C-contiguous ``x * 2**s``, ``s`` from ``a`` (:func:`scale_exponent`)."""
+        return self._scale(x, a)
+
+    def unscale(self, y, a, kexp: int):
+        """``y *= 2**(kexp - s)`` in place (``ldexp``: any exponent, one rounding)."""
+        self._unscale(a, np.int32(kexp), y)
+        return y
+
+    def _take_slot(self):
+        free = self._free()
+        if free:
+            return free.pop()
+        import cupyx
+
+        return (cupyx.empty_pinned((1,), np.float64),
+                self.cp.cuda.Event(block=False, disable_timing=True))
+
+    def _give_slot(self, slot) -> None:
+        self._free().append(slot)
+
+    def _free(self) -> list:
+        """This thread's free (buffer, event) pairs for the current device."""
+        slots = getattr(self._local, "slots", None)
+        if slots is None:
+            slots = self._local.slots = {}
+        return slots.setdefault(self.cp.cuda.runtime.getDevice(), [])
+
+
+_DEVICE_OPS: list = []
+_LOCK = threading.Lock()
+
+
+def ops_for(xp):
+    """:class:`HostOps` for NumPy, the (one) :class:`DeviceOps` for CuPy."""
+    if xp is np:
+        return HostOps
+    with _LOCK:
+        if not _DEVICE_OPS:
+            _DEVICE_OPS.append(DeviceOps(xp))
+        return _DEVICE_OPS[0]
+
+
+def checked(ops, x, name: str, run):
+    """``run(a)`` with ``a`` the largest magnitude of ``x``, raising if ``x`` is not finite:
+    before the product on the host, after queueing it on a device (no result is returned
+    then)."""
+    a = ops.amax(x)
+    pending = ops.start_check(a, name)
+    try:
+        y = run(a)
+    except BaseException:
+        pending.abandon()
+        raise
+    pending.wait(name)
+    return y
