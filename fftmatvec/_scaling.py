@@ -16,6 +16,17 @@ to ``[0.5, 1)``. Then every stage's values stay below ``n_in * Nt**2 * 2**(2*WIN
 below float32's 2**128 for any problem that fits in memory), and entries down to about
 ``2**-90`` of the largest stay normal float32 numbers.
 
+What one scale cannot do: a vector (or kernel) whose own entries span more than float32's range
+(1e-30 next to 1e30, say) keeps its small entries only down to about ``2**-126`` of its largest
+in a reduced stage; below, they are flushed. Their share of the output is far below float32's
+rounding, so the error bound, relative to the output's norm, still holds; an output entry made
+only of such entries loses its relative accuracy. No error is raised for it: after the scaling,
+every finite kernel fits every stage, and a precision's bound is a normwise one. The same holds
+for float16 rows (``h``) whose largest entry lies below about ``2**-111`` of the kernel's.
+The normal operator's weight is applied to the forward half's output before that output is
+rescaled, on a GPU (inside the engine's stage 5): a weight near the interface dtype's largest
+number may overflow there.
+
 The largest magnitude is one reduction; it also decides whether the input is finite, so the
 check and the scale share it. On a GPU the check does not wait for the device before the
 product is queued: the reduction's result is copied to pinned host memory asynchronously, an
@@ -216,6 +227,8 @@ def ops_for(xp):
     """:class:`HostOps` for NumPy, the (one) :class:`DeviceOps` for CuPy."""
     if xp is np:
         return HostOps
+    if _DEVICE_OPS:
+        return _DEVICE_OPS[0]
     with _LOCK:
         if not _DEVICE_OPS:
             _DEVICE_OPS.append(DeviceOps(xp))

@@ -436,6 +436,14 @@ class BlockToeplitz(_OperatorBase):
     -----
     ``Khat = rfft(K, n=L)`` is computed once, in float64, and stored only in stage 3's
     precision. Vectors are space-outer, time-inner (SOTI): ``m`` is ``(Nm, Nt)``.
+
+    With any reduced stage (``s``, ``h``) the kernel is scaled once by a power of two and each
+    input by another, from their largest magnitudes, and the output back (exact in binary;
+    ``fftmatvec/_scaling.py``): no stage over- or underflows for any finite kernel and input,
+    and the error stays within the precision's bound, relative to the output's norm. Entries
+    far below a vector's (or the kernel's) own largest (about ``2**-90`` of it) may still be
+    flushed in float32: their share of the output lies far below float32's rounding, but an
+    output entry made only of them loses its relative accuracy. ``ddddd`` is not scaled.
     """
 
     def __init__(self, kernel, precision="ddddd", *, dtype=None, fft_len=None, rtol=None,

@@ -285,3 +285,24 @@ def test_gpu_exponents_match_host():
                 np.testing.assert_array_equal(to_numpy(y), to_numpy(x))
         nan = xp.asarray(np.array([1.0, np.nan, 2.0], dtype=dt))
         assert math.isnan(float(ops.amax(nan)))
+
+
+def test_wide_dynamic_range_normwise(rng):
+    """A vector whose entries span more than float32's range: one scale cannot keep the small
+    ones, but the error relative to the output's norm stays within the bound (documented)."""
+    K, m, d = _case(np, rng, 1.0, 1.0)
+    m[:, ::2] *= 1e30
+    m[:, 1::2] *= 1e-30
+    ref = BlockToeplitz(K, "ddddd")
+    for p in ["sssss", "ddhdd"]:
+        assert _err(BlockToeplitz(K, p) @ m, ref @ m) < _bound(p)
+
+
+def test_bench_check_runs_on_cpu(capsys):
+    from conftest import load_script
+
+    bench = load_script("bench_check")
+    assert bench.main(["--device", "cpu", "--size", "20x3x8", "--repeat", "1", "--rounds", "1",
+                       "--precisions", "ddddd,dssdd"]) == 0
+    out = capsys.readouterr().out
+    assert " dssdd  adj | queued |" in out and "ratio" in out
