@@ -137,6 +137,47 @@ template <typename T> __device__ int fm_scale_exp(T a_) {
 """.replace("WINDOW", str(WINDOW))
 
 
+# The largest magnitude in one pass: a non-negative float's bits, read as an unsigned integer,
+# order as the float does, and a NaN's (sign cleared) lie above Inf's, so an unsigned max of
+# |x|'s bits is the largest magnitude, NaN where there is one. Each block reduces its share,
+# then one atomicMax per block (CuPy's generic reduction to one value runs on one block).
+_AMAX_SOURCE = r"""
+__device__ __forceinline__ unsigned int fm_abs_bits(float v) {
+    return __float_as_uint(v) & 0x7fffffffu;
+}
+__device__ __forceinline__ unsigned long long fm_abs_bits(double v) {
+    return (unsigned long long)__double_as_longlong(v) & 0x7fffffffffffffffull;
+}
+template <typename T, typename U, int THREADS>
+__device__ void fm_amax(const T* __restrict__ x, long long n, U* out) {
+    __shared__ U part[THREADS];
+    U m = 0;
+    const long long stride = (long long)gridDim.x * THREADS;
+    for (long long i = (long long)blockIdx.x * THREADS + threadIdx.x; i < n; i += stride) {
+        const U b = fm_abs_bits(x[i]);
+        m = b > m ? b : m;
+    }
+    part[threadIdx.x] = m;
+    __syncthreads();
+    for (int w = THREADS / 2; w > 0; w >>= 1) {
+        if (threadIdx.x < w && part[threadIdx.x + w] > part[threadIdx.x])
+            part[threadIdx.x] = part[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) atomicMax(out, part[0]);
+}
+extern "C" __global__ void __launch_bounds__(256) fftmatvec_amax_f32(
+        const float* x, long long n, unsigned int* out) {
+    fm_amax<float, unsigned int, 256>(x, n, out);
+}
+extern "C" __global__ void __launch_bounds__(256) fftmatvec_amax_f64(
+        const double* x, long long n, unsigned long long* out) {
+    fm_amax<double, unsigned long long, 256>(x, n, out);
+}
+"""
+_AMAX_THREADS = 256
+
+
 class _DevicePending:
     """The largest magnitude on its way to pinned host memory; :meth:`wait` waits for it (not
     for the product queued after it) and raises if it is not finite."""
@@ -173,9 +214,8 @@ class DeviceOps:
     def __init__(self, cp):
         self.cp = cp
         self._local = threading.local()  # per thread and device: free (pinned buffer, event)
-        self._amax = cp.ReductionKernel(
-            "T x", "T y", "x < (T)0 ? -x : x", "(a > b || a != a) ? a : b", "y = a", "0",
-            "fftmatvec_amax")  # NaN wins: a NaN input gives NaN
+        self._amax_module = None
+        self._blocks: dict = {}  # device id -> blocks of the largest-magnitude kernel
         self._scale = cp.ElementwiseKernel(
             "X x, X a", "X y", "y = x * (X)ldexp(1.0, fm_scale_exp<X>(a))",
             "fftmatvec_scale_input", preamble=_PREAMBLE)
@@ -184,8 +224,27 @@ class DeviceOps:
             "fftmatvec_unscale_output", preamble=_PREAMBLE)
 
     def amax(self, x):
-        """The largest magnitude of ``x`` as a 0-d device array (NaN if ``x`` holds one)."""
-        return self._amax(x)
+        """The largest magnitude of ``x`` as a 0-d device array (NaN if ``x`` holds one): a
+        zeroed word, then one kernel (``_AMAX_SOURCE``)."""
+        cp = self.cp
+        if not x.flags.c_contiguous:
+            x = cp.ascontiguousarray(x)
+        if self._amax_module is None:
+            self._amax_module = cp.RawModule(code=_AMAX_SOURCE)
+        out = cp.empty((), dtype=x.dtype)
+        stream = cp.cuda.get_current_stream().ptr
+        cp.cuda.runtime.memsetAsync(out.data.ptr, 0, x.dtype.itemsize, stream)
+        dev = x.data.device_id
+        per = self._blocks.get(dev)
+        if per is None:
+            sms = cp.cuda.Device(dev).attributes["MultiProcessorCount"]
+            per = self._blocks[dev] = 8 * sms
+        n = x.size
+        blocks = max(1, min(per, -(-n // _AMAX_THREADS)))
+        name = "fftmatvec_amax_f32" if x.dtype.itemsize == 4 else "fftmatvec_amax_f64"
+        self._amax_module.get_function(name)((blocks,), (_AMAX_THREADS,),
+                                             (x, np.int64(n), out))
+        return out
 
     def start_check(self, a, name: str) -> _DevicePending:
         return _DevicePending(self, a)

@@ -306,3 +306,27 @@ def test_bench_check_runs_on_cpu(capsys):
                        "--precisions", "ddddd,dssdd"]) == 0
     out = capsys.readouterr().out
     assert " dssdd  adj | queued |" in out and "ratio" in out
+
+
+@_GPU[0]
+@_GPU[1]
+def test_gpu_amax_large_and_strided(rng):
+    """The one-pass largest magnitude over many blocks: the host's value, NaN where one is,
+    also for a strided view."""
+    cp = backend.cupy
+    ops = _scaling.ops_for(cp)
+    for dt in (np.float32, np.float64):
+        for n in (1, 255, 257, 3_000_001):
+            h = rng.standard_normal(n).astype(dt)
+            i = int(rng.integers(n))
+            h[i] = -7.5 * float(np.abs(h).max() + 1)  # the largest is negative
+            x = cp.asarray(h)
+            assert float(ops.amax(x)) == float(np.abs(h).max())
+            for bad in (np.inf, np.nan):
+                hb = h.copy()
+                hb[int(rng.integers(n))] = bad
+                got = float(ops.amax(cp.asarray(hb)))
+                assert (math.isnan(got) if np.isnan(bad) else got == np.inf)
+        h = rng.standard_normal((40, 30, 50)).astype(dt)
+        x = cp.asarray(h).transpose(2, 0, 1)[:, ::3]
+        assert float(ops.amax(x)) == float(np.abs(h.transpose(2, 0, 1)[:, ::3]).max())
