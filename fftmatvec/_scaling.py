@@ -28,15 +28,18 @@ rescaled, on a GPU (inside the engine's stage 5): a weight near the interface dt
 number may overflow there.
 
 The largest magnitude is one reduction; it also decides whether the input is finite, so the
-check and the scale share it. On a GPU the check does not wait for the device before the
+check and the scale share it. On a GPU the host does not wait for the device before the
 product is queued: the reduction's result is copied to pinned host memory asynchronously, an
-event is recorded, the product is queued behind it, and only then does the host wait for that
-event (which completes long before the product) and raise if the input was not finite.
+event is recorded, the product is queued behind it on the input as given, and only then does
+the host wait for that event (which completes long before the product), raise if the input
+was not finite, and, for an input outside the window, run the product again on the scaled
+input (:func:`run_scaled`; ``FFTMATVEC_SCALE_ON_DEVICE=1`` scales on the device instead).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import threading
 
 import numpy as np
@@ -44,7 +47,7 @@ import numpy as np
 from ._errors import FFTMatvecValueError
 
 __all__ = ["WINDOW", "scale_exponent", "kernel_exponent", "scale_kernel", "ops_for",
-           "HostOps", "DeviceOps", "not_finite_error"]
+           "HostOps", "DeviceOps", "not_finite_error", "checked", "run_scaled"]
 
 WINDOW = 32
 _LO, _HI = 2.0 ** -WINDOW, 2.0 ** WINDOW
@@ -97,30 +100,14 @@ def not_finite_error(name: str) -> FFTMatvecValueError:
     )
 
 
-class _Done:
-    """A check already decided (the host's): nothing to wait for."""
-
-    def wait(self, name: str) -> None:
-        pass
-
-    def abandon(self) -> None:
-        pass
-
-
 class HostOps:
-    """NumPy: the largest magnitude is a host float, the check raises before the product."""
+    """NumPy: the largest magnitude is a host float; the check raises before the product."""
 
     host = True
 
     @staticmethod
-    def amax(x) -> float:
+    def measure(x) -> float:
         return float(np.abs(x).max())
-
-    @staticmethod
-    def start_check(a, name: str) -> _Done:
-        if not math.isfinite(a):
-            raise not_finite_error(name)
-        return _Done()
 
 
 _PREAMBLE = r"""
@@ -178,36 +165,37 @@ extern "C" __global__ void __launch_bounds__(256) fftmatvec_amax_f64(
 _AMAX_THREADS = 256
 
 
-class _DevicePending:
-    """The largest magnitude on its way to pinned host memory; :meth:`wait` waits for it (not
-    for the product queued after it) and raises if it is not finite."""
+class _DeviceAmax:
+    """The largest magnitude of an input: ``device``, a 0-d device array, and, where
+    ``copy``, its value on its way to pinned host memory behind an event. :meth:`value` waits
+    for that event only (the product queued after it keeps the device busy)."""
 
-    def __init__(self, ops: "DeviceOps", a):
+    def __init__(self, ops: "DeviceOps", x, copy: bool = True):
         cp = ops.cp
         self.ops = ops
-        self.slot = ops._take_slot()
-        buf, self.event = self.slot
-        self.value = buf.view(a.dtype)[:1]
-        stream = cp.cuda.get_current_stream()
-        cp.cuda.runtime.memcpyAsync(buf.ctypes.data, a.data.ptr, a.dtype.itemsize,
-                                    cp.cuda.runtime.memcpyDeviceToHost, stream.ptr)
-        self.event.record(stream)
+        self.device = a = ops.amax(x)
+        self.slot = self._value = None
+        if copy:
+            self.slot = ops._take_slot()
+            buf, event = self.slot
+            stream = cp.cuda.get_current_stream()
+            cp.cuda.runtime.memcpyAsync(buf.ctypes.data, a.data.ptr, a.dtype.itemsize,
+                                        cp.cuda.runtime.memcpyDeviceToHost, stream.ptr)
+            event.record(stream)
 
-    def wait(self, name: str) -> None:
-        self.event.synchronize()
-        finite = math.isfinite(float(self.value[0]))
-        self.ops._give_slot(self.slot)
-        if not finite:
-            raise not_finite_error(name)
-
-    def abandon(self) -> None:
-        """The product failed: wait for the copy into the pinned buffer, then drop it."""
-        self.event.synchronize()
+    def value(self) -> float:
+        """The largest magnitude as a host float (waits for the reduction once)."""
+        if self._value is None:
+            buf, event = self.slot
+            event.synchronize()
+            self._value = float(buf.view(self.device.dtype)[0])
+            self.ops._give_slot(self.slot)
+        return self._value
 
 
 class DeviceOps:
     """CuPy: every step is queued on the current stream; nothing waits for the device but
-    :meth:`_DevicePending.wait`."""
+    :meth:`_DeviceAmax.value`."""
 
     host = False
 
@@ -222,6 +210,11 @@ class DeviceOps:
         self._unscale = cp.ElementwiseKernel(
             "X a, int32 k", "Y y", "y = (Y)ldexp((double)y, k - fm_scale_exp<X>(a))",
             "fftmatvec_unscale_output", preamble=_PREAMBLE)
+        self._ldexp = cp.ElementwiseKernel(
+            "X x, int32 k", "X y", "y = (X)ldexp((double)x, k)", "fftmatvec_ldexp")
+
+    def measure(self, x, copy: bool = True) -> _DeviceAmax:
+        return _DeviceAmax(self, x, copy)
 
     def amax(self, x):
         """The largest magnitude of ``x`` as a 0-d device array (NaN if ``x`` holds one): a
@@ -246,17 +239,22 @@ class DeviceOps:
                                              (x, np.int64(n), out))
         return out
 
-    def start_check(self, a, name: str) -> _DevicePending:
-        return _DevicePending(self, a)
-
     def scale(self, x, a):
-        """A new C-contiguous ``x * 2**s``, ``s`` from ``a`` (:func:`scale_exponent`)."""
+        """A new C-contiguous ``x * 2**s``, ``s`` from the 0-d device array ``a``
+        (:func:`scale_exponent`, computed on the device)."""
         return self._scale(x, a)
 
     def unscale(self, y, a, kexp: int):
-        """``y *= 2**(kexp - s)`` in place (``ldexp``: any exponent, one rounding)."""
+        """``y *= 2**(kexp - s)`` in place, ``s`` from ``a`` on the device (``ldexp``: any
+        exponent, one rounding)."""
         self._unscale(a, np.int32(kexp), y)
         return y
+
+    def ldexp(self, x, k: int, out=None):
+        """``x * 2**k`` (a host exponent; one rounding), into ``out`` where given."""
+        if out is None:
+            return self._ldexp(x, np.int32(k))
+        return self._ldexp(x, np.int32(k), out)
 
     def _take_slot(self):
         free = self._free()
@@ -295,15 +293,48 @@ def ops_for(xp):
 
 
 def checked(ops, x, name: str, run):
-    """``run(a)`` with ``a`` the largest magnitude of ``x``, raising if ``x`` is not finite:
-    before the product on the host, after queueing it on a device (no result is returned
-    then)."""
-    a = ops.amax(x)
-    pending = ops.start_check(a, name)
+    """``run(a)`` with ``a`` the largest magnitude of ``x`` (``ops.measure``), raising if ``x``
+    is not finite: before the product on the host; on a device after queueing it, once the
+    reduction's value is back (no result is returned then)."""
+    a = ops.measure(x)
+    if ops.host:
+        if not math.isfinite(a):
+            raise not_finite_error(name)
+        return run(a)
     try:
         y = run(a)
-    except BaseException:
-        pending.abandon()
-        raise
-    pending.wait(name)
+    finally:
+        v = a.value()  # also after a failed launch: the copy into the pinned buffer has landed
+    if not math.isfinite(v):
+        raise not_finite_error(name)
     return y
+
+
+def scale_on_device() -> bool:
+    """``FFTMATVEC_SCALE_ON_DEVICE=1``: a GPU product scales every input by an element-wise
+    pass with the exponent computed on the device, and rescales its output, instead of
+    running on the input as given and again on a scaled input only where the input's largest
+    magnitude lies outside the window (the default, :func:`run_scaled`)."""
+    return os.environ.get("FFTMATVEC_SCALE_ON_DEVICE", "0") == "1"
+
+
+def run_scaled(ops, run, x, a, kexp: int):
+    """``run(x')`` on a GPU, with the input and the output scaled (kernel exponent ``kexp``).
+
+    By default the product is queued on ``x`` as it is; then the host waits for the
+    reduction's value ``a`` (queued before the product, so the device stays busy), and only an
+    input outside ``[2**-WINDOW, 2**WINDOW)`` is run again, scaled: usual inputs cost no pass
+    over ``x`` beyond the reduction, extreme ones two products. The output is rescaled where
+    the exponent is not 0 (a pass over the output). ``a``: a :class:`_DeviceAmax`, or None.
+    """
+    if scale_on_device():
+        dev = (a if a is not None else ops.measure(x, copy=False)).device
+        return ops.unscale(run(ops.scale(x, dev)), dev, kexp)
+    if a is None:
+        a = ops.measure(x)
+    y = run(x)
+    s = scale_exponent(a.value(), x.dtype.itemsize)
+    if s:
+        y = run(ops.ldexp(x, s))
+    e = kexp - s
+    return ops.ldexp(y, e, out=y) if e else y

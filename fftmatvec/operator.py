@@ -600,16 +600,13 @@ class BlockToeplitz(_OperatorBase):
         return y
 
     def _fast_one(self, product, v, y_shape, amax):
-        """The fused product of a remembered one-vector path, with the input scaled and the
-        output rescaled where the precision has a reduced stage (two element-wise passes on
-        the device, over ``v`` and over the output)."""
+        """The fused product of a remembered one-vector path, scaled where the precision has
+        a reduced stage (:func:`_scaling.run_scaled`)."""
         if not self._scaled:
             return product(v, y_shape, contiguous=True)
-        ops = _scaling.ops_for(self._xp)
-        if amax is None:
-            amax = ops.amax(v)
-        y = product(ops.scale(v, amax), y_shape, contiguous=True)
-        return ops.unscale(y, amax, self._kexp)
+        return _scaling.run_scaled(_scaling.ops_for(self._xp),
+                                   lambda x: product(x, y_shape, contiguous=True),
+                                   v, amax, self._kexp)
 
     def _remember_one(self, v, adjoint: bool, y_shape) -> None:
         """Record which path serves vectors like ``v`` (a CuPy array the general path has just
@@ -670,19 +667,21 @@ class BlockToeplitz(_OperatorBase):
 
     def _apply(self, x, adjoint: bool, weight=None, amax=None):
         """The product of ``x`` ``(k, n, Nt)``, scaled by powers of two where the precision has
-        a reduced stage: on the CPU inside the casts of stages 1 and 5, on a GPU by one
-        element-wise pass before the engine and one over its output (no host sync)."""
+        a reduced stage: on the CPU inside the casts of stages 1 and 5; on a GPU the product
+        runs on ``x`` as given and again on a scaled ``x`` only where its largest magnitude
+        lies outside ``[2**-32, 2**32)`` (:func:`_scaling.run_scaled`). ``amax``: ``x``'s
+        largest magnitude where the caller has it (a float, or a device measure)."""
         with self._on_device():
             if not self._scaled:
                 return self._run_stages(x, adjoint, weight)
             ops = _scaling.ops_for(self._xp)
-            if amax is None:
-                amax = ops.amax(x)
             if ops.host:
+                if amax is None:
+                    amax = ops.measure(x)
                 s = _scaling.scale_exponent(amax, x.dtype.itemsize)
                 return self._run_stages(x, adjoint, weight, s, self._kexp - s)
-            y = self._run_stages(ops.scale(x, amax), adjoint, weight)
-            return ops.unscale(y, amax, self._kexp)
+            return _scaling.run_scaled(ops, lambda v: self._run_stages(v, adjoint, weight),
+                                       x, amax, self._kexp)
 
     def _run_stages(self, x, adjoint: bool, weight=None, in_exp=0, out_exp=0):
         """The five stages; ``in_exp`` / ``out_exp`` (CPU): the powers of two of the input's

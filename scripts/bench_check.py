@@ -4,9 +4,11 @@
 For each precision and direction it times one product with ``check_finite=True`` and with
 ``check_finite=False``, waited for (device events around each call: the host's time before the
 first kernel counts) and queued back to back (the device's time per product), and prints their
-ratio. For precisions with a reduced stage it also times the product with the scaling switched
-off (``unscaled``: what the products cost before it, check off), so that the scale's two
-element-wise passes show apart from the check. The variants are timed in interleaved rounds
+ratio. For precisions with a reduced stage it also times, check off, the product with the
+scaling switched off (``unscaled``: what the products cost before it) and with the scale as
+element-wise device passes around every product (``ondevice``: ``FFTMATVEC_SCALE_ON_DEVICE=1``;
+by default a product runs on the input as given, waits for the reduction's value only, and runs
+again scaled only for an input far from 1), both as ratios to ``nocheck``. The variants are timed in interleaved rounds
 and the medians over the rounds are printed, so a drift of the device's clock hits all alike.
 
 Usage: python scripts/bench_check.py [--size 5000x100x1000] [--precisions ddddd,dssdd,ddhdd]
@@ -16,6 +18,7 @@ Usage: python scripts/bench_check.py [--size 5000x100x1000] [--precisions ddddd,
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import numpy as np
@@ -70,9 +73,17 @@ def variants(F, v, adjoint: bool) -> dict:
         finally:
             F._scaled = True
 
+    def ondevice():
+        os.environ["FFTMATVEC_SCALE_ON_DEVICE"] = "1"
+        try:
+            return f(v, check_finite=False)
+        finally:
+            del os.environ["FFTMATVEC_SCALE_ON_DEVICE"]
+
     out = {"check": lambda: f(v), "nocheck": lambda: f(v, check_finite=False)}
     if F._scaled:
         out["unscaled"] = unscaled
+        out["ondevice"] = ondevice
     return out
 
 
@@ -98,6 +109,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--device", choices=["gpu", "cpu"], default="gpu")
     args = ap.parse_args(argv)
+    os.environ.pop("FFTMATVEC_SCALE_ON_DEVICE", None)
     if args.device == "gpu":
         import cupy as xp
     else:
@@ -112,7 +124,7 @@ def main(argv=None) -> int:
     print(f"(Nm, Nd, Nt) = ({nm}, {nd}, {nt}), {args.device}, repeat {args.repeat} x "
           f"{args.rounds} rounds; times in ms, ratios against check_finite=False")
     print(f"{'prec':>6} {'dir':>4} | {'mode':>6} | {'check':>8} {'nocheck':>8} {'ratio':>6} | "
-          f"{'unscaled':>8} {'scaled/unscaled':>15}")
+          f"{'unscaled':>8} {'ratio':>6} | {'ondevice':>8} {'ratio':>6}")
     for p in args.precisions.split(","):
         F = fm.BlockToeplitz(K, p)
         for adjoint, v in ((False, m), (True, d)):
@@ -121,9 +133,10 @@ def main(argv=None) -> int:
                 c, n = r["check"][mode], r["nocheck"][mode]
                 line = (f"{p:>6} {'adj' if adjoint else 'fwd':>4} | {mode:>6} | {c * 1e3:8.3f} "
                         f"{n * 1e3:8.3f} {c / n:6.3f} |")
-                if "unscaled" in r:
-                    u = r["unscaled"][mode]
-                    line += f" {u * 1e3:8.3f} {n / u:15.3f}"
+                for extra in ("unscaled", "ondevice"):
+                    if extra in r:
+                        u = r[extra][mode]
+                        line += f" {u * 1e3:8.3f} {u / n:6.3f} |"
                 print(line)
         del F
         if xp is not np:

@@ -136,32 +136,29 @@ def test_long_double_kernel_beyond_float64(rng):
 
 # ---- the check shared with the scale: "launch then check" with a fake device -------------
 class _FakeDeviceOps:
-    """The GPU's steps on NumPy, logged: a 0-d "device" maximum, a pending check that raises
-    only when waited for, the scale and unscale of :class:`_scaling.DeviceOps`."""
+    """The GPU's steps (:class:`_scaling.DeviceOps`) on NumPy, logged: a measure whose host
+    value comes only when waited for, the device-side scale and unscale, ``ldexp``."""
 
     host = False
 
     def __init__(self):
         self.log = []
 
-    def amax(self, x):
-        self.log.append("amax")
-        return np.asarray(np.abs(x).max())
-
-    def start_check(self, a, name):
-        self.log.append("copy+event")
+    def measure(self, x, copy=True):
+        self.log.append("measure")
         ops = self
 
-        class Pending:
-            def wait(self, name):
-                ops.log.append("wait")
-                if not math.isfinite(float(a)):
-                    raise _scaling.not_finite_error(name)
+        class Measure:
+            device = np.asarray(np.abs(x).max())
+            waited = False
 
-            def abandon(self):
-                ops.log.append("abandon")
+            def value(self):
+                if not self.waited:
+                    ops.log.append("wait")
+                    self.waited = True
+                return float(self.device)
 
-        return Pending()
+        return Measure()
 
     def scale(self, x, a):
         self.log.append("scale")
@@ -172,50 +169,104 @@ class _FakeDeviceOps:
         y[...] = np.ldexp(y, kexp - _scaling.scale_exponent(a, y.dtype.itemsize))
         return y
 
+    def ldexp(self, x, k, out=None):
+        self.log.append("ldexp")
+        return np.ldexp(x, k, out=out)
+
 
 @pytest.fixture
 def fake(monkeypatch):
     ops = _FakeDeviceOps()
     monkeypatch.setattr(_scaling, "ops_for", lambda xp: ops)
+    monkeypatch.delenv("FFTMATVEC_SCALE_ON_DEVICE", raising=False)
     return ops
 
 
+def _logged(F, ops):
+    """``F`` with each run of the five stages logged as "product"."""
+    run = F._run_stages
+
+    def logged(*a, **k):
+        ops.log.append("product")
+        return run(*a, **k)
+
+    F._run_stages = logged
+    return F
+
+
+def _calls(F, m, d):
+    return [(F.matvec, m, "m"), (F.rmatvec, d, "d"), (F.matmat, m[None], "M"),
+            (F.rmatmat, d[None], "D"), (F.T.matvec, d, "m"), (F.normal().matvec, m, "m")]
+
+
 def test_launch_then_check_order(fake, rng):
-    """On a device the product is queued between the reduction's copy and the wait; a NaN
-    raises after it, with no output returned."""
-    K, m, d = _case(np, rng, 1e-30, 1e25)
-    ref = BlockToeplitz(K, "ddddd")
-    F = BlockToeplitz(K, "sssss")
-    calls = [(F.matvec, m, "m"), (F.rmatvec, d, "d"), (F.matmat, m[None], "M"),
-             (F.rmatmat, d[None], "D"), (F.T.matvec, d, "m"), (F.normal().matvec, m, "m")]
-    for f, a, name in calls:
+    """On a device the product is queued before the host waits for the reduction; a NaN
+    raises after it, with no output returned. A usual input runs one product and no pass of
+    its own; an extreme one runs again, scaled."""
+    K, m, d = _case(np, rng, 1.0, 1.0)
+    F = _logged(BlockToeplitz(K, "sssss"), fake)
+    for f, a, name in _calls(F, m, d):
         fake.log.clear()
         f(a)
-        assert fake.log[:4] == ["amax", "copy+event", "scale", "unscale"], fake.log
-        assert fake.log[-1] == "wait"
+        if f.__self__ is F or f.__self__ is F.T:
+            assert fake.log == ["measure", "product", "wait"], fake.log
         bad = a.copy()
         bad.flat[3] = np.nan
         fake.log.clear()
         with pytest.raises(FFTMatvecValueError, match=f"^{name} contains NaN or Inf"):
             f(bad)
-        assert fake.log.index("unscale") < fake.log.index("wait") == len(fake.log) - 1
-    # the scaled products through the device's steps are right
-    assert _err(F.matvec(m), ref.matvec(m)) < BOUND["s"]
-    assert _err(F.normal(3.0).matvec(m), ref.normal(3.0).matvec(m)) < BOUND["s"]
-    # ddddd: the check alone; check_finite=False: no reduction for ddddd
-    G = BlockToeplitz(K, "ddddd")
+        assert fake.log[:3] == ["measure", "product", "wait"], fake.log
+    # ddddd: the check alone, and nothing without it
+    G = _logged(BlockToeplitz(K, "ddddd"), fake)
     fake.log.clear()
     G.matvec(m)
-    assert fake.log == ["amax", "copy+event", "wait"]
+    assert fake.log == ["measure", "product", "wait"]
     fake.log.clear()
     G.matvec(m, check_finite=False)
-    assert fake.log == []
+    assert fake.log == ["product"]
     fake.log.clear()
     F.matvec(m, check_finite=False)  # the scale still needs the reduction
-    assert fake.log == ["amax", "scale", "unscale"]
+    assert fake.log == ["measure", "product", "wait"]
 
 
-def test_failed_product_abandons_the_check(fake, rng):
+def test_extreme_input_runs_again_scaled(fake, rng):
+    K, m, d = _case(np, rng, 1e-30, 1e25)
+    ref = BlockToeplitz(K, "ddddd")
+    F = _logged(BlockToeplitz(K, "sssss"), fake)
+    fake.log.clear()
+    y = F.matvec(m)
+    assert fake.log == ["measure", "product", "wait", "ldexp", "product", "ldexp"]
+    assert _err(y, ref.matvec(m)) < BOUND["s"]
+    for f, g in [(F.rmatvec, ref.rmatvec), (F.normal(3.0).matvec, ref.normal(3.0).matvec)]:
+        v = d if f == F.rmatvec else m
+        assert _err(f(v), g(v)) < BOUND["s"]
+    # an extreme kernel alone: one product, its output rescaled
+    K2, m2, _ = _case(np, rng, 1e-30, 1.0)
+    F2 = _logged(BlockToeplitz(K2, "dssdd"), fake)
+    fake.log.clear()
+    y2 = F2.matvec(m2)
+    assert fake.log == ["measure", "product", "wait", "ldexp"]
+    assert _err(y2, BlockToeplitz(K2, "ddddd").matvec(m2)) < BOUND["s"]
+
+
+def test_scale_on_device_switch(fake, rng, monkeypatch):
+    """``FFTMATVEC_SCALE_ON_DEVICE=1``: the scale and unscale as device passes around one
+    product, the exponent never on the host (the check still waits after the product)."""
+    monkeypatch.setenv("FFTMATVEC_SCALE_ON_DEVICE", "1")
+    K, m, d = _case(np, rng, 1e-30, 1e25)
+    ref = BlockToeplitz(K, "ddddd")
+    F = _logged(BlockToeplitz(K, "ddhdd"), fake)
+    fake.log.clear()
+    y = F.matvec(m)
+    assert fake.log == ["measure", "scale", "product", "unscale", "wait"]
+    assert _err(y, ref.matvec(m)) < BOUND["h"]
+    fake.log.clear()
+    y = F.rmatvec(d, check_finite=False)
+    assert fake.log == ["measure", "scale", "product", "unscale"]
+    assert _err(y, ref.rmatvec(d)) < BOUND["h"]
+
+
+def test_failed_product_waits_for_the_copy(fake, rng):
     K, m, _ = _case(np, rng, 1.0, 1.0)
     F = BlockToeplitz(K, "sssss")
 
@@ -225,7 +276,7 @@ def test_failed_product_abandons_the_check(fake, rng):
     F._run_stages = boom
     with pytest.raises(RuntimeError, match="launch failed"):
         F.matvec(m)
-    assert fake.log[-1] == "abandon"
+    assert fake.log == ["measure", "wait"]
 
 
 # ---- on a GPU ---------------------------------------------------------------------------
@@ -274,7 +325,7 @@ def test_gpu_exponents_match_host():
                 continue
             x = xp.asarray(np.array([a, -a / 2], dtype=dt))
             amax = ops.amax(x)
-            assert float(amax) == np.float64(dt(a))
+            assert float(amax) == np.float64(dt(a)) == ops.measure(x).value()
             s = _scaling.scale_exponent(float(amax), np.dtype(dt).itemsize)
             got = to_numpy(ops.scale(x, amax))
             if math.isfinite(a):
@@ -283,6 +334,7 @@ def test_gpu_exponents_match_host():
                 y = ops.scale(x, amax)
                 ops.unscale(y, amax, 0)
                 np.testing.assert_array_equal(to_numpy(y), to_numpy(x))
+                np.testing.assert_array_equal(to_numpy(ops.ldexp(x, s)), got)
         nan = xp.asarray(np.array([1.0, np.nan, 2.0], dtype=dt))
         assert math.isnan(float(ops.amax(nan)))
 
