@@ -206,7 +206,9 @@ class _OperatorBase:
             On the CPU it raises before the product; on a GPU the product is queued first, so
             the device never waits for the host, and the error comes once the reduction's
             result is back, with no output returned. ``False`` skips it; a non-finite input
-            then spreads to every output time through the FFT.
+            then spreads to every output time through the FFT. (A GPU operator with a reduced
+            stage still makes the reduction, for the input's scale, and its host still waits
+            for the reduction's value, never for the product.)
 
         Returns
         -------
