@@ -283,8 +283,8 @@ class _OperatorBase:
         return LinearOperator(**kwargs)
 
     # ---- to implement --------------------------------------------------------------------
-    # ``amax``: the largest magnitude of ``x`` where the caller has it (a host float, or a 0-d
-    # device array), else None.
+    # ``amax``: the largest magnitude of ``x`` where the caller has it (a host float, or a
+    # device measure of fftmatvec/_scaling.py), else None.
     def _matmat(self, x, amax=None):  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -645,8 +645,9 @@ class BlockToeplitz(_OperatorBase):
     def sbgemv(self, xhat, adjoint: bool = False, out=None, workspace=None, xhat_scaled=False):
         """Stage 3: per-frequency product with ``Khat`` (``Khat^H`` for the adjoint), returned in
         stage 4's precision (the cast fused in). The stored ``Khat`` is scaled by
-        ``2**-kernel_exponent`` (:attr:`kernel_exponent`; the products undo it). ``xhat_scaled``: an adjoint's input already
-        multiplied by the float16 row scales (the GPU's FFT store callback does so)."""
+        ``2**-kernel_exponent`` (:attr:`kernel_exponent`; the products undo it).
+        ``xhat_scaled``: an adjoint's input already multiplied by the float16 row scales (the
+        GPU's FFT store callback does so)."""
         return self._engine.apply(
             xhat, adjoint, self.precision.complex_dtype("ifft"), out=out, workspace=workspace,
             xhat_scaled=xhat_scaled,
