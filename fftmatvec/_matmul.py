@@ -109,11 +109,18 @@ class MatmulEngine:
         pass  # nothing held between products
 
     # ---- stages ----------------------------------------------------------------------------
-    def pad(self, x, prec: PrecisionConfig, out=None):
+    def pad(self, x, prec: PrecisionConfig, out=None, scale_exp=0):
+        """Stage 1; ``scale_exp``: ``x * 2**scale_exp`` in the cast (exact: a normal power of
+        two of the wider of ``x``'s and the stage's dtypes, computed in that dtype)."""
+        xp = self.xp
         k, n, nt = x.shape
         if out is None:
-            out = self.xp.empty((k, n, self.fft_len), dtype=prec.pad_dtype)
-        out[..., :nt] = x
+            out = xp.empty((k, n, self.fft_len), dtype=prec.pad_dtype)
+        if scale_exp:
+            wide = np.result_type(x.dtype, out.dtype)
+            xp.multiply(x, wide.type(2.0 ** scale_exp), out=out[..., :nt], casting="same_kind")
+        else:
+            out[..., :nt] = x
         out[..., nt:] = 0
         return out
 
@@ -123,8 +130,13 @@ class MatmulEngine:
     def ifft(self, y, out=None):
         return _into(out, irfft(self.xp, y, self.fft_len))
 
-    def unpad(self, y, prec: PrecisionConfig, nt: int, dtype, weight=None, out=None):
+    def unpad(self, y, prec: PrecisionConfig, nt: int, dtype, weight=None, out=None,
+              exponent=0):
+        """Stage 5; ``exponent``: times ``2**exponent`` (``ldexp``: any exponent, one rounding)
+        after the rounding to stage 5's precision, before the weight."""
         r = y[..., :nt].astype(prec.reduce_dtype).astype(dtype, copy=False)
+        if exponent:
+            self.xp.ldexp(r, exponent, out=r)
         if weight is not None:
             r *= weight
         return _into(out, r)

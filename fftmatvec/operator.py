@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import scipy.fft
 
-from . import backend
+from . import _scaling, backend
 from .gpu.plan import parse_overrides, plan_key
 from ._errors import FFTMatvecTypeError, FFTMatvecValueError
 from ._matmul import MatmulEngine, rfft
@@ -87,15 +87,6 @@ def _fingerprint(xp, kernel) -> tuple:
     return total, int((rows * ramp).sum(dtype=np.uint64))
 
 
-def _require_finite(xp, x, name: str) -> None:
-    """Raise if ``x`` holds NaN or Inf: one reduction, the largest magnitude is finite iff
-    every entry is."""
-    if x.size and not math.isfinite(float(xp.abs(x).max())):
-        raise FFTMatvecValueError(
-            f"{name} contains NaN or Inf values (pass check_finite=False to skip this check)"
-        )
-
-
 def _check_dtype(dtype: Any) -> np.dtype:
     try:
         dt = np.dtype(np.float64 if dtype is None else dtype)
@@ -142,6 +133,8 @@ class _OperatorBase:
 
     # ---- validation ----------------------------------------------------------------------
     def _check_vector(self, x: Any, n: int, name: str, batched: bool, check_finite: bool = True):
+        """``(x as (k, n, Nt), flat, check)``: ``check`` says that the product must still check
+        ``x`` for finiteness (:meth:`_product`); a dtype cast here was checked here."""
         xp = backend.get_array_module(x, name=name)
         if xp is not self._xp:
             where = "CuPy (GPU)" if self._xp is not np else "NumPy (CPU)"
@@ -154,6 +147,7 @@ class _OperatorBase:
             raise FFTMatvecTypeError(
                 f"{name} must be real floating point (float32 or float64), got dtype {x.dtype}"
             )
+        check = check_finite
         if x.dtype not in _INTERFACE_DTYPES:  # float16, longdouble: the stages take f32 / f64
             if check_finite and x.size and not bool(xp.isfinite(x).all()):
                 raise FFTMatvecValueError(f"{name} contains NaN or Inf values")
@@ -162,8 +156,7 @@ class _OperatorBase:
                 raise FFTMatvecValueError(
                     f"{name} holds values too large for {self.dtype} (they overflow to Inf)"
                 )
-        elif check_finite:
-            _require_finite(xp, x, name)
+            check = False
         if self._device is not None and x.device.id != self._device.id:
             raise FFTMatvecValueError(
                 f"{name} lives on GPU {x.device.id} but the operator on GPU {self._device.id}; "
@@ -176,14 +169,29 @@ class _OperatorBase:
                 )
             if x.shape[0] == 0:
                 raise FFTMatvecValueError(f"{name} must hold at least one vector, got shape {x.shape}")
-            return x, False
+            return x, False, check
         if x.shape == (n, self.nt):
-            return x[None], False
+            return x[None], False, check
         if x.shape == (n * self.nt,):
-            return x.reshape(1, n, self.nt), True
+            return x.reshape(1, n, self.nt), True, check
         raise FFTMatvecValueError(
             f"{name} must have shape ({n}, {self.nt}) or ({n * self.nt},), got {x.shape}"
         )
+
+    def _on_device(self):
+        return contextlib.nullcontext() if self._device is None else self._device
+
+    def _product(self, x, adjoint: bool, name: str, check: bool):
+        """``_matmat(x)`` (``_rmatmat`` for ``adjoint``), checking ``x`` for finiteness where
+        ``check``: one reduction (its largest magnitude, which also gives the input's scale),
+        tested before the product on the CPU; on a GPU the product is queued first and the
+        host then waits only for the reduction's result (:func:`_scaling.checked`)."""
+        run = self._rmatmat if adjoint else self._matmat
+        if not check:
+            return run(x)
+        with self._on_device():
+            return _scaling.checked(_scaling.ops_for(self._xp), x, name,
+                                    lambda a: run(x, amax=a))
 
     # ---- public products -----------------------------------------------------------------
     def matvec(self, m, *, check_finite=True):
@@ -195,36 +203,44 @@ class _OperatorBase:
             Real input, on the operator's device.
         check_finite : bool, default True
             Raise :class:`~fftmatvec.FFTMatvecValueError` if ``m`` holds NaN or Inf (one
-            reduction over ``m``). ``False`` skips it; a non-finite input then spreads to every
-            output time through the FFT.
+            reduction over ``m``, the one that also gives a reduced precision's input scale).
+            On the CPU it raises before the product; on a GPU the product is queued first, so
+            the device never waits for the host, and the error comes once the reduction's
+            result is back, with no output returned. ``False`` skips it; a non-finite input
+            then spreads to every output time through the FFT. (A GPU operator with a reduced
+            stage still makes the reduction, for the input's scale, and its host still waits
+            for the reduction's value, never for the product.)
 
         Returns
         -------
         (n_out, Nt) or (n_out*Nt,) array
             Same rank as ``m``, in the operator's ``dtype``.
         """
-        x, flat = self._check_vector(m, self._n_in, "m", batched=False, check_finite=check_finite)
-        y = self._matmat(x)
+        x, flat, check = self._check_vector(m, self._n_in, "m", batched=False,
+                                            check_finite=check_finite)
+        y = self._product(x, False, "m", check)
         return y.reshape(-1) if flat else y[0]
 
     def rmatvec(self, d, *, check_finite=True):
         """Apply the adjoint to one vector: ``d`` is ``(n_out, Nt)`` or flat (``check_finite``
         as in :meth:`matvec`)."""
-        x, flat = self._check_vector(d, self._n_out, "d", batched=False, check_finite=check_finite)
-        y = self._rmatmat(x)
+        x, flat, check = self._check_vector(d, self._n_out, "d", batched=False,
+                                            check_finite=check_finite)
+        y = self._product(x, True, "d", check)
         return y.reshape(-1) if flat else y[0]
 
     def matmat(self, M, *, check_finite=True):
         """Apply the operator to a batch ``M`` of shape ``(k, n_in, Nt)`` in one batched product
         (``check_finite`` as in :meth:`matvec`)."""
-        x, _ = self._check_vector(M, self._n_in, "M", batched=True, check_finite=check_finite)
-        return self._matmat(x)
+        x, _, check = self._check_vector(M, self._n_in, "M", batched=True, check_finite=check_finite)
+        return self._product(x, False, "M", check)
 
     def rmatmat(self, D, *, check_finite=True):
         """Apply the adjoint to a batch ``D`` of shape ``(k, n_out, Nt)`` (``check_finite`` as
         in :meth:`matvec`)."""
-        x, _ = self._check_vector(D, self._n_out, "D", batched=True, check_finite=check_finite)
-        return self._rmatmat(x)
+        x, _, check = self._check_vector(D, self._n_out, "D", batched=True,
+                                         check_finite=check_finite)
+        return self._product(x, True, "D", check)
 
     def __matmul__(self, x):
         if getattr(x, "ndim", None) == 3:
@@ -268,10 +284,12 @@ class _OperatorBase:
         return LinearOperator(**kwargs)
 
     # ---- to implement --------------------------------------------------------------------
-    def _matmat(self, x):  # pragma: no cover - abstract
+    # ``amax``: the largest magnitude of ``x`` where the caller has it (a host float, or a
+    # device measure of fftmatvec/_scaling.py), else None.
+    def _matmat(self, x, amax=None):  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _rmatmat(self, x):  # pragma: no cover - abstract
+    def _rmatmat(self, x, amax=None):  # pragma: no cover - abstract
         raise NotImplementedError
 
 
@@ -285,11 +303,11 @@ class _Adjoint(_OperatorBase):
         self.nt = op.nt
         self._n_in, self._n_out = op._n_out, op._n_in
 
-    def _matmat(self, x):
-        return self._op._rmatmat(x)
+    def _matmat(self, x, amax=None):
+        return self._op._rmatmat(x, amax)
 
-    def _rmatmat(self, x):
-        return self._op._matmat(x)
+    def _rmatmat(self, x, amax=None):
+        return self._op._matmat(x, amax)
 
     @property
     def T(self):
@@ -358,9 +376,9 @@ class NormalOperator(_OperatorBase):
             with op._on_device():
                 self._weight = xp.array(weight, dtype=op.dtype, order="C", copy=True)
 
-    def _matmat(self, x):
+    def _matmat(self, x, amax=None):
         # the weight is applied inside the forward product's stage 5, on the device
-        d = self._op._apply(x, adjoint=False, weight=self._weight)
+        d = self._op._apply(x, adjoint=False, weight=self._weight, amax=amax)
         return self._op._apply(d, adjoint=True)
 
     _rmatmat = _matmat  # F^T W F is symmetric
@@ -421,6 +439,14 @@ class BlockToeplitz(_OperatorBase):
     -----
     ``Khat = rfft(K, n=L)`` is computed once, in float64, and stored only in stage 3's
     precision. Vectors are space-outer, time-inner (SOTI): ``m`` is ``(Nm, Nt)``.
+
+    With any reduced stage (``s``, ``h``) the kernel is scaled once by a power of two and each
+    input by another, from their largest magnitudes, and the output back (exact in binary;
+    ``fftmatvec/_scaling.py``): no stage over- or underflows for any finite kernel and input,
+    and the error stays within the precision's bound, relative to the output's norm. Entries
+    far below a vector's (or the kernel's) own largest (about ``2**-90`` of it) may still be
+    flushed in float32: their share of the output lies far below float32's rounding, but an
+    output entry made only of them loses its relative accuracy. ``ddddd`` is not scaled.
     """
 
     def __init__(self, kernel, precision="ddddd", *, dtype=None, fft_len=None, rtol=None,
@@ -446,6 +472,14 @@ class BlockToeplitz(_OperatorBase):
         # a fingerprint of the kernel's bytes: a derived operator (with_precision) must equal
         # the one built from the kernel as it was here, so it refuses a changed kernel
         self._kernel_print = _share._kernel_print if _share is not None else _fingerprint(xp, kernel)
+        # Power-of-two scaling (fftmatvec/_scaling.py): with any reduced stage, Khat is stored
+        # times 2**-_kexp and each input scaled from its largest magnitude, so that no stage
+        # over- or underflows; ddddd computes with the kernel and inputs as given.
+        self._scaled = self.precision.letters != "ddddd"
+        self._kexp = 0
+        if self._scaled:
+            self._kexp = (_share._kexp if _share is not None and _share._scaled
+                          else _scaling.kernel_exponent(xp, kernel))
         # the GPU the kernel lives on: products run there whatever device is current
         self._device = None if xp is np else kernel.device
         # One-vector products that a fused product served before (_one): (adjoint, shape,
@@ -455,7 +489,8 @@ class BlockToeplitz(_OperatorBase):
         self._device_id = None if xp is np else kernel.device.id
         self._engine = None
         if (_share is not None and _share.precision.letters[2] == self.precision.letters[2]
-                and _share.fft_len == self.fft_len and _share.plan_overrides == self.plan_overrides):
+                and _share.fft_len == self.fft_len and _share._kexp == self._kexp
+                and _share.plan_overrides == self.plan_overrides):
             self._engine = _share._engine
         if self._engine is None:
             with self._on_device():
@@ -481,7 +516,7 @@ class BlockToeplitz(_OperatorBase):
         per_row = self.nm * (self.fft_len * 8 + self.nf * 16) * 2
         rows = max(1, min(self.nd, (512 * 2**20) // max(per_row, 1)))
         for i0 in range(0, self.nd, rows):
-            blk = self._kernel[i0 : i0 + rows].astype(np.float64, copy=False)
+            blk = _scaling.scale_kernel(xp, self._kernel[i0 : i0 + rows], self._kexp)
             khat = rfft(xp, blk, self.fft_len)  # (c, Nm, Nf) complex128
             self._engine.store_rows(i0, khat)
             del khat
@@ -530,6 +565,14 @@ class BlockToeplitz(_OperatorBase):
         self._engine.release_buffers()
 
     @property
+    def kernel_exponent(self) -> int:
+        """``e``: the stored ``Khat`` is ``rfft(K) * 2**-e`` (and products rescale their output
+        by it). 0 for ``ddddd`` and for kernels whose largest magnitude lies in
+        ``[2**-32, 2**32)``; else the largest magnitude is brought to ``[0.5, 1)`` so that no
+        reduced stage over- or underflows."""
+        return self._kexp
+
+    @property
     def khat_nbytes(self) -> int:
         """Bytes of the stored ``Khat`` (stage 3's storage precision)."""
         return self._engine.nbytes
@@ -572,14 +615,25 @@ class BlockToeplitz(_OperatorBase):
                     known = False  # the general path serves this shape and dtype
                 elif (v.data.device_id == self._device_id and v.flags.c_contiguous
                       and backend.cupy.cuda.runtime.getDevice() == self._device_id):
-                    if check_finite:
-                        _require_finite(self._xp, v, "d" if adjoint else "m")
-                    return product(v, y_shape, contiguous=True)
+                    if check_finite:  # queued, then checked: the device never waits
+                        return _scaling.checked(
+                            _scaling.ops_for(self._xp), v, "d" if adjoint else "m",
+                            lambda a: self._fast_one(product, v, y_shape, a))
+                    return self._fast_one(product, v, y_shape, None)
         y = (_OperatorBase.rmatvec if adjoint else _OperatorBase.matvec)(
             self, v, check_finite=check_finite)
         if known:
             self._remember_one(v, adjoint, y.shape)
         return y
+
+    def _fast_one(self, product, v, y_shape, amax):
+        """The fused product of a remembered one-vector path, scaled where the precision has
+        a reduced stage (:func:`_scaling.run_scaled`)."""
+        if not self._scaled:
+            return product(v, y_shape, contiguous=True)
+        return _scaling.run_scaled(_scaling.ops_for(self._xp),
+                                   lambda x: product(x, y_shape, contiguous=True),
+                                   v, amax, self._kexp)
 
     def _remember_one(self, v, adjoint: bool, y_shape) -> None:
         """Record which path serves vectors like ``v`` (a CuPy array the general path has just
@@ -598,11 +652,15 @@ class BlockToeplitz(_OperatorBase):
     # ---- the five stages -----------------------------------------------------------------
     # Each stage honours its letter of the precision string; the engine (chosen once, at
     # construction) supplies the leaf that runs it on the operator's device.
-    def broadcast_and_pad(self, x, out=None):
+    def broadcast_and_pad(self, x, out=None, scale_exp=0):
         """Stage 1: cast ``x`` ``(k, n, Nt)`` to stage 1's precision and zero-pad time to ``L``.
 
         The kernel engine writes the padded array directly in stage 2's precision (the cast of
-        the next stage fused in); each value is still rounded to stage 1's precision first."""
+        the next stage fused in); each value is still rounded to stage 1's precision first.
+        ``scale_exp``: multiply by ``2**scale_exp`` in the cast (CPU engine only; a GPU
+        operator scales its input before this stage)."""
+        if scale_exp:
+            return self._engine.pad(x, self.precision, out=out, scale_exp=scale_exp)
         return self._engine.pad(x, self.precision, out=out)
 
     def fft(self, x, out=None):
@@ -611,8 +669,10 @@ class BlockToeplitz(_OperatorBase):
 
     def sbgemv(self, xhat, adjoint: bool = False, out=None, workspace=None, xhat_scaled=False):
         """Stage 3: per-frequency product with ``Khat`` (``Khat^H`` for the adjoint), returned in
-        stage 4's precision (the cast fused in). ``xhat_scaled``: an adjoint's input already
-        multiplied by the float16 row scales (the GPU's FFT store callback does so)."""
+        stage 4's precision (the cast fused in). The stored ``Khat`` is scaled by
+        ``2**-kernel_exponent`` (:attr:`kernel_exponent`; the products undo it).
+        ``xhat_scaled``: an adjoint's input already multiplied by the float16 row scales (the
+        GPU's FFT store callback does so)."""
         return self._engine.apply(
             xhat, adjoint, self.precision.complex_dtype("ifft"), out=out, workspace=workspace,
             xhat_scaled=xhat_scaled,
@@ -623,20 +683,37 @@ class BlockToeplitz(_OperatorBase):
         cd = self.precision.complex_dtype("ifft")
         return self._engine.ifft(yhat.astype(cd, copy=False), out=out)
 
-    def unpad_and_reduce(self, y, weight=None, out=None):
+    def unpad_and_reduce(self, y, weight=None, out=None, exponent=0):
         """Stage 5: keep the first ``Nt`` samples, round to stage 5's precision, return in the
         interface dtype, times the diagonal ``weight`` ``(n, Nt)`` if given (the normal
-        operator). (A distributed operator also sums partial outputs here.)"""
+        operator). (A distributed operator also sums partial outputs here.) ``exponent``:
+        multiply by ``2**exponent`` after the rounding, before the weight (CPU engine only)."""
+        if exponent:
+            return self._engine.unpad(y, self.precision, self.nt, self.dtype, weight=weight,
+                                      out=out, exponent=exponent)
         return self._engine.unpad(y, self.precision, self.nt, self.dtype, weight=weight, out=out)
 
-    def _on_device(self):
-        return contextlib.nullcontext() if self._device is None else self._device
-
-    def _apply(self, x, adjoint: bool, weight=None):
+    def _apply(self, x, adjoint: bool, weight=None, amax=None):
+        """The product of ``x`` ``(k, n, Nt)``, scaled by powers of two where the precision has
+        a reduced stage: on the CPU inside the casts of stages 1 and 5; on a GPU the product
+        runs on ``x`` as given and again on a scaled ``x`` only where its largest magnitude
+        lies outside ``[2**-32, 2**32)`` (:func:`_scaling.run_scaled`). ``amax``: ``x``'s
+        largest magnitude where the caller has it (a float, or a device measure)."""
         with self._on_device():
-            return self._run_stages(x, adjoint, weight)
+            if not self._scaled:
+                return self._run_stages(x, adjoint, weight)
+            ops = _scaling.ops_for(self._xp)
+            if ops.host:
+                if amax is None:
+                    amax = ops.measure(x)
+                s = _scaling.scale_exponent(amax, x.dtype.itemsize)
+                return self._run_stages(x, adjoint, weight, s, self._kexp - s)
+            return _scaling.run_scaled(ops, lambda v: self._run_stages(v, adjoint, weight),
+                                       x, amax, self._kexp)
 
-    def _run_stages(self, x, adjoint: bool, weight=None):
+    def _run_stages(self, x, adjoint: bool, weight=None, in_exp=0, out_exp=0):
+        """The five stages; ``in_exp`` / ``out_exp`` (CPU): the powers of two of the input's
+        scale and of the output's (the engine has neither fused products nor graphs there)."""
         eng = self._engine
         product = eng.fused_product(self.precision, adjoint, x.shape[0], x.dtype, self.dtype, weight)
         runner = eng.graph_runner(self, adjoint, x, weight, fused=product is not None)
@@ -644,18 +721,18 @@ class BlockToeplitz(_OperatorBase):
             return runner(x)
         if product is not None:  # NVIDIA: stages 1 and 5 inside the FFTs (callbacks), 3 packed
             return product(x)
-        padded = self.broadcast_and_pad(x)
+        padded = self.broadcast_and_pad(x, scale_exp=in_exp)
         xhat = self.fft(padded)
         yhat = self.sbgemv(xhat, adjoint)
         y = self.ifft(yhat)
-        return self.unpad_and_reduce(y, weight)
+        return self.unpad_and_reduce(y, weight, exponent=out_exp)
 
-    def _matmat(self, x):
-        y = self._apply(x, adjoint=False)
+    def _matmat(self, x, amax=None):
+        y = self._apply(x, adjoint=False, amax=amax)
         return y if self._guard is None else self._guard.check(x, y, False)
 
-    def _rmatmat(self, x):
-        y = self._apply(x, adjoint=True)
+    def _rmatmat(self, x, amax=None):
+        y = self._apply(x, adjoint=True, amax=amax)
         return y if self._guard is None else self._guard.check(x, y, True)
 
 
@@ -711,5 +788,6 @@ class _Guard:
                       f"moving to {nxt!r}", stacklevel=4)
         new = op.with_precision(nxt)
         op.precision, op._engine, op._one_paths = new.precision, new._engine, {}
+        op._scaled, op._kexp = new._scaled, new._kexp
         op.precision_source = f"{op.precision_source} (guard: {cur} -> {nxt})"
         return r

@@ -1,0 +1,340 @@
+"""Power-of-two scaling of the kernel and the input, and the input's finiteness check.
+
+Reduced stages (``s``, ``h``) hold values in float32's range (about 1.2e-38 to 3.4e38; the float16
+pairs of ``h`` are scaled per (sensor, frequency) by a float32). A kernel or an input far from
+1 would over- or underflow there, so a configuration with any reduced stage scales both by
+powers of two, which is exact in binary:
+
+* the kernel once at setup, by ``2**-kernel_exponent`` (:func:`kernel_exponent`);
+* the input per product, by ``2**s`` with ``s`` from its largest magnitude
+  (:func:`scale_exponent`), fused into stage 1's cast on the CPU;
+* the output by ``2**(kernel_exponent - s)``.
+
+A magnitude inside ``[2**-WINDOW, 2**WINDOW)`` is left as it is (exponent 0), so usual kernels
+and inputs are computed exactly as without scaling. Outside it the largest magnitude is brought
+to ``[0.5, 1)``. Then every stage's values stay below ``n_in * Nt**2 * 2**(2*WINDOW)`` (far
+below float32's 2**128 for any problem that fits in memory), and entries down to about
+``2**-90`` of the largest stay normal float32 numbers.
+
+What one scale cannot do: a vector (or kernel) whose own entries span more than float32's range
+(1e-30 next to 1e30, say) keeps its small entries only down to about ``2**-126`` of its largest
+in a reduced stage; below, they are flushed. Their share of the output is far below float32's
+rounding, so the error bound, relative to the output's norm, still holds; an output entry made
+only of such entries loses its relative accuracy. No error is raised for it: after the scaling,
+every finite kernel fits every stage, and a precision's bound is a normwise one. The same holds
+for float16 rows (``h``) whose largest entry lies below about ``2**-111`` of the kernel's.
+The normal operator's weight is applied to the forward half's output before that output is
+rescaled, on a GPU (inside the engine's stage 5): a weight near the interface dtype's largest
+number may overflow there.
+
+The largest magnitude is one reduction; it also decides whether the input is finite, so the
+check and the scale share it. On a GPU the host does not wait for the device before the
+product is queued: the reduction's result is copied to pinned host memory asynchronously, an
+event is recorded, the product is queued behind it on the input as given, and only then does
+the host wait for that event (which completes long before the product), raise if the input
+was not finite, and, for an input outside the window, run the product again on the scaled
+input (:func:`run_scaled`; ``FFTMATVEC_SCALE_ON_DEVICE=1`` scales on the device instead).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+
+import numpy as np
+
+from ._errors import FFTMatvecValueError
+
+__all__ = ["WINDOW", "scale_exponent", "kernel_exponent", "scale_kernel", "ops_for",
+           "HostOps", "DeviceOps", "not_finite_error", "checked", "run_scaled"]
+
+WINDOW = 32
+_LO, _HI = 2.0 ** -WINDOW, 2.0 ** WINDOW
+# exponents s for which 2**s is a normal number of the dtype (so x * 2**s is exact)
+_NORMAL = {4: (-126, 127), 8: (-1022, 1023)}
+
+
+def scale_exponent(a, itemsize: int = 8) -> int:
+    """``s`` such that ``a * 2**s`` lies in ``[0.5, 1)``, or 0 where ``a`` (a largest
+    magnitude) lies in ``[2**-WINDOW, 2**WINDOW)``, is zero, NaN or Inf; clamped so that
+    ``2**s`` is a normal number of a float of ``itemsize`` bytes. The device kernels compute
+    the same (``_PREAMBLE``)."""
+    a = float(a)
+    if not (a > 0.0) or math.isinf(a) or _LO <= a < _HI:
+        return 0
+    lo, hi = _NORMAL[itemsize]
+    return min(hi, max(lo, -math.frexp(a)[1]))
+
+
+def kernel_exponent(xp, kernel) -> int:
+    """``e`` such that ``kernel * 2**-e`` has its largest magnitude in ``[0.5, 1)``, or 0 where
+    that magnitude lies in ``[2**-WINDOW, 2**WINDOW)`` (a float64 or long double kernel: not
+    clamped, :func:`scale_kernel` applies any exponent)."""
+    hi, lo = kernel.max(), kernel.min()  # no temporary of the kernel's size (it is finite)
+    if xp is not np:
+        hi, lo = hi.get(), lo.get()
+    amax = max(np.asarray(hi)[()], -np.asarray(lo)[()])
+    if not (amax > 0) or not np.isfinite(amax) or _LO <= amax < _HI:
+        return 0
+    return int(np.frexp(amax)[1])
+
+
+def scale_kernel(xp, block, exponent: int):
+    """``block * 2**-exponent`` in float64 (a long double block is scaled before its cast, so
+    a kernel beyond float64's range but within its own keeps its values)."""
+    if block.dtype.itemsize > 8:  # long double (NumPy only)
+        return np.ldexp(block, -exponent).astype(np.float64)
+    block = block.astype(np.float64, copy=False)
+    if exponent == 0:
+        return block
+    if xp is np:
+        return np.ldexp(block, -exponent)
+    h = -exponent // 2  # two normal powers of two: |exponent| may exceed 1022
+    return block * (2.0 ** h) * (2.0 ** (-exponent - h))
+
+
+def not_finite_error(name: str) -> FFTMatvecValueError:
+    return FFTMatvecValueError(
+        f"{name} contains NaN or Inf values (pass check_finite=False to skip this check)"
+    )
+
+
+class HostOps:
+    """NumPy: the largest magnitude is a host float; the check raises before the product."""
+
+    host = True
+
+    @staticmethod
+    def measure(x) -> float:
+        return float(np.abs(x).max())
+
+
+_PREAMBLE = r"""
+template <typename T> __device__ int fm_scale_exp(T a_) {
+    // the exponent of fftmatvec._scaling.scale_exponent
+    const double a = (double)a_;
+    if (!(a > 0.0) || isinf(a) || (a >= ldexp(1.0, -WINDOW) && a < ldexp(1.0, WINDOW))) return 0;
+    int e;
+    frexp(a, &e);
+    const int lo = sizeof(T) == 4 ? -126 : -1022, hi = sizeof(T) == 4 ? 127 : 1023;
+    const int s = -e;
+    return s < lo ? lo : (s > hi ? hi : s);
+}
+""".replace("WINDOW", str(WINDOW))
+
+
+# The largest magnitude in one pass: a non-negative float's bits, read as an unsigned integer,
+# order as the float does, and a NaN's (sign cleared) lie above Inf's, so an unsigned max of
+# |x|'s bits is the largest magnitude, NaN where there is one. Each block reduces its share,
+# then one atomicMax per block (CuPy's generic reduction to one value runs on one block).
+_AMAX_SOURCE = r"""
+__device__ __forceinline__ unsigned int fm_abs_bits(float v) {
+    return __float_as_uint(v) & 0x7fffffffu;
+}
+__device__ __forceinline__ unsigned long long fm_abs_bits(double v) {
+    return (unsigned long long)__double_as_longlong(v) & 0x7fffffffffffffffull;
+}
+template <typename T, typename U, int THREADS>
+__device__ void fm_amax(const T* __restrict__ x, long long n, U* out) {
+    __shared__ U part[THREADS];
+    U m = 0;
+    const long long stride = (long long)gridDim.x * THREADS;
+    for (long long i = (long long)blockIdx.x * THREADS + threadIdx.x; i < n; i += stride) {
+        const U b = fm_abs_bits(x[i]);
+        m = b > m ? b : m;
+    }
+    part[threadIdx.x] = m;
+    __syncthreads();
+    for (int w = THREADS / 2; w > 0; w >>= 1) {
+        if (threadIdx.x < w && part[threadIdx.x + w] > part[threadIdx.x])
+            part[threadIdx.x] = part[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) atomicMax(out, part[0]);
+}
+extern "C" __global__ void __launch_bounds__(256) fftmatvec_amax_f32(
+        const float* x, long long n, unsigned int* out) {
+    fm_amax<float, unsigned int, 256>(x, n, out);
+}
+extern "C" __global__ void __launch_bounds__(256) fftmatvec_amax_f64(
+        const double* x, long long n, unsigned long long* out) {
+    fm_amax<double, unsigned long long, 256>(x, n, out);
+}
+"""
+_AMAX_THREADS = 256
+
+
+class _DeviceAmax:
+    """The largest magnitude of an input: ``device``, a 0-d device array, and, where
+    ``copy``, its value on its way to pinned host memory behind an event. :meth:`value` waits
+    for that event only (the product queued after it keeps the device busy)."""
+
+    def __init__(self, ops: "DeviceOps", x, copy: bool = True):
+        cp = ops.cp
+        self.ops = ops
+        self.device = a = ops.amax(x)
+        self.slot = self._value = None
+        if copy:
+            self.slot = ops._take_slot()
+            buf, event = self.slot
+            stream = cp.cuda.get_current_stream()
+            cp.cuda.runtime.memcpyAsync(buf.ctypes.data, a.data.ptr, a.dtype.itemsize,
+                                        cp.cuda.runtime.memcpyDeviceToHost, stream.ptr)
+            event.record(stream)
+
+    def value(self) -> float:
+        """The largest magnitude as a host float (waits for the reduction once)."""
+        if self._value is None:
+            buf, event = self.slot
+            event.synchronize()
+            self._value = float(buf.view(self.device.dtype)[0])
+            self.ops._give_slot(self.slot)
+        return self._value
+
+
+class DeviceOps:
+    """CuPy: every step is queued on the current stream; nothing waits for the device but
+    :meth:`_DeviceAmax.value`."""
+
+    host = False
+
+    def __init__(self, cp):
+        self.cp = cp
+        self._local = threading.local()  # per thread and device: free (pinned buffer, event)
+        self._amax_module = None
+        self._blocks: dict = {}  # device id -> blocks of the largest-magnitude kernel
+        self._scale = cp.ElementwiseKernel(
+            "X x, X a", "X y", "y = x * (X)ldexp(1.0, fm_scale_exp<X>(a))",
+            "fftmatvec_scale_input", preamble=_PREAMBLE)
+        self._unscale = cp.ElementwiseKernel(
+            "X a, int32 k", "Y y", "y = (Y)ldexp((double)y, k - fm_scale_exp<X>(a))",
+            "fftmatvec_unscale_output", preamble=_PREAMBLE)
+        self._ldexp = cp.ElementwiseKernel(
+            "X x, int32 k", "X y", "y = (X)ldexp((double)x, k)", "fftmatvec_ldexp")
+
+    def measure(self, x, copy: bool = True) -> _DeviceAmax:
+        return _DeviceAmax(self, x, copy)
+
+    def amax(self, x):
+        """The largest magnitude of ``x`` as a 0-d device array (NaN if ``x`` holds one): a
+        zeroed word, then one kernel (``_AMAX_SOURCE``)."""
+        cp = self.cp
+        if not x.flags.c_contiguous:
+            x = cp.ascontiguousarray(x)
+        if self._amax_module is None:
+            self._amax_module = cp.RawModule(code=_AMAX_SOURCE)
+        out = cp.empty((), dtype=x.dtype)
+        stream = cp.cuda.get_current_stream().ptr
+        cp.cuda.runtime.memsetAsync(out.data.ptr, 0, x.dtype.itemsize, stream)
+        dev = x.data.device_id
+        per = self._blocks.get(dev)
+        if per is None:
+            sms = cp.cuda.Device(dev).attributes["MultiProcessorCount"]
+            per = self._blocks[dev] = 8 * sms
+        n = x.size
+        blocks = max(1, min(per, -(-n // _AMAX_THREADS)))
+        name = "fftmatvec_amax_f32" if x.dtype.itemsize == 4 else "fftmatvec_amax_f64"
+        self._amax_module.get_function(name)((blocks,), (_AMAX_THREADS,),
+                                             (x, np.int64(n), out))
+        return out
+
+    def scale(self, x, a):
+        """A new C-contiguous ``x * 2**s``, ``s`` from the 0-d device array ``a``
+        (:func:`scale_exponent`, computed on the device)."""
+        return self._scale(x, a)
+
+    def unscale(self, y, a, kexp: int):
+        """``y *= 2**(kexp - s)`` in place, ``s`` from ``a`` on the device (``ldexp``: any
+        exponent, one rounding)."""
+        self._unscale(a, np.int32(kexp), y)
+        return y
+
+    def ldexp(self, x, k: int, out=None):
+        """``x * 2**k`` (a host exponent; one rounding), into ``out`` where given."""
+        if out is None:
+            return self._ldexp(x, np.int32(k))
+        return self._ldexp(x, np.int32(k), out)
+
+    def _take_slot(self):
+        free = self._free()
+        if free:
+            return free.pop()
+        import cupyx
+
+        return (cupyx.empty_pinned((1,), np.float64),
+                self.cp.cuda.Event(block=False, disable_timing=True))
+
+    def _give_slot(self, slot) -> None:
+        self._free().append(slot)
+
+    def _free(self) -> list:
+        """This thread's free (buffer, event) pairs for the current device."""
+        slots = getattr(self._local, "slots", None)
+        if slots is None:
+            slots = self._local.slots = {}
+        return slots.setdefault(self.cp.cuda.runtime.getDevice(), [])
+
+
+_DEVICE_OPS: list = []
+_LOCK = threading.Lock()
+
+
+def ops_for(xp):
+    """:class:`HostOps` for NumPy, the (one) :class:`DeviceOps` for CuPy."""
+    if xp is np:
+        return HostOps
+    if _DEVICE_OPS:
+        return _DEVICE_OPS[0]
+    with _LOCK:
+        if not _DEVICE_OPS:
+            _DEVICE_OPS.append(DeviceOps(xp))
+        return _DEVICE_OPS[0]
+
+
+def checked(ops, x, name: str, run):
+    """``run(a)`` with ``a`` the largest magnitude of ``x`` (``ops.measure``), raising if ``x``
+    is not finite: before the product on the host; on a device after queueing it, once the
+    reduction's value is back (no result is returned then)."""
+    a = ops.measure(x)
+    if ops.host:
+        if not math.isfinite(a):
+            raise not_finite_error(name)
+        return run(a)
+    try:
+        y = run(a)
+    finally:
+        v = a.value()  # also after a failed launch: the copy into the pinned buffer has landed
+    if not math.isfinite(v):
+        raise not_finite_error(name)
+    return y
+
+
+def scale_on_device() -> bool:
+    """``FFTMATVEC_SCALE_ON_DEVICE=1``: a GPU product scales every input by an element-wise
+    pass with the exponent computed on the device, and rescales its output, instead of
+    running on the input as given and again on a scaled input only where the input's largest
+    magnitude lies outside the window (the default, :func:`run_scaled`)."""
+    return os.environ.get("FFTMATVEC_SCALE_ON_DEVICE", "0") == "1"
+
+
+def run_scaled(ops, run, x, a, kexp: int):
+    """``run(x')`` on a GPU, with the input and the output scaled (kernel exponent ``kexp``).
+
+    By default the product is queued on ``x`` as it is; then the host waits for the
+    reduction's value ``a`` (queued before the product, so the device stays busy), and only an
+    input outside ``[2**-WINDOW, 2**WINDOW)`` is run again, scaled: usual inputs cost no pass
+    over ``x`` beyond the reduction, extreme ones two products. The output is rescaled where
+    the exponent is not 0 (a pass over the output). ``a``: a :class:`_DeviceAmax`, or None.
+    """
+    if scale_on_device():
+        dev = (a if a is not None else ops.measure(x, copy=False)).device
+        return ops.unscale(run(ops.scale(x, dev)), dev, kexp)
+    if a is None:
+        a = ops.measure(x)
+    y = run(x)
+    s = scale_exponent(a.value(), x.dtype.itemsize)
+    if s:
+        y = run(ops.ldexp(x, s))
+    e = kexp - s
+    return ops.ldexp(y, e, out=y) if e else y
