@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import backend, io
+from .. import _writes, backend, io
 from .._errors import FFTMatvecValueError
 from . import positive_int
 
@@ -101,6 +101,8 @@ def execute(request: MatvecRequest) -> MatvecResult:
     """Read, compute, check, write. Raises :class:`~fftmatvec.FFTMatvecError` on bad input."""
     from ..precision import PrecisionConfig
 
+    _writes.check_not_inside(request.output, {"MATRIX": request.matrix, "INPUT": request.input},
+                             "OUTPUT")
     auto = request.precision.strip().lower() == "auto"
     if request.rtol is not None and not auto:
         raise FFTMatvecValueError(f"--rtol is only for --precision auto, got {request.precision!r}")
