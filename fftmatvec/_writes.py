@@ -40,7 +40,7 @@ __all__ = ["tmp_name", "remove_live", "remove_stale", "check_space", "h5_create"
 
 _HOST = re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname().split(".")[0]) or "host"
 _TMP_RE = re.compile(r"^\.(?P<name>.+)\.(?P<tag>tmp|old)-(?P<pid>\d+)-[0-9a-f]{12}\.(?P<host>\w+)$")
-_MARGIN = 1 << 20  # bytes added to every space estimate (HDF5 metadata), plus 1 %
+_MARGIN = 64 << 10  # bytes added to every space estimate (HDF5 metadata), plus 1 %
 
 # This process's temporaries: path -> is a directory. The signal handler removes them.
 _LIVE: dict[str, bool] = {}
@@ -181,8 +181,14 @@ def space_needed(nbytes: int) -> int:
 
 
 def check_space(path: str, nbytes: int) -> None:
-    """Refuse to write ``nbytes`` (plus the margin) where the filesystem has less free."""
+    """Refuse to write ``nbytes`` (plus the margin) where the filesystem has less free, or
+    where it is read-only or the folder not writable."""
     parent = os.path.dirname(os.path.abspath(path))
+    with contextlib.suppress(OSError, AttributeError):
+        if os.statvfs(parent).f_flag & os.ST_RDONLY:
+            raise write_error(path, OSError(errno.EROFS, "read-only"))
+    if not os.access(parent, os.W_OK):
+        raise write_error(path, OSError(errno.EACCES, "permission denied"))
     try:
         free = shutil.disk_usage(parent).free
     except OSError:

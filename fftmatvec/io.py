@@ -863,14 +863,14 @@ def _parse_meta(root: str, meta: str) -> MatrixInfo:
         )
 
     def number(k: int) -> int:
-        try:
-            return int(lines[k])
-        except ValueError:
+        # ASCII digits only: int() would also take "1_0", "+ 1" or full-width digits
+        if not re.fullmatch(r"-?[0-9]+", lines[k]):
             raise FFTMatvecFileError(
                 meta,
-                f"meta file {meta!r}, line {k + 1} ({_META_FIELDS[k]}): expected an integer, "
-                f"got {lines[k]!r}",
-            ) from None
+                f"meta file {meta!r}, line {k + 1} ({_META_FIELDS[k]}): expected an integer "
+                f"(ASCII digits), got {lines[k]!r}",
+            )
+        return int(lines[k])
 
     nd, nm, nt = number(0), number(1), number(2)
     for k, v in enumerate((nd, nm, nt)):
