@@ -867,8 +867,8 @@ def _parse_meta(root: str, meta: str) -> MatrixInfo:
         if not re.fullmatch(r"-?[0-9]+", lines[k]):
             raise FFTMatvecFileError(
                 meta,
-                f"meta file {meta!r}, line {k + 1} ({_META_FIELDS[k]}): expected an integer "
-                f"(ASCII digits), got {lines[k]!r}",
+                f"meta file {meta!r}, line {k + 1} ({_META_FIELDS[k]}): expected an integer, "
+                f"got {lines[k]!r} (ASCII digits only)",
             )
         return int(lines[k])
 
