@@ -39,10 +39,21 @@ exactly that check, and writes the tag it is given (default 0: no check). A trun
 corrupt file is caught by HDF5 itself when it is opened or read.
 
 Reading is serial HDF5, read-only: each process of a grid opens the files it needs and reads
-only its rows and columns (``rows``/``cols``), so no parallel HDF5 is needed. Every write is
-atomic: a temporary name in the destination's directory, then ``os.replace`` (a file) or
-``os.rename`` (a directory), so an interrupted write never leaves a partial matrix or vector
-under the final name.
+only its rows and columns (``rows``/``cols``), so no parallel HDF5 is needed. Before anything
+is allocated, the bytes a read needs are compared with the memory available and, for a
+directory, the first and last row files wanted are looked for: a size in a file that cannot fit
+fails at once with the bytes it needs (:class:`~fftmatvec._errors.FFTMatvecMemoryError`).
+
+Every write is atomic: a temporary name in the destination's directory
+(``.<name>.tmp-<pid>-<random>.<host>``), then ``os.replace`` (a file) or ``os.rename`` (a
+new directory), so an interrupted write never leaves a partial matrix or vector under the final
+name. The free space is checked and reserved first, any failure to write (a full disk, a
+read-only folder) is an :class:`FFTMatvecFileError` naming the path with the old file intact,
+and a later write to the same destination removes the temporaries of writers that died (see
+:mod:`fftmatvec._writes`). No writer replaces one of an existing matrix directory's own files
+(its ``binary/meta_adj`` or a row file it names) except :func:`save_matrix` and
+:func:`convert_matrix` replacing that matrix as a whole; its other files (notes, results) are
+never touched.
 """
 
 from __future__ import annotations
@@ -231,7 +242,11 @@ def load_matrix(path, *, rows=None, cols=None) -> np.ndarray:
         Missing directory, meta file or row file; malformed meta file (too few lines,
         non-numeric values, reindex or reverse-dof not 1); a dataset of the wrong length or
         dtype; attributes contradicting the meta file; checksum mismatch; truncated or
-        non-HDF5 files.
+        non-HDF5 files. The first and last row files wanted are looked for before anything
+        is allocated.
+    FFTMatvecMemoryError
+        The block asked for (``len(rows) * len(cols) * Nt * 8`` bytes) is more than the memory
+        available; raised before anything is allocated. Also a ``MemoryError``.
     FFTMatvecTypeError, FFTMatvecValueError
         Bad ``rows``/``cols`` (wrong type, out of range).
     """
@@ -289,9 +304,15 @@ def save_matrix(
     Notes
     -----
     The native file is written under a temporary name in the same directory and renamed with
-    ``os.replace``. A directory is built in a temporary sibling directory and renamed into
-    place; an existing matrix directory is first renamed aside and deleted after the new one
-    is in place.
+    ``os.replace``. A new directory is built in a temporary sibling directory and renamed into
+    place. In an existing matrix directory only the matrix's own files are replaced
+    (``binary/meta_adj`` and the row files it names): the new ones are written under
+    temporary names beside them, then swapped in by renames, the meta file last; a failure
+    before that puts the old ones back. The user's other files in the directory stay.
+
+    A native file may not be one of an existing matrix directory's own files (a row file or
+    its ``meta_adj``); the free space is checked before writing, and a failure to write raises
+    :class:`FFTMatvecFileError` naming the path, the old file intact.
     """
     path = _fspath(path, "path")
     k = _check_kernel(kernel)
@@ -326,6 +347,12 @@ def convert_matrix(src, dst, *, layout: str | None = None, prefix: str | None = 
     -------
     MatrixInfo
         Of ``dst``. The p2q flag and checksum tag are carried over.
+
+    Raises
+    ------
+    FFTMatvecFileError
+        As :func:`load_matrix` for ``src`` and :func:`save_matrix` for ``dst``; ``dst`` is,
+        or lies inside, ``src`` (or the other way round), resolved paths.
 
     Notes
     -----
@@ -437,6 +464,17 @@ def save_vector(path, v, space: str = "param", *, checksum: int = 0, qoi: bool =
     Returns
     -------
     VectorInfo
+
+    Raises
+    ------
+    FFTMatvecTypeError
+        ``v`` is not a real NumPy/CuPy array (a masked array is refused: files have no mask).
+    FFTMatvecValueError
+        Bad shape, NaN/Inf (or a long double too large for float64), bad ``space``/``checksum``.
+    FFTMatvecFileError
+        ``path`` exists and may not be replaced, is one of an existing matrix directory's own
+        files (its ``binary/meta_adj`` or a row file), or cannot be written (not enough free
+        space, read-only, no permission): the old file intact, no temporary left.
     """
     path = _fspath(path, "path")
     if space not in SPACES:

@@ -39,7 +39,8 @@ def register(sub) -> None:
     )
     p.add_argument("matrix", metavar="MATRIX", help="FFTMatvec matrix directory or native .h5 file")
     p.add_argument("input", metavar="INPUT", help="input vector file (FFTMatvec's vec format)")
-    p.add_argument("output", metavar="OUTPUT", help="output vector file, replaced if it exists")
+    p.add_argument("output", metavar="OUTPUT", help="output vector file, replaced if it exists (never MATRIX or "
+                                             "INPUT, nor inside them)")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--adjoint", action="store_true", help="apply F^T (INPUT in observation space)")
     which.add_argument("--normal", action="store_true", help="apply F^T F (INPUT in parameter space)")
