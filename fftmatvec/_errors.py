@@ -7,7 +7,8 @@ or array type stays a :class:`TypeError` and a bad value or shape a :class:`Valu
 
 from __future__ import annotations
 
-__all__ = ["FFTMatvecError", "FFTMatvecTypeError", "FFTMatvecValueError"]
+__all__ = ["FFTMatvecError", "FFTMatvecTypeError", "FFTMatvecValueError", "FFTMatvecMemoryError",
+           "FFTMatvecFileError"]
 
 
 class FFTMatvecError(Exception):
@@ -20,3 +21,23 @@ class FFTMatvecTypeError(FFTMatvecError, TypeError):
 
 class FFTMatvecValueError(FFTMatvecError, ValueError):
     """A bad value or shape."""
+
+
+class FFTMatvecMemoryError(FFTMatvecError, MemoryError):
+    """An array the input asks for (a size read from a file, a ``Khat`` to store) cannot fit in
+    the memory available; raised before anything is allocated or read, with the bytes needed."""
+
+
+class FFTMatvecFileError(FFTMatvecValueError):
+    """A matrix or vector file (or directory) is missing, malformed or inconsistent, or cannot
+    be written (no space, read-only, an output over an input).
+
+    Attributes
+    ----------
+    path : str
+        The file or directory at fault.
+    """
+
+    def __init__(self, path: str, message: str):
+        super().__init__(message)
+        self.path = path

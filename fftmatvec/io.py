@@ -39,26 +39,40 @@ exactly that check, and writes the tag it is given (default 0: no check). A trun
 corrupt file is caught by HDF5 itself when it is opened or read.
 
 Reading is serial HDF5, read-only: each process of a grid opens the files it needs and reads
-only its rows and columns (``rows``/``cols``), so no parallel HDF5 is needed. Every write is
-atomic: a temporary name in the destination's directory, then ``os.replace`` (a file) or
-``os.rename`` (a directory), so an interrupted write never leaves a partial matrix or vector
-under the final name.
+only its rows and columns (``rows``/``cols``), so no parallel HDF5 is needed. Before anything
+is allocated, the bytes a read needs are compared with the memory available and, for a
+directory, the first and last row files wanted are looked for: a size in a file that cannot fit
+fails at once with the bytes it needs (:class:`~fftmatvec._errors.FFTMatvecMemoryError`).
+
+Every write is atomic: a temporary name in the destination's directory
+(``.<name>.tmp-<pid>-<random>.<host>``), then ``os.replace`` (a file) or ``os.rename`` (a
+new directory), so an interrupted write never leaves a partial matrix or vector under the final
+name. The free space is checked and reserved first, any failure to write (a full disk, a
+read-only folder) is an :class:`FFTMatvecFileError` naming the path with the old file intact,
+and a later write to the same destination removes the temporaries of writers that died (see
+:mod:`fftmatvec._writes`). No writer replaces one of an existing matrix directory's own files
+(its ``binary/meta_adj`` or a row file it names) except :func:`save_matrix` and
+:func:`convert_matrix` replacing that matrix as a whole; its other files (notes, results) are
+never touched.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
+import re
 import shutil
-import uuid
 from contextlib import contextmanager
+from pathlib import Path
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Iterator
 
 import h5py
 import numpy as np
 
-from . import backend
-from ._errors import FFTMatvecTypeError, FFTMatvecValueError
+from . import _memory, _writes, backend
+from ._errors import FFTMatvecFileError, FFTMatvecTypeError, FFTMatvecValueError
 
 __all__ = [
     "FFTMatvecFileError",
@@ -91,20 +105,6 @@ _CHUNK_BYTES = 1 << 20  # target size of a native chunk
 _COPY_BYTES = 256 << 20  # rows converted per step: bounded memory for any matrix size
 _INT32 = np.iinfo(np.int32)
 _VEC_ATTRS = {"param": ("n_param", "param_steps"), "obs": ("n_obs", "obs_steps")}
-
-
-class FFTMatvecFileError(FFTMatvecValueError):
-    """A matrix or vector file (or directory) is missing, malformed or inconsistent.
-
-    Attributes
-    ----------
-    path : str
-        The file or directory at fault.
-    """
-
-    def __init__(self, path: str, message: str):
-        super().__init__(message)
-        self.path = path
 
 
 # ------------------------------------------------------------------------------------------
@@ -242,7 +242,11 @@ def load_matrix(path, *, rows=None, cols=None) -> np.ndarray:
         Missing directory, meta file or row file; malformed meta file (too few lines,
         non-numeric values, reindex or reverse-dof not 1); a dataset of the wrong length or
         dtype; attributes contradicting the meta file; checksum mismatch; truncated or
-        non-HDF5 files.
+        non-HDF5 files. The first and last row files wanted are looked for before anything
+        is allocated.
+    FFTMatvecMemoryError
+        The block asked for (``len(rows) * len(cols) * Nt * 8`` bytes) is more than the memory
+        available; raised before anything is allocated. Also a ``MemoryError``.
     FFTMatvecTypeError, FFTMatvecValueError
         Bad ``rows``/``cols`` (wrong type, out of range).
     """
@@ -300,9 +304,15 @@ def save_matrix(
     Notes
     -----
     The native file is written under a temporary name in the same directory and renamed with
-    ``os.replace``. A directory is built in a temporary sibling directory and renamed into
-    place; an existing matrix directory is first renamed aside and deleted after the new one
-    is in place.
+    ``os.replace``. A new directory is built in a temporary sibling directory and renamed into
+    place. In an existing matrix directory only the matrix's own files are replaced
+    (``binary/meta_adj`` and the row files it names): the new ones are written under
+    temporary names beside them, then swapped in by renames, the meta file last; a failure
+    before that puts the old ones back. The user's other files in the directory stay.
+
+    A native file may not be one of an existing matrix directory's own files (a row file or
+    its ``meta_adj``); the free space is checked before writing, and a failure to write raises
+    :class:`FFTMatvecFileError` naming the path, the old file intact.
     """
     path = _fspath(path, "path")
     k = _check_kernel(kernel)
@@ -338,6 +348,12 @@ def convert_matrix(src, dst, *, layout: str | None = None, prefix: str | None = 
     MatrixInfo
         Of ``dst``. The p2q flag and checksum tag are carried over.
 
+    Raises
+    ------
+    FFTMatvecFileError
+        As :func:`load_matrix` for ``src`` and :func:`save_matrix` for ``dst``; ``dst`` is,
+        or lies inside, ``src`` (or the other way round), resolved paths.
+
     Notes
     -----
     Memory stays bounded (about 256 MiB of rows at a time) whatever the matrix size; every
@@ -345,20 +361,22 @@ def convert_matrix(src, dst, *, layout: str | None = None, prefix: str | None = 
     """
     src = _fspath(src, "src")
     dst = _fspath(dst, "dst")
-    if os.path.exists(dst) and os.path.exists(src) and os.path.samefile(src, dst):
-        raise FFTMatvecValueError(f"convert: source and destination are the same path {src!r}")
+    _writes.check_not_inside(dst, {"source": src}, "destination")
+    _writes.check_not_inside(src, {"destination": dst}, "source")
     with _open_matrix(src) as reader:
         info = reader.info
         layout = _check_layout(layout or ("native" if info.format == "fftmatvec" else "fftmatvec"))
         if prefix is None:
             prefix = info.prefix if info.prefix is not None else DEFAULT_PREFIX
-        all_cols = np.arange(info.nm)
+        if isinstance(reader, _DirReader):
+            reader.check_rows(range(info.nd))
+        all_cols = range(info.nm)
         step = max(1, _COPY_BYTES // (info.nm * info.nt * 8))
 
         def blocks():
             for i0 in range(0, info.nd, step):
                 i1 = min(info.nd, i0 + step)
-                yield i0, reader.read(np.arange(i0, i1), all_cols)
+                yield i0, reader.read(range(i0, i1), all_cols)
 
         p2q = bool(info.p2q)
         if layout == "native":
@@ -408,14 +426,18 @@ def load_vector(path, *, space: str | None = None, shape=None) -> np.ndarray:
     path = _fspath(path, "path")
     if space is not None and space not in SPACES:
         raise FFTMatvecValueError(f"space must be one of {SPACES}, got {space!r}")
+    if shape is not None:
+        shape = _check_shape2(shape)
     with _h5_open(path, "vector file") as f:
         info, ds = _vector_info(f, path, space)
-        if shape is not None and tuple(shape) != info.shape:
+        if shape is not None and shape != info.shape:
             raise FFTMatvecFileError(
                 path,
                 f"vector file {path!r} holds {_space_name(info.space)} vector of shape "
                 f"{info.shape}, expected {tuple(shape)}",
             )
+        _memory.require_memory(info.n * info.nt * 8,
+                               f"reading vector file {path!r} (N={info.n}, Nt={info.nt})")
         out = np.empty(info.n * info.nt, dtype=np.float64)
         _read_into(ds, out, np.s_[:], np.s_[:], path)
     return out.reshape(info.shape)
@@ -442,6 +464,17 @@ def save_vector(path, v, space: str = "param", *, checksum: int = 0, qoi: bool =
     Returns
     -------
     VectorInfo
+
+    Raises
+    ------
+    FFTMatvecTypeError
+        ``v`` is not a real NumPy/CuPy array (a masked array is refused: files have no mask).
+    FFTMatvecValueError
+        Bad shape, NaN/Inf (or a long double too large for float64), bad ``space``/``checksum``.
+    FFTMatvecFileError
+        ``path`` exists and may not be replaced, is one of an existing matrix directory's own
+        files (its ``binary/meta_adj`` or a row file), or cannot be written (not enough free
+        space, read-only, no permission): the old file intact, no temporary left.
     """
     path = _fspath(path, "path")
     if space not in SPACES:
@@ -463,9 +496,11 @@ def save_vector(path, v, space: str = "param", *, checksum: int = 0, qoi: bool =
     for name, value in (("N", n), ("Nt", nt)):
         if value > _INT32.max:
             raise FFTMatvecValueError(f"v: {name} = {value} does not fit FFTMatvec's int attributes")
+    if a.dtype.kind == "f" and not _finite_as_float64(a):
+        raise FFTMatvecValueError("v contains NaN or Inf values, or values too large for float64")
     data = np.ascontiguousarray(a, dtype=np.float64).reshape(-1)
-    with _atomic_file(path, overwrite) as tmp:
-        with h5py.File(tmp, "x") as f:
+    with _atomic_file(path, overwrite, data.nbytes) as tmp:
+        with _writes.h5_create(tmp, data.nbytes) as f:
             ds = f.create_dataset("vec", data=data)
             n_name, steps_name = _VEC_ATTRS[space]
             ds.attrs[n_name] = np.int32(n)
@@ -496,6 +531,11 @@ def _fspath(path: Any, name: str) -> str:
 def _host_array(a: Any, name: str) -> np.ndarray:
     if backend.is_cupy_array(a):
         return backend.cupy.asnumpy(a)
+    if isinstance(a, np.ma.MaskedArray):
+        raise FFTMatvecTypeError(
+            f"{name} is a masked array: the files have no mask, so its masked values would be "
+            f"written as they are; pass {name}.filled(value) or a plain numpy.ndarray"
+        )
     if isinstance(a, np.ndarray):
         return a
     raise FFTMatvecTypeError(
@@ -513,12 +553,36 @@ def _check_kernel(kernel: Any) -> np.ndarray:
         raise FFTMatvecValueError(f"kernel must have no empty dimension, got shape {k.shape}")
     if k.dtype.kind not in "fiu":
         raise FFTMatvecTypeError(f"kernel must be real, got dtype {k.dtype}")
-    if k.dtype.kind == "f" and not np.isfinite(k).all():
-        raise FFTMatvecValueError("kernel contains NaN or Inf values")
+    if k.dtype.kind == "f" and not _finite_as_float64(k):
+        raise FFTMatvecValueError("kernel contains NaN or Inf values, or values too large for float64")
     for name, value in zip(("Nd", "Nm", "Nt"), k.shape):
         if value > _INT32.max:
             raise FFTMatvecValueError(f"kernel: {name} = {value} does not fit FFTMatvec's int fields")
     return k
+
+
+def _finite_as_float64(a: np.ndarray) -> bool:
+    """Every entry finite, also once cast to float64 (a long double of 1e400 is not)."""
+    if a.size == 0:
+        return True
+    if a.dtype.itemsize > 8:
+        big = np.abs(a).max()
+        with np.errstate(over="ignore"):
+            return bool(np.isfinite(big)) and bool(np.isfinite(np.float64(big)))
+    return math.isfinite(float(np.abs(a).max()))
+
+
+def _check_shape2(shape: Any) -> tuple[int, int]:
+    """``shape=`` of :func:`load_vector`: two ints ``(N, Nt)``."""
+    try:
+        items = tuple(shape)
+    except TypeError:
+        items = None
+    if (items is None or len(items) != 2
+            or not all(isinstance(n, (int, np.integer)) and not isinstance(n, (bool, np.bool_))
+                       for n in items)):
+        raise FFTMatvecTypeError(f"shape must be a pair of ints (N, Nt), got {shape!r}")
+    return (int(items[0]), int(items[1]))
 
 
 def _check_layout(layout: Any) -> str:
@@ -556,9 +620,9 @@ def _check_prefix(prefix: Any) -> str:
 def _as_index(sel: Any, n: int, name: str) -> np.ndarray:
     """Indices ``(k,)`` int64 selected by ``sel`` among ``n``."""
     if sel is None:
-        return np.arange(n)
+        return range(n)  # ranges allocate nothing: the sizes are checked before the reading
     if isinstance(sel, slice):
-        return np.arange(n)[sel]
+        return range(n)[sel]
     if isinstance(sel, (bool, np.bool_, int, np.integer)):
         raise FFTMatvecTypeError(
             f"{name} must be a slice, range or sequence of indices, got the scalar {sel!r} "
@@ -603,6 +667,10 @@ def _runs(sorted_unique: np.ndarray) -> list[tuple[int, int, int]]:
 def _plan(idx: np.ndarray):
     """Unique sorted indices, their runs, and the gather that restores the requested order
     (``None`` when the request is already sorted and unique)."""
+    if isinstance(idx, range):
+        if idx.step == 1 or len(idx) <= 1:
+            return idx, ([(idx.start, idx.start + len(idx), 0)] if len(idx) else []), None
+        idx = np.asarray(idx, dtype=np.int64)
     uniq, inverse = np.unique(idx, return_inverse=True)
     restore = None if (uniq.size == idx.size and np.array_equal(uniq, idx)) else inverse.reshape(-1)
     return uniq, _runs(uniq), restore
@@ -700,6 +768,14 @@ def _open_matrix(path: str):
             yield _NativeReader(path, f)
 
 
+def _require_read_memory(info: MatrixInfo, ridx, cidx) -> None:
+    _memory.require_memory(
+        len(ridx) * len(cidx) * info.nt * 8,
+        f"reading matrix {info.path!r} ({len(ridx)} of its Nd={info.nd} rows, {len(cidx)} of "
+        f"its Nm={info.nm} columns, Nt={info.nt}, float64)",
+    )
+
+
 class _DirReader:
     """An FFTMatvec matrix directory: ``binary/meta_adj`` and one HDF5 file per block row."""
 
@@ -721,12 +797,29 @@ class _DirReader:
         info = self.info
         return os.path.join(self.binary, f"{info.prefix}{i:0{_ROW_DIGITS}d}{info.extension}")
 
-    def read(self, ridx: np.ndarray, cidx: np.ndarray) -> np.ndarray:
+    def check_rows(self, ridx) -> None:
+        """The first and last requested row files exist: a meta file claiming more rows than
+        the directory holds fails at once, before anything is allocated."""
+        if len(ridx):
+            ends = ({ridx[0], ridx[-1]} if isinstance(ridx, range)
+                    else {int(np.min(ridx)), int(np.max(ridx))})
+            for i in sorted(ends):
+                fname = self.row_file(i)
+                if not os.path.exists(fname):
+                    raise FFTMatvecFileError(
+                        fname,
+                        f"FFTMatvec matrix {self.info.path!r}: row file {i} of {self.info.nd} is "
+                        f"missing: {fname!r}",
+                    )
+
+    def read(self, ridx, cidx) -> np.ndarray:
         info = self.info
         nt = info.nt
+        self.check_rows(ridx)
+        _require_read_memory(info, ridx, cidx)
         rows, _, rrestore = _plan(ridx)
         cols, cruns, crestore = _plan(cidx)
-        out = np.empty((rows.size, cols.size, nt), dtype=np.float64)
+        out = np.empty((len(rows), len(cols), nt), dtype=np.float64)
         for k, i in enumerate(rows):
             flat = out[k].reshape(-1)  # a view: out is C-contiguous
             with self._row(int(i)) as (ds, fname):
@@ -808,14 +901,14 @@ def _parse_meta(root: str, meta: str) -> MatrixInfo:
         )
 
     def number(k: int) -> int:
-        try:
-            return int(lines[k])
-        except ValueError:
+        # ASCII digits only: int() would also take "1_0", "+ 1" or full-width digits
+        if not re.fullmatch(r"-?[0-9]+", lines[k]):
             raise FFTMatvecFileError(
                 meta,
                 f"meta file {meta!r}, line {k + 1} ({_META_FIELDS[k]}): expected an integer, "
-                f"got {lines[k]!r}",
-            ) from None
+                f"got {lines[k]!r} (ASCII digits only)",
+            )
+        return int(lines[k])
 
     nd, nm, nt = number(0), number(1), number(2)
     for k, v in enumerate((nd, nm, nt)):
@@ -883,10 +976,11 @@ class _NativeReader:
                                p2q=None if p2q is None else bool(p2q), checksum=checksum,
                                version=version)
 
-    def read(self, ridx: np.ndarray, cidx: np.ndarray) -> np.ndarray:
+    def read(self, ridx, cidx) -> np.ndarray:
+        _require_read_memory(self.info, ridx, cidx)
         rows, rruns, rrestore = _plan(ridx)
         cols, cruns, crestore = _plan(cidx)
-        out = np.empty((rows.size, cols.size, self.info.nt), dtype=np.float64)
+        out = np.empty((len(rows), len(cols), self.info.nt), dtype=np.float64)
         for r0, r1, rp in rruns:
             for c0, c1, cp in cruns:
                 _read_into(self.ds, out, np.s_[r0:r1, c0:c1, :],
@@ -953,22 +1047,60 @@ def _space_name(space: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------
-# Writers (atomic)
+# Writers (atomic; the generic part in _writes)
 # ------------------------------------------------------------------------------------------
-def _tmp_name(path: str, tag: str) -> str:
-    parent, name = os.path.split(os.path.abspath(path))
-    return os.path.join(parent, f".{name}.{tag}-{uuid.uuid4().hex[:12]}")
-
-
 def _check_parent(path: str) -> None:
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise FFTMatvecFileError(path, f"cannot write {path!r}: directory {parent!r} does not exist")
 
 
+def _matrix_owning(path: str) -> tuple[str, str] | None:
+    """``(matrix directory, role)`` if ``path`` is one of an existing FFTMatvec matrix
+    directory's own files (its ``binary/meta_adj`` or one of its row files), else ``None``.
+
+    Every ancestor of ``path`` (resolved) holding ``binary/meta_adj`` is looked at; a row file
+    is ``binary/<prefix><6 digits><extension>`` with the row below ``Nd``, as its meta file
+    says. Other files in a matrix directory (notes, results) are not the matrix's."""
+    p = Path(path).resolve()
+    for root in p.parents:
+        binary = root / "binary"
+        meta = binary / _META
+        if not meta.is_file():
+            continue
+        if p == meta:
+            return str(root), f"its binary/{_META}"
+        try:
+            info = _parse_meta(str(root), str(meta))
+        except FFTMatvecFileError:
+            continue
+        try:
+            rel = p.relative_to(binary).as_posix()
+        except ValueError:
+            continue
+        m = re.fullmatch(re.escape(info.prefix) + r"(\d{6})" + re.escape(info.extension), rel)
+        if m is not None and int(m.group(1)) < info.nd:
+            return str(root), f"row file {int(m.group(1))}"
+    return None
+
+
+def _refuse_matrix_file(path: str) -> None:
+    owner = _matrix_owning(path)
+    if owner is not None:
+        raise FFTMatvecFileError(
+            path,
+            f"refusing to write {path!r}: it is {owner[1]} of the FFTMatvec matrix directory "
+            f"{owner[0]!r} (write the matrix with save_matrix, or choose another path)",
+        )
+
+
 @contextmanager
-def _atomic_file(path: str, overwrite: bool) -> Iterator[str]:
-    """Yield a temporary file name next to ``path``; on success rename it onto ``path``."""
+def _atomic_file(path: str, overwrite: bool, nbytes: int) -> Iterator[str]:
+    """Yield a temporary file name next to ``path``; on success rename it onto ``path``.
+
+    Refused: a directory, an existing file without ``overwrite``, an existing file that is
+    not HDF5, a file of a matrix directory (:func:`_matrix_owning`). ``nbytes``: what the file
+    will take, for the free-space check."""
     _check_parent(path)
     if os.path.lexists(path):
         if os.path.isdir(path):
@@ -979,55 +1111,9 @@ def _atomic_file(path: str, overwrite: bool) -> Iterator[str]:
             raise FFTMatvecFileError(
                 path, f"refusing to replace {path!r}: it exists and is not an HDF5 file"
             )
-    tmp = _tmp_name(path, "tmp")
-    try:
+    _refuse_matrix_file(path)
+    with _writes.atomic_file(path, nbytes) as tmp:
         yield tmp
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.lexists(tmp):
-            os.remove(tmp)
-        raise
-
-
-@contextmanager
-def _atomic_dir(path: str, overwrite: bool) -> Iterator[str]:
-    """Yield a temporary sibling directory of ``path``; on success rename it onto ``path``."""
-    _check_parent(path)
-    replacing = os.path.lexists(path)
-    if replacing:
-        if not os.path.isdir(path):
-            raise FFTMatvecFileError(path, f"cannot write matrix directory {path!r}: a file is in the way")
-        if not overwrite:
-            raise FFTMatvecFileError(path, f"{path!r} exists (pass overwrite=True to replace it)")
-        if not os.path.isfile(os.path.join(path, "binary", _META)):
-            raise FFTMatvecFileError(
-                path,
-                f"refusing to replace {path!r}: it exists and is not an FFTMatvec matrix "
-                f"directory (no binary/{_META})",
-            )
-    tmp = _tmp_name(path, "tmp")
-    os.mkdir(tmp)
-    try:
-        yield tmp
-        if replacing:
-            old = _tmp_name(path, "old")
-            os.rename(path, old)
-            try:
-                os.rename(tmp, path)
-            except BaseException:
-                os.rename(old, path)  # put the previous matrix back
-                raise
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def _native_chunks(nd: int, nm: int, nt: int) -> tuple[int, int, int]:
@@ -1041,8 +1127,9 @@ def _native_chunks(nd: int, nm: int, nt: int) -> tuple[int, int, int]:
 
 def _write_native(path: str, shape, blocks: Iterable, *, p2q, checksum: int, overwrite: bool) -> None:
     nd, nm, nt = shape
-    with _atomic_file(path, overwrite) as tmp:
-        with h5py.File(tmp, "x") as f:
+    nbytes = nd * nm * nt * 8
+    with _atomic_file(path, overwrite, nbytes) as tmp:
+        with _writes.h5_create(tmp, nbytes) as f:
             f.attrs["format"] = NATIVE_FORMAT
             f.attrs["version"] = np.int32(NATIVE_VERSION)
             if p2q is not None:
@@ -1055,23 +1142,170 @@ def _write_native(path: str, shape, blocks: Iterable, *, p2q, checksum: int, ove
                 ds[i0 : i0 + blk.shape[0]] = np.asarray(blk, dtype=np.float64)
 
 
+_ROW_OVERHEAD = 4096  # bytes of an HDF5 row file besides its data (superblock, attributes)
+
+
+def _write_row(fname: str, row: np.ndarray, nm: int, nt: int, checksum: int) -> None:
+    data = np.ascontiguousarray(row, dtype=np.float64).reshape(-1)
+    with _writes.h5_create(fname, data.nbytes + _ROW_OVERHEAD) as f:
+        ds = f.create_dataset("vec", data=data)
+        ds.attrs["reindex"] = np.int32(1)
+        ds.attrs["n_param"] = np.int32(nm)
+        ds.attrs["param_steps"] = np.int32(nt)
+        if checksum:
+            ds.attrs["checksum"] = np.int32(checksum)
+
+
+def _meta_text(shape, prefix: str, p2q: bool, checksum: int) -> str:
+    nd, nm, nt = shape
+    return "".join(f"{v}\n" for v in (nd, nm, nt, prefix, ".h5", 1, int(p2q), 1, checksum))
+
+
 def _write_dir(path: str, shape, blocks: Iterable, *, prefix: str, p2q: bool, checksum: int,
                overwrite: bool) -> None:
+    """A new matrix directory: built in a temporary sibling, renamed into place. An existing
+    one: only its own files replaced (:func:`_replace_dir_files`), the user's others kept."""
     nd, nm, nt = shape
-    with _atomic_dir(path, overwrite) as tmp:
+    _check_parent(path)
+    nbytes = nd * (nm * nt * 8 + _ROW_OVERHEAD)
+    if os.path.lexists(path):
+        if not os.path.isdir(path):
+            raise FFTMatvecFileError(path, f"cannot write matrix directory {path!r}: a file is in the way")
+        if not overwrite:
+            raise FFTMatvecFileError(path, f"{path!r} exists (pass overwrite=True to replace it)")
+        if not os.path.isfile(os.path.join(path, "binary", _META)):
+            raise FFTMatvecFileError(
+                path,
+                f"refusing to replace {path!r}: it exists and is not an FFTMatvec matrix "
+                f"directory (no binary/{_META})",
+            )
+        _replace_dir_files(path, shape, blocks, prefix=prefix, p2q=p2q, checksum=checksum,
+                           nbytes=nbytes)
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    _writes.remove_stale(parent, [os.path.basename(os.path.abspath(path))])
+    _writes.check_space(path, nbytes)
+    tmp = _writes.tmp_name(path)
+    try:
+        os.mkdir(tmp)
+        _writes.register(tmp, is_dir=True)
         binary = os.path.join(tmp, "binary")
         os.makedirs(os.path.dirname(os.path.join(binary, prefix + "x")), exist_ok=True)
         for i0, blk in blocks:
             for k in range(blk.shape[0]):
                 fname = os.path.join(binary, f"{prefix}{i0 + k:0{_ROW_DIGITS}d}.h5")
-                with h5py.File(fname, "x") as f:
-                    ds = f.create_dataset("vec", data=np.ascontiguousarray(blk[k], dtype=np.float64).reshape(-1))
-                    ds.attrs["reindex"] = np.int32(1)
-                    ds.attrs["n_param"] = np.int32(nm)
-                    ds.attrs["param_steps"] = np.int32(nt)
-                    if checksum:
-                        ds.attrs["checksum"] = np.int32(checksum)
+                _write_row(fname, blk[k], nm, nt, checksum)
         # The meta file last: a directory is complete once it has one.
-        meta = [nd, nm, nt, prefix, ".h5", 1, int(p2q), 1, checksum]
         with open(os.path.join(binary, _META), "w", encoding="utf-8") as fh:
-            fh.write("".join(f"{v}\n" for v in meta))
+            fh.write(_meta_text(shape, prefix, p2q, checksum))
+        os.rename(tmp, path)
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, (OSError, RuntimeError)) and not isinstance(exc, FFTMatvecFileError):
+            raise _writes.write_error(path, exc) from None
+        raise
+    finally:
+        _writes.unregister(tmp)
+
+
+def _replace_dir_files(path: str, shape, blocks: Iterable, *, prefix: str, p2q: bool,
+                       checksum: int, nbytes: int) -> None:
+    """Replace the matrix in the existing directory ``path``, touching only its own files.
+
+    The matrix's files are ``binary/meta_adj`` and the row files its meta file names; anything
+    else in the directory (the user's notes, results, other meta files) stays. The new row
+    files and meta file are written under temporary names beside their final ones; then, in
+    one uninterruptible step of renames, the old files are set aside, the new ones put in
+    place (the meta file last: the commit) and the old ones deleted. A failure before the
+    commit puts the old files back: the old matrix is intact.
+    """
+    nd, nm, nt = shape
+    binary = os.path.join(path, "binary")
+    meta = os.path.join(binary, _META)
+    try:
+        old = _parse_meta(path, meta)
+    except FFTMatvecFileError as exc:
+        raise FFTMatvecFileError(
+            path,
+            f"refusing to replace {path!r}: its meta file cannot be read, so which files are "
+            f"the matrix's is unknown ({exc}); remove the directory first",
+        ) from None
+    old_files = [meta] + [
+        f for f in (os.path.join(binary, f"{old.prefix}{i:0{_ROW_DIGITS}d}{old.extension}")
+                    for i in range(old.nd)) if os.path.lexists(f)]
+    old_set = set(old_files)
+    finals = [os.path.join(binary, f"{prefix}{i:0{_ROW_DIGITS}d}.h5") for i in range(nd)]
+    for f in finals:
+        if f not in old_set and os.path.lexists(f):
+            raise FFTMatvecFileError(
+                path,
+                f"refusing to replace the matrix in {path!r}: the new row file {f!r} would "
+                f"replace a file that is not part of the old matrix",
+            )
+    folders = sorted({os.path.dirname(f) for f in finals + old_files})
+    for folder in folders:
+        _writes.remove_stale(folder)
+    _writes.check_space(meta, nbytes)
+    row_dir = os.path.dirname(finals[0])
+    made_dir = not os.path.isdir(row_dir)
+    pairs: list[tuple[str, str]] = []  # (temporary, final), written
+    try:
+        os.makedirs(row_dir, exist_ok=True)
+        it = iter(finals)
+        for i0, blk in blocks:
+            for k in range(blk.shape[0]):
+                final = next(it)
+                tmp = _writes.tmp_name(final)
+                _writes.register(tmp)
+                pairs.append((tmp, final))
+                _write_row(tmp, blk[k], nm, nt, checksum)
+        meta_tmp = _writes.tmp_name(meta)
+        _writes.register(meta_tmp)
+        pairs.append((meta_tmp, meta))
+        with open(meta_tmp, "w", encoding="utf-8") as fh:
+            fh.write(_meta_text(shape, prefix, p2q, checksum))
+            fh.flush()
+            os.fsync(fh.fileno())
+        aside: list[tuple[str, str]] = []  # (original, set aside)
+        placed: list[str] = []
+        with _writes.critical():
+            try:
+                for f in old_files:  # the meta file first: the old matrix is gone as a whole
+                    a = _writes.tmp_name(f, "old")
+                    os.rename(f, a)
+                    aside.append((f, a))
+                for tmp, final in pairs:  # the new meta file last: the commit
+                    os.rename(tmp, final)
+                    placed.append(final)
+            except BaseException:
+                for final in placed:
+                    with contextlib.suppress(OSError):
+                        os.remove(final)
+                for f, a in reversed(aside):
+                    with contextlib.suppress(OSError):
+                        os.rename(a, f)
+                raise
+            for _, a in aside:
+                _writes.register(a)
+        for _, a in aside:
+            with contextlib.suppress(OSError):
+                os.remove(a)
+            _writes.unregister(a)
+        old_dir = os.path.dirname(os.path.join(binary, old.prefix + "x"))
+        if old_dir != row_dir and os.path.abspath(old_dir) != os.path.abspath(binary):
+            with contextlib.suppress(OSError):
+                os.rmdir(old_dir)  # only if empty
+    except BaseException as exc:
+        for tmp, _ in pairs:
+            with contextlib.suppress(OSError):
+                if os.path.lexists(tmp):
+                    os.remove(tmp)
+        if made_dir:
+            with contextlib.suppress(OSError):
+                os.rmdir(row_dir)
+        if isinstance(exc, (OSError, RuntimeError)) and not isinstance(exc, FFTMatvecFileError):
+            raise _writes.write_error(path, exc) from None
+        raise
+    finally:
+        for tmp, _ in pairs:
+            _writes.unregister(tmp)

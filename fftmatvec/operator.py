@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import scipy.fft
 
-from . import _scaling, backend
+from . import _memory, _scaling, backend
 from .gpu.plan import parse_overrides, plan_key
 from ._errors import FFTMatvecTypeError, FFTMatvecValueError
 from ._matmul import MatmulEngine, rfft
@@ -70,8 +70,12 @@ def _check_kernel(kernel: Any):
         raise FFTMatvecTypeError(f"kernel must be real (float32 or float64), got complex dtype {dt}")
     if dt.kind != "f":
         raise FFTMatvecTypeError(f"kernel must be real floating point (float32 or float64), got {dt}")
+    if isinstance(kernel, np.ma.MaskedArray):  # its mask would be ignored, NaN under it too
+        raise FFTMatvecTypeError("kernel is a masked array; pass kernel.filled(0) or a plain ndarray")
     if not bool(xp.isfinite(kernel).all()):
         raise FFTMatvecValueError("kernel contains NaN or Inf values")
+    if dt.itemsize > 8 and not math.isfinite(float(xp.abs(kernel).max())):  # long double
+        raise FFTMatvecValueError("kernel holds values too large for float64 (they would be inf)")
     return xp
 
 
@@ -246,6 +250,14 @@ class _OperatorBase:
         if getattr(x, "ndim", None) == 3:
             return self.matmat(x)
         return self.matvec(x)
+
+    __array_ufunc__ = None  # ndarray @ F: NumPy defers to __rmatmul__ instead of a gufunc error
+
+    def __rmatmul__(self, x):
+        raise FFTMatvecTypeError(
+            f"x @ {type(self).__name__} is not defined (the operator applies from the left): "
+            f"use F @ x, or F.T @ x for the product with the adjoint"
+        )
 
     @property
     def T(self):
@@ -451,6 +463,8 @@ class BlockToeplitz(_OperatorBase):
 
     def __init__(self, kernel, precision="ddddd", *, dtype=None, fft_len=None, rtol=None,
                  check_every=None, plan=None, _share=None):
+        if _share is None:  # before the kernel is read
+            _memory.check_khat_fits(kernel, precision, fft_len)
         xp = _check_kernel(kernel)
         self._xp = xp
         self.dtype = _check_dtype(dtype)

@@ -7,9 +7,14 @@ Each subcommand lives in its own module of this package, which defines ``registe
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
+import signal
 import sys
+import threading
 
+from .. import _writes
 from .._errors import FFTMatvecError
 
 # Subcommand modules, in the order ``--help`` lists them.
@@ -42,17 +47,60 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
+def install_signal_handlers(command: str) -> None:
+    """SIGTERM (what Slurm sends at a time limit) and SIGINT (Ctrl-C): remove the temporaries
+    being written, say so in one line on stderr and exit with 128 + the signal number.
+
+    A signal during the few renames that swap a matrix directory's files waits for them to
+    end. Processes forked from this one (the demo's workers) get the default action."""
+    owner = os.getpid()
+
+    def handler(signum, frame):
+        if os.getpid() != owner:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        if _writes.defer(handler, signum):
+            return
+        removed = _writes.remove_live()
+        name = signal.Signals(signum).name
+        note = f"; removed {len(removed)} unfinished file(s)" if removed else ""
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+        with contextlib.suppress(Exception):
+            sys.stderr.write(f"fftmatvec {command}: interrupted by {name}{note}\n")
+            sys.stderr.flush()
+        os._exit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if threading.current_thread() is threading.main_thread():
+        install_signal_handlers(args.command)
     try:
         return int(args.func(args) or 0)
     except FFTMatvecError as exc:
-        print(f"fftmatvec {args.command}: error: {exc}", file=sys.stderr)
+        print(f"fftmatvec {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
-    except (OSError, KeyboardInterrupt) as exc:
-        print(f"fftmatvec {args.command}: error: {exc}", file=sys.stderr)
+    except MemoryError as exc:
+        print(f"fftmatvec {args.command}: error: out of memory ({_one_line(exc)})", file=sys.stderr)
         return 1
+    except OSError as exc:
+        print(f"fftmatvec {args.command}: error: {_one_line(exc)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        _writes.remove_live()
+        print(f"fftmatvec {args.command}: interrupted by SIGINT", file=sys.stderr)
+        return 128 + signal.SIGINT
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from .. import io
+from .. import _writes, io
 from .._errors import FFTMatvecValueError
 
 
@@ -31,6 +31,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    _writes.check_not_inside(args.dst, {"SRC": args.src}, "DST")
+    _writes.check_not_inside(args.src, {"DST": args.dst}, "SRC")
     src = io.matrix_info(args.src)
     if os.path.lexists(args.dst) and not args.force:
         raise FFTMatvecValueError(f"DST {args.dst!r} exists; pass --force to replace it")

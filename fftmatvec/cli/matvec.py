@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import backend, io
+from .. import _writes, backend, io
 from .._errors import FFTMatvecValueError
 from . import positive_int
 
@@ -39,7 +39,8 @@ def register(sub) -> None:
     )
     p.add_argument("matrix", metavar="MATRIX", help="FFTMatvec matrix directory or native .h5 file")
     p.add_argument("input", metavar="INPUT", help="input vector file (FFTMatvec's vec format)")
-    p.add_argument("output", metavar="OUTPUT", help="output vector file, replaced if it exists")
+    p.add_argument("output", metavar="OUTPUT", help="output vector file, replaced if it exists (never MATRIX or "
+                                             "INPUT, nor inside them)")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--adjoint", action="store_true", help="apply F^T (INPUT in observation space)")
     which.add_argument("--normal", action="store_true", help="apply F^T F (INPUT in parameter space)")
@@ -106,6 +107,8 @@ def execute(request: MatvecRequest) -> MatvecResult:
     """Read, compute, check, write. Raises :class:`~fftmatvec.FFTMatvecError` on bad input."""
     from ..precision import PrecisionConfig
 
+    _writes.check_not_inside(request.output, {"MATRIX": request.matrix, "INPUT": request.input},
+                             "OUTPUT")
     auto = request.precision.strip().lower() == "auto"
     if request.rtol is not None and not auto:
         raise FFTMatvecValueError(f"--rtol is only for --precision auto, got {request.precision!r}")
