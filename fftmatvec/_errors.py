@@ -7,7 +7,8 @@ or array type stays a :class:`TypeError` and a bad value or shape a :class:`Valu
 
 from __future__ import annotations
 
-__all__ = ["FFTMatvecError", "FFTMatvecTypeError", "FFTMatvecValueError"]
+__all__ = ["FFTMatvecError", "FFTMatvecTypeError", "FFTMatvecValueError",
+           "FFTMatvecDistributedError"]
 
 
 class FFTMatvecError(Exception):
@@ -20,3 +21,23 @@ class FFTMatvecTypeError(FFTMatvecError, TypeError):
 
 class FFTMatvecValueError(FFTMatvecError, ValueError):
     """A bad value or shape."""
+
+
+class FFTMatvecDistributedError(FFTMatvecError):
+    """A failure on one or more ranks of a distributed operation, raised on every rank.
+
+    Attributes
+    ----------
+    errors : dict
+        Rank (in the operator's communicator) -> ``"ExceptionType: message"`` of each rank
+        that failed.
+    """
+
+    def __init__(self, message: str, errors: dict | None = None):
+        super().__init__(message)
+        self.errors = dict(errors or {})
+
+    @property
+    def ranks(self) -> list:
+        """The ranks that failed, in increasing order."""
+        return sorted(self.errors)
