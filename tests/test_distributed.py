@@ -149,3 +149,26 @@ def test_uncaught_error_ends_the_run():
     assert res.stderr.count("FFTMatvecDistributedError: matvec failed on 1 of 2 rank(s): "
                             "rank 1") == 2, res.stderr[-3000:]
     assert "must have shape" in res.stderr
+
+
+@pytest.mark.mpi
+def test_cli_matvec_with_a_grid(tmp_path):
+    import numpy as np
+
+    from fftmatvec import BlockToeplitz, io
+
+    exe = _mpiexec()
+    rng = np.random.default_rng(5)
+    K, d = rng.standard_normal((5, 3, 4)), rng.standard_normal((5, 4))
+    io.save_matrix(tmp_path / "k.h5", K)
+    io.save_vector(tmp_path / "d.h5", d, "obs")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env.setdefault("MPIR_CVAR_ENABLE_HEAVY_YIELD", "1")
+    cmd = [exe, "-n", "2", sys.executable, "-m", "fftmatvec", "matvec", "k.h5", "d.h5", "z.h5",
+           "--adjoint", "--grid", "2x1", "--repeat", "1"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.count("grid       2x1") == 1  # printed by rank 0 only
+    z = io.load_vector(tmp_path / "z.h5", space="param")
+    ref = BlockToeplitz(K).rmatvec(d)
+    assert np.abs(z - ref).max() <= 1e-12 * np.abs(ref).max()
