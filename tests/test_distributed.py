@@ -172,3 +172,28 @@ def test_cli_matvec_with_a_grid(tmp_path):
     z = io.load_vector(tmp_path / "z.h5", space="param")
     ref = BlockToeplitz(K).rmatvec(d)
     assert np.abs(z - ref).max() <= 1e-12 * np.abs(ref).max()
+
+
+def _gpu_or_skip():
+    from fftmatvec import backend
+
+    if not backend.gpu_available():
+        pytest.skip("no GPU (CuPy missing or no device)")
+
+
+@pytest.mark.gpu
+@pytest.mark.mpi
+@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("transport", ["gpu", "nccl"])
+def test_products_with_ranks_sharing_the_gpu(n, transport):
+    """CuPy operators, the ranks sharing the visible GPU(s): host-staged MPI, or NCCL (which
+    needs a GPU per rank)."""
+    _gpu_or_skip()
+    if transport == "nccl":
+        from fftmatvec import backend
+
+        if backend.cupy.cuda.runtime.getDeviceCount() < n:
+            pytest.skip(f"NCCL needs a GPU per rank: {n} ranks")
+    res = _run(n, "check_products.py", transport)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-5000:]
+    assert res.stdout.split()[:2] == ["OK", str(n)], res.stdout

@@ -282,20 +282,28 @@ class NCCLTransport:
         return self._pending(out, send)
 
 
-def make_transport(xp, transport: str | None):
-    """``"mpi"``, ``"nccl"``, or None (NCCL for a GPU operator when ``cupy.cuda.nccl``
-    imports, else MPI)."""
+def make_transport(xp, transport: str | None, comm=None):
+    """``"mpi"``, ``"nccl"``, or None: NCCL for a GPU operator when ``cupy.cuda.nccl``
+    imports and every rank has a GPU of its own (NCCL refuses ranks sharing a device), else
+    MPI. Collective when ``transport`` is None on a GPU (the ranks compare their devices)."""
     if transport not in (None, "mpi", "nccl"):
         raise FFTMatvecValueError(f"transport must be 'mpi', 'nccl' or None, got {transport!r}")
     if transport == "mpi" or (transport is None and xp is np):
         return MPITransport(xp)
     if transport is None:
         try:
-            from cupy.cuda import nccl  # noqa: F401
+            from cupy.cuda import nccl
 
-            if not nccl.available:
-                raise ImportError
+            ok = bool(getattr(nccl, "available", True))
         except Exception:
+            ok = False
+        if comm is not None:
+            import socket
+
+            dev = xp.cuda.Device()
+            pci = xp.cuda.runtime.deviceGetPCIBusId(dev.id)
+            seen = comm.allgather((ok, socket.gethostname(), pci))
+            ok = all(s[0] for s in seen) and len({s[1:] for s in seen}) == len(seen)
+        if not ok:
             return MPITransport(xp)
     return NCCLTransport(xp)
-

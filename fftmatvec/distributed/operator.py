@@ -321,7 +321,16 @@ class DistributedBlockToeplitz(_Distributed):
             block = _load_block(kind, kernel, self.rows, self.cols, nt, self._xp)
             self._op = BlockToeplitz(block, self.precision, dtype=self.dtype, fft_len=fft_len)
             self.fft_len, self.nf = self._op.fft_len, self._op.nf
-            self.transport = make_transport(self._xp, transport)
+            if transport not in (None, "mpi", "nccl"):
+                raise FFTMatvecValueError(
+                    f"transport must be 'mpi', 'nccl' or None, got {transport!r}")
+        except Exception as e:
+            exc = e
+        sync(comm, "DistributedBlockToeplitz", exc, self._where())
+        exc = None
+        try:  # after the sync: choosing NCCL compares the ranks' devices (a collective)
+            with self._on_device():
+                self.transport = make_transport(self._xp, transport, self.grid.base_comm)
         except Exception as e:
             exc = e
         sync(comm, "DistributedBlockToeplitz", exc, self._where())

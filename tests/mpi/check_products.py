@@ -18,8 +18,19 @@ from fftmatvec import BlockToeplitz, DistributedBlockToeplitz, ProcessGrid, io
 from fftmatvec.distributed import cg
 
 comm = MPI.COMM_WORLD
+# "gpu": CuPy operators (ranks share or split the visible GPUs); "nccl": and NCCL transport
+GPU = "gpu" in sys.argv[1:] or "nccl" in sys.argv[1:]
+TRANSPORT = "nccl" if "nccl" in sys.argv[1:] else ("mpi" if GPU else None)
+if GPU:
+    import cupy
+
+    dev, host = cupy.asarray, cupy.asnumpy
+else:
+    dev = host = np.asarray
+DEVICE = "gpu" if GPU else "cpu"
 size, rank = comm.Get_size(), comm.Get_rank()
 TOL = 1e-12
+
 cases = 0
 
 
@@ -51,33 +62,33 @@ def check_operator(op, ref, seed, tol=TOL):
     m, d = fresh(seed, nm, nt), fresh(seed + 1, nd, nt)
     M, D = fresh(seed + 2, 5, nm, nt), fresh(seed + 3, 3, nd, nt)
     tag = f"{op.grid.rows}x{op.grid.cols} {op.precision} overlap={op.overlap}"
-    y = op.matvec(op.distribute(m, "param"))
+    y = op.matvec(op.distribute(dev(m), "param"))
     assert y.shape == op.local_shape("obs") and y.dtype == op.dtype, (y.shape, y.dtype)
-    close(op.collect(y, "obs"), ref.matvec(m), f"forward {tag}", tol)
-    yf = op.matvec(op.distribute(m.reshape(-1), "param"))  # flat slices
+    close(host(op.collect(y, "obs")), ref.matvec(m), f"forward {tag}", tol)
+    yf = op.matvec(op.distribute(dev(m.reshape(-1)), "param"))  # flat slices
     assert yf.ndim == 1
-    close(op.collect(yf, "obs"), ref.matvec(m).reshape(-1), f"forward flat {tag}", tol)
-    z = op.rmatvec(op.distribute(d, "obs"))
+    close(host(op.collect(yf, "obs")), ref.matvec(m).reshape(-1), f"forward flat {tag}", tol)
+    z = op.rmatvec(op.distribute(dev(d), "obs"))
     assert z.shape == op.local_shape("param") and z.dtype == op.dtype
-    close(op.collect(z, "param"), ref.rmatvec(d), f"adjoint {tag}", tol)
-    Y = op.matmat(op.distribute(M, "param"))
+    close(host(op.collect(z, "param")), ref.rmatvec(d), f"adjoint {tag}", tol)
+    Y = op.matmat(op.distribute(dev(M), "param"))
     assert Y.shape == (5,) + op.local_shape("obs")
-    close(op.collect(Y, "obs"), ref.matmat(M), f"matmat {tag}", tol)
-    Z = op.rmatmat(op.distribute(D, "obs"))
-    close(op.collect(Z, "param"), ref.rmatmat(D), f"rmatmat {tag}", tol)
+    close(host(op.collect(Y, "obs")), ref.matmat(M), f"matmat {tag}", tol)
+    Z = op.rmatmat(op.distribute(dev(D), "obs"))
+    close(host(op.collect(Z, "param")), ref.rmatmat(D), f"rmatmat {tag}", tol)
     # adjoint (dot) test with the global inner products
-    lhs = op.dot(op.distribute(d, "obs"), y)
-    rhs = op.dot(z, op.distribute(m, "param"))
+    lhs = op.dot(op.distribute(dev(d), "obs"), y)
+    rhs = op.dot(z, op.distribute(dev(m), "param"))
     close(lhs, rhs, f"dot test {tag}", 1e-10 if tol <= TOL else 10 * tol)
     close(op.norm(y), np.linalg.norm(ref.matvec(m)), f"norm {tag}", tol)
     # the normal operator, each kind of weight
     w = np.abs(fresh(seed + 4, nd, nt)) + 0.5
     a, b = op.local_range("obs")
-    for weight, wref in ((None, None), (2.5, 2.5), (w, w), (w[a:b], w)):
+    for weight, wref in ((None, None), (2.5, 2.5), (dev(w), w), (dev(w[a:b]), w)):
         nrm = op.normal(weight)
-        got = op.collect(nrm.matmat(op.distribute(M, "param")), "param")
+        got = host(op.collect(nrm.matmat(op.distribute(dev(M), "param")), "param"))
         close(got, ref.normal(wref).matmat(M), f"normal {tag}", 1e2 * tol if tol > TOL else tol)
-        got1 = op.collect(nrm.matvec(op.distribute(m, "param")), "param")
+        got1 = host(op.collect(nrm.matvec(op.distribute(dev(m), "param")), "param"))
         close(got1, ref.normal(wref).matvec(m), f"normal one {tag}",
               1e2 * tol if tol > TOL else tol)
 
@@ -95,41 +106,44 @@ def main():
             if rows is not None and (rows > nd or cols > nm):
                 continue  # the test of a grid that does not fit is in check_errors.py
             g = ProcessGrid(comm, rows, cols)
-            op = DistributedBlockToeplitz(g, K, chunks=2)
+            op = DistributedBlockToeplitz(g, dev(K), chunks=2, transport=TRANSPORT)
             check_operator(op, ref, seed=nd)
         # the automatic grid: the other kernel arguments, and compute-then-communicate
         g = ProcessGrid(comm)
         for i, kern in enumerate((path, lambda rs, cs: K[rs, cs])):
             shape = K.shape if callable(kern) else None
-            check_operator(DistributedBlockToeplitz(g, kern, shape=shape), ref, seed=nd + i + 1)
-        check_operator(DistributedBlockToeplitz(g, K, overlap=False), ref, seed=nd + 3)
+            check_operator(DistributedBlockToeplitz(g, kern, shape=shape, device=DEVICE,
+                                                    transport=TRANSPORT), ref, seed=nd + i + 1)
+        check_operator(DistributedBlockToeplitz(g, dev(K), overlap=False, transport=TRANSPORT),
+                       ref, seed=nd + 3)
         # float32 on the wire (stages 1 and 5 's'): against the serial operator in that precision
         for prec in ("sddds",) if nd == 5 else ("ddssd",):
-            op = DistributedBlockToeplitz(ProcessGrid(comm), K, prec)
+            op = DistributedBlockToeplitz(ProcessGrid(comm), dev(K), prec, transport=TRANSPORT)
             check_operator(op, BlockToeplitz(K, prec), seed=3, tol=2e-5)
         # CG: the same lines on the grid and on one process
-        op = DistributedBlockToeplitz(ProcessGrid(comm), K)
+        op = DistributedBlockToeplitz(ProcessGrid(comm), dev(K), transport=TRANSPORT)
         w = np.abs(fresh(7, nd, nt)) + 0.5
         m_true = fresh(8, nm, nt)
         b = ref.normal(w).matvec(m_true)
         x_ser, info_ser = cg(ref.normal(w), b, rtol=1e-30, maxiter=6)
-        x_dis, info_dis = cg(op.normal(w), op.distribute(b, "param"), rtol=1e-30, maxiter=6)
-        close(op.collect(x_dis, "param"), x_ser, "distributed CG vs serial", 1e-10)
+        x_dis, info_dis = cg(op.normal(dev(w)), op.distribute(dev(b), "param"), rtol=1e-30,
+                             maxiter=6)
+        close(host(op.collect(x_dis, "param")), x_ser, "distributed CG vs serial", 1e-10)
         assert info_dis["iterations"] == info_ser["iterations"] == 6, (info_dis, info_ser)
         try:
             import pylops_mpi
         except ImportError:
             pylops_mpi = None
-        if pylops_mpi is not None:
+        if pylops_mpi is not None and not GPU:
             from fftmatvec.distributed.pylops import distributed_array, to_global
 
-            A = op.normal(w).as_pylops_mpi()
-            bd = distributed_array(op, op.distribute(b, "param"))
+            A = op.normal(dev(w)).as_pylops_mpi()
+            bd = distributed_array(op, op.distribute(dev(b), "param"))
             x0 = distributed_array(op, np.zeros(op.local_shape("param")))
             xp_, *_ = pylops_mpi.cg(A, bd, x0=x0, niter=6, tol=0.0)
             close(to_global(op, xp_), x_ser, "pylops-mpi cg vs serial CG", 1e-10)
             F = op.as_pylops_mpi()
-            md = distributed_array(op, op.distribute(fresh(9, nm, nt), "param"))
+            md = distributed_array(op, op.distribute(dev(fresh(9, nm, nt)), "param"))
             yd = F.matvec(md)
             close(to_global(op, yd, "obs"), ref.matvec(fresh(9, nm, nt)), "pylops-mpi matvec")
             close(np.asarray(md.asarray()).reshape(nm, nt), fresh(9, nm, nt),
