@@ -9,12 +9,15 @@ adjoint through FFTs in five stages, each in its own precision, on NumPy (CPU) o
 from ._errors import FFTMatvecError, FFTMatvecTypeError, FFTMatvecValueError
 from .operator import BlockToeplitz, NormalOperator, fft_length
 from .precision import STAGES, PrecisionConfig
+from .distributed import DistributedBlockToeplitz, ProcessGrid
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BlockToeplitz",
     "NormalOperator",
+    "ProcessGrid",
+    "DistributedBlockToeplitz",
     "PrecisionConfig",
     "STAGES",
     "FFTMatvecError",

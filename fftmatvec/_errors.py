@@ -8,7 +8,7 @@ or array type stays a :class:`TypeError` and a bad value or shape a :class:`Valu
 from __future__ import annotations
 
 __all__ = ["FFTMatvecError", "FFTMatvecTypeError", "FFTMatvecValueError", "FFTMatvecMemoryError",
-           "FFTMatvecFileError"]
+           "FFTMatvecFileError", "FFTMatvecDistributedError"]
 
 
 class FFTMatvecError(Exception):
@@ -41,3 +41,23 @@ class FFTMatvecFileError(FFTMatvecValueError):
     def __init__(self, path: str, message: str):
         super().__init__(message)
         self.path = path
+
+
+class FFTMatvecDistributedError(FFTMatvecError):
+    """A failure on one or more ranks of a distributed operation, raised on every rank.
+
+    Attributes
+    ----------
+    errors : dict
+        Rank (in the operator's communicator) -> ``"ExceptionType: message"`` of each rank
+        that failed.
+    """
+
+    def __init__(self, message: str, errors: dict | None = None):
+        super().__init__(message)
+        self.errors = dict(errors or {})
+
+    @property
+    def ranks(self) -> list:
+        """The ranks that failed, in increasing order."""
+        return sorted(self.errors)

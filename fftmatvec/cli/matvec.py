@@ -57,6 +57,10 @@ def register(sub) -> None:
                    help="also print the relative error against the float64 NumPy path")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="also print the plan the product runs (kernels, FFTs, split-K, graphs)")
+    p.add_argument("--grid", default=None, metavar="RxC",
+                   help="run distributed over the MPI ranks (under mpiexec/srun) on an R x C "
+                        "process grid, or 'auto' for the cost model's choice (the default "
+                        "when launched on more than one rank)")
     p.set_defaults(func=run)
 
 
@@ -74,13 +78,17 @@ class MatvecRequest:
     check: bool = False
     rtol: float | None = None
     verbose: bool = False
+    grid: str | None = None
 
     @classmethod
     def from_args(cls, args) -> "MatvecRequest":
         mode = "adjoint" if args.adjoint else "normal" if args.normal else "forward"
+        grid = getattr(args, "grid", None)
+        if grid is None and _launched_ranks() > 1:
+            grid = "auto"
         return cls(args.matrix, args.input, args.output, mode, args.precision, args.repeat,
                    args.device, args.check, getattr(args, "rtol", None),
-                   bool(getattr(args, "verbose", False)))
+                   bool(getattr(args, "verbose", False)), grid)
 
 
 @dataclass(frozen=True)
@@ -90,6 +98,7 @@ class MatvecResult:
     times: list
     rel_err: float | None
     plan: str | None = None
+    grid: str | None = None
 
     @property
     def median(self) -> float:
@@ -98,9 +107,27 @@ class MatvecResult:
 
 def run(args) -> int:
     request = MatvecRequest.from_args(args)
+    if request.grid is not None:
+        from . import matvec_mpi
+
+        result, rank = matvec_mpi.execute(request)
+        if rank == 0:
+            print(report(request, result))
+        return 0
     result = execute(request)
     print(report(request, result))
     return 0
+
+
+def _launched_ranks() -> int:
+    """The number of ranks the launcher started, from its environment (1 when none)."""
+    import os
+
+    for name in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "SLURM_NTASKS"):
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return 1
 
 
 def execute(request: MatvecRequest) -> MatvecResult:
@@ -254,6 +281,8 @@ def report(request: MatvecRequest, result: MatvecResult) -> str:
     ]
     if result.rel_err is not None:
         lines.append(f"rel_err    {result.rel_err:.3e} vs float64 NumPy (ddddd)")
+    if getattr(result, "grid", None):
+        lines.append(f"grid       {result.grid} process grid (time: the slowest rank)")
     lines.append(f"output     {request.output} ({out_space} space, shape {result.output_shape})")
     if result.plan:
         lines.append("plan       " + result.plan.replace("\n", "\n           "))

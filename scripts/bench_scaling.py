@@ -1,0 +1,149 @@
+#!/usr/bin/env python
+"""Distributed products: overlapped against compute-then-communicate, strong and weak scaling.
+
+Run under MPI, e.g. ``mpiexec -n 4 python scripts/bench_scaling.py`` (CPU) or, ranks sharing
+or owning GPUs, ``mpiexec -n 4 python scripts/bench_scaling.py --device gpu``. For each number
+of ranks p = 1, 2, 4, ... up to the communicator's size (the first p ranks), it times:
+
+- ``overlap``: the pipelined product (chunks of the batch, non-blocking collectives);
+- ``ctc``: the same product as one chunk, compute then communicate (``overlap=False``);
+- ``compute``: the local products of this rank's block alone, on the same batch;
+- ``comm``: the collectives alone, on buffers of the product's sizes.
+
+``ratio`` is overlap / ctc (below 1: overlap helps; the goal is <= 0.8 where compute and comm
+are of similar size) and ``hidden`` the share of the shorter of compute and comm that the
+overlap hid: (compute + comm - overlap) / min(compute, comm). Strong scaling keeps the problem
+fixed; weak scaling (``--weak``) grows Nm with p. Times are medians over ranks' maxima.
+
+Usage: mpiexec -n 4 python scripts/bench_scaling.py [--nd 64] [--nm 512] [--nt 256] [--k 8]
+       [--precision ddddd] [--mode forward|adjoint|normal] [--weak] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+
+def _timed(comm, fn, repeat: int, sync) -> float:
+    """Median over repeats of the slowest rank's wall time of ``fn()``."""
+    fn()  # warm-up
+    sync()
+    times = []
+    for _ in range(repeat):
+        comm.Barrier()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(comm.allreduce(time.perf_counter() - t0, op=_max()))
+    return float(np.median(times))
+
+
+def _max():
+    from mpi4py import MPI
+
+    return MPI.MAX
+
+
+def bench(comm, nd, nm, nt, k, precision, mode, device, repeat, chunks):
+    from fftmatvec import DistributedBlockToeplitz, ProcessGrid
+
+    xp = np
+    if device == "gpu":
+        import cupy as xp  # noqa: F811
+    sync = (lambda: xp.cuda.Device().synchronize()) if xp is not np else (lambda: None)
+    rng = np.random.default_rng(1)
+    grid = ProcessGrid(comm)
+
+    def kernel(rs, cs):  # each rank makes only its block
+        r = np.random.default_rng([rs.start, cs.start])
+        return r.standard_normal((rs.stop - rs.start, cs.stop - cs.start, nt)) / np.sqrt(nm)
+
+    ops = {ov: DistributedBlockToeplitz(grid, kernel, precision, shape=(nd, nm, nt),
+                                        device=device, overlap=ov, chunks=chunks)
+           for ov in (True, False)}
+    op = ops[True]
+    space = "obs" if mode == "adjoint" else "param"
+    X = xp.asarray(rng.standard_normal((k,) + op.local_shape(space)))
+    prods = {ov: {"forward": o.matmat, "adjoint": o.rmatmat,
+                  "normal": o.normal().matmat}[mode] for ov, o in ops.items()}
+    t_ov = _timed(comm, lambda: prods[True](X, check_finite=False), repeat, sync)
+    t_ctc = _timed(comm, lambda: prods[False](X, check_finite=False), repeat, sync)
+
+    # the parts alone, on the sizes of the product
+    loc = op.local_operator
+    n_in = loc.nd if mode == "adjoint" else loc.nm
+    Xg = xp.asarray(rng.standard_normal((k, n_in, nt)))
+    local = {"forward": lambda: loc.matmat(Xg), "adjoint": lambda: loc.rmatmat(Xg),
+             "normal": lambda: loc.rmatmat(loc.matmat(Xg))}[mode]
+    t_comp = _timed(comm, local, repeat, sync)
+    t, (w1, w5) = op.transport, op._wire
+    g = op.grid
+    nd_r, nm_c = loc.nd, loc.nm
+    a_in = xp.zeros((op.local_shape(space)[0], k, nt))
+    a_out = xp.zeros(((nm_c if mode != "forward" else nd_r), k, nt))
+    a_mid = xp.zeros((nd_r, k, nt))
+
+    def comm_only():
+        if mode == "forward":
+            t.allgatherv(g.col_comm, a_in, op._param_counts, w1).wait()
+            t.reduce_scatter(g.row_comm, a_out, op._obs_counts, w5).wait()
+        elif mode == "adjoint":
+            t.allgatherv(g.row_comm, a_in, op._obs_counts, w1).wait()
+            t.reduce_scatter(g.col_comm, a_out, op._param_counts, w5).wait()
+        else:
+            t.allgatherv(g.col_comm, a_in, op._param_counts, w1).wait()
+            t.allreduce(g.row_comm, a_mid, w5).wait()
+            t.reduce_scatter(g.col_comm, a_out, op._param_counts, w5).wait()
+
+    t_comm = _timed(comm, comm_only, repeat, sync)
+    hidden = (t_comp + t_comm - t_ov) / max(min(t_comp, t_comm), 1e-12)
+    return dict(grid=f"{g.rows}x{g.cols}", overlap=t_ov, ctc=t_ctc, compute=t_comp,
+                comm=t_comm, ratio=t_ov / t_ctc, hidden=hidden)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    ap.add_argument("--nd", type=int, default=64)
+    ap.add_argument("--nm", type=int, default=512)
+    ap.add_argument("--nt", type=int, default=256)
+    ap.add_argument("--k", type=int, default=8, help="right-hand sides per product")
+    ap.add_argument("--chunks", type=int, default=4, help="chunks of the overlapped product")
+    ap.add_argument("--precision", default="ddddd")
+    ap.add_argument("--mode", choices=("forward", "adjoint", "normal"), default="forward")
+    ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    ap.add_argument("--weak", action="store_true", help="grow Nm with the number of ranks")
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args(argv)
+
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    sizes = [p for p in (2 ** i for i in range(16)) if p <= world.size]
+    if world.rank == 0:
+        kind = "weak (Nm x p)" if args.weak else "strong"
+        print(f"# {kind} scaling, {args.mode}, Nd={args.nd} Nm={args.nm} Nt={args.nt} "
+              f"k={args.k} precision={args.precision} device={args.device} "
+              f"chunks={args.chunks}; times in ms (slowest rank, median of {args.repeat})")
+        print(f"{'p':>4} {'grid':>6} {'Nm':>7} | {'overlap':>9} {'ctc':>9} {'compute':>9} "
+              f"{'comm':>9} | {'ratio':>6} {'hidden':>6}")
+    for p in sizes:
+        sub = world.Split(0 if world.rank < p else MPI.UNDEFINED, world.rank)
+        if sub != MPI.COMM_NULL:
+            nm = args.nm * (p if args.weak else 1)
+            r = bench(sub, args.nd, nm, args.nt, args.k, args.precision, args.mode,
+                      args.device, args.repeat, args.chunks)
+            if sub.rank == 0:
+                print(f"{p:>4} {r['grid']:>6} {nm:>7} | {r['overlap'] * 1e3:>9.3f} "
+                      f"{r['ctc'] * 1e3:>9.3f} {r['compute'] * 1e3:>9.3f} "
+                      f"{r['comm'] * 1e3:>9.3f} | {r['ratio']:>6.2f} {r['hidden']:>6.2f}",
+                      flush=True)
+            sub.Free()
+        world.Barrier()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,110 @@
+"""Run under mpiexec -n N (N >= 2): a failure on one rank becomes an exception on every rank.
+
+With the argument ``uncaught`` the last rank passes a bad vector and nobody catches the
+error: every rank must raise, so the run ends with a nonzero status instead of hanging.
+Otherwise prints "OK <n> <cases>" on rank 0.
+"""
+
+import os
+import sys
+import tempfile
+
+import numpy as np
+from mpi4py import MPI
+
+from fftmatvec import DistributedBlockToeplitz, FFTMatvecValueError, ProcessGrid, io
+from fftmatvec.distributed import FFTMatvecDistributedError
+
+comm = MPI.COMM_WORLD
+size, rank = comm.Get_size(), comm.Get_rank()
+last = size - 1
+cases = 0
+K = np.random.default_rng(0).standard_normal((5, 7, 4))
+
+
+def expect(fn, what, ranks=(last,), exc=FFTMatvecDistributedError, words=()):
+    """``fn()`` must raise ``exc`` on this rank, naming the failing ranks and ``words``."""
+    global cases
+    try:
+        fn()
+    except exc as e:
+        msg = str(e)
+        if exc is FFTMatvecDistributedError:
+            assert e.ranks == list(ranks), (what, e.ranks, msg)
+            for q in ranks:
+                assert f"rank {q}" in msg, (what, msg)
+        for w in words:
+            assert w in msg, (what, w, msg)
+    else:
+        raise AssertionError(f"rank {rank}: {what}: no error raised")
+    comm.Barrier()  # every rank got here: nobody hangs
+    cases += 1
+
+
+def main():
+    op = DistributedBlockToeplitz(ProcessGrid(comm), K)
+    m = op.distribute(np.ones((7, 4)), "param")
+    good = op.collect(op.matvec(m), "obs")
+
+    bad = np.ones((m.shape[0] + 1, 4)) if rank == last else m
+    expect(lambda: op.matvec(bad), "wrong shape", words=("must have shape",))
+    nan = m.copy()
+    if rank == last:
+        nan.flat[0] = np.nan
+    expect(lambda: op.matvec(nan), "NaN input", words=("NaN",))
+    M = np.ones((3 if rank == last else 2,) + op.local_shape("param"))
+    expect(lambda: op.matmat(M), "batch sizes", ranks=[], words=("different sizes",))
+    expect(lambda: op.normal(-1.0 if rank == last else 1.0), "bad weight", words=("weight",))
+
+    def kern(rs, cs):
+        block = K[rs, cs]
+        return block[:, :, :-1] if rank == last else block
+    expect(lambda: DistributedBlockToeplitz(ProcessGrid(comm), kern, shape=K.shape),
+           "callable's wrong block", words=("callable returned",))
+    other = K + (1.0 if rank == last else 0.0)
+    expect(lambda: DistributedBlockToeplitz(ProcessGrid(comm), other), "different kernels",
+           ranks=[], words=("different kernels",))
+    tmp = comm.bcast(tempfile.mkdtemp() if rank == 0 else None)
+    path = os.path.join(tmp, "k.h5")
+    if rank == 0:
+        io.save_matrix(path, K)
+    comm.Barrier()
+    missing = path if rank != last else os.path.join(tmp, "missing.h5")
+    expect(lambda: DistributedBlockToeplitz(ProcessGrid(comm), missing), "missing file")
+    # a grid that does not fit: the same clear error on every rank, before any block is read
+    expect(lambda: DistributedBlockToeplitz(ProcessGrid(comm, size, 1),
+                                            np.ones((size - 1, 3, 4))),
+           "grid too tall", exc=FFTMatvecValueError, words=("does not fit",))
+    expect(lambda: ProcessGrid(comm, size if rank == last else None, None), "different grids",
+           exc=FFTMatvecValueError, words=("different grids",))
+    # a failure in the middle of a product (after its collectives started)
+    op2 = DistributedBlockToeplitz(ProcessGrid(comm), K)
+    if rank == last:
+        def boom(*args):
+            raise RuntimeError("boom in the local product")
+        op2._local = boom
+    Ml = np.ones((3,) + op2.local_shape("param"))
+    expect(lambda: op2.matmat(Ml), "mid-product failure", words=("boom",))
+    expect(lambda: op2.normal().matmat(Ml), "mid-normal failure", words=("boom",))
+    # the operator still works after the errors
+    again = op.collect(op.matvec(m), "obs")
+    assert np.array_equal(again, good)
+    comm.Barrier()
+    if rank == 0:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+        print(f"OK {size} {cases}")
+
+
+def uncaught():
+    op = DistributedBlockToeplitz(ProcessGrid(comm), K)
+    m = op.distribute(np.ones((7, 4)), "param")
+    if rank == last:
+        m = m[:, :-1]
+    op.matvec(m)  # raises on every rank: the run must end
+    print("not reached", flush=True)
+
+
+if __name__ == "__main__":
+    uncaught() if sys.argv[1:] == ["uncaught"] else main()

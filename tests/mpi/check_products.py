@@ -1,0 +1,161 @@
+"""Run under mpiexec -n N: the distributed operator against the single-process one.
+
+Every grid of N ranks that fits (and the automatic one), with sizes not divisible by the
+grid, the three kernel arguments, one vector and batches, overlap on and off, the normal
+operator with each kind of weight, a float32-wire precision, dot/norm, distributed CG
+against serial CG, and pylops-mpi's CG when it is installed. Prints "OK <n> <cases>" on rank 0;
+any failure raises (and so ends the run with a nonzero status).
+"""
+
+import os
+import sys
+import tempfile
+
+import numpy as np
+from mpi4py import MPI
+
+from fftmatvec import BlockToeplitz, DistributedBlockToeplitz, ProcessGrid, io
+from fftmatvec.distributed import cg
+
+comm = MPI.COMM_WORLD
+# "gpu": CuPy operators (ranks share or split the visible GPUs); "nccl": and NCCL transport
+GPU = "gpu" in sys.argv[1:] or "nccl" in sys.argv[1:]
+TRANSPORT = "nccl" if "nccl" in sys.argv[1:] else ("mpi" if GPU else None)
+if GPU:
+    import cupy
+
+    dev, host = cupy.asarray, cupy.asnumpy
+else:
+    dev = host = np.asarray
+DEVICE = "gpu" if GPU else "cpu"
+size, rank = comm.Get_size(), comm.Get_rank()
+TOL = 1e-12
+
+cases = 0
+
+
+def rel(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-300))
+
+
+def close(a, b, what, tol=TOL):
+    global cases
+    e = rel(a, b)
+    if not e <= tol:
+        raise AssertionError(f"rank {rank}: {what}: relative error {e:.3e} > {tol:g}")
+    cases += 1
+
+
+def grids(n):
+    out = [(r, n // r) for r in range(1, n + 1) if n % r == 0]
+    return out + [(None, None)]
+
+
+def fresh(seed, *shape):
+    # the same random numbers on every rank
+    return np.random.default_rng(seed).standard_normal(shape)
+
+
+def check_operator(op, ref, seed, tol=TOL):
+    nd, nm, nt = ref.nd, ref.nm, ref.nt
+    m, d = fresh(seed, nm, nt), fresh(seed + 1, nd, nt)
+    M, D = fresh(seed + 2, 5, nm, nt), fresh(seed + 3, 3, nd, nt)
+    tag = f"{op.grid.rows}x{op.grid.cols} {op.precision} overlap={op.overlap}"
+    y = op.matvec(op.distribute(dev(m), "param"))
+    assert y.shape == op.local_shape("obs") and y.dtype == op.dtype, (y.shape, y.dtype)
+    close(host(op.collect(y, "obs")), ref.matvec(m), f"forward {tag}", tol)
+    yf = op.matvec(op.distribute(dev(m.reshape(-1)), "param"))  # flat slices
+    assert yf.ndim == 1
+    close(host(op.collect(yf, "obs")), ref.matvec(m).reshape(-1), f"forward flat {tag}", tol)
+    z = op.rmatvec(op.distribute(dev(d), "obs"))
+    assert z.shape == op.local_shape("param") and z.dtype == op.dtype
+    close(host(op.collect(z, "param")), ref.rmatvec(d), f"adjoint {tag}", tol)
+    Y = op.matmat(op.distribute(dev(M), "param"))
+    assert Y.shape == (5,) + op.local_shape("obs")
+    close(host(op.collect(Y, "obs")), ref.matmat(M), f"matmat {tag}", tol)
+    Z = op.rmatmat(op.distribute(dev(D), "obs"))
+    close(host(op.collect(Z, "param")), ref.rmatmat(D), f"rmatmat {tag}", tol)
+    # adjoint (dot) test with the global inner products
+    lhs = op.dot(op.distribute(dev(d), "obs"), y)
+    rhs = op.dot(z, op.distribute(dev(m), "param"))
+    close(lhs, rhs, f"dot test {tag}", 1e-10 if tol <= TOL else 10 * tol)
+    close(op.norm(y), np.linalg.norm(ref.matvec(m)), f"norm {tag}", tol)
+    # the normal operator, each kind of weight
+    w = np.abs(fresh(seed + 4, nd, nt)) + 0.5
+    a, b = op.local_range("obs")
+    for weight, wref in ((None, None), (2.5, 2.5), (dev(w), w), (dev(w[a:b]), w)):
+        nrm = op.normal(weight)
+        got = host(op.collect(nrm.matmat(op.distribute(dev(M), "param")), "param"))
+        close(got, ref.normal(wref).matmat(M), f"normal {tag}", 1e2 * tol if tol > TOL else tol)
+        got1 = host(op.collect(nrm.matvec(op.distribute(dev(m), "param")), "param"))
+        close(got1, ref.normal(wref).matvec(m), f"normal one {tag}",
+              1e2 * tol if tol > TOL else tol)
+
+
+def main():
+    tmp = comm.bcast(tempfile.mkdtemp() if rank == 0 else None)
+    for nd, nm, nt in ((5, 7, 6), (6, 4, 9)):
+        K = fresh(10 * nd + nm, nd, nm, nt)
+        path = os.path.join(tmp, f"k{nd}{nm}.h5")
+        if rank == 0:
+            io.save_matrix(path, K)
+        comm.Barrier()
+        ref = BlockToeplitz(K)
+        for rows, cols in grids(size):
+            if rows is not None and (rows > nd or cols > nm):
+                continue  # the test of a grid that does not fit is in check_errors.py
+            g = ProcessGrid(comm, rows, cols)
+            op = DistributedBlockToeplitz(g, dev(K), chunks=2, transport=TRANSPORT)
+            check_operator(op, ref, seed=nd)
+        # the automatic grid: the other kernel arguments, and compute-then-communicate
+        g = ProcessGrid(comm)
+        for i, kern in enumerate((path, lambda rs, cs: K[rs, cs])):
+            shape = K.shape if callable(kern) else None
+            check_operator(DistributedBlockToeplitz(g, kern, shape=shape, device=DEVICE,
+                                                    transport=TRANSPORT), ref, seed=nd + i + 1)
+        check_operator(DistributedBlockToeplitz(g, dev(K), overlap=False, transport=TRANSPORT),
+                       ref, seed=nd + 3)
+        # float32 on the wire (stages 1 and 5 's'): against the serial operator in that precision
+        for prec in ("sddds",) if nd == 5 else ("ddssd",):
+            op = DistributedBlockToeplitz(ProcessGrid(comm), dev(K), prec, transport=TRANSPORT)
+            check_operator(op, BlockToeplitz(K, prec), seed=3, tol=2e-5)
+        # CG: the same lines on the grid and on one process
+        op = DistributedBlockToeplitz(ProcessGrid(comm), dev(K), transport=TRANSPORT)
+        w = np.abs(fresh(7, nd, nt)) + 0.5
+        m_true = fresh(8, nm, nt)
+        b = ref.normal(w).matvec(m_true)
+        x_ser, info_ser = cg(ref.normal(w), b, rtol=1e-30, maxiter=6)
+        x_dis, info_dis = cg(op.normal(dev(w)), op.distribute(dev(b), "param"), rtol=1e-30,
+                             maxiter=6)
+        close(host(op.collect(x_dis, "param")), x_ser, "distributed CG vs serial", 1e-10)
+        assert info_dis["iterations"] == info_ser["iterations"] == 6, (info_dis, info_ser)
+        try:
+            import pylops_mpi
+        except ImportError:
+            pylops_mpi = None
+        if pylops_mpi is not None and not GPU:
+            from fftmatvec.distributed.pylops import distributed_array, to_global
+
+            A = op.normal(dev(w)).as_pylops_mpi()
+            bd = distributed_array(op, op.distribute(dev(b), "param"))
+            x0 = distributed_array(op, np.zeros(op.local_shape("param")))
+            xp_, *_ = pylops_mpi.cg(A, bd, x0=x0, niter=6, tol=0.0)
+            close(to_global(op, xp_), x_ser, "pylops-mpi cg vs serial CG", 1e-10)
+            F = op.as_pylops_mpi()
+            md = distributed_array(op, op.distribute(dev(fresh(9, nm, nt)), "param"))
+            yd = F.matvec(md)
+            close(to_global(op, yd, "obs"), ref.matvec(fresh(9, nm, nt)), "pylops-mpi matvec")
+            close(np.asarray(md.asarray()).reshape(nm, nt), fresh(9, nm, nt),
+                  "pylops-mpi param order")
+    comm.Barrier()
+    if rank == 0:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+        print(f"OK {size} {cases}")
+
+
+if __name__ == "__main__":
+    main()
+    sys.stdout.flush()

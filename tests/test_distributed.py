@@ -1,0 +1,199 @@
+"""The distributed operator: its pure parts in-process, its products under mpiexec.
+
+The MPI checks live in tests/mpi/ and run as one ``mpiexec -n N`` per rank count, each under
+a timeout so that a hang fails the test; they compare with the single-process operator.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fftmatvec import FFTMatvecTypeError, FFTMatvecValueError
+from fftmatvec.distributed import Layout, block_partition, choose_grid, comm_bytes
+from fftmatvec.distributed.layout import check_fit
+
+ROOT = Path(__file__).resolve().parents[1]
+MPI_DIR = Path(__file__).resolve().parent / "mpi"
+TIMEOUT = 180
+
+
+# ---- pure functions ----------------------------------------------------------------------
+@pytest.mark.parametrize("n, parts", [(7, 2), (7, 4), (5, 5), (3, 4), (0, 2), (10, 3)])
+def test_block_partition(n, parts):
+    p = block_partition(n, parts)
+    assert len(p) == parts and p[0][0] == 0 and p[-1][1] == n
+    assert all(a[1] == b[0] for a, b in zip(p, p[1:]))  # contiguous
+    sizes = [b - a for a, b in p]
+    assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)
+
+
+@pytest.mark.parametrize("nd, nm, pr, pc", [(5, 7, 2, 2), (5, 7, 1, 4), (6, 4, 4, 1),
+                                            (3, 3, 3, 3), (9, 2, 2, 2)])
+def test_layout_owns_each_entry_once(nd, nm, pr, pc):
+    lay = Layout(nd, nm, pr, pc)
+    for space, n in (("param", nm), ("obs", nd)):
+        owned = sorted(lay.owned(space, r, c) for r in range(pr) for c in range(pc))
+        covered = [i for a, b in owned for i in range(a, b)]
+        assert covered == list(range(n)), space
+    for r in range(pr):
+        for c in range(pc):
+            a, b = lay.param_range(r, c)
+            assert lay.cols(c)[0] <= a <= b <= lay.cols(c)[1]  # inside its column's slice
+            a, b = lay.obs_range(r, c)
+            assert lay.rows(r)[0] <= a <= b <= lay.rows(r)[1]  # inside its row's slice
+            assert lay.rows(r)[1] > lay.rows(r)[0] and lay.cols(c)[1] > lay.cols(c)[0]
+
+
+def test_grid_that_does_not_fit():
+    with pytest.raises(FFTMatvecValueError, match="4 process rows need at least 4 sensors"):
+        check_fit(3, 10, 4, 1)
+    with pytest.raises(FFTMatvecValueError, match="process columns"):
+        Layout(10, 2, 1, 3)
+    with pytest.raises(FFTMatvecValueError, match="no process grid of 7 ranks"):
+        choose_grid(7, 3, 5, 10)
+
+
+def test_comm_bytes_by_hand():
+    # 1x2 grid, Nd=3, Nm=4, Nt=10, all d: no gather (one row); the reduce-scatter of rank
+    # (0, c) sends the 3 - |obs(0, c)| sensor rows it does not own: rank 1 owns 1, sends 2.
+    b = comm_bytes(3, 4, 10, 1, 2, "ddddd")
+    assert b["forward"] == 2 * 10 * 8
+    assert b["adjoint"] == 2 * 10 * 8
+    assert b["pair"] == 4 * 10 * 8
+    # 2x1: the gather receives the parameters not owned: 4 - 2 = 2 rows
+    assert comm_bytes(3, 4, 10, 2, 1)["forward"] == 2 * 10 * 8
+    # single precision at stages 1 and 5 halves every byte count
+    for key, val in comm_bytes(30, 50, 7, 2, 2, "ddddd").items():
+        assert comm_bytes(30, 50, 7, 2, 2, "sddds")[key] * 2 == val
+    # stage 1 only: the normal operator's gather halves, its reductions do not
+    d, s = comm_bytes(30, 50, 7, 2, 2), comm_bytes(30, 50, 7, 2, 2, "sdddd")
+    assert s["normal"] < d["normal"] and s["normal"] > d["normal"] // 2
+    assert comm_bytes(1, 1, 5, 1, 1)["pair"] == 0
+
+
+def test_choose_grid():
+    # few sensors, many parameters: split the parameters (the sensor rows are cheap to reduce)
+    assert choose_grid(4, 100, 5000, 1000) == (1, 4)
+    assert choose_grid(4, 5000, 100, 1000) == (4, 1)
+    # square: a square grid moves the fewest bytes
+    assert choose_grid(16, 4096, 4096, 100) == (4, 4)
+    # a grid must fit: with 3 parameters, 4 columns are impossible
+    assert choose_grid(4, 100, 3, 10)[1] <= 3
+    assert choose_grid(1, 1, 1, 1) == (1, 1)
+    for size in (1, 2, 4, 6, 8):
+        pr, pc = choose_grid(size, 37, 53, 11, "sddds")
+        assert pr * pc == size
+        best = min(comm_bytes(37, 53, 11, r, size // r, "sddds")["pair"]
+                   for r in range(1, size + 1) if size % r == 0)
+        assert comm_bytes(37, 53, 11, pr, pc, "sddds")["pair"] == best
+    with pytest.raises(FFTMatvecValueError, match="product"):
+        choose_grid(2, 3, 3, 3, product="both")
+
+
+def test_process_grid_needs_a_communicator():
+    from fftmatvec import ProcessGrid
+
+    with pytest.raises(FFTMatvecTypeError, match="mpi4py communicator"):
+        ProcessGrid(None)
+
+
+# ---- under mpiexec -----------------------------------------------------------------------
+def _mpiexec():
+    exe = shutil.which("mpiexec")
+    if exe is None:
+        pytest.skip("mpiexec is not on PATH")
+    pytest.importorskip("mpi4py")
+    return exe
+
+
+def _run(n, script, *args, timeout=TIMEOUT):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    env.setdefault("MPIR_CVAR_ENABLE_HEAVY_YIELD", "1")  # MPICH: yield when oversubscribed
+    env.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")  # Open MPI: allow n > cores
+    cmd = [_mpiexec(), "-n", str(n), sys.executable, str(MPI_DIR / script), *args]
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
+                              cwd=str(ROOT))
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"{' '.join(cmd)} did not end within {timeout} s (a hang): "
+                    f"{(exc.stderr or b'')[-2000:]!r}")
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_products_agree_with_single_process(n):
+    res = _run(n, "check_products.py")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-5000:]
+    assert res.stdout.split()[:2] == ["OK", str(n)], res.stdout
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("n", [2, 4])
+def test_errors_reach_every_rank(n):
+    res = _run(n, "check_errors.py")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-5000:]
+    assert res.stdout.split()[:2] == ["OK", str(n)], res.stdout
+
+
+@pytest.mark.mpi
+def test_uncaught_error_ends_the_run():
+    res = _run(2, "check_errors.py", "uncaught", timeout=60)
+    assert res.returncode != 0
+    assert "not reached" not in res.stdout
+    # both ranks raised, each naming the failing rank and the cause
+    assert res.stderr.count("FFTMatvecDistributedError: matvec failed on 1 of 2 rank(s): "
+                            "rank 1") == 2, res.stderr[-3000:]
+    assert "must have shape" in res.stderr
+
+
+@pytest.mark.mpi
+def test_cli_matvec_with_a_grid(tmp_path):
+    import numpy as np
+
+    from fftmatvec import BlockToeplitz, io
+
+    exe = _mpiexec()
+    rng = np.random.default_rng(5)
+    K, d = rng.standard_normal((5, 3, 4)), rng.standard_normal((5, 4))
+    io.save_matrix(tmp_path / "k.h5", K)
+    io.save_vector(tmp_path / "d.h5", d, "obs")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env.setdefault("MPIR_CVAR_ENABLE_HEAVY_YIELD", "1")
+    cmd = [exe, "-n", "2", sys.executable, "-m", "fftmatvec", "matvec", "k.h5", "d.h5", "z.h5",
+           "--adjoint", "--grid", "2x1", "--repeat", "1"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.count("grid       2x1") == 1  # printed by rank 0 only
+    z = io.load_vector(tmp_path / "z.h5", space="param")
+    ref = BlockToeplitz(K).rmatvec(d)
+    assert np.abs(z - ref).max() <= 1e-12 * np.abs(ref).max()
+
+
+def _gpu_or_skip():
+    from fftmatvec import backend
+
+    if not backend.gpu_available():
+        pytest.skip("no GPU (CuPy missing or no device)")
+
+
+@pytest.mark.gpu
+@pytest.mark.mpi
+@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("transport", ["gpu", "nccl"])
+def test_products_with_ranks_sharing_the_gpu(n, transport):
+    """CuPy operators, the ranks sharing the visible GPU(s): host-staged MPI, or NCCL (which
+    needs a GPU per rank)."""
+    _gpu_or_skip()
+    if transport == "nccl":
+        from fftmatvec import backend
+
+        if backend.cupy.cuda.runtime.getDeviceCount() < n:
+            pytest.skip(f"NCCL needs a GPU per rank: {n} ranks")
+    res = _run(n, "check_products.py", transport)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-5000:]
+    assert res.stdout.split()[:2] == ["OK", str(n)], res.stdout
