@@ -245,3 +245,16 @@ def test_cuda_dft_float32_accuracy_with_tf32_enabled(shape, n_modes):
                   compute_dtype=getattr(torch, name))
         for a, e in zip(got, want):
             assert _rel(a, e) < bound
+
+
+def test_weight_read_in_place():
+    """The layer's weight is stored modes-major: the DFT path reads it without a copy, and its
+    gradient comes back in the same layout."""
+    from fftmatvec.fno import SpectralConv
+    from fftmatvec.fno._torch_dft import weight_view
+
+    layer = SpectralConv(3, 4, (6, 8), method="dft")
+    wv = weight_view(layer.weight, torch.float32)
+    assert wv.shape == (6 * 5, 3, 8) and wv.data_ptr() == layer.weight.data_ptr()
+    layer(torch.randn(2, 3, 12, 10)).sum().backward()
+    assert layer.weight.grad.stride() == layer.weight.stride()

@@ -124,10 +124,18 @@ def choose_method(batch, cin, cout, spatial, modes) -> str:
 # ---------------------------------------------------------------------- the GEMM chains --
 
 class Ops:
-    """The backend calls of the chains: a contiguous permute, a concatenation, a matrix."""
+    """The backend calls of the chains: a permuted view, a contiguous permute, a matrix from
+    the host, an empty array, and ``a - b``, ``a + b``, ``-a`` written into a strided ``out``
+    (``sub(out, a, b)``)."""
 
-    def __init__(self, perm, cat, matrix):
-        self.perm, self.cat, self.matrix = perm, cat, matrix
+    def __init__(self, view, matrix, empty, sub, add, neg):
+        self.view, self.matrix, self.empty = view, matrix, empty
+        self.sub, self.add, self.neg = sub, add, neg
+
+    def perm(self, a, axes):
+        out = self.empty(tuple(a.shape[i] for i in axes))
+        out[...] = self.view(a, axes)
+        return out
 
 
 def _left(L, X):
@@ -161,30 +169,49 @@ def last_modes_of(R):
 
 
 def to_modes_major(ops, X):
-    """``(B, C, 2, M)`` -> ``(M, B, 2C)``, rows of the per-mode product."""
+    """``(B, C, 2, M)`` -> ``(M, 2B, C)``: per mode, the real parts' rows, then the imaginary."""
     B, C, _, M = X.shape
-    return ops.perm(X, (3, 0, 2, 1)).reshape(M, B, 2 * C)
+    return ops.perm(X, (3, 2, 0, 1)).reshape(M, 2 * B, C)
 
 
-def from_modes_major(ops, Y, cout):
-    """``(M, B, 2 Cout)`` -> ``(B, Cout, 2, M)``."""
-    M, B, _ = Y.shape
-    return ops.perm(Y.reshape(M, B, 2, cout), (1, 3, 2, 0))
+def from_modes_major(ops, Xs):
+    """``(M, 2B, C)`` -> ``(B, C, 2, M)``, the inverse of :func:`to_modes_major`."""
+    M, B2, C = Xs.shape
+    return ops.perm(Xs.reshape(M, 2, B2 // 2, C), (2, 3, 1, 0))
 
 
-def weight_blocks(ops, wr, wi):
-    """Real and imaginary parts ``(Cin, Cout, *modes)`` -> ``(M, 2 Cin, 2 Cout)`` blocks."""
-    C, O = wr.shape[:2]
-    wr = ops.perm(wr.reshape(C, O, -1), (2, 0, 1))
-    wi = ops.perm(wi.reshape(C, O, -1), (2, 0, 1))
-    return ops.cat([ops.cat([wr, wi], 2), ops.cat([-wi, wr], 2)], 1)
+def mode_product(ops, Xs, Wv):
+    """``Y = X W`` per mode: ``Xs`` ``(M, 2B, C)``, ``Wv`` ``(M, C, 2O)`` -> ``(B, O, 2, M)``.
+
+    ``Wv`` is the complex weight ``(M, C, O)`` seen as real, re/im interleaved, so no copy of
+    it is made. ``Xs @ Wv`` stacks ``P = Re X W~`` over ``Q = Im X W~`` (``W~`` the interleaved
+    parts), and ``Re Y = P_re - Q_im``, ``Im Y = P_im + Q_re`` are written straight into the
+    layout the synthesis reads.
+    """
+    M, B2, _ = Xs.shape
+    B, O = B2 // 2, Wv.shape[2] // 2
+    PQ = (Xs @ Wv).reshape(M, 2, B, O, 2)
+    Y = ops.empty((B, O, 2, M))
+    Yt = ops.view(Y, (3, 0, 2, 1))
+    ops.sub(Yt[:, :, 0], PQ[:, 0, :, :, 0], PQ[:, 1, :, :, 1])
+    ops.add(Yt[:, :, 1], PQ[:, 0, :, :, 1], PQ[:, 1, :, :, 0])
+    return Y
 
 
-def block_grad(G, cin, cout):
-    """``dL/dW`` blocks ``(M, 2 Cin, 2 Cout)`` -> ``(dL/dRe W, dL/dIm W)``, each ``(M, Cin, Cout)``."""
-    gr = G[:, :cin, :cout] + G[:, cin:, cout:]
-    gi = G[:, :cin, cout:] - G[:, cin:, :cout]
-    return gr, gi
+def mode_product_adjoint(ops, gY, Xs, Wv, need_x=True, need_w=True):
+    """Gradients of :func:`mode_product`: ``dL/dXs`` ``(M, 2B, C)`` and ``dL/dWv`` ``(M, C, 2O)``
+    (re/im interleaved: ``dL/dRe W + i dL/dIm W`` seen as real) from ``gY`` ``(B, O, 2, M)``."""
+    B, O, _, M = gY.shape
+    gYt = ops.view(gY, (3, 0, 2, 1))
+    gPQ = ops.empty((M, 2, B, O, 2))
+    gPQ[:, 0, :, :, 0] = gYt[:, :, 0]
+    gPQ[:, 0, :, :, 1] = gYt[:, :, 1]
+    gPQ[:, 1, :, :, 0] = gYt[:, :, 1]
+    ops.neg(gPQ[:, 1, :, :, 1], gYt[:, :, 0])
+    gPQ = gPQ.reshape(M, 2 * B, 2 * O)
+    gXs = gPQ @ Wv.swapaxes(-1, -2) if need_x else None
+    gWv = Xs.swapaxes(-1, -2) @ gPQ if need_w else None
+    return gXs, gWv
 
 
 class Chain:
@@ -220,14 +247,18 @@ class Chain:
         return synthesis_chain(gX, self.LT, self.FT, self.spatial)
 
 
-def forward(ops, chain, x, wblk, bias, cout):
-    """The layer's output ``(B, Cout, *spatial)`` and the modes-major input ``(M, B, 2 Cin)``."""
-    Xp = to_modes_major(ops, chain.analysis(x))
-    Y = from_modes_major(ops, Xp @ wblk, cout)
+def forward(ops, chain, x, Wv, bias):
+    """The layer's output ``(B, O, *spatial)`` and the modes-major input ``Xs`` ``(M, 2B, C)``.
+
+    ``Wv`` ``(M, C, 2O)``: the weight, modes-major, complex seen as real; ``bias`` ``(O,)``.
+    """
+    Xs = to_modes_major(ops, chain.analysis(x))
+    Y = mode_product(ops, Xs, Wv)
+    cout = Y.shape[1]
     late_bias = bias is not None and chain.bias_mode is None
     if bias is not None and not late_bias:
         Y[:, :, 0, chain.bias_mode] += bias.reshape(1, cout)
     y = chain.synthesis(Y)
     if late_bias:
         y = y + bias.reshape((1, cout) + (1,) * len(chain.spatial))
-    return y, Xp
+    return y, Xs

@@ -70,9 +70,12 @@ def resolve_method(method, batch, cin, cout, spatial, modes) -> str:
 
 
 def _xp_ops(xp, dtype):
-    return _dft.Ops(perm=lambda a, axes: xp.ascontiguousarray(a.transpose(axes)),
-                    cat=lambda arrays, axis: xp.concatenate(arrays, axis=axis),
-                    matrix=lambda m: xp.asarray(m, dtype=dtype))
+    return _dft.Ops(view=lambda a, axes: a.transpose(axes),
+                    matrix=lambda m: xp.asarray(m, dtype=dtype),
+                    empty=lambda shape: xp.empty(shape, dtype=dtype),
+                    sub=lambda out, a, b: xp.subtract(a, b, out=out),
+                    add=lambda out, a, b: xp.add(a, b, out=out),
+                    neg=lambda out, a: xp.negative(a, out=out))
 
 
 @functools.lru_cache(maxsize=64)
@@ -91,9 +94,11 @@ def _dft_conv(xp, x, weight, modes, bias):
     chain = _xp_chain(name, device, real.str, tuple(x.shape[2:]), tuple(modes))
     ops = _xp_ops(xp, real)
     w = xp.asarray(weight)
-    wblk = _dft.weight_blocks(ops, xp.real(w).astype(real), xp.imag(w).astype(real))
+    C, O = w.shape[:2]
+    cplx = np.complex64 if real == np.float32 else np.complex128
+    wmm = xp.ascontiguousarray(w.reshape(C, O, -1).transpose(2, 0, 1), dtype=cplx)
     b = None if bias is None else xp.asarray(bias, dtype=real).reshape(-1)
-    y, _ = _dft.forward(ops, chain, x, wblk, b, w.shape[1])
+    y, _ = _dft.forward(ops, chain, x, wmm.view(real).reshape(-1, C, 2 * O), b)
     return y
 
 

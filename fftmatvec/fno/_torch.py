@@ -196,8 +196,12 @@ def _real_class():
             std = (2 / (in_channels + out_channels)) ** 0.5 if init_std == "auto" else init_std
             real = dtype or torch.get_default_dtype()
             cplx = torch.complex64 if real == torch.float32 else torch.complex128
-            w = torch.randn((in_channels, out_channels) + self.modes, dtype=cplx, device=device)
-            self.weight = torch.nn.Parameter(w * std)
+            # stored modes-major, (M, Cin, Cout) in memory, so that the DFT path reads every
+            # mode's (Cin, Cout) matrix in place; the shape is (Cin, Cout, *modes) as usual
+            m = int(np.prod(self.modes))
+            w = torch.randn((m, in_channels, out_channels), dtype=cplx, device=device) * std
+            w = w.permute(1, 2, 0).reshape((in_channels, out_channels) + self.modes)
+            self.weight = torch.nn.Parameter(w)
             d = len(self.modes)
             self.bias = (torch.nn.Parameter(std * torch.randn(
                 (out_channels,) + (1,) * d, dtype=real, device=device)) if bias else None)

@@ -44,9 +44,33 @@ def gemm_precision(dtype):
 
 def _ops(dtype, device):
     torch = _torch()
-    return _dft.Ops(perm=lambda a, axes: a.permute(axes).contiguous(),
-                    cat=lambda arrays, axis: torch.cat(arrays, dim=axis),
-                    matrix=lambda m: torch.as_tensor(m, dtype=dtype, device=device))
+    return _dft.Ops(view=lambda a, axes: a.permute(axes),
+                    matrix=lambda m: torch.as_tensor(m, dtype=dtype, device=device),
+                    empty=lambda shape: torch.empty(shape, dtype=dtype, device=device),
+                    sub=lambda out, a, b: torch.sub(a, b, out=out),
+                    add=lambda out, a, b: torch.add(a, b, out=out),
+                    neg=lambda out, a: torch.neg(a, out=out))
+
+
+def weight_view(weight, cdtype):
+    """The complex weight ``(Cin, Cout, *modes)`` as real ``(M, Cin, 2 Cout)`` in ``cdtype``:
+    a view when the weight is stored modes-major and already in the right precision."""
+    torch = _torch()
+    C, O = weight.shape[:2]
+    wmm = weight.reshape(C, O, -1).permute(2, 0, 1)
+    if cdtype in (torch.float32, torch.float64):
+        wv = torch.view_as_real(wmm.to(cdtype.to_complex()))
+    else:
+        wv = torch.view_as_real(wmm).to(cdtype)
+    return wv.reshape(wmm.shape[0], C, 2 * O)
+
+
+def modes_major_complex(gwv, shape, dtype):
+    """``dL/dW`` from its real view ``(M, Cin, 2 Cout)``, laid out as the modes-major weight."""
+    torch = _torch()
+    M, C, O2 = gwv.shape
+    g = torch.view_as_complex(gwv.to(dtype.to_real()).reshape(M, C, O2 // 2, 2).contiguous())
+    return g.permute(1, 2, 0).reshape(shape)
 
 
 @functools.lru_cache(maxsize=64)
@@ -71,37 +95,34 @@ def _function():
         def forward(ctx, x, weight, bias, modes, cdtype):
             chain = chain_for(x, cdtype, modes)
             ops = _ops(cdtype, x.device)
-            cout = weight.shape[1]
             with gemm_precision(cdtype):
-                wblk = _dft.weight_blocks(ops, weight.real.to(cdtype), weight.imag.to(cdtype))
+                wv = weight_view(weight, cdtype)
                 b = None if bias is None else bias.reshape(-1).to(cdtype)
-                y, Xp = _dft.forward(ops, chain, x.to(cdtype), wblk, b, cout)
-            ctx.save_for_backward(Xp, wblk)
+                y, Xs = _dft.forward(ops, chain, x.to(cdtype), wv, b)
+            ctx.save_for_backward(Xs, wv)
             ctx.chain, ctx.cdtype = chain, cdtype
-            ctx.x_dtype, ctx.w_dtype = x.dtype, weight.dtype
+            ctx.x_dtype, ctx.w_dtype, ctx.w_shape = x.dtype, weight.dtype, tuple(weight.shape)
             ctx.bias_shape = None if bias is None else (tuple(bias.shape), bias.dtype)
             return y.to(x.dtype)
 
         @staticmethod
         @torch.autograd.function.once_differentiable
         def backward(ctx, g):
-            Xp, wblk = ctx.saved_tensors
+            Xs, wv = ctx.saved_tensors
             chain, cdtype = ctx.chain, ctx.cdtype
             ops = _ops(cdtype, g.device)
-            cin, cout = wblk.shape[1] // 2, wblk.shape[2] // 2
+            need_x, need_w, need_b = ctx.needs_input_grad[:3]
             gx = gw = gb = None
             with gemm_precision(cdtype):
                 gY = chain.synthesis_adjoint(g.to(cdtype).contiguous())
-                gYp = _dft.to_modes_major(ops, gY)
-                if ctx.needs_input_grad[0]:
-                    gX = _dft.from_modes_major(ops, gYp @ wblk.mT, cin)
-                    gx = chain.analysis_adjoint(gX).to(ctx.x_dtype)
-                if ctx.needs_input_grad[1]:
-                    gr, gi = _dft.block_grad(Xp.mT @ gYp, cin, cout)
-                    real = ctx.w_dtype.to_real()
-                    gw = torch.complex(gr.to(real), gi.to(real)).permute(1, 2, 0)
-                    gw = gw.reshape((cin, cout) + chain.modes).to(ctx.w_dtype)
-                if ctx.needs_input_grad[2]:
+                if need_x or need_w:
+                    gXs, gwv = _dft.mode_product_adjoint(ops, gY, Xs, wv, need_x, need_w)
+                    if need_x:
+                        gX = _dft.from_modes_major(ops, gXs)
+                        gx = chain.analysis_adjoint(gX).to(ctx.x_dtype)
+                    if need_w:
+                        gw = modes_major_complex(gwv, ctx.w_shape, ctx.w_dtype)
+                if need_b:
                     shape, dtype = ctx.bias_shape
                     if chain.bias_mode is not None:
                         gb = gY[:, :, 0, chain.bias_mode].sum(0)
