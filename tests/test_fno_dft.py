@@ -9,6 +9,7 @@ from fftmatvec import FFTMatvecTypeError, FFTMatvecValueError
 from fftmatvec.fno import _dft, spectral_conv
 from fftmatvec.fno._modes import kept_modes
 
+from conftest import load_script, to_numpy
 from fno_oracle import CASES, dense_reference
 from fno_oracle import rand_case as _rand
 
@@ -28,8 +29,6 @@ def _rel(a, b):
 
 @pytest.mark.parametrize("shape,cout,n_modes", CASES + EXTRA)
 def test_dft_matches_dense_reference(xp, rng, shape, cout, n_modes):
-    from conftest import to_numpy
-
     x, w, b = _rand(rng, shape, cout, n_modes)
     want = dense_reference(x, w, n_modes, b)
     got64 = spectral_conv(xp.asarray(x), xp.asarray(w), n_modes, xp.asarray(b), method="dft")
@@ -44,17 +43,6 @@ def test_dft_matches_dense_reference(xp, rng, shape, cout, n_modes):
     assert _rel(to_numpy(got32), to_numpy(fft32)) < 1e-5
 
 
-def test_auto_rule():
-    # the issue's sizes all take the DFT products; all modes of a long axis take the FFT
-    for B, C, grid, m in [(32, 64, (64, 64), 16), (16, 128, (256, 256), 64),
-                          (4, 32, (64, 64, 64), 16), (1024, 64, (128,), 64),
-                          (64, 64, (4096,), 64), (20, 32, (85, 85), 12)]:
-        modes = kept_modes((m,) * len(grid))
-        assert _dft.choose_method(B, C, C, grid, modes) == "dft"
-    assert _dft.choose_method(8, 16, 16, (4096,), kept_modes(4096)) == "fft"
-    assert _dft.choose_method(2, 16, 16, (512, 512), kept_modes((512, 512))) == "fft"
-
-
 def test_bad_method(rng):
     x, w, _ = _rand(rng, (1, 2, 8), 2, 4)
     with pytest.raises(FFTMatvecValueError, match="method"):
@@ -62,6 +50,15 @@ def test_bad_method(rng):
 
 
 torch = pytest.importorskip("torch")
+
+
+def test_auto_rule():
+    """The issue's nine sizes take the DFT products; all modes of a long axis take the FFT."""
+    for B, C, grid, m in load_script("bench_fno").SIZES:
+        modes = kept_modes((m,) * len(grid))
+        assert _dft.choose_method(B, C, C, grid, modes) == "dft"
+    assert _dft.choose_method(8, 16, 16, (4096,), kept_modes(4096)) == "fft"
+    assert _dft.choose_method(2, 16, 16, (512, 512), kept_modes((512, 512))) == "fft"
 
 
 def _layers(c_in, c_out, n_modes, **kw):
