@@ -255,3 +255,16 @@ def test_weight_read_in_place():
     assert wv.shape == (6 * 5, 3, 8) and wv.data_ptr() == layer.weight.data_ptr()
     layer(torch.randn(2, 3, 12, 10)).sum().backward()
     assert layer.weight.grad.stride() == layer.weight.stride()
+
+
+def test_autocast_leaves_float32_accuracy():
+    """Inside an autocast region the layer keeps its own precision (float32 here)."""
+    from fftmatvec.fno import SpectralConv
+
+    torch.manual_seed(5)
+    layer = SpectralConv(4, 4, (8, 8), method="dft")
+    x = torch.randn(2, 4, 20, 18)
+    want = layer(x).detach()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = layer(x)
+    assert got.dtype == torch.float32 and _rel(got, want) < 1e-6

@@ -2,7 +2,7 @@
 
 Every GEMM of the forward and the backward runs inside :func:`gemm_precision`: float32 products
 in IEEE float32 (no TF32, whatever the process-wide setting), 16-bit products with float32
-accumulation and no reduced-precision split-K reduction. The settings are process-wide in
+accumulation and no reduced-precision split-K reduction, and autocast off inside. The settings are process-wide in
 PyTorch, so they are set around the layer's GEMMs and restored after them.
 """
 
@@ -23,8 +23,9 @@ def _torch():
 
 
 @contextlib.contextmanager
-def gemm_precision(dtype):
-    """IEEE float32 matmuls, and float32 reductions for 16-bit ones, restored on exit."""
+def gemm_precision(dtype, device_type="cuda"):
+    """IEEE float32 matmuls, and float32 reductions for 16-bit ones, restored on exit; autocast
+    off (the precision is the layer's ``compute_dtype``, not the autocast region's)."""
     torch = _torch()
     mm = torch.backends.cuda.matmul
     old = mm.fp32_precision
@@ -35,7 +36,8 @@ def gemm_precision(dtype):
     if flag:
         setattr(mm, flag, False)
     try:
-        yield
+        with torch.autocast(device_type, enabled=False):
+            yield
     finally:
         mm.fp32_precision = old
         if flag:
@@ -95,7 +97,7 @@ def _function():
         def forward(ctx, x, weight, bias, modes, cdtype):
             chain = chain_for(x, cdtype, modes)
             ops = _ops(cdtype, x.device)
-            with gemm_precision(cdtype):
+            with gemm_precision(cdtype, x.device.type):
                 wv = weight_view(weight, cdtype)
                 b = None if bias is None else bias.reshape(-1).to(cdtype)
                 y, Xs = _dft.forward(ops, chain, x.to(cdtype), wv, b)
@@ -113,7 +115,7 @@ def _function():
             ops = _ops(cdtype, g.device)
             need_x, need_w, need_b = ctx.needs_input_grad[:3]
             gx = gw = gb = None
-            with gemm_precision(cdtype):
+            with gemm_precision(cdtype, g.device.type):
                 gY = chain.synthesis_adjoint(g.to(cdtype).contiguous())
                 if need_x or need_w:
                     gXs, gwv = _dft.mode_product_adjoint(ops, gY, Xs, wv, need_x, need_w)
