@@ -36,7 +36,6 @@ import torch
 
 from fftmatvec.fno import SpectralConv
 from fftmatvec.fno._dft import choose_method
-from fftmatvec.fno._modes import kept_modes
 
 SIZES = [(32, 64, (64, 64), 16), (32, 64, (128, 128), 16), (16, 64, (256, 256), 32),
          (8, 128, (256, 256), 32), (16, 128, (256, 256), 64), (4, 32, (64, 64, 64), 16),

@@ -9,8 +9,10 @@ No full-size spectrum is formed. For ``x`` of shape ``(B, C, N_0, ..., N_{d-1})`
   DFT, both signs in the weight's order, written as one real ``(2 m_a, 2 N_a)`` block matrix
   ``L_a`` whose columns run over ``(n, re/im)``, the layout the previous stage left;
   ``L_a @ X`` with ``X`` viewed as ``(batch, 2 N_a, rest)`` gives ``(batch, 2, m_a, rest)``;
-* the channel product per mode: ``(M, B, 2 Cin) @ (M, 2 Cin, 2 Cout)`` with the real block form
-  ``[[Re W, Im W], [-Im W, Re W]]`` of every mode's weight;
+* the channel product per mode: ``(M, 2B, Cin) @ (M, Cin, 2 Cout)``, the real parts' rows over
+  the imaginary parts' times the complex weight read as real in place (re/im interleaved), the
+  two halves combined into the real and imaginary parts of the product while being written in
+  the layout the synthesis reads (:func:`mode_product`);
 * synthesis, axis ``a`` from 0 to ``d-2``: ``R_a`` ``(2 N_a, 2 m_a)``, the complex inverse on the
   output bins (neuraloperator's odd-axis shift included), unnormalised;
 * synthesis, last axis: ``(..., 2 m_{d-1}) @ A`` with ``A`` the rows ``c_k cos`` and
@@ -143,7 +145,7 @@ def _left(L, X):
     return L @ X if X.shape[0] > 1 else (L @ X[0])[None]
 
 
-def analysis_chain(x, last, axes, modes):
+def analysis_chain(x, last, axes):
     """``x`` ``(B, C, *spatial)`` -> ``(B, C, 2, M)``; ``axes[a]`` ``(2 m_a, 2 N_a)``."""
     B, C, *sp = x.shape
     d = len(sp)
@@ -160,12 +162,8 @@ def synthesis_chain(Y, axes, last, spatial):
     d = len(spatial)
     for a in range(d - 1):
         batch = B * O * math.prod(spatial[:a])
-        Y = _left(axes[a], Y.reshape(batch, 2 * last_modes_of(axes[a]), -1))
+        Y = _left(axes[a], Y.reshape(batch, axes[a].shape[1], -1))
     return (Y.reshape(-1, last.shape[0]) @ last).reshape((B, O) + tuple(spatial))
-
-
-def last_modes_of(R):
-    return R.shape[1] // 2
 
 
 def to_modes_major(ops, X):
@@ -233,14 +231,14 @@ class Chain:
         self.bias_mode = bias_mode(sp, md)
 
     def analysis(self, x):
-        return analysis_chain(x, self.F, self.L, self.modes)
+        return analysis_chain(x, self.F, self.L)
 
     def synthesis(self, Y):
         return synthesis_chain(Y, self.R, self.A, self.spatial)
 
     def synthesis_adjoint(self, g):
         """``S^T g``: the gradient on the modes ``(B, O, 2, M)`` of ``dL/dy``."""
-        return analysis_chain(g, self.AT, self.RT, self.modes)
+        return analysis_chain(g, self.AT, self.RT)
 
     def analysis_adjoint(self, gX):
         """``A^T gX``: ``dL/dx`` from the gradient on the modes ``(B, C, 2, M)``."""

@@ -13,9 +13,6 @@ import functools
 
 from . import _dft
 
-_SIXTEEN = ("bfloat16", "float16")
-
-
 def _torch():
     import torch
 
