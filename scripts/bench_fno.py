@@ -1,110 +1,195 @@
 """Benchmark the FNO spectral convolution against PyTorch eager and neuraloperator.
 
-For each size of issue 41 (B, C, grid, modes per axis), on the current CUDA/ROCm device:
-forward and forward+backward median times (CUDA events, after warm-up) of
+For each size of issue 41 (B, C, grid, modes per axis; Cin = Cout = C), in one run on one device,
+forward and forward+backward median times of
 
-* eager: ``rfftn`` -> gather of both signs -> ``einsum`` -> scatter -> ``irfftn``;
+* eager: ``rfftn`` -> gather of both frequency signs -> ``einsum`` -> scatter -> ``irfftn``;
 * neuraloperator's dense ``SpectralConv`` (when importable);
-* ``fftmatvec.fno.SpectralConv``;
+* ``fftmatvec.fno.SpectralConv`` with ``method="dft"`` (the truncated transforms as dense DFT
+  GEMMs) and ``method="fft"`` (full FFTs), and the method ``"auto"`` picks;
+* with ``--sixteen bfloat16`` (or ``float16``): ours, DFT path, 16-bit input and storage;
 
-and the floor, one read of ``x`` and the weights and one write of ``y`` over the measured
-device-to-device copy bandwidth. Times are printed with their ratios to the floor and ours to
-the baselines.
+and the floor: the bytes that must move over the bandwidth of a large device-to-device copy
+timed in the same run. Forward: one read of ``x`` and the weights, one write of ``y``.
+Forward+backward: that, plus one read of ``dL/dy`` and the weights and one write of ``dL/dx``
+and ``dL/dW``. Forward times run under ``torch.no_grad()``; forward+backward ones time
+``y = layer(x); y.backward(g)`` with ``x`` requiring its gradient.
 
-Usage: ``python scripts/bench_fno.py [--reps N] [--dtype float32]``
+Printed per case and pass: the floor, every time, ``eager / dft`` and ``nop / dft`` (speed-ups
+of the DFT path), ``floor / dft`` (the fraction of the floor the DFT path reaches) and the
+relative difference of the DFT path's output to the FFT path's.
+
+Usage::
+
+    python scripts/bench_fno.py [--reps N] [--json FILE] [--sixteen bfloat16]
+    python scripts/bench_fno.py --device cpu --small      # a quick local check
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import statistics
+import time
 
-import numpy as np
 import torch
 
 from fftmatvec.fno import SpectralConv
+from fftmatvec.fno._dft import choose_method
 
 SIZES = [(32, 64, (64, 64), 16), (32, 64, (128, 128), 16), (16, 64, (256, 256), 32),
          (8, 128, (256, 256), 32), (16, 128, (256, 256), 64), (4, 32, (64, 64, 64), 16),
          (1024, 64, (128,), 64), (64, 64, (4096,), 64), (20, 32, (85, 85), 12)]
+SMALL = [(4, 8, (32, 32), 8), (16, 8, (128,), 32), (2, 4, (16, 16, 16), 8), (2, 8, (21, 21), 6)]
 
 
-def timed(fn, reps):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) * 1e-3)
-    return float(np.median(ts))
+def make_timer(device):
+    cuda = device.type == "cuda"
+
+    def timed(fn, reps):
+        for _ in range(3):
+            fn()
+        ts = []
+        for _ in range(reps):
+            if cuda:
+                torch.cuda.synchronize()
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                fn()
+                b.record()
+                b.synchronize()
+                ts.append(a.elapsed_time(b) * 1e-3)
+            else:
+                t0 = time.perf_counter()
+                fn()
+                ts.append(time.perf_counter() - t0)
+        return float(statistics.median(ts))
+
+    return timed
 
 
-def copy_bandwidth(reps):
-    src = torch.empty(1 << 28, dtype=torch.uint8, device="cuda")
+def copy_bandwidth(device, timed, reps, nbytes):
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    t = timed(lambda: dst.copy_(src), reps)
-    return 2 * src.numel() / t
+    return 2 * nbytes / timed(lambda: dst.copy_(src), reps)
 
 
-def eager(x, w, modes, bias):
+def make_eager(x_shape, w, modes, bias):
+    """rfftn -> gather of both signs -> einsum -> scatter into zeros -> irfftn."""
     d = len(modes)
     dims = tuple(range(-d, 0))
-    X = torch.fft.rfftn(x, dim=dims, norm="forward")
-    sl = [torch.cat([torch.arange(0, m - m // 2), torch.arange(n - m // 2, n)]).to(x.device)
-          for n, m in zip(x.shape[2:-1], modes[:-1])]
-    for a, ix in enumerate(sl):
-        X = X.index_select(2 + a, ix)
-    X = X[..., : modes[-1]]
+    spatial = x_shape[2:]
+    dev = w.device
+    idx = [torch.cat([torch.arange(0, m - m // 2), torch.arange(n - m // 2, n)]).to(dev)
+           for n, m in zip(spatial[:-1], modes[:-1])]
+    grids = tuple(torch.meshgrid(*idx, indexing="ij")) if d > 1 else ()
     letters = "xyz"[:d]
-    Y = torch.einsum(f"bi{letters},io{letters}->bo{letters}", X, w)
-    out = X.new_zeros((x.shape[0], w.shape[1]) + tuple(x.shape[2:-1]) + (x.shape[-1] // 2 + 1,))
-    if d == 1:
-        out[..., : modes[-1]] = Y
-    else:
-        grids = torch.meshgrid(*sl, indexing="ij")
-        out[(slice(None), slice(None)) + tuple(grids) + (slice(0, modes[-1]),)] = Y
-    return torch.fft.irfftn(out, s=x.shape[2:], dim=dims, norm="forward") + bias
+    spec = f"bi{letters},io{letters}->bo{letters}"
+    full = (x_shape[0], w.shape[1]) + tuple(spatial[:-1]) + (spatial[-1] // 2 + 1,)
+
+    def eager(x):
+        X = torch.fft.rfftn(x, dim=dims, norm="forward")
+        for a, ix in enumerate(idx):
+            X = X.index_select(2 + a, ix)
+        Y = torch.einsum(spec, X[..., : modes[-1]], w)
+        out = X.new_zeros(full)
+        out[(slice(None), slice(None)) + grids + (slice(0, modes[-1]),)] = Y
+        return torch.fft.irfftn(out, s=spatial, dim=dims, norm="forward") + bias
+
+    return eager
+
+
+def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls):
+    n_modes = tuple([m] * len(grid))
+    dft = SpectralConv(C, C, n_modes, device=device, method="dft")
+    fft = SpectralConv(C, C, n_modes, device=device, method="fft")
+    with torch.no_grad():
+        fft.weight.copy_(dft.weight)
+        fft.bias.copy_(dft.bias)
+    modes = dft.modes
+    eager_fn = make_eager((B, C) + grid, dft.weight, modes, dft.bias)
+    impls = {"eager": eager_fn, "dft": dft, "fft": fft}
+    if nop_cls is not None:
+        impls["nop"] = nop_cls(C, C, n_modes).to(device)
+    x = torch.randn((B, C) + grid, device=device)
+    if sixteen is not None:
+        s16 = SpectralConv(C, C, n_modes, device=device, method="dft",
+                           compute_dtype=getattr(torch, sixteen))
+        with torch.no_grad():
+            s16.weight.copy_(dft.weight)
+            s16.bias.copy_(dft.bias)
+        impls[sixteen] = s16
+    with torch.no_grad():
+        y_dft, y_fft = dft(x), fft(x)
+        diff = float((y_dft - y_fft).abs().max() / y_fft.abs().max())
+        diff16 = None
+        if sixteen is not None:
+            y16 = impls[sixteen](x.to(getattr(torch, sixteen))).float()
+            diff16 = float((y16 - y_fft).abs().max() / y_fft.abs().max())
+    g = torch.randn_like(y_dft)
+    w_bytes = dft.weight.numel() * 8
+    fwd_bytes = 4 * (x.numel() + y_dft.numel()) + w_bytes
+    floors = {"fwd": fwd_bytes / bw, "fwd+bwd": (2 * fwd_bytes + w_bytes) / bw}
+    rows = []
+    for pss in ("fwd", "fwd+bwd"):
+        times = {}
+        for name, f in impls.items():
+            xin = x.to(getattr(torch, sixteen)) if name == sixteen else x
+            gin = g.to(xin.dtype)
+            if pss == "fwd":
+                def run(f=f, xin=xin):
+                    with torch.no_grad():
+                        f(xin)
+            else:
+                xg = xin.detach().requires_grad_(True)
+
+                def run(f=f, xg=xg, gin=gin):
+                    f(xg).backward(gin)
+            times[name] = timed(run, reps)
+        rows.append({"case": [B, C, list(grid), m], "pass": pss, "floor_s": floors[pss],
+                     "times_s": times, "auto": choose_method(B, C, C, grid, modes),
+                     "dft_vs_fft": diff, "sixteen_vs_fft": diff16})
+    return rows
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--json", metavar="FILE", help="write every row to FILE")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--small", action="store_true", help="small sizes, for a quick CPU check")
+    ap.add_argument("--sixteen", choices=["bfloat16", "float16"],
+                    help="also time the DFT path with 16-bit input and storage")
     args = ap.parse_args()
+    device = torch.device(args.device)
     try:
         from neuralop.layers.spectral_convolution import SpectralConv as NeuralopConv
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - any import failure: run without it
         NeuralopConv = None
-    bw = copy_bandwidth(args.reps)
-    print(f"device: {torch.cuda.get_device_name()}, copy bandwidth {bw / 1e9:.0f} GB/s")
-    print(f"{'case':>30} {'pass':>8} {'floor us':>9} {'ours/fl':>8} {'eager/ours':>10} "
-          f"{'nop/ours':>9}")
-    for B, C, grid, m in SIZES:
-        n_modes = tuple([m] * len(grid))
-        layer = SpectralConv(C, C, n_modes, device="cuda")
-        x = torch.randn((B, C) + grid, device="cuda", requires_grad=True)
-        w, bias = layer.weight, layer.bias
-        floor = (2 * x.numel() * 4 + w.numel() * 8) / bw
-        nop = None
-        if NeuralopConv is not None:
-            nop = NeuralopConv(C, C, n_modes).cuda()
-        for name, bwd in (("fwd", False), ("fwd+bwd", True)):
-            def run(f):
-                def g():
-                    y = f()
-                    if bwd:
-                        y.backward(torch.ones_like(y))
-                return g
-            with torch.set_grad_enabled(bwd):
-                t_ours = timed(run(lambda: layer(x)), args.reps)
-                t_eager = timed(run(lambda: eager(x, w, layer.modes, bias)), args.reps)
-                t_nop = timed(run(lambda: nop(x)), args.reps) if nop is not None else float("nan")
-            fl = floor * (3 if bwd else 1)
-            print(f"{str((B, C, grid, m)):>30} {name:>8} {fl * 1e6:9.1f} {t_ours / fl:8.2f} "
-                  f"{t_eager / t_ours:10.2f} {t_nop / t_ours:9.2f}")
+    timed = make_timer(device)
+    bw = copy_bandwidth(device, timed, args.reps, 1 << (24 if args.small else 30))
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    print(f"device: {name}, copy bandwidth {bw / 1e9:.0f} GB/s, torch {torch.__version__}")
+    extra = [args.sixteen] if args.sixteen else []
+    cols = ["eager", "nop", "fft", "dft"] + extra
+    print(f"{'case':>30} {'pass':>7} {'auto':>4} {'floor us':>9} "
+          + " ".join(f"{c + ' us':>10}" for c in cols)
+          + f" {'eager/dft':>9} {'nop/dft':>8} {'floor/dft':>9} {'dft-fft':>8}")
+    rows = []
+    for B, C, grid, m in (SMALL if args.small else SIZES):
+        for r in bench_case(B, C, grid, m, device, timed, bw, args.reps, args.sixteen,
+                            NeuralopConv):
+            rows.append(r)
+            t = r["times_s"]
+            us = " ".join(f"{t.get(c, float('nan')) * 1e6:10.1f}" for c in cols)
+            print(f"{str((B, C, grid, m)):>30} {r['pass']:>7} {r['auto']:>4} "
+                  f"{r['floor_s'] * 1e6:9.1f} {us} {t['eager'] / t['dft']:9.2f} "
+                  f"{t.get('nop', float('nan')) / t['dft']:8.2f} "
+                  f"{r['floor_s'] / t['dft']:9.1%} {r['dft_vs_fft']:8.1e}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"device": name, "bandwidth_Bps": bw, "torch": torch.__version__,
+                       "rows": rows}, fh, indent=1)
 
 
 if __name__ == "__main__":

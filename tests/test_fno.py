@@ -7,52 +7,15 @@ import pytest
 
 from fftmatvec import FFTMatvecValueError
 from fftmatvec.fno import spectral_conv
-from fftmatvec.fno._modes import kept_modes
+from fno_oracle import CASES, dense_reference
+from fno_oracle import rand_case as _rand
 
-CASES = [((2, 3, 10), 4, 6), ((2, 3, 9), 5, 9), ((2, 2, 7, 7), 3, (5, 6)),
-         ((1, 2, 5, 8), 2, (5, 8)), ((2, 2, 4, 5, 6), 3, (3, 2, 6))]
-
-
-def dense_reference(x, w, n_modes, bias):
-    """The layer's definition on the full grid: truncate the full spectrum, contract, invert.
-
-    On a non-last axis of odd size ``n`` neuraloperator writes frequency ``k`` to bin ``k - 1``
-    (it applies ``fftshift`` twice), and so does this reference.
-    """
-    B, C, *sp = x.shape
-    modes = kept_modes(n_modes)
-    X = np.fft.fftn(x, axes=range(2, x.ndim)) / np.prod(sp)
-    Y = np.zeros((B, w.shape[1], *sp), complex)
-    freqs = [np.arange(m) - m // 2 for m in modes[:-1]] + [np.arange(modes[-1])]
-    for k in np.ndindex(*modes):
-        f = tuple(fr[j] for fr, j in zip(freqs, k))
-        fo = tuple((fr + 2 * (n // 2)) % n for fr, n in zip(f[:-1], sp[:-1])) + f[-1:]
-        Y[(slice(None), slice(None)) + fo] = X[(slice(None), slice(None)) + f] @ w[(...,) + k]
-    # inverse over the other axes, then the real inverse on the last axis (DC and Nyquist
-    # columns once, their imaginary part dropped; the other columns doubled)
-    d = len(sp)
-    part = np.fft.ifftn(Y, axes=range(2, 1 + d), norm="forward") if d > 1 else Y
-    y = np.zeros((B, w.shape[1], *sp))
-    n = np.arange(sp[-1])
-    for kl in range(modes[-1]):
-        cw = 1.0 if kl == 0 or 2 * kl == sp[-1] else 2.0
-        y += cw * np.real(part[..., kl, None] * np.exp(2j * np.pi * kl * n / sp[-1]))
-    return y + bias.reshape((1, -1) + (1,) * d)
-
-
-def _rand(rng, shape, cout, n_modes):
-    x = rng.standard_normal(shape)
-    modes = kept_modes(n_modes)
-    w = rng.standard_normal((shape[1], cout) + modes) + 1j * rng.standard_normal(
-        (shape[1], cout) + modes)
-    return x, w, rng.standard_normal(cout)
-
-
+@pytest.mark.parametrize("method", ["fft", "dft"])
 @pytest.mark.parametrize("shape,cout,n_modes", CASES)
-def test_matches_dense_reference(xp, rng, shape, cout, n_modes):
+def test_matches_dense_reference(xp, rng, shape, cout, n_modes, method):
     x, w, b = _rand(rng, shape, cout, n_modes)
     want = dense_reference(x, w, n_modes, b)
-    got = spectral_conv(xp.asarray(x), xp.asarray(w), n_modes, xp.asarray(b))
+    got = spectral_conv(xp.asarray(x), xp.asarray(w), n_modes, xp.asarray(b), method=method)
     got = got.get() if hasattr(got, "get") else got
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
 
@@ -68,12 +31,15 @@ def test_bad_modes(rng):
 torch = pytest.importorskip("torch")
 
 
+@pytest.mark.parametrize("method", ["fft", "dft"])
 @pytest.mark.parametrize("shape,cout,n_modes", CASES)
-def test_torch_matches_reference(rng, shape, cout, n_modes):
+def test_torch_matches_reference(rng, shape, cout, n_modes, method):
     from fftmatvec.fno import spectral_conv_torch
 
     x, w, b = _rand(rng, shape, cout, n_modes)
-    got = spectral_conv_torch(torch.tensor(x), torch.tensor(w), n_modes, torch.tensor(b))
+    got = spectral_conv_torch(torch.tensor(x), torch.tensor(w), n_modes, torch.tensor(b),
+                              method=method)
+    assert got.dtype == torch.float64
     want = dense_reference(x, w, n_modes, b)
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
 
@@ -83,8 +49,8 @@ def test_gradcheck(rng, shape, cout, n_modes):
     from fftmatvec.fno import spectral_conv_torch
 
     x, w, b = (torch.tensor(a, requires_grad=True) for a in _rand(rng, shape, cout, n_modes))
-    assert torch.autograd.gradcheck(lambda x, w, b: spectral_conv_torch(x, w, n_modes, b),
-                                    (x, w, b))
+    assert torch.autograd.gradcheck(
+        lambda x, w, b: spectral_conv_torch(x, w, n_modes, b, method="fft"), (x, w, b))
 
 
 def _neuralop():
@@ -163,23 +129,24 @@ def test_float32_gradients_match_autograd_of_reference(shape, n_modes):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA/ROCm device for torch")
 @pytest.mark.parametrize("shape,n_modes", [((4, 8, 100), 40), ((2, 6, 85, 85), (12, 12)),
                                            ((2, 4, 16, 16, 16), (8, 8, 8))])
-def test_cuda_tensors_match_cpu(shape, n_modes):
+@pytest.mark.parametrize("method", ["fft", "dft"])
+def test_cuda_tensors_match_cpu(shape, n_modes, method):
     """On the device: the output and gradients equal the CPU path's, and stay on the device."""
     from fftmatvec.fno import SpectralConv
 
     torch.manual_seed(shape[-1])
-    cpu = SpectralConv(shape[1], 6, n_modes)
-    gpu = SpectralConv(shape[1], 6, n_modes, device="cuda")
+    cpu = SpectralConv(shape[1], 6, n_modes, method="fft", dtype=torch.float64)
+    gpu = SpectralConv(shape[1], 6, n_modes, device="cuda", method=method)
     with torch.no_grad():
         gpu.weight.copy_(cpu.weight)
         gpu.bias.copy_(cpu.bias)
-    x = torch.randn(shape, requires_grad=True)
-    xg = x.detach().cuda().requires_grad_(True)
+    x = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+    xg = x.detach().float().cuda().requires_grad_(True)
     y, yg = cpu(x), gpu(xg)
     assert yg.is_cuda
     g = torch.randn_like(y)
     (y * g).sum().backward()
-    (yg * g.cuda()).sum().backward()
+    (yg * g.float().cuda()).sum().backward()
     for a, b in ((yg, y), (xg.grad, x.grad), (gpu.weight.grad, cpu.weight.grad)):
         a, b = a.detach().cpu(), b.detach()
         assert float((a - b).abs().max() / b.abs().max()) < 1e-5

@@ -4,8 +4,10 @@ The semantics are those of neuraloperator's ``SpectralConv`` with dense weights.
 optional dependency, imported the first time :class:`SpectralConv` is used.
 """
 
+from ._dft import DFT_FLOP_RATIO, choose_method
 from ._modes import kept_modes
 from ._reference import spectral_conv
 from ._torch import SpectralConv, spectral_conv_torch
 
-__all__ = ["SpectralConv", "kept_modes", "spectral_conv", "spectral_conv_torch"]
+__all__ = ["DFT_FLOP_RATIO", "SpectralConv", "choose_method", "kept_modes", "spectral_conv",
+           "spectral_conv_torch"]

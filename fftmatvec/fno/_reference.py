@@ -18,8 +18,14 @@ from __future__ import annotations
 
 import numpy as np
 
+import functools
+
 from .. import backend
+from .._errors import FFTMatvecValueError
+from . import _dft
 from ._modes import check_shapes, hermitian_weights, kept_modes, mode_indices
+
+METHODS = ("auto", "dft", "fft")
 
 
 def _xp(a):
@@ -54,7 +60,49 @@ def synthesis(spec, spatial, output=True):
     return xp.real(xp.einsum("...k,kn->...n", full * c, phase))
 
 
-def spectral_conv(x, weight, n_modes, bias=None):
+def resolve_method(method, batch, cin, cout, spatial, modes) -> str:
+    """``"dft"`` or ``"fft"`` for ``method``; ``"auto"`` asks :func:`_dft.choose_method`."""
+    if method not in METHODS:
+        raise FFTMatvecValueError(f"method: expected one of {METHODS}, got {method!r}")
+    if method == "auto":
+        return _dft.choose_method(batch, cin, cout, tuple(spatial), tuple(modes))
+    return method
+
+
+def _xp_ops(xp, dtype):
+    return _dft.Ops(view=lambda a, axes: a.transpose(axes),
+                    matrix=lambda m: xp.asarray(m, dtype=dtype),
+                    empty=lambda shape: xp.empty(shape, dtype=dtype),
+                    sub=lambda out, a, b: xp.subtract(a, b, out=out),
+                    add=lambda out, a, b: xp.add(a, b, out=out),
+                    neg=lambda out, a: xp.negative(a, out=out))
+
+
+@functools.lru_cache(maxsize=64)
+def _xp_chain(module_name, device, dtype, spatial, modes):
+    xp = backend.cupy if module_name == "cupy" else np
+    return _dft.Chain(_xp_ops(xp, np.dtype(dtype)), spatial, modes)
+
+
+def _dft_conv(xp, x, weight, modes, bias):
+    real = x.dtype if x.dtype in (np.float32, np.float64) else np.dtype(np.float64)
+    x = x.astype(real, copy=False)
+    if xp is np:
+        name, device = "numpy", -1
+    else:
+        name, device = "cupy", int(backend.cupy.cuda.runtime.getDevice())
+    chain = _xp_chain(name, device, real.str, tuple(x.shape[2:]), tuple(modes))
+    ops = _xp_ops(xp, real)
+    w = xp.asarray(weight)
+    C, O = w.shape[:2]
+    cplx = np.complex64 if real == np.float32 else np.complex128
+    wmm = xp.ascontiguousarray(w.reshape(C, O, -1).transpose(2, 0, 1), dtype=cplx)
+    b = None if bias is None else xp.asarray(bias, dtype=real).reshape(-1)
+    y, _ = _dft.forward(ops, chain, x, wmm.view(real).reshape(-1, C, 2 * O), b)
+    return y
+
+
+def spectral_conv(x, weight, n_modes, bias=None, method="auto"):
     """FNO spectral convolution of ``x`` with per-mode complex channel weights.
 
     Parameters
@@ -68,6 +116,10 @@ def spectral_conv(x, weight, n_modes, bias=None):
         Modes per axis as neuraloperator counts them (both signs on all but the last axis).
     bias : array, optional
         Real, ``Cout`` values (any shape of that size), added to every point.
+    method : {"auto", "dft", "fft"}
+        ``"dft"``: the truncated transforms as dense DFT products (real GEMMs, no full-size
+        spectrum); ``"fft"``: full FFTs, then the kept modes (the reference path); ``"auto"``:
+        ``"dft"`` while its flops are at most ``DFT_FLOP_RATIO`` times the FFTs'.
 
     Returns
     -------
@@ -77,6 +129,9 @@ def spectral_conv(x, weight, n_modes, bias=None):
     xp = _xp(x)
     modes = kept_modes(n_modes)
     check_shapes(x.shape, weight.shape, modes)
+    if resolve_method(method, x.shape[0], x.shape[1], weight.shape[1], x.shape[2:],
+                      modes) == "dft":
+        return _dft_conv(xp, x, weight, modes, bias)
     X = analysis(x, modes)
     Y = xp.einsum("bi...,io...->bo...", X, weight.astype(X.dtype, copy=False))
     y = synthesis(Y, x.shape[2:]).astype(x.dtype, copy=False)

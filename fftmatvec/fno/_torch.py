@@ -8,6 +8,8 @@ import numpy as np
 
 from .._errors import FFTMatvecTypeError, FFTMatvecValueError
 from ._modes import check_shapes, hermitian_weights, kept_modes, mode_indices
+from ._reference import resolve_method
+from ._torch_dft import dft_spectral_conv
 
 
 def _torch():
@@ -85,9 +87,29 @@ def _function():
 _FN = None
 
 
-def spectral_conv_torch(x, weight, n_modes, bias=None):
-    """:func:`spectral_conv` on torch tensors, differentiable in ``x``, ``weight`` and ``bias``."""
-    global _FN
+_REAL = ("float32", "float64")
+_SIXTEEN = ("bfloat16", "float16")
+
+
+def _compute_dtype(torch, x, compute_dtype):
+    cd = x.dtype if compute_dtype is None else compute_dtype
+    name = str(cd).rsplit(".", 1)[-1]
+    if not isinstance(cd, torch.dtype) or name not in _REAL + _SIXTEEN:
+        raise FFTMatvecTypeError(
+            f"compute_dtype: expected None, torch.float32, torch.float64, torch.bfloat16 or "
+            f"torch.float16 (x's dtype {x.dtype} when None), got {cd}"
+        )
+    return cd, name in _SIXTEEN
+
+
+def spectral_conv_torch(x, weight, n_modes, bias=None, method="auto", compute_dtype=None):
+    """:func:`spectral_conv` on torch tensors, differentiable in ``x``, ``weight`` and ``bias``.
+
+    ``method`` as for :func:`spectral_conv`; ``compute_dtype`` (default: ``x``'s) is the
+    precision of the GEMMs: ``torch.bfloat16`` or ``torch.float16`` store ``x``, the weights,
+    the DFT matrices and the intermediates in 16 bits and accumulate in float32 (the DFT path
+    only); the output has ``x``'s dtype.
+    """
     torch = _torch()
     if not (torch.is_tensor(x) and torch.is_tensor(weight)):
         raise FFTMatvecTypeError(
@@ -95,6 +117,18 @@ def spectral_conv_torch(x, weight, n_modes, bias=None):
         )
     modes = kept_modes(n_modes)
     check_shapes(tuple(x.shape), tuple(weight.shape), modes)
+    cd, sixteen = _compute_dtype(torch, x, compute_dtype)
+    if method == "auto" and sixteen:
+        method = "dft"
+    method = resolve_method(method, x.shape[0], x.shape[1], weight.shape[1], x.shape[2:], modes)
+    if method == "dft":
+        return dft_spectral_conv(x, weight, bias, modes, cd)
+    if sixteen:
+        raise FFTMatvecValueError(
+            f"compute_dtype: the fft path computes in float32 or float64, got {cd} "
+            "(take method='dft' for 16-bit storage)"
+        )
+    global _FN
     if _FN is None:
         _FN = _function()
     y = _FN.apply(x, weight, modes)
@@ -143,30 +177,46 @@ def _real_class():
             Standard deviation of the initial weights; "auto" is ``sqrt(2 / (Cin + Cout))``.
         device, dtype : optional
             Of the parameters; ``dtype`` is the real type (the weight is its complex type).
+        method : {"auto", "dft", "fft"}, default "auto"
+            The truncated transforms as dense DFT products (GEMMs, no full-size spectrum), or
+            full FFTs; "auto" takes "dft" while its flops are at most ``DFT_FLOP_RATIO`` times
+            the FFTs'.
+        compute_dtype : torch.dtype, optional
+            ``torch.bfloat16`` or ``torch.float16``: 16-bit storage with float32 accumulation
+            in the GEMMs (the DFT path); default: the input's precision.
         """
 
         def __init__(self, in_channels, out_channels, n_modes, bias=True, init_std="auto",
-                     device=None, dtype=None):
+                     device=None, dtype=None, method="auto", compute_dtype=None):
             super().__init__()
+            self.method, self.compute_dtype = method, compute_dtype
             self.in_channels, self.out_channels = int(in_channels), int(out_channels)
             self.n_modes = tuple([n_modes] if isinstance(n_modes, int) else n_modes)
             self.modes = kept_modes(self.n_modes)
             std = (2 / (in_channels + out_channels)) ** 0.5 if init_std == "auto" else init_std
             real = dtype or torch.get_default_dtype()
             cplx = torch.complex64 if real == torch.float32 else torch.complex128
-            w = torch.randn((in_channels, out_channels) + self.modes, dtype=cplx, device=device)
-            self.weight = torch.nn.Parameter(w * std)
+            # stored modes-major, (M, Cin, Cout) in memory, so that the DFT path reads every
+            # mode's (Cin, Cout) matrix in place; the shape is (Cin, Cout, *modes) as usual
+            m = int(np.prod(self.modes))
+            w = torch.randn((m, in_channels, out_channels), dtype=cplx, device=device) * std
+            w = w.permute(1, 2, 0).reshape((in_channels, out_channels) + self.modes)
+            self.weight = torch.nn.Parameter(w)
             d = len(self.modes)
             self.bias = (torch.nn.Parameter(std * torch.randn(
                 (out_channels,) + (1,) * d, dtype=real, device=device)) if bias else None)
 
         def forward(self, x):
             """Apply the layer to ``x`` of shape ``(B, Cin, *spatial)``."""
-            return spectral_conv_torch(x, self.weight, self.n_modes, self.bias)
+            return spectral_conv_torch(x, self.weight, self.n_modes, self.bias,
+                                       method=self.method, compute_dtype=self.compute_dtype)
 
         @classmethod
-        def from_neuralop(cls, layer):
-            """Copy a dense-weight ``neuralop.layers.spectral_convolution.SpectralConv``."""
+        def from_neuralop(cls, layer, **kwargs):
+            """Copy a dense-weight ``neuralop.layers.spectral_convolution.SpectralConv``.
+
+            ``kwargs`` (``method``, ``compute_dtype``) go to the constructor.
+            """
             w = layer.weight
             w = w if torch.is_tensor(w) else w.to_tensor()
             if getattr(layer, "separable", False) or getattr(layer, "complex_data", False):
@@ -181,7 +231,8 @@ def _real_class():
             n_modes = list(w.shape[2:])
             n_modes[-1] = 2 * (n_modes[-1] - 1)
             new = cls(layer.in_channels, layer.out_channels, tuple(n_modes),
-                      bias=layer.bias is not None, device=w.device, dtype=w.real.dtype)
+                      bias=layer.bias is not None, device=w.device, dtype=w.real.dtype,
+                      **kwargs)
             with torch.no_grad():
                 new.weight.copy_(w.detach())
                 if layer.bias is not None:

@@ -1,0 +1,262 @@
+"""Truncated transforms as dense DFT products: the FNO layer as a chain of real GEMMs.
+
+No full-size spectrum is formed. For ``x`` of shape ``(B, C, N_0, ..., N_{d-1})``:
+
+* analysis, last axis: ``x.reshape(-1, N_{d-1}) @ F`` with ``F`` ``(N_{d-1}, 2 m_{d-1})`` the
+  cosine and minus sine columns of the kept non-negative frequencies (divided by ``N``), giving
+  the real and imaginary parts side by side, layout ``(..., N_{d-2}, 2, m_{d-1})``;
+* analysis, axis ``a`` (from ``d-2`` down to 0): the complex product with the kept rows of the
+  DFT, both signs in the weight's order, written as one real ``(2 m_a, 2 N_a)`` block matrix
+  ``L_a`` whose columns run over ``(n, re/im)``, the layout the previous stage left;
+  ``L_a @ X`` with ``X`` viewed as ``(batch, 2 N_a, rest)`` gives ``(batch, 2, m_a, rest)``;
+* the channel product per mode: ``(M, 2B, Cin) @ (M, Cin, 2 Cout)``, the real parts' rows over
+  the imaginary parts' times the complex weight read as real in place (re/im interleaved), the
+  two halves combined into the real and imaginary parts of the product while being written in
+  the layout the synthesis reads (:func:`mode_product`);
+* synthesis, axis ``a`` from 0 to ``d-2``: ``R_a`` ``(2 N_a, 2 m_a)``, the complex inverse on the
+  output bins (neuraloperator's odd-axis shift included), unnormalised;
+* synthesis, last axis: ``(..., 2 m_{d-1}) @ A`` with ``A`` the rows ``c_k cos`` and
+  ``-c_k sin``, ``c_k`` 1 on the DC (and Nyquist) column, 2 elsewhere: the real inverse with the
+  imaginary part of the DC and Nyquist columns dropped.
+
+The bias rides on the mode whose output bins are all zero (a constant over the grid), so it costs
+no pass over ``y``; where an odd axis keeps fewer than 3 modes there is no such mode and the bias
+is added to ``y``.
+
+The backward is the same chain with the transposed matrices: the analysis structure with
+``(A^T, R_a^T)`` maps ``dL/dy`` to the modes, the synthesis structure with ``(L_a^T, F^T)`` maps
+the modes back to ``dL/dx``. The functions here take any array module whose arrays have
+``reshape`` and ``@`` (NumPy, CuPy, PyTorch); the few backend calls go through :class:`Ops`.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from ._modes import hermitian_weights, mode_indices
+
+#: ``method="auto"`` takes the DFT products while their flops are at most this many times an
+#: FFT pipeline's: GEMMs run near the arithmetic peak, the FFT pipeline near the bandwidth.
+DFT_FLOP_RATIO = 8.0
+
+
+# ---------------------------------------------------------------- matrices (float64, host) --
+
+def _angles(rows, cols, n):
+    return 2 * np.pi * (np.outer(rows, cols) % n) / n
+
+
+@functools.lru_cache(maxsize=128)
+def analysis_last(n: int, m: int) -> np.ndarray:
+    """``F`` ``(n, 2m)``: ``x @ F`` = [Re, Im] of ``(1/n) sum_w x_w exp(-2 pi i k w / n)``."""
+    ang = _angles(np.arange(n), np.arange(m), n)
+    return np.concatenate([np.cos(ang), -np.sin(ang)], axis=1) / n
+
+
+@functools.lru_cache(maxsize=128)
+def analysis_axis(n: int, m: int) -> np.ndarray:
+    """``L`` ``(2m, 2n)``: rows (re/im, kept mode), columns (grid point, re/im)."""
+    f = mode_indices((n, 1), (m, 1))[0]
+    ang = _angles(f, np.arange(n), n)
+    c, s = np.cos(ang) / n, np.sin(ang) / n      # E = c - i s
+    L = np.empty((2, m, n, 2))
+    L[0, :, :, 0], L[0, :, :, 1] = c, s          # Re(E z) = c zr + s zi
+    L[1, :, :, 0], L[1, :, :, 1] = -s, c         # Im(E z) = c zi - s zr
+    return L.reshape(2 * m, 2 * n)
+
+
+@functools.lru_cache(maxsize=128)
+def synthesis_axis(n: int, m: int) -> np.ndarray:
+    """``R`` ``(2n, 2m)``: rows (grid point, re/im), columns (re/im, mode); output bins."""
+    b = mode_indices((n, 1), (m, 1), output=True)[0]
+    ang = _angles(np.arange(n), b, n)
+    c, s = np.cos(ang), np.sin(ang)              # G = c + i s
+    R = np.empty((n, 2, 2, m))
+    R[:, 0, 0], R[:, 0, 1] = c, -s               # Re(G z) = c zr - s zi
+    R[:, 1, 0], R[:, 1, 1] = s, c                # Im(G z) = s zr + c zi
+    return R.reshape(2 * n, 2 * m)
+
+
+@functools.lru_cache(maxsize=128)
+def synthesis_last(n: int, m: int) -> np.ndarray:
+    """``A`` ``(2m, n)``: rows ``c_k cos(2 pi k w / n)`` then ``-c_k sin(2 pi k w / n)``."""
+    ang = _angles(np.arange(m), np.arange(n), n)
+    c = hermitian_weights(n, m)[:, None]
+    return np.concatenate([c * np.cos(ang), -c * np.sin(ang)], axis=0)
+
+
+def bias_mode(spatial, modes):
+    """The flat index of the mode that is constant on the grid (all output bins 0), or None."""
+    idx = []
+    for b in mode_indices(spatial, modes, output=True)[:-1]:
+        hit = np.flatnonzero(b == 0)
+        if hit.size == 0:
+            return None
+        idx.append(int(hit[0]))
+    return int(np.ravel_multi_index(tuple(idx) + (0,), tuple(modes)))
+
+
+# ------------------------------------------------------------------------- the cost rule --
+
+def dft_flops(batch, cin, cout, spatial, modes) -> float:
+    """Real flops of the analysis (``cin`` channels) and synthesis (``cout``) GEMM stages."""
+    d = len(spatial)
+    per = 2.0 * math.prod(spatial) * 2 * modes[-1]
+    for a in range(d - 2, -1, -1):
+        per += 2.0 * (2 * modes[a]) * (2 * spatial[a]) * math.prod(spatial[:a]) \
+            * math.prod(modes[a + 1:])
+    return per * batch * (cin + cout)
+
+
+def fft_flops(batch, cin, cout, spatial) -> float:
+    """The textbook ``2.5 N log2 N`` of a real FFT, forward on ``cin`` and inverse on ``cout``."""
+    nt = math.prod(spatial)
+    return 2.5 * nt * max(math.log2(nt), 1.0) * batch * (cin + cout)
+
+
+def choose_method(batch, cin, cout, spatial, modes) -> str:
+    """``"dft"`` while its flops are at most :data:`DFT_FLOP_RATIO` times the FFT's."""
+    dft = dft_flops(batch, cin, cout, spatial, modes)
+    return "dft" if dft <= DFT_FLOP_RATIO * fft_flops(batch, cin, cout, spatial) else "fft"
+
+
+# ---------------------------------------------------------------------- the GEMM chains --
+
+class Ops:
+    """The backend calls of the chains: a permuted view, a contiguous permute, a matrix from
+    the host, an empty array, and ``a - b``, ``a + b``, ``-a`` written into a strided ``out``
+    (``sub(out, a, b)``)."""
+
+    def __init__(self, view, matrix, empty, sub, add, neg):
+        self.view, self.matrix, self.empty = view, matrix, empty
+        self.sub, self.add, self.neg = sub, add, neg
+
+    def perm(self, a, axes):
+        out = self.empty(tuple(a.shape[i] for i in axes))
+        out[...] = self.view(a, axes)
+        return out
+
+
+def _left(L, X):
+    """``L @ X[b]`` for every ``b`` of ``X`` ``(batch, K, R)``."""
+    return L @ X if X.shape[0] > 1 else (L @ X[0])[None]
+
+
+def analysis_chain(x, last, axes):
+    """``x`` ``(B, C, *spatial)`` -> ``(B, C, 2, M)``; ``axes[a]`` ``(2 m_a, 2 N_a)``."""
+    B, C, *sp = x.shape
+    d = len(sp)
+    X = x.reshape(-1, sp[-1]) @ last
+    for a in range(d - 2, -1, -1):
+        batch = B * C * math.prod(sp[:a])
+        X = _left(axes[a], X.reshape(batch, 2 * sp[a], -1))
+    return X.reshape(B, C, 2, -1)
+
+
+def synthesis_chain(Y, axes, last, spatial):
+    """``Y`` ``(B, O, 2, M)`` -> ``(B, O, *spatial)``; ``axes[a]`` ``(2 N_a, 2 m_a)``."""
+    B, O = Y.shape[:2]
+    d = len(spatial)
+    for a in range(d - 1):
+        batch = B * O * math.prod(spatial[:a])
+        Y = _left(axes[a], Y.reshape(batch, axes[a].shape[1], -1))
+    return (Y.reshape(-1, last.shape[0]) @ last).reshape((B, O) + tuple(spatial))
+
+
+def to_modes_major(ops, X):
+    """``(B, C, 2, M)`` -> ``(M, 2B, C)``: per mode, the real parts' rows, then the imaginary."""
+    B, C, _, M = X.shape
+    return ops.perm(X, (3, 2, 0, 1)).reshape(M, 2 * B, C)
+
+
+def from_modes_major(ops, Xs):
+    """``(M, 2B, C)`` -> ``(B, C, 2, M)``, the inverse of :func:`to_modes_major`."""
+    M, B2, C = Xs.shape
+    return ops.perm(Xs.reshape(M, 2, B2 // 2, C), (2, 3, 1, 0))
+
+
+def mode_product(ops, Xs, Wv):
+    """``Y = X W`` per mode: ``Xs`` ``(M, 2B, C)``, ``Wv`` ``(M, C, 2O)`` -> ``(B, O, 2, M)``.
+
+    ``Wv`` is the complex weight ``(M, C, O)`` seen as real, re/im interleaved, so no copy of
+    it is made. ``Xs @ Wv`` stacks ``P = Re X W~`` over ``Q = Im X W~`` (``W~`` the interleaved
+    parts), and ``Re Y = P_re - Q_im``, ``Im Y = P_im + Q_re`` are written straight into the
+    layout the synthesis reads.
+    """
+    M, B2, _ = Xs.shape
+    B, O = B2 // 2, Wv.shape[2] // 2
+    PQ = (Xs @ Wv).reshape(M, 2, B, O, 2)
+    Y = ops.empty((B, O, 2, M))
+    Yt = ops.view(Y, (3, 0, 2, 1))
+    ops.sub(Yt[:, :, 0], PQ[:, 0, :, :, 0], PQ[:, 1, :, :, 1])
+    ops.add(Yt[:, :, 1], PQ[:, 0, :, :, 1], PQ[:, 1, :, :, 0])
+    return Y
+
+
+def mode_product_adjoint(ops, gY, Xs, Wv, need_x=True, need_w=True):
+    """Gradients of :func:`mode_product`: ``dL/dXs`` ``(M, 2B, C)`` and ``dL/dWv`` ``(M, C, 2O)``
+    (re/im interleaved: ``dL/dRe W + i dL/dIm W`` seen as real) from ``gY`` ``(B, O, 2, M)``."""
+    B, O, _, M = gY.shape
+    gYt = ops.view(gY, (3, 0, 2, 1))
+    gPQ = ops.empty((M, 2, B, O, 2))
+    gPQ[:, 0, :, :, 0] = gYt[:, :, 0]
+    gPQ[:, 0, :, :, 1] = gYt[:, :, 1]
+    gPQ[:, 1, :, :, 0] = gYt[:, :, 1]
+    ops.neg(gPQ[:, 1, :, :, 1], gYt[:, :, 0])
+    gPQ = gPQ.reshape(M, 2 * B, 2 * O)
+    gXs = gPQ @ Wv.swapaxes(-1, -2) if need_x else None
+    gWv = Xs.swapaxes(-1, -2) @ gPQ if need_w else None
+    return gXs, gWv
+
+
+class Chain:
+    """The matrices of one (spatial, modes) problem in one precision on one device."""
+
+    def __init__(self, ops, spatial, modes):
+        sp, md = tuple(spatial), tuple(modes)
+        d = len(sp)
+        mat = ops.matrix
+        self.spatial, self.modes = sp, md
+        self.F = mat(analysis_last(sp[-1], md[-1]))
+        self.L = [mat(analysis_axis(sp[a], md[a])) for a in range(d - 1)]
+        self.R = [mat(synthesis_axis(sp[a], md[a])) for a in range(d - 1)]
+        self.A = mat(synthesis_last(sp[-1], md[-1]))
+        self.FT = mat(analysis_last(sp[-1], md[-1]).T.copy())
+        self.LT = [mat(analysis_axis(sp[a], md[a]).T.copy()) for a in range(d - 1)]
+        self.RT = [mat(synthesis_axis(sp[a], md[a]).T.copy()) for a in range(d - 1)]
+        self.AT = mat(synthesis_last(sp[-1], md[-1]).T.copy())
+        self.bias_mode = bias_mode(sp, md)
+
+    def analysis(self, x):
+        return analysis_chain(x, self.F, self.L)
+
+    def synthesis(self, Y):
+        return synthesis_chain(Y, self.R, self.A, self.spatial)
+
+    def synthesis_adjoint(self, g):
+        """``S^T g``: the gradient on the modes ``(B, O, 2, M)`` of ``dL/dy``."""
+        return analysis_chain(g, self.AT, self.RT)
+
+    def analysis_adjoint(self, gX):
+        """``A^T gX``: ``dL/dx`` from the gradient on the modes ``(B, C, 2, M)``."""
+        return synthesis_chain(gX, self.LT, self.FT, self.spatial)
+
+
+def forward(ops, chain, x, Wv, bias):
+    """The layer's output ``(B, O, *spatial)`` and the modes-major input ``Xs`` ``(M, 2B, C)``.
+
+    ``Wv`` ``(M, C, 2O)``: the weight, modes-major, complex seen as real; ``bias`` ``(O,)``.
+    """
+    Xs = to_modes_major(ops, chain.analysis(x))
+    Y = mode_product(ops, Xs, Wv)
+    cout = Y.shape[1]
+    late_bias = bias is not None and chain.bias_mode is None
+    if bias is not None and not late_bias:
+        Y[:, :, 0, chain.bias_mode] += bias.reshape(1, cout)
+    y = chain.synthesis(Y)
+    if late_bias:
+        y = y + bias.reshape((1, cout) + (1,) * len(chain.spatial))
+    return y, Xs

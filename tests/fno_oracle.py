@@ -1,0 +1,45 @@
+"""The FNO layer's oracle: the definition on the full grid in float64, and random cases."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fftmatvec.fno._modes import kept_modes
+
+CASES = [((2, 3, 10), 4, 6), ((2, 3, 9), 5, 9), ((2, 2, 7, 7), 3, (5, 6)),
+         ((1, 2, 5, 8), 2, (5, 8)), ((2, 2, 4, 5, 6), 3, (3, 2, 6))]
+
+
+def dense_reference(x, w, n_modes, bias):
+    """The layer's definition on the full grid: truncate the full spectrum, contract, invert.
+
+    On a non-last axis of odd size ``n`` neuraloperator writes frequency ``k`` to bin ``k - 1``
+    (it applies ``fftshift`` twice), and so does this reference.
+    """
+    B, C, *sp = x.shape
+    modes = kept_modes(n_modes)
+    X = np.fft.fftn(x, axes=range(2, x.ndim)) / np.prod(sp)
+    Y = np.zeros((B, w.shape[1], *sp), complex)
+    freqs = [np.arange(m) - m // 2 for m in modes[:-1]] + [np.arange(modes[-1])]
+    for k in np.ndindex(*modes):
+        f = tuple(fr[j] for fr, j in zip(freqs, k))
+        fo = tuple((fr + 2 * (n // 2)) % n for fr, n in zip(f[:-1], sp[:-1])) + f[-1:]
+        Y[(slice(None), slice(None)) + fo] = X[(slice(None), slice(None)) + f] @ w[(...,) + k]
+    # inverse over the other axes, then the real inverse on the last axis (DC and Nyquist
+    # columns once, their imaginary part dropped; the other columns doubled)
+    d = len(sp)
+    part = np.fft.ifftn(Y, axes=range(2, 1 + d), norm="forward") if d > 1 else Y
+    y = np.zeros((B, w.shape[1], *sp))
+    n = np.arange(sp[-1])
+    for kl in range(modes[-1]):
+        cw = 1.0 if kl == 0 or 2 * kl == sp[-1] else 2.0
+        y += cw * np.real(part[..., kl, None] * np.exp(2j * np.pi * kl * n / sp[-1]))
+    return y + bias.reshape((1, -1) + (1,) * d)
+
+
+def rand_case(rng, shape, cout, n_modes):
+    x = rng.standard_normal(shape)
+    modes = kept_modes(n_modes)
+    w = rng.standard_normal((shape[1], cout) + modes) + 1j * rng.standard_normal(
+        (shape[1], cout) + modes)
+    return x, w, rng.standard_normal(cout)
