@@ -33,13 +33,12 @@ product is queued: the reduction's result is copied to pinned host memory asynch
 event is recorded, the product is queued behind it on the input as given, and only then does
 the host wait for that event (which completes long before the product), raise if the input
 was not finite, and, for an input outside the window, run the product again on the scaled
-input (:func:`run_scaled`; ``FFTMATVEC_SCALE_ON_DEVICE=1`` scales on the device instead).
+input (:func:`run_scaled`; ``FFTMATVEC_PLAN="scale_pass=1"`` scales on the device instead).
 """
 
 from __future__ import annotations
 
 import math
-import os
 import threading
 
 import numpy as np
@@ -311,11 +310,13 @@ def checked(ops, x, name: str, run):
 
 
 def scale_on_device() -> bool:
-    """``FFTMATVEC_SCALE_ON_DEVICE=1``: a GPU product scales every input by an element-wise
+    """``FFTMATVEC_PLAN="scale_pass=1"``: a GPU product scales every input by an element-wise
     pass with the exponent computed on the device, and rescales its output, instead of
     running on the input as given and again on a scaled input only where the input's largest
     magnitude lies outside the window (the default, :func:`run_scaled`)."""
-    return os.environ.get("FFTMATVEC_SCALE_ON_DEVICE", "0") == "1"
+    from .gpu.plan import env_overrides
+
+    return env_overrides().get("scale_pass") == "1"
 
 
 def run_scaled(ops, run, x, a, kexp: int):

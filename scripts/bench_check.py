@@ -6,7 +6,7 @@ For each precision and direction it times one product with ``check_finite=True``
 first kernel counts) and queued back to back (the device's time per product), and prints their
 ratio. For precisions with a reduced stage it also times, check off, the product with the
 scaling switched off (``unscaled``: what the products cost before it) and with the scale as
-element-wise device passes around every product (``ondevice``: ``FFTMATVEC_SCALE_ON_DEVICE=1``;
+element-wise device passes around every product (``ondevice``: ``FFTMATVEC_PLAN="scale_pass=1"``;
 by default a product runs on the input as given, waits for the reduction's value only, and runs
 again scaled only for an input far from 1), both as ratios to ``nocheck``. The variants are timed in interleaved rounds
 and the medians over the rounds are printed, so a drift of the device's clock hits all alike.
@@ -74,11 +74,11 @@ def variants(F, v, adjoint: bool) -> dict:
             F._scaled = True
 
     def ondevice():
-        os.environ["FFTMATVEC_SCALE_ON_DEVICE"] = "1"
+        os.environ["FFTMATVEC_PLAN"] = "scale_pass=1"
         try:
             return f(v, check_finite=False)
         finally:
-            del os.environ["FFTMATVEC_SCALE_ON_DEVICE"]
+            del os.environ["FFTMATVEC_PLAN"]
 
     out = {"check": lambda: f(v), "nocheck": lambda: f(v, check_finite=False)}
     if F._scaled:
@@ -109,7 +109,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--device", choices=["gpu", "cpu"], default="gpu")
     args = ap.parse_args(argv)
-    os.environ.pop("FFTMATVEC_SCALE_ON_DEVICE", None)
+    os.environ.pop("FFTMATVEC_PLAN", None)
     if args.device == "gpu":
         import cupy as xp
     else:

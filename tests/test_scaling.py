@@ -178,7 +178,7 @@ class _FakeDeviceOps:
 def fake(monkeypatch):
     ops = _FakeDeviceOps()
     monkeypatch.setattr(_scaling, "ops_for", lambda xp: ops)
-    monkeypatch.delenv("FFTMATVEC_SCALE_ON_DEVICE", raising=False)
+    monkeypatch.delenv("FFTMATVEC_PLAN", raising=False)
     return ops
 
 
@@ -250,9 +250,9 @@ def test_extreme_input_runs_again_scaled(fake, rng):
 
 
 def test_scale_on_device_switch(fake, rng, monkeypatch):
-    """``FFTMATVEC_SCALE_ON_DEVICE=1``: the scale and unscale as device passes around one
+    """``FFTMATVEC_PLAN="scale_pass=1"``: the scale and unscale as device passes around one
     product, the exponent never on the host (the check still waits after the product)."""
-    monkeypatch.setenv("FFTMATVEC_SCALE_ON_DEVICE", "1")
+    monkeypatch.setenv("FFTMATVEC_PLAN", "scale_pass=1")
     K, m, d = _case(np, rng, 1e-30, 1e25)
     ref = BlockToeplitz(K, "ddddd")
     F = _logged(BlockToeplitz(K, "ddhdd"), fake)
