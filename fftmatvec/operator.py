@@ -74,8 +74,6 @@ def _check_kernel(kernel: Any):
         raise FFTMatvecTypeError("kernel is a masked array; pass kernel.filled(0) or a plain ndarray")
     if not bool(xp.isfinite(kernel).all()):
         raise FFTMatvecValueError("kernel contains NaN or Inf values")
-    if dt.itemsize > 8 and not math.isfinite(float(xp.abs(kernel).max())):  # long double
-        raise FFTMatvecValueError("kernel holds values too large for float64 (they would be inf)")
     return xp
 
 
@@ -490,6 +488,11 @@ class BlockToeplitz(_OperatorBase):
         # times 2**-_kexp and each input scaled from its largest magnitude, so that no stage
         # over- or underflows; ddddd computes with the kernel and inputs as given.
         self._scaled = self.precision.letters != "ddddd"
+        if (not self._scaled and kernel.dtype.itemsize > 8
+                and np.abs(kernel).max() > np.finfo(np.float64).max):
+            raise FFTMatvecValueError(
+                "kernel holds values too large for float64 (they would be inf in ddddd, which "
+                "computes with the kernel as given; a precision with a reduced stage scales it)")
         self._kexp = 0
         if self._scaled:
             self._kexp = (_share._kexp if _share is not None and _share._scaled

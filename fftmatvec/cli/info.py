@@ -42,7 +42,11 @@ def collect() -> dict:
     env = gpu.env_overrides()
     info["plan"] = (", ".join(f"{k}={v}" for k, v in env.items()) + f" ({gpu.ENV})" if env
                     else "the built-in rules (docs/gpu.md); override with FFTMATVEC_PLAN")
-    info["tuning"] = "no precision tables shipped yet: the precision string is the caller's choice"
+    from ..tuning import select
+
+    paths = select.table_paths()
+    info["tuning"] = (", ".join(str(p) for p in paths) + " (precision='auto' looks here in order)"
+                      if paths else "no tables found: precision='auto' uses the error model")
     return info
 
 

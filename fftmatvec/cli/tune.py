@@ -94,7 +94,11 @@ def run(args) -> int:
     if args.plot and table["entries"]:
         from ..tuning.plot import plot_entry
 
-        plot_entry(table["entries"][0], args.plot)
+        # the largest shape of this run, its first op and fewest right-hand sides
+        mine = [e for e in table["entries"] if (e["nm"], e["nd"], e["nt"]) in set(shapes)]
+        big = max(mine or table["entries"], key=lambda e: (e["nm"] * e["nd"] * e["nt"],
+                                                          e["op"] == ops[0], -e["nrhs"]))
+        plot_entry(big, args.plot)
     return 0
 
 

@@ -132,7 +132,11 @@ class _Distributed:
 
     def _check_local(self, x, space, name, batched, check_finite):
         n = self._n_own[space]
-        return _OperatorBase._check_vector(self, x, n, name, batched, check_finite)
+        X, flat, check = _OperatorBase._check_vector(self, x, n, name, batched, check_finite)
+        if check and X.size and not math.isfinite(float(self._xp.abs(X).max())):
+            raise FFTMatvecValueError(
+                f"{name} contains NaN or Inf values (pass check_finite=False to skip this check)")
+        return X, flat
 
     def _drive(self, what, x, space_in, name, batched, check_finite, mode):
         """Check locally, agree on the batch size, run the pipeline, sync its errors."""
