@@ -621,9 +621,9 @@ class BlockToeplitz(_OperatorBase):
         and dtype through a fused product (NVIDIA), later ones go to that product directly:
         their checks shrink to the ones that can change between calls (the array's device and
         the current one, contiguity, the path switches). A product waits for this host time
-        before its first kernel, 10-40 µs on the general path (docs/benchmarks.md, fifteenth
+        before its first kernel, 10-40 µs on the general path (docs/history.md, fifteenth
         run)."""
-        known = type(v) is self._one_type
+        known = type(v) is self._one_type and self._guard is None  # the guard sees every product
         if known:
             hit = self._one_paths.get((adjoint, v.shape, v.dtype))
             if hit is not None and hit[2] == plan_key():

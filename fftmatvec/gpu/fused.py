@@ -150,7 +150,7 @@ class _FusedProduct:
     forward FFT, stage 3 (without its split-K sum where the inverse FFT adds the splits:
     :attr:`FusedPlans.split_sum`) and the inverse FFT, or the forward FFT and stages 3-5 as one
     kernel (:meth:`KernelEngine.fused_adjoint`): 20-35 µs of host time (70-140 µs stage by
-    stage), of which a product that is waited for sees 1-14 µs (docs/benchmarks.md, fifteenth
+    stage), of which a product that is waited for sees 1-14 µs (docs/history.md, fifteenth
     run).
 
     The intermediate arrays are held per stream where they are small next to ``Khat``

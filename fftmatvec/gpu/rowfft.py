@@ -33,7 +33,7 @@ MAX_PASSES = 10  # 6 bits per pass in one 64-bit kernel argument
 # family that takes all of its passes.
 FAMILIES = (8, 10)
 # The largest radix by default, per (FFT precision, kind): more registers per butterfly, fewer
-# passes. From scripts/bench_row_fft.py --radices on an H200 (docs/benchmarks.md, twenty-second
+# passes. From scripts/bench_row_fft.py --radices on an H200 (docs/history.md, twenty-second
 # run, with the kernels' launch bounds): radix 10 (10 x 10 x 10 for L = 2000, 5 x 10 x 10 for
 # L = 1000, 10 x 10 for L = 200) was 1-7 % faster than radices up to 8 in float32 and in the
 # float64 forward transforms; the float64 inverse ones, whose radix-10 kernels spill, were up
@@ -41,7 +41,7 @@ FAMILIES = (8, 10)
 MAX_RADIX = {(np.dtype(np.float64), "r2c"): 10, (np.dtype(np.float64), "c2r"): 8,
              (np.dtype(np.float32), "r2c"): 10, (np.dtype(np.float32), "c2r"): 10}
 # A block holds whole rows, about ROWS_BYTES of them per buffer, with THREADS threads: from
-# scripts/bench_row_fft.py --sweep on an H200 (docs/benchmarks.md, twenty-first run), where 1
+# scripts/bench_row_fft.py --sweep on an H200 (docs/history.md, twenty-first run), where 1
 # row of 1000 complex128 values (or 2 of complex64) and 128 threads were fastest at L = 2000.
 ROWS_BYTES = 16 * 1024
 THREADS = 128

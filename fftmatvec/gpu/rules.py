@@ -33,7 +33,7 @@ WIDE_TILES = {
 }
 # Where one of them is the default for one vector, per (storage, adjoint): ((RT, V, W), (BX, TY)
 # block, split-K target in blocks per multiprocessor); see KernelEngine._wide_default. From
-# scripts/tune_sbgemv.py --unstaged wide on an H200 (docs/benchmarks.md, twelfth run): complex128
+# scripts/tune_sbgemv.py --unstaged wide on an H200 (docs/history.md, twelfth run): complex128
 # forward 1.99 / 1.91 ms against 2.13 / 2.18 for the tile of one group on (5000, 100, 1000) /
 # (20000, 50, 500), adjoint 1.96 / 1.97 against 2.01 / 2.04, 0.43 against 0.46 at Nd = 10. The
 # complex64 tiles were within the noise (2-4 %) of the cp.async and GEMV defaults, and stay
@@ -47,7 +47,7 @@ WIDE_DEFAULTS = {
 # 126 registers a thread, 4 blocks of 128 threads fit). At Nf = 101, complex128, H200: (20000,
 # 50, 100) 0.440 / 0.394 ms forward / adjoint against 0.508 / 0.459 for the tile of one group,
 # (100000, 10, 100) adjoint 0.430 against 0.457; (1000, 20, 100) forward, whose 3 row tiles
-# split to 93 blocks, 49.8 against 36.2 us (docs/benchmarks.md, twelfth run).
+# split to 93 blocks, 49.8 against 36.2 us (docs/history.md, twelfth run).
 WIDE_MIN_FILL = 0.75
 WIDE_MIN_BLOCKS_PER_SM = 4
 # (RT, V) tiles of the staged one-vector kernel (sbgemvs_*: x staged through shared memory,
@@ -68,7 +68,7 @@ ASYNC_TILES["c32h"] += [(4, 4, 2, 3, 2), (4, 4, 1, 4, 2), (2, 4, 2, 4, 2)]
 # Where it is the default for one vector, per (storage, adjoint): from this many reduction
 # rows (None: never; the register and staged kernels are as fast there). Forward products with
 # at most ASYNC_FEW_ROWS outputs use it in every storage, with a narrow tile. From the sweeps of
-# scripts/tune_sbgemv.py on an H200 (docs/benchmarks.md, fifth run). Complex128 forward products
+# scripts/tune_sbgemv.py on an H200 (docs/history.md, fifth run). Complex128 forward products
 # take it since Khat is stored in blocks of frequencies: (1, 8, 8, 3) with 8 rounds of split-K
 # took 0.400 / 1.903 / 1.850 ms on (1000, 100, 1000) / (20000, 50, 500) / (5000, 100, 1000)
 # against 0.413 / 1.903 / 1.915 for the wide GEMV tile (seventeenth run).
@@ -120,7 +120,7 @@ PIPE_TILES = {
     # complex64 storage on FP64 tensor cores (DMMA_C64_ARCHS)
     "c64dmma": [(2, 2, 2, 4, 4, 4), (1, 2, 1, 8, 4, 3), (1, 2, 1, 8, 4, 4), (2, 2, 1, 8, 4, 4)],
 }
-# The defaults per (storage, adjoint), from the tile sweeps on an H200 (docs/benchmarks.md: fourth
+# The defaults per (storage, adjoint), from the tile sweeps on an H200 (docs/history.md: fourth
 # run; complex128 eighteenth run, after its MMAs became m16n8k8 over 16 rows whose accumulators
 # are Y itself; scripts/tune_sbgemv.py --k 16 repeats them over the compiled tiles). Complex128
 # tiles hold 16 doubles per lane per row tile and frequency, so they stay at MT x V = 4 per warp:
@@ -154,7 +154,7 @@ DMMA_C64_ARCHS = ("sm_90",)
 # the rows there are at Nd = 10. k = 16 on (100000, 10, 100), H200, forward 1.23 / 0.90 / 0.72 ms
 # in `d` / `s` / `h` against 1.43 / 1.25 / 1.33 for the default tiles, adjoint 1.53 / 1.22 in
 # `s` / `h` against 1.63 / 1.26 (`d` adjoints then: no gain); at Nd = 50 the default tiles were
-# faster (docs/benchmarks.md, eleventh run).
+# faster (docs/history.md, eleventh run).
 PIPE_FEW_ROWS = 16
 #
 # Complex128 adjoints over few rows take a 16-row tile of 3 stages, whose 127 registers and 96 KB
@@ -174,7 +174,7 @@ PIPE_FEW_WAVES = 4
 # e bytes per partial sum. a: the time of one reduction row for a round of blocks; w: a round's
 # fill and stores; b: a megabyte of partial sums, written by the launch and read by the split-K
 # sum. (a, w, b) per (storage, adjoint), fitted by scripts/tune_sbgemv.py --k 16 --pipe-splits
-# on an H200 over four sizes (docs/benchmarks.md, tenth run): within 6 % of the forward times
+# on an H200 over four sizes (docs/history.md, tenth run): within 6 % of the forward times
 # of `s` and `h` swept, 16 % of those of `d` (whose times move with the power limit). Its
 # choices were the fastest count timed or within 2 % of it; the old rule (a fixed number of
 # rounds of an estimate of the block slots that left out the registers) took up to 44 % longer
@@ -202,7 +202,7 @@ MMA_MAX_KB = 16  # right-hand sides per tensor-core launch (the MMA's N = 2 x 16
 # kernels where those are faster. Measured on (5000, 100, 1000), H200: at k = 8 tensor cores
 # take 3.2 / 3.5 ms in `d` forward / adjoint against 4.9 / 3.7 ms (GEMV), at k = 4 and 8 in
 # `h` forward 1.4 ms against 1.8-1.9, and at k = 8 adjoint 1.21 / 2.01 ms in `h` / `s` against
-# 1.96 / 2.16 (docs/benchmarks.md, eleventh run).
+# 1.96 / 2.16 (docs/history.md, eleventh run).
 #
 # Adjoints take tensor cores at any Nd since the float32 accumulators are stored through shared
 # memory like the complex128 ones (eleventh run): k = 16 on (20000, 50, 500) 1.80 / 2.65 ms in
@@ -298,7 +298,7 @@ _ELEM_BYTES = {"c128": 16, "c64": 8, "c32h": 4}
 # block of the one-vector kernels, whose tiles span B frequencies, reads each of its rows as one
 # run down the reduction instead of runs of B frequencies a row of Khat apart. A power of two and
 # a multiple of 16 bytes of elements; products with at most B padded frequencies keep one block.
-# From the layouts timed side by side on an H200 (docs/benchmarks.md, seventeenth run).
+# From the layouts timed side by side on an H200 (docs/history.md, seventeenth run).
 KHAT_BLOCK = {"c128": 64, "c64": 64, "c32h": 128}
 # The blocks are whole, so the last one may hold frequencies past Nfp that are never read; where
 # those would add more than this fraction to Khat's memory (few frequencies: Nf = 101 in blocks
@@ -314,7 +314,7 @@ REDUCE_LANES = 8  # the split-K reduction's largest blockDim.y (hip_kernels/sbge
 # sharing an output's splits (``reduce_*``), which skinny products need. On an H200 the serial
 # sum was 1.2-2.1x as fast over 200 000-400 400 outputs and 4-16 splits, as fast within the
 # noise of launches of 5-8 µs below that, and slower past 24 splits in complex64
-# (a probe git history keeps; docs/benchmarks.md, twenty-eighth run).
+# (a probe git history keeps; docs/history.md, twenty-eighth run).
 REDUCE_SERIAL_MAX_SPLITS = 16
 REDUCE_SERIAL_MIN_OUTPUTS = 256
 REDUCE_SERIAL_THREADS = 256
@@ -322,7 +322,7 @@ REDUCE_SERIAL_THREADS = 256
 # inverse FFT is a cuFFT plan with callbacks, adds the splits in that FFT's load callback
 # (hip_kernels/fft_callbacks.cu: FMV_SPLIT_LOAD) instead of a sum kernel of their own: one
 # launch fewer, and the sums are never written. 0 turns it off. On an H200, interleaved with the
-# sum kernel (a probe git history keeps; docs/benchmarks.md, twenty-ninth run), the `ddddd`
+# sum kernel (a probe git history keeps; docs/history.md, twenty-ninth run), the `ddddd`
 # forwards of 2, 3 and 6 splits ((1000 | 1500 | 5000, 100, 1000)) took 0.8-3.0 µs less, waited
 # for or back to back, with the same outputs to the bit; the `sssss` forwards of 11 splits took
 # 3.9-7.4 µs more, and the `ddddd` one of 14 ((1000, 40, 1000)) 1.9-2.7 more: past 8 splits the
@@ -333,7 +333,7 @@ FOLD_MAX_SPLITS = 8
 # The FFT precisions whose fused products take the package's own row FFT kernels by default
 # where cuFFT has callbacks too (KernelEngine.row_ffts). On an H200, at 5000 rows or more of
 # L = 2000, 1000 and 200, they ran float64 transforms 1.15-1.98x as fast as cuFFT with callbacks
-# and float32 ones 1.07-1.58x (docs/benchmarks.md, twenty-second run; scripts/bench_row_fft.py).
+# and float32 ones 1.07-1.58x (docs/history.md, twenty-second run; scripts/bench_row_fft.py).
 # Where cuFFT has no callbacks (ROCm) they take every precision: the alternative is the stages
 # one by one.
 ROW_FFT_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
@@ -349,7 +349,7 @@ ROW_FFT_MIN_BLOCKS_PER_SM = 3
 # the row FFT kernels take the inverse transform (KernelEngine.fused_adjoint). On an H200 it made
 # the adjoint of (100000, 10, 100) 1.18-1.20x as fast in `ddddd` and 1.04x in `sssss`; with
 # float16 storage it was 0.97-0.98x the stages apart, and is not built for it
-# (docs/benchmarks.md, twenty-third run).
+# (docs/history.md, twenty-third run).
 FUSED_ND = (4, 8, 10, 12)  # the sensors its kernels hold (fftmatvec_kernels.cu): the smallest
 # that holds Nd, whose loads are then all in use (on (100000, 10, 100), 0.454 ms with 10, 0.494
 # with 12)
@@ -380,7 +380,7 @@ FUSED_MAX_SMEM = 48 * 1024
 # enough for the host's launches to show, and copying the vectors in and out of the graph's
 # buffers costs a few microseconds. On an H200, (1000, 100, 1000) ran 10-15 % faster as a graph;
 # (5000, 100, 1000) `ddhdd` and (100000, 10, 100), whose vectors are 40-80 MB, did not
-# (docs/benchmarks.md, fifth run). That was against the stages run one by one: the fused
+# (docs/history.md, fifth run). That was against the stages run one by one: the fused
 # product (three launches, its arguments packed) beat the graph in 23 of 24 cases measured,
 # so by default a graph serves only the products that run stage by stage (fourteenth run).
 GRAPH_MAX_KHAT_BYTES = 64 * 2**20
@@ -390,7 +390,7 @@ GRAPH_MAX_VECTOR_BYTES = 16 * 2**20
 # split-K workspace) from one call to the next, per stream, when together they take at most
 # HOLD_MAX_BYTES or 1/HOLD_KHAT_FRACTION of Khat's bytes: taking them from CuPy's pool at every
 # call put 10-20 us of host time before the first kernel of a synchronised product
-# (docs/benchmarks.md, fifteenth run). At most HOLD_STREAMS streams' sets are kept.
+# (docs/history.md, fifteenth run). At most HOLD_STREAMS streams' sets are kept.
 HOLD_MAX_BYTES = 64 * 2**20
 HOLD_KHAT_FRACTION = 4
 HOLD_STREAMS = 4

@@ -221,7 +221,7 @@ class Stage3Launches:
         # frequency tile, 16 KB apart (k = 16, `d`: 3.77 against 4.76 ms on (5000, 100, 1000),
         # 4.42 against 7.24 on (20000, 50, 500); 0.81 against 0.75 on (1000, 100, 1000), whose
         # 32 row tiles fit one round). Forward products keep the row order: their row tiles share
-        # the large vectors' tiles in L2 (docs/benchmarks.md, tenth run).
+        # the large vectors' tiles in L2 (docs/history.md, tenth run).
         freq_major = bool(adjoint) and math.ceil(n_out / rows) > resident
         if self.pipe_freq_major is not None:
             freq_major = bool(self.pipe_freq_major)
