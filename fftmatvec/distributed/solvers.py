@@ -44,8 +44,9 @@ def cg(A, b, x0=None, *, rtol: float = 1e-10, maxiter: int | None = None, callba
     dot = getattr(A, "dot", None) or (lambda u, v: float(xp.vdot(u.reshape(-1), v.reshape(-1))))
     if not (rtol > 0):
         raise FFTMatvecValueError(f"rtol must be positive, got {rtol!r}")
-    if maxiter is None:
-        maxiter = max(10, int(b.size))
+    if maxiter is None:  # the global size: every rank must stop at the same iteration
+        ones = xp.ones_like(b)
+        maxiter = max(10, int(round(dot(ones, ones))))
     x = xp.zeros_like(b) if x0 is None else xp.array(x0, copy=True)
     r = b - A.matvec(x) if x0 is not None else xp.array(b, copy=True)
     p = xp.array(r, copy=True)

@@ -130,6 +130,11 @@ def main():
                              maxiter=6)
         close(host(op.collect(x_dis, "param")), x_ser, "distributed CG vs serial", 1e-10)
         assert info_dis["iterations"] == info_ser["iterations"] == 6, (info_dis, info_ser)
+        # without maxiter: every rank stops at the same iteration (the global size), as the
+        # serial solve does, though the ranks' slices differ in size
+        _, full_ser = cg(ref.normal(w), b, rtol=1e-30)
+        _, full_dis = cg(op.normal(dev(w)), op.distribute(dev(b), "param"), rtol=1e-30)
+        assert full_dis["iterations"] == full_ser["iterations"], (full_dis, full_ser)
         try:
             import pylops_mpi
         except ImportError:
