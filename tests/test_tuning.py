@@ -69,6 +69,8 @@ def test_round_trip(tmp_path):
     (lambda t: t["entries"][0]["points"][0].update(precision="zz"), "bad precision"),
     (lambda t: t["entries"].append(dict(t["entries"][0])), "duplicate"),
     (lambda t: t["entries"][0].update(plan=[1]), "expected a mapping"),
+    (lambda t: t["entries"][0].update(plans={"sssss": {}}), "not among the entry's points"),
+    (lambda t: t["entries"][0].update(plans={"ddddd": {"rowfft": 0}}), "unknown plan key"),
 ])
 def test_schema_errors(tmp_path, edit, msg):
     t = _table()
@@ -165,3 +167,16 @@ def test_interrupted_tune_keeps_shapes(tmp_path):
     proc.wait()
     entries = tb.load_table(out)["entries"]
     assert [(e["nm"], e["nd"], e["nt"]) for e in entries] == [(4, 3, 8)]
+
+
+def test_auto_takes_the_plan_tuned_for_its_point(tmp_path, monkeypatch, kernel):
+    """A table with per-point plans gives the chosen point's plan; one without, the entry's."""
+    t = _table(front=("ddsdd", "ddddd"))
+    tb.save_table(t, tmp_path / "old.yaml")
+    monkeypatch.setenv("FFTMATVEC_TUNING_PATH", str(tmp_path / "old.yaml"))
+    assert BlockToeplitz(kernel, "auto", rtol=1e-5).plan_overrides == {"row_fft": "0"}
+    t["entries"][0]["plans"] = {"ddsdd": {"graphs": 1}, "ddddd": {"row_fft": 1}}
+    tb.save_table(t, tmp_path / "new.yaml")
+    monkeypatch.setenv("FFTMATVEC_TUNING_PATH", str(tmp_path / "new.yaml"))
+    assert BlockToeplitz(kernel, "auto", rtol=1e-5).plan_overrides == {"graphs": "1"}
+    assert BlockToeplitz(kernel, "auto", rtol=1e-9).plan_overrides == {"row_fft": "1"}

@@ -97,7 +97,9 @@ def choose(arch, op, nm, nd, nt, nrhs, rtol):
         if pick is None:
             pick = min(front, key=lambda t: t[1])[0]
         src = f"{path}: {e['op']} (nm={e['nm']}, nd={e['nd']}, nt={e['nt']}, nrhs={e['nrhs']})"
-        return pick, src, e.get("plan"), front
+        # the plan tuned for this point; a table without per-point plans has the fastest's
+        plan = (e.get("plans") or {}).get(pick, e.get("plan"))
+        return pick, src, plan, front
     if arch not in _warned:
         _warned.add(arch)
         warnings.warn(f"no tuning table for device {arch!r}: precision='auto' uses the a-priori "

@@ -9,7 +9,12 @@ tuned plan::
     entries:
       - {op: matvec, nm: 5000, nd: 100, nt: 1000, nrhs: 1, inputs: 3, repeat: 20,
          points: [{precision: ddddd, time: 1.9e-3, error_median: 0.0, error_max: 0.0}, ...],
-         front: [ddddd, ...], plan: {...}, plan_time: ..., builtin_plan_time: ...}
+         front: [ddddd, ...], plan: {...}, plan_time: ..., builtin_plan_time: ...,
+         plans: {ddsdd: {...}, ...}}
+
+``plan`` is the plan tuned for the front's fastest point (``plan_time`` against the built-in
+rules' ``builtin_plan_time``), ``plans`` (optional) the plan tuned for each of the front's
+fastest points; ``precision="auto"`` runs the chosen point's plan, else ``plan``.
 """
 
 from __future__ import annotations
@@ -144,6 +149,19 @@ def validate(table, path="<table>") -> dict:
                 parse_overrides(e["plan"], "plan")
             except FFTMatvecValueError as exc:
                 _fail(path, f"{where}.plan", str(exc))
+        if "plans" in e:  # per front point: precision -> plan
+            if not isinstance(e["plans"], dict):
+                _fail(path, f"{where}.plans", f"expected a mapping, got {type(e['plans']).__name__}")
+            for prec, plan in e["plans"].items():
+                if prec not in names:
+                    _fail(path, f"{where}.plans", f"{prec!r} is not among the entry's points")
+                if not isinstance(plan, dict):
+                    _fail(path, f"{where}.plans[{prec}]",
+                          f"expected a mapping, got {type(plan).__name__}")
+                try:
+                    parse_overrides(plan, "plan")
+                except FFTMatvecValueError as exc:
+                    _fail(path, f"{where}.plans[{prec}]", str(exc))
     return table
 
 
