@@ -312,7 +312,10 @@ class DistributedBlockToeplitz(_Distributed):
         self._n_own = {"param": _len(self.layout.param_range(r, c)),
                        "obs": _len(self.layout.obs_range(r, c))}
         self.overlap = bool(overlap)
-        self.chunks = int(chunks) if chunks is not None else (4 if self.overlap else 1)
+        # one rank communicates nothing: chunks would only cut its batch (measured on a CPU:
+        # (512, 64, 256), k = 8, 113 ms in 4 chunks against 81 ms in one)
+        default = 4 if self.overlap and self.grid.size > 1 else 1
+        self.chunks = int(chunks) if chunks is not None else default
         self._device = None
         self._wire = (self.precision.pad_dtype, self.precision.reduce_dtype)
         self.transport = None
