@@ -38,9 +38,12 @@ def execute(request):
     exc, x, info = None, None, None
     in_space, out_space, _ = MODES[request.mode]
     try:
-        if request.precision.strip().lower() == "auto":
-            raise FFTMatvecValueError("--precision auto is not available with --grid yet")
-        PrecisionConfig(request.precision)
+        auto = request.precision.strip().lower() == "auto"
+        if request.rtol is not None and not auto:
+            raise FFTMatvecValueError(
+                f"--rtol is only for --precision auto, got {request.precision!r}")
+        if not auto:
+            PrecisionConfig(request.precision)
         rows, cols = parse_grid(request.grid)
         xp = _array_module(request.device)
         info = io.matrix_info(request.matrix)
@@ -50,7 +53,8 @@ def execute(request):
     sync(comm, "fftmatvec matvec", exc, f"(rank {comm.Get_rank()})")
     grid = ProcessGrid(comm, rows, cols)
     op = DistributedBlockToeplitz(grid, request.matrix, request.precision,
-                                  device="cpu" if xp is np else "gpu")
+                                  device="cpu" if xp is np else "gpu",
+                                  rtol=request.rtol if auto else None)
     apply = {"forward": op.matvec, "adjoint": op.rmatvec,
              "normal": op.normal().matvec}[request.mode]
     xl = xp.asarray(op.distribute(x, in_space))

@@ -30,7 +30,8 @@ import numpy as np
 
 from .. import backend
 from .._errors import FFTMatvecDistributedError, FFTMatvecTypeError, FFTMatvecValueError
-from ..operator import BlockToeplitz, _OperatorBase, _check_dtype, _fingerprint
+from ..operator import (BlockToeplitz, _OperatorBase, _check_dtype, _fingerprint,
+                        _resolve_precision)
 from ..precision import PrecisionConfig
 from .comm import make_transport, sync
 from .grid import ProcessGrid
@@ -249,6 +250,11 @@ class DistributedBlockToeplitz(_Distributed):
         or ``kernel(rows, cols)`` returning ``K[rows, cols, :]`` for two slices.
     precision : str, default ``"ddddd"``
         Five letters as for :class:`~fftmatvec.BlockToeplitz`; also sets the wire dtypes.
+        ``"auto"``: the fastest configuration within ``rtol`` for the global shape
+        (docs/tuning.md), chosen once on rank 0 and used, with its tuned plan, on every rank;
+        ``precision_source`` says where it came from.
+    rtol : float, optional
+        Only with ``precision="auto"`` (default 1e-6).
     shape : (Nd, Nm, Nt), optional
         Required with a callable kernel.
     dtype : float64 (default) or float32
@@ -276,7 +282,7 @@ class DistributedBlockToeplitz(_Distributed):
     """
 
     def __init__(self, grid, kernel, precision="ddddd", *, shape=None, dtype=None, fft_len=None,
-                 device=None, transport=None, overlap=True, chunks=None):
+                 device=None, transport=None, overlap=True, chunks=None, rtol=None):
         if not isinstance(grid, ProcessGrid):
             raise FFTMatvecTypeError(f"grid must be a ProcessGrid, got {type(grid).__name__}")
         comm = grid.comm
@@ -286,7 +292,10 @@ class DistributedBlockToeplitz(_Distributed):
             kind = _kernel_kind(kernel)
             self._xp = _array_module(device, kernel if kind == "array" else None)
             self.dtype = _check_dtype(dtype)
-            self.precision = PrecisionConfig(precision)
+            auto = isinstance(precision, str) and precision.strip().lower() == "auto"
+            if not auto:
+                _resolve_precision(self._xp, precision, rtol, 1, 1, 1)  # rtol only with auto
+            self.precision = None if auto else PrecisionConfig(precision)
             if chunks is not None and (isinstance(chunks, bool) or not isinstance(
                     chunks, (int, np.integer)) or chunks < 1):
                 raise FFTMatvecValueError(f"chunks must be a positive integer, got {chunks!r}")
@@ -294,8 +303,8 @@ class DistributedBlockToeplitz(_Distributed):
         except Exception as e:
             exc = e
         sync(comm, "DistributedBlockToeplitz", exc, where)
-        seen = comm.allgather((token, self.precision.letters, str(self.dtype),
-                               self._xp is np, bool(overlap), chunks, fft_len))
+        seen = comm.allgather((token, f"auto rtol={rtol!r}" if auto else self.precision.letters,
+                               str(self.dtype), self._xp is np, bool(overlap), chunks, fft_len))
         if len(set(map(repr, seen))) > 1:
             detail = "; ".join(f"rank {q}: {s[0][:4]}, precision {s[1]}, dtype {s[2]}"
                                for q, s in enumerate(seen))
@@ -303,6 +312,19 @@ class DistributedBlockToeplitz(_Distributed):
                 "DistributedBlockToeplitz: the ranks passed different kernels or settings "
                 f"(each rank must pass the same ones): {detail}")
         self.nd, self.nm, self.nt = nd, nm, nt
+        # precision="auto": one choice for the whole problem, made on rank 0 (the tuning
+        # table's entry nearest the global shape) and sent to every rank with its plan
+        self.precision_source, self._plan = "explicit", None
+        if auto:
+            choice, exc = None, None
+            if grid.rank == 0:
+                try:
+                    choice = _resolve_precision(self._xp, "auto", rtol, nm, nd, nt)
+                except Exception as e:
+                    exc = e
+            sync(comm, "DistributedBlockToeplitz", exc, where)
+            letters, self.precision_source, _, self._plan = comm.bcast(choice, root=0)
+            self.precision = PrecisionConfig(letters)
         # the grid shape is fixed (and checked to fit) before any block is read
         self.grid = grid.resolve(nd, nm, nt, self.precision)
         self.layout = Layout(nd, nm, *self.grid.shape)
@@ -326,7 +348,8 @@ class DistributedBlockToeplitz(_Distributed):
                 dev.use()
                 self._device = dev
             block = _load_block(kind, kernel, self.rows, self.cols, nt, self._xp)
-            self._op = BlockToeplitz(block, self.precision, dtype=self.dtype, fft_len=fft_len)
+            self._op = BlockToeplitz(block, self.precision, dtype=self.dtype, fft_len=fft_len,
+                                     plan=self._plan or None)
             self.fft_len, self.nf = self._op.fft_len, self._op.nf
             if transport not in (None, "mpi", "nccl"):
                 raise FFTMatvecValueError(

@@ -120,6 +120,18 @@ def main():
         for prec in ("sddds",) if nd == 5 else ("ddssd",):
             op = DistributedBlockToeplitz(ProcessGrid(comm), dev(K), prec, transport=TRANSPORT)
             check_operator(op, BlockToeplitz(K, prec), seed=3, tol=2e-5)
+        # precision="auto": one choice on rank 0 for every rank (here the error model: no
+        # table for a CPU), its products those of the single-process operator in that precision
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            op = DistributedBlockToeplitz(ProcessGrid(comm), dev(K), "auto", rtol=1e-3,
+                                          transport=TRANSPORT)
+        letters = comm.allgather(op.precision.letters)
+        assert len(set(letters)) == 1 and letters[0] != "ddddd", letters
+        assert op.precision_source == "model", op.precision_source
+        check_operator(op, BlockToeplitz(K, letters[0]), seed=4, tol=1e-5)
         # CG: the same lines on the grid and on one process
         op = DistributedBlockToeplitz(ProcessGrid(comm), dev(K), transport=TRANSPORT)
         w = np.abs(fresh(7, nd, nt)) + 0.5
