@@ -6,7 +6,8 @@ adjoint through FFTs in five stages, each in its own precision, on NumPy (CPU) o
 (NVIDIA and AMD GPUs).
 """
 
-from ._errors import FFTMatvecError, FFTMatvecTypeError, FFTMatvecValueError
+from ._errors import (FFTMatvecDistributedError, FFTMatvecError, FFTMatvecFileError,
+                      FFTMatvecMemoryError, FFTMatvecTypeError, FFTMatvecValueError)
 from .operator import BlockToeplitz, NormalOperator, fft_length
 from .precision import STAGES, PrecisionConfig
 from .distributed import DistributedBlockToeplitz, ProcessGrid
@@ -23,6 +24,9 @@ __all__ = [
     "FFTMatvecError",
     "FFTMatvecTypeError",
     "FFTMatvecValueError",
+    "FFTMatvecFileError",
+    "FFTMatvecMemoryError",
+    "FFTMatvecDistributedError",
     "fft_length",
     "__version__",
 ]
