@@ -789,8 +789,9 @@ class _Guard:
         self.count += 1
         if self.count % self.every or op.precision.letters == "ddddd":
             return y
-        if self.ref is None:
-            self.ref = BlockToeplitz(op._kernel, "ddddd", dtype=op.dtype, fft_len=op.fft_len)
+        if self.ref is None:  # shares Khat and its engine where stage 3 is `d` already
+            self.ref = BlockToeplitz(op._kernel, "ddddd", dtype=op.dtype, fft_len=op.fft_len,
+                                     plan=op._plan_user or None, _share=op)
         xp = op._xp
         r = self.ref._apply(x, adjoint)
         err = float(xp.linalg.norm(y - r)) / max(float(xp.linalg.norm(r)), 1e-300)

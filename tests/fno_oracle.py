@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from fftmatvec.fno._modes import kept_modes
 
@@ -43,3 +44,12 @@ def rand_case(rng, shape, cout, n_modes):
     w = rng.standard_normal((shape[1], cout) + modes) + 1j * rng.standard_normal(
         (shape[1], cout) + modes)
     return x, w, rng.standard_normal(cout)
+
+
+def neuralop_spectral_conv():
+    """neuraloperator's ``SpectralConv`` class; the test is skipped where it does not import."""
+    try:
+        from neuralop.layers.spectral_convolution import SpectralConv
+    except Exception:  # noqa: BLE001 - any import failure means: not available
+        pytest.skip("neuraloperator not importable")
+    return SpectralConv

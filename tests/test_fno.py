@@ -8,6 +8,7 @@ import pytest
 from fftmatvec import FFTMatvecValueError
 from fftmatvec.fno import spectral_conv
 from fno_oracle import CASES, dense_reference
+from fno_oracle import neuralop_spectral_conv as _neuralop
 from fno_oracle import rand_case as _rand
 
 @pytest.mark.parametrize("method", ["fft", "dft"])
@@ -51,14 +52,6 @@ def test_gradcheck(rng, shape, cout, n_modes):
     x, w, b = (torch.tensor(a, requires_grad=True) for a in _rand(rng, shape, cout, n_modes))
     assert torch.autograd.gradcheck(
         lambda x, w, b: spectral_conv_torch(x, w, n_modes, b, method="fft"), (x, w, b))
-
-
-def _neuralop():
-    try:
-        from neuralop.layers.spectral_convolution import SpectralConv as NSC
-    except Exception:  # noqa: BLE001 - any import failure means: not available
-        pytest.skip("neuraloperator not importable")
-    return NSC
 
 
 @pytest.mark.parametrize("shape,n_modes", [((3, 4, 32), 12), ((2, 4, 16, 17), (8, 10)),

@@ -11,6 +11,7 @@ from fftmatvec.fno._modes import kept_modes
 
 from conftest import load_script, to_numpy
 from fno_oracle import CASES, dense_reference
+from fno_oracle import neuralop_spectral_conv as _neuralop
 from fno_oracle import rand_case as _rand
 
 # odd and non-power-of-two grids, odd mode counts, modes up to Nyquist, and odd axes keeping
@@ -110,14 +111,6 @@ def test_dft_gradcheck(rng, shape, n_modes):
         lambda x, w, b: spectral_conv_torch(x, w, n_modes, b, method="dft"), (x, w, b))
 
 
-def _neuralop():
-    try:
-        from neuralop.layers.spectral_convolution import SpectralConv as NSC
-    except Exception:  # noqa: BLE001 - any import failure means: not available
-        pytest.skip("neuraloperator not importable")
-    return NSC
-
-
 @pytest.mark.parametrize("shape,n_modes", [((3, 4, 32), 12), ((2, 4, 16, 17), (8, 10)),
                                            ((2, 4, 85, 85), (12, 12)), ((2, 4, 15, 18), (15, 18)),
                                            ((2, 3, 8, 9, 10), (4, 6, 6))])
@@ -141,6 +134,17 @@ def test_dft_from_neuralop(shape, n_modes):
 SIXTEEN_BOUNDS = {"bfloat16": 3e-2, "float16": 4e-3}
 
 
+def _output_and_grads(x, w, b, g, n_modes, **kw):
+    """The DFT path's output and its input, weight and bias gradients for the cotangent ``g``,
+    on fresh leaves (keywords: the layer's, e.g. ``compute_dtype``)."""
+    from fftmatvec.fno import spectral_conv_torch
+
+    x, w, b = (t.detach().clone().requires_grad_(True) for t in (x, w, b))
+    y = spectral_conv_torch(x, w, n_modes, b, method="dft", **kw)
+    (y * g.to(y.device, y.dtype)).sum().backward()
+    return y, x.grad, w.grad, b.grad
+
+
 @pytest.mark.parametrize("name", ["bfloat16", "float16"])
 @pytest.mark.parametrize("shape,n_modes", [((4, 16, 64), 32), ((2, 16, 40, 40), (12, 12)),
                                            ((2, 8, 12, 12, 12), (6, 6, 6))])
@@ -157,10 +161,7 @@ def test_sixteen_bit_error_bound(name, shape, n_modes):
     g = torch.randn((shape[0], 6) + shape[2:], dtype=torch.float64)
 
     def run(x, w, b, **kw):
-        x, w, b = (t.detach().clone().requires_grad_(True) for t in (x, w, b))
-        y = spectral_conv_torch(x, w, n_modes, b, method="dft", **kw)
-        (y * g.to(y.dtype)).sum().backward()
-        return y, x.grad, w.grad, b.grad
+        return _output_and_grads(x, w, b, g, n_modes, **kw)
 
     want = run(x, w, b)
     got = run(x.float(), w.to(torch.complex64), b.float(), compute_dtype=dtype)
@@ -210,7 +211,6 @@ def test_precision_setting_restored():
 def test_cuda_dft_float32_accuracy_with_tf32_enabled(shape, n_modes):
     """On the device, with TF32 switched on process-wide: still within 1e-5 of float64,
     and the 16-bit options within their bounds."""
-    from fftmatvec.fno import spectral_conv_torch
 
     torch.manual_seed(1)
     modes = kept_modes(n_modes)
@@ -220,10 +220,7 @@ def test_cuda_dft_float32_accuracy_with_tf32_enabled(shape, n_modes):
     g = torch.randn((shape[0], 16) + shape[2:], dtype=torch.float64)
 
     def run(x, w, b, **kw):
-        x, w, b = (t.detach().clone().requires_grad_(True) for t in (x, w, b))
-        y = spectral_conv_torch(x, w, n_modes, b, method="dft", **kw)
-        (y * g.to(y.device, y.dtype)).sum().backward()
-        return y, x.grad, w.grad, b.grad
+        return _output_and_grads(x, w, b, g, n_modes, **kw)
 
     want = run(x, w, b)
     mm = torch.backends.cuda.matmul

@@ -231,12 +231,16 @@ class NCCLTransport:
 
         return Pending(None, finish, (send,))  # send stays alive until the collective ends
 
+    def _operands(self, comm, a, dtype):
+        """(NCCL communicator, trailing shape of a row, elements per row, ``a`` contiguous in
+        ``dtype``) of a collective over rows of ``a``."""
+        rest = a.shape[1:]
+        return (self._comm(comm), rest, int(np.prod(rest, dtype=np.int64)),
+                self.xp.ascontiguousarray(a, dtype=dtype))
+
     def allgatherv(self, comm, a, counts, dtype) -> Pending:
         xp, nccl = self.xp, self._nccl
-        nc = self._comm(comm)
-        rest = a.shape[1:]
-        per = int(np.prod(rest, dtype=np.int64))
-        send = xp.ascontiguousarray(a, dtype=dtype)
+        nc, rest, per, send = self._operands(comm, a, dtype)
         out = xp.empty((int(sum(counts)),) + tuple(rest), dtype=dtype)
         me = comm.Get_rank()
         offs = np.concatenate([[0], np.cumsum([int(n) for n in counts])]).astype(int)
@@ -252,10 +256,7 @@ class NCCLTransport:
 
     def reduce_scatter(self, comm, a, counts, dtype) -> Pending:
         xp, nccl = self.xp, self._nccl
-        nc = self._comm(comm)
-        rest = a.shape[1:]
-        per = int(np.prod(rest, dtype=np.int64))
-        send = xp.ascontiguousarray(a, dtype=dtype)
+        nc, rest, per, send = self._operands(comm, a, dtype)
         me = comm.Get_rank()
         out = xp.empty((int(counts[me]),) + tuple(rest), dtype=dtype)
         self._start()

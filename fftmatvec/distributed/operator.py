@@ -28,7 +28,7 @@ import os
 
 import numpy as np
 
-from .. import backend
+from .. import _scaling, backend
 from .._errors import FFTMatvecDistributedError, FFTMatvecTypeError, FFTMatvecValueError
 from ..operator import (BlockToeplitz, _OperatorBase, _check_dtype, _fingerprint,
                         _resolve_precision)
@@ -135,8 +135,7 @@ class _Distributed:
         n = self._n_own[space]
         X, flat, check = _OperatorBase._check_vector(self, x, n, name, batched, check_finite)
         if check and X.size and not math.isfinite(float(self._xp.abs(X).max())):
-            raise FFTMatvecValueError(
-                f"{name} contains NaN or Inf values (pass check_finite=False to skip this check)")
+            raise _scaling.not_finite_error(name)
         return X, flat
 
     def _drive(self, what, x, space_in, name, batched, check_finite, mode):

@@ -485,12 +485,11 @@ def plan_for(eng, prec, adjoint: bool, k: int, in_dtype, out_dtype, weighted: bo
     x = _Shape((k, n_in, eng.nt), in_dtype)
     graph = eng.replays(x, fused)
     path = "graph" if graph else "fused" if fused else "stages"
-    env = env_overrides()
+    env, own_keys = env_overrides(), getattr(eng, "overrides", None) or {}
     sources = []
     for key in PLAN_KEYS:
         value = plan_mode(eng, key)
         if value != "auto":
-            own_keys = getattr(eng, "overrides", None) or {}
             src = ("plan=" if key in own_keys else "FFTMATVEC_PLAN" if key in env
                    else "tuning table")
             sources.append((key, value, src))

@@ -13,8 +13,9 @@ tuned plan::
          plans: {ddsdd: {...}, ...}}
 
 ``plan`` is the plan tuned for the front's fastest point (``plan_time`` against the built-in
-rules' ``builtin_plan_time``), ``plans`` (optional) the plan tuned for each of the front's
-fastest points; ``precision="auto"`` runs the chosen point's plan, else ``plan``.
+rules' ``builtin_plan_time``); ``plans`` (optional; ``fftmatvec tune`` does not write it yet)
+the plan tuned for other points of the front. ``precision="auto"`` runs the chosen point's plan
+from ``plans`` where there is one, else ``plan``.
 """
 
 from __future__ import annotations
