@@ -29,11 +29,14 @@ number may overflow there.
 
 The largest magnitude is one reduction; it also decides whether the input is finite, so the
 check and the scale share it. On a GPU the host does not wait for the device before the
-product is queued: the reduction's result is copied to pinned host memory asynchronously, an
-event is recorded, the product is queued behind it on the input as given, and only then does
-the host wait for that event (which completes long before the product), raise if the input
-was not finite, and, for an input outside the window, run the product again on the scaled
-input (:func:`run_scaled`; ``FFTMATVEC_PLAN="scale_pass=1"`` scales on the device instead).
+product is queued: one launch writes the magnitude straight into mapped pinned host memory
+and an event is recorded behind it; the product runs on the input as given, and only then
+does the host wait for that event (which completes long before the product), raise if the
+input was not finite, and, for an input outside the window, run the product again on the
+scaled input (:func:`run_scaled`; ``FFTMATVEC_PLAN="scale_pass=1"`` scales on the device
+instead). Where a fused product's first kernel is the package's row FFT, that kernel computes
+the magnitude as it reads the input (:meth:`DeviceOps.measure` with ``launch=False``): the
+reduction costs no pass over the input and no launch of its own.
 """
 
 from __future__ import annotations
@@ -123,71 +126,57 @@ template <typename T> __device__ int fm_scale_exp(T a_) {
 """.replace("WINDOW", str(WINDOW))
 
 
-# The largest magnitude in one pass: a non-negative float's bits, read as an unsigned integer,
-# order as the float does, and a NaN's (sign cleared) lie above Inf's, so an unsigned max of
-# |x|'s bits is the largest magnitude, NaN where there is one. Each block reduces its share,
-# then one atomicMax per block (CuPy's generic reduction to one value runs on one block).
-_AMAX_SOURCE = r"""
-__device__ __forceinline__ unsigned int fm_abs_bits(float v) {
-    return __float_as_uint(v) & 0x7fffffffu;
-}
-__device__ __forceinline__ unsigned long long fm_abs_bits(double v) {
-    return (unsigned long long)__double_as_longlong(v) & 0x7fffffffffffffffull;
-}
-template <typename T, typename U, int THREADS>
-__device__ void fm_amax(const T* __restrict__ x, long long n, U* out) {
-    __shared__ U part[THREADS];
-    U m = 0;
-    const long long stride = (long long)gridDim.x * THREADS;
-    for (long long i = (long long)blockIdx.x * THREADS + threadIdx.x; i < n; i += stride) {
-        const U b = fm_abs_bits(x[i]);
-        m = b > m ? b : m;
-    }
-    part[threadIdx.x] = m;
-    __syncthreads();
-    for (int w = THREADS / 2; w > 0; w >>= 1) {
-        if (threadIdx.x < w && part[threadIdx.x + w] > part[threadIdx.x])
-            part[threadIdx.x] = part[threadIdx.x + w];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) atomicMax(out, part[0]);
-}
-extern "C" __global__ void __launch_bounds__(256) fftmatvec_amax_f32(
-        const float* x, long long n, unsigned int* out) {
-    fm_amax<float, unsigned int, 256>(x, n, out);
-}
-extern "C" __global__ void __launch_bounds__(256) fftmatvec_amax_f64(
-        const double* x, long long n, unsigned long long* out) {
-    fm_amax<double, unsigned long long, 256>(x, n, out);
-}
-"""
-_AMAX_THREADS = 256
-
-
 class _DeviceAmax:
-    """The largest magnitude of an input: ``device``, a 0-d device array, and, where
-    ``copy``, its value on its way to pinned host memory behind an event. :meth:`value` waits
-    for that event only (the product queued after it keeps the device busy)."""
+    """The largest magnitude of an input, on its way to host memory.
 
-    def __init__(self, ops: "DeviceOps", x, copy: bool = True):
-        cp = ops.cp
+    A launch computes it and writes it, as a float64, straight into mapped pinned host memory
+    (``amax_<dtype>`` or the row FFT of a fused product, ``hip_kernels/common.cuh``:
+    ``amax_finish``: no memset before it, no copy after it); an event recorded behind that
+    launch tells the host when it has landed. :meth:`value` waits for that event only: the
+    product queued after it keeps the device busy. ``launch``: run ``amax_<dtype>`` over ``x``
+    now; else the caller passes :meth:`fold`'s pointers to the kernel that reads ``x`` first
+    and calls :meth:`record` after it."""
+
+    __slots__ = ("ops", "slot", "recorded", "_value")
+
+    def __init__(self, ops: "DeviceOps", x, launch: bool = True):
         self.ops = ops
-        self.device = a = ops.amax(x)
-        self.slot = self._value = None
-        if copy:
-            self.slot = ops._take_slot()
-            buf, event = self.slot
-            stream = cp.cuda.get_current_stream()
-            cp.cuda.runtime.memcpyAsync(buf.ctypes.data, a.data.ptr, a.dtype.itemsize,
-                                        cp.cuda.runtime.memcpyDeviceToHost, stream.ptr)
-            event.record(stream)
+        self.slot = ops._take_slot()
+        self.recorded = False
+        self._value = None
+        if launch:
+            stream = ops.cp.cuda.get_current_stream()
+            ops.launch_amax(x, self.fold(), stream.ptr)
+            self.record(stream)
+
+    def ensure(self, x) -> None:
+        """Launch ``amax_<dtype>`` over ``x`` now unless a launch has been recorded (a measure
+        made with ``launch=False`` whose product does not compute it)."""
+        if not self.recorded:
+            stream = self.ops.cp.cuda.get_current_stream()
+            self.ops.launch_amax(x, self.fold(), stream.ptr)
+            self.record(stream)
+
+    def fold(self) -> tuple[int, int]:
+        """(scratch, result) device pointers for the kernel that computes the magnitude."""
+        _, result_ptr, _, scratch = self.slot
+        return scratch.data.ptr, result_ptr
+
+    def record(self, stream) -> None:
+        """Mark the magnitude's launch, just queued on ``stream`` (a CuPy stream)."""
+        self.slot[2].record(stream)
+        self.recorded = True
 
     def value(self) -> float:
-        """The largest magnitude as a host float (waits for the reduction once)."""
+        """The largest magnitude as a host float (waits for its launch once). NaN where no
+        launch was recorded (a product that failed before its first kernel)."""
         if self._value is None:
-            buf, event = self.slot
+            buf, _, event, _ = self.slot
+            if not self.recorded:  # the slot may still be written: not given back
+                self._value = math.nan
+                return self._value
             event.synchronize()
-            self._value = float(buf.view(self.device.dtype)[0])
+            self._value = float(buf[0])
             self.ops._give_slot(self.slot)
         return self._value
 
@@ -197,12 +186,13 @@ class DeviceOps:
     :meth:`_DeviceAmax.value`."""
 
     host = False
+    _THREADS = 256  # amax_<dtype>'s launch bound
 
     def __init__(self, cp):
         self.cp = cp
-        self._local = threading.local()  # per thread and device: free (pinned buffer, event)
-        self._amax_module = None
-        self._blocks: dict = {}  # device id -> blocks of the largest-magnitude kernel
+        self._local = threading.local()  # per thread and device: free slots
+        self._blocks: dict = {}  # device id -> blocks of amax_<dtype>
+        self._launches: dict = {}  # (device id, itemsize, size) -> its packed launch
         self._scale = cp.ElementwiseKernel(
             "X x, X a", "X y", "y = x * (X)ldexp(1.0, fm_scale_exp<X>(a))",
             "fftmatvec_scale_input", preamble=_PREAMBLE)
@@ -212,31 +202,37 @@ class DeviceOps:
         self._ldexp = cp.ElementwiseKernel(
             "X x, int32 k", "X y", "y = (X)ldexp((double)x, k)", "fftmatvec_ldexp")
 
-    def measure(self, x, copy: bool = True) -> _DeviceAmax:
-        return _DeviceAmax(self, x, copy)
+    def measure(self, x, launch: bool = True) -> _DeviceAmax:
+        """``x``'s largest magnitude (:class:`_DeviceAmax`), computed now where ``launch``."""
+        return _DeviceAmax(self, x, launch)
 
-    def amax(self, x):
-        """The largest magnitude of ``x`` as a 0-d device array (NaN if ``x`` holds one): a
-        zeroed word, then one kernel (``_AMAX_SOURCE``)."""
+    def launch_amax(self, x, ptrs: tuple[int, int], stream: int) -> None:
+        """Queue ``amax_<dtype>`` over ``x`` into ``ptrs`` (:meth:`_DeviceAmax.fold`)."""
+        from . import kernels
+
         cp = self.cp
         if not x.flags.c_contiguous:
             x = cp.ascontiguousarray(x)
-        if self._amax_module is None:
-            self._amax_module = cp.RawModule(code=_AMAX_SOURCE)
-        out = cp.empty((), dtype=x.dtype)
-        stream = cp.cuda.get_current_stream().ptr
-        cp.cuda.runtime.memsetAsync(out.data.ptr, 0, x.dtype.itemsize, stream)
-        dev = x.data.device_id
-        per = self._blocks.get(dev)
-        if per is None:
-            sms = cp.cuda.Device(dev).attributes["MultiProcessorCount"]
-            per = self._blocks[dev] = 8 * sms
-        n = x.size
-        blocks = max(1, min(per, -(-n // _AMAX_THREADS)))
-        name = "fftmatvec_amax_f32" if x.dtype.itemsize == 4 else "fftmatvec_amax_f64"
-        self._amax_module.get_function(name)((blocks,), (_AMAX_THREADS,),
-                                             (x, np.int64(n), out))
-        return out
+        if x.dtype.itemsize not in (4, 8):
+            raise TypeError(f"the largest magnitude takes float32 or float64, got {x.dtype}")
+        key = (x.data.device_id, x.dtype.itemsize, x.size)
+        launch = self._launches.get(key)
+        if launch is None:
+            per = self._blocks.get(key[0])
+            if per is None:
+                sms = cp.cuda.Device(key[0]).attributes["MultiProcessorCount"]
+                per = self._blocks[key[0]] = 8 * sms
+            blocks = max(1, min(per, -(-x.size // self._THREADS)))
+            fn = kernels.get_function("amax_f32" if x.dtype.itemsize == 4 else "amax_f64")
+            if len(self._launches) >= 64:
+                self._launches.clear()
+            launch = self._launches[key] = kernels.PackedLaunch(
+                fn, (blocks,), (self._THREADS,), 0, (None, np.int64(x.size), None, None))
+        launch(stream, x.data.ptr, *ptrs)
+
+    def device_amax(self, x):
+        """The largest magnitude of ``x`` as a 0-d device array (NaN if ``x`` holds one)."""
+        return self.cp.abs(x).max()
 
     def scale(self, x, a):
         """A new C-contiguous ``x * 2**s``, ``s`` from the 0-d device array ``a``
@@ -256,19 +252,24 @@ class DeviceOps:
         return self._ldexp(x, np.int32(k), out)
 
     def _take_slot(self):
+        """(result: a float64 in mapped pinned host memory, its device pointer, an event,
+        scratch: two zero words on the current device)."""
         free = self._free()
         if free:
             return free.pop()
-        import cupyx
-
-        return (cupyx.empty_pinned((1,), np.float64),
-                self.cp.cuda.Event(block=False, disable_timing=True))
+        cp = self.cp
+        rt = cp.cuda.runtime
+        mem = cp.cuda.PinnedMemory(8, rt.hostAllocMapped | rt.hostAllocPortable)
+        buf = np.ndarray((1,), np.float64, buffer=cp.cuda.PinnedMemoryPointer(mem, 0))
+        # unified addressing: the host pointer of mapped memory is its device pointer
+        return (buf, mem.ptr, cp.cuda.Event(block=False, disable_timing=True),
+                cp.zeros(2, dtype=np.uint32))
 
     def _give_slot(self, slot) -> None:
         self._free().append(slot)
 
     def _free(self) -> list:
-        """This thread's free (buffer, event) pairs for the current device."""
+        """This thread's free slots for the current device."""
         slots = getattr(self._local, "slots", None)
         if slots is None:
             slots = self._local.slots = {}
@@ -291,19 +292,22 @@ def ops_for(xp):
         return _DEVICE_OPS[0]
 
 
-def checked(ops, x, name: str, run):
+def checked(ops, x, name: str, run, fold: bool = False):
     """``run(a)`` with ``a`` the largest magnitude of ``x`` (``ops.measure``), raising if ``x``
     is not finite: before the product on the host; on a device after queueing it, once the
-    reduction's value is back (no result is returned then)."""
-    a = ops.measure(x)
+    reduction's value is back (no result is returned then). ``fold``: on a device, ``run``
+    computes the magnitude in the product's first kernel (or launches it,
+    :meth:`_DeviceAmax.ensure`)."""
     if ops.host:
+        a = ops.measure(x)
         if not math.isfinite(a):
             raise not_finite_error(name)
         return run(a)
+    a = ops.measure(x, launch=not fold)
     try:
         y = run(a)
     finally:
-        v = a.value()  # also after a failed launch: the copy into the pinned buffer has landed
+        v = a.value()  # also after a failed launch: the value has landed, or is NaN
     if not math.isfinite(v):
         raise not_finite_error(name)
     return y
@@ -319,7 +323,7 @@ def scale_on_device() -> bool:
     return env_overrides().get("scale_pass") == "1"
 
 
-def run_scaled(ops, run, x, a, kexp: int):
+def run_scaled(ops, run, x, a, kexp: int, first=None):
     """``run(x')`` on a GPU, with the input and the output scaled (kernel exponent ``kexp``).
 
     By default the product is queued on ``x`` as it is; then the host waits for the
@@ -327,13 +331,17 @@ def run_scaled(ops, run, x, a, kexp: int):
     input outside ``[2**-WINDOW, 2**WINDOW)`` is run again, scaled: usual inputs cost no pass
     over ``x`` beyond the reduction, extreme ones two products. The output is rescaled where
     the exponent is not 0 (a pass over the output). ``a``: a :class:`_DeviceAmax`, or None.
+    ``first``: the first run on ``x`` as given, where it differs from ``run`` (a product that
+    computes ``a`` as it reads ``x``).
     """
     if scale_on_device():
-        dev = (a if a is not None else ops.measure(x, copy=False)).device
+        if a is not None:
+            a.ensure(x)
+        dev = ops.device_amax(x)
         return ops.unscale(run(ops.scale(x, dev)), dev, kexp)
     if a is None:
         a = ops.measure(x)
-    y = run(x)
+    y = (first or run)(x)
     s = scale_exponent(a.value(), x.dtype.itemsize)
     if s:
         y = run(ops.ldexp(x, s))

@@ -635,7 +635,7 @@ class BlockToeplitz(_OperatorBase):
                     if check_finite:  # queued, then checked: the device never waits
                         return _scaling.checked(
                             _scaling.ops_for(self._xp), v, "d" if adjoint else "m",
-                            lambda a: self._fast_one(product, v, y_shape, a))
+                            lambda a: self._fast_one(product, v, y_shape, a), fold=True)
                     return self._fast_one(product, v, y_shape, None)
         y = (_OperatorBase.rmatvec if adjoint else _OperatorBase.matvec)(
             self, v, check_finite=check_finite)
@@ -645,12 +645,17 @@ class BlockToeplitz(_OperatorBase):
 
     def _fast_one(self, product, v, y_shape, amax):
         """The fused product of a remembered one-vector path, scaled where the precision has
-        a reduced stage (:func:`_scaling.run_scaled`)."""
+        a reduced stage (:func:`_scaling.run_scaled`). ``amax``: ``v``'s largest magnitude,
+        which the product computes as it reads ``v`` where it has not been launched."""
         if not self._scaled:
-            return product(v, y_shape, contiguous=True)
-        return _scaling.run_scaled(_scaling.ops_for(self._xp),
-                                   lambda x: product(x, y_shape, contiguous=True),
-                                   v, amax, self._kexp)
+            return product(v, y_shape, contiguous=True, amax=amax)
+        ops = _scaling.ops_for(self._xp)
+        if amax is None:
+            amax = ops.measure(v, launch=False)
+        return _scaling.run_scaled(ops, lambda x: product(x, y_shape, contiguous=True),
+                                   v, amax, self._kexp,
+                                   first=lambda x: product(x, y_shape, contiguous=True,
+                                                           amax=amax))
 
     def _remember_one(self, v, adjoint: bool, y_shape) -> None:
         """Record which path serves vectors like ``v`` (a CuPy array the general path has just

@@ -77,7 +77,8 @@ FFTMATVEC_STAGE15(f32, float, f32, float, f32, float)
 #endif
 
 // ---- stages 1+2 and 4+5 in one kernel each (rowfft.cuh) ------------------------------------
-// rfft_pad_<input>_<stage 1>_<FFT>_<output>_r<M>: the output is complex64, or complex128 from a
+// rfft_pad_<input>_<stage 1>_<FFT>_<output>_r<M> (and, where amax_scratch is not null, the
+// input's largest magnitude: amax_finish): the output is complex64, or complex128 from a
 // float64 FFT; irfft_unpad_<input>_<FFT>_<stage 5>_<output>_r<M>: the input is complex64, or
 // complex128 into a float64 FFT. M is the largest radix the kernel takes (a family of
 // _rowfft.FAMILIES: its registers are its largest butterfly's).
@@ -85,9 +86,10 @@ FFTMATVEC_STAGE15(f32, float, f32, float, f32, float)
   extern "C" __global__ void ROWFFT_BOUNDS rfft_pad_##NAME##_r##M(                             \
       const TIN* __restrict__ x, COUT* __restrict__ out,                                       \
       const Complex<R>::type* __restrict__ tw, const float* __restrict__ scale, i64 rows,      \
-      int nt, int L, int rpb, unsigned long long radices, int npass, i64 nd, i64 nfp) {        \
+      int nt, int L, int rpb, unsigned long long radices, int npass, i64 nd, i64 nfp,          \
+      unsigned int* amax_scratch, double* amax_out) {                                          \
     rfft_pad_body<M, TIN, TMID, R, COUT>(x, out, tw, scale, rows, nt, L, rpb, radices, npass,  \
-                                         nd, nfp);                                             \
+                                         nd, nfp, amax_scratch, amax_out);                     \
   }
 #define FFTMATVEC_IRFFT(NAME, M, CIN, R, TMID, TOUT)                                           \
   extern "C" __global__ void ROWFFT_BOUNDS irfft_unpad_##NAME##_r##M(                          \
@@ -174,6 +176,17 @@ FFTMATVEC_SBGEMV_IRFFT_IO(c64, StoreC64, c64, float2, f32, float)
 #if FFTMATVEC_IN_SECTION(MISC)
 FFTMATVEC_SCALE_ROWS(c128, double2)
 FFTMATVEC_SCALE_ROWS(c64, float2)
+#endif
+
+// ---- the largest magnitude of an input: amax_<input> ----------------------------------------
+#define FFTMATVEC_AMAX(NAME, T)                                                                \
+  extern "C" __global__ void __launch_bounds__(256) amax_##NAME(                               \
+      const T* __restrict__ x, i64 n, unsigned int* scratch, double* out) {                    \
+    amax_body<T>(x, n, scratch, out);                                                          \
+  }
+#if FFTMATVEC_IN_SECTION(MISC)
+FFTMATVEC_AMAX(f64, double)
+FFTMATVEC_AMAX(f32, float)
 #endif
 
 // ---- split-K reduction ----------------------------------------------------------------------

@@ -344,7 +344,8 @@ struct RowCursor {
 #define ROWFFT_UNROLL 8
 template <typename TIn, typename TMid, typename R>
 __device__ __forceinline__ void load_padded(const TIn* __restrict__ src, R* __restrict__ dst,
-                                            int nrow, int nt, int len) {
+                                            int nrow, int nt, int len, bool track,
+                                            unsigned int& km) {
   const int total = nrow * nt, step = blockDim.x * ROWFFT_UNROLL;
   RowCursor at(nt);
   for (int base = threadIdx.x; base < total; base += step) {
@@ -352,7 +353,12 @@ __device__ __forceinline__ void load_padded(const TIn* __restrict__ src, R* __re
 #pragma unroll
     for (int u = 0; u < ROWFFT_UNROLL; ++u) {
       const int i = base + u * blockDim.x;
-      v[u] = i < total ? (R)(TMid)src[i] : (R)0;
+      const TIn s = i < total ? src[i] : (TIn)0;
+      if (track) {
+        const unsigned int k = amax_key(s);
+        km = k > km ? k : km;
+      }
+      v[u] = (R)(TMid)s;
     }
 #pragma unroll
     for (int u = 0; u < ROWFFT_UNROLL; ++u, at.next())
@@ -391,11 +397,12 @@ __device__ __forceinline__ void load_rows(const CIn* __restrict__ src, C* __rest
 // sample rounded to stage 1's precision TMid, zero-padded to L and transformed in R. a and b are
 // the two buffers of rows of n + 1 values; returns the one that holds the complex FFTs (rows n
 // apart), which rfft_split turns into the real FFTs' values.
+// Where ``track``, km is the largest amax_key of this thread's samples.
 template <int MAXR, typename TIn, typename TMid, typename R>
 __device__ __forceinline__ const typename Complex<R>::type* rfft_rows(
     const TIn* __restrict__ x, typename Complex<R>::type* a, typename Complex<R>::type* b,
     const typename Complex<R>::type* __restrict__ tw, int nrow, int nt, int L,
-    unsigned long long radices, int npass) {
+    unsigned long long radices, int npass, bool track, unsigned int& km) {
   typedef typename Complex<R>::type C;
   const bool packed = L % 2 == 0;  // else one complex FFT of length L, imaginary parts zero
   const int n = packed ? L / 2 : L;
@@ -403,11 +410,16 @@ __device__ __forceinline__ const typename Complex<R>::type* rfft_rows(
     auto load = [&](int r, int m) {
       const TIn* xr = x + (i64)r * nt;
       const int c = 2 * m;
-      return make_c(c < nt ? (R)(TMid)xr[c] : (R)0, c + 1 < nt ? (R)(TMid)xr[c + 1] : (R)0);
+      const TIn v0 = c < nt ? xr[c] : (TIn)0, v1 = c + 1 < nt ? xr[c + 1] : (TIn)0;
+      if (track) {
+        const unsigned int k0 = amax_key(v0), k1 = amax_key(v1), k = k0 > k1 ? k0 : k1;
+        km = k > km ? k : km;
+      }
+      return make_c((R)(TMid)v0, (R)(TMid)v1);
     };
     return fft_rows_loaded<MAXR, -1, C>(load, a, b, tw + n / 2 + 1, n, nrow, radices, npass);
   }
-  load_padded<TIn, TMid, R>(x, reinterpret_cast<R*>(b), nrow, nt, n);
+  load_padded<TIn, TMid, R>(x, reinterpret_cast<R*>(b), nrow, nt, n, track, km);
   __syncthreads();
   const R* br = reinterpret_cast<const R*>(b);
   for (int i = threadIdx.x; i < nrow * n; i += blockDim.x) a[i] = make_c(br[i], (R)0);
@@ -446,25 +458,31 @@ __device__ __forceinline__ void rfft_split(const C* z, const C* __restrict__ tw,
 // Stages 1 and 2: out[r, f] (f <= N) is the real FFT of row r of x (rows, nt), zero-padded to
 // L = 2N, each sample rounded to stage 1's precision TMid and computed in R; written in COut,
 // times scale[(r % nd) * nfp + f] when scale is given (a float16 adjoint's row scales, as the
-// FMV_XHAT_SCALE_STORE callback applies them). Block b transforms rows b rpb .. b rpb + rpb - 1.
+// FMV_XHAT_SCALE_STORE callback applies them); x's largest magnitude into *amax_out where
+// amax_scratch is given (amax_finish). Block b transforms rows b rpb .. b rpb + rpb - 1.
 template <int MAXR, typename TIn, typename TMid, typename R, typename COut>
 __device__ __forceinline__ void rfft_pad_body(const TIn* __restrict__ x, COut* __restrict__ out,
                                               const typename Complex<R>::type* __restrict__ tw,
                                               const float* __restrict__ scale, i64 rows, int nt,
                                               int L, int rpb, unsigned long long radices,
-                                              int npass, i64 nd, i64 nfp) {
+                                              int npass, i64 nd, i64 nfp,
+                                              unsigned int* amax_scratch, double* amax_out) {
   typedef typename Complex<R>::type C;
   const int n = L % 2 == 0 ? L / 2 : L, nf = L / 2 + 1;
   C* a = reinterpret_cast<C*>(fftmatvec_dynamic_smem);
   C* b = a + rpb * (n + 1);  // two buffers of rpb rows of n + 1 values (the inverse loads n + 1)
   const i64 row0 = (i64)blockIdx.x * rpb;
   const int nrow = (int)(rows - row0 < rpb ? rows - row0 : rpb);
-  const C* z = rfft_rows<MAXR, TIn, TMid, R>(x + row0 * nt, a, b, tw, nrow, nt, L, radices, npass);
+  const bool track = amax_scratch != nullptr;
+  unsigned int km = 0u;
+  const C* z = rfft_rows<MAXR, TIn, TMid, R>(x + row0 * nt, a, b, tw, nrow, nt, L, radices, npass,
+                                             track, km);
   rfft_split(z, tw, nrow, L, [&](int r, int f, C v) {
     const i64 row = row0 + r;
     if (scale != nullptr) v = c_scale(v, (R)scale[(row % nd) * nfp + f]);
     out[row * nf + f] = ccast<COut>(v);
   });
+  if (track) amax_finish<TIn>(km, amax_scratch, amax_out);
 }
 
 // The first nt samples of each of the nrow inverse transforms z (rows n apart; packed: of n

@@ -144,13 +144,17 @@ class _FakeDeviceOps:
     def __init__(self):
         self.log = []
 
-    def measure(self, x, copy=True):
+    def measure(self, x, launch=True):
         self.log.append("measure")
         ops = self
 
         class Measure:
             device = np.asarray(np.abs(x).max())
             waited = False
+            recorded = True
+
+            def ensure(self, x):
+                pass
 
             def value(self):
                 if not self.waited:
@@ -159,6 +163,10 @@ class _FakeDeviceOps:
                 return float(self.device)
 
         return Measure()
+
+    def device_amax(self, x):
+        self.log.append("device_amax")
+        return np.asarray(np.abs(x).max())
 
     def scale(self, x, a):
         self.log.append("scale")
@@ -258,11 +266,11 @@ def test_scale_on_device_switch(fake, rng, monkeypatch):
     F = _logged(BlockToeplitz(K, "ddhdd"), fake)
     fake.log.clear()
     y = F.matvec(m)
-    assert fake.log == ["measure", "scale", "product", "unscale", "wait"]
+    assert fake.log == ["measure", "device_amax", "scale", "product", "unscale", "wait"]
     assert _err(y, ref.matvec(m)) < BOUND["h"]
     fake.log.clear()
     y = F.rmatvec(d, check_finite=False)
-    assert fake.log == ["measure", "scale", "product", "unscale"]
+    assert fake.log == ["device_amax", "scale", "product", "unscale"]
     assert _err(y, ref.rmatvec(d)) < BOUND["h"]
 
 
@@ -324,9 +332,13 @@ def test_gpu_exponents_match_host():
             if not math.isinf(a) and a > np.finfo(dt).max:
                 continue
             x = xp.asarray(np.array([a, -a / 2], dtype=dt))
-            amax = ops.amax(x)
-            assert float(amax) == np.float64(dt(a)) == ops.measure(x).value()
+            amax = ops.device_amax(x)
+            assert float(amax) == np.float64(dt(a))
             s = _scaling.scale_exponent(float(amax), np.dtype(dt).itemsize)
+            # the one-launch measure keeps the exponent (float64: its high word)
+            got = ops.measure(x).value()
+            assert _scaling.scale_exponent(got, np.dtype(dt).itemsize) == s
+            assert math.isinf(got) == math.isinf(a) and math.frexp(got)[1] == math.frexp(a)[1]
             got = to_numpy(ops.scale(x, amax))
             if math.isfinite(a):
                 np.testing.assert_array_equal(got, (to_numpy(x).astype(np.float64) * 2.0**s)
@@ -336,7 +348,36 @@ def test_gpu_exponents_match_host():
                 np.testing.assert_array_equal(to_numpy(y), to_numpy(x))
                 np.testing.assert_array_equal(to_numpy(ops.ldexp(x, s)), got)
         nan = xp.asarray(np.array([1.0, np.nan, 2.0], dtype=dt))
-        assert math.isnan(float(ops.amax(nan)))
+        assert math.isnan(float(ops.device_amax(nan))) and math.isnan(ops.measure(nan).value())
+        # a NaN whose payload lies in float64's low word only
+        quiet = np.array([1.0, 2.0], dtype=np.float64)
+        quiet.view(np.uint64)[0] = 0x7FF0000000000001
+        assert math.isnan(ops.measure(xp.asarray(quiet)).value())
+
+
+@_GPU[0]
+@_GPU[1]
+def test_gpu_row_fft_computes_the_magnitude(rng):
+    """Where a remembered one-vector product's forward FFT is the package's row FFT, that
+    kernel computes the input's largest magnitude (no launch of its own): NaN and Inf still
+    raise, extreme inputs are still scaled, and a large grid of blocks (the last block's
+    reset of the scratch words) gives the same answer call after call."""
+    xp = backend.cupy
+    for p in ["ddddd", "dssdd", "ddhdd"]:
+        K, m, d = _case(xp, rng, 1e-30, 1e25, shape=(3, 3000, 64))
+        F = BlockToeplitz(K, p, plan={"row_fft": "1"})
+        ref = BlockToeplitz(K, "ddddd")
+        want = ref.matvec(m)
+        for _ in range(3):
+            assert _err(F.matvec(m), want) < _bound(p)
+        product = F._one_paths[(False, m.shape, m.dtype)][0]
+        assert product is not None and product.folds_amax, F.plan()
+        for bad_value in (np.nan, np.inf, -np.inf):
+            bad = m.copy()
+            bad[-1, -1] = bad_value
+            with pytest.raises(FFTMatvecValueError, match="^m contains NaN"):
+                F.matvec(bad)
+            assert _err(F.matvec(m), want) < _bound(p)
 
 
 def test_wide_dynamic_range_normwise(rng):

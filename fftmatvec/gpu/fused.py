@@ -165,6 +165,8 @@ class _FusedProduct:
         if plans.xhat_scaled != eng.scales_input(adjoint):
             raise ValueError("a float16 adjoint's forward FFT must apply the row scales")
         self.plans = plans
+        # its first kernel computes the input's largest magnitude as it reads it
+        self.folds_amax = isinstance(plans.fwd, _rowfft.RowFFT)
         # stages 3-5 as one kernel (fused), or stage 3's launches and the inverse FFT
         if (fused is None) == (plans.inv is None):
             raise ValueError("a product takes an inverse plan, or stages 3-5 as one kernel")
@@ -245,14 +247,21 @@ class _FusedProduct:
             self._held_ptrs.clear()
             self._held.clear()
 
-    def __call__(self, x, y_shape=None, contiguous: bool = False):
+    def __call__(self, x, y_shape=None, contiguous: bool = False, amax=None):
         """``x`` ``(k, n_in, Nt)`` (or any shape of that size) on the current device -> a new
         array of ``y_shape`` (default ``(k, n_out, Nt)``). ``contiguous``: the caller has
-        checked that ``x`` is C-contiguous."""
+        checked that ``x`` is C-contiguous. ``amax``: a largest magnitude of ``x`` not yet
+        launched (:meth:`fftmatvec._scaling.DeviceOps.measure`), computed by the forward FFT
+        as it reads ``x`` (:attr:`folds_amax`), else launched before it."""
         cp = backend.cupy
         if not (contiguous or x.flags.c_contiguous):
             x = cp.ascontiguousarray(x)
-        stream, alloc = cp.cuda.get_current_stream().ptr, cp.cuda.alloc
+        current = cp.cuda.get_current_stream()
+        stream, alloc = current.ptr, cp.cuda.alloc
+        fold = amax is not None and not amax.recorded
+        if fold and not self.folds_amax:
+            amax.ensure(x)
+            fold = False
         y_shape = self.y_shape if y_shape is None else y_shape
         with self._lock if self.holds else contextlib.nullcontext():
             if self.holds:
@@ -260,7 +269,11 @@ class _FusedProduct:
             else:  # from the pool for this call: alive until it returns, then reused in order
                 mem = self._alloc()
                 xhat, yhat, work = (m.ptr for m in mem)
-            self.plans.fwd(x.data.ptr, xhat, stream)  # first: the device starts on it at once
+            if fold:  # first: the device starts on it at once
+                self.plans.fwd(x.data.ptr, xhat, stream, amax.fold())
+                amax.record(current)
+            else:
+                self.plans.fwd(x.data.ptr, xhat, stream)
             if self.fused is None:
                 sums = self.queue_stage3(stream, xhat, yhat, work)
             y = cp.ndarray(y_shape, self.out_dtype, memptr=alloc(self.y_bytes))
