@@ -129,7 +129,8 @@ template <typename T> __device__ int fm_scale_exp(T a_) {
 class _DeviceAmax:
     """The largest magnitude of an input, on its way to host memory.
 
-    A launch computes it and writes it, as a float64, straight into mapped pinned host memory
+    A launch computes its key (a float32's bits, or a float64's high word: ``amax_key``) and
+    writes it straight into mapped pinned host memory
     (``amax_<dtype>`` or the row FFT of a fused product, ``hip_kernels/common.cuh``:
     ``amax_finish``: no memset before it, no copy after it); an event recorded behind that
     launch tells the host when it has landed. :meth:`value` waits for that event only: the
@@ -137,10 +138,11 @@ class _DeviceAmax:
     now; else the caller passes :meth:`fold`'s pointers to the kernel that reads ``x`` first
     and calls :meth:`record` after it."""
 
-    __slots__ = ("ops", "slot", "recorded", "_value")
+    __slots__ = ("ops", "slot", "recorded", "itemsize", "_value")
 
     def __init__(self, ops: "DeviceOps", x, launch: bool = True):
         self.ops = ops
+        self.itemsize = x.dtype.itemsize
         self.slot = ops._take_slot()
         self.recorded = False
         self._value = None
@@ -176,7 +178,11 @@ class _DeviceAmax:
                 self._value = math.nan
                 return self._value
             event.synchronize()
-            self._value = float(buf[0])
+            key = np.array([buf[0]], dtype=np.uint32)  # decoded on the host: exact
+            if self.itemsize == 4:
+                self._value = float(key.view(np.float32)[0])
+            else:
+                self._value = float((key.astype(np.uint64) << np.uint64(32)).view(np.float64)[0])
             self.ops._give_slot(self.slot)
         return self._value
 
@@ -252,7 +258,7 @@ class DeviceOps:
         return self._ldexp(x, np.int32(k), out)
 
     def _take_slot(self):
-        """(result: a float64 in mapped pinned host memory, its device pointer, an event,
+        """(result: a 32-bit word in mapped pinned host memory, its device pointer, an event,
         scratch: two zero words on the current device)."""
         free = self._free()
         if free:
@@ -260,7 +266,7 @@ class DeviceOps:
         cp = self.cp
         rt = cp.cuda.runtime
         mem = cp.cuda.PinnedMemory(8, rt.hostAllocMapped | rt.hostAllocPortable)
-        buf = np.ndarray((1,), np.float64, buffer=cp.cuda.PinnedMemoryPointer(mem, 0))
+        buf = np.ndarray((1,), np.uint32, buffer=cp.cuda.PinnedMemoryPointer(mem, 0))
         # unified addressing: the host pointer of mapped memory is its device pointer
         return (buf, mem.ptr, cp.cuda.Event(block=False, disable_timing=True),
                 cp.zeros(2, dtype=np.uint32))

@@ -180,20 +180,13 @@ __device__ __forceinline__ unsigned int amax_key(double v) {
   const unsigned long long b = (unsigned long long)__double_as_longlong(v);
   return ((unsigned int)(b >> 32) & 0x7fffffffu) | ((unsigned int)b != 0u ? 1u : 0u);
 }
-__device__ __forceinline__ double amax_value(unsigned int key, float) {
-  return (double)__uint_as_float(key);
-}
-__device__ __forceinline__ double amax_value(unsigned int key, double) {
-  return __longlong_as_double((long long)((unsigned long long)key << 32));
-}
-
-// Once per launch: the largest key m of the launch's threads, as the magnitude of a T, into
-// *out (host memory the host reads after the launch), through scratch[0] (the running
+// Once per launch: the largest key m of the launch's threads into *out (host memory the host
+// reads, and decodes, after the launch), through scratch[0] (the running
 // maximum) and scratch[1] (the blocks done), zero before the launch and after it (the last
 // block resets them), so a launch needs no memset before it and no copy after it. Every
 // thread of every (one-dimensional) block calls it once.
-template <typename T>
-__device__ __forceinline__ void amax_finish(unsigned int m, unsigned int* scratch, double* out) {
+__device__ __forceinline__ void amax_finish(unsigned int m, unsigned int* scratch,
+                                            unsigned int* out) {
   __shared__ unsigned int block_max;
   if (threadIdx.x == 0) block_max = 0u;
   __syncthreads();
@@ -205,7 +198,7 @@ __device__ __forceinline__ void amax_finish(unsigned int m, unsigned int* scratc
     if (atomicAdd(scratch + 1, 1u) == gridDim.x - 1) {  // the last block: every maximum is in
       const unsigned int key = atomicExch(scratch, 0u);
       atomicExch(scratch + 1, 0u);
-      *out = amax_value(key, T());
+      *out = key;
       __threadfence_system();
     }
   }

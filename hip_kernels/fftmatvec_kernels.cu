@@ -87,7 +87,7 @@ FFTMATVEC_STAGE15(f32, float, f32, float, f32, float)
       const TIN* __restrict__ x, COUT* __restrict__ out,                                       \
       const Complex<R>::type* __restrict__ tw, const float* __restrict__ scale, i64 rows,      \
       int nt, int L, int rpb, unsigned long long radices, int npass, i64 nd, i64 nfp,          \
-      unsigned int* amax_scratch, double* amax_out) {                                          \
+      unsigned int* amax_scratch, unsigned int* amax_out) {                                          \
     rfft_pad_body<M, TIN, TMID, R, COUT>(x, out, tw, scale, rows, nt, L, rpb, radices, npass,  \
                                          nd, nfp, amax_scratch, amax_out);                     \
   }
@@ -181,7 +181,7 @@ FFTMATVEC_SCALE_ROWS(c64, float2)
 // ---- the largest magnitude of an input: amax_<input> ----------------------------------------
 #define FFTMATVEC_AMAX(NAME, T)                                                                \
   extern "C" __global__ void __launch_bounds__(256) amax_##NAME(                               \
-      const T* __restrict__ x, i64 n, unsigned int* scratch, double* out) {                    \
+      const T* __restrict__ x, i64 n, unsigned int* scratch, unsigned int* out) {                    \
     amax_body<T>(x, n, scratch, out);                                                          \
   }
 #if FFTMATVEC_IN_SECTION(MISC)

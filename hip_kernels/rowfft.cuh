@@ -466,7 +466,7 @@ __device__ __forceinline__ void rfft_pad_body(const TIn* __restrict__ x, COut* _
                                               const float* __restrict__ scale, i64 rows, int nt,
                                               int L, int rpb, unsigned long long radices,
                                               int npass, i64 nd, i64 nfp,
-                                              unsigned int* amax_scratch, double* amax_out) {
+                                              unsigned int* amax_scratch, unsigned int* amax_out) {
   typedef typename Complex<R>::type C;
   const int n = L % 2 == 0 ? L / 2 : L, nf = L / 2 + 1;
   C* a = reinterpret_cast<C*>(fftmatvec_dynamic_smem);
@@ -482,7 +482,7 @@ __device__ __forceinline__ void rfft_pad_body(const TIn* __restrict__ x, COut* _
     if (scale != nullptr) v = c_scale(v, (R)scale[(row % nd) * nfp + f]);
     out[row * nf + f] = ccast<COut>(v);
   });
-  if (track) amax_finish<TIn>(km, amax_scratch, amax_out);
+  if (track) amax_finish(km, amax_scratch, amax_out);
 }
 
 // The first nt samples of each of the nrow inverse transforms z (rows n apart; packed: of n
