@@ -94,6 +94,83 @@ def test_choose_grid():
         choose_grid(2, 3, 3, 3, product="both")
 
 
+def test_shared_device():
+    from fftmatvec.distributed.comm import shared_device
+
+    assert shared_device([("a", "0000:01:00.0"), ("a", "0000:02:00.0"), ("b", "0000:01:00.0")]) == ""
+    assert shared_device([("a", "0000:01:00.0")]) == ""
+    assert shared_device([("a", "x"), ("a", "y"), ("a", "x"), ("a", "y")]) == \
+        "ranks 0 and 2 share GPU x on a"
+
+
+def test_cpu_transport_is_mpi():
+    import numpy as np
+
+    from fftmatvec.distributed.comm import make_transport
+
+    t = make_transport(np, None)
+    assert (t.name, t.staging) == ("mpi", "host") and "CPU" in t.reason
+    with pytest.raises(FFTMatvecValueError, match="needs a GPU operator"):
+        make_transport(np, "nccl")
+    with pytest.raises(FFTMatvecValueError, match="transport must be"):
+        make_transport(np, "gloo")
+
+
+class _Request:
+    """An MPI request that completes at its ``n``-th test."""
+
+    def __init__(self, n):
+        self.n, self.tests = n, 0
+
+    def Test(self):
+        self.tests += 1
+        return self.tests >= self.n
+
+    def Wait(self):
+        self.tests = max(self.tests, self.n)
+
+
+class _Event:
+    """A device event that has passed after ``n`` queries."""
+
+    def __init__(self, n):
+        self.n, self.queries, self.waited = n, 0, False
+
+    @property
+    def done(self):
+        self.queries += 1
+        return self.queries > self.n
+
+    def synchronize(self):
+        self.waited = True
+
+
+def test_waiting_for_the_device_drives_the_collectives_in_flight():
+    """A send that waits for the device tests the collectives in flight meanwhile (MPI moves
+    them only inside its calls); with none in flight it waits without spinning."""
+    import numpy as np
+
+    from fftmatvec.distributed.comm import MPITransport
+
+    t = MPITransport(np)
+    reqs = [_Request(3), _Request(50)]
+    pend = [t._pending(r, lambda: "got", ()) for r in reqs]
+    assert t.in_flight == 2
+    ev = _Event(10)
+    t.until(ev)
+    assert not ev.waited and ev.queries == 11
+    assert reqs[0].tests == 3  # tested until it completed, then forgotten
+    assert reqs[1].tests == 10 and t.in_flight == 1
+    assert pend[1].wait() == "got" and t.in_flight == 0
+    ev = _Event(10)
+    t.until(ev)  # nothing in flight: one plain wait
+    assert ev.waited and ev.queries == 1
+    # waited-for collectives are forgotten as new ones start (nothing accumulates)
+    for _ in range(5):
+        t._pending(_Request(1), lambda: None, ()).wait()
+    assert len(t._inflight) == 1
+
+
 def test_process_grid_needs_a_communicator():
     from fftmatvec import ProcessGrid
 
@@ -186,7 +263,8 @@ def _gpu_or_skip():
 @pytest.mark.parametrize("n", [2, 4])
 @pytest.mark.parametrize("transport", ["gpu", "nccl"])
 def test_products_with_ranks_sharing_the_gpu(n, transport):
-    """CuPy operators, the ranks sharing the visible GPU(s): host-staged MPI, or NCCL (which
+    """CuPy operators, the ranks sharing the visible GPU(s): the automatic transport (MPI,
+    host-staged unless the MPI library is GPU-aware, where ranks share a GPU), or NCCL (which
     needs a GPU per rank)."""
     _gpu_or_skip()
     if transport == "nccl":
@@ -195,5 +273,16 @@ def test_products_with_ranks_sharing_the_gpu(n, transport):
         if backend.cupy.cuda.runtime.getDeviceCount() < n:
             pytest.skip(f"NCCL needs a GPU per rank: {n} ranks")
     res = _run(n, "check_products.py", transport)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-5000:]
+    assert res.stdout.split()[:2] == ["OK", str(n)], res.stdout
+
+
+@pytest.mark.gpu
+@pytest.mark.mpi
+@pytest.mark.parametrize("n", [2, 4])
+def test_errors_with_ranks_sharing_the_gpu(n):
+    """The error checks on CuPy operators; NCCL asked for on a shared GPU fails on every rank."""
+    _gpu_or_skip()
+    res = _run(n, "check_errors.py", "gpu")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-5000:]
     assert res.stdout.split()[:2] == ["OK", str(n)], res.stdout

@@ -14,7 +14,18 @@ library is GPU-aware (``FFTMATVEC_GPU_AWARE_MPI=1`` or ``0`` decides; else detec
 :class:`NCCLTransport` (``cupy.cuda.nccl``) runs the collectives on its own CUDA stream; an
 all-gather of unequal slices is a group of broadcasts, a reduce-scatter a group of reduces.
 Every collective is non-blocking and returns a :class:`Pending` whose ``wait()`` gives the
-received array on the operator's device.
+received array on the operator's device. On a communicator of one rank a collective is a
+copy (no MPI call, no staging). :func:`make_transport` picks NCCL only where every rank has a
+GPU of its own (NCCL refuses two ranks on one device) and says why in ``transport.reason``.
+
+Progress
+--------
+MPI without a progress thread advances a non-blocking collective only inside MPI calls. On a
+GPU the host must not sit in a blocking wait for the device while collectives are in flight:
+a host-staged send copies the device buffer to pinned memory behind an event and, until the
+event has passed (the computation queued before it is done), tests the transport's collectives
+in flight; a GPU-aware send waits for the stream the same way. So one chunk's collectives move
+while the next chunk is computed.
 """
 
 from __future__ import annotations
@@ -26,7 +37,8 @@ import numpy as np
 from .. import backend
 from .._errors import FFTMatvecDistributedError, FFTMatvecValueError
 
-__all__ = ["sync", "Pending", "MPITransport", "NCCLTransport", "make_transport", "gpu_aware_mpi"]
+__all__ = ["sync", "Pending", "MPITransport", "NCCLTransport", "make_transport", "gpu_aware_mpi",
+           "shared_device"]
 
 
 def _describe(exc: BaseException) -> str:
@@ -99,10 +111,17 @@ class Pending:
         self._req, self._finish, self._keep = req, finish, keep
         self._done, self._value = False, None
 
-    def test(self) -> None:
-        """Drive progress (MPI without a progress thread advances only inside its calls)."""
-        if self._req is not None and not self._done:
-            self._req.Test()
+    @property
+    def done(self) -> bool:
+        """True once waited for."""
+        return self._done
+
+    def test(self) -> bool:
+        """Drive progress (MPI without a progress thread advances only inside its calls);
+        True once the collective has completed."""
+        if self._done or self._req is None:
+            return True
+        return bool(self._req.Test())
 
     def wait(self):
         if not self._done:
@@ -119,28 +138,77 @@ def _mpi_type(dtype):
     return dtlib.from_numpy_dtype(np.dtype(dtype))
 
 
+def _alone(xp, a, dtype) -> Pending:
+    """A collective over one rank: ``a`` in the wire dtype (a copy), at once."""
+    out = xp.array(a, dtype=dtype, order="C", copy=True)
+    return Pending(None, lambda: out)
+
+
 class MPITransport:
     """Collectives through mpi4py on NumPy buffers, or CuPy ones (direct or host-staged).
 
     Every collective takes its input in the layout ``(n, ...)`` with the distributed axis
     first, casts it to the wire dtype ``dtype`` and returns ``(n_total, ...)`` in that dtype.
+    The collectives not yet waited for are tested while a send waits for the device (see the
+    module's notes).
     """
 
     name = "mpi"
 
-    def __init__(self, xp, gpu_aware: bool | None = None):
+    def __init__(self, xp, gpu_aware: bool | None = None, reason: str = ""):
         self.xp = xp
         self.direct = xp is np or (gpu_aware_mpi() if gpu_aware is None else bool(gpu_aware))
+        self.reason = reason
+        self._inflight: list = []
+
+    @property
+    def staging(self) -> str:
+        """``"host"`` (NumPy, or CuPy buffers copied through pinned host memory) or
+        ``"device"`` (CuPy buffers given to a GPU-aware MPI)."""
+        return "device" if self.xp is not np and self.direct else "host"
+
+    @property
+    def in_flight(self) -> int:
+        """Collectives started and neither waited for nor seen complete by :meth:`progress`."""
+        return sum(not p.done for p in self._inflight)
+
+    def progress(self) -> None:
+        """Test the collectives in flight once; forget those that have completed."""
+        self._inflight = [p for p in self._inflight if not p.test()]
+
+    def until(self, event) -> None:
+        """Return once the device ``event`` has passed, testing the collectives in flight
+        meanwhile (with none in flight, a plain wait)."""
+        while not event.done:
+            self.progress()
+            if not self._inflight:
+                event.synchronize()
+                return
+
+    def _pending(self, req, finish, keep) -> Pending:
+        pend = Pending(req, finish, keep)
+        self._inflight = [p for p in self._inflight if not p.done] + [pend]
+        return pend
 
     def _send(self, a, dtype):
         xp = self.xp
         a = xp.ascontiguousarray(a, dtype=dtype)
         if xp is np:
             return a
+        stream = xp.cuda.get_current_stream()
         if self.direct:
-            xp.cuda.get_current_stream().synchronize()
+            event = stream.record()
+            self.until(event)
             return a
-        return backend.cupy.asnumpy(a)
+        import cupyx
+
+        host = cupyx.empty_pinned(a.shape, dtype=a.dtype)
+        if a.nbytes:
+            xp.cuda.runtime.memcpyAsync(host.ctypes.data, a.data.ptr, a.nbytes,
+                                        xp.cuda.runtime.memcpyDeviceToHost, stream.ptr)
+        event = stream.record()
+        self.until(event)
+        return host
 
     def _empty(self, shape, dtype):
         if self.xp is not np and self.direct:
@@ -152,6 +220,8 @@ class MPITransport:
 
     def allgatherv(self, comm, a, counts, dtype) -> Pending:
         """Concatenate every rank's ``a`` (``counts[q]`` rows from rank ``q``) on every rank."""
+        if comm.Get_size() == 1:
+            return _alone(self.xp, a, dtype)
         rest = a.shape[1:]
         per = int(np.prod(rest, dtype=np.int64))
         send = self._send(a, dtype)
@@ -159,27 +229,31 @@ class MPITransport:
         cnt = [int(n) * per for n in counts]
         displs = np.concatenate([[0], np.cumsum(cnt)[:-1]]).astype(int).tolist()
         req = comm.Iallgatherv(send, [recv, cnt, displs, _mpi_type(dtype)])
-        return Pending(req, lambda: self._back(recv), (send,))
+        return self._pending(req, lambda: self._back(recv), (send,))
 
     def reduce_scatter(self, comm, a, counts, dtype) -> Pending:
         """Sum ``a`` over the ranks and give rank ``q`` its ``counts[q]`` rows of the sum."""
         from mpi4py import MPI
 
+        if comm.Get_size() == 1:
+            return _alone(self.xp, a, dtype)
         rest = a.shape[1:]
         per = int(np.prod(rest, dtype=np.int64))
         send = self._send(a, dtype)
         recv = self._empty((int(counts[comm.Get_rank()]),) + tuple(rest), dtype)
         req = comm.Ireduce_scatter(send, recv, [int(n) * per for n in counts], op=MPI.SUM)
-        return Pending(req, lambda: self._back(recv), (send,))
+        return self._pending(req, lambda: self._back(recv), (send,))
 
     def allreduce(self, comm, a, dtype) -> Pending:
         """Sum ``a`` over the ranks, on every rank."""
         from mpi4py import MPI
 
+        if comm.Get_size() == 1:
+            return _alone(self.xp, a, dtype)
         send = self._send(a, dtype)
         recv = self._empty(send.shape, dtype)
         req = comm.Iallreduce(send, recv, op=MPI.SUM)
-        return Pending(req, lambda: self._back(recv), (send,))
+        return self._pending(req, lambda: self._back(recv), (send,))
 
 
 class NCCLTransport:
@@ -193,12 +267,13 @@ class NCCLTransport:
 
     name = "nccl"
 
-    def __init__(self, xp):
+    def __init__(self, xp, reason: str = ""):
         if xp is np or not backend.has_cupy:
             raise FFTMatvecValueError("the NCCL transport needs a GPU operator (CuPy)")
         from cupy.cuda import nccl
 
-        self.xp, self._nccl = xp, nccl
+        self.xp, self._nccl, self.reason = xp, nccl, reason
+        self.staging = "device"
         self._comms: dict = {}
         self.stream = xp.cuda.Stream(non_blocking=True)
 
@@ -239,6 +314,8 @@ class NCCLTransport:
                 self.xp.ascontiguousarray(a, dtype=dtype))
 
     def allgatherv(self, comm, a, counts, dtype) -> Pending:
+        if comm.Get_size() == 1:
+            return _alone(self.xp, a, dtype)
         xp, nccl = self.xp, self._nccl
         nc, rest, per, send = self._operands(comm, a, dtype)
         out = xp.empty((int(sum(counts)),) + tuple(rest), dtype=dtype)
@@ -255,6 +332,8 @@ class NCCLTransport:
         return self._pending(out, send)
 
     def reduce_scatter(self, comm, a, counts, dtype) -> Pending:
+        if comm.Get_size() == 1:
+            return _alone(self.xp, a, dtype)
         xp, nccl = self.xp, self._nccl
         nc, rest, per, send = self._operands(comm, a, dtype)
         me = comm.Get_rank()
@@ -273,6 +352,8 @@ class NCCLTransport:
         return self._pending(out, send)
 
     def allreduce(self, comm, a, dtype) -> Pending:
+        if comm.Get_size() == 1:
+            return _alone(self.xp, a, dtype)
         xp, nccl = self.xp, self._nccl
         nc = self._comm(comm)
         send = xp.ascontiguousarray(a, dtype=dtype)
@@ -283,28 +364,78 @@ class NCCLTransport:
         return self._pending(out, send)
 
 
+def shared_device(seen) -> str:
+    """Given each rank's ``(host, device)``, in rank order: ``""`` when no two ranks have the
+    same device, else which two ranks share which device (the first such pair)."""
+    first: dict = {}
+    for q, key in enumerate(seen):
+        key = tuple(key)
+        if key in first:
+            return f"ranks {first[key]} and {q} share GPU {key[1]} on {key[0]}"
+        first[key] = q
+    return ""
+
+
+def _device_key(xp) -> tuple:
+    """``(host name, PCI bus id)`` of the current GPU (its id where the bus id is unknown:
+    ranks with different visible devices then look alike, which errs towards MPI)."""
+    import socket
+
+    dev = xp.cuda.Device()
+    try:
+        bus = str(xp.cuda.runtime.deviceGetPCIBusId(dev.id))
+    except Exception:
+        bus = f"device {dev.id}"
+    return (socket.gethostname(), bus)
+
+
+def _nccl_missing() -> str:
+    """``""`` when ``cupy.cuda.nccl`` can be used here, else why not."""
+    try:
+        from cupy.cuda import nccl
+    except Exception as exc:
+        return f"cupy.cuda.nccl does not import ({type(exc).__name__}: {exc})"
+    if not getattr(nccl, "available", True):
+        return "CuPy was built without NCCL"
+    return ""
+
+
 def make_transport(xp, transport: str | None, comm=None):
-    """``"mpi"``, ``"nccl"``, or None: NCCL for a GPU operator when ``cupy.cuda.nccl``
-    imports and every rank has a GPU of its own (NCCL refuses ranks sharing a device), else
-    MPI. Collective when ``transport`` is None on a GPU (the ranks compare their devices)."""
+    """The transport of an operator on ``xp`` (``numpy`` or ``cupy``).
+
+    ``"mpi"``; ``"nccl"``; or None: NCCL for a GPU operator when ``cupy.cuda.nccl`` can be
+    used on every rank and every rank has a GPU of its own (NCCL refuses two ranks on one
+    device, ``ncclInvalidUsage``), else MPI. The transport's ``reason`` says why. For a GPU
+    operator with ``comm`` given, the ranks compare their devices and NCCL's availability (a
+    collective: every rank must pass the same ``transport``); ``"nccl"`` then raises on every
+    rank where it cannot work, before any NCCL communicator is made.
+    """
     if transport not in (None, "mpi", "nccl"):
         raise FFTMatvecValueError(f"transport must be 'mpi', 'nccl' or None, got {transport!r}")
-    if transport == "mpi" or (transport is None and xp is np):
-        return MPITransport(xp)
-    if transport is None:
-        try:
-            from cupy.cuda import nccl
-
-            ok = bool(getattr(nccl, "available", True))
-        except Exception:
-            ok = False
-        if comm is not None:
-            import socket
-
-            dev = xp.cuda.Device()
-            pci = xp.cuda.runtime.deviceGetPCIBusId(dev.id)
-            seen = comm.allgather((ok, socket.gethostname(), pci))
-            ok = all(s[0] for s in seen) and len({s[1:] for s in seen}) == len(seen)
-        if not ok:
-            return MPITransport(xp)
-    return NCCLTransport(xp)
+    if xp is np:
+        if transport == "nccl":
+            raise FFTMatvecValueError("the NCCL transport needs a GPU operator (CuPy)")
+        return MPITransport(xp, reason="a CPU operator: MPI on NumPy buffers")
+    if transport == "mpi":
+        return MPITransport(xp, reason="transport='mpi' was asked for")
+    missing, shared = _nccl_missing(), ""
+    if comm is not None:
+        seen = comm.allgather((missing, _device_key(xp)))
+        lacking = [q for q, s in enumerate(seen) if s[0]]
+        if lacking:
+            missing = f"{seen[lacking[0]][0]} on rank(s) {', '.join(map(str, lacking))}"
+        shared = shared_device([s[1] for s in seen])
+    if transport == "nccl":
+        if missing:
+            raise FFTMatvecValueError(f"transport='nccl': {missing}")
+        if shared:
+            raise FFTMatvecValueError(
+                f"transport='nccl': {shared}, and NCCL needs a GPU per rank (it refuses two "
+                "ranks on one device); use transport='mpi' or None for ranks sharing a GPU")
+        return NCCLTransport(xp, reason="transport='nccl' was asked for")
+    if missing:
+        return MPITransport(xp, reason=f"NCCL cannot be used: {missing}")
+    if shared:
+        return MPITransport(xp, reason=f"{shared} (NCCL refuses two ranks on one device)")
+    return NCCLTransport(xp, reason="every rank has a GPU of its own" if comm is not None
+                         else "a GPU operator (devices not compared: no communicator)")

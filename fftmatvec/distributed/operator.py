@@ -15,7 +15,8 @@ Gathers travel in stage 1's precision, reductions in stage 5's (``s`` halves the
 Overlap: a batch of ``k`` right-hand sides is cut into chunks run as a software pipeline
 with non-blocking collectives: while chunk ``i`` is computed, the gather of chunk ``i+1`` and
 the reduction of chunk ``i-1`` are in flight (on the CPU, MPI is driven between the five
-stages). The normal operator runs its two halves skewed by one chunk, so the all-reduce of one
+stages; on a GPU the chunk's stages are queued and the transport drives MPI while the host
+waits for them, :mod:`.comm`). The normal operator runs its two halves skewed by one chunk, so the all-reduce of one
 chunk overlaps the forward half of the next. Every rank starts the collectives of each
 communicator in the same static order. ``overlap=False`` runs the whole batch as one chunk:
 gather, compute, reduce (the baseline the benchmark compares with). One vector is one chunk.
@@ -263,7 +264,10 @@ class DistributedBlockToeplitz(_Distributed):
         None: the GPU for a CuPy kernel, else the CPU. On a GPU, rank binds to
         :meth:`ProcessGrid.device_id`.
     transport : {None, "mpi", "nccl"}
-        None: NCCL for GPU operators when ``cupy.cuda.nccl`` is there, MPI otherwise.
+        None: NCCL for GPU operators when ``cupy.cuda.nccl`` works on every rank and every
+        rank has a GPU of its own, MPI otherwise (ranks sharing a GPU: MPI, host-staged unless
+        the MPI library is GPU-aware); ``transport.reason`` says why. ``"nccl"`` on ranks
+        sharing a GPU raises on every rank.
     overlap : bool, default True
         Pipeline chunks of a batch (see the module's notes); False: one chunk,
         compute-then-communicate.
@@ -303,7 +307,8 @@ class DistributedBlockToeplitz(_Distributed):
             exc = e
         sync(comm, "DistributedBlockToeplitz", exc, where)
         seen = comm.allgather((token, f"auto rtol={rtol!r}" if auto else self.precision.letters,
-                               str(self.dtype), self._xp is np, bool(overlap), chunks, fft_len))
+                               str(self.dtype), self._xp is np, bool(overlap), chunks, fft_len,
+                               transport))
         if len(set(map(repr, seen))) > 1:
             detail = "; ".join(f"rank {q}: {s[0][:4]}, precision {s[1]}, dtype {s[2]}"
                                for q, s in enumerate(seen))

@@ -2,7 +2,9 @@
 
 With the argument ``uncaught`` the last rank passes a bad vector and nobody catches the
 error: every rank must raise, so the run ends with a nonzero status instead of hanging.
-Otherwise prints "OK <n> <cases>" on rank 0.
+Otherwise prints "OK <n> <cases>" on rank 0. With the argument ``gpu`` the operators and
+vectors are CuPy ones (the ranks sharing or splitting the visible GPUs), and NCCL asked for on
+ranks sharing a GPU must fail on every rank; without CuPy or a GPU it prints "SKIP <reason>".
 """
 
 import os
@@ -12,7 +14,7 @@ import tempfile
 import numpy as np
 from mpi4py import MPI
 
-from fftmatvec import DistributedBlockToeplitz, FFTMatvecValueError, ProcessGrid, io
+from fftmatvec import DistributedBlockToeplitz, FFTMatvecValueError, ProcessGrid, backend, io
 from fftmatvec.distributed import FFTMatvecDistributedError
 
 comm = MPI.COMM_WORLD
@@ -20,6 +22,14 @@ size, rank = comm.Get_size(), comm.Get_rank()
 last = size - 1
 cases = 0
 K = np.random.default_rng(0).standard_normal((5, 7, 4))
+GPU = "gpu" in sys.argv[1:]
+if GPU and backend.gpu_available():
+    import cupy
+
+    dev, host = cupy.asarray, cupy.asnumpy
+else:
+    dev = host = np.asarray
+DEVICE = "gpu" if GPU else "cpu"
 
 
 def expect(fn, what, ranks=(last,), exc=FFTMatvecDistributedError, words=()):
@@ -42,26 +52,27 @@ def expect(fn, what, ranks=(last,), exc=FFTMatvecDistributedError, words=()):
 
 
 def main():
-    op = DistributedBlockToeplitz(ProcessGrid(comm), K)
-    m = op.distribute(np.ones((7, 4)), "param")
-    good = op.collect(op.matvec(m), "obs")
+    op = DistributedBlockToeplitz(ProcessGrid(comm), dev(K))
+    m = op.distribute(dev(np.ones((7, 4))), "param")
+    good = host(op.collect(op.matvec(m), "obs"))
 
-    bad = np.ones((m.shape[0] + 1, 4)) if rank == last else m
+    bad = dev(np.ones((m.shape[0] + 1, 4))) if rank == last else m
     expect(lambda: op.matvec(bad), "wrong shape", words=("must have shape",))
     nan = m.copy()
     if rank == last:
-        nan.flat[0] = np.nan
+        nan.reshape(-1)[0] = np.nan
     expect(lambda: op.matvec(nan), "NaN input", words=("NaN",))
-    M = np.ones((3 if rank == last else 2,) + op.local_shape("param"))
+    M = dev(np.ones((3 if rank == last else 2,) + op.local_shape("param")))
     expect(lambda: op.matmat(M), "batch sizes", ranks=[], words=("different sizes",))
     expect(lambda: op.normal(-1.0 if rank == last else 1.0), "bad weight", words=("weight",))
 
     def kern(rs, cs):
         block = K[rs, cs]
         return block[:, :, :-1] if rank == last else block
-    expect(lambda: DistributedBlockToeplitz(ProcessGrid(comm), kern, shape=K.shape),
+    expect(lambda: DistributedBlockToeplitz(ProcessGrid(comm), kern, shape=K.shape,
+                                            device=DEVICE),
            "callable's wrong block", words=("callable returned",))
-    other = K + (1.0 if rank == last else 0.0)
+    other = dev(K + (1.0 if rank == last else 0.0))
     expect(lambda: DistributedBlockToeplitz(ProcessGrid(comm), other), "different kernels",
            ranks=[], words=("different kernels",))
     tmp = comm.bcast(tempfile.mkdtemp() if rank == 0 else None)
@@ -70,24 +81,30 @@ def main():
         io.save_matrix(path, K)
     comm.Barrier()
     missing = path if rank != last else os.path.join(tmp, "missing.h5")
-    expect(lambda: DistributedBlockToeplitz(ProcessGrid(comm), missing), "missing file")
+    expect(lambda: DistributedBlockToeplitz(ProcessGrid(comm), missing, device=DEVICE),
+           "missing file")
     # a grid that does not fit: the same clear error on every rank, before any block is read
     expect(lambda: DistributedBlockToeplitz(ProcessGrid(comm, size, 1),
-                                            np.ones((size - 1, 3, 4))),
+                                            dev(np.ones((size - 1, 3, 4)))),
            "grid too tall", exc=FFTMatvecValueError, words=("does not fit",))
     expect(lambda: ProcessGrid(comm, size if rank == last else None, None), "different grids",
            exc=FFTMatvecValueError, words=("different grids",))
+    expect(lambda: DistributedBlockToeplitz(ProcessGrid(comm), dev(K),
+                                            transport="mpi" if rank == last else None),
+           "different transports", ranks=[], words=("different kernels or settings",))
+    if GPU:
+        check_nccl_on_a_shared_gpu()
     # a failure in the middle of a product (after its collectives started)
-    op2 = DistributedBlockToeplitz(ProcessGrid(comm), K)
+    op2 = DistributedBlockToeplitz(ProcessGrid(comm), dev(K))
     if rank == last:
         def boom(*args):
             raise RuntimeError("boom in the local product")
         op2._local = boom
-    Ml = np.ones((3,) + op2.local_shape("param"))
+    Ml = dev(np.ones((3,) + op2.local_shape("param")))
     expect(lambda: op2.matmat(Ml), "mid-product failure", words=("boom",))
     expect(lambda: op2.normal().matmat(Ml), "mid-normal failure", words=("boom",))
     # the operator still works after the errors
-    again = op.collect(op.matvec(m), "obs")
+    again = host(op.collect(op.matvec(m), "obs"))
     assert np.array_equal(again, good)
     comm.Barrier()
     if rank == 0:
@@ -97,9 +114,24 @@ def main():
         print(f"OK {size} {cases}")
 
 
+def check_nccl_on_a_shared_gpu():
+    """transport='nccl' where two ranks share a GPU: a clear error on every rank, raised
+    before any NCCL communicator is made (NCCL itself would fail with ncclInvalidUsage)."""
+    import socket
+
+    from fftmatvec.distributed.comm import shared_device
+
+    d = cupy.cuda.Device()
+    keys = comm.allgather((socket.gethostname(), cupy.cuda.runtime.deviceGetPCIBusId(d.id)))
+    if not shared_device(keys):
+        return
+    expect(lambda: DistributedBlockToeplitz(ProcessGrid(comm), dev(K), transport="nccl"),
+           "NCCL on a shared GPU", ranks=list(range(size)), words=("transport='nccl'",))
+
+
 def uncaught():
-    op = DistributedBlockToeplitz(ProcessGrid(comm), K)
-    m = op.distribute(np.ones((7, 4)), "param")
+    op = DistributedBlockToeplitz(ProcessGrid(comm), dev(K))
+    m = op.distribute(dev(np.ones((7, 4))), "param")
     if rank == last:
         m = m[:, :-1]
     op.matvec(m)  # raises on every rank: the run must end
@@ -107,4 +139,10 @@ def uncaught():
 
 
 if __name__ == "__main__":
-    uncaught() if sys.argv[1:] == ["uncaught"] else main()
+    if GPU and not backend.gpu_available():
+        if rank == 0:
+            print("SKIP no GPU (CuPy missing or no device)")
+    elif "uncaught" in sys.argv[1:]:
+        uncaught()
+    else:
+        main()

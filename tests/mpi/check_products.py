@@ -5,23 +5,31 @@ grid, the three kernel arguments, one vector and batches, overlap on and off, th
 operator with each kind of weight, a float32-wire precision, dot/norm, distributed CG
 against serial CG, and pylops-mpi's CG when it is installed. Prints "OK <n> <cases>" on rank 0;
 any failure raises (and so ends the run with a nonzero status).
+
+Arguments: none, CPU operators (NumPy); ``gpu``, CuPy operators with the automatic transport
+(ranks sharing a GPU must get MPI, host-staged unless the MPI library is GPU-aware); ``nccl``,
+CuPy operators on NCCL (a GPU per rank). Without CuPy or a GPU, ``gpu`` and ``nccl`` print
+"SKIP <reason>" on rank 0 and end with status 0.
 """
 
 import os
 import sys
 import tempfile
+import time
 
 import numpy as np
 from mpi4py import MPI
 
-from fftmatvec import BlockToeplitz, DistributedBlockToeplitz, ProcessGrid, io
+from fftmatvec import BlockToeplitz, DistributedBlockToeplitz, ProcessGrid, backend, io
 from fftmatvec.distributed import cg
+from fftmatvec.distributed.comm import MPITransport, shared_device
 
 comm = MPI.COMM_WORLD
-# "gpu": CuPy operators (ranks share or split the visible GPUs); "nccl": and NCCL transport
+# "gpu": CuPy operators (ranks share or split the visible GPUs), the automatic transport;
+# "nccl": CuPy operators on NCCL
 GPU = "gpu" in sys.argv[1:] or "nccl" in sys.argv[1:]
-TRANSPORT = "nccl" if "nccl" in sys.argv[1:] else ("mpi" if GPU else None)
-if GPU:
+TRANSPORT = "nccl" if "nccl" in sys.argv[1:] else None
+if GPU and backend.gpu_available():
     import cupy
 
     dev, host = cupy.asarray, cupy.asnumpy
@@ -57,7 +65,29 @@ def fresh(seed, *shape):
     return np.random.default_rng(seed).standard_normal(shape)
 
 
+def device_key():
+    import socket
+
+    d = cupy.cuda.Device()
+    return (socket.gethostname(), cupy.cuda.runtime.deviceGetPCIBusId(d.id))
+
+
+def check_transport(op):
+    """The transport the operator got: MPI on the CPU; on ranks sharing a GPU, MPI (NCCL
+    refuses them) with the reason naming the ranks; NCCL where asked for."""
+    global cases
+    t = op.transport
+    if not GPU:
+        assert t.name == "mpi" and t.staging == "host", (t.name, t.staging)
+    elif TRANSPORT == "nccl":
+        assert t.name == "nccl", t.name
+    elif shared_device(comm.allgather(device_key())):
+        assert t.name == "mpi" and "share GPU" in t.reason, (t.name, t.reason)
+    cases += 1
+
+
 def check_operator(op, ref, seed, tol=TOL):
+    check_transport(op)
     nd, nm, nt = ref.nd, ref.nm, ref.nt
     m, d = fresh(seed, nm, nt), fresh(seed + 1, nd, nt)
     M, D = fresh(seed + 2, 5, nm, nt), fresh(seed + 3, 3, nd, nt)
@@ -93,7 +123,42 @@ def check_operator(op, ref, seed, tol=TOL):
               1e2 * tol if tol > TOL else tol)
 
 
+class _Later:
+    """A stand-in for a device event that passes ``seconds`` from now."""
+
+    def __init__(self, seconds):
+        self.at = time.perf_counter() + seconds
+
+    @property
+    def done(self):
+        return time.perf_counter() >= self.at
+
+    def synchronize(self):
+        time.sleep(max(0.0, self.at - time.perf_counter()))
+
+
+def check_progress():
+    """While a send waits for the device, the collectives in flight move: a large all-gather
+    started before the wait has completed when the wait ends, without a Wait."""
+    global cases
+    t = MPITransport(np)
+    n = 1 << 19
+    a = np.full((n, 4), float(rank))  # 16 MiB a rank: far past any eager limit
+    pend = t.allgatherv(comm, a, [n] * size, np.float64)
+    t.until(_Later(1.0))
+    assert t.in_flight == 0, "the all-gather did not progress during the wait"
+    got = pend.wait()
+    assert got.shape == (size * n, 4) and np.array_equal(got[::n, 0], np.arange(size))
+    cases += 1
+
+
 def main():
+    if GPU and not backend.gpu_available():
+        if rank == 0:
+            print("SKIP no GPU (CuPy missing or no device)")
+        return
+    if size > 1 and not GPU:
+        check_progress()
     tmp = comm.bcast(tempfile.mkdtemp() if rank == 0 else None)
     for nd, nm, nt in ((5, 7, 6), (6, 4, 9)):
         K = fresh(10 * nd + nm, nd, nm, nt)
