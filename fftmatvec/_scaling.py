@@ -53,6 +53,15 @@ __all__ = ["WINDOW", "scale_exponent", "kernel_exponent", "scale_kernel", "ops_f
 
 WINDOW = 32
 _LO, _HI = 2.0 ** -WINDOW, 2.0 ** WINDOW
+_WIDEN = r"""
+__device__ double fm_widen(double x) { return x; }
+__device__ double fm_widen(float x) {
+    const unsigned int b = __float_as_uint(x);
+    if ((b & 0x7f800000u) != 0u) return (double)x;
+    const double m = ldexp((double)(b & 0x7fffffu), -149);  // zero or subnormal: exact
+    return (b >> 31) ? -m : m;
+}
+"""
 # exponents s for which 2**s is a normal number of the dtype (so x * 2**s is exact)
 _NORMAL = {4: (-126, 127), 8: (-1022, 1023)}
 
@@ -205,8 +214,11 @@ class DeviceOps:
         self._unscale = cp.ElementwiseKernel(
             "X a, int32 k", "Y y", "y = (Y)ldexp((double)y, k - fm_scale_exp<X>(a))",
             "fftmatvec_unscale_output", preamble=_PREAMBLE)
+        # CuPy compiles its kernels with float32 subnormals flushed to zero: a float32 is
+        # widened through its bits, so a subnormal input keeps its value in the scale
         self._ldexp = cp.ElementwiseKernel(
-            "X x, int32 k", "X y", "y = (X)ldexp((double)x, k)", "fftmatvec_ldexp")
+            "X x, int32 k", "X y", "y = (X)ldexp(fm_widen(x), k)", "fftmatvec_ldexp",
+            preamble=_WIDEN)
 
     def measure(self, x, launch: bool = True) -> _DeviceAmax:
         """``x``'s largest magnitude (:class:`_DeviceAmax`), computed now where ``launch``."""

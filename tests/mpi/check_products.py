@@ -195,7 +195,9 @@ def main():
                                           transport=TRANSPORT)
         letters = comm.allgather(op.precision.letters)
         assert len(set(letters)) == 1 and letters[0] != "ddddd", letters
-        assert op.precision_source == "model", op.precision_source
+        # the CPU has no table; a GPU with a shipped table (tuning/) takes its entry
+        assert op.precision_source == "model" or (GPU and op.precision_source.endswith(".yaml")), \
+            op.precision_source
         check_operator(op, BlockToeplitz(K, letters[0]), seed=4, tol=1e-5)
         # CG: the same lines on the grid and on one process
         op = DistributedBlockToeplitz(ProcessGrid(comm), dev(K), transport=TRANSPORT)
