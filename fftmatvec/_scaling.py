@@ -156,9 +156,7 @@ class _DeviceAmax:
         self.recorded = False
         self._value = None
         if launch:
-            stream = ops.cp.cuda.get_current_stream()
-            ops.launch_amax(x, self.fold(), stream.ptr)
-            self.record(stream)
+            self.ensure(x)
 
     def ensure(self, x) -> None:
         """Launch ``amax_<dtype>`` over ``x`` now unless a launch has been recorded (a measure
