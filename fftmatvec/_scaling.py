@@ -166,10 +166,10 @@ class _DeviceAmax:
             self.ops.launch_amax(x, self.fold(), stream.ptr)
             self.record(stream)
 
-    def fold(self) -> tuple[int, int]:
-        """(scratch, result) device pointers for the kernel that computes the magnitude."""
-        _, result_ptr, _, scratch = self.slot
-        return scratch.data.ptr, result_ptr
+    def fold(self) -> int:
+        """The scratch pointer for the kernel that computes the magnitude (the result's
+        pointer is in it: ``amax_finish``)."""
+        return self.slot[3].data.ptr
 
     def record(self, stream) -> None:
         """Mark the magnitude's launch, just queued on ``stream`` (a CuPy stream)."""
@@ -222,7 +222,7 @@ class DeviceOps:
         """``x``'s largest magnitude (:class:`_DeviceAmax`), computed now where ``launch``."""
         return _DeviceAmax(self, x, launch)
 
-    def launch_amax(self, x, ptrs: tuple[int, int], stream: int) -> None:
+    def launch_amax(self, x, scratch: int, stream: int) -> None:
         """Queue ``amax_<dtype>`` over ``x`` into ``ptrs`` (:meth:`_DeviceAmax.fold`)."""
         from . import kernels
 
@@ -243,8 +243,8 @@ class DeviceOps:
             if len(self._launches) >= 64:
                 self._launches.clear()
             launch = self._launches[key] = kernels.PackedLaunch(
-                fn, (blocks,), (self._THREADS,), 0, (None, np.int64(x.size), None, None))
-        launch(stream, x.data.ptr, *ptrs)
+                fn, (blocks,), (self._THREADS,), 0, (None, np.int64(x.size), None))
+        launch(stream, x.data.ptr, scratch)
 
     def device_amax(self, x):
         """The largest magnitude of ``x`` as a 0-d device array (NaN if ``x`` holds one)."""
@@ -269,7 +269,7 @@ class DeviceOps:
 
     def _take_slot(self):
         """(result: a 32-bit word in mapped pinned host memory, its device pointer, an event,
-        scratch: two zero words on the current device)."""
+        scratch: on the current device, two zero words and the result's device pointer)."""
         free = self._free()
         if free:
             return free.pop()
@@ -278,8 +278,9 @@ class DeviceOps:
         mem = cp.cuda.PinnedMemory(8, rt.hostAllocMapped | rt.hostAllocPortable)
         buf = np.ndarray((1,), np.uint32, buffer=cp.cuda.PinnedMemoryPointer(mem, 0))
         # unified addressing: the host pointer of mapped memory is its device pointer
-        return (buf, mem.ptr, cp.cuda.Event(block=False, disable_timing=True),
-                cp.zeros(2, dtype=np.uint32))
+        scratch = cp.zeros(4, dtype=np.uint32)
+        scratch[2:].view(np.uint64)[...] = mem.ptr
+        return (buf, mem.ptr, cp.cuda.Event(block=False, disable_timing=True), scratch)
 
     def _give_slot(self, slot) -> None:
         self._free().append(slot)

@@ -181,12 +181,12 @@ __device__ __forceinline__ unsigned int amax_key(double v) {
   return ((unsigned int)(b >> 32) & 0x7fffffffu) | ((unsigned int)b != 0u ? 1u : 0u);
 }
 // Once per launch: the largest key m of the launch's threads into *out (host memory the host
-// reads, and decodes, after the launch), through scratch[0] (the running
-// maximum) and scratch[1] (the blocks done), zero before the launch and after it (the last
-// block resets them), so a launch needs no memset before it and no copy after it. Every
+// reads, and decodes, after the launch; its pointer in scratch[2..3]), through scratch[0] (the
+// running maximum) and scratch[1] (the blocks done), zero before the launch and after it (the
+// last block resets them), so a launch needs no memset before it and no copy after it. One
+// pointer argument, not two: the float64 row FFTs' scalar registers are full on gfx90a. Every
 // thread of every (one-dimensional) block calls it once.
-__device__ __forceinline__ void amax_finish(unsigned int m, unsigned int* scratch,
-                                            unsigned int* out) {
+__device__ __forceinline__ void amax_finish(unsigned int m, unsigned int* scratch) {
   __shared__ unsigned int block_max;
   if (threadIdx.x == 0) block_max = 0u;
   __syncthreads();
@@ -198,7 +198,7 @@ __device__ __forceinline__ void amax_finish(unsigned int m, unsigned int* scratc
     if (atomicAdd(scratch + 1, 1u) == gridDim.x - 1) {  // the last block: every maximum is in
       const unsigned int key = atomicExch(scratch, 0u);
       atomicExch(scratch + 1, 0u);
-      *out = key;
+      **reinterpret_cast<unsigned int* const*>(scratch + 2) = key;
       __threadfence_system();
     }
   }

@@ -86,10 +86,10 @@ FFTMATVEC_STAGE15(f32, float, f32, float, f32, float)
   extern "C" __global__ void ROWFFT_BOUNDS rfft_pad_##NAME##_r##M(                             \
       const TIN* __restrict__ x, COUT* __restrict__ out,                                       \
       const Complex<R>::type* __restrict__ tw, const float* __restrict__ scale, i64 rows,      \
-      int nt, int L, int rpb, unsigned long long radices, int npass, i64 nd, i64 nfp,          \
-      unsigned int* amax_scratch, unsigned int* amax_out) {                                          \
+      int nt, int L, int rpb, unsigned long long radices, int npass, int nd, int nfp,          \
+      unsigned int* amax_scratch) {                                                            \
     rfft_pad_body<M, TIN, TMID, R, COUT>(x, out, tw, scale, rows, nt, L, rpb, radices, npass,  \
-                                         nd, nfp, amax_scratch, amax_out);                     \
+                                         nd, nfp, amax_scratch);                               \
   }
 #define FFTMATVEC_IRFFT(NAME, M, CIN, R, TMID, TOUT)                                           \
   extern "C" __global__ void ROWFFT_BOUNDS irfft_unpad_##NAME##_r##M(                          \
@@ -181,8 +181,8 @@ FFTMATVEC_SCALE_ROWS(c64, float2)
 // ---- the largest magnitude of an input: amax_<input> ----------------------------------------
 #define FFTMATVEC_AMAX(NAME, T)                                                                \
   extern "C" __global__ void __launch_bounds__(256) amax_##NAME(                               \
-      const T* __restrict__ x, i64 n, unsigned int* scratch, unsigned int* out) {                    \
-    amax_body<T>(x, n, scratch, out);                                                          \
+      const T* __restrict__ x, i64 n, unsigned int* scratch) {                                 \
+    amax_body<T>(x, n, scratch);                                                               \
   }
 #if FFTMATVEC_IN_SECTION(MISC)
 FFTMATVEC_AMAX(f64, double)

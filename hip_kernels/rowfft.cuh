@@ -458,15 +458,15 @@ __device__ __forceinline__ void rfft_split(const C* z, const C* __restrict__ tw,
 // Stages 1 and 2: out[r, f] (f <= N) is the real FFT of row r of x (rows, nt), zero-padded to
 // L = 2N, each sample rounded to stage 1's precision TMid and computed in R; written in COut,
 // times scale[(r % nd) * nfp + f] when scale is given (a float16 adjoint's row scales, as the
-// FMV_XHAT_SCALE_STORE callback applies them); x's largest magnitude into *amax_out where
-// amax_scratch is given (amax_finish). Block b transforms rows b rpb .. b rpb + rpb - 1.
+// FMV_XHAT_SCALE_STORE callback applies them); x's largest magnitude where amax_scratch is
+// given (amax_finish). Block b transforms rows b rpb .. b rpb + rpb - 1.
 template <int MAXR, typename TIn, typename TMid, typename R, typename COut>
 __device__ __forceinline__ void rfft_pad_body(const TIn* __restrict__ x, COut* __restrict__ out,
                                               const typename Complex<R>::type* __restrict__ tw,
                                               const float* __restrict__ scale, i64 rows, int nt,
                                               int L, int rpb, unsigned long long radices,
-                                              int npass, i64 nd, i64 nfp,
-                                              unsigned int* amax_scratch, unsigned int* amax_out) {
+                                              int npass, int nd, int nfp,
+                                              unsigned int* amax_scratch) {
   typedef typename Complex<R>::type C;
   const int n = L % 2 == 0 ? L / 2 : L, nf = L / 2 + 1;
   C* a = reinterpret_cast<C*>(fftmatvec_dynamic_smem);
@@ -477,12 +477,14 @@ __device__ __forceinline__ void rfft_pad_body(const TIn* __restrict__ x, COut* _
   unsigned int km = 0u;
   const C* z = rfft_rows<MAXR, TIn, TMid, R>(x + row0 * nt, a, b, tw, nrow, nt, L, radices, npass,
                                              track, km);
+  // the sensor of the block's first row: one 64-bit remainder a block, 32-bit ones a value
+  // (a 64-bit one in the loop held the f64 families' registers past gfx90a's SGPRs)
+  const int d0 = scale != nullptr ? (int)(row0 % nd) : 0;
   rfft_split(z, tw, nrow, L, [&](int r, int f, C v) {
-    const i64 row = row0 + r;
-    if (scale != nullptr) v = c_scale(v, (R)scale[(row % nd) * nfp + f]);
-    out[row * nf + f] = ccast<COut>(v);
+    if (scale != nullptr) v = c_scale(v, (R)scale[(i64)((d0 + r) % nd) * nfp + f]);
+    out[(row0 + r) * nf + f] = ccast<COut>(v);
   });
-  if (track) amax_finish(km, amax_scratch, amax_out);
+  if (track) amax_finish(km, amax_scratch);
 }
 
 // The first nt samples of each of the nrow inverse transforms z (rows n apart; packed: of n

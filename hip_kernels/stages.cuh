@@ -71,13 +71,12 @@ __device__ __forceinline__ void scale_rows_body(const C* __restrict__ x,
 // The largest magnitude of x[0 .. n) (amax_finish), for an input whose first read is not one
 // of the package's kernels.
 template <typename T>
-__device__ __forceinline__ void amax_body(const T* __restrict__ x, i64 n, unsigned int* scratch,
-                                          unsigned int* out) {
+__device__ __forceinline__ void amax_body(const T* __restrict__ x, i64 n, unsigned int* scratch) {
   unsigned int m = 0u;
   const i64 stride = (i64)gridDim.x * blockDim.x;
   for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
     const unsigned int k = amax_key(x[i]);
     m = k > m ? k : m;
   }
-  amax_finish(m, scratch, out);
+  amax_finish(m, scratch);
 }

@@ -284,8 +284,8 @@ class RowFFT:
         if kind == "r2c":
             self.scale = scale  # kept alive with the plan
             s = np.uint64(0) if scale is None else scale
-            args = (None, None, self.twiddles, s, i64(rows)) + geometry + (i64(nd), i64(nfp),
-                                                                         None, None)
+            args = (None, None, self.twiddles, s, i64(rows)) + geometry + (i32(nd), i32(nfp),
+                                                                         None)
         else:
             args = (None, None, self.twiddles, i64(rows)) + geometry
         self._launch = kernels.PackedLaunch(fn, self.grid, (self.threads,), self.smem, args)
@@ -296,14 +296,14 @@ class RowFFT:
         return RowFFT(**{**self._given, **changes})
 
     def __call__(self, in_ptr: int, out_ptr: int, stream: int | None = None,
-                 amax: tuple = (0, 0)) -> None:
+                 amax: int = 0) -> None:
         """Run on ``stream`` (a pointer; by default the current stream). ``amax``: for
-        ``r2c``, the (scratch, result) pointers of an input's largest magnitude
-        (:meth:`fftmatvec._scaling._DeviceAmax.fold`), computed as the input is read; (0, 0)
+        ``r2c``, the scratch pointer of an input's largest magnitude
+        (:meth:`fftmatvec._scaling._DeviceAmax.fold`), computed as the input is read; 0
         computes none."""
         if stream is None:
             stream = backend.cupy.cuda.get_current_stream().ptr
         if self.kind == "r2c":
-            self._launch(stream, in_ptr, out_ptr, *amax)
+            self._launch(stream, in_ptr, out_ptr, amax)
         else:
             self._launch(stream, in_ptr, out_ptr)
