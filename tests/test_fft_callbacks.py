@@ -430,7 +430,7 @@ def test_weighted_products_run_unfused(monkeypatch, rng):
     K, F = _op(rng, shape, "ddddd")
     eng = F._engine
     assert eng.fused_plans(F.precision, False, 1, np.float64, np.float64) is not None
-    w = _rand(rng, shape[0], shape[2])
+    w = abs(_rand(rng, shape[0], shape[2]))  # a noise precision: >= 0
     assert eng.fused_plans(F.precision, False, 1, np.float64, np.float64, weight=w) is None
     A = dense_btt(K)
     m = _rand(rng, shape[1], shape[2])
@@ -614,8 +614,8 @@ def test_one_vector_shortcut(monkeypatch, rng, precision):
         A = dense_btt(K)
         general = []
         apply = F._apply
-        monkeypatch.setattr(F, "_apply", lambda x, adjoint, weight=None: (
-            general.append(adjoint), apply(x, adjoint, weight))[1])
+        monkeypatch.setattr(F, "_apply", lambda x, adjoint, weight=None, amax=None: (
+            general.append(adjoint), apply(x, adjoint, weight, amax))[1])
         for adjoint, n_in, M in ((False, shape[1], A), (True, shape[0], A.T)):
             fn = F.rmatvec if adjoint else F.matvec
             calls = len(general)
