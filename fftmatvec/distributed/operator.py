@@ -426,7 +426,13 @@ class DistributedBlockToeplitz(_Distributed):
                 p.test()
 
         if self._xp is np:
-            y = op.broadcast_and_pad(x)
+            # the powers of two of BlockToeplitz._apply's host path: the input's scale in
+            # stage 1's cast, the kernel's and the input's undone in stage 5's
+            s = 0
+            if op._scaled:
+                s = _scaling.scale_exponent(float(np.abs(x).max()) if x.size else 0.0,
+                                            x.dtype.itemsize)
+            y = op.broadcast_and_pad(x, scale_exp=s)
             poll()
             y = op.fft(y)
             poll()
@@ -434,7 +440,7 @@ class DistributedBlockToeplitz(_Distributed):
             poll()
             y = op.ifft(y)
             poll()
-            return op.unpad_and_reduce(y)
+            return op.unpad_and_reduce(y, exponent=op._kexp - s if op._scaled else 0)
         return op._apply(self._xp.ascontiguousarray(x), adjoint)
 
     def _compute(self, adjoint: bool, n_out: int, weight=None):

@@ -185,6 +185,11 @@ def main():
         for prec in ("sddds",) if nd == 5 else ("ddssd",):
             op = DistributedBlockToeplitz(ProcessGrid(comm), dev(K), prec, transport=TRANSPORT)
             check_operator(op, BlockToeplitz(K, prec), seed=3, tol=2e-5)
+        # a kernel far outside [2**-32, 2**32): the local products scale by powers of two
+        # as the single-process one does (its stored Khat is scaled; the outputs undo it)
+        big = K * 2.0**40
+        op = DistributedBlockToeplitz(ProcessGrid(comm), dev(big), "sddds", transport=TRANSPORT)
+        check_operator(op, BlockToeplitz(big, "sddds"), seed=5, tol=2e-5)
         # precision="auto": one choice on rank 0 for every rank (here the error model: no
         # table for a CPU), its products those of the single-process operator in that precision
         import warnings
