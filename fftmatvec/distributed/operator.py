@@ -47,9 +47,12 @@ gathers first, then the reductions in chunk order).
 Which axis is cut follows where the bytes are: parameters only where the process column has
 more than one rank (its gather and reduce-scatter move bytes), sensors only where the process
 row has; a ``1 x P`` grid cuts sensors, ``P x 1`` parameters, a 2-D grid both. Each axis gets
-at most ``chunks`` chunks of about ``min_chunk`` rows at least. ``overlap=False`` (or one
-chunk per axis) keeps the whole block in one operator: gather, compute, reduce (the baseline
-the benchmark compares with).
+at most ``chunks`` chunks of about ``min_chunk`` rows at least: each block's product repeats
+the FFT of its input and the inverse FFT of its output, about ``2 k / n`` of the block's
+``Khat`` bytes for ``k`` vectors and ``n`` rows of the block's other axis (the comment in
+``__init__``). The blocks' operators hold one ``Khat`` of the local block together, as one
+operator would. ``overlap=False`` (or one chunk per axis) keeps the whole block in one
+operator: gather, compute, reduce (the baseline the benchmark compares with).
 """
 
 from __future__ import annotations
@@ -442,7 +445,9 @@ class DistributedBlockToeplitz(_Distributed):
         whole-block operator is not built; :attr:`local_operator` builds it on demand). Each
         keeps its part of the kernel (a copy: a chunk's rows are not contiguous in the block);
         the loaded block is dropped once they are built, so two kernel blocks are alive only
-        during construction."""
+        during construction. On a GPU each block's operator keeps its products' small
+        intermediate arrays of its own sizes (the input's spectrum ``k x nm_j x Nf``, once per
+        sensor chunk)."""
         xp = self._xp
         opts = dict(dtype=self.dtype, fft_len=fft_len, plan=self._plan or None)
         if len(self._scut) == len(self._pcut) == 1:
@@ -574,7 +579,7 @@ class DistributedBlockToeplitz(_Distributed):
         ``inputs[a]``: the pending collective that brings ``in_a``, waited for at its first
         use; ``weight``: the diagonal of ``W`` on the input rows (the normal operator's second
         half). Returns the reductions' pending collectives, in chunk order."""
-        xp, subs = self._xp, self._subs
+        subs = self._subs
         nb, na = len(out_cut), len(in_cut)
         pairs = ([(b, a) for b in range(nb) for a in range(na)] if out_major
                  else [(b, a) for a in range(na) for b in range(nb)])
