@@ -5,9 +5,12 @@ Run under MPI, e.g. ``mpiexec -n 4 python scripts/bench_scaling.py`` (CPU) or, r
 or owning GPUs, ``mpiexec -n 4 python scripts/bench_scaling.py --device gpu``. For each number
 of ranks p = 1, 2, 4, ... up to the communicator's size (the first p ranks), it times:
 
-- ``overlap``: the pipelined product (chunks of the batch, non-blocking collectives);
-- ``ctc``: the same product as one chunk, compute then communicate (``overlap=False``);
-- ``compute``: the local products of this rank's block alone, on the same batch;
+- ``overlap``: the block pipeline (``overlap=True``): the local kernel block cut into blocks of
+  sensors and parameters aligned with the collectives' slices, one product per block on the
+  whole batch, each chunk's non-blocking gather or reduction moving while other blocks are
+  computed (``blocks`` gives the sensor x parameter chunks; fftmatvec/distributed/operator.py);
+- ``ctc``: the same product on the whole block, compute then communicate (``overlap=False``);
+- ``compute``: the local product of this rank's whole block alone, on the same batch;
 - ``comm``: the collectives alone, on buffers of the product's sizes.
 
 ``ratio`` is overlap / ctc (below 1: overlap helps; the goal is <= 0.8 where compute and comm
@@ -16,7 +19,8 @@ overlap hid: (compute + comm - overlap) / min(compute, comm). Strong scaling kee
 fixed; weak scaling (``--weak``) grows Nm with p. Times are medians over ranks' maxima.
 
 Usage: mpiexec -n 4 python scripts/bench_scaling.py [--nd 64] [--nm 512] [--nt 256] [--k 8]
-       [--precision ddddd] [--mode forward|adjoint|normal] [--weak] [--repeat 5]
+       [--chunks 4] [--min-chunk 16] [--precision ddddd] [--mode forward|adjoint|normal]
+       [--weak] [--repeat 5]
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ def _max():
     return MPI.MAX
 
 
-def bench(comm, nd, nm, nt, k, precision, mode, device, repeat, chunks):
+def bench(comm, nd, nm, nt, k, precision, mode, device, repeat, chunks, min_chunk):
     from fftmatvec import DistributedBlockToeplitz, ProcessGrid
 
     xp = np
@@ -62,7 +66,8 @@ def bench(comm, nd, nm, nt, k, precision, mode, device, repeat, chunks):
         return r.standard_normal((rs.stop - rs.start, cs.stop - cs.start, nt)) / np.sqrt(nm)
 
     ops = {ov: DistributedBlockToeplitz(grid, kernel, precision, shape=(nd, nm, nt),
-                                        device=device, overlap=ov, chunks=chunks)
+                                        device=device, overlap=ov, chunks=chunks,
+                                        min_chunk=min_chunk)
            for ov in (True, False)}
     op = ops[True]
     space = "obs" if mode == "adjoint" else "param"
@@ -72,8 +77,8 @@ def bench(comm, nd, nm, nt, k, precision, mode, device, repeat, chunks):
     t_ov = _timed(comm, lambda: prods[True](X, check_finite=False), repeat, sync)
     t_ctc = _timed(comm, lambda: prods[False](X, check_finite=False), repeat, sync)
 
-    # the parts alone, on the sizes of the product
-    loc = op.local_operator
+    # the parts alone, on the sizes of the product (the whole block: the ctc operator's)
+    loc = ops[False].local_operator
     n_in = loc.nd if mode == "adjoint" else loc.nm
     Xg = xp.asarray(rng.standard_normal((k, n_in, nt)))
     local = {"forward": lambda: loc.matmat(Xg), "adjoint": lambda: loc.rmatmat(Xg),
@@ -100,7 +105,7 @@ def bench(comm, nd, nm, nt, k, precision, mode, device, repeat, chunks):
 
     t_comm = _timed(comm, comm_only, repeat, sync)
     hidden = (t_comp + t_comm - t_ov) / max(min(t_comp, t_comm), 1e-12)
-    return dict(grid=f"{g.rows}x{g.cols}", overlap=t_ov, ctc=t_ctc, compute=t_comp,
+    return dict(grid=f"{g.rows}x{g.cols}", blocks="x".join(map(str, op.blocks)), overlap=t_ov, ctc=t_ctc, compute=t_comp,
                 comm=t_comm, ratio=t_ov / t_ctc, hidden=hidden)
 
 
@@ -110,7 +115,10 @@ def main(argv=None) -> int:
     ap.add_argument("--nm", type=int, default=512)
     ap.add_argument("--nt", type=int, default=256)
     ap.add_argument("--k", type=int, default=8, help="right-hand sides per product")
-    ap.add_argument("--chunks", type=int, default=4, help="chunks of the overlapped product")
+    ap.add_argument("--chunks", type=int, default=4,
+                    help="most chunks per axis (sensors, parameters) of the block pipeline")
+    ap.add_argument("--min-chunk", type=int, default=16,
+                    help="fewest rows (sensors or parameters) of a chunk, on average")
     ap.add_argument("--precision", default="ddddd")
     ap.add_argument("--mode", choices=("forward", "adjoint", "normal"), default="forward")
     ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
@@ -126,17 +134,19 @@ def main(argv=None) -> int:
         kind = "weak (Nm x p)" if args.weak else "strong"
         print(f"# {kind} scaling, {args.mode}, Nd={args.nd} Nm={args.nm} Nt={args.nt} "
               f"k={args.k} precision={args.precision} device={args.device} "
-              f"chunks={args.chunks}; times in ms (slowest rank, median of {args.repeat})")
-        print(f"{'p':>4} {'grid':>6} {'Nm':>7} | {'overlap':>9} {'ctc':>9} {'compute':>9} "
+              f"chunks={args.chunks} min_chunk={args.min_chunk}; times in ms (slowest rank, "
+              f"median of {args.repeat})")
+        print(f"{'p':>4} {'grid':>6} {'blocks':>6} {'Nm':>7} | {'overlap':>9} {'ctc':>9} {'compute':>9} "
               f"{'comm':>9} | {'ratio':>6} {'hidden':>6}")
     for p in sizes:
         sub = world.Split(0 if world.rank < p else MPI.UNDEFINED, world.rank)
         if sub != MPI.COMM_NULL:
             nm = args.nm * (p if args.weak else 1)
             r = bench(sub, args.nd, nm, args.nt, args.k, args.precision, args.mode,
-                      args.device, args.repeat, args.chunks)
+                      args.device, args.repeat, args.chunks, args.min_chunk)
             if sub.rank == 0:
-                print(f"{p:>4} {r['grid']:>6} {nm:>7} | {r['overlap'] * 1e3:>9.3f} "
+                print(f"{p:>4} {r['grid']:>6} {r['blocks']:>6} {nm:>7} | "
+                      f"{r['overlap'] * 1e3:>9.3f} "
                       f"{r['ctc'] * 1e3:>9.3f} {r['compute'] * 1e3:>9.3f} "
                       f"{r['comm'] * 1e3:>9.3f} | {r['ratio']:>6.2f} {r['hidden']:>6.2f}",
                       flush=True)

@@ -31,6 +31,40 @@ def test_block_partition(n, parts):
     assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)
 
 
+@pytest.mark.parametrize("counts, chunks, minimum", [
+    ([4, 3], 2, 1), ([3, 3, 3, 2], 3, 1), ([1, 1, 0, 0], 7, 1), ([2, 1], 7, 1), ([0, 5], 3, 1),
+    ([13], 4, 1), ([40, 39], 4, 16), ([7, 7], 4, 16), ([6], 1, 1), ([0], 3, 1)])
+def test_chunk_pieces(counts, chunks, minimum):
+    from fftmatvec.distributed.layout import chunk_pieces
+
+    out = chunk_pieces(counts, chunks, minimum)
+    n = max(1, min(chunks, sum(counts) // minimum))  # the chunks before the empty ones go
+    assert len(out) == (min(n, max(counts)) if max(counts) else 1)
+    for q, c in enumerate(counts):
+        pieces = [ch[q] for ch in out]
+        # rank q's pieces cover its slice in order, each its share of the n chunks
+        assert pieces[0][0] == 0 and pieces[-1][1] == c if c else all(a == b for a, b in pieces)
+        assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:]))
+        assert pieces == block_partition(c, n)[:len(out)]
+    assert all(any(b > a for a, b in ch) for ch in out) or sum(counts) == 0
+    if sum(counts) >= minimum:  # about `minimum` rows a chunk at least
+        assert sum(sum(b - a for a, b in ch) for ch in out) / len(out) >= minimum
+
+
+def test_chunk_pieces_by_hand():
+    from fftmatvec.distributed.layout import chunk_pieces
+
+    # two ranks own 4 and 3 rows: chunk 0 is rows 0:2 of both, chunk 1 rows 2:4 and 2:3
+    assert chunk_pieces([4, 3], 2) == [[(0, 2), (0, 2)], [(2, 4), (2, 3)]]
+    # more chunks than rows: the chunks empty on every rank go, one rank's pieces are empty
+    assert chunk_pieces([2, 1], 7) == [[(0, 1), (0, 1)], [(1, 2), (1, 1)]]
+    assert chunk_pieces([40, 39], 4, 16) == [[(0, 10), (0, 10)], [(10, 20), (10, 20)],
+                                             [(20, 30), (20, 30)], [(30, 40), (30, 39)]]
+    assert chunk_pieces([7, 7], 4, 16) == [[(0, 7), (0, 7)]]  # 14 rows: one chunk
+    with pytest.raises(FFTMatvecValueError, match="chunks and minimum"):
+        chunk_pieces([3], 0)
+
+
 @pytest.mark.parametrize("nd, nm, pr, pc", [(5, 7, 2, 2), (5, 7, 1, 4), (6, 4, 4, 1),
                                             (3, 3, 3, 3), (9, 2, 2, 2)])
 def test_layout_owns_each_entry_once(nd, nm, pr, pc):

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from .._errors import FFTMatvecValueError
 
-__all__ = ["block_partition", "Layout"]
+__all__ = ["block_partition", "chunk_pieces", "Layout"]
 
 
 def block_partition(n: int, parts: int) -> list[tuple[int, int]]:
@@ -36,6 +36,40 @@ def block_partition(n: int, parts: int) -> list[tuple[int, int]]:
         out.append((start, stop))
         start = stop
     return out
+
+
+def chunk_pieces(counts, chunks: int, minimum: int = 1) -> list[list[tuple[int, int]]]:
+    """Cut every rank's slice into the same number of pieces; chunk ``j`` is the ``j``-th
+    piece of each slice, so that a collective over the ranks' slices can run chunk by chunk.
+
+    Parameters
+    ----------
+    counts : sequence of int
+        Rows of each rank's slice, in the communicator's rank order.
+    chunks : int
+        Most chunks.
+    minimum : int
+        Fewest rows of a chunk on average (summed over the ranks): at most
+        ``sum(counts) // minimum`` chunks, and one at least.
+
+    Returns
+    -------
+    list of lists of (start, stop)
+        ``out[j][q]``: the rows of rank ``q``'s slice in chunk ``j``, counted from the start of
+        that slice (``block_partition(counts[q], n)[j]`` for ``n`` chunks: a rank's pieces differ
+        by one row at most, and a rank with fewer rows than chunks has empty ones). A chunk
+        empty on every rank is left out (but one chunk is always returned).
+    """
+    if chunks < 1 or minimum < 1:
+        raise FFTMatvecValueError(f"chunks and minimum must be >= 1, got {chunks}, {minimum}")
+    counts = [int(n) for n in counts]
+    if any(n < 0 for n in counts):
+        raise FFTMatvecValueError(f"counts must be >= 0, got {counts}")
+    n = max(1, min(int(chunks), sum(counts) // int(minimum)))
+    parts = [block_partition(m, n) for m in counts]
+    out = [[p[j] for p in parts] for j in range(n)]
+    kept = [pieces for pieces in out if any(b > a for a, b in pieces)]
+    return kept or out[:1]
 
 
 def check_fit(nd: int, nm: int, pr: int, pc: int) -> None:

@@ -1,7 +1,8 @@
 """The block Toeplitz operator distributed over a ``pr x pc`` process grid.
 
-Rank ``(r, c)`` holds the kernel block ``K[rows(r), cols(c), :]`` as a local
-:class:`~fftmatvec.BlockToeplitz`, and a slice of each vector (:mod:`.layout`)::
+Rank ``(r, c)`` holds the kernel block ``K[rows(r), cols(c), :]`` as local
+:class:`~fftmatvec.BlockToeplitz` operators (one, or one per block of the pipeline below), and
+a slice of each vector (:mod:`.layout`)::
 
     forward   m slices --all-gather in column c--> m[cols(c)] --local F--> partial d[rows(r)]
               --reduce-scatter in row r--> d slices
@@ -12,14 +13,46 @@ Rank ``(r, c)`` holds the kernel block ``K[rows(r), cols(c), :]`` as a local
 
 Gathers travel in stage 1's precision, reductions in stage 5's (``s`` halves the bytes).
 
-Overlap: a batch of ``k`` right-hand sides is cut into chunks run as a software pipeline
-with non-blocking collectives: while chunk ``i`` is computed, the gather of chunk ``i+1`` and
-the reduction of chunk ``i-1`` are in flight (on the CPU, MPI is driven between the five
-stages; on a GPU the chunk's stages are queued and the transport drives MPI while the host
-waits for them, :mod:`.comm`). The normal operator runs its two halves skewed by one chunk, so the all-reduce of one
-chunk overlaps the forward half of the next. Every rank starts the collectives of each
-communicator in the same static order. ``overlap=False`` runs the whole batch as one chunk:
-gather, compute, reduce (the baseline the benchmark compares with). One vector is one chunk.
+Overlap: the block pipeline
+---------------------------
+A product is memory-bound on reading the local ``Khat``, so the work is cut into kernel
+blocks, never into right-hand sides: every element of ``Khat`` is read once per product (once
+per half of the normal operator) however many chunks there are, and a batch goes through the
+pipeline whole. The parameter slice of every rank of process column ``c`` is cut into the same
+number of pieces (:func:`.layout.chunk_pieces`); parameter chunk ``j`` is the ``j``-th piece of
+every one, so its all-gather can start at once and brings a known set of local columns. The
+sensors are cut the same way along the observation slices of process row ``r``. Rank ``(r, c)``
+keeps one :class:`~fftmatvec.BlockToeplitz` per block ``F_ij`` (sensor chunk ``i``, parameter
+chunk ``j``) instead of one for its whole block, and runs::
+
+    forward   start the gathers of every x_j; y_i = sum_j F_ij x_j, each term one (batched)
+              product on its block; reduce-scatter y_i in the row as soon as it is complete
+    adjoint   the mirror: gathers of the d_i in the row, x_j = sum_i F_ij^T d_i,
+              reduce-scatter of each complete x_j in the column
+    normal    gathers of the x_j; y_i = sum_j F_ij x_j, all-reduce of y_i in the row; then
+              x_j = sum_i F_ij^T (W y_i), reduce-scatter of x_j in the column
+
+Gather ``j`` is waited for only when block ``j`` is first needed, so the gathers of later
+chunks move while earlier blocks are computed, and the reduction of a complete chunk moves
+while the next chunks are. The forward and adjoint run chunk of the output after chunk of the
+output (each output's reduction starts early) where the reduction moves at least as many bytes
+as the gather, else chunk of the input after chunk of the input (each gather waited for late);
+the normal operator runs both halves output after output, so the all-reduce of ``y_i`` moves
+during the rest of the first half and the reduce-scatter of ``x_j`` during the rest of the
+second. On the CPU, MPI is driven between the five stages of each block's product; on a GPU
+the products are queued and the transport drives MPI while the host waits for the device
+(:mod:`.comm`). Every rank starts the collectives of each communicator in the same order (the
+gathers first, then the reductions in chunk order).
+
+Which axis is cut follows where the bytes are: parameters only where the process column has
+more than one rank (its gather and reduce-scatter move bytes), sensors only where the process
+row has; a ``1 x P`` grid cuts sensors, ``P x 1`` parameters, a 2-D grid both. Each axis gets
+at most ``chunks`` chunks of about ``min_chunk`` rows at least: each block's product repeats
+the FFT of its input and the inverse FFT of its output, about ``2 k / n`` of the block's
+``Khat`` bytes for ``k`` vectors and ``n`` rows of the block's other axis (the comment in
+``__init__``). The blocks' operators hold one ``Khat`` of the local block together, as one
+operator would. ``overlap=False`` (or one chunk per axis) keeps the whole block in one
+operator: gather, compute, reduce (the baseline the benchmark compares with).
 """
 
 from __future__ import annotations
@@ -269,10 +302,20 @@ class DistributedBlockToeplitz(_Distributed):
         the MPI library is GPU-aware); ``transport.reason`` says why. ``"nccl"`` on ranks
         sharing a GPU raises on every rank.
     overlap : bool, default True
-        Pipeline chunks of a batch (see the module's notes); False: one chunk,
-        compute-then-communicate.
+        Run the block pipeline (the module's notes): the local block cut into blocks of
+        sensors and parameters aligned with the collectives' slices, one block's
+        communication moving while the next is computed. False: the whole block in one
+        operator, compute-then-communicate.
     chunks : int, optional
-        Most chunks a batch is cut into (default 4 with overlap).
+        Most chunks per axis (sensors, parameters), so at most ``chunks**2`` blocks on a 2-D
+        grid (default 4 with overlap on more than one rank, else 1). An axis whose
+        communicator has one rank is not cut.
+    min_chunk : int, default 16
+        Fewest sensors or parameters of a chunk, on average: an axis of ``n`` local rows is
+        cut into at most ``n // min_chunk`` chunks. Each block's product repeats the FFTs of
+        its input and output, which costs about ``2 k / n_rows`` of the block's ``Khat`` bytes
+        (``k`` right-hand sides, ``n_rows`` the rows of the block's other axis); this bound
+        keeps it small.
 
     Raises
     ------
@@ -285,7 +328,8 @@ class DistributedBlockToeplitz(_Distributed):
     """
 
     def __init__(self, grid, kernel, precision="ddddd", *, shape=None, dtype=None, fft_len=None,
-                 device=None, transport=None, overlap=True, chunks=None, rtol=None):
+                 device=None, transport=None, overlap=True, chunks=None, min_chunk=16,
+                 rtol=None):
         if not isinstance(grid, ProcessGrid):
             raise FFTMatvecTypeError(f"grid must be a ProcessGrid, got {type(grid).__name__}")
         comm = grid.comm
@@ -299,16 +343,18 @@ class DistributedBlockToeplitz(_Distributed):
             if not auto:
                 _resolve_precision(self._xp, precision, rtol, 1, 1, 1)  # rtol only with auto
             self.precision = None if auto else PrecisionConfig(precision)
-            if chunks is not None and (isinstance(chunks, bool) or not isinstance(
-                    chunks, (int, np.integer)) or chunks < 1):
-                raise FFTMatvecValueError(f"chunks must be a positive integer, got {chunks!r}")
+            for name, value in (("chunks", chunks), ("min_chunk", min_chunk)):
+                if value is not None and (isinstance(value, bool) or not isinstance(
+                        value, (int, np.integer)) or value < 1):
+                    raise FFTMatvecValueError(
+                        f"{name} must be a positive integer, got {value!r}")
             (nd, nm, nt), token = _kernel_sizes(kind, kernel, shape)
         except Exception as e:
             exc = e
         sync(comm, "DistributedBlockToeplitz", exc, where)
         seen = comm.allgather((token, f"auto rtol={rtol!r}" if auto else self.precision.letters,
-                               str(self.dtype), self._xp is np, bool(overlap), chunks, fft_len,
-                               transport))
+                               str(self.dtype), self._xp is np, bool(overlap), chunks, min_chunk,
+                               fft_len, transport))
         if len(set(map(repr, seen))) > 1:
             detail = "; ".join(f"rank {q}: {s[0][:4]}, precision {s[1]}, dtype {s[2]}"
                                for q, s in enumerate(seen))
@@ -338,10 +384,28 @@ class DistributedBlockToeplitz(_Distributed):
         self._n_own = {"param": _len(self.layout.param_range(r, c)),
                        "obs": _len(self.layout.obs_range(r, c))}
         self.overlap = bool(overlap)
-        # one rank communicates nothing: chunks would only cut its batch (measured on a CPU:
-        # (512, 64, 256), k = 8, 113 ms in 4 chunks against 81 ms in one)
+        # one rank communicates nothing: nothing to overlap (and the blocks' products repeat
+        # their FFTs); an axis is cut only where its communicator has more than one rank
         default = 4 if self.overlap and self.grid.size > 1 else 1
         self.chunks = int(chunks) if chunks is not None else default
+        self.min_chunk = int(min_chunk if min_chunk is not None else 16)
+        # counts of the collectives: param slices in the column, obs slices in the row; the
+        # chunks of both axes (rank r is row r of its column's communicator, c column c of its
+        # row's)
+        self._param_counts = [_len(t) for t in self.layout.param_ranges_in_col(c)]
+        self._obs_counts = [_len(t) for t in self.layout.obs_ranges_in_row(r)]
+        # Redundant work: block F_ij's product makes its own FFT of x_j and inverse FFT of y_i.
+        # For k vectors the FFT of x_j moves about k * nm_j * L * 16 bytes (the padded input
+        # read, the spectrum written and read back by stage 3, complex128), the block's Khat
+        # nd_i * nm_j * Nf * 16 ~ nd_i * nm_j * L * 8: a ratio ~ 2 k / nd_i, and the inverse
+        # FFT's ~ 2 k / nm_j. With Cs sensor chunks the FFT of x_j is made Cs times instead
+        # of once (the inverse FFT of y_i Cp times): extra ~ 2 k (Cs - 1) / nd_r of the Khat
+        # bytes. At most `chunks` an axis, of `min_chunk` rows or more, bounds each extra
+        # FFT at 2 k / min_chunk of its block's Khat (1/8 for one vector, the default).
+        pr, pc = self.grid.shape
+        cut = self.chunks if self.overlap else 1
+        self._pcut = _chunks(self._param_counts, r, cut if pr > 1 else 1, self.min_chunk)
+        self._scut = _chunks(self._obs_counts, c, cut if pc > 1 else 1, self.min_chunk)
         self._device = None
         self._wire = (self.precision.pad_dtype, self.precision.reduce_dtype)
         self.transport = None
@@ -352,9 +416,11 @@ class DistributedBlockToeplitz(_Distributed):
                 dev.use()
                 self._device = dev
             block = _load_block(kind, kernel, self.rows, self.cols, nt, self._xp)
-            self._op = BlockToeplitz(block, self.precision, dtype=self.dtype, fft_len=fft_len,
-                                     plan=self._plan or None)
-            self.fft_len, self.nf = self._op.fft_len, self._op.nf
+            self._op, self._subs = None, self._sub_operators(block, fft_len)
+            if len(self._subs) == len(self._subs[0]) == 1:
+                self._op = self._subs[0][0]
+            del block
+            self.fft_len, self.nf = self._subs[0][0].fft_len, self._subs[0][0].nf
             if transport not in (None, "mpi", "nccl"):
                 raise FFTMatvecValueError(
                     f"transport must be 'mpi', 'nccl' or None, got {transport!r}")
@@ -368,10 +434,35 @@ class DistributedBlockToeplitz(_Distributed):
         except Exception as e:
             exc = e
         sync(comm, "DistributedBlockToeplitz", exc, self._where())
-        # counts of the collectives: param slices in the column, obs slices in the row
-        self._param_counts = [_len(t) for t in self.layout.param_ranges_in_col(c)]
-        self._obs_counts = [_len(t) for t in self.layout.obs_ranges_in_row(r)]
         self._exc = None
+
+    def _sub_operators(self, block, fft_len):
+        """``subs[i][j]``: the operator of block ``F_ij`` (sensor chunk ``i``, parameter chunk
+        ``j``), on the block's rows and columns in the collectives' order (rank-major).
+
+        Memory: each block's operator stores the ``Khat`` of its own rows and columns only, so
+        together they hold one ``Khat`` of the local block, as one operator would (the
+        whole-block operator is not built; :attr:`local_operator` builds it on demand). Each
+        keeps its part of the kernel (a copy: a chunk's rows are not contiguous in the block);
+        the loaded block is dropped once they are built, so two kernel blocks are alive only
+        during construction. On a GPU each block's operator keeps its products' small
+        intermediate arrays of its own sizes (the input's spectrum ``k x nm_j x Nf``, once per
+        sensor chunk)."""
+        xp = self._xp
+        opts = dict(dtype=self.dtype, fft_len=fft_len, plan=self._plan or None)
+        if len(self._scut) == len(self._pcut) == 1:
+            return [[BlockToeplitz(block, self.precision, **opts)]]
+        from .. import _memory
+
+        _memory.check_khat_fits(block, self.precision, fft_len)  # the whole block's, at once
+        subs = []
+        for s in self._scut:
+            rows = _take(xp, block, s.ranges, 0)
+            # a copy of each block's kernel, never a view that would keep the loaded block
+            subs.append([BlockToeplitz(xp.array(_take(xp, rows, p.ranges, 1), order="C"),
+                                       self.precision, **opts) for p in self._pcut])
+            del rows
+        return subs
 
     # ---- shapes ----------------------------------------------------------------------------
     @property
@@ -381,8 +472,34 @@ class DistributedBlockToeplitz(_Distributed):
 
     @property
     def local_operator(self) -> BlockToeplitz:
-        """This rank's block ``K[rows, cols, :]`` as a single-process operator."""
+        """This rank's block ``K[rows, cols, :]`` as a single-process operator. Where the block
+        pipeline cuts the block (:attr:`blocks` other than ``(1, 1)``), it is built on first
+        use from the blocks' kernels: an operator of its own, with another ``Khat``."""
+        if self._op is None:
+            xp = self._xp
+            with self._on_device():
+                first = self._subs[0][0]
+                block = xp.empty((_len(self.rows), _len(self.cols), self.nt),
+                                 dtype=first._kernel.dtype)
+                for s, row in zip(self._scut, self._subs):
+                    for p, sub in zip(self._pcut, row):
+                        for (a, b), i0 in zip(s.ranges, _starts(s.ranges)):
+                            for (c0, c1), j0 in zip(p.ranges, _starts(p.ranges)):
+                                block[a:b, c0:c1] = sub._kernel[i0:i0 + b - a, j0:j0 + c1 - c0]
+                self._op = BlockToeplitz(block, self.precision, dtype=self.dtype,
+                                         fft_len=self.fft_len, plan=self._plan or None)
         return self._op
+
+    @property
+    def blocks(self) -> tuple[int, int]:
+        """``(sensor chunks, parameter chunks)`` of the block pipeline; ``(1, 1)``: the whole
+        block in one operator."""
+        return (len(self._scut), len(self._pcut))
+
+    @property
+    def khat_nbytes(self) -> int:
+        """Bytes of this rank's stored ``Khat`` (all its blocks' together)."""
+        return sum(sub.khat_nbytes for row in self._subs for sub in row)
 
     def __repr__(self) -> str:
         return (f"DistributedBlockToeplitz(nd={self.nd}, nm={self.nm}, nt={self.nt}, "
@@ -416,17 +533,18 @@ class DistributedBlockToeplitz(_Distributed):
         return DistributedNormalOperator(self, weight)
 
     # ---- the pipeline ----------------------------------------------------------------------
-    def _local(self, x, adjoint: bool, pending):
-        """The local five stages on ``x`` ``(kc, n, Nt)``; on the CPU, MPI is driven between
-        stages so that the chunks' collectives progress meanwhile."""
-        op = self._op
-
-        def poll():
-            for p in pending:
-                p.test()
-
+    def _local(self, op, x, adjoint: bool):
+        """One block's five stages on ``x`` ``(k, n, Nt)``; on the CPU, MPI is driven between
+        stages so that the collectives in flight progress meanwhile."""
         if self._xp is np:
-            y = op.broadcast_and_pad(x)
+            poll = self.transport.progress
+            # the powers of two of BlockToeplitz._apply's host path: the input's scale in
+            # stage 1's cast, the kernel's and the input's undone in stage 5's
+            s = 0
+            if op._scaled:
+                s = _scaling.scale_exponent(float(np.abs(x).max()) if x.size else 0.0,
+                                            x.dtype.itemsize)
+            y = op.broadcast_and_pad(x, scale_exp=s)
             poll()
             y = op.fft(y)
             poll()
@@ -434,79 +552,115 @@ class DistributedBlockToeplitz(_Distributed):
             poll()
             y = op.ifft(y)
             poll()
-            return op.unpad_and_reduce(y)
+            return op.unpad_and_reduce(y, exponent=op._kexp - s if op._scaled else 0)
         return op._apply(self._xp.ascontiguousarray(x), adjoint)
 
-    def _compute(self, adjoint: bool, n_out: int, weight=None):
-        """A pipeline compute step on the wire layout ``(n, kc, Nt)``; a failure is kept for
-        the next sync point and zeros go on, so the other ranks' collectives complete."""
+    def _product(self, op, x, adjoint: bool):
+        """One block's product of ``x`` ``(k, n_in, Nt)``; a failure is kept for the next sync
+        point and zeros of the output's size go on, so the other ranks' collectives complete."""
+        try:
+            return self._local(op, x, adjoint)
+        except Exception as e:
+            if self._exc is None:
+                self._exc = e
+            n_out = op.nm if adjoint else op.nd
+            return self._xp.zeros((x.shape[0], n_out, self.nt), dtype=self.dtype)
+
+    def _gathers(self, comm, cut, X, dtype):
+        """Start the all-gather of every chunk of ``cut``: this rank sends its piece of its
+        slice of ``X`` ``(k, n_own, Nt)``; each result is the chunk's rows ``(n, k, Nt)``."""
+        t = self.transport
+        return [t.allgatherv(comm, X[:, ch.mine[0]:ch.mine[1]].transpose(1, 0, 2), ch.counts,
+                             dtype) for ch in cut]
+
+    def _half(self, out_cut, in_cut, inputs, adjoint, out_major, reduce, weight=None):
+        """``out_b = sum_a F_ba in_a`` over the blocks, in the order the module's notes give;
+        ``reduce(b, out_b)`` (wire layout ``(n, k, Nt)``) starts once ``out_b`` is complete.
+        ``inputs[a]``: the pending collective that brings ``in_a``, waited for at its first
+        use; ``weight``: the diagonal of ``W`` on the input rows (the normal operator's second
+        half). Returns the reductions' pending collectives, in chunk order."""
+        subs = self._subs
+        nb, na = len(out_cut), len(in_cut)
+        pairs = ([(b, a) for b in range(nb) for a in range(na)] if out_major
+                 else [(b, a) for a in range(na) for b in range(nb)])
+        data, acc, left, out = {}, [None] * nb, [na] * nb, [None] * nb
+        for b, a in pairs:
+            if a not in data:
+                data[a] = self._input(inputs[a].wait(), weight, in_cut[a])
+            y = self._product(subs[a][b] if adjoint else subs[b][a], data[a], adjoint)
+            if acc[b] is None:
+                acc[b] = y
+            else:
+                acc[b] += y
+            left[b] -= 1
+            if not left[b]:
+                out[b], acc[b] = reduce(b, acc[b].transpose(1, 0, 2)), None
+        return out
+
+    def _input(self, x, weight, chunk):
+        """A chunk's input from the wire ``(n, k, Nt)`` to ``(k, n, Nt)`` (contiguous on a
+        GPU, where the products take it so: once for all its blocks), times the weight's rows
+        where given; a failure is kept as in :meth:`_product`."""
         xp = self._xp
+        n, k = x.shape[:2]
+        try:
+            if weight is not None:
+                w = _take(xp, weight, chunk.ranges, 0)
+                x = x.astype(self.dtype, copy=False) * w[:, None, :]
+            x = x.transpose(1, 0, 2)
+            return x if xp is np else xp.ascontiguousarray(x)
+        except Exception as e:
+            if self._exc is None:
+                self._exc = e
+            return xp.zeros((k, n, self.nt), dtype=self.dtype)
 
-        def step(data, pending):
-            kc = data.shape[1]
-            try:
-                if weight is not None:
-                    data = data.astype(self.dtype, copy=False) * weight[:, None, :]
-                y = self._local(data.transpose(1, 0, 2), adjoint, pending)
-                return y.transpose(1, 0, 2)
-            except Exception as e:
-                if self._exc is None:
-                    self._exc = e
-                return xp.zeros((n_out, kc, self.nt), dtype=self.dtype)
-
-        return step
-
-    def _steps(self, mode: str, weight=None):
-        t, (w1, w5) = self.transport, self._wire
-        row, col = self.grid.row_comm, self.grid.col_comm
-        nd_r, nm_c = _len(self.rows), _len(self.cols)
-        pc, oc = self._param_counts, self._obs_counts
+    def _out_major(self, mode: str) -> bool:
+        """Forward and adjoint: output chunk after output chunk where the reduction moves at
+        least as many bytes as the gather (this rank's share of each), else input after input."""
+        w1, w5 = (np.dtype(w).itemsize for w in self._wire)
+        params = (_len(self.cols) - self._n_own["param"])
+        obs = (_len(self.rows) - self._n_own["obs"])
         if mode == "forward":
-            comms = [lambda a: t.allgatherv(col, a, pc, w1),
-                     lambda a: t.reduce_scatter(row, a, oc, w5)]
-            return comms, [self._compute(False, nd_r)]
-        if mode == "adjoint":
-            comms = [lambda a: t.allgatherv(row, a, oc, w1),
-                     lambda a: t.reduce_scatter(col, a, pc, w5)]
-            return comms, [self._compute(True, nm_c)]
-        # normal: the all-reduce keeps the observation rows of the process row on each rank
-        comms = [lambda a: t.allgatherv(col, a, pc, w1),
-                 lambda a: t.allreduce(row, a, w5),
-                 lambda a: t.reduce_scatter(col, a, pc, w5)]
-        return comms, [self._compute(False, nd_r), self._compute(True, nm_c, weight)]
+            return obs * w5 >= params * w1
+        return params * w5 >= obs * w1
 
     def _run(self, mode: str, X, weight=None):
-        """Run the product's pipeline on the checked local input ``X`` ``(k, n, Nt)`` (None on
-        a rank whose check failed: zeros of the right size take its place). Returns
+        """Run the product's block pipeline on the checked local input ``X`` ``(k, n, Nt)``
+        (None on a rank whose check failed: zeros of the right size take its place). Returns
         ``(Y, exception or None)``."""
         self._exc = None
         xp = self._xp
         space_in = "obs" if mode == "adjoint" else "param"
         space_out = "param" if mode in ("adjoint", "normal") else "obs"
         n_in, n_out = self._n_own[space_in], self._n_own[space_out]
+        t, (w1, w5) = self.transport, self._wire
+        row, col = self.grid.row_comm, self.grid.col_comm
+        S, P = self._scut, self._pcut
         with self._on_device():
             if X is None:
                 X = xp.zeros((1, n_in, self.nt), dtype=self.dtype)
             k = X.shape[0]
-            bounds = _chunk_bounds(k, self.chunks if self.overlap else 1)
-            comms, computes = self._steps(mode, weight)
-            n, s = len(bounds), len(computes)
-            pend: dict = {}
-            wire_in = lambda i: X[bounds[i][0]:bounds[i][1]].transpose(1, 0, 2)  # noqa: E731
-            pend[(0, 0)] = comms[0](wire_in(0))
-            # step t: start chunk t+1's gather, then compute stage j on chunk t-j
-            for t in range(n + s - 1):
-                if t + 1 < n:
-                    pend[(0, t + 1)] = comms[0](wire_in(t + 1))
-                for j in range(s):
-                    i = t - j
-                    if 0 <= i < n:
-                        data = pend.pop((j, i)).wait()
-                        data = computes[j](data, list(pend.values()))
-                        pend[(j + 1, i)] = comms[j + 1](data)
+            if mode == "forward":
+                out_cut = S
+                outs = self._half(S, P, self._gathers(col, P, X, w1), False,
+                                  self._out_major(mode),
+                                  lambda i, y: t.reduce_scatter(row, y, S[i].counts, w5))
+            elif mode == "adjoint":
+                out_cut = P
+                outs = self._half(P, S, self._gathers(row, S, X, w1), True,
+                                  self._out_major(mode),
+                                  lambda j, y: t.reduce_scatter(col, y, P[j].counts, w5))
+            else:  # normal: the all-reduce keeps the observation rows of the process row
+                out_cut = P
+                mids = self._half(S, P, self._gathers(col, P, X, w1), False, True,
+                                  lambda i, y: t.allreduce(row, y, w5))
+                outs = self._half(P, S, mids, True, True,
+                                  lambda j, y: t.reduce_scatter(col, y, P[j].counts, w5),
+                                  weight)
             Y = xp.empty((k, n_out, self.nt), dtype=self.dtype)
-            for i, (a, b) in enumerate(bounds):
-                Y[a:b] = pend.pop((s, i)).wait().transpose(1, 0, 2)
+            for ch, pend in zip(out_cut, outs):
+                a, b = ch.mine
+                Y[:, a:b] = pend.wait().transpose(1, 0, 2)
         return Y, self._exc
 
     def _on_device(self):
@@ -597,8 +751,40 @@ def _host(a):
     return a if isinstance(a, np.ndarray) else backend.cupy.asnumpy(a)
 
 
-def _chunk_bounds(k: int, chunks: int) -> list[tuple[int, int]]:
-    from .layout import block_partition
+class _Chunk:
+    """One chunk of an axis of the local block: ``counts`` (rows of each rank of the
+    communicator), ``mine`` (this rank's piece of its own slice, ``(start, stop)``) and
+    ``ranges`` (the chunk's rows of the local block, rank-major: the collective's order)."""
 
-    return [t for t in block_partition(k, min(k, chunks)) if t[1] > t[0]]
+    __slots__ = ("counts", "mine", "ranges")
 
+    def __init__(self, counts, mine, ranges):
+        self.counts, self.mine, self.ranges = counts, mine, ranges
+
+
+def _chunks(counts, me: int, chunks: int, minimum: int) -> list[_Chunk]:
+    """The chunks of an axis whose rank ``q`` owns ``counts[q]`` rows (:func:`chunk_pieces`),
+    for the rank ``me`` of that axis's communicator."""
+    from .layout import chunk_pieces
+
+    offs = _starts([(0, n) for n in counts])
+    out = []
+    for pieces in chunk_pieces(counts, chunks, minimum):
+        ranges = [(o + a, o + b) for o, (a, b) in zip(offs, pieces) if b > a]
+        out.append(_Chunk([b - a for a, b in pieces], pieces[me], ranges))
+    return out
+
+
+def _starts(ranges) -> list[int]:
+    """Where each of ``ranges`` starts once they are laid end to end."""
+    out, n = [], 0
+    for a, b in ranges:
+        out.append(n)
+        n += b - a
+    return out
+
+
+def _take(xp, a, ranges, axis: int):
+    """The rows ``ranges`` of ``a`` along ``axis``, end to end (a view for one range)."""
+    parts = [a[(slice(None),) * axis + (slice(s, e),)] for s, e in ranges]
+    return parts[0] if len(parts) == 1 else xp.concatenate(parts, axis=axis)

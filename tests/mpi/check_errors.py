@@ -103,6 +103,26 @@ def main():
     Ml = dev(np.ones((3,) + op2.local_shape("param")))
     expect(lambda: op2.matmat(Ml), "mid-product failure", words=("boom",))
     expect(lambda: op2.normal().matmat(Ml), "mid-normal failure", words=("boom",))
+    # the block pipeline: a failure in one block's product on one rank, the other blocks and
+    # ranks going on (the rank's collectives get zeros), then the same product without it
+    op3 = DistributedBlockToeplitz(ProcessGrid(comm), dev(K), chunks=3, min_chunk=1)
+    m3 = op3.distribute(dev(np.ones((7, 4))), "param")
+    good3 = host(op3.collect(op3.matmat(m3[None]), "obs"))
+    if rank == last:
+        bad_block, product = op3._subs[-1][-1], op3._local
+
+        def one_block_fails(sub, x, adjoint):
+            if sub is bad_block:
+                raise RuntimeError("boom in one block")
+            return product(sub, x, adjoint)
+        op3._local = one_block_fails
+    for what, run in (("forward", lambda: op3.matmat(m3[None])),
+                      ("adjoint", lambda: op3.rmatvec(op3.distribute(dev(np.ones((5, 4))), "obs"))),
+                      ("normal", lambda: op3.normal(2.0).matvec(m3))):
+        expect(run, f"one block's failure, {what}", words=("boom in one block",))
+    if rank == last:
+        del op3._local
+    assert np.array_equal(host(op3.collect(op3.matmat(m3[None]), "obs")), good3)
     # the operator still works after the errors
     again = host(op.collect(op.matvec(m), "obs"))
     assert np.array_equal(again, good)

@@ -123,6 +123,73 @@ def check_operator(op, ref, seed, tol=TOL):
               1e2 * tol if tol > TOL else tol)
 
 
+def check_blocks(op, K, ref, seed, chunks, tol=TOL):
+    """The block pipeline: the blocks it cut (at most ``chunks`` a cut axis and ``n //
+    min_chunk`` for ``n`` rows, no more than the largest slice, none on an axis whose
+    communicator has one rank), their Khat together that of the whole block, and the
+    products (one vector, batches, both directions, the normal operator) against ``ref``."""
+    pr, pc = op.grid.shape
+
+    def most(counts, cut):
+        return min(max(counts), max(1, min(chunks, sum(counts) // op.min_chunk))) if cut else 1
+
+    want = (most(op._obs_counts, pc > 1), most(op._param_counts, pr > 1))
+    assert op.blocks == want, (op.grid.shape, chunks, op.blocks, want)
+    (r0, r1), (c0, c1) = op.rows, op.cols
+    local = op.local_operator  # built from the blocks' kernels where the block is cut
+    assert op.khat_nbytes == local.khat_nbytes, (op.khat_nbytes, local.khat_nbytes)
+    nd, nm, nt = ref.nd, ref.nm, ref.nt
+    m, d = fresh(seed, nm, nt), fresh(seed + 1, nd, nt)
+    M, D = fresh(seed + 2, 3, nm, nt), fresh(seed + 3, 2, nd, nt)
+    close(host(local.matvec(dev(m[c0:c1]))),
+          BlockToeplitz(K[r0:r1, c0:c1], op.precision.letters).matvec(m[c0:c1]),
+          "local operator of the blocks", tol)
+    tag = f"{pr}x{pc} blocks={op.blocks} chunks={chunks} {op.precision}"
+    y = op.matvec(op.distribute(dev(m), "param"))
+    assert y.shape == op.local_shape("obs") and y.dtype == op.dtype, (y.shape, y.dtype)
+    close(host(op.collect(y, "obs")), ref.matvec(m), f"forward {tag}", tol)
+    z = op.rmatvec(op.distribute(dev(d), "obs"))
+    assert z.shape == op.local_shape("param") and z.dtype == op.dtype
+    close(host(op.collect(z, "param")), ref.rmatvec(d), f"adjoint {tag}", tol)
+    Y = op.matmat(op.distribute(dev(M), "param"))
+    close(host(op.collect(Y, "obs")), ref.matmat(M), f"matmat {tag}", tol)
+    Z = op.rmatmat(op.distribute(dev(D), "obs"))
+    close(host(op.collect(Z, "param")), ref.rmatmat(D), f"rmatmat {tag}", tol)
+    lhs = op.dot(op.distribute(dev(d), "obs"), y)
+    close(lhs, op.dot(z, op.distribute(dev(m), "param")), f"dot test {tag}",
+          1e-10 if tol <= TOL else 10 * tol)
+    w = np.abs(fresh(seed + 4, nd, nt)) + 0.5
+    nrm = op.normal(dev(w))
+    ntol = 1e2 * tol if tol > TOL else tol
+    close(host(op.collect(nrm.matmat(op.distribute(dev(M), "param")), "param")),
+          ref.normal(w).matmat(M), f"normal {tag}", ntol)
+    close(host(op.collect(nrm.matvec(op.distribute(dev(m), "param")), "param")),
+          ref.normal(w).matvec(m), f"normal one {tag}", ntol)
+
+
+def check_block_pipeline():
+    """Uneven chunks, ranks whose slice is smaller than the number of chunks (one row, or
+    none: (9, 2) on 4 x 1 gives param slices 1, 1, 0, 0), every grid, chunks 1, 2, 3, 7."""
+    for nd, nm, nt in ((11, 13, 5), (9, 2, 5), (2, 9, 5)):
+        K = fresh(nd * nm, nd, nm, nt)
+        ref = BlockToeplitz(K)
+        for rows, cols in grids(size)[:-1]:
+            if rows > nd or cols > nm:
+                continue
+            g = ProcessGrid(comm, rows, cols)
+            for chunks in (1, 2, 3, 7):
+                op = DistributedBlockToeplitz(g, dev(K), chunks=chunks, min_chunk=1,
+                                              transport=TRANSPORT)
+                check_blocks(op, K, ref, seed=chunks, chunks=chunks)
+    # a float32 wire, and a min_chunk that bounds the chunks (13 // 4: at most 3 an axis)
+    K = fresh(5, 13, 13, 6)
+    for prec, tol in (("sddds", 2e-5), ("ddddd", TOL)):
+        op = DistributedBlockToeplitz(ProcessGrid(comm), dev(K), prec, chunks=7, min_chunk=4,
+                                      transport=TRANSPORT)
+        assert max(op.blocks) <= 3, op.blocks
+        check_blocks(op, K, BlockToeplitz(K, prec), seed=6, chunks=7, tol=tol)
+
+
 class _Later:
     """A stand-in for a device event that passes ``seconds`` from now."""
 
@@ -159,6 +226,7 @@ def main():
         return
     if size > 1 and not GPU:
         check_progress()
+    check_block_pipeline()
     tmp = comm.bcast(tempfile.mkdtemp() if rank == 0 else None)
     for nd, nm, nt in ((5, 7, 6), (6, 4, 9)):
         K = fresh(10 * nd + nm, nd, nm, nt)
@@ -185,6 +253,11 @@ def main():
         for prec in ("sddds",) if nd == 5 else ("ddssd",):
             op = DistributedBlockToeplitz(ProcessGrid(comm), dev(K), prec, transport=TRANSPORT)
             check_operator(op, BlockToeplitz(K, prec), seed=3, tol=2e-5)
+        # a kernel far outside [2**-32, 2**32): the local products scale by powers of two
+        # as the single-process one does (its stored Khat is scaled; the outputs undo it)
+        big = K * 2.0**40
+        op = DistributedBlockToeplitz(ProcessGrid(comm), dev(big), "sddds", transport=TRANSPORT)
+        check_operator(op, BlockToeplitz(big, "sddds"), seed=5, tol=2e-5)
         # precision="auto": one choice on rank 0 for every rank (here the error model: no
         # table for a CPU), its products those of the single-process operator in that precision
         import warnings
