@@ -47,10 +47,11 @@ gathers first, then the reductions in chunk order).
 Which axis is cut follows where the bytes are: parameters only where the process column has
 more than one rank (its gather and reduce-scatter move bytes), sensors only where the process
 row has; a ``1 x P`` grid cuts sensors, ``P x 1`` parameters, a 2-D grid both. Each axis gets
-at most ``chunks`` chunks of about ``min_chunk`` rows at least: each block's product repeats
-the FFT of its input and the inverse FFT of its output, about ``2 k / n`` of the block's
-``Khat`` bytes for ``k`` vectors and ``n`` rows of the block's other axis (the comment in
-``__init__``). The blocks' operators hold one ``Khat`` of the local block together, as one
+at most ``chunks`` chunks of about ``min_chunk`` rows at least: on a GPU each block's product
+(one fused product) repeats the FFT of its input and the inverse FFT of its output, about
+``2 k / n`` of the block's ``Khat`` bytes for ``k`` vectors and ``n`` rows of the block's other
+axis (the comment in ``__init__``); on the CPU an input chunk's FFT is made once for all its
+blocks, only the inverse FFTs repeat. The blocks' operators hold one ``Khat`` of the local block together, as one
 operator would. ``overlap=False`` (or one chunk per axis) keeps the whole block in one
 operator: gather, compute, reduce (the baseline the benchmark compares with).
 """
@@ -308,7 +309,8 @@ class DistributedBlockToeplitz(_Distributed):
         operator, compute-then-communicate.
     chunks : int, optional
         Most chunks per axis (sensors, parameters), so at most ``chunks**2`` blocks on a 2-D
-        grid (default 4 with overlap on more than one rank, else 1). An axis whose
+        grid (default 4 with overlap for a GPU operator on more than one rank, else 1: on
+        the CPU the blocks' products cost more than the collectives they hide). An axis whose
         communicator has one rank is not cut.
     min_chunk : int, default 16
         Fewest sensors or parameters of a chunk, on average: an axis of ``n`` local rows is
@@ -386,7 +388,10 @@ class DistributedBlockToeplitz(_Distributed):
         self.overlap = bool(overlap)
         # one rank communicates nothing: nothing to overlap (and the blocks' products repeat
         # their FFTs); an axis is cut only where its communicator has more than one rank
-        default = 4 if self.overlap and self.grid.size > 1 else 1
+        # on the CPU one chunk: there the collectives are a few per cent of the product and
+        # smaller blocks' products cost more than they hide (two ranks on two cores, (64,
+        # 512, 256): 1.13x compute-then-communicate at k = 1 and 1.43x at k = 8 in 4 chunks)
+        default = 4 if self.overlap and self.grid.size > 1 and self._xp is not np else 1
         self.chunks = int(chunks) if chunks is not None else default
         self.min_chunk = int(min_chunk if min_chunk is not None else 16)
         # counts of the collectives: param slices in the column, obs slices in the row; the
@@ -394,7 +399,8 @@ class DistributedBlockToeplitz(_Distributed):
         # row's)
         self._param_counts = [_len(t) for t in self.layout.param_ranges_in_col(c)]
         self._obs_counts = [_len(t) for t in self.layout.obs_ranges_in_row(r)]
-        # Redundant work: block F_ij's product makes its own FFT of x_j and inverse FFT of y_i.
+        # Redundant work (GPU; the CPU shares each x_j's FFT among its blocks): block F_ij's
+        # product makes its own FFT of x_j and inverse FFT of y_i.
         # For k vectors the FFT of x_j moves about k * nm_j * L * 16 bytes (the padded input
         # read, the spectrum written and read back by stage 3, complex128), the block's Khat
         # nd_i * nm_j * Nf * 16 ~ nd_i * nm_j * L * 8: a ratio ~ 2 k / nd_i, and the inverse
@@ -533,33 +539,51 @@ class DistributedBlockToeplitz(_Distributed):
         return DistributedNormalOperator(self, weight)
 
     # ---- the pipeline ----------------------------------------------------------------------
-    def _local(self, op, x, adjoint: bool):
-        """One block's five stages on ``x`` ``(k, n, Nt)``; on the CPU, MPI is driven between
-        stages so that the collectives in flight progress meanwhile."""
-        if self._xp is np:
-            poll = self.transport.progress
-            # the powers of two of BlockToeplitz._apply's host path: the input's scale in
-            # stage 1's cast, the kernel's and the input's undone in stage 5's
-            s = 0
-            if op._scaled:
-                s = _scaling.scale_exponent(float(np.abs(x).max()) if x.size else 0.0,
-                                            x.dtype.itemsize)
-            y = op.broadcast_and_pad(x, scale_exp=s)
-            poll()
-            y = op.fft(y)
-            poll()
-            y = op.sbgemv(y, adjoint)
-            poll()
-            y = op.ifft(y)
-            poll()
-            return op.unpad_and_reduce(y, exponent=op._kexp - s if op._scaled else 0)
-        return op._apply(self._xp.ascontiguousarray(x), adjoint)
+    def _spectrum(self, op, x):
+        """CPU: stages 1 and 2 of a chunk's input ``x`` ``(k, n, Nt)``, computed once and
+        shared by every block the chunk enters (the blocks of one input chunk have the same
+        input rows, FFT length and precision): ``(xhat, s)``, ``s`` the power of two of
+        BlockToeplitz._apply's host path in stage 1's cast. MPI is driven between stages so
+        that the collectives in flight progress meanwhile."""
+        poll = self.transport.progress
+        s = 0
+        if op._scaled:
+            s = _scaling.scale_exponent(float(np.abs(x).max()) if x.size else 0.0,
+                                        x.dtype.itemsize)
+        y = op.broadcast_and_pad(x, scale_exp=s)
+        poll()
+        y = op.fft(y)
+        poll()
+        return y, s
 
-    def _product(self, op, x, adjoint: bool):
-        """One block's product of ``x`` ``(k, n_in, Nt)``; a failure is kept for the next sync
-        point and zeros of the output's size go on, so the other ranks' collectives complete."""
+    def _from_spectrum(self, op, spectrum, adjoint: bool):
+        """CPU: stages 3 to 5 of one block on a chunk's shared :meth:`_spectrum`; the
+        block's kernel scale and the input's undone in stage 5's cast."""
+        poll = self.transport.progress
+        xhat, s = spectrum
+        y = op.sbgemv(xhat, adjoint)
+        poll()
+        y = op.ifft(y)
+        poll()
+        return op.unpad_and_reduce(y, exponent=op._kexp - s if op._scaled else 0)
+
+    def _local(self, op, x, adjoint: bool, spectra=None, key=None):
+        """One block's product of ``x`` ``(k, n_in, Nt)``: on a GPU one fused product, on the
+        CPU stages 3-5 on the input's spectrum (made at the chunk's first block and kept in
+        ``spectra[key]``; without ``spectra``, made here)."""
+        if self._xp is not np:
+            return op._apply(self._xp.ascontiguousarray(x), adjoint)
+        if spectra is None:
+            return self._from_spectrum(op, self._spectrum(op, x), adjoint)
+        if key not in spectra:
+            spectra[key] = self._spectrum(op, x)
+        return self._from_spectrum(op, spectra[key], adjoint)
+
+    def _product(self, op, x, adjoint: bool, spectra=None, key=None):
+        """:meth:`_local`, a failure kept for the next sync point: zeros of the output's size
+        go on, so the other ranks' collectives complete."""
         try:
-            return self._local(op, x, adjoint)
+            return self._local(op, x, adjoint, spectra, key)
         except Exception as e:
             if self._exc is None:
                 self._exc = e
@@ -584,10 +608,16 @@ class DistributedBlockToeplitz(_Distributed):
         pairs = ([(b, a) for b in range(nb) for a in range(na)] if out_major
                  else [(b, a) for a in range(na) for b in range(nb)])
         data, acc, left, out = {}, [None] * nb, [na] * nb, [None] * nb
+        # CPU: each input chunk's FFT, once for all its blocks (output after output keeps
+        # them all: the spectrum of the whole input, as one block's product makes)
+        spectra: dict = {}
         for b, a in pairs:
             if a not in data:
                 data[a] = self._input(inputs[a].wait(), weight, in_cut[a])
-            y = self._product(subs[a][b] if adjoint else subs[b][a], data[a], adjoint)
+            y = self._product(subs[a][b] if adjoint else subs[b][a], data[a], adjoint,
+                              spectra, a)
+            if not out_major and b == nb - 1:
+                spectra.pop(a, None)  # input after input: chunk a's blocks are done
             if acc[b] is None:
                 acc[b] = y
             else:

@@ -111,10 +111,10 @@ def main():
     if rank == last:
         bad_block, product = op3._subs[-1][-1], op3._local
 
-        def one_block_fails(sub, x, adjoint):
+        def one_block_fails(sub, x, adjoint, *spectrum):
             if sub is bad_block:
                 raise RuntimeError("boom in one block")
-            return product(sub, x, adjoint)
+            return product(sub, x, adjoint, *spectrum)
         op3._local = one_block_fails
     for what, run in (("forward", lambda: op3.matmat(m3[None])),
                       ("adjoint", lambda: op3.rmatvec(op3.distribute(dev(np.ones((5, 4))), "obs"))),
