@@ -203,6 +203,31 @@ def test_precision_setting_restored():
         mm.fp32_precision = old
 
 
+@pytest.mark.parametrize("dtype, flag", [(torch.bfloat16, "allow_bf16_reduced_precision_reduction"),
+                                         (torch.float16, "allow_fp16_reduced_precision_reduction")])
+def test_sixteen_bit_settings_and_autocast_restored(dtype, flag):
+    """16-bit GEMMs reduce in float32 inside the layer and autocast is off there; the user's
+    flag and autocast region are back after it, also after an error inside."""
+    from fftmatvec.fno._torch_dft import gemm_precision
+
+    mm = torch.backends.cuda.matmul
+    old = getattr(mm, flag)
+    try:
+        setattr(mm, flag, True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            with gemm_precision(dtype, "cpu"):
+                assert getattr(mm, flag) is False and not torch.is_autocast_enabled("cpu")
+            assert getattr(mm, flag) is True and torch.is_autocast_enabled("cpu")
+            with pytest.raises(RuntimeError, match="inside"):
+                with gemm_precision(dtype, "cpu"):
+                    raise RuntimeError("inside")
+            assert getattr(mm, flag) is True and torch.is_autocast_enabled("cpu")
+        with gemm_precision(dtype, "cpu"):  # outside autocast: nothing to turn off
+            assert not torch.is_autocast_enabled("cpu")
+    finally:
+        setattr(mm, flag, old)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA/ROCm device for torch")
 @pytest.mark.parametrize("shape,n_modes", [((8, 32, 128), 64), ((4, 32, 85, 85), (12, 12)),

@@ -22,22 +22,29 @@ def _torch():
 @contextlib.contextmanager
 def gemm_precision(dtype, device_type="cuda"):
     """IEEE float32 matmuls, and float32 reductions for 16-bit ones, restored on exit; autocast
-    off (the precision is the layer's ``compute_dtype``, not the autocast region's)."""
+    off (the precision is the layer's ``compute_dtype``, not the autocast region's). Only what
+    differs is set, and autocast is entered only where it is on: each step is several
+    microseconds of host time, which small layers on a GPU wait for."""
     torch = _torch()
     mm = torch.backends.cuda.matmul
     old = mm.fp32_precision
     flag = {torch.bfloat16: "allow_bf16_reduced_precision_reduction",
             torch.float16: "allow_fp16_reduced_precision_reduction"}.get(dtype)
-    old_flag = getattr(mm, flag) if flag else None
-    mm.fp32_precision = "ieee"
-    if flag:
+    old_flag = getattr(mm, flag) if flag else False
+    if old != "ieee":
+        mm.fp32_precision = "ieee"
+    if old_flag:
         setattr(mm, flag, False)
     try:
-        with torch.autocast(device_type, enabled=False):
+        if torch.is_autocast_enabled(device_type):
+            with torch.autocast(device_type, enabled=False):
+                yield
+        else:
             yield
     finally:
-        mm.fp32_precision = old
-        if flag:
+        if old != "ieee":
+            mm.fp32_precision = old
+        if old_flag:
             setattr(mm, flag, old_flag)
 
 
