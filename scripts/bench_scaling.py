@@ -105,8 +105,8 @@ def bench(comm, nd, nm, nt, k, precision, mode, device, repeat, chunks, min_chun
 
     t_comm = _timed(comm, comm_only, repeat, sync)
     hidden = (t_comp + t_comm - t_ov) / max(min(t_comp, t_comm), 1e-12)
-    return dict(grid=f"{g.rows}x{g.cols}", blocks="x".join(map(str, op.blocks)), overlap=t_ov, ctc=t_ctc, compute=t_comp,
-                comm=t_comm, ratio=t_ov / t_ctc, hidden=hidden)
+    return dict(grid=f"{g.rows}x{g.cols}", blocks="x".join(map(str, op.blocks)), overlap=t_ov,
+                ctc=t_ctc, compute=t_comp, comm=t_comm, ratio=t_ov / t_ctc, hidden=hidden)
 
 
 def main(argv=None) -> int:
@@ -136,8 +136,8 @@ def main(argv=None) -> int:
               f"k={args.k} precision={args.precision} device={args.device} "
               f"chunks={args.chunks} min_chunk={args.min_chunk}; times in ms (slowest rank, "
               f"median of {args.repeat})")
-        print(f"{'p':>4} {'grid':>6} {'blocks':>6} {'Nm':>7} | {'overlap':>9} {'ctc':>9} {'compute':>9} "
-              f"{'comm':>9} | {'ratio':>6} {'hidden':>6}")
+        print(f"{'p':>4} {'grid':>6} {'blocks':>6} {'Nm':>7} | {'overlap':>9} {'ctc':>9} "
+              f"{'compute':>9} {'comm':>9} | {'ratio':>6} {'hidden':>6}")
     for p in sizes:
         sub = world.Split(0 if world.rank < p else MPI.UNDEFINED, world.rank)
         if sub != MPI.COMM_NULL:

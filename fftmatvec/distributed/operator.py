@@ -44,15 +44,15 @@ the products are queued and the transport drives MPI while the host waits for th
 (:mod:`.comm`). Every rank starts the collectives of each communicator in the same order (the
 gathers first, then the reductions in chunk order).
 
-Which axis is cut follows where the bytes are: parameters only where the process column has
-more than one rank (its gather and reduce-scatter move bytes), sensors only where the process
-row has; a ``1 x P`` grid cuts sensors, ``P x 1`` parameters, a 2-D grid both. Each axis gets
-at most ``chunks`` chunks of about ``min_chunk`` rows at least: on a GPU each block's product
-(one fused product) repeats the FFT of its input and the inverse FFT of its output, about
-``2 k / n`` of the block's ``Khat`` bytes for ``k`` vectors and ``n`` rows of the block's other
-axis (the comment in ``__init__``); on the CPU an input chunk's FFT is made once for all its
-blocks, only the inverse FFTs repeat. The blocks' operators hold one ``Khat`` of the local block together, as one
-operator would. ``overlap=False`` (or one chunk per axis) keeps the whole block in one
+Which axis is cut follows where the bytes are: parameters only where the process column has more
+than one rank (its gather and reduce-scatter move bytes), sensors only where the process row
+has; a ``1 x P`` grid cuts sensors, ``P x 1`` parameters, a 2-D grid both. Each axis gets at
+most ``chunks`` chunks of about ``min_chunk`` rows at least: on a GPU each block's product (one
+fused product) repeats the FFT of its input and the inverse FFT of its output, about ``2 k / n``
+of the block's ``Khat`` bytes for ``k`` vectors and ``n`` rows of the block's other axis (the
+comment in ``__init__``); on the CPU an input chunk's FFT is made once for all its blocks, only
+the inverse FFTs repeat. The blocks' operators hold one ``Khat`` of the local block together, as
+one operator would. ``overlap=False`` (or one chunk per axis) keeps the whole block in one
 operator: gather, compute, reduce (the baseline the benchmark compares with).
 """
 
