@@ -223,7 +223,7 @@ class DeviceOps:
         return _DeviceAmax(self, x, launch)
 
     def launch_amax(self, x, scratch: int, stream: int) -> None:
-        """Queue ``amax_<dtype>`` over ``x`` into ``ptrs`` (:meth:`_DeviceAmax.fold`)."""
+        """Queue ``amax_<dtype>`` over ``x`` through ``scratch`` (:meth:`_DeviceAmax.fold`)."""
         from . import kernels
 
         cp = self.cp

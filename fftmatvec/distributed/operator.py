@@ -314,10 +314,10 @@ class DistributedBlockToeplitz(_Distributed):
         communicator has one rank is not cut.
     min_chunk : int, default 16
         Fewest sensors or parameters of a chunk, on average: an axis of ``n`` local rows is
-        cut into at most ``n // min_chunk`` chunks. Each block's product repeats the FFTs of
-        its input and output, which costs about ``2 k / n_rows`` of the block's ``Khat`` bytes
-        (``k`` right-hand sides, ``n_rows`` the rows of the block's other axis); this bound
-        keeps it small.
+        cut into at most ``n // min_chunk`` chunks. On a GPU each block's product repeats the
+        FFTs of its input and output (on the CPU the output's only), which costs about
+        ``2 k / n_rows`` of the block's ``Khat`` bytes (``k`` right-hand sides, ``n_rows`` the
+        rows of the block's other axis); this bound keeps it small.
 
     Raises
     ------
@@ -386,11 +386,11 @@ class DistributedBlockToeplitz(_Distributed):
         self._n_own = {"param": _len(self.layout.param_range(r, c)),
                        "obs": _len(self.layout.obs_range(r, c))}
         self.overlap = bool(overlap)
-        # one rank communicates nothing: nothing to overlap (and the blocks' products repeat
-        # their FFTs); an axis is cut only where its communicator has more than one rank
-        # on the CPU one chunk: there the collectives are a few per cent of the product and
-        # smaller blocks' products cost more than they hide (two ranks on two cores, (64,
-        # 512, 256): 1.13x compute-then-communicate at k = 1 and 1.43x at k = 8 in 4 chunks)
+        # one chunk where nothing is communicated (one rank), and on the CPU, where the
+        # collectives are a few per cent of the product and smaller blocks' products cost more
+        # than they hide (two ranks on two cores, (64, 512, 256): 1.13x compute-then-
+        # communicate at k = 1 and 1.43x at k = 8 in 4 chunks); an axis is cut only where its
+        # communicator has more than one rank
         default = 4 if self.overlap and self.grid.size > 1 and self._xp is not np else 1
         self.chunks = int(chunks) if chunks is not None else default
         self.min_chunk = int(min_chunk if min_chunk is not None else 16)
@@ -548,7 +548,7 @@ class DistributedBlockToeplitz(_Distributed):
         poll = self.transport.progress
         s = 0
         if op._scaled:
-            s = _scaling.scale_exponent(float(np.abs(x).max()) if x.size else 0.0,
+            s = _scaling.scale_exponent(_scaling.HostOps.measure(x) if x.size else 0.0,
                                         x.dtype.itemsize)
         y = op.broadcast_and_pad(x, scale_exp=s)
         poll()
@@ -567,19 +567,17 @@ class DistributedBlockToeplitz(_Distributed):
         poll()
         return op.unpad_and_reduce(y, exponent=op._kexp - s if op._scaled else 0)
 
-    def _local(self, op, x, adjoint: bool, spectra=None, key=None):
-        """One block's product of ``x`` ``(k, n_in, Nt)``: on a GPU one fused product, on the
-        CPU stages 3-5 on the input's spectrum (made at the chunk's first block and kept in
-        ``spectra[key]``; without ``spectra``, made here)."""
+    def _local(self, op, x, adjoint: bool, spectra: dict, key):
+        """One block's product of ``x`` ``(k, n_in, Nt)`` (contiguous on a GPU: :meth:`_input`):
+        on a GPU one fused product, on the CPU stages 3-5 on the input's spectrum (made at the
+        chunk's first block and kept in ``spectra[key]``)."""
         if self._xp is not np:
-            return op._apply(self._xp.ascontiguousarray(x), adjoint)
-        if spectra is None:
-            return self._from_spectrum(op, self._spectrum(op, x), adjoint)
+            return op._apply(x, adjoint)
         if key not in spectra:
             spectra[key] = self._spectrum(op, x)
         return self._from_spectrum(op, spectra[key], adjoint)
 
-    def _product(self, op, x, adjoint: bool, spectra=None, key=None):
+    def _product(self, op, x, adjoint: bool, spectra: dict, key):
         """:meth:`_local`, a failure kept for the next sync point: zeros of the output's size
         go on, so the other ranks' collectives complete."""
         try:
