@@ -8,7 +8,10 @@ ratio. For precisions with a reduced stage it also times, check off, the product
 scaling switched off (``unscaled``: what the products cost before it) and with the scale as
 element-wise device passes around every product (``ondevice``: ``FFTMATVEC_PLAN="scale_pass=1"``;
 by default a product runs on the input as given, waits for the reduction's value only, and runs
-again scaled only for an input far from 1), both as ratios to ``nocheck``. The variants are timed in interleaved rounds
+again scaled only for an input far from 1), both as ratios to ``nocheck``, and, check on, the
+product with the scaling switched off (``checkonly``: the product before the scaling with the
+input check alone), as the ratio ``check / checkonly``: what the scaling costs beyond the
+check, which shares its reduction. The variants are timed in interleaved rounds
 and the medians over the rounds are printed, so a drift of the device's clock hits all alike.
 
 Usage: python scripts/bench_check.py [--size 5000x100x1000] [--precisions ddddd,dssdd,ddhdd]
@@ -73,6 +76,13 @@ def variants(F, v, adjoint: bool) -> dict:
         finally:
             F._scaled = True
 
+    def checkonly():
+        F._scaled = False
+        try:
+            return f(v)
+        finally:
+            F._scaled = True
+
     def ondevice():
         os.environ["FFTMATVEC_PLAN"] = "scale_pass=1"
         try:
@@ -83,6 +93,7 @@ def variants(F, v, adjoint: bool) -> dict:
     out = {"check": lambda: f(v), "nocheck": lambda: f(v, check_finite=False)}
     if F._scaled:
         out["unscaled"] = unscaled
+        out["checkonly"] = checkonly
         out["ondevice"] = ondevice
     return out
 
@@ -124,7 +135,8 @@ def main(argv=None) -> int:
     print(f"(Nm, Nd, Nt) = ({nm}, {nd}, {nt}), {args.device}, repeat {args.repeat} x "
           f"{args.rounds} rounds; times in ms, ratios against check_finite=False")
     print(f"{'prec':>6} {'dir':>4} | {'mode':>6} | {'check':>8} {'nocheck':>8} {'ratio':>6} | "
-          f"{'unscaled':>8} {'ratio':>6} | {'ondevice':>8} {'ratio':>6}")
+          f"{'unscaled':>8} {'ratio':>6} | {'ondevice':>8} {'ratio':>6} | {'checkonly':>9} "
+          f"{'check/':>6}")
     for p in args.precisions.split(","):
         F = fm.BlockToeplitz(K, p)
         for adjoint, v in ((False, m), (True, d)):
@@ -137,6 +149,9 @@ def main(argv=None) -> int:
                     if extra in r:
                         u = r[extra][mode]
                         line += f" {u * 1e3:8.3f} {u / n:6.3f} |"
+                if "checkonly" in r:
+                    u = r["checkonly"][mode]
+                    line += f" {u * 1e3:9.3f} {c / u:6.3f}"
                 print(line)
         del F
         if xp is not np:

@@ -188,7 +188,7 @@ def test_waiting_for_the_device_drives_the_collectives_in_flight():
 
     t = MPITransport(np)
     reqs = [_Request(3), _Request(50)]
-    pend = [t._pending(r, lambda: "got", ()) for r in reqs]
+    pend = [t._pending(lambda r=r: r, lambda: "got", ()) for r in reqs]
     assert t.in_flight == 2
     ev = _Event(10)
     t.until(ev)
@@ -201,8 +201,42 @@ def test_waiting_for_the_device_drives_the_collectives_in_flight():
     assert ev.waited and ev.queries == 1
     # waited-for collectives are forgotten as new ones start (nothing accumulates)
     for _ in range(5):
-        t._pending(_Request(1), lambda: None, ()).wait()
+        t._pending(lambda: _Request(1), lambda: None, ()).wait()
     assert len(t._inflight) == 1
+
+
+def test_a_gpu_collective_starts_in_order_once_its_data_is_on_the_host():
+    """On a GPU the host does not wait for the device to start a collective: it is queued
+    behind its event and started once that event and every earlier one have passed, in the
+    order queued (the ranks must start a communicator's collectives in one order); waiting for
+    a later one starts the earlier ones first."""
+    from fftmatvec.distributed.comm import MPITransport
+
+    t = MPITransport(object(), gpu_aware=True)  # a device array module: nothing is staged
+    started = []
+
+    def start(i, n):
+        def go():
+            started.append(i)
+            return _Request(n)
+        return go
+
+    slow, fast = _Event(5), _Event(0)  # queried at each queueing and progress
+    p0 = t._pending(start(0, 3), lambda: "a", (), slow)
+    p1 = t._pending(start(1, 1), lambda: "b", (), fast)  # ready, but queued behind p0
+    assert started == [] and t.in_flight == 2
+    for _ in range(3):
+        t.progress()
+    assert started == []
+    t.progress()
+    assert started == [0, 1]
+    assert p1.wait() == "b" and p0.wait() == "a" and t.in_flight == 0
+    # a wait for a collective not yet started starts those before it first
+    started.clear()
+    q0 = t._pending(start(0, 2), lambda: "c", (), _Event(3))
+    q1 = t._pending(start(1, 5), lambda: "d", (), _Event(0))
+    assert q1.wait() == "d" and started == [0, 1]
+    assert q0.test() and q0.wait() == "c"
 
 
 def test_process_grid_needs_a_communicator():

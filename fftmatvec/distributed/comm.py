@@ -20,16 +20,21 @@ GPU of its own (NCCL refuses two ranks on one device) and says why in ``transpor
 
 Progress
 --------
-MPI without a progress thread advances a non-blocking collective only inside MPI calls. On a
-GPU the host must not sit in a blocking wait for the device while collectives are in flight:
-a host-staged send copies the device buffer to pinned memory behind an event and, until the
-event has passed (the computation queued before it is done), tests the transport's collectives
-in flight; a GPU-aware send waits for the stream the same way. So one chunk's collectives move
-while the next chunk is computed.
+MPI without a progress thread advances a non-blocking collective only inside MPI calls, and
+the ranks must start the collectives of a communicator in the same order. On a GPU the host
+never waits for the device to start a collective: a host-staged send queues the copy of the
+device buffer to pinned memory and records an event behind it (a GPU-aware send records the
+event alone); the collective is queued, and started once its event and those of every
+collective queued before it have passed (:meth:`MPITransport.progress`, called between the
+products of a pipeline). So the host keeps queueing the next chunks' products while earlier
+chunks' data reaches host memory, and one chunk's collectives move while the next is
+computed. A wait for a collective not yet started starts those before it in order, testing
+the collectives in flight meanwhile.
 """
 
 from __future__ import annotations
 
+import collections
 import os
 
 import numpy as np
@@ -103,12 +108,17 @@ def gpu_aware_mpi() -> bool:
 
 
 class Pending:
-    """A started collective: ``wait()`` returns its result on the operator's device."""
+    """A collective: ``wait()`` returns its result on the operator's device.
 
-    __slots__ = ("_req", "_finish", "_keep", "_done", "_value")
+    One of :class:`MPITransport` may be queued and not yet started (``_start`` set: the
+    callable that starts it, once the event ``_ready`` has passed); its transport starts it in
+    order."""
 
-    def __init__(self, req, finish, keep=()):
+    __slots__ = ("_req", "_finish", "_keep", "_done", "_value", "_start", "_ready", "_owner")
+
+    def __init__(self, req, finish, keep=(), start=None, ready=None, owner=None):
         self._req, self._finish, self._keep = req, finish, keep
+        self._start, self._ready, self._owner = start, ready, owner
         self._done, self._value = False, None
 
     @property
@@ -116,16 +126,24 @@ class Pending:
         """True once waited for."""
         return self._done
 
+    @property
+    def started(self) -> bool:
+        return self._start is None
+
     def test(self) -> bool:
         """Drive progress (MPI without a progress thread advances only inside its calls);
-        True once the collective has completed."""
-        if self._done or self._req is None:
+        True once the collective has completed (False while it is not started)."""
+        if self._done:
             return True
-        return bool(self._req.Test())
+        if self._start is not None:
+            return False
+        return self._req is None or bool(self._req.Test())
 
     def wait(self):
         if not self._done:
-            if self._req is not None:
+            if self._owner is not None:
+                self._owner.complete(self)
+            elif self._req is not None:
                 self._req.Wait()
             self._value, self._done = self._finish(), True
             self._keep = ()
@@ -149,8 +167,8 @@ class MPITransport:
 
     Every collective takes its input in the layout ``(n, ...)`` with the distributed axis
     first, casts it to the wire dtype ``dtype`` and returns ``(n_total, ...)`` in that dtype.
-    The collectives not yet waited for are tested while a send waits for the device (see the
-    module's notes).
+    On a GPU a collective is queued behind an event and started, in order, once the device has
+    written its data (see the module's notes).
     """
 
     name = "mpi"
@@ -159,7 +177,8 @@ class MPITransport:
         self.xp = xp
         self.direct = xp is np or (gpu_aware_mpi() if gpu_aware is None else bool(gpu_aware))
         self.reason = reason
-        self._inflight: list = []
+        self._queue: collections.deque = collections.deque()  # queued, not started, in order
+        self._inflight: list = []  # started, not yet seen complete
 
     @property
     def staging(self) -> str:
@@ -169,46 +188,74 @@ class MPITransport:
 
     @property
     def in_flight(self) -> int:
-        """Collectives started and neither waited for nor seen complete by :meth:`progress`."""
-        return sum(not p.done for p in self._inflight)
+        """Collectives queued or started and neither waited for nor seen complete by
+        :meth:`progress`."""
+        return len(self._queue) + sum(not p.done for p in self._inflight)
+
+    def _launch(self) -> None:
+        """Start the queued collectives, in order, while the first one's event has passed."""
+        q = self._queue
+        while q and (q[0]._ready is None or q[0]._ready.done):
+            p = q.popleft()
+            p._req, p._start, p._ready = p._start(), None, None
+            self._inflight.append(p)
 
     def progress(self) -> None:
-        """Test the collectives in flight once; forget those that have completed."""
+        """Start the queued collectives whose data is ready, test those in flight once, and
+        forget those that have completed."""
+        self._launch()
         self._inflight = [p for p in self._inflight if not p.test()]
 
     def until(self, event) -> None:
-        """Return once the device ``event`` has passed, testing the collectives in flight
+        """Return once the device ``event`` has passed, starting and testing the collectives
         meanwhile (with none in flight, a plain wait)."""
         while not event.done:
             self.progress()
-            if not self._inflight:
+            if not self._inflight and not self._queue:
                 event.synchronize()
                 return
 
-    def _pending(self, req, finish, keep) -> Pending:
-        pend = Pending(req, finish, keep)
-        self._inflight = [p for p in self._inflight if not p.done] + [pend]
+    def complete(self, pend: Pending) -> None:
+        """Wait until ``pend`` (one of this transport's) has completed: first start it and
+        those queued before it, as their events pass; on a GPU keep starting and testing the
+        others meanwhile (a CPU rank waits in MPI: ranks may share its cores)."""
+        while not pend.started:
+            self.until(self._queue[0]._ready)
+            self._launch()
+        if self.xp is np:
+            if pend._req is not None:
+                pend._req.Wait()
+            return
+        while not pend.test():
+            self.progress()
+
+    def _pending(self, start, finish, keep, ready=None) -> Pending:
+        """Queue the collective that ``start()`` starts (returning its request) once the
+        device event ``ready`` (None: none) and those queued before it have passed."""
+        pend = Pending(None, finish, keep, start=start, ready=ready, owner=self)
+        self._inflight = [p for p in self._inflight if not p.done]
+        self._queue.append(pend)
+        self._launch()
         return pend
 
     def _send(self, a, dtype):
+        """``(buffer MPI reads, event after which it may, what must stay alive until then)``:
+        ``a`` in the wire dtype, contiguous; on a GPU copied to pinned memory unless MPI is
+        GPU-aware. Nothing waits for the device."""
         xp = self.xp
         a = xp.ascontiguousarray(a, dtype=dtype)
         if xp is np:
-            return a
+            return a, None, ()
         stream = xp.cuda.get_current_stream()
         if self.direct:
-            event = stream.record()
-            self.until(event)
-            return a
+            return a, stream.record(), ()
         import cupyx
 
         host = cupyx.empty_pinned(a.shape, dtype=a.dtype)
         if a.nbytes:
             xp.cuda.runtime.memcpyAsync(host.ctypes.data, a.data.ptr, a.nbytes,
                                         xp.cuda.runtime.memcpyDeviceToHost, stream.ptr)
-        event = stream.record()
-        self.until(event)
-        return host
+        return host, stream.record(), (a,)
 
     def _empty(self, shape, dtype):
         if self.xp is not np and self.direct:
@@ -224,12 +271,13 @@ class MPITransport:
             return _alone(self.xp, a, dtype)
         rest = a.shape[1:]
         per = int(np.prod(rest, dtype=np.int64))
-        send = self._send(a, dtype)
+        send, ready, keep = self._send(a, dtype)
         recv = self._empty((int(sum(counts)),) + tuple(rest), dtype)
         cnt = [int(n) * per for n in counts]
         displs = np.concatenate([[0], np.cumsum(cnt)[:-1]]).astype(int).tolist()
-        req = comm.Iallgatherv(send, [recv, cnt, displs, _mpi_type(dtype)])
-        return self._pending(req, lambda: self._back(recv), (send,))
+        return self._pending(
+            lambda: comm.Iallgatherv(send, [recv, cnt, displs, _mpi_type(dtype)]),
+            lambda: self._back(recv), (send, *keep), ready)
 
     def reduce_scatter(self, comm, a, counts, dtype) -> Pending:
         """Sum ``a`` over the ranks and give rank ``q`` its ``counts[q]`` rows of the sum."""
@@ -239,10 +287,11 @@ class MPITransport:
             return _alone(self.xp, a, dtype)
         rest = a.shape[1:]
         per = int(np.prod(rest, dtype=np.int64))
-        send = self._send(a, dtype)
+        send, ready, keep = self._send(a, dtype)
         recv = self._empty((int(counts[comm.Get_rank()]),) + tuple(rest), dtype)
-        req = comm.Ireduce_scatter(send, recv, [int(n) * per for n in counts], op=MPI.SUM)
-        return self._pending(req, lambda: self._back(recv), (send,))
+        cnt = [int(n) * per for n in counts]
+        return self._pending(lambda: comm.Ireduce_scatter(send, recv, cnt, op=MPI.SUM),
+                             lambda: self._back(recv), (send, *keep), ready)
 
     def allreduce(self, comm, a, dtype) -> Pending:
         """Sum ``a`` over the ranks, on every rank."""
@@ -250,10 +299,10 @@ class MPITransport:
 
         if comm.Get_size() == 1:
             return _alone(self.xp, a, dtype)
-        send = self._send(a, dtype)
+        send, ready, keep = self._send(a, dtype)
         recv = self._empty(send.shape, dtype)
-        req = comm.Iallreduce(send, recv, op=MPI.SUM)
-        return self._pending(req, lambda: self._back(recv), (send,))
+        return self._pending(lambda: comm.Iallreduce(send, recv, op=MPI.SUM),
+                             lambda: self._back(recv), (send, *keep), ready)
 
 
 class NCCLTransport:
@@ -276,6 +325,9 @@ class NCCLTransport:
         self.staging = "device"
         self._comms: dict = {}
         self.stream = xp.cuda.Stream(non_blocking=True)
+
+    def progress(self) -> None:
+        """Nothing to drive: NCCL moves on its stream by itself."""
 
     def _comm(self, comm):
         key = comm.py2f()

@@ -623,6 +623,8 @@ class DistributedBlockToeplitz(_Distributed):
             left[b] -= 1
             if not left[b]:
                 out[b], acc[b] = reduce(b, acc[b].transpose(1, 0, 2)), None
+            # start the collectives whose data the device has written, move those in flight
+            self.transport.progress()
         return out
 
     def _input(self, x, weight, chunk):
