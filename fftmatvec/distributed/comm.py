@@ -279,8 +279,11 @@ class MPITransport:
             lambda: comm.Iallgatherv(send, [recv, cnt, displs, _mpi_type(dtype)]),
             lambda: self._back(recv), (send, *keep), ready)
 
-    def reduce_scatter(self, comm, a, counts, dtype) -> Pending:
-        """Sum ``a`` over the ranks and give rank ``q`` its ``counts[q]`` rows of the sum."""
+    def reduce_scatter(self, comm, a, counts, dtype, device: bool = True) -> Pending:
+        """Sum ``a`` over the ranks and give rank ``q`` its ``counts[q]`` rows of the sum.
+        ``device=False``: a host-staged result stays in host memory (the caller assembles
+        several and copies them to the device at once: on a GPU shared by several processes
+        each small copy waits for the device to switch between them)."""
         from mpi4py import MPI
 
         if comm.Get_size() == 1:
@@ -290,8 +293,9 @@ class MPITransport:
         send, ready, keep = self._send(a, dtype)
         recv = self._empty((int(counts[comm.Get_rank()]),) + tuple(rest), dtype)
         cnt = [int(n) * per for n in counts]
+        back = self._back if device else (lambda r: r)
         return self._pending(lambda: comm.Ireduce_scatter(send, recv, cnt, op=MPI.SUM),
-                             lambda: self._back(recv), (send, *keep), ready)
+                             lambda: back(recv), (send, *keep), ready)
 
     def allreduce(self, comm, a, dtype) -> Pending:
         """Sum ``a`` over the ranks, on every rank."""

@@ -666,6 +666,11 @@ class DistributedBlockToeplitz(_Distributed):
         t, (w1, w5) = self.transport, self._wire
         row, col = self.grid.row_comm, self.grid.col_comm
         S, P = self._scut, self._pcut
+        # host-staged GPU collectives: the output's chunks are assembled in host memory and
+        # copied to the device once
+        on_host = (xp is not np and getattr(t, "staging", "device") == "host"
+                   and (row if mode == "forward" else col).Get_size() > 1)
+        kw = {"device": False} if on_host else {}
         with self._on_device():
             if X is None:
                 X = xp.zeros((1, n_in, self.nt), dtype=self.dtype)
@@ -674,23 +679,31 @@ class DistributedBlockToeplitz(_Distributed):
                 out_cut = S
                 outs = self._half(S, P, self._gathers(col, P, X, w1), False,
                                   self._out_major(mode),
-                                  lambda i, y: t.reduce_scatter(row, y, S[i].counts, w5))
+                                  lambda i, y: t.reduce_scatter(row, y, S[i].counts, w5, **kw))
             elif mode == "adjoint":
                 out_cut = P
                 outs = self._half(P, S, self._gathers(row, S, X, w1), True,
                                   self._out_major(mode),
-                                  lambda j, y: t.reduce_scatter(col, y, P[j].counts, w5))
+                                  lambda j, y: t.reduce_scatter(col, y, P[j].counts, w5, **kw))
             else:  # normal: the all-reduce keeps the observation rows of the process row
                 out_cut = P
                 mids = self._half(S, P, self._gathers(col, P, X, w1), False, True,
                                   lambda i, y: t.allreduce(row, y, w5))
                 outs = self._half(P, S, mids, True, True,
-                                  lambda j, y: t.reduce_scatter(col, y, P[j].counts, w5),
+                                  lambda j, y: t.reduce_scatter(col, y, P[j].counts, w5, **kw),
                                   weight)
-            Y = xp.empty((k, n_out, self.nt), dtype=self.dtype)
+            shape = (k, n_out, self.nt)
+            if on_host:
+                import cupyx
+
+                Y = cupyx.empty_pinned(shape, dtype=self.dtype)
+            else:
+                Y = xp.empty(shape, dtype=self.dtype)
             for ch, pend in zip(out_cut, outs):
                 a, b = ch.mine
                 Y[:, a:b] = pend.wait().transpose(1, 0, 2)
+            if on_host:
+                Y = xp.asarray(Y)
         return Y, self._exc
 
     def _on_device(self):
