@@ -6,7 +6,9 @@ forward and forward+backward median times of
 * eager: ``rfftn`` -> gather of both frequency signs -> ``einsum`` -> scatter -> ``irfftn``;
 * neuraloperator's dense ``SpectralConv`` (when importable);
 * ``fftmatvec.fno.SpectralConv`` with ``method="dft"`` (the truncated transforms as dense DFT
-  GEMMs) and ``method="fft"`` (full FFTs), and the method ``"auto"`` picks;
+  GEMMs; on a GPU its chains replayed as CUDA graphs, the default), the same with
+  ``graphs=False`` (``dft-nograph``: the chains launched op by op), and ``method="fft"`` (full
+  FFTs), and the method ``"auto"`` picks;
 * with ``--sixteen bfloat16`` (or ``float16``): ours, DFT path, 16-bit input and storage;
 
 and the floor: the bytes that must move over the bandwidth of a large device-to-device copy
@@ -103,12 +105,14 @@ def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls):
     n_modes = tuple([m] * len(grid))
     dft = SpectralConv(C, C, n_modes, device=device, method="dft")
     fft = SpectralConv(C, C, n_modes, device=device, method="fft")
+    nograph = SpectralConv(C, C, n_modes, device=device, method="dft", graphs=False)
     with torch.no_grad():
-        fft.weight.copy_(dft.weight)
-        fft.bias.copy_(dft.bias)
+        for other in (fft, nograph):
+            other.weight.copy_(dft.weight)
+            other.bias.copy_(dft.bias)
     modes = dft.modes
     eager_fn = make_eager((B, C) + grid, dft.weight, modes, dft.bias)
-    impls = {"eager": eager_fn, "dft": dft, "fft": fft}
+    impls = {"eager": eager_fn, "dft": dft, "dft-nograph": nograph, "fft": fft}
     if nop_cls is not None:
         impls["nop"] = nop_cls(C, C, n_modes).to(device)
     x = torch.randn((B, C) + grid, device=device)
@@ -171,9 +175,9 @@ def main():
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"device: {name}, copy bandwidth {bw / 1e9:.0f} GB/s, torch {torch.__version__}")
     extra = [args.sixteen] if args.sixteen else []
-    cols = ["eager", "nop", "fft", "dft"] + extra
+    cols = ["eager", "nop", "fft", "dft-nograph", "dft"] + extra
     print(f"{'case':>30} {'pass':>7} {'auto':>4} {'floor us':>9} "
-          + " ".join(f"{c + ' us':>10}" for c in cols)
+          + " ".join(f"{c + ' us':>{max(10, len(c) + 3)}}" for c in cols)
           + f" {'eager/dft':>9} {'nop/dft':>8} {'floor/dft':>9} {'dft-fft':>8}")
     rows = []
     for B, C, grid, m in (SMALL if args.small else SIZES):
@@ -181,7 +185,8 @@ def main():
                             NeuralopConv):
             rows.append(r)
             t = r["times_s"]
-            us = " ".join(f"{t.get(c, float('nan')) * 1e6:10.1f}" for c in cols)
+            us = " ".join(f"{t.get(c, float('nan')) * 1e6:{max(10, len(c) + 3)}.1f}"
+                          for c in cols)
             print(f"{str((B, C, grid, m)):>30} {r['pass']:>7} {r['auto']:>4} "
                   f"{r['floor_s'] * 1e6:9.1f} {us} {t['eager'] / t['dft']:9.2f} "
                   f"{t.get('nop', float('nan')) / t['dft']:8.2f} "

@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from .._errors import FFTMatvecTypeError, FFTMatvecValueError
+from ._graphs import check_option
 from ._modes import check_shapes, hermitian_weights, kept_modes, mode_indices
 from ._reference import resolve_method
 from ._torch_dft import dft_spectral_conv
@@ -102,15 +103,30 @@ def _compute_dtype(torch, x, compute_dtype):
     return cd, name in _SIXTEEN
 
 
-def spectral_conv_torch(x, weight, n_modes, bias=None, method="auto", compute_dtype=None):
+def spectral_conv_torch(x, weight, n_modes, bias=None, method="auto", compute_dtype=None,
+                        graphs="auto"):
     """:func:`spectral_conv` on torch tensors, differentiable in ``x``, ``weight`` and ``bias``.
 
     ``method`` as for :func:`spectral_conv`; ``compute_dtype`` (default: ``x``'s) is the
     precision of the GEMMs: ``torch.bfloat16`` or ``torch.float16`` store ``x``, the weights,
     the DFT matrices and the intermediates in 16 bits and accumulate in float32 (the DFT path
     only); the output has ``x``'s dtype.
+
+    ``graphs`` (the DFT path): ``"auto"`` replays the forward and backward GEMM chains as CUDA
+    graphs captured once per call signature, on CUDA tensors, outside ``torch.compile`` tracing
+    and outside the caller's own capture (which then captures the eager chain); a capture
+    that fails runs the eager chain, for that signature from then on, with a warning. ``True``:
+    the same, but raises where graphs cannot be used (CPU tensors, the FFT path) and where a
+    capture fails. ``False``: the eager chain. See ``docs/fno.md`` for the memory a graph holds.
+
+    Raises
+    ------
+    FFTMatvecValueError
+        ``graphs`` not one of ``"auto"``, ``True``, ``False``; ``graphs=True`` on CPU tensors or
+        the FFT path.
     """
     torch = _torch()
+    graphs = check_option(graphs)
     if not (torch.is_tensor(x) and torch.is_tensor(weight)):
         raise FFTMatvecTypeError(
             f"x, weight: expected torch tensors, got {type(x).__name__}, {type(weight).__name__}"
@@ -122,7 +138,12 @@ def spectral_conv_torch(x, weight, n_modes, bias=None, method="auto", compute_dt
         method = "dft"
     method = resolve_method(method, x.shape[0], x.shape[1], weight.shape[1], x.shape[2:], modes)
     if method == "dft":
-        return dft_spectral_conv(x, weight, bias, modes, cd)
+        return dft_spectral_conv(x, weight, bias, modes, cd, graphs)
+    if graphs is True:
+        raise FFTMatvecValueError(
+            "graphs=True: CUDA graphs replay the DFT path, got method='fft' "
+            "(take method='dft', or graphs='auto' or False)"
+        )
     if sixteen:
         raise FFTMatvecValueError(
             f"compute_dtype: the fft path computes in float32 or float64, got {cd} "
@@ -184,12 +205,26 @@ def _real_class():
         compute_dtype : torch.dtype, optional
             ``torch.bfloat16`` or ``torch.float16``: 16-bit storage with float32 accumulation
             in the GEMMs (the DFT path); default: the input's precision.
+        graphs : {"auto", True, False}, default "auto"
+            Replay the DFT path's forward and backward GEMM chains as CUDA graphs captured once
+            per call signature: "auto" on CUDA tensors (not inside ``torch.compile`` tracing or
+            the caller's own capture; a failed capture falls back to the eager chain), True
+            the same but raising where graphs cannot be used (CPU tensors, the FFT path) or a
+            capture fails, False never. Each graph holds a private memory pool (about the
+            chain's working memory for its input size; see ``docs/fno.md``).
+
+        Raises
+        ------
+        FFTMatvecValueError
+            ``graphs`` not one of "auto", True, False.
         """
 
         def __init__(self, in_channels, out_channels, n_modes, bias=True, init_std="auto",
-                     device=None, dtype=None, method="auto", compute_dtype=None):
+                     device=None, dtype=None, method="auto", compute_dtype=None,
+                     graphs="auto"):
             super().__init__()
             self.method, self.compute_dtype = method, compute_dtype
+            self.graphs = check_option(graphs)
             self.in_channels, self.out_channels = int(in_channels), int(out_channels)
             self.n_modes = tuple([n_modes] if isinstance(n_modes, int) else n_modes)
             self.modes = kept_modes(self.n_modes)
@@ -209,13 +244,14 @@ def _real_class():
         def forward(self, x):
             """Apply the layer to ``x`` of shape ``(B, Cin, *spatial)``."""
             return spectral_conv_torch(x, self.weight, self.n_modes, self.bias,
-                                       method=self.method, compute_dtype=self.compute_dtype)
+                                       method=self.method, compute_dtype=self.compute_dtype,
+                                       graphs=self.graphs)
 
         @classmethod
         def from_neuralop(cls, layer, **kwargs):
             """Copy a dense-weight ``neuralop.layers.spectral_convolution.SpectralConv``.
 
-            ``kwargs`` (``method``, ``compute_dtype``) go to the constructor.
+            ``kwargs`` (``method``, ``compute_dtype``, ``graphs``) go to the constructor.
             """
             w = layer.weight
             w = w if torch.is_tensor(w) else w.to_tensor()

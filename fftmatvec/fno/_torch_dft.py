@@ -2,8 +2,12 @@
 
 Every GEMM of the forward and the backward runs inside :func:`gemm_precision`: float32 products
 in IEEE float32 (no TF32, whatever the process-wide setting), 16-bit products with float32
-accumulation and no reduced-precision split-K reduction, and autocast off inside. The settings are process-wide in
-PyTorch, so they are set around the layer's GEMMs and restored after them.
+accumulation and no reduced-precision split-K reduction, and autocast off inside. The settings
+are process-wide in PyTorch, so they are set around the layer's GEMMs and restored after them.
+
+On CUDA tensors the forward and the backward chains (:func:`forward_chain`,
+:func:`backward_chain`) are captured once per call signature as CUDA graphs, inside that
+setting, and replayed (:mod:`._graphs`); elsewhere, and with ``graphs=False``, they run eagerly.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 
-from . import _dft
+from . import _dft, _graphs
 
 def _torch():
     import torch
@@ -91,51 +95,120 @@ def chain_for(x, dtype, modes):
     return _chain(str(x.device), name, tuple(x.shape[2:]), tuple(modes))
 
 
+def forward_chain(x, weight, bias, chain, cdtype):
+    """The forward GEMM chain (inside :func:`gemm_precision`): ``y`` in ``x``'s dtype and the
+    modes-major input ``Xs`` ``(M, 2B, Cin)``."""
+    ops = _ops(cdtype, x.device)
+    wv = weight_view(weight, cdtype)
+    b = None if bias is None else bias.reshape(-1).to(cdtype)
+    y, Xs = _dft.forward(ops, chain, x.to(cdtype), wv, b)
+    return y.to(x.dtype), Xs
+
+
+def backward_chain(g, Xs, weight, chain, cdtype, needs, meta):
+    """The backward GEMM chain (inside :func:`gemm_precision`): ``dL/dx, dL/dW, dL/db`` where
+    ``needs`` says so (None elsewhere) from ``g = dL/dy``; ``Xs`` is read only for ``dL/dW``.
+    ``meta``: ``x``'s dtype, the weight's shape and dtype, the bias's shape and dtype (or
+    None)."""
+    ops = _ops(cdtype, g.device)
+    need_x, need_w, need_b = needs
+    x_dtype, w_shape, w_dtype, bias_meta = meta
+    gx = gw = gb = None
+    gY = chain.synthesis_adjoint(g.to(cdtype).contiguous())
+    if need_x or need_w:
+        wv = weight_view(weight, cdtype)
+        gXs, gwv = _dft.mode_product_adjoint(ops, gY, Xs, wv, need_x, need_w)
+        if need_x:
+            gX = _dft.from_modes_major(ops, gXs)
+            gx = chain.analysis_adjoint(gX).to(x_dtype)
+        if need_w:
+            gw = modes_major_complex(gwv, w_shape, w_dtype)
+    if need_b:
+        shape, dtype = bias_meta
+        if chain.bias_mode is not None:
+            gb = gY[:, :, 0, chain.bias_mode].sum(0)
+        else:
+            gb = g.sum(dim=(0,) + tuple(range(2, g.dim())))
+        gb = gb.to(dtype).reshape(shape)
+    return gx, gw, gb
+
+
+def _stream(torch, device):
+    return torch.cuda.current_stream(device).stream_id if device.type == "cuda" else None
+
+
+def _replay_forward(torch, ctx, x, weight, bias, keep_xs):
+    """``(y, Xs)`` from the forward graph (``Xs`` None unless ``keep_xs``), or None: run the
+    eager chain."""
+    chain, cdtype = ctx.chain, ctx.cdtype
+    key = _graphs.forward_key(ctx.problem, _stream(torch, x.device))
+
+    def capture():
+        return _graphs.capture(
+            torch, lambda xs: forward_chain(xs, weight, bias, chain, cdtype), (x,), x.device,
+            lambda: gemm_precision(cdtype, x.device.type), keep=(chain,))
+
+    entry = _graphs.CACHE.get(key, capture, strict=ctx.graphs is True)
+    return None if entry is None else entry.run((x,), (True, keep_xs))
+
+
+def _replay_backward(torch, ctx, g, Xs, weight, needs):
+    """``(dL/dx, dL/dW, dL/db)`` from the backward graph of ``needs``, or None: run the eager
+    chain."""
+    chain, cdtype, meta = ctx.chain, ctx.cdtype, ctx.meta
+    key = _graphs.backward_key(ctx.problem, _stream(torch, g.device), needs, g.dtype)
+    args = (g, Xs if needs[1] else None)
+
+    def capture():
+        return _graphs.capture(
+            torch, lambda gs, xs: backward_chain(gs, xs, weight, chain, cdtype, needs, meta),
+            args, g.device, lambda: gemm_precision(cdtype, g.device.type), keep=(chain,))
+
+    entry = _graphs.CACHE.get(key, capture, strict=ctx.graphs is True)
+    return None if entry is None else entry.run(args, needs)
+
+
 def _function():
     torch = _torch()
 
     class _DftSpectralConvFn(torch.autograd.Function):
-        """``y = S(X W) + b`` with ``X = A x``; backward ``A^T((S^T g) W^T)``, ``X^T S^T g``."""
+        """``y = S(X W) + b`` with ``X = A x``; backward ``A^T((S^T g) W^T)``, ``X^T S^T g``.
+
+        ``graphs``: ``"auto"`` or ``True`` to replay CUDA graphs of the chains (``True``: a
+        failed capture raises), ``False`` for the eager chain; ``grad``: whether grad mode was
+        on at the call (only then is ``Xs`` copied out of the forward graph)."""
 
         @staticmethod
-        def forward(ctx, x, weight, bias, modes, cdtype):
+        def forward(ctx, x, weight, bias, modes, cdtype, graphs, grad):
             chain = chain_for(x, cdtype, modes)
-            ops = _ops(cdtype, x.device)
-            with gemm_precision(cdtype, x.device.type):
-                wv = weight_view(weight, cdtype)
-                b = None if bias is None else bias.reshape(-1).to(cdtype)
-                y, Xs = _dft.forward(ops, chain, x.to(cdtype), wv, b)
-            ctx.save_for_backward(Xs, wv)
-            ctx.chain, ctx.cdtype = chain, cdtype
-            ctx.x_dtype, ctx.w_dtype, ctx.w_shape = x.dtype, weight.dtype, tuple(weight.shape)
-            ctx.bias_shape = None if bias is None else (tuple(bias.shape), bias.dtype)
-            return y.to(x.dtype)
+            ctx.chain, ctx.cdtype, ctx.graphs = chain, cdtype, graphs
+            bias_meta = None if bias is None else (tuple(bias.shape), bias.dtype)
+            ctx.meta = (x.dtype, tuple(weight.shape), weight.dtype, bias_meta)
+            out = None
+            if graphs:
+                ctx.problem = _graphs.problem_key(x.shape, x.dtype, x.device, cdtype, modes,
+                                                  weight, bias)
+                out = _replay_forward(torch, ctx, x, weight, bias,
+                                      grad and ctx.needs_input_grad[1])
+            if out is None:
+                with gemm_precision(cdtype, x.device.type):
+                    out = forward_chain(x, weight, bias, chain, cdtype)
+            y, Xs = out
+            ctx.save_for_backward(Xs, weight)
+            return y
 
         @staticmethod
         @torch.autograd.function.once_differentiable
         def backward(ctx, g):
-            Xs, wv = ctx.saved_tensors
-            chain, cdtype = ctx.chain, ctx.cdtype
-            ops = _ops(cdtype, g.device)
-            need_x, need_w, need_b = ctx.needs_input_grad[:3]
-            gx = gw = gb = None
-            with gemm_precision(cdtype, g.device.type):
-                gY = chain.synthesis_adjoint(g.to(cdtype).contiguous())
-                if need_x or need_w:
-                    gXs, gwv = _dft.mode_product_adjoint(ops, gY, Xs, wv, need_x, need_w)
-                    if need_x:
-                        gX = _dft.from_modes_major(ops, gXs)
-                        gx = chain.analysis_adjoint(gX).to(ctx.x_dtype)
-                    if need_w:
-                        gw = modes_major_complex(gwv, ctx.w_shape, ctx.w_dtype)
-                if need_b:
-                    shape, dtype = ctx.bias_shape
-                    if chain.bias_mode is not None:
-                        gb = gY[:, :, 0, chain.bias_mode].sum(0)
-                    else:
-                        gb = g.sum(dim=(0,) + tuple(range(2, g.dim())))
-                    gb = gb.to(dtype).reshape(shape)
-            return gx, gw, gb, None, None
+            Xs, weight = ctx.saved_tensors
+            needs = tuple(ctx.needs_input_grad[:3])
+            out = None
+            if ctx.graphs and _graphs.wanted(torch, ctx.graphs, g, weight, None):
+                out = _replay_backward(torch, ctx, g, Xs, weight, needs)
+            if out is None:
+                with gemm_precision(ctx.cdtype, g.device.type):
+                    out = backward_chain(g, Xs, weight, ctx.chain, ctx.cdtype, needs, ctx.meta)
+            return out + (None, None, None, None)
 
     return _DftSpectralConvFn
 
@@ -143,9 +216,12 @@ def _function():
 _FN = None
 
 
-def dft_spectral_conv(x, weight, bias, modes, cdtype):
-    """Apply the DFT-product autograd Function (shapes checked by the caller)."""
+def dft_spectral_conv(x, weight, bias, modes, cdtype, graphs="auto"):
+    """Apply the DFT-product autograd Function (shapes and ``graphs`` checked by the caller):
+    with CUDA-graph replay where :func:`~fftmatvec.fno._graphs.wanted` says so."""
     global _FN
     if _FN is None:
         _FN = _function()
-    return _FN.apply(x, weight, bias, tuple(modes), cdtype)
+    torch = _torch()
+    use = _graphs.wanted(torch, graphs, x, weight, bias)
+    return _FN.apply(x, weight, bias, tuple(modes), cdtype, use, use and torch.is_grad_enabled())

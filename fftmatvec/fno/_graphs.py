@@ -1,0 +1,290 @@
+"""CUDA-graph replay of the DFT path's GEMM chains: the option, the keys, the cache, the capture.
+
+On a small layer the GPU waits for the host: the forward and the backward are chains of 10 to
+15 small launches. Captured once per call signature into a ``torch.cuda.CUDAGraph``, a chain is
+replayed in one launch: the inputs are copied into the graph's static buffers, the graph is
+replayed on the current stream, and the outputs are cloned out of its buffers, so nothing
+returned aliases memory that the next replay overwrites.
+
+A graph reads the weight and the bias where they lie (their addresses, layouts and dtypes are
+in the key: an optimizer's in-place update is seen, a replaced parameter is a new capture).
+Every graph holds a private memory pool, about the chain's peak working memory for its call:
+its static inputs, its intermediates and its outputs; the cache keeps at most
+:data:`CAPACITY` graphs per process and releases the least recently used one beyond that.
+
+The option, the keys (:func:`problem_key`) and the cache (:class:`GraphCache`) need no GPU and
+are unit-tested with stand-in captures, :func:`capture`'s steps with a stand-in ``torch.cuda``,
+and :class:`Captured` with a stand-in graph; only the real capture and replay need CUDA.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections import OrderedDict
+
+from .._errors import FFTMatvecValueError
+
+#: The most graphs the process keeps: a forward and a backward per layer and input shape in
+#: training, so 64 serve 32 layers, or fewer layers with a second batch size or evaluation.
+CAPACITY = 64
+
+#: Eager runs of a chain on the capture stream before its capture: libraries initialise lazily
+#: (cuBLAS handles and workspaces), which a capture must not see.
+WARMUP = 2
+
+
+def check_option(graphs):
+    """``graphs`` if it is one of ``"auto"``, ``True``, ``False``; FFTMatvecValueError if not."""
+    if graphs is True or graphs is False or (isinstance(graphs, str) and graphs == "auto"):
+        return graphs
+    raise FFTMatvecValueError(f"graphs: expected 'auto', True or False, got {graphs!r}")
+
+
+def _tracing(torch):
+    return torch.compiler.is_compiling() or torch.jit.is_tracing()
+
+
+def wanted(torch, graphs, x, weight, bias):
+    """The option to replay graphs with (``"auto"`` or ``True``), or ``False`` for the eager
+    chain: on CPU tensors, under ``torch.compile`` or ``torch.jit`` tracing, while the current
+    stream is capturing (the caller's own graph captures the eager chain), and for tensor
+    subclasses (fake tensors) or parameters on another device (the eager chain reports it);
+    with ``"auto"`` also for a weight or bias computed in the autograd graph (not a leaf).
+
+    Raises FFTMatvecValueError for ``graphs=True`` on tensors that are not on a CUDA device."""
+    if graphs is False:
+        return False
+    if not x.is_cuda:
+        if graphs is True:
+            raise FFTMatvecValueError(
+                f"graphs=True: CUDA graphs need CUDA tensors, got x on {x.device} "
+                "(pass graphs='auto' or False)"
+            )
+        return False
+    plain = (torch.Tensor, torch.nn.Parameter)
+    if _tracing(torch) or type(x) not in plain or torch.cuda.is_current_stream_capturing():
+        return False
+    dev = x.device
+    for t in (weight, bias):
+        if t is not None and (type(t) not in plain or t.device != dev):
+            return False
+        if graphs == "auto" and t is not None and t.requires_grad and not t.is_leaf:
+            return False  # computed anew every call: a new address, a new capture each time
+    return graphs
+
+
+def tensor_key(t):
+    """``(address, dtype, shape, strides)`` of a tensor that a graph reads in place; None."""
+    if t is None:
+        return None
+    return t.data_ptr(), t.dtype, tuple(t.shape), t.stride()
+
+
+def problem_key(x_shape, x_dtype, device, cdtype, modes, weight, bias):
+    """What a capture depends on besides the stream and the direction: the input's shape, dtype
+    and device, the compute dtype, the modes, and where and how the weight and the bias lie."""
+    return (tuple(x_shape), x_dtype, device, cdtype, tuple(modes), tensor_key(weight),
+            tensor_key(bias))
+
+
+def forward_key(problem, stream):
+    """The forward graph's key: ``stream`` the current stream's id (each stream replays its own
+    graph, so two streams never share static buffers)."""
+    return "forward", stream, problem
+
+
+def backward_key(problem, stream, needs, g_dtype):
+    """The backward graph's key: ``needs`` which of ``dL/dx, dL/dW, dL/db`` are computed."""
+    return "backward", stream, problem, tuple(bool(n) for n in needs), g_dtype
+
+
+class GraphCache:
+    """A bounded LRU of captured graphs, and the keys whose capture failed.
+
+    ``get(key, capture, strict)`` returns the entry for ``key``, captured by ``capture()`` on a
+    miss; a capture that raises is remembered (with a warning), and ``None`` sends the caller
+    to the eager chain, for this and later calls of that key; with ``strict`` the capture is
+    tried again and its error raised. An entry is anything with ``release()``, called when it is
+    evicted (beyond ``capacity``) or cleared. Once ``capacity`` entries have been evicted (more
+    signatures in use than the cache holds, each captured again on its next call) it warns.
+    """
+
+    def __init__(self, capacity=CAPACITY, failures=256):
+        self.capacity, self.failures = int(capacity), int(failures)
+        self.evictions = 0
+        self._entries: OrderedDict = OrderedDict()
+        self._failed: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self):
+        return len(self._entries)
+
+    def __contains__(self, key):
+        return key in self._entries
+
+    def failed(self, key):
+        return key in self._failed
+
+    def get(self, key, capture, strict=False):
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+                return entry
+            if not strict and key in self._failed:
+                return None
+        try:
+            entry = capture()
+        except Exception as err:  # noqa: BLE001 - any failure: the eager chain serves the call
+            with self._lock:
+                self._failed[key] = repr(err)
+                while len(self._failed) > self.failures:
+                    self._failed.popitem(last=False)
+            if strict:
+                raise
+            warnings.warn(
+                f"SpectralConv: capturing the DFT chain into a CUDA graph failed ({err!r}); "
+                "this call signature runs the eager chain from now on (graphs=False skips the "
+                "capture, graphs=True raises)", RuntimeWarning, stacklevel=2)
+            return None
+        with self._lock:
+            self._failed.pop(key, None)
+            old = self._entries.pop(key, None)  # another thread's capture of the same key
+            self._entries[key] = entry
+            evicted = []
+            while len(self._entries) > self.capacity:
+                evicted.append(self._entries.popitem(last=False)[1])
+            before, self.evictions = self.evictions, self.evictions + len(evicted)
+            churn = before < self.capacity <= self.evictions
+        for e in evicted + ([old] if old is not None else []):
+            e.release()
+        if churn:
+            warnings.warn(
+                f"SpectralConv: {self.capacity} CUDA graphs of the DFT chain evicted: more call "
+                "signatures (input shapes, weights, streams) are in use than the cache holds, "
+                "and each is captured again on its next call (graphs=False runs the eager "
+                "chain)", RuntimeWarning, stacklevel=2)
+        return entry
+
+    def clear(self):
+        """Release every graph and forget the failures."""
+        with self._lock:
+            entries = list(self._entries.values())
+            self._entries.clear()
+            self._failed.clear()
+        for e in entries:
+            e.release()
+
+
+CACHE = GraphCache()
+
+# one capture at a time in the process (a CUDA-graph restriction); one side stream per device,
+# for the warm-up and the capture both (cuBLAS keeps a workspace per stream)
+_CAPTURE_LOCK = threading.Lock()
+_STREAMS: dict = {}
+
+
+def clear_graphs():
+    """Release the CUDA graphs of the FNO layers' DFT path and their memory pools.
+
+    The memory goes back to PyTorch's caching allocator (``torch.cuda.empty_cache()`` returns
+    it to the device); the next call of a layer captures its graph again."""
+    CACHE.clear()
+
+
+class Captured:
+    """One captured chain: its static inputs, the graph, its outputs. ``run(args, wanted)``
+    copies ``args`` into the inputs (None: no buffer), replays the graph on the current stream
+    and returns clones of the outputs where ``wanted`` is set (None elsewhere), or None once
+    released. ``keep``: what the graph reads and nothing else holds (the DFT matrices)."""
+
+    def __init__(self, graph, inputs, outputs, device, keep=()):
+        self.graph, self.inputs, self.outputs = graph, tuple(inputs), tuple(outputs)
+        self.device, self._keep = device, keep
+        # copy in, replay and clone out in turn (two threads on one stream), never released
+        # in between
+        self._lock = threading.Lock()
+
+    def run(self, args, wanted):
+        with self._lock:
+            if self.graph is None:
+                return None
+            for buf, a in zip(self.inputs, args):
+                if buf is not None:
+                    buf.copy_(a)
+            self.graph.replay()
+            return tuple(o.clone() if w and o is not None else None
+                         for o, w in zip(self.outputs, wanted))
+
+    def release(self):
+        import torch
+
+        with self._lock:
+            if self.graph is None:
+                return
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)  # no replay of this graph still queued
+            self.graph.reset()
+            self.graph = None
+            self.inputs = self.outputs = self._keep = ()
+
+
+def capture(torch, fn, args, device, precision, keep=()):
+    """Capture ``fn(*inputs)`` into a CUDA graph, ``inputs`` static copies of ``args`` (tensors,
+    or None for an argument not needed).
+
+    ``precision()``: the context the chain's GEMMs run in, entered around the warm-up and the
+    capture, so that the captured kernels have the layer's precision. The warm-up and the
+    capture run on a side stream that waits for the current one; ``torch.cuda.graph``
+    synchronises the device before capturing. The buffers are made outside inference mode and
+    autograd, so that later calls in any mode can copy into them."""
+    with _CAPTURE_LOCK, torch.cuda.device(device), torch.inference_mode(False), \
+            torch.no_grad(), precision():
+        inputs = tuple(None if a is None else
+                       torch.empty(a.shape, dtype=a.dtype, device=device).copy_(a) for a in args)
+        side = _STREAMS.get(device)
+        if side is None:
+            side = _STREAMS[device] = torch.cuda.Stream(device)
+        current = torch.cuda.current_stream(device)
+        side.wait_stream(current)
+        with torch.cuda.stream(side):
+            for _ in range(WARMUP):
+                fn(*inputs)
+        current.wait_stream(side)
+        graph, pool = torch.cuda.CUDAGraph(), torch.cuda.graph_pool_handle()
+        try:
+            with torch.cuda.graph(graph, pool=pool, stream=side,
+                                  capture_error_mode="thread_local"):
+                outputs = fn(*inputs)
+        except BaseException:
+            _end_pool(torch, device, pool)
+            raise
+        finally:  # a failed capture_end leaves the capture stream current
+            if torch.cuda.current_stream(device) != current:
+                torch.cuda.set_stream(current)
+    return Captured(graph, inputs, outputs, device, keep)
+
+
+def _end_pool(torch, device, pool):
+    """After a failed capture: stop routing allocations to the graph's pool, and release it.
+
+    ``CUDAGraph.capture_end`` raises before it tells the caching allocator that the capture is
+    over when the capture was invalidated; the allocator's record of a capture underway would
+    then fail every later ``empty_cache`` (the next capture's among them) and stop it recycling
+    memory used across streams, and the graph, never captured, would not release its pool.
+    Where the allocator has no such record (the capture ended: the graph releases its pool
+    itself) the call raises, and nothing more is done."""
+    end = getattr(torch._C, "_cuda_endAllocateToPool", None)
+    release = getattr(torch._C, "_cuda_releasePool", None)
+    if end is None or release is None:
+        return
+    index = torch.device(device).index
+    try:
+        end(index, pool)
+    except Exception:  # noqa: BLE001 - nothing underway: the capture ended
+        return
+    try:
+        release(index, pool)
+    except Exception:  # noqa: BLE001 - the capture's own error is the one to report
+        pass

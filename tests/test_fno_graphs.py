@@ -1,0 +1,777 @@
+"""FNO layer, CUDA-graph replay of the DFT path: the option, the keys, the cache, the replay.
+
+Without a GPU the replay runs on the CPU with a stand-in graph (replaying reruns the chain on
+the static inputs and copies into the graph's outputs, as a real replay overwrites them), so
+that the glue (keys, static buffers, clones, saved tensors, the gradients wanted) is tested
+everywhere; the tests marked ``gpu`` capture real graphs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import types
+import warnings
+
+import pytest
+
+from fftmatvec import FFTMatvecValueError
+from fftmatvec.fno import _graphs, clear_graphs
+from fftmatvec.fno._graphs import GraphCache
+
+torch = pytest.importorskip("torch")
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device for torch")
+
+
+def _rel(a, b):
+    a, b = a.detach().cpu().to(torch.complex128), b.detach().cpu().to(torch.complex128)
+    return float((a - b).abs().max() / b.abs().max())
+
+
+def _layer(cin, cout, n_modes, device="cpu", bias=True, **kw):
+    from fftmatvec.fno import SpectralConv
+
+    torch.manual_seed(7)
+    return SpectralConv(cin, cout, n_modes, bias=bias, device=device, method="dft", **kw)
+
+
+def _twin(layer, **kw):
+    """A layer with ``layer``'s weight and bias (copies) and other options."""
+    from fftmatvec.fno import SpectralConv
+
+    twin = SpectralConv(layer.in_channels, layer.out_channels, layer.n_modes,
+                        bias=layer.bias is not None, device=layer.weight.device,
+                        method="dft", compute_dtype=layer.compute_dtype, **kw)
+    with torch.no_grad():
+        twin.weight.copy_(layer.weight)
+        if layer.bias is not None:
+            twin.bias.copy_(layer.bias)
+    return twin
+
+
+def _step(layer, x, g, need_x=True):
+    """Output and the gradients of ``(layer(x) * g).sum()`` (None where not computed): the
+    tensors the layer returned, not copies (the next step starts from fresh gradients)."""
+    for p in layer.parameters():
+        p.grad = None
+    x = x.detach().clone().requires_grad_(need_x)
+    y = layer(x)
+    (y * g).sum().backward()
+    return [y.detach(), x.grad, layer.weight.grad,
+            None if layer.bias is None else layer.bias.grad]
+
+
+def _close(got, want, tol):
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert a.dtype == b.dtype and a.shape == b.shape and a.device == b.device
+            assert _rel(a, b) < tol
+
+
+@pytest.fixture
+def cache(monkeypatch):
+    """A fresh process cache for the test, released after it."""
+    fresh = GraphCache()
+    monkeypatch.setattr(_graphs, "CACHE", fresh)
+    yield fresh
+    fresh.clear()
+
+
+# ------------------------------------------------------------------------------ the option --
+
+@pytest.mark.parametrize("bad", ["yes", "Auto", None, 1, 0, "true"])
+def test_bad_option(bad):
+    from fftmatvec.fno import SpectralConv, spectral_conv_torch
+
+    with pytest.raises(FFTMatvecValueError, match=r"graphs: expected 'auto', True or False"):
+        SpectralConv(2, 2, 4, graphs=bad)
+    x, w = torch.randn(1, 2, 8), torch.randn(2, 2, 3, dtype=torch.complex64)
+    with pytest.raises(FFTMatvecValueError, match="graphs"):
+        spectral_conv_torch(x, w, 4, graphs=bad)
+    layer = SpectralConv(2, 2, 4)
+    layer.graphs = bad  # changed after construction: checked at the call
+    with pytest.raises(FFTMatvecValueError, match="graphs"):
+        layer(x)
+
+
+@pytest.mark.parametrize("good", ["auto", True, False])
+def test_good_options(good):
+    assert _graphs.check_option(good) is good
+    assert _layer(2, 2, 4, graphs=good).graphs is good
+
+
+def test_cpu_tensors_run_the_eager_chain(cache):
+    """On CPU tensors "auto" captures nothing and gives graphs=False's result bit for bit;
+    graphs=True raises, naming the reason."""
+    layer = _layer(3, 4, (6, 8))
+    x, g = torch.randn(2, 3, 12, 10), torch.randn(2, 4, 12, 10)
+    want = _step(_twin(layer, graphs=False), x, g)
+    got = _step(layer, x, g)
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+    assert len(cache) == 0 and not cache._failed
+    layer.graphs = True
+    with pytest.raises(FFTMatvecValueError, match="graphs=True: CUDA graphs need CUDA tensors"):
+        layer(x)
+
+
+def test_true_on_the_fft_path_raises():
+    from fftmatvec.fno import spectral_conv_torch
+
+    x, w = torch.randn(1, 2, 8), torch.randn(2, 2, 3, dtype=torch.complex64)
+    with pytest.raises(FFTMatvecValueError, match="graphs=True.*method='fft'"):
+        spectral_conv_torch(x, w, 4, method="fft", graphs=True)
+    assert spectral_conv_torch(x, w, 4, method="fft", graphs="auto").shape == (1, 2, 8)
+
+
+def test_tracing_detected(monkeypatch):
+    assert not _graphs._tracing(torch)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert _graphs._tracing(torch)
+
+
+def test_wanted_on_cpu():
+    x, w = torch.randn(1, 2, 8), torch.randn(2, 2, 3, dtype=torch.complex64)
+    assert _graphs.wanted(torch, "auto", x, w, None) is False
+    assert _graphs.wanted(torch, False, x, w, None) is False
+    with pytest.raises(FFTMatvecValueError, match="got x on cpu"):
+        _graphs.wanted(torch, True, x, w, None)
+
+
+# -------------------------------------------------------------------------------- the keys --
+
+def test_keys():
+    """A key changes with what a capture depends on, and not with the values in place."""
+    w = torch.randn(4, 3, 5, 3, dtype=torch.complex64)
+    b = torch.randn(3, 1, 1)
+    sp, f32, c64 = (2, 4, 10, 6), torch.float32, torch.complex64
+
+    def key(shape=sp, dtype=f32, cdtype=f32, modes=(5, 3), w=w, b=b):
+        return _graphs.problem_key(shape, dtype, torch.device("cpu"), cdtype, modes, w, b)
+
+    base = key()
+    assert key() == base and hash(key()) == hash(base)
+    with torch.no_grad():
+        w.mul_(2)        # an optimizer step: the same memory, the same graph
+        b.add_(1)
+    assert key() == base
+    alive = [w.clone(), b.clone(), w.to(torch.complex128), torch.randn(4, 3, 5, 3, dtype=c64)]
+    others = [key(shape=(3, 4, 10, 6)), key(dtype=torch.float64), key(cdtype=torch.bfloat16),
+              key(modes=(3, 3)), key(w=alive[0]), key(b=alive[1]), key(b=None),
+              key(w=alive[2]), key(w=alive[3])]
+    assert len({base, *others}) == len(others) + 1
+    sq = torch.randn(4, 3, 5, 5, dtype=c64)     # the same address and shape, other strides
+    assert sq.mT.data_ptr() == sq.data_ptr() and key(w=sq.mT) != key(w=sq)
+    needs = (True, True, False)
+    fwd = _graphs.forward_key(base, 11)
+    bwd = _graphs.backward_key(base, 11, needs, f32)
+    assert fwd != bwd and fwd == _graphs.forward_key(base, 11)
+    assert fwd != _graphs.forward_key(base, 12)                      # another stream
+    assert bwd == _graphs.backward_key(base, 11, [1, 1, 0], f32)
+    variants = {_graphs.backward_key(base, 11, n, f32)
+                for n in [(a, b_, c) for a in (0, 1) for b_ in (0, 1) for c in (0, 1)]}
+    assert len(variants) == 8
+    assert bwd != _graphs.backward_key(base, 12, needs, f32)
+    assert bwd != _graphs.backward_key(base, 11, needs, torch.float64)
+
+
+# ------------------------------------------------------------------------------- the cache --
+
+class _Entry:
+    def __init__(self, name):
+        self.name, self.released = name, 0
+
+    def release(self):
+        self.released += 1
+
+
+def _capturer(log, fail=False):
+    def make(name):
+        def capture():
+            log.append(name)
+            if fail:
+                raise RuntimeError(f"capture of {name} failed")
+            return _Entry(name)
+        return capture
+    return make
+
+
+@pytest.mark.filterwarnings("ignore:.*CUDA graphs of the DFT chain evicted")
+def test_cache_lru_eviction_releases():
+    c = GraphCache(capacity=3)
+    log = []
+    make = _capturer(log)
+    a, b, d = (c.get(k, make(k)) for k in "abd")
+    assert log == ["a", "b", "d"] and len(c) == 3
+    assert c.get("a", make("a")) is a and log == ["a", "b", "d"]   # a hit: nothing captured
+    e = c.get("e", make("e"))                                       # evicts b, the oldest use
+    assert "b" not in c and b.released == 1 and len(c) == 3
+    assert a.released == d.released == e.released == 0
+    c.get("f", make("f"))                                           # evicts d
+    assert d.released == 1 and "a" in c and "e" in c
+    assert c.get("b", make("b")).name == "b" and log[-1] == "b"   # captured again
+    c.clear()
+    assert len(c) == 0 and a.released == e.released == 1
+
+
+def test_cache_remembers_failures():
+    """A failed capture warns once and sends later calls of that key to the eager chain
+    without trying again; strict tries again and raises."""
+    c = GraphCache(capacity=2)
+    log = []
+    make = _capturer(log, fail=True)
+    with pytest.warns(RuntimeWarning, match="capture of k failed"):
+        assert c.get("k", make("k")) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert c.get("k", make("k")) is None
+    assert log == ["k"] and c.failed("k") and len(c) == 0
+    with pytest.raises(RuntimeError, match="capture of k failed"):
+        c.get("k", make("k"), strict=True)
+    assert log == ["k", "k"]
+    with pytest.raises(RuntimeError):
+        c.get("j", make("j"), strict=True)
+    entry = c.get("k", _capturer(log)("k"), strict=True)  # a capture that works now
+    assert entry.name == "k" and not c.failed("k") and c.get("k", make("k")) is entry
+    c.clear()
+    assert not c.failed("j")
+
+
+def test_cache_warns_on_churn():
+    """Once as many graphs as the cache holds have been evicted, it warns (once)."""
+    c = GraphCache(capacity=2)
+    make = _capturer([])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for k in range(3):
+            c.get(k, make(k))                                        # one eviction
+    with pytest.warns(RuntimeWarning, match="2 CUDA graphs of the DFT chain evicted"):
+        c.get(3, make(3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for k in range(4, 8):
+            c.get(k, make(k))
+
+
+# ------------------------------------------------ the capture's steps, with a stand-in CUDA --
+
+class _FakeCuda:
+    """Just enough of ``torch.cuda`` to follow :func:`_graphs.capture`: which stream is current
+    at each step, and a ``torch.cuda.graph`` whose failed ``capture_end`` (like the real one)
+    leaves the capture stream current."""
+
+    def __init__(self, fail_end=False):
+        cuda = self
+
+        class Stream:
+            def __init__(self, device, name="side"):
+                self.name = name
+
+            def wait_stream(self, other):
+                cuda.log.append(("wait", self.name, other.name))
+
+            def __eq__(self, other):
+                return getattr(other, "name", other) == self.name
+
+            __hash__ = None
+
+        class CUDAGraph:
+            pass
+
+        class graph:
+            def __init__(self, g, pool, stream, capture_error_mode):
+                self.stream, self.pool = stream, pool
+                cuda.log.append(("capture mode", capture_error_mode))
+
+            def __enter__(self):
+                self.saved, cuda.current = cuda.current, self.stream
+                cuda.log.append("capture_begin")
+
+            def __exit__(self, kind, err, tb):
+                if kind is not None or cuda.fail_end:
+                    raise RuntimeError("capture invalidated")
+                cuda.current = self.saved
+                cuda.log.append("capture_end")
+
+        self.Stream, self.CUDAGraph, self.graph = Stream, CUDAGraph, graph
+        self.log, self.current, self.fail_end = [], Stream(None, "main"), fail_end
+
+    def device(self, d):
+        return contextlib.nullcontext()
+
+    def current_stream(self, device=None):
+        return self.current
+
+    @contextlib.contextmanager
+    def stream(self, s):
+        saved, self.current = self.current, s
+        yield
+        self.current = saved
+
+    def set_stream(self, s):
+        self.log.append(("set_stream", s.name))
+        self.current = s
+
+    def graph_pool_handle(self):
+        return (0, 7)
+
+
+def _fake_torch(cuda):
+    pools = []
+    c = types.SimpleNamespace(_cuda_endAllocateToPool=lambda i, p: pools.append(("end", p)),
+                              _cuda_releasePool=lambda i, p: pools.append(("release", p)))
+    fake = types.SimpleNamespace(cuda=cuda, _C=c, empty=torch.empty, device=torch.device,
+                                 inference_mode=torch.inference_mode, no_grad=torch.no_grad)
+    return fake, pools
+
+
+@pytest.mark.parametrize("fail", [None, "in the chain", "at capture_end"])
+def test_capture_steps(monkeypatch, fail):
+    """Warm-up and capture on the side stream, inside the precision context, from static
+    copies of the inputs; after a failed capture the current stream is back and the graph's
+    pool is ended and released."""
+    monkeypatch.setattr(_graphs, "_STREAMS", {})
+    cuda = _FakeCuda(fail_end=fail == "at capture_end")
+    fake, pools = _fake_torch(cuda)
+    calls, entered = [], []
+    x = torch.randn(3, 4)
+
+    def fn(a, b):
+        calls.append(cuda.current)
+        assert b is None and a is not x and torch.equal(a, x) and entered == [1]
+        if fail == "in the chain" and cuda.current == "side" and len(calls) > _graphs.WARMUP:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return (a * 2,)
+
+    @contextlib.contextmanager
+    def precision():
+        entered.append(1)
+        try:
+            yield
+        finally:
+            entered.pop()
+
+    if fail is None:
+        with torch.inference_mode():  # buffers that later calls in any mode can write
+            entry = _graphs.capture(fake, fn, (x, None), torch.device("cpu"), precision)
+        assert isinstance(entry, _graphs.Captured) and entry.inputs[1] is None
+        assert torch.equal(entry.outputs[0], 2 * x) and pools == []
+        assert not entry.inputs[0].is_inference() and not entry.outputs[0].is_inference()
+    else:
+        with pytest.raises(RuntimeError):
+            _graphs.capture(fake, fn, (x, None), torch.device("cpu"), precision)
+        assert pools == [("end", (0, 7)), ("release", (0, 7))]
+    assert calls == ["side"] * (_graphs.WARMUP + 1) and cuda.current == "main"
+    assert ("capture mode", "thread_local") in cuda.log and entered == []
+    assert cuda.log[0] == ("wait", "side", "main")        # the side stream waits for the data
+
+
+# ------------------------------------------------------- replay with a stand-in, on the CPU --
+
+class _FakeGraph:
+    """Stands in for ``torch.cuda.CUDAGraph``: the outputs are fixed buffers that every replay
+    overwrites with the chain run again on the static inputs."""
+
+    def __init__(self, fn, inputs, precision):
+        self.fn, self.inputs, self.precision = fn, inputs, precision
+        self.replays = 0
+        with precision():
+            self.outputs = fn(*inputs)
+
+    def replay(self):
+        with self.precision():
+            new = self.fn(*self.inputs)
+        for o, n in zip(self.outputs, new):
+            if o is not None:
+                o.copy_(n)
+        self.replays += 1
+
+    def reset(self):
+        self.fn = None
+
+
+@pytest.fixture
+def fake(monkeypatch, cache):
+    """Graph replay on CPU tensors with :class:`_FakeGraph`; the captures are logged."""
+    log = []
+
+    def capture(torch_, fn, args, device, precision, keep=()):
+        inputs = tuple(None if a is None else a.detach().clone() for a in args)
+        graph = _FakeGraph(fn, inputs, precision)
+        log.append(graph)
+        return _graphs.Captured(graph, inputs, graph.outputs, device, keep)
+
+    monkeypatch.setattr(_graphs, "capture", capture)
+    real = _graphs.wanted
+    monkeypatch.setattr(_graphs, "wanted", lambda torch_, graphs, x, w, b: (
+        graphs if x.device.type == "cpu" else real(torch_, graphs, x, w, b)))
+    return log
+
+
+REPLAY_CASES = [((2, 3, 16), 8, True), ((2, 3, 12, 10), (6, 8), True),
+                ((2, 3, 9, 10), (2, 4), True),        # no constant mode: the bias on y
+                ((2, 3, 12, 10), (6, 8), False), ((1, 2, 6, 5, 8), (4, 3, 6), True)]
+
+
+@pytest.mark.parametrize("shape,n_modes,bias", REPLAY_CASES)
+def test_replay_matches_eager(fake, cache, shape, n_modes, bias):
+    """Forward and backward through the replay equal the eager chain; one forward and one
+    backward graph serve both steps, and nothing returned aliases a graph's buffers."""
+    layer = _layer(shape[1], 4, n_modes, bias=bias)
+    eager = _twin(layer, graphs=False)
+    torch.manual_seed(1)
+    x1, x2 = torch.randn(shape), torch.randn(shape)
+    g1, g2 = (torch.randn((shape[0], 4) + shape[2:]) for _ in range(2))
+    first = _step(layer, x1, g1)
+    keep = [None if t is None else t.clone() for t in first]
+    second = _step(layer, x2, g2)
+    _close(first, _step(eager, x1, g1), 1e-6)
+    _close(second, _step(eager, x2, g2), 1e-6)
+    for a, b in zip(first, keep):     # the second step left the first step's results alone
+        assert a is None or torch.equal(a, b)
+    assert len(fake) == 2 and len(cache) == 2
+    assert [gr.replays for gr in fake] == [2, 2]
+    with torch.no_grad():             # the same forward graph serves no_grad
+        y = layer(x1)
+    assert len(fake) == 2 and torch.equal(y, first[0])
+    clear_graphs()
+    assert len(cache) == 0 and all(gr.fn is None for gr in fake)
+    with torch.no_grad():
+        assert torch.equal(layer(x1), y) and len(fake) == 3
+
+
+@pytest.mark.parametrize("need", [(True, True, True), (True, False, False),
+                                  (False, True, False), (False, False, True),
+                                  (True, True, False), (False, True, True)])
+def test_replay_needs_input_grad(fake, cache, need):
+    """Each combination of wanted gradients has its backward graph and gives the eager
+    chain's gradients (None where not wanted)."""
+    need_x, need_w, need_b = need
+    layer = _layer(3, 4, (6, 8))
+    eager = _twin(layer, graphs=False)
+    for lay in (layer, eager):
+        lay.weight.requires_grad_(need_w)
+        lay.bias.requires_grad_(need_b)
+    x, g = torch.randn(2, 3, 12, 10), torch.randn(2, 4, 12, 10)
+    got, want = _step(layer, x, g, need_x), _step(eager, x, g, need_x)
+    _close(got, want, 1e-6)
+    assert [t is not None for t in got[1:]] == list(need)
+    assert len(fake) == 2
+    bwd = [k for k in cache._entries if k[0] == "backward"]
+    assert len(bwd) == 1 and bwd[0][3] == need
+
+
+def test_replay_two_forwards_one_backward(fake, cache):
+    """A weight-shared layer applied twice before one backward: each forward keeps its own
+    modes-major input, and the gradients are the eager chain's."""
+    layer = _layer(4, 4, (6, 8))
+    eager = _twin(layer, graphs=False)
+    x, g = torch.randn(2, 4, 12, 10), torch.randn(2, 4, 12, 10)
+
+    def run(lay):
+        lay.zero_grad()
+        xr = x.clone().requires_grad_(True)
+        y = lay(torch.tanh(lay(xr)))
+        (y * g).sum().backward()
+        return [y.detach(), xr.grad, lay.weight.grad.clone(), lay.bias.grad.clone()]
+
+    _close(run(layer), run(eager), 1e-6)
+    assert len(cache) == 2 and [gr.replays for gr in fake] == [2, 2]
+
+
+def test_replay_replaced_weight_recaptures(fake, cache):
+    """A new weight Parameter is a new capture (its address is in the key); an in-place update
+    is seen by the graph already captured."""
+    layer = _layer(3, 4, (6, 8))
+    x = torch.randn(2, 3, 12, 10)
+    with torch.no_grad():
+        layer(x)
+        layer.weight.mul_(0.5)                           # in place: the same graph
+        got = layer(x)
+    assert len(fake) == 1
+    assert _rel(got, _twin(layer, graphs=False)(x)) < 1e-6
+    layer.weight = torch.nn.Parameter(torch.randn_like(layer.weight))
+    with torch.no_grad():
+        got = layer(x)
+    assert len(fake) == 2 and len(cache) == 2
+    assert _rel(got, _twin(layer, graphs=False)(x)) < 1e-6
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float16"])
+def test_replay_sixteen_bit(fake, cache, name):
+    layer = _layer(3, 4, (6, 8), compute_dtype=getattr(torch, name))
+    x, g = torch.randn(2, 3, 12, 10), torch.randn(2, 4, 12, 10)
+    _close(_step(layer, x, g), _step(_twin(layer, graphs=False), x, g), 1e-6)
+    assert len(fake) == 2
+
+
+def test_replay_failed_capture_falls_back(monkeypatch, cache):
+    """A capture that fails: "auto" warns once and runs the eager chain, graphs=True raises."""
+    monkeypatch.setattr(_graphs, "wanted", lambda torch_, graphs, x, w, b: graphs)
+    tries = []
+
+    def capture(*args, **kw):
+        tries.append(1)
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(_graphs, "capture", capture)
+    layer = _layer(3, 4, (6, 8))
+    x, g = torch.randn(2, 3, 12, 10), torch.randn(2, 4, 12, 10)
+    want = _step(_twin(layer, graphs=False), x, g)
+    with pytest.warns(RuntimeWarning, match="eager chain from now on"):
+        got = _step(layer, x, g)
+    _close(got, want, 1e-6)
+    assert len(tries) == 2                               # the forward's and the backward's
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _close(_step(layer, x, g), want, 1e-6)
+    assert len(tries) == 2
+    layer.graphs = True
+    with pytest.raises(RuntimeError, match="not permitted"):
+        layer(x)
+
+
+# ------------------------------------------------------------------------- on the device --
+
+GPU_CASES = [((4, 8, 64), 32), ((4, 16, 40, 36), (12, 16)), ((3, 8, 9, 10), (2, 4)),
+             ((2, 4, 10, 12, 14), (6, 6, 8))]
+
+
+@pytest.mark.gpu
+@cuda
+@pytest.mark.parametrize("shape,n_modes", GPU_CASES)
+def test_cuda_graphs_match_eager(cache, shape, n_modes):
+    """Graphed forward and backward against graphs=False, float32, 1e-6; two graphs captured;
+    a second step's results leave the first step's unchanged."""
+    layer = _layer(shape[1], 6, n_modes, device="cuda")
+    eager = _twin(layer, graphs=False)
+    torch.manual_seed(2)
+    x1, x2 = (torch.randn(shape, device="cuda") for _ in range(2))
+    g1, g2 = (torch.randn((shape[0], 6) + shape[2:], device="cuda") for _ in range(2))
+    first = _step(layer, x1, g1)
+    keep = [t.clone() for t in first]
+    second = _step(layer, x2, g2)
+    assert len(cache) == 2
+    _close(first, _step(eager, x1, g1), 1e-6)
+    _close(second, _step(eager, x2, g2), 1e-6)
+    for a, b in zip(first, keep):
+        assert torch.equal(a, b)
+    assert first[2].stride() == layer.weight.stride()   # dL/dW in the weight's layout
+    with torch.no_grad():
+        y1, y2 = layer(x1), layer(x2)
+        assert _rel(y1, eager(x1)) < 1e-6 and _rel(y2, eager(x2)) < 1e-6
+    assert torch.equal(y1, first[0]) and y1.data_ptr() != y2.data_ptr()
+    assert len(cache) == 2
+
+
+@pytest.mark.gpu
+@cuda
+def test_cuda_graphs_inference_mode(cache):
+    """A graph captured under ``torch.inference_mode`` serves calls outside it, and back."""
+    layer = _layer(8, 8, (12, 12), device="cuda")
+    eager = _twin(layer, graphs=False)
+    x = torch.randn(4, 8, 32, 32, device="cuda")
+    with torch.inference_mode():
+        y = layer(x)
+    with torch.no_grad():
+        assert _rel(layer(x), y) < 1e-6 and _rel(y, eager(x)) < 1e-6
+    with torch.inference_mode():
+        assert _rel(layer(x), y) < 1e-6
+    assert len(cache) == 1
+
+
+@pytest.mark.gpu
+@cuda
+def test_cuda_graphs_outputs_do_not_alias(cache):
+    """Calling twice and keeping the first result: it is unchanged (forward and gradient)."""
+    layer = _layer(8, 8, (12, 12), device="cuda")
+    x1, x2 = torch.randn(4, 8, 32, 32, device="cuda"), torch.randn(4, 8, 32, 32, device="cuda")
+    with torch.no_grad():
+        y1 = layer(x1)
+        keep = y1.clone()
+        y2 = layer(x2)
+    torch.cuda.synchronize()
+    assert torch.equal(y1, keep) and not torch.equal(y1, y2)
+    a = x1.clone().requires_grad_(True)
+    layer(a).sum().backward()
+    ga, gw, gb = a.grad, layer.weight.grad, layer.bias.grad
+    keep = [t.clone() for t in (ga, gw, gb)]
+    layer.zero_grad(set_to_none=True)
+    b = x2.clone().requires_grad_(True)
+    (2 * layer(b)).sum().backward()
+    torch.cuda.synchronize()
+    for t, k in zip((ga, gw, gb), keep):
+        assert torch.equal(t, k)
+    assert not torch.equal(ga, b.grad) and not torch.equal(gw, layer.weight.grad)
+
+
+@pytest.mark.gpu
+@cuda
+@pytest.mark.parametrize("need", [(True, False, False), (False, True, False),
+                                  (False, False, True), (True, True, False)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_cuda_graphs_needs_input_grad(cache, need, bias):
+    need_x, need_w, need_b = need
+    if need_b and not bias:
+        pytest.skip("no bias to differentiate")
+    layer = _layer(8, 6, (12, 12), device="cuda", bias=bias)
+    eager = _twin(layer, graphs=False)
+    for lay in (layer, eager):
+        lay.weight.requires_grad_(need_w)
+        if bias:
+            lay.bias.requires_grad_(need_b)
+    x, g = torch.randn(4, 8, 30, 30, device="cuda"), torch.randn(4, 6, 30, 30, device="cuda")
+    got, want = _step(layer, x, g, need_x), _step(eager, x, g, need_x)
+    _close(got, want, 1e-6)
+    assert len(cache) == 2
+
+
+@pytest.mark.gpu
+@cuda
+def test_cuda_graphs_two_forwards_one_backward(cache):
+    layer = _layer(8, 8, (12, 12), device="cuda")
+    eager = _twin(layer, graphs=False)
+    x, g = torch.randn(4, 8, 32, 32, device="cuda"), torch.randn(4, 8, 32, 32, device="cuda")
+
+    def run(lay):
+        lay.zero_grad()
+        xr = x.clone().requires_grad_(True)
+        y = lay(torch.tanh(lay(xr)))
+        (y * g).sum().backward()
+        return [y.detach(), xr.grad, lay.weight.grad.clone(), lay.bias.grad.clone()]
+
+    _close(run(layer), run(eager), 1e-6)
+    assert len(cache) == 2
+
+
+@pytest.mark.gpu
+@cuda
+def test_cuda_graphs_replaced_weight_recaptures(cache):
+    layer = _layer(8, 8, (12, 12), device="cuda")
+    x = torch.randn(4, 8, 32, 32, device="cuda")
+    with torch.no_grad():
+        layer(x)
+        layer.weight.mul_(0.5)                  # an in-place update: the same graph sees it
+        got = layer(x)
+        assert len(cache) == 1 and _rel(got, _twin(layer, graphs=False)(x)) < 1e-6
+        old = layer.weight.data_ptr()
+        layer.weight = torch.nn.Parameter(torch.randn_like(layer.weight))
+        assert layer.weight.data_ptr() != old
+        got = layer(x)
+        assert len(cache) == 2 and _rel(got, _twin(layer, graphs=False)(x)) < 1e-6
+
+
+@pytest.mark.gpu
+@cuda
+def test_cuda_graphs_inside_user_capture(cache):
+    """Inside the caller's own capture the layer runs the eager chain, which that graph
+    captures: replaying it with new inputs gives the layer's outputs."""
+    layer = _layer(8, 8, (12, 12), device="cuda")
+    eager = _twin(layer, graphs=False)
+    static = torch.randn(4, 8, 32, 32, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.no_grad(), torch.cuda.stream(side):
+        for _ in range(3):
+            layer(static)
+    torch.cuda.current_stream().wait_stream(side)
+    before = len(cache)
+    graph = torch.cuda.CUDAGraph()
+    with torch.no_grad(), torch.cuda.graph(graph):
+        out = layer(static)
+    assert len(cache) == before                 # nothing captured of our own inside
+    for _ in range(2):
+        x = torch.randn_like(static)
+        static.copy_(x)
+        graph.replay()
+        with torch.no_grad():
+            assert _rel(out, eager(x)) < 1e-6
+
+
+@pytest.mark.gpu
+@cuda
+def test_cuda_graphs_not_under_compile_tracing(cache, monkeypatch):
+    layer = _layer(8, 8, (12, 12), device="cuda")
+    monkeypatch.setattr(_graphs, "_tracing", lambda torch_: True)
+    with torch.no_grad():
+        y = layer(torch.randn(2, 8, 20, 20, device="cuda"))
+    assert y.is_cuda and len(cache) == 0
+
+
+@pytest.mark.gpu
+@cuda
+def test_cuda_graphs_with_torch_compile(cache):
+    """``torch.compile`` of the layer (dynamo, eager backend): the traced call takes the eager
+    chain; outputs and gradients as the layer's without graphs."""
+    layer = _layer(8, 6, (12, 12), device="cuda")
+    eager = _twin(layer, graphs=False)
+    compiled = torch.compile(layer, backend="eager")
+    x, g = torch.randn(4, 8, 30, 30, device="cuda"), torch.randn(4, 6, 30, 30, device="cuda")
+    for _ in range(2):
+        _close(_step(compiled, x, g), _step(eager, x, g), 1e-5)
+
+
+@pytest.mark.gpu
+@cuda
+@pytest.mark.parametrize("name", ["bfloat16", "float16"])
+def test_cuda_graphs_sixteen_bit(cache, name):
+    layer = _layer(8, 6, (12, 12), device="cuda", compute_dtype=getattr(torch, name))
+    x, g = torch.randn(4, 8, 30, 30, device="cuda"), torch.randn(4, 6, 30, 30, device="cuda")
+    _close(_step(layer, x, g), _step(_twin(layer, graphs=False), x, g), 1e-2)
+    assert len(cache) == 2
+
+
+@pytest.mark.gpu
+@cuda
+def test_cuda_graphs_eviction_frees(cache):
+    """Beyond the capacity the least recently used graph is released; the layer still works."""
+    cache.capacity = 2
+    layer = _layer(4, 4, (8, 8), device="cuda")
+    eager = _twin(layer, graphs=False)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for n in (16, 18, 20, 16):
+            x = torch.randn(2, 4, n, n, device="cuda")
+            assert _rel(layer(x), eager(x)) < 1e-6
+    assert len(cache) == 2
+
+
+@pytest.mark.gpu
+@cuda
+def test_cuda_graphs_failed_capture(cache, monkeypatch):
+    """A chain that cannot be captured (a host synchronisation inside): "auto" warns and runs
+    it eagerly, graphs=True raises; the device works after."""
+    from fftmatvec.fno import _torch_dft
+
+    real = _torch_dft.forward_chain
+
+    def syncing(x, *args):
+        if torch.cuda.is_current_stream_capturing():
+            x.sum().item()
+        return real(x, *args)
+
+    monkeypatch.setattr(_torch_dft, "forward_chain", syncing)
+    layer = _layer(4, 4, (8, 8), device="cuda")
+    x = torch.randn(2, 4, 16, 16, device="cuda")
+    with torch.no_grad():
+        want = _twin(layer, graphs=False)(x)
+        with pytest.warns(RuntimeWarning, match="CUDA graph failed"):
+            got = layer(x)
+        assert _rel(got, want) < 1e-6 and len(cache) == 0
+        layer.graphs = True
+        with pytest.raises(Exception):
+            layer(x)
+        layer.graphs = False
+        assert _rel(layer(x), want) < 1e-6
+    # the allocator was told the failed captures are over: emptying the cache and capturing
+    # again work
+    monkeypatch.setattr(_torch_dft, "forward_chain", real)
+    torch.cuda.empty_cache()
+    layer.graphs = "auto"
+    x = torch.randn(2, 4, 18, 18, device="cuda")
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert _rel(layer(x), _twin(layer, graphs=False)(x)) < 1e-6
+    assert len(cache) == 1
