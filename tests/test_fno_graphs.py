@@ -775,3 +775,17 @@ def test_cuda_graphs_failed_capture(cache, monkeypatch):
         warnings.simplefilter("error", RuntimeWarning)
         assert _rel(layer(x), _twin(layer, graphs=False)(x)) < 1e-6
     assert len(cache) == 1
+
+
+def test_auto_captures_only_layers_whose_input_and_output_fit():
+    """``graphs="auto"``: the largest benchmark layer (16, 128, 256^2) in float32, 1074 MB of
+    input and output, runs eagerly (no gain measured, graphs of twice that); (16, 64, 256^2),
+    537 MB, is captured; the bound is on input plus output, so more output channels count."""
+    fits = _graphs.auto_fits
+    assert not fits((16, 128, 256, 256), 4, 128)
+    assert fits((16, 64, 256, 256), 4, 64)
+    assert fits((8, 128, 256, 256), 4, 128)
+    assert not fits((8, 128, 256, 256), 4, 512)
+    assert fits((16, 128, 256, 256), 2, 64)  # 16-bit storage: half the bytes
+    limit = _graphs.AUTO_MAX_BYTES
+    assert fits((1, 1, limit // 8), 4, 1) and not fits((1, 1, limit // 8 + 1), 4, 1)
