@@ -23,7 +23,7 @@ import threading
 import warnings
 from collections import OrderedDict
 
-from .._errors import FFTMatvecValueError
+from .._errors import FFTMatvecError, FFTMatvecValueError
 
 #: The most graphs the process keeps: a forward and a backward per layer and input shape in
 #: training, so 64 serve 32 layers, or fewer layers with a second batch size or evaluation.
@@ -123,21 +123,19 @@ def backward_key(problem, stream, needs, g_dtype):
 
 
 class GraphCache:
-    """A bounded LRU of captured graphs, and the keys whose capture failed.
+    """A bounded LRU of captured graphs.
 
-    ``get(key, capture, strict)`` returns the entry for ``key``, captured by ``capture()`` on a
-    miss; a capture that raises is remembered (with a warning), and ``None`` sends the caller
-    to the eager chain, for this and later calls of that key; with ``strict`` the capture is
-    tried again and its error raised. An entry is anything with ``release()``, called when it is
-    evicted (beyond ``capacity``) or cleared. Once ``capacity`` entries have been evicted (more
-    signatures in use than the cache holds, each captured again on its next call) it warns.
+    ``get(key, capture)`` returns the entry for ``key``, captured by ``capture()`` on a miss (a
+    capture that raises leaves nothing in the cache and raises). An entry is anything with
+    ``release()``, called when it is evicted (beyond ``capacity``) or cleared. Once
+    ``capacity`` entries have been evicted (more signatures in use than the cache holds, each
+    captured again on its next call) it warns.
     """
 
-    def __init__(self, capacity=CAPACITY, failures=256):
-        self.capacity, self.failures = int(capacity), int(failures)
+    def __init__(self, capacity=CAPACITY):
+        self.capacity = int(capacity)
         self.evictions = 0
         self._entries: OrderedDict = OrderedDict()
-        self._failed: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
 
     def __len__(self):
@@ -146,33 +144,14 @@ class GraphCache:
     def __contains__(self, key):
         return key in self._entries
 
-    def failed(self, key):
-        return key in self._failed
-
-    def get(self, key, capture, strict=False):
+    def get(self, key, capture):
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None:
                 self._entries.move_to_end(key)
                 return entry
-            if not strict and key in self._failed:
-                return None
-        try:
-            entry = capture()
-        except Exception as err:  # noqa: BLE001 - any failure: the eager chain serves the call
-            with self._lock:
-                self._failed[key] = repr(err)
-                while len(self._failed) > self.failures:
-                    self._failed.popitem(last=False)
-            if strict:
-                raise
-            warnings.warn(
-                f"SpectralConv: capturing the DFT chain into a CUDA graph failed ({err!r}); "
-                "this call signature runs the eager chain from now on (graphs=False skips the "
-                "capture, graphs=True raises)", RuntimeWarning, stacklevel=2)
-            return None
+        entry = capture()
         with self._lock:
-            self._failed.pop(key, None)
             old = self._entries.pop(key, None)  # another thread's capture of the same key
             self._entries[key] = entry
             evicted = []
@@ -191,11 +170,10 @@ class GraphCache:
         return entry
 
     def clear(self):
-        """Release every graph and forget the failures."""
+        """Release every graph."""
         with self._lock:
             entries = list(self._entries.values())
             self._entries.clear()
-            self._failed.clear()
         for e in entries:
             e.release()
 
@@ -287,6 +265,22 @@ def capture(torch, fn, args, device, precision, keep=()):
             if torch.cuda.current_stream(device) != current:
                 torch.cuda.set_stream(current)
     return Captured(graph, inputs, outputs, device, keep)
+
+
+def explained(capture):
+    """``capture`` whose failure raises FFTMatvecError saying what to do. The layer
+    raises rather than running the eager chain: after a failed capture PyTorch's CUDA state
+    can stay inconsistent (its CUDA random generator, seen on an H200 with PyTorch 2.11, then
+    refuses every later ``torch.randn`` on the device), so the process should know at once."""
+    def run():
+        try:
+            return capture()
+        except Exception as err:
+            raise FFTMatvecError(
+                f"SpectralConv: capturing the DFT chain into a CUDA graph failed ({err!r}); "
+                "pass graphs=False to run it op by op. After a failed capture PyTorch's CUDA "
+                "state (its random generator) may stay unusable in this process") from err
+    return run
 
 
 def _end_pool(torch, device, pool):

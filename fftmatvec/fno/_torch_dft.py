@@ -148,8 +148,8 @@ def _replay_forward(torch, ctx, x, weight, bias, keep_xs):
             torch, lambda xs: forward_chain(xs, weight, bias, chain, cdtype), (x,), x.device,
             lambda: gemm_precision(cdtype, x.device.type), keep=(chain,))
 
-    entry = _graphs.CACHE.get(key, capture, strict=ctx.graphs is True)
-    return None if entry is None else entry.run((x,), (True, keep_xs))
+    entry = _graphs.CACHE.get(key, _graphs.explained(capture))
+    return entry.run((x,), (True, keep_xs))
 
 
 def _replay_backward(torch, ctx, g, Xs, weight, needs):
@@ -164,8 +164,8 @@ def _replay_backward(torch, ctx, g, Xs, weight, needs):
             torch, lambda gs, xs: backward_chain(gs, xs, weight, chain, cdtype, needs, meta),
             args, g.device, lambda: gemm_precision(cdtype, g.device.type), keep=(chain,))
 
-    entry = _graphs.CACHE.get(key, capture, strict=ctx.graphs is True)
-    return None if entry is None else entry.run(args, needs)
+    entry = _graphs.CACHE.get(key, _graphs.explained(capture))
+    return entry.run(args, needs)
 
 
 def _function():
@@ -174,8 +174,8 @@ def _function():
     class _DftSpectralConvFn(torch.autograd.Function):
         """``y = S(X W) + b`` with ``X = A x``; backward ``A^T((S^T g) W^T)``, ``X^T S^T g``.
 
-        ``graphs``: ``"auto"`` or ``True`` to replay CUDA graphs of the chains (``True``: a
-        failed capture raises), ``False`` for the eager chain; ``grad``: whether grad mode was
+        ``graphs``: ``"auto"`` or ``True`` to replay CUDA graphs of the chains (a failed
+        capture raises: :func:`fftmatvec.fno._graphs.explained`), ``False`` for the eager chain; ``grad``: whether grad mode was
         on at the call (only then is ``Xs`` copied out of the forward graph)."""
 
         @staticmethod
