@@ -35,22 +35,29 @@ WARMUP = 2
 
 
 #: ``graphs="auto"`` captures while the input and the output together hold at most this many
-#: bytes. Beyond, the chain's device time hides its host time and the graphs hold about twice
-#: those bytes. Measured on an H200 in float32, with the graph against the eager chain:
-#: (16, 64, 256^2) and (8, 128, 256^2) (537 MB) forward 746 -> 643 and 794 -> 671 µs;
-#: (16, 128, 256^2) (1074 MB) 2836 -> 2616 µs forward, 6310 -> 6325 µs forward and backward.
-AUTO_MAX_BYTES = 768 * 2**20
+#: bytes: :data:`AUTO_MAX_BYTES` in inference, :data:`AUTO_MAX_BYTES_TRAINING` where gradients
+#: are wanted. A replay copies the input into the graph and the output out of it, two passes
+#: that a large layer's eager chain does not make, against the host time it saves. Measured on
+#: an H200 in float32 (scripts/bench_fno.py, graphed against op by op, µs):
+#: 67-134 MB (64^2, 85^2, the 1-D cases): forward 221 vs 441 to equal, forward+backward
+#: 493 vs 1305, 742 vs 1220; 268 MB ((32, 64, 128^2), (4, 32, 64^3)): forward 479 vs 427 and
+#: 664 vs 517 (slower), forward+backward 1091 vs 1528 and 1328 vs 1697 (faster); 537 MB
+#: ((16, 64, 256^2), (8, 128, 256^2)): both slower (956 vs 754, 2211 vs 1851).
+AUTO_MAX_BYTES = 192 * 2**20
+AUTO_MAX_BYTES_TRAINING = 384 * 2**20
 
 
-def auto_fits(x_shape, itemsize: int, cout: int) -> bool:
+def auto_fits(x_shape, itemsize: int, cout: int, training: bool = False) -> bool:
     """Whether ``graphs="auto"`` captures for an input ``(B, Cin, *spatial)`` of ``itemsize``
-    bytes an element and ``cout`` output channels (:data:`AUTO_MAX_BYTES`)."""
+    bytes an element and ``cout`` output channels (:data:`AUTO_MAX_BYTES`, or
+    :data:`AUTO_MAX_BYTES_TRAINING` where ``training``)."""
     if len(x_shape) < 2:
         return True
     per = 1
     for n in (x_shape[0],) + tuple(x_shape[2:]):
         per *= int(n)
-    return itemsize * per * (int(x_shape[1]) + int(cout)) <= AUTO_MAX_BYTES
+    limit = AUTO_MAX_BYTES_TRAINING if training else AUTO_MAX_BYTES
+    return itemsize * per * (int(x_shape[1]) + int(cout)) <= limit
 
 
 def check_option(graphs):
@@ -64,13 +71,14 @@ def _tracing(torch):
     return torch.compiler.is_compiling() or torch.jit.is_tracing()
 
 
-def wanted(torch, graphs, x, weight, bias):
+def wanted(torch, graphs, x, weight, bias, training=None):
     """The option to replay graphs with (``"auto"`` or ``True``), or ``False`` for the eager
     chain: on CPU tensors, under ``torch.compile`` or ``torch.jit`` tracing, while the current
     stream is capturing (the caller's own graph captures the eager chain), and for tensor
     subclasses (fake tensors) or parameters on another device (the eager chain reports it);
     with ``"auto"`` also for a weight or bias computed in the autograd graph (not a leaf) and
-    for inputs and outputs larger than :data:`AUTO_MAX_BYTES`.
+    for inputs and outputs larger than :data:`AUTO_MAX_BYTES` (``training``, default: whether
+    gradients are wanted: :data:`AUTO_MAX_BYTES_TRAINING`).
 
     Raises FFTMatvecValueError for ``graphs=True`` on tensors that are not on a CUDA device."""
     if graphs is False:
@@ -85,8 +93,11 @@ def wanted(torch, graphs, x, weight, bias):
     plain = (torch.Tensor, torch.nn.Parameter)
     if _tracing(torch) or type(x) not in plain or torch.cuda.is_current_stream_capturing():
         return False
+    if training is None:  # gradients wanted: the forward of a training step
+        training = torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in (x, weight, bias))
     if (graphs == "auto" and weight is not None and weight.dim() >= 2
-            and not auto_fits(tuple(x.shape), x.element_size(), weight.shape[1])):
+            and not auto_fits(tuple(x.shape), x.element_size(), weight.shape[1], training)):
         return False
     dev = x.device
     for t in (weight, bias):

@@ -203,7 +203,7 @@ def _function():
             Xs, weight = ctx.saved_tensors
             needs = tuple(ctx.needs_input_grad[:3])
             out = None
-            if ctx.graphs and _graphs.wanted(torch, ctx.graphs, g, weight, None):
+            if ctx.graphs and _graphs.wanted(torch, ctx.graphs, g, weight, None, training=True):
                 out = _replay_backward(torch, ctx, g, Xs, weight, needs)
             if out is None:
                 with gemm_precision(ctx.cdtype, g.device.type):
