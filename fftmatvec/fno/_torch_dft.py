@@ -138,8 +138,8 @@ def _stream(torch, device):
 
 
 def _replay_forward(torch, ctx, x, weight, bias, keep_xs):
-    """``(y, Xs)`` from the forward graph (``Xs`` None unless ``keep_xs``), or None: run the
-    eager chain."""
+    """``(y, Xs)`` from the forward graph (``Xs`` None unless ``keep_xs``); a failed capture
+    raises (:func:`fftmatvec.fno._graphs.explained`)."""
     chain, cdtype = ctx.chain, ctx.cdtype
     key = _graphs.forward_key(ctx.problem, _stream(torch, x.device))
 
@@ -153,8 +153,8 @@ def _replay_forward(torch, ctx, x, weight, bias, keep_xs):
 
 
 def _replay_backward(torch, ctx, g, Xs, weight, needs):
-    """``(dL/dx, dL/dW, dL/db)`` from the backward graph of ``needs``, or None: run the eager
-    chain."""
+    """``(dL/dx, dL/dW, dL/db)`` from the backward graph of ``needs``; a failed capture raises
+    (:func:`fftmatvec.fno._graphs.explained`)."""
     chain, cdtype, meta = ctx.chain, ctx.cdtype, ctx.meta
     key = _graphs.backward_key(ctx.problem, _stream(torch, g.device), needs, g.dtype)
     args = (g, Xs if needs[1] else None)
