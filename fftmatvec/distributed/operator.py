@@ -668,7 +668,7 @@ class DistributedBlockToeplitz(_Distributed):
         S, P = self._scut, self._pcut
         # host-staged GPU collectives: the output's chunks are assembled in host memory and
         # copied to the device once
-        on_host = (xp is not np and getattr(t, "staging", "device") == "host"
+        on_host = (xp is not np and t.staging == "host"
                    and (row if mode == "forward" else col).Get_size() > 1)
         kw = {"device": False} if on_host else {}
         with self._on_device():

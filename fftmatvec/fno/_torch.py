@@ -114,10 +114,11 @@ def spectral_conv_torch(x, weight, n_modes, bias=None, method="auto", compute_dt
 
     ``graphs`` (the DFT path): ``"auto"`` replays the forward and backward GEMM chains as CUDA
     graphs captured once per call signature, on CUDA tensors, outside ``torch.compile`` tracing
-    and outside the caller's own capture (which then captures the eager chain); a capture
-    that fails runs the eager chain, for that signature from then on, with a warning. ``True``:
-    the same, but raises where graphs cannot be used (CPU tensors, the FFT path) and where a
-    capture fails. ``False``: the eager chain. See ``docs/fno.md`` for the memory a graph holds.
+    and outside the caller's own capture (which then captures the eager chain), for inputs and
+    outputs of at most ``_graphs.AUTO_MAX_BYTES`` (``AUTO_MAX_BYTES_TRAINING`` where gradients
+    are wanted); a capture that fails raises :class:`~fftmatvec.FFTMatvecError`. ``True``: at
+    any size, and raises where graphs cannot be used (CPU tensors, the FFT path). ``False``:
+    the eager chain. See ``docs/fno.md`` for the memory a graph holds.
 
     Raises
     ------
@@ -207,10 +208,10 @@ def _real_class():
             in the GEMMs (the DFT path); default: the input's precision.
         graphs : {"auto", True, False}, default "auto"
             Replay the DFT path's forward and backward GEMM chains as CUDA graphs captured once
-            per call signature: "auto" on CUDA tensors (not inside ``torch.compile`` tracing or
-            the caller's own capture; a failed capture falls back to the eager chain), True
-            the same but raising where graphs cannot be used (CPU tensors, the FFT path) or a
-            capture fails, False never. Each graph holds a private memory pool (about the
+            per call signature: "auto" on CUDA tensors up to a size (not inside
+            ``torch.compile`` tracing or the caller's own capture), True at any size and
+            raising where graphs cannot be used (CPU tensors, the FFT path), False never; a
+            failed capture raises. Each graph holds a private memory pool (about the
             chain's working memory for its input size; see ``docs/fno.md``).
 
         Raises

@@ -175,8 +175,9 @@ def _function():
         """``y = S(X W) + b`` with ``X = A x``; backward ``A^T((S^T g) W^T)``, ``X^T S^T g``.
 
         ``graphs``: ``"auto"`` or ``True`` to replay CUDA graphs of the chains (a failed
-        capture raises: :func:`fftmatvec.fno._graphs.explained`), ``False`` for the eager chain; ``grad``: whether grad mode was
-        on at the call (only then is ``Xs`` copied out of the forward graph)."""
+        capture raises: :func:`fftmatvec.fno._graphs.explained`), ``False`` for the eager
+        chain; ``grad``: whether grad mode was on at the call (only then is ``Xs`` copied out
+        of the forward graph)."""
 
         @staticmethod
         def forward(ctx, x, weight, bias, modes, cdtype, graphs, grad):
