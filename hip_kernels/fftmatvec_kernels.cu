@@ -11,6 +11,7 @@
 #include "stages.cuh"
 #include "rowfft.cuh"
 #include "fused.cuh"
+#include "fno.cuh"
 
 // ---- sections -------------------------------------------------------------------------------
 // The build compiles every entry point into one code object. A run-time compile compiles one
@@ -119,6 +120,27 @@ FFTMATVEC_ROWFFT_FAMILIES(f64, double, c64, float2)
 #endif
 #if FFTMATVEC_IN_SECTION(ROWFFT_F32_C64)
 FFTMATVEC_ROWFFT_FAMILIES(f32, float, c64, float2)
+#endif
+
+// ---- the FNO layer's last-axis transforms (fno.cuh) -----------------------------------------
+// fno_rfft_f32_r<M>, fno_irfft_f32_r<M>: float32 rows, truncated to m bins, in the row FFTs'
+// section of float32 FFTs.
+#define FFTMATVEC_FNO_ROWFFT(M)                                                                 \
+  extern "C" __global__ void ROWFFT_BOUNDS fno_rfft_f32_r##M(                                   \
+      const float* __restrict__ x, float* __restrict__ out, const float2* __restrict__ tw,      \
+      const float* __restrict__ scale, i64 rows, int L, int m, int rpb,                        \
+      unsigned long long radices, int npass) {                                                 \
+    fno_rfft_body<M>(x, out, tw, scale, rows, L, m, rpb, radices, npass);                      \
+  }                                                                                            \
+  extern "C" __global__ void ROWFFT_BOUNDS fno_irfft_f32_r##M(                                  \
+      const float* __restrict__ y, float* __restrict__ out, const float2* __restrict__ tw,      \
+      const float* __restrict__ scale, i64 rows, int L, int m, int rpb,                        \
+      unsigned long long radices, int npass) {                                                 \
+    fno_irfft_body<M>(y, out, tw, scale, rows, L, m, rpb, radices, npass);                     \
+  }
+#if FFTMATVEC_IN_SECTION(ROWFFT_F32_C64)
+FFTMATVEC_FNO_ROWFFT(8)
+FFTMATVEC_FNO_ROWFFT(10)
 #endif
 
 // ---- stages 3-5 of an adjoint in one kernel (fused.cuh) -------------------------------------

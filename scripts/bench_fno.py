@@ -6,9 +6,11 @@ forward and forward+backward median times of
 * eager: ``rfftn`` -> gather of both frequency signs -> ``einsum`` -> scatter -> ``irfftn``;
 * neuraloperator's dense ``SpectralConv`` (when importable);
 * ``fftmatvec.fno.SpectralConv`` with ``method="dft"`` (the truncated transforms as dense DFT
-  GEMMs; on a GPU its chains replayed as CUDA graphs, the default), the same with
-  ``graphs=False`` (``dft-nograph``: the chains launched op by op), and ``method="fft"`` (full
-  FFTs), and the method ``"auto"`` picks;
+  GEMMs, the last axis on the row FFT kernels where the planner takes them; on a GPU its
+  chains replayed as CUDA graphs, the default), the same with ``graphs=False``
+  (``dft-nograph``: the chains launched op by op), the same with the last axis as GEMMs too
+  (``dft-gemm``: plan ``fno_rows=0``), and ``method="fft"`` (full FFTs), and the method
+  ``"auto"`` picks;
 * with ``--sixteen bfloat16`` (or ``float16``): ours, DFT path, 16-bit input and storage;
 
 and the floor: the bytes that must move over the bandwidth of a large device-to-device copy
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 
@@ -38,6 +41,7 @@ import torch
 
 from fftmatvec.fno import SpectralConv
 from fftmatvec.fno._dft import choose_method
+from fftmatvec.gpu.plan import ENV
 
 SIZES = [(32, 64, (64, 64), 16), (32, 64, (128, 128), 16), (16, 64, (256, 256), 32),
          (8, 128, (256, 256), 32), (16, 128, (256, 256), 64), (4, 32, (64, 64, 64), 16),
@@ -101,6 +105,24 @@ def make_eager(x_shape, w, modes, bias):
     return eager
 
 
+def _plan_gemm(layer):
+    """``layer`` with plan ``fno_rows=0``, the last axis as GEMMs: the plan is read when the
+    forward picks its chain (the backward runs the chain its forward took)."""
+
+    def run(x):
+        old = os.environ.get(ENV)
+        os.environ[ENV] = "fno_rows=0"
+        try:
+            return layer(x)
+        finally:
+            if old is None:
+                os.environ.pop(ENV)
+            else:
+                os.environ[ENV] = old
+
+    return run
+
+
 def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls):
     n_modes = tuple([m] * len(grid))
     dft = SpectralConv(C, C, n_modes, device=device, method="dft")
@@ -112,7 +134,8 @@ def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls):
             other.bias.copy_(dft.bias)
     modes = dft.modes
     eager_fn = make_eager((B, C) + grid, dft.weight, modes, dft.bias)
-    impls = {"eager": eager_fn, "dft": dft, "dft-nograph": nograph, "fft": fft}
+    impls = {"eager": eager_fn, "dft": dft, "dft-nograph": nograph, "fft": fft,
+             "dft-gemm": _plan_gemm(dft)}
     if nop_cls is not None:
         impls["nop"] = nop_cls(C, C, n_modes).to(device)
     x = torch.randn((B, C) + grid, device=device)
@@ -175,7 +198,7 @@ def main():
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"device: {name}, copy bandwidth {bw / 1e9:.0f} GB/s, torch {torch.__version__}")
     extra = [args.sixteen] if args.sixteen else []
-    cols = ["eager", "nop", "fft", "dft-nograph", "dft"] + extra
+    cols = ["eager", "nop", "fft", "dft-gemm", "dft-nograph", "dft"] + extra
     print(f"{'case':>30} {'pass':>7} {'auto':>4} {'floor us':>9} "
           + " ".join(f"{c + ' us':>{max(10, len(c) + 3)}}" for c in cols)
           + f" {'eager/dft':>9} {'nop/dft':>8} {'floor/dft':>9} {'dft-fft':>8}")

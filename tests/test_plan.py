@@ -186,4 +186,5 @@ def test_old_switch_names_are_gone():
         for m in re.finditer(r"environ[^\n]*FFTMATVEC_MMA", text):
             raise AssertionError(f"FFTMATVEC_MMA read from the environment in {path}")
     assert set(PLAN_KEYS) == {"graphs", "fft_callbacks", "row_fft", "fused_adjoint", "mma",
-                              "xreg", "staged", "async", "dmma_c64", "scale_pass"}
+                              "xreg", "staged", "async", "dmma_c64", "scale_pass",
+                              "fno_rows"}

@@ -145,11 +145,16 @@ def _left(L, X):
     return L @ X if X.shape[0] > 1 else (L @ X[0])[None]
 
 
+def _right(a, last):
+    """``a @ last``, or ``last(a)`` where the last axis runs on kernels (:mod:`._rows`)."""
+    return last(a) if callable(last) else a @ last
+
+
 def analysis_chain(x, last, axes):
     """``x`` ``(B, C, *spatial)`` -> ``(B, C, 2, M)``; ``axes[a]`` ``(2 m_a, 2 N_a)``."""
     B, C, *sp = x.shape
     d = len(sp)
-    X = x.reshape(-1, sp[-1]) @ last
+    X = _right(x.reshape(-1, sp[-1]), last)
     for a in range(d - 2, -1, -1):
         batch = B * C * math.prod(sp[:a])
         X = _left(axes[a], X.reshape(batch, 2 * sp[a], -1))
@@ -163,7 +168,7 @@ def synthesis_chain(Y, axes, last, spatial):
     for a in range(d - 1):
         batch = B * O * math.prod(spatial[:a])
         Y = _left(axes[a], Y.reshape(batch, axes[a].shape[1], -1))
-    return (Y.reshape(-1, last.shape[0]) @ last).reshape((B, O) + tuple(spatial))
+    return _right(Y.reshape(-1, last.shape[0]), last).reshape((B, O) + tuple(spatial))
 
 
 def to_modes_major(ops, X):
@@ -213,21 +218,27 @@ def mode_product_adjoint(ops, gY, Xs, Wv, need_x=True, need_w=True):
 
 
 class Chain:
-    """The matrices of one (spatial, modes) problem in one precision on one device."""
+    """The matrices of one (spatial, modes) problem in one precision on one device.
 
-    def __init__(self, ops, spatial, modes):
+    ``last_axis``: where the last axis runs on kernels, the transforms that take the place of
+    some of its matrices ``F``, ``A``, ``AT`` and ``FT`` (:func:`._rows.last_axis_set`)."""
+
+    def __init__(self, ops, spatial, modes, last_axis=None):
         sp, md = tuple(spatial), tuple(modes)
         d = len(sp)
         mat = ops.matrix
         self.spatial, self.modes = sp, md
-        self.F = mat(analysis_last(sp[-1], md[-1]))
         self.L = [mat(analysis_axis(sp[a], md[a])) for a in range(d - 1)]
         self.R = [mat(synthesis_axis(sp[a], md[a])) for a in range(d - 1)]
-        self.A = mat(synthesis_last(sp[-1], md[-1]))
-        self.FT = mat(analysis_last(sp[-1], md[-1]).T.copy())
         self.LT = [mat(analysis_axis(sp[a], md[a]).T.copy()) for a in range(d - 1)]
         self.RT = [mat(synthesis_axis(sp[a], md[a]).T.copy()) for a in range(d - 1)]
-        self.AT = mat(synthesis_last(sp[-1], md[-1]).T.copy())
+        last = dict(last_axis or {})
+        n, m = sp[-1], md[-1]
+        self.F = last.get("F") or mat(analysis_last(n, m))
+        self.A = last.get("A") or mat(synthesis_last(n, m))
+        self.FT = last.get("FT") or mat(analysis_last(n, m).T.copy())
+        self.AT = last.get("AT") or mat(synthesis_last(n, m).T.copy())
+        self.rows = tuple(sorted(last))  # the matrices the kernels replace
         self.bias_mode = bias_mode(sp, md)
 
     def analysis(self, x):

@@ -84,15 +84,28 @@ def modes_major_complex(gwv, shape, dtype):
 
 
 @functools.lru_cache(maxsize=64)
-def _chain(device, dtype_name, spatial, modes):
+def _chain(device, dtype_name, spatial, modes, rows=frozenset()):
     torch = _torch()
-    return _dft.Chain(_ops(getattr(torch, dtype_name), torch.device(device)), spatial, modes)
+    dev = torch.device(device)
+    last = None
+    if rows:
+        from ._rows import last_axis_set
+
+        last = last_axis_set(spatial[-1], modes[-1], dev.index, rows)
+    return _dft.Chain(_ops(getattr(torch, dtype_name), dev), spatial, modes, last)
 
 
 def chain_for(x, dtype, modes):
-    """The cached DFT matrices for ``x``'s grid and device in ``dtype``."""
+    """The cached DFT matrices for ``x``'s grid and device in ``dtype``; the last axis on the
+    row FFT kernels where the planner says so (:func:`fftmatvec.gpu.planner.fno_rows`)."""
     name = str(dtype).rsplit(".", 1)[-1]
-    return _chain(str(x.device), name, tuple(x.shape[2:]), tuple(modes))
+    spatial, modes = tuple(x.shape[2:]), tuple(modes)
+    rows = frozenset()
+    if x.device.type == "cuda" and name == "float32":
+        from ..gpu.planner import fno_rows
+
+        rows = fno_rows(spatial[-1], modes[-1], name, x.device.index)
+    return _chain(str(x.device), name, spatial, modes, rows)
 
 
 def forward_chain(x, weight, bias, chain, cdtype):
@@ -187,8 +200,8 @@ def _function():
             ctx.meta = (x.dtype, tuple(weight.shape), weight.dtype, bias_meta)
             out = None
             if graphs:
-                ctx.problem = _graphs.problem_key(x.shape, x.dtype, x.device, cdtype, modes,
-                                                  weight, bias)
+                ctx.problem = (_graphs.problem_key(x.shape, x.dtype, x.device, cdtype, modes,
+                                                   weight, bias), chain.rows)
                 out = _replay_forward(torch, ctx, x, weight, bias,
                                       grad and ctx.needs_input_grad[1])
             if out is None:

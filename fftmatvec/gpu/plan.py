@@ -41,6 +41,7 @@ PLAN_KEYS = {
     "async": "one-vector stage 3 on the cp.async kernel",
     "dmma_c64": "complex64 batches on FP64 tensor cores",
     "scale_pass": "scale every input of a reduced precision by an element-wise device pass",
+    "fno_rows": "the FNO layer's last-axis transforms as row FFT kernels, not DFT GEMMs",
 }
 _VALUES = ("auto", "0", "1")
 # the stage-3 family in one key: shorthand for the family keys above

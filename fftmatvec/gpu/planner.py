@@ -6,6 +6,7 @@ methods chose."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -28,6 +29,7 @@ from .rules import (_REAL_SUFFIX, ASYNC_DEFAULTS, ASYNC_FEW, ASYNC_FEW_ROWS, ASY
                     ROW_FFT_MIN_BLOCKS_PER_SM, TILES, WIDE_DEFAULTS, WIDE_MIN_BLOCKS_PER_SM,
                     WIDE_MIN_FILL, XREG_GEMV_KB, XREG_MAX_ND, XREG_MIN_KB, XREG_ND, XREG_TILES,
                     _BATCH_SIZES, _STAGED_J)
+from .rules import FNO_ROWS_R2C_MIN
 from .stage3 import _Launch
 
 
@@ -94,6 +96,50 @@ def fused_adjoint_line(gpu: bool) -> str:
             f"Nd <= {FUSED_MAX_ND}, Nf <= {FUSED_THREADS}, inverse FFT on the row FFT kernels, "
             "blocks per multiprocessor: "
             + ", ".join(f"{s} {n}+" for s, n in FUSED_MIN_BLOCKS_PER_SM.items()))
+
+
+def fno_rows(n_last: int, m_last: int, dtype, device_id: int) -> frozenset:
+    """Which transforms of the FNO layer's last axis (``n_last`` points, ``m_last`` bins kept)
+    the DFT chain (:mod:`fftmatvec.fno._dft`) runs on the row FFT kernels
+    (:mod:`fftmatvec.fno._rows`) instead of GEMMs with the DFT matrices: a subset of
+    ``{"r2c", "c2r"}`` (the forward transforms: the analysis and the adjoint of the synthesis;
+    the inverse ones: the synthesis and the adjoint of the analysis). By default
+    :func:`fno_rows_auto` where the kernels take the axis (float32 on a GPU, a 5-smooth complex
+    length that fits a block); plan key ``fno_rows``: ``0`` none, ``1`` both, an error where
+    the kernels cannot."""
+    mode = plan_mode(None, "fno_rows")
+    if mode == "0":
+        return frozenset()
+    return _fno_rows(int(n_last), int(m_last), np.dtype(dtype).str, int(device_id), mode)
+
+
+def fno_rows_auto(n_last: int, m_last: int) -> frozenset:
+    """The transforms of :func:`fno_rows` by default: the forward ones where the GEMM's flops
+    per byte pass :data:`~fftmatvec.gpu.rules.FNO_ROWS_R2C_MIN`; the inverse ones never."""
+    dense = n_last * m_last / (n_last + 2 * m_last)
+    return frozenset({"r2c"}) if dense >= FNO_ROWS_R2C_MIN else frozenset()
+
+
+@functools.lru_cache(maxsize=256)
+def _fno_rows(n_last: int, m_last: int, dtype: str, device_id: int, mode: str) -> frozenset:
+    """:func:`fno_rows` for a ``mode`` of ``"auto"`` or ``"1"``, once per layer shape (on the
+    path of every call)."""
+    why = None
+    if np.dtype(dtype) != np.float32:
+        why = f"they run in float32, the layer computes in {np.dtype(dtype)}"
+    elif not kernels.available():
+        why = "no GPU is present"
+    else:
+        from ..fno import _rows
+
+        with backend.cupy.cuda.Device(device_id):
+            smem = backend.shared_memory_limits()[1]
+        if not _rows.supported(n_last, m_last, smem):
+            why = (f"they take no last axis of {n_last} points keeping {m_last} bins (a "
+                   f"5-smooth complex length that fits {smem} bytes of shared memory)")
+    if unavailable("fno_rows", mode, "the FNO row kernels cannot run this layer", why):
+        return frozenset()
+    return frozenset({"r2c", "c2r"}) if mode == "1" else fno_rows_auto(n_last, m_last)
 
 
 class Planner:

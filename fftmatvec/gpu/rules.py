@@ -210,6 +210,15 @@ ROW_FFT_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
 # fewer, a block's latency through its passes is the transform's time, and cuFFT with callbacks
 # was faster. Measurements: docs/gpu.md.
 ROW_FFT_MIN_BLOCKS_PER_SM = 3
+# The FNO layer's last axis (fftmatvec/fno/_rows.py): the forward transforms (rows of L points to
+# m bins) take the row FFT kernels by default where L m / (L + 2 m), the GEMM's flops per byte
+# over 4, is at least this. On an H200 (docs/benchmarks.md, thirty-sixth run) the GEMMs ran at
+# 20-28 TFLOPS and the kernels at 1.0-1.7 TB/s: the kernels took (256, 33) in 403 us against
+# 762, (4096, 33) in 67 against 101, (128, 33) in 32 against 57, tied (256, 17) at 200 against
+# 220, and lost (64, 9) and (128, 9) at 34 and 102 against 24 and 73. The inverse transforms
+# lost or tied at every size measured (46-659 us against 24-628): the GEMMs keep them unless
+# plan fno_rows=1 forces both.
+FNO_ROWS_R2C_MIN = 16.0
 # Stages 3-5 of a one-vector adjoint as one kernel (hip_kernels/fused.cuh: its sums never go
 # through memory, the stage-3 output the inverse FFT would read back). By default for complex128
 # and complex64 storage with at most FUSED_MAX_ND sensors and FUSED_THREADS frequencies, where the

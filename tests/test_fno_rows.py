@@ -1,0 +1,205 @@
+"""The FNO layer's last-axis transforms on the row FFT kernels (fftmatvec/fno/_rows.py):
+against the float64 DFT matrices they replace, through the layer against the GEMM chain and the
+dense reference, and the planner's choice."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fftmatvec import FFTMatvecValueError, backend
+from fftmatvec.fno import _dft, _reference, kept_modes, spectral_conv
+from fftmatvec.gpu.planner import fno_rows, fno_rows_auto
+
+from fno_oracle import dense_reference
+from fno_oracle import rand_case as _rand
+
+gpu = pytest.mark.skipif(not backend.gpu_available(), reason="no GPU (CuPy missing or no device)")
+
+# even lengths (packed: complex length L / 2) and odd ones (one complex FFT of length L),
+# powers of two and not, one bin, a few, and every bin up to Nyquist
+LENGTHS = [(2, 1), (8, 5), (10, 3), (30, 16), (45, 23), (64, 9), (75, 12), (90, 46), (128, 33),
+           (250, 17), (256, 129), (4096, 33), (1, 1), (15, 8)]
+
+
+def _matrix(kind, L, m):
+    """The float64 matrix each transform replaces (analysis F, synthesis A, adjoints)."""
+    return {"F": _dft.analysis_last(L, m), "A": _dft.synthesis_last(L, m),
+            "AT": _dft.synthesis_last(L, m).T, "FT": _dft.analysis_last(L, m).T}[kind]
+
+
+def _clear_chains():
+    from fftmatvec.fno import _torch_dft, clear_graphs
+
+    _torch_dft._chain.cache_clear()
+    _reference._xp_chain.cache_clear()
+    clear_graphs()
+
+
+def test_no_rows_without_a_gpu(monkeypatch):
+    """The planner takes the GEMMs where there is no GPU, and says why where forced."""
+    if backend.gpu_available():
+        pytest.skip("a GPU is present")
+    assert not fno_rows(64, 9, np.float32, 0)
+    monkeypatch.setenv("FFTMATVEC_PLAN", "fno_rows=1")
+    with pytest.raises(FFTMatvecValueError, match="fno_rows=1.*no GPU"):
+        fno_rows(64, 9, np.float32, 0)
+
+
+def test_auto_rule():
+    """By default the forward transforms where the GEMM is compute-bound, the inverse never."""
+    assert fno_rows_auto(256, 33) == {"r2c"}
+    assert fno_rows_auto(4096, 33) == {"r2c"}
+    assert fno_rows_auto(128, 33) == {"r2c"}
+    for n, m in ((64, 9), (128, 9), (256, 17), (85, 7)):
+        assert fno_rows_auto(n, m) == set(), (n, m)
+
+
+def test_no_rows_in_float64(monkeypatch):
+    monkeypatch.setenv("FFTMATVEC_PLAN", "fno_rows=1")
+    with pytest.raises(FFTMatvecValueError, match="fno_rows=1.*float32.*float64"):
+        fno_rows(64, 9, np.float64, 0)
+    monkeypatch.setenv("FFTMATVEC_PLAN", "fno_rows=0")
+    assert not fno_rows(64, 9, np.float32, 0)
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("L,m", LENGTHS)
+@pytest.mark.parametrize("kind", ["F", "A", "AT", "FT"])
+def test_last_axis_matches_its_matrix(rng, kind, L, m):
+    """Each of the four transforms equals its float64 DFT matrix within float32 rounding, on
+    every element of a poisoned output, for row counts that leave a partial last block."""
+    from fftmatvec.fno._rows import last_axis_set
+
+    cp = backend.cupy
+    t = last_axis_set(L, m, cp.cuda.Device().id)[kind]
+    M = _matrix(kind, L, m)
+    assert t.shape == M.shape
+    for rows in (1, 7, 301):
+        a = rng.standard_normal((rows, M.shape[0]))
+        want = a @ M
+        out = cp.full((rows, M.shape[1]), np.nan, dtype=np.float32)
+        got = t(cp.asarray(a, dtype=np.float32), out=out)
+        assert got is out
+        err = np.abs(cp.asnumpy(got) - want).max() / np.abs(want).max()
+        assert err < 2e-6 * max(1.0, np.log2(L)), (kind, L, m, rows, err)
+
+
+@gpu
+@pytest.mark.gpu
+def test_last_axis_checks_its_arguments():
+    from fftmatvec.fno._rows import LastAxis
+
+    cp = backend.cupy
+    dev = cp.cuda.Device().id
+    with pytest.raises(ValueError, match="no FNO row kernel for L = 85"):
+        LastAxis("r2c", 85, 7, np.ones(7), dev)
+    t = LastAxis("r2c", 64, 9, np.ones(9), dev)
+    with pytest.raises(ValueError, match="rows of 64 values"):
+        t(cp.zeros((3, 63), dtype=np.float32))
+    with pytest.raises(ValueError, match="float32"):
+        t(cp.zeros((3, 64), dtype=np.float64))
+    with pytest.raises(ValueError, match="out must be"):
+        t(cp.zeros((3, 64), dtype=np.float32), out=cp.zeros((3, 17), dtype=np.float32))
+
+
+@gpu
+@pytest.mark.gpu
+def test_forced_rows_on_a_length_they_do_not_take(monkeypatch, rng):
+    monkeypatch.setenv("FFTMATVEC_PLAN", "fno_rows=1")
+    _clear_chains()
+    cp = backend.cupy
+    x, w, b = _rand(rng, (2, 3, 17, 17), 2, (6, 6))
+    try:
+        with pytest.raises(FFTMatvecValueError, match="fno_rows=1.*17 points"):
+            spectral_conv(cp.asarray(x, dtype=np.float32), cp.asarray(w.astype(np.complex64)),
+                          (6, 6), cp.asarray(b, dtype=np.float32), method="dft")
+    finally:
+        _clear_chains()
+
+
+# the last one takes the forward transforms on the kernels by default (fno_rows_auto)
+CASES = [((3, 4, 64), 3, 17), ((2, 3, 16, 30), 4, (8, 16)), ((2, 3, 45, 64), 2, (12, 33)),
+         ((2, 2, 12, 10, 16), 3, (6, 5, 9)), ((4, 3, 15), 2, 15), ((2, 2, 20, 75), 3, (7, 20)),
+         ((2, 3, 6, 128), 2, (4, 64))]
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,cout,n_modes", CASES)
+def test_cupy_layer_on_rows_matches_reference(monkeypatch, rng, shape, cout, n_modes):
+    """The CuPy float32 layer, its last axis on the kernels both ways (plan fno_rows=1), within
+    1e-5 of the dense float64 reference."""
+    monkeypatch.setenv("FFTMATVEC_PLAN", "fno_rows=1")
+    cp = backend.cupy
+    x, w, b = _rand(rng, shape, cout, n_modes)
+    want = dense_reference(x, w, n_modes, b)
+    args = (cp.asarray(x, dtype=np.float32), cp.asarray(w.astype(np.complex64)), n_modes,
+            cp.asarray(b, dtype=np.float32))
+    _clear_chains()
+    got = spectral_conv(*args, method="dft")
+    modes = tuple(int(v) for v in kept_modes(n_modes))
+    assert fno_rows(shape[-1], modes[-1], np.float32, cp.cuda.Device().id) == {"r2c", "c2r"}
+    err = np.abs(cp.asnumpy(got) - want).max() / np.abs(want).max()
+    assert err < 1e-5
+
+
+torch = pytest.importorskip("torch")
+cuda = pytest.mark.skipif(not (torch.cuda.is_available() and backend.gpu_available()),
+                          reason="no CUDA device for PyTorch and CuPy")
+
+
+def _layer_grads(x, w, b, n_modes, graphs):
+    from fftmatvec.fno import spectral_conv_torch
+
+    xs = x.detach().clone().requires_grad_(True)
+    ws = w.detach().clone().requires_grad_(True)
+    bs = b.detach().clone().requires_grad_(True)
+    y = spectral_conv_torch(xs, ws, n_modes, bs, method="dft", graphs=graphs)
+    g = torch.randn(y.shape, generator=torch.Generator(y.device).manual_seed(7),
+                    device=y.device)
+    y.backward(g)
+    return y.detach(), xs.grad, ws.grad, bs.grad
+
+
+def _trel(a, b):
+    return float((a - b).abs().max() / b.abs().max())
+
+
+@cuda
+@pytest.mark.gpu
+@pytest.mark.parametrize("plan", ["1", "auto"])
+@pytest.mark.parametrize("graphs", [False, True])
+@pytest.mark.parametrize("shape,cout,n_modes", CASES)
+def test_torch_layer_on_rows_matches_gemm_chain(monkeypatch, rng, shape, cout, n_modes, graphs,
+                                                plan):
+    """Output and the input, weight and bias gradients of the layer on the kernels (both ways,
+    or as the planner chooses) agree with the GEMM chain (plan fno_rows=0) within 1e-5,
+    eagerly and replayed as graphs."""
+    from fftmatvec.fno import _torch_dft
+
+    x, w, b = _rand(rng, shape, cout, n_modes)
+    dev = torch.device("cuda")
+    xt = torch.as_tensor(x, dtype=torch.float32, device=dev)
+    wt = torch.as_tensor(w.astype(np.complex64), device=dev)
+    bt = torch.as_tensor(b, dtype=torch.float32, device=dev)
+    modes = tuple(int(v) for v in kept_modes(n_modes))
+    want_rows = {"1": ("A", "AT", "F", "FT"), "auto": ()}[plan]
+    if plan == "auto" and fno_rows_auto(shape[-1], modes[-1]):
+        want_rows = ("AT", "F")
+    try:
+        monkeypatch.setenv("FFTMATVEC_PLAN", f"fno_rows={plan}")
+        _clear_chains()
+        got = _layer_grads(xt, wt, bt, n_modes, graphs)
+        assert _torch_dft.chain_for(xt, torch.float32, modes).rows == want_rows
+        monkeypatch.setenv("FFTMATVEC_PLAN", "fno_rows=0")
+        want = _layer_grads(xt, wt, bt, n_modes, graphs)
+        assert _torch_dft.chain_for(xt, torch.float32, modes).rows == ()
+    finally:
+        monkeypatch.delenv("FFTMATVEC_PLAN", raising=False)
+        _clear_chains()
+    for name, a, c in zip(("y", "dx", "dW", "db"), got, want):
+        assert _trel(a, c) < 1e-5, (name, _trel(a, c))
+    assert _trel(got[0].double().cpu(), torch.as_tensor(dense_reference(x, w, n_modes, b))) \
+        < 1e-5
