@@ -44,7 +44,7 @@ def main():
     ap.add_argument("--reps", type=int, default=20)
     args = ap.parse_args()
     torch.backends.cuda.matmul.fp32_precision = "ieee"
-    dev = torch.device("cuda")
+    dev = torch.device("cuda", torch.cuda.current_device())
     print(f"device: {torch.cuda.get_device_name(dev)}; times in us")
     print(f"{'case':>28} {'kind':>4} {'gemm':>7} " + " ".join(f"rpb{r:>3}" for r in RPB)
           + f" {'best GB/s':>9}")
