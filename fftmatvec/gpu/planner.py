@@ -128,7 +128,7 @@ def _fno_rows(n_last: int, m_last: int, dtype: str, device_id: int, mode: str) -
     if np.dtype(dtype) != np.float32:
         why = f"they run in float32, the layer computes in {np.dtype(dtype)}"
     elif not kernels.available():
-        why = "no GPU is present"
+        why = "no GPU is present to CuPy (the kernels launch through it)"
     else:
         from ..fno import _rows
 
