@@ -6,7 +6,7 @@
 //
 // One callback is compiled per program (cuFFT links one image per callback it is given),
 // chosen by FMV_PAD_LOAD, FMV_XHAT_STORE, FMV_XHAT_SCALE_STORE, FMV_YHAT_LOAD,
-// FMV_SPLIT_LOAD, FMV_UNPAD_STORE, FMV_FNO_STORE or FMV_FNO_LOAD, with the
+// FMV_SPLIT_LOAD or FMV_UNPAD_STORE, with the
 // sizes and types given as macros: FMV_L (FFT length), FMV_NT (samples kept), FMV_TIN /
 // FMV_TOUT (the arrays read or written), FMV_TMID (the precision the padded or unpadded values
 // are rounded to), FMV_TFFT (the FFT's real type). cuFFT passes each callback the element offset into the logical
@@ -106,55 +106,5 @@ __device__ void fmv_unpad_store(void* dataOut, unsigned long long offset, FMV_TF
                                 void* callerInfo, void* sharedPointer) {
   const unsigned long long r = offset / (FMV_L), c = offset - r * (FMV_L);
   if (c < (FMV_NT)) static_cast<FMV_TOUT*>(dataOut)[r * (FMV_NT) + c] = (FMV_TOUT)(FMV_TMID)element;
-}
-#endif
-
-// The FNO layer's truncated transforms of the last axis (fftmatvec/fno/_rows.py). The spectral
-// side is real, rows of 2 FMV_M values: the FMV_M real parts, then the FMV_M imaginary parts
-// (the layout of the layer's DFT chain), bin k scaled by a real s[k]. callerInfo holds the
-// address of that planar array (8 bytes, written by fmv_set_slot before every execution, in
-// stream order, so a plan serves any array) followed by the FMV_M float scales. The array
-// cuFFT is handed on that side is scratch of the plan's full (rows, FMV_NF) size, which cuFFT
-// may overwrite; the planar array is reached only through callerInfo.
-#if defined(FMV_FNO_STORE) || defined(FMV_FNO_LOAD)
-__device__ __forceinline__ const float* fmv_fno_scales(void* callerInfo) {
-  return reinterpret_cast<const float*>(static_cast<const char*>(callerInfo) + 8);
-}
-#endif
-
-#if defined(FMV_FNO_STORE)
-// The real-to-complex FFT's store: bin k < FMV_M of row r (FMV_NF bins a row), times s[k],
-// goes to row r of the planar output; the bins above are dropped.
-__device__ void fmv_fno_store(void* dataOut, unsigned long long offset, float2 element,
-                              void* callerInfo, void* sharedPointer) {
-  const unsigned long long r = offset / (FMV_NF), k = offset - r * (FMV_NF);
-  if (k >= (FMV_M)) return;
-  float* row = *static_cast<float* const*>(callerInfo) + r * (2 * (FMV_M));
-  const float s = fmv_fno_scales(callerInfo)[k];
-  row[k] = element.x * s;
-  row[(FMV_M) + k] = element.y * s;
-}
-#endif
-
-#if defined(FMV_FNO_LOAD)
-// The complex-to-real FFT's load: bin k < FMV_M of row r is s[k] times the planar input's
-// (re, im), with the imaginary part of the DC and (for an even FMV_L) Nyquist bins dropped, as
-// a real inverse FFT does; the bins above are zero.
-__device__ float2 fmv_fno_load(void* dataIn, unsigned long long offset, void* callerInfo,
-                               void* sharedPointer) {
-  const unsigned long long r = offset / (FMV_NF), k = offset - r * (FMV_NF);
-  if (k >= (FMV_M)) return make_float2(0.f, 0.f);
-  const float* row = *static_cast<const float* const*>(callerInfo) + r * (2 * (FMV_M));
-  const float s = fmv_fno_scales(callerInfo)[k];
-  const bool real = k == 0 || 2 * k == (FMV_L);
-  return make_float2(row[k] * s, real ? 0.f : row[(FMV_M) + k] * s);
-}
-#endif
-
-#if defined(FMV_SET_SLOT)
-// Not a callback: the kernel that writes the planar array's address into a plan's callerInfo,
-// on the stream of the execution that follows (so a CUDA graph captures it too).
-extern "C" __global__ void fmv_set_slot(unsigned long long* slot, unsigned long long value) {
-  *slot = value;
 }
 #endif

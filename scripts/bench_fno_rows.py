@@ -1,13 +1,11 @@
-"""Benchmark the FNO layer's last-axis transforms: row FFT kernels, cuFFT plans, DFT GEMMs.
+"""Benchmark the FNO layer's last-axis transforms: the row FFT kernels against the DFT GEMMs.
 
 For the rows of each size of scripts/bench_fno.py (B C prod(grid[:-1]) rows of grid[-1]
 points, the layer's kept bins of the last axis), on one CUDA device in one run: the median time
 of ``torch.matmul`` with the DFT matrix the kernel replaces (IEEE float32, no TF32), and of
 :class:`fftmatvec.fno._rows.LastAxis` at 1 to 64 rows per block, forward (``r2c``: rows to
-bins) and inverse (``c2r``), and of :class:`fftmatvec.fno._rows.CufftLastAxis` (cuFFT with
-callbacks that keep only those bins); and the bandwidth of the kernels' best and of cuFFT
-(bytes in and out over the time). These set ``FNO_ROWS_R2C_MIN``, ``FNO_CUFFT_MIN_POINTS``
-(fftmatvec/gpu/rules.py) and ``_rows.ROWS_BYTES``.
+bins) and inverse (``c2r``); and the kernels' best bandwidth (bytes in and out over the best
+time). These set ``FNO_ROWS_R2C_MIN`` (fftmatvec/gpu/rules.py) and ``_rows.ROWS_BYTES``.
 
 Usage::
 
@@ -23,8 +21,7 @@ import torch
 
 from bench_fno import SIZES
 from fftmatvec.fno import _dft, kept_modes
-from fftmatvec.fno._rows import CufftLastAxis, LastAxis, supported
-from fftmatvec.gpu import callbacks
+from fftmatvec.fno._rows import LastAxis, supported
 
 RPB = (1, 2, 4, 8, 16, 32, 64)
 
@@ -50,8 +47,7 @@ def main():
     dev = torch.device("cuda", torch.cuda.current_device())
     print(f"device: {torch.cuda.get_device_name(dev)}; times in us")
     print(f"{'case':>28} {'kind':>4} {'gemm':>7} " + " ".join(f"rpb{r:>3}" for r in RPB)
-          + f" {'cufft':>7} {'best GB/s':>9} {'cufft GB/s':>10}")
-    have_cufft = callbacks.support()[0]
+          + f" {'best GB/s':>9}")
     for B, C, grid, m in SIZES:
         L, mm = grid[-1], kept_modes((m,) * len(grid))[-1]
         rows = B * C * int(np.prod(grid[:-1]))
@@ -66,16 +62,10 @@ def main():
                 for i, r in enumerate(RPB):
                     t = LastAxis(kind, L, mm, np.ones(mm), dev.index, rows_per_block=r)
                     ts[i] = timed(lambda: t(inp), args.reps)
-            t_cufft = float("nan")
-            if have_cufft:
-                t = CufftLastAxis(kind, L, mm, np.ones(mm), dev.index)
-                t_cufft = timed(lambda: t(inp), args.reps)
             best = min((v for v in ts if v == v), default=float("nan"))
-            nbytes = 4 * rows * (L + 2 * mm)
+            gbs = 4 * rows * (L + 2 * mm) / best / 1e3
             print(f"{str((B, C, grid, m)):>28} {kind:>4} {t_gemm:7.1f} "
-                  + " ".join(f"{v:6.1f}" for v in ts)
-                  + f" {t_cufft:7.1f} {nbytes / best / 1e3:9.0f} {nbytes / t_cufft / 1e3:10.0f}",
-                  flush=True)
+                  + " ".join(f"{v:6.1f}" for v in ts) + f" {gbs:9.0f}", flush=True)
 
 
 if __name__ == "__main__":

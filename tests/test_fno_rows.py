@@ -175,10 +175,9 @@ def _trel(a, b):
 def test_torch_layer_on_rows_matches_gemm_chain(monkeypatch, rng, shape, cout, n_modes, graphs,
                                                 plan):
     """Output and the input, weight and bias gradients of the layer on the kernels (both ways,
-    or as the planner chooses, which may be cuFFT) agree with the GEMM chain (plan
-    fno_rows=0,fno_cufft=0) within 1e-5, eagerly and replayed as graphs."""
+    or as the planner chooses) agree with the GEMM chain (plan fno_rows=0) within 1e-5,
+    eagerly and replayed as graphs."""
     from fftmatvec.fno import _torch_dft
-    from fftmatvec.gpu.planner import fno_last_axis
 
     x, w, b = _rand(rng, shape, cout, n_modes)
     dev = torch.device("cuda")
@@ -186,20 +185,15 @@ def test_torch_layer_on_rows_matches_gemm_chain(monkeypatch, rng, shape, cout, n
     wt = torch.as_tensor(w.astype(np.complex64), device=dev)
     bt = torch.as_tensor(b, dtype=torch.float32, device=dev)
     modes = tuple(int(v) for v in kept_modes(n_modes))
+    want_rows = {"1": ("A", "AT", "F", "FT"), "auto": ()}[plan]
+    if plan == "auto" and fno_rows_auto(shape[-1], modes[-1]):
+        want_rows = ("AT", "F")
     try:
         monkeypatch.setenv("FFTMATVEC_PLAN", f"fno_rows={plan}")
         _clear_chains()
-        rows, cufft = fno_last_axis(shape[-1], modes[-1], np.float32, torch.cuda.current_device())
-        if plan == "1":
-            assert rows == {"r2c", "c2r"} and not cufft
-        want_engines = tuple(sorted(
-            [(k, "rows") for kind, names in (("r2c", ("F", "AT")), ("c2r", ("A", "FT")))
-             if kind in rows for k in names]
-            + [(k, "cufft") for kind, names in (("r2c", ("F", "AT")), ("c2r", ("A", "FT")))
-               if kind in cufft for k in names]))
         got = _layer_grads(xt, wt, bt, n_modes, graphs)
-        assert _torch_dft.chain_for(xt, torch.float32, modes).engines == want_engines
-        monkeypatch.setenv("FFTMATVEC_PLAN", "fno_rows=0,fno_cufft=0")
+        assert _torch_dft.chain_for(xt, torch.float32, modes).rows == want_rows
+        monkeypatch.setenv("FFTMATVEC_PLAN", "fno_rows=0")
         want = _layer_grads(xt, wt, bt, n_modes, graphs)
         assert _torch_dft.chain_for(xt, torch.float32, modes).rows == ()
     finally:

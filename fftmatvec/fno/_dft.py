@@ -220,10 +220,8 @@ def mode_product_adjoint(ops, gY, Xs, Wv, need_x=True, need_w=True):
 class Chain:
     """The matrices of one (spatial, modes) problem in one precision on one device.
 
-    ``last_axis``: where the last axis runs on kernels or cuFFT plans, the transforms that take
-    the place of some of its matrices ``F``, ``A``, ``AT`` and ``FT``
-    (:func:`._rows.last_axis_set`); ``rows`` names them, ``engines`` pairs each name with its
-    transform's ``engine``."""
+    ``last_axis``: where the last axis runs on kernels, the transforms that take the place of
+    some of its matrices ``F``, ``A``, ``AT`` and ``FT`` (:func:`._rows.last_axis_set`)."""
 
     def __init__(self, ops, spatial, modes, last_axis=None):
         sp, md = tuple(spatial), tuple(modes)
@@ -241,7 +239,6 @@ class Chain:
         self.FT = last.get("FT") or mat(analysis_last(n, m).T.copy())
         self.AT = last.get("AT") or mat(synthesis_last(n, m).T.copy())
         self.rows = tuple(sorted(last))  # the matrices the kernels replace
-        self.engines = tuple(sorted((k, t.engine) for k, t in last.items()))  # ... and by what
         self.bias_mode = bias_mode(sp, md)
 
     def analysis(self, x):

@@ -79,13 +79,13 @@ def _xp_ops(xp, dtype):
 
 
 @functools.lru_cache(maxsize=64)
-def _xp_chain(module_name, device, dtype, spatial, modes, rows=frozenset(), cufft=frozenset()):
+def _xp_chain(module_name, device, dtype, spatial, modes, rows=frozenset()):
     xp = backend.cupy if module_name == "cupy" else np
     last = None
-    if rows or cufft:
+    if rows:
         from ._rows import last_axis_set
 
-        last = last_axis_set(spatial[-1], modes[-1], device, rows | cufft, cufft)
+        last = last_axis_set(spatial[-1], modes[-1], device, rows)
     return _dft.Chain(_xp_ops(xp, np.dtype(dtype)), spatial, modes, last)
 
 
@@ -96,12 +96,12 @@ def _dft_conv(xp, x, weight, modes, bias):
         name, device = "numpy", -1
     else:
         name, device = "cupy", int(backend.cupy.cuda.runtime.getDevice())
-    rows = cufft = frozenset()
+    rows = frozenset()
     if name == "cupy" and real == np.float32:
-        from ..gpu.planner import fno_last_axis
+        from ..gpu.planner import fno_rows
 
-        rows, cufft = fno_last_axis(x.shape[-1], modes[-1], real, device)
-    chain = _xp_chain(name, device, real.str, tuple(x.shape[2:]), tuple(modes), rows, cufft)
+        rows = fno_rows(x.shape[-1], modes[-1], real, device)
+    chain = _xp_chain(name, device, real.str, tuple(x.shape[2:]), tuple(modes), rows)
     ops = _xp_ops(xp, real)
     w = xp.asarray(weight)
     C, O = w.shape[:2]

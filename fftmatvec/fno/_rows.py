@@ -58,8 +58,6 @@ class LastAxis:
     tensor (PyTorch) on that device, it returns a new one of the same kind.
     """
 
-    engine = "rows"
-
     def __init__(self, kind: str, L: int, m: int, scale, device_id: int,
                  rows_per_block: int | None = None):
         if kind not in ("r2c", "c2r"):
@@ -122,7 +120,7 @@ class LastAxis:
         with cp.cuda.Device(self.device_id):
             if out is None:
                 out = cp.empty((rows, width_out), dtype=_F32)
-            _check_out(self, out, rows, _F32)
+            self._check_out(out, rows, _F32)
             if rows:
                 self._launch(rows)(cp.cuda.get_current_stream().ptr, a.data.ptr, out.data.ptr)
         return out
@@ -139,7 +137,7 @@ class LastAxis:
         a = a.contiguous()
         if out is None:
             out = torch.empty((rows, width_out), dtype=torch.float32, device=a.device)
-        _check_out(self, out, rows, torch.float32)
+        self._check_out(out, rows, torch.float32)
         if rows:
             stream = torch.cuda.current_stream(a.device).cuda_stream
             # the device's primary context current on this thread: PyTorch's autograd threads
@@ -147,6 +145,12 @@ class LastAxis:
             backend.cupy.cuda.runtime.setDevice(self.device_id)
             self._launch(rows)(stream, a.data_ptr(), out.data_ptr())
         return out
+
+    def _check_out(self, out, rows, dtype):
+        strides_ok = (out.is_contiguous() if _is_torch(out) else out.flags.c_contiguous)
+        if tuple(out.shape) != (rows, self.shape[1]) or out.dtype != dtype or not strides_ok:
+            raise ValueError(f"{self.name}: out must be contiguous float32 of shape "
+                             f"{(rows, self.shape[1])}, got {out.dtype} {tuple(out.shape)}")
 
 
 _OUTSIDE = None
@@ -163,162 +167,20 @@ def _outside_compile():
     return _OUTSIDE
 
 
-class CufftLastAxis:
-    """The transform of :class:`LastAxis` (same ``kind``, ``L``, ``m``, ``scale``, ``shape``
-    and call) as a cuFFT plan with an LTO callback (NVIDIA): the real FFT's store keeps only the
-    ``m`` bins, scaled, in the chain's planar layout (``r2c``), or the inverse's load reads
-    them from it and returns zeros above (``c2r``), so neither side of the full ``(rows,
-    L // 2 + 1)`` spectrum is ever written or read (``hip_kernels/fft_callbacks.cu``,
-    ``FMV_FNO_STORE`` / ``FMV_FNO_LOAD``).
-
-    The planar array is not what cuFFT is handed: a plan's callbacks read its address from
-    their ``callerInfo``, written by a one-thread kernel on the stream just before each
-    execution (so one plan serves every array, and a CUDA graph captures both). cuFFT is handed
-    scratch of the full spectrum's size on that side, which it may overwrite. A plan serves one
-    number of rows on one stream (its ``callerInfo`` is the stream's); :data:`MAX_LAUNCHES`
-    are kept.
-    """
-
-    engine = "cufft"
-
-    def __init__(self, kind: str, L: int, m: int, scale, device_id: int):
-        if kind not in ("r2c", "c2r"):
-            raise ValueError(f"kind must be 'r2c' or 'c2r', got {kind!r}")
-        if not 1 <= m <= L // 2 + 1:
-            raise ValueError(f"a last axis of {L} points keeps 1 to {L // 2 + 1} bins, not {m}")
-        self.scale = np.asarray(scale, dtype=np.float64).astype(np.float32)
-        if self.scale.shape != (m,):
-            raise ValueError(f"scale must hold {m} values, got shape {self.scale.shape}")
-        self.kind, self.L, self.m, self.device_id = kind, int(L), int(m), int(device_id)
-        self.nf = self.L // 2 + 1
-        self.shape = (self.L, 2 * self.m) if kind == "r2c" else (2 * self.m, self.L)
-        self.name = f"cufft_fno_{kind}(L={self.L}, m={self.m})"
-        self._spec = ("FMV_FNO_STORE" if kind == "r2c" else "FMV_FNO_LOAD",
-                      {"FMV_L": str(self.L), "FMV_NF": str(self.nf), "FMV_M": str(self.m)})
-        self._plans: OrderedDict = OrderedDict()
-        self._lock = threading.Lock()
-
-    def _plan(self, rows: int, stream: int):
-        """``(plan, set_address)`` for ``rows`` rows on ``stream``, made on first use."""
-        key = (rows, stream)
-        with self._lock:
-            hit = self._plans.get(key)
-            if hit is not None:
-                self._plans.move_to_end(key)
-                return hit
-        from ..gpu import callbacks
-
-        cp = backend.cupy
-        with cp.cuda.Device(self.device_id):
-            info = cp.zeros(1 + (self.m + 1) // 2, dtype=np.uint64)  # address, then scales
-            info.view(np.float32)[2:2 + self.m] = cp.asarray(self.scale)
-            side = {"store": self._spec, "store_info": info} if self.kind == "r2c" else \
-                {"load": self._spec, "load_info": info}
-            plan = callbacks.CallbackPlan(self.kind, self.L, rows, False, **side)
-            setter = kernels.PackedLaunch(_slot_kernel(), (1,), (1,), 0, (info, None))
-        with self._lock:
-            self._plans[key] = (plan, setter)
-            while len(self._plans) > MAX_LAUNCHES:
-                self._plans.popitem(last=False)
-        return plan, setter
-
-    def _run(self, stream: int, rows: int, src: int, dst: int, scratch: int) -> None:
-        plan, setter = self._plan(rows, stream)
-        if self.kind == "r2c":  # x -> scratch spectrum; the store writes the planar bins
-            setter(stream, dst)
-            plan(src, scratch, stream)
-        else:  # scratch spectrum -> y; the load reads the planar bins
-            setter(stream, src)
-            plan(scratch, dst, stream)
-
-    def __call__(self, a, out=None):
-        """The transform of the rows of ``a``, into ``out`` where given (else a new array)."""
-        width_in, width_out = self.shape
-        if a.ndim != 2 or a.shape[1] != width_in:
-            raise ValueError(f"{self.name}: expected rows of {width_in} values, got shape "
-                             f"{tuple(a.shape)}")
-        rows = int(a.shape[0])
-        if _is_torch(a):
-            return _outside_compile()(self._torch_call, a, out, rows, width_out)
-        cp = backend.cupy
-        if a.dtype != _F32 or a.device.id != self.device_id:
-            raise ValueError(f"{self.name}: expected a float32 array on device "
-                             f"{self.device_id}, got {a.dtype} on {a.device.id}")
-        a = cp.ascontiguousarray(a)
-        with cp.cuda.Device(self.device_id):
-            if out is None:
-                out = cp.empty((rows, width_out), dtype=_F32)
-            _check_out(self, out, rows, _F32)
-            if rows:
-                scratch = cp.empty(rows * self.nf * 2, dtype=_F32)
-                self._run(cp.cuda.get_current_stream().ptr, rows, a.data.ptr, out.data.ptr,
-                          scratch.data.ptr)
-        return out
-
-    def _torch_call(self, a, out, rows, width_out):
-        """The PyTorch side of :meth:`__call__`, as :meth:`LastAxis._torch_call`."""
-        import torch
-
-        if a.dtype != torch.float32 or a.device.type != "cuda" \
-                or a.device.index != self.device_id:
-            raise ValueError(f"{self.name}: expected a float32 tensor on cuda:"
-                             f"{self.device_id}, got {a.dtype} on {a.device}")
-        a = a.contiguous()
-        if out is None:
-            out = torch.empty((rows, width_out), dtype=torch.float32, device=a.device)
-        _check_out(self, out, rows, torch.float32)
-        if rows:
-            scratch = torch.empty(rows * self.nf * 2, dtype=torch.float32, device=a.device)
-            backend.cupy.cuda.runtime.setDevice(self.device_id)
-            self._run(torch.cuda.current_stream(a.device).cuda_stream, rows, a.data_ptr(),
-                      out.data_ptr(), scratch.data_ptr())
-        return out
-
-
-_SLOT = {}  # device -> the kernel that writes a plan's callerInfo address
-
-
-def _slot_kernel():
-    """``fmv_set_slot`` (``hip_kernels/fft_callbacks.cu``) on the current device."""
-    cp = backend.cupy
-    dev = cp.cuda.Device().id
-    fn = _SLOT.get(dev)
-    if fn is None:
-        src = (kernels.source_dir() / "fft_callbacks.cu").read_text()
-        fn = cp.RawKernel(src, "fmv_set_slot", options=("-DFMV_SET_SLOT=1",))
-        fn.kernel  # compiled and loaded on this device now, not inside a capture
-        _SLOT[dev] = fn
-    return fn
-
-
-def _check_out(t, out, rows, dtype):
-    strides_ok = (out.is_contiguous() if _is_torch(out) else out.flags.c_contiguous)
-    if tuple(out.shape) != (rows, t.shape[1]) or out.dtype != dtype or not strides_ok:
-        raise ValueError(f"{t.name}: out must be contiguous float32 of shape "
-                         f"{(rows, t.shape[1])}, got {out.dtype} {tuple(out.shape)}")
-
-
-def last_axis_set(n_last: int, m_last: int, device_id: int, kinds=("r2c", "c2r"),
-                  cufft=()) -> dict:
+def last_axis_set(n_last: int, m_last: int, device_id: int, kinds=("r2c", "c2r")) -> dict:
     """The transforms of ``kinds`` of a last axis of ``n_last`` points keeping ``m_last`` bins,
     by the name of the matrix each replaces in :class:`._dft.Chain`: ``r2c`` gives ``F``
     (analysis, ``1 / N``) and ``AT`` (adjoint of the synthesis, ``c_k``), ``c2r`` gives ``A``
-    (synthesis) and ``FT`` (adjoint of the analysis, ``1 / (N c_k)``). Those of ``kinds`` also
-    in ``cufft`` are :class:`CufftLastAxis`, the others :class:`LastAxis`."""
+    (synthesis) and ``FT`` (adjoint of the analysis, ``1 / (N c_k)``)."""
     from ._modes import hermitian_weights
 
     c = hermitian_weights(n_last, m_last)
     n, m = n_last, m_last
     out = {}
-
-    def make(kind, scale):
-        cls = CufftLastAxis if kind in cufft else LastAxis
-        return cls(kind, n, m, scale, device_id)
-
     if "r2c" in kinds:
-        out["F"] = make("r2c", np.full(m, 1.0 / n))
-        out["AT"] = make("r2c", c)
+        out["F"] = LastAxis("r2c", n, m, np.full(m, 1.0 / n), device_id)
+        out["AT"] = LastAxis("r2c", n, m, c, device_id)
     if "c2r" in kinds:
-        out["A"] = make("c2r", np.ones(m))
-        out["FT"] = make("c2r", 1.0 / (n * c))
+        out["A"] = LastAxis("c2r", n, m, np.ones(m), device_id)
+        out["FT"] = LastAxis("c2r", n, m, 1.0 / (n * c), device_id)
     return out

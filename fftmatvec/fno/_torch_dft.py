@@ -84,29 +84,28 @@ def modes_major_complex(gwv, shape, dtype):
 
 
 @functools.lru_cache(maxsize=64)
-def _chain(device, dtype_name, spatial, modes, rows=frozenset(), cufft=frozenset()):
+def _chain(device, dtype_name, spatial, modes, rows=frozenset()):
     torch = _torch()
     dev = torch.device(device)
     last = None
-    if rows or cufft:
+    if rows:
         from ._rows import last_axis_set
 
-        last = last_axis_set(spatial[-1], modes[-1], dev.index, rows | cufft, cufft)
+        last = last_axis_set(spatial[-1], modes[-1], dev.index, rows)
     return _dft.Chain(_ops(getattr(torch, dtype_name), dev), spatial, modes, last)
 
 
 def chain_for(x, dtype, modes):
     """The cached DFT matrices for ``x``'s grid and device in ``dtype``; the last axis on the
-    row FFT kernels or cuFFT plans where the planner says so
-    (:func:`fftmatvec.gpu.planner.fno_last_axis`)."""
+    row FFT kernels where the planner says so (:func:`fftmatvec.gpu.planner.fno_rows`)."""
     name = str(dtype).rsplit(".", 1)[-1]
     spatial, modes = tuple(x.shape[2:]), tuple(modes)
-    rows = cufft = frozenset()
+    rows = frozenset()
     if x.device.type == "cuda" and name == "float32":
-        from ..gpu.planner import fno_last_axis
+        from ..gpu.planner import fno_rows
 
-        rows, cufft = fno_last_axis(spatial[-1], modes[-1], name, x.device.index)
-    return _chain(str(x.device), name, spatial, modes, rows, cufft)
+        rows = fno_rows(spatial[-1], modes[-1], name, x.device.index)
+    return _chain(str(x.device), name, spatial, modes, rows)
 
 
 def forward_chain(x, weight, bias, chain, cdtype):
@@ -202,7 +201,7 @@ def _function():
             out = None
             if graphs:
                 ctx.problem = (_graphs.problem_key(x.shape, x.dtype, x.device, cdtype, modes,
-                                                   weight, bias), chain.engines)
+                                                   weight, bias), chain.rows)
                 out = _replay_forward(torch, ctx, x, weight, bias,
                                       grad and ctx.needs_input_grad[1])
             if out is None:

@@ -216,22 +216,19 @@ class CallbackPlan:
         Double precision (D2Z / Z2D) or single (R2C / C2R).
     load, store : (name, defines) or None
         The callback (``FMV_PAD_LOAD``, ``FMV_XHAT_STORE``, ``FMV_XHAT_SCALE_STORE``,
-        ``FMV_YHAT_LOAD``, ``FMV_SPLIT_LOAD``, ``FMV_UNPAD_STORE``, ``FMV_FNO_STORE``,
-        ``FMV_FNO_LOAD``) and its macros.
-    store_info, load_info : CuPy array or None
-        Device memory the store (load) callback reads (its ``callerInfo``): the float16 scales
-        for ``FMV_XHAT_SCALE_STORE``, the planar array's address and the scales for the FNO
-        callbacks. The plan keeps the arrays alive.
+        ``FMV_YHAT_LOAD``, ``FMV_SPLIT_LOAD``, ``FMV_UNPAD_STORE``) and its macros.
+    store_info : CuPy array or None
+        Device memory the store callback reads (its ``callerInfo``): the float16 scales for
+        ``FMV_XHAT_SCALE_STORE``. The plan keeps the array alive.
     """
 
     _NAMES = {"FMV_PAD_LOAD": "fmv_pad_load", "FMV_XHAT_STORE": "fmv_xhat_store",
               "FMV_XHAT_SCALE_STORE": "fmv_xhat_scale_store",
               "FMV_YHAT_LOAD": "fmv_yhat_load", "FMV_SPLIT_LOAD": "fmv_split_load",
-              "FMV_UNPAD_STORE": "fmv_unpad_store", "FMV_FNO_STORE": "fmv_fno_store",
-              "FMV_FNO_LOAD": "fmv_fno_load"}
+              "FMV_UNPAD_STORE": "fmv_unpad_store"}
 
     def __init__(self, kind: str, L: int, batch: int, double: bool, load=None, store=None,
-                 store_info=None, load_info=None):
+                 store_info=None):
         cp = backend.cupy
         from cupy.cuda import cufft as cf
 
@@ -254,10 +251,10 @@ class CallbackPlan:
         _check(libs.cufft.cufftCreate(ctypes.byref(handle)), "cufftCreate")
         self.handle = handle.value
         # the LTO-IR and names (cuFFT reads them when the plan is made), and the memory the
-        # callbacks read
-        self._keep = [store_info, load_info]
+        # store callback reads
+        self._keep = [store_info]
         try:
-            for spec, cb_type, data in ((load, ld, load_info), (store, st, store_info)):
+            for spec, cb_type, data in ((load, ld, None), (store, st, store_info)):
                 if spec is None:
                     continue
                 which, defines = spec

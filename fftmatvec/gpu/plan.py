@@ -42,7 +42,6 @@ PLAN_KEYS = {
     "dmma_c64": "complex64 batches on FP64 tensor cores",
     "scale_pass": "scale every input of a reduced precision by an element-wise device pass",
     "fno_rows": "the FNO layer's last-axis transforms as row FFT kernels, not DFT GEMMs",
-    "fno_cufft": "the FNO layer's last-axis transforms as cuFFT plans with callbacks",
 }
 _VALUES = ("auto", "0", "1")
 # the stage-3 family in one key: shorthand for the family keys above

@@ -29,7 +29,7 @@ from .rules import (_REAL_SUFFIX, ASYNC_DEFAULTS, ASYNC_FEW, ASYNC_FEW_ROWS, ASY
                     ROW_FFT_MIN_BLOCKS_PER_SM, TILES, WIDE_DEFAULTS, WIDE_MIN_BLOCKS_PER_SM,
                     WIDE_MIN_FILL, XREG_GEMV_KB, XREG_MAX_ND, XREG_MIN_KB, XREG_ND, XREG_TILES,
                     _BATCH_SIZES, _STAGED_J)
-from .rules import FNO_CUFFT_MIN_POINTS, FNO_ROWS_R2C_MIN
+from .rules import FNO_ROWS_R2C_MIN
 from .stage3 import _Launch
 
 
@@ -140,61 +140,6 @@ def _fno_rows(n_last: int, m_last: int, dtype: str, device_id: int, mode: str) -
     if unavailable("fno_rows", mode, "the FNO row kernels cannot run this layer", why):
         return frozenset()
     return frozenset({"r2c", "c2r"}) if mode == "1" else fno_rows_auto(n_last, m_last)
-
-
-def fno_cufft(n_last: int, m_last: int, dtype, device_id: int) -> frozenset:
-    """Which transforms of the FNO layer's last axis (``n_last`` points, ``m_last`` bins kept)
-    run as cuFFT plans whose callbacks keep only the kept bins, in the DFT chain's layout
-    (:class:`fftmatvec.fno._rows.CufftLastAxis`): a subset of ``{"r2c", "c2r"}`` as in
-    :func:`fno_rows`. By default :func:`fno_cufft_auto` where cuFFT's LTO callbacks work
-    (float32 on an NVIDIA GPU, :func:`fftmatvec.gpu.callbacks.support`); plan key
-    ``fno_cufft``: ``0`` none, ``1`` both, an error where they cannot run."""
-    mode = plan_mode(None, "fno_cufft")
-    if mode == "0":
-        return frozenset()
-    return _fno_cufft(int(n_last), int(m_last), np.dtype(dtype).str, int(device_id), mode)
-
-
-def fno_cufft_auto(n_last: int, m_last: int) -> frozenset:
-    """The transforms of :func:`fno_cufft` by default: both, where the layer keeps fewer bins
-    than the axis has (:data:`~fftmatvec.gpu.rules.FNO_CUFFT_MIN_POINTS` points or more)."""
-    return frozenset({"r2c", "c2r"}) if n_last >= FNO_CUFFT_MIN_POINTS else frozenset()
-
-
-@functools.lru_cache(maxsize=256)
-def _fno_cufft(n_last: int, m_last: int, dtype: str, device_id: int, mode: str) -> frozenset:
-    """:func:`fno_cufft` for a ``mode`` of ``"auto"`` or ``"1"``, once per layer shape."""
-    why = None
-    if np.dtype(dtype) != np.float32:
-        why = f"they run in float32, the layer computes in {np.dtype(dtype)}"
-    elif not kernels.available():
-        why = "no GPU is present to CuPy (the plans run through it)"
-    elif not 1 <= m_last <= n_last // 2 + 1:
-        why = f"a last axis of {n_last} points keeps at most {n_last // 2 + 1} bins"
-    else:
-        ok, reason = _fftcb.support()
-        if not ok:
-            why = f"no cuFFT callbacks here ({reason})"
-    if unavailable("fno_cufft", mode, "cuFFT with callbacks cannot run this layer's last "
-                   "axis", why):
-        return frozenset()
-    return frozenset({"r2c", "c2r"}) if mode == "1" else fno_cufft_auto(n_last, m_last)
-
-
-def fno_last_axis(n_last: int, m_last: int, dtype, device_id: int) -> tuple:
-    """``(rows, cufft)``: the transforms of the FNO layer's last axis on the row FFT kernels
-    (:func:`fno_rows`) and as cuFFT plans with callbacks (:func:`fno_cufft`), disjoint; the
-    others stay DFT GEMMs. cuFFT takes a transform both would, unless the plan forces the row
-    kernels (``fno_rows=1``) and not cuFFT; both forced is an error."""
-    forced = plan_mode(None, "fno_rows") == "1", plan_mode(None, "fno_cufft") == "1"
-    if all(forced):
-        raise FFTMatvecValueError("plan: fno_rows=1 and fno_cufft=1 each force every "
-                                  "last-axis transform; set one of them")
-    if forced[0]:
-        rows = fno_rows(n_last, m_last, dtype, device_id)
-        return rows, fno_cufft(n_last, m_last, dtype, device_id) - rows
-    cufft = fno_cufft(n_last, m_last, dtype, device_id)
-    return fno_rows(n_last, m_last, dtype, device_id) - cufft, cufft
 
 
 class Planner:

@@ -219,11 +219,6 @@ ROW_FFT_MIN_BLOCKS_PER_SM = 3
 # lost or tied at every size measured (46-659 us against 24-628): the GEMMs keep them unless
 # plan fno_rows=1 forces both.
 FNO_ROWS_R2C_MIN = 16.0
-# ... and as cuFFT plans whose callbacks keep only the m bins (FNO_STORE / FNO_LOAD in
-# hip_kernels/fft_callbacks.cu), both directions, for axes of at least this many points: cuFFT
-# moves the bytes near the bandwidth where the GEMMs' 4 L m flops a row are compute-bound.
-# Measurements: docs/benchmarks.md, thirty-seventh run.
-FNO_CUFFT_MIN_POINTS = 2
 # Stages 3-5 of a one-vector adjoint as one kernel (hip_kernels/fused.cuh: its sums never go
 # through memory, the stage-3 output the inverse FFT would read back). By default for complex128
 # and complex64 storage with at most FUSED_MAX_ND sensors and FUSED_THREADS frequencies, where the
