@@ -274,7 +274,10 @@ def test_weight_read_in_place():
 
     layer = SpectralConv(3, 4, (6, 8), method="dft")
     wv = weight_view(layer.weight, torch.float32)
-    assert wv.shape == (6 * 5, 3, 8) and wv.data_ptr() == layer.weight.data_ptr()
+    assert wv.shape == (6 * 5, 3, 4) and wv.is_complex() and wv.is_contiguous()
+    assert wv.data_ptr() == layer.weight.data_ptr()
+    wr = weight_view(layer.weight, torch.bfloat16)  # 16-bit storage: the real view, cast
+    assert wr.shape == (6 * 5, 3, 8) and wr.dtype == torch.bfloat16
     layer(torch.randn(2, 3, 12, 10)).sum().backward()
     assert layer.weight.grad.stride() == layer.weight.stride()
 

@@ -9,10 +9,14 @@ No full-size spectrum is formed. For ``x`` of shape ``(B, C, N_0, ..., N_{d-1})`
   DFT, both signs in the weight's order, written as one real ``(2 m_a, 2 N_a)`` block matrix
   ``L_a`` whose columns run over ``(n, re/im)``, the layout the previous stage left;
   ``L_a @ X`` with ``X`` viewed as ``(batch, 2 N_a, rest)`` gives ``(batch, 2, m_a, rest)``;
-* the channel product per mode: ``(M, 2B, Cin) @ (M, Cin, 2 Cout)``, the real parts' rows over
-  the imaginary parts' times the complex weight read as real in place (re/im interleaved), the
-  two halves combined into the real and imaginary parts of the product while being written in
-  the layout the synthesis reads (:func:`mode_product`);
+* the channel product per mode, a batched complex GEMM: the input made modes-major ``(M, B,
+  Cin)`` (one permute, real and imaginary parts side by side, seen as complex) times the
+  complex weight ``(M, Cin, Cout)`` read in place, the product permuted into the layout the
+  synthesis reads (:func:`mode_product_complex`); for 16-bit storage, which has no complex
+  GEMM, the real form ``(M, 2B, Cin) @ (M, Cin, 2 Cout)``: the real parts' rows over the
+  imaginary parts' times the complex weight read as real in place (re/im interleaved), the two
+  halves combined into the real and imaginary parts of the product while being written in the
+  layout the synthesis reads (:func:`mode_product`);
 * synthesis, axis ``a`` from 0 to ``d-2``: ``R_a`` ``(2 N_a, 2 m_a)``, the complex inverse on the
   output bins (neuraloperator's odd-axis shift included), unnormalised;
 * synthesis, last axis: ``(..., 2 m_{d-1}) @ A`` with ``A`` the rows ``c_k cos`` and
@@ -128,16 +132,27 @@ def choose_method(batch, cin, cout, spatial, modes) -> str:
 class Ops:
     """The backend calls of the chains: a permuted view, a contiguous permute, a matrix from
     the host, an empty array, and ``a - b``, ``a + b``, ``-a`` written into a strided ``out``
-    (``sub(out, a, b)``)."""
+    (``sub(out, a, b)``); for the complex channel product, ``as_complex`` (a contiguous real
+    array ending in 2 seen as complex), ``as_real`` (the inverse view) and ``conj_t`` (the
+    conjugate transpose of the last two axes)."""
 
-    def __init__(self, view, matrix, empty, sub, add, neg):
+    def __init__(self, view, matrix, empty, sub, add, neg, as_complex=None, as_real=None,
+                 conj_t=None):
         self.view, self.matrix, self.empty = view, matrix, empty
         self.sub, self.add, self.neg = sub, add, neg
+        self.as_complex, self.as_real, self.conj_t = as_complex, as_real, conj_t
 
     def perm(self, a, axes):
         out = self.empty(tuple(a.shape[i] for i in axes))
         out[...] = self.view(a, axes)
         return out
+
+
+def is_complex(a) -> bool:
+    """Whether ``a`` (NumPy, CuPy or PyTorch) holds complex values."""
+    dt = a.dtype
+    flag = getattr(dt, "is_complex", None)
+    return bool(flag) if flag is not None else np.dtype(dt).kind == "c"
 
 
 def _left(L, X):
@@ -256,13 +271,45 @@ class Chain:
         return synthesis_chain(gX, self.LT, self.FT, self.spatial)
 
 
-def forward(ops, chain, x, Wv, bias):
-    """The layer's output ``(B, O, *spatial)`` and the modes-major input ``Xs`` ``(M, 2B, C)``.
+def mode_product_complex(ops, X, Wc):
+    """``Y = X W`` per mode in complex arithmetic: ``X`` ``(B, C, 2, M)`` (the analysis's
+    layout), ``Wc`` the complex weight ``(M, C, O)`` -> ``Y`` ``(B, O, 2, M)`` and the
+    modes-major complex input ``Xc`` ``(M, B, C)``.
 
-    ``Wv`` ``(M, C, 2O)``: the weight, modes-major, complex seen as real; ``bias`` ``(O,)``.
+    One permute makes ``X`` modes-major with the real and imaginary parts side by side (a
+    complex view), one batched complex GEMM multiplies, one permute writes the synthesis's
+    layout: three launches and two passes over the mode-sized arrays, where the real form
+    (:func:`mode_product`) combines its four real products in two more."""
+    Xc = ops.as_complex(ops.perm(X, (3, 0, 1, 2)))
+    Y = ops.perm(ops.as_real(Xc @ Wc), (1, 2, 3, 0))
+    return Y, Xc
+
+
+def mode_product_complex_adjoint(ops, gY, Xc, Wc, need_x=True, need_w=True):
+    """Gradients of :func:`mode_product_complex`: ``dL/dX`` ``(B, C, 2, M)`` (the layout the
+    analysis's adjoint reads) and ``dL/dW`` ``(M, C, O)`` complex, from ``gY`` ``(B, O, 2,
+    M)``; a complex gradient is ``dL/dRe + i dL/dIm``, so ``dL/dX = gY W^H``, ``dL/dW = X^H
+    gY`` per mode."""
+    gYc = ops.as_complex(ops.perm(gY, (3, 0, 1, 2)))
+    gX = ops.perm(ops.as_real(gYc @ ops.conj_t(Wc)), (1, 2, 3, 0)) if need_x else None
+    gW = ops.conj_t(Xc) @ gYc if need_w else None
+    return gX, gW
+
+
+def forward(ops, chain, x, W, bias):
+    """The layer's output ``(B, O, *spatial)`` and the modes-major input the backward reads.
+
+    ``W``: the weight, modes-major: complex ``(M, C, O)`` for the complex channel product
+    (:func:`mode_product_complex`, which then gives ``Xc`` ``(M, B, C)``), or the complex weight
+    seen as real ``(M, C, 2O)`` for the real one (:func:`mode_product`, giving ``Xs`` ``(M, 2B,
+    C)``); ``bias`` ``(O,)``.
     """
-    Xs = to_modes_major(ops, chain.analysis(x))
-    Y = mode_product(ops, Xs, Wv)
+    X = chain.analysis(x)
+    if is_complex(W):
+        Y, Xs = mode_product_complex(ops, X, W)
+    else:
+        Xs = to_modes_major(ops, X)
+        Y = mode_product(ops, Xs, W)
     cout = Y.shape[1]
     late_bias = bias is not None and chain.bias_mode is None
     if bias is not None and not late_bias:

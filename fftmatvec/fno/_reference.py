@@ -70,12 +70,17 @@ def resolve_method(method, batch, cin, cout, spatial, modes) -> str:
 
 
 def _xp_ops(xp, dtype):
+    cplx = np.result_type(dtype, np.complex64)
     return _dft.Ops(view=lambda a, axes: a.transpose(axes),
                     matrix=lambda m: xp.asarray(m, dtype=dtype),
                     empty=lambda shape: xp.empty(shape, dtype=dtype),
                     sub=lambda out, a, b: xp.subtract(a, b, out=out),
                     add=lambda out, a, b: xp.add(a, b, out=out),
-                    neg=lambda out, a: xp.negative(a, out=out))
+                    neg=lambda out, a: xp.negative(a, out=out),
+                    as_complex=lambda a: a.view(cplx)[..., 0],
+                    as_real=lambda a: xp.ascontiguousarray(a).view(dtype).reshape(
+                        a.shape + (2,)),
+                    conj_t=lambda a: a.conj().swapaxes(-1, -2))
 
 
 @functools.lru_cache(maxsize=64)
@@ -108,7 +113,7 @@ def _dft_conv(xp, x, weight, modes, bias):
     cplx = np.complex64 if real == np.float32 else np.complex128
     wmm = xp.ascontiguousarray(w.reshape(C, O, -1).transpose(2, 0, 1), dtype=cplx)
     b = None if bias is None else xp.asarray(bias, dtype=real).reshape(-1)
-    y, _ = _dft.forward(ops, chain, x, wmm.view(real).reshape(-1, C, 2 * O), b)
+    y, _ = _dft.forward(ops, chain, x, wmm, b)
     return y
 
 

@@ -59,28 +59,38 @@ def _ops(dtype, device):
                     empty=lambda shape: torch.empty(shape, dtype=dtype, device=device),
                     sub=lambda out, a, b: torch.sub(a, b, out=out),
                     add=lambda out, a, b: torch.add(a, b, out=out),
-                    neg=lambda out, a: torch.neg(a, out=out))
+                    neg=lambda out, a: torch.neg(a, out=out),
+                    as_complex=torch.view_as_complex, as_real=torch.view_as_real,
+                    conj_t=lambda a: a.mH)
+
+
+def complex_product(cdtype) -> bool:
+    """Whether the channel product runs in complex arithmetic: for float32 and float64 (one
+    complex GEMM per mode); 16-bit storage has no complex GEMM, so it runs on the real view."""
+    torch = _torch()
+    return cdtype in (torch.float32, torch.float64)
 
 
 def weight_view(weight, cdtype):
-    """The complex weight ``(Cin, Cout, *modes)`` as real ``(M, Cin, 2 Cout)`` in ``cdtype``:
-    a view when the weight is stored modes-major and already in the right precision."""
+    """The complex weight ``(Cin, Cout, *modes)`` modes-major: complex ``(M, Cin, Cout)`` for
+    float32 and float64 (:func:`complex_product`), else seen as real ``(M, Cin, 2 Cout)`` in
+    ``cdtype``; a view when the weight is stored modes-major and already in that precision."""
     torch = _torch()
     C, O = weight.shape[:2]
     wmm = weight.reshape(C, O, -1).permute(2, 0, 1)
-    if cdtype in (torch.float32, torch.float64):
-        wv = torch.view_as_real(wmm.to(cdtype.to_complex()))
-    else:
-        wv = torch.view_as_real(wmm).to(cdtype)
-    return wv.reshape(wmm.shape[0], C, 2 * O)
+    if complex_product(cdtype):
+        return wmm.to(cdtype.to_complex())
+    return torch.view_as_real(wmm).to(cdtype).reshape(wmm.shape[0], C, 2 * O)
 
 
-def modes_major_complex(gwv, shape, dtype):
-    """``dL/dW`` from its real view ``(M, Cin, 2 Cout)``, laid out as the modes-major weight."""
+def modes_major_complex(gw, shape, dtype):
+    """``dL/dW`` laid out as the modes-major weight, from its complex ``(M, Cin, Cout)`` or
+    real-view ``(M, Cin, 2 Cout)`` form."""
     torch = _torch()
-    M, C, O2 = gwv.shape
-    g = torch.view_as_complex(gwv.to(dtype.to_real()).reshape(M, C, O2 // 2, 2).contiguous())
-    return g.permute(1, 2, 0).reshape(shape)
+    if not gw.is_complex():
+        M, C, O2 = gw.shape
+        gw = torch.view_as_complex(gw.to(dtype.to_real()).reshape(M, C, O2 // 2, 2).contiguous())
+    return gw.to(dtype).permute(1, 2, 0).reshape(shape)
 
 
 @functools.lru_cache(maxsize=64)
@@ -110,7 +120,8 @@ def chain_for(x, dtype, modes):
 
 def forward_chain(x, weight, bias, chain, cdtype):
     """The forward GEMM chain (inside :func:`gemm_precision`): ``y`` in ``x``'s dtype and the
-    modes-major input ``Xs`` ``(M, 2B, Cin)``."""
+    modes-major input ``Xs``: complex ``(M, B, Cin)``, or real ``(M, 2B, Cin)`` for 16-bit
+    storage (:func:`complex_product`)."""
     ops = _ops(cdtype, x.device)
     wv = weight_view(weight, cdtype)
     b = None if bias is None else bias.reshape(-1).to(cdtype)
@@ -130,9 +141,12 @@ def backward_chain(g, Xs, weight, chain, cdtype, needs, meta):
     gY = chain.synthesis_adjoint(g.to(cdtype).contiguous())
     if need_x or need_w:
         wv = weight_view(weight, cdtype)
-        gXs, gwv = _dft.mode_product_adjoint(ops, gY, Xs, wv, need_x, need_w)
+        if complex_product(cdtype):
+            gX, gwv = _dft.mode_product_complex_adjoint(ops, gY, Xs, wv, need_x, need_w)
+        else:
+            gXs, gwv = _dft.mode_product_adjoint(ops, gY, Xs, wv, need_x, need_w)
+            gX = _dft.from_modes_major(ops, gXs) if need_x else None
         if need_x:
-            gX = _dft.from_modes_major(ops, gXs)
             gx = chain.analysis_adjoint(gX).to(x_dtype)
         if need_w:
             gw = modes_major_complex(gwv, w_shape, w_dtype)
