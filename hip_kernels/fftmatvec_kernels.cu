@@ -138,9 +138,29 @@ FFTMATVEC_ROWFFT_FAMILIES(f32, float, c64, float2)
       unsigned long long radices, int npass) {                                                 \
     fno_irfft_body<M>(y, out, tw, scale, rows, L, m, rpb, radices, npass);                     \
   }
+// fno_plane_rfft_f32_r<M>, fno_plane_irfft_f32_r<M>: the last two axes of a plane at once.
+#define FFTMATVEC_FNO_PLANE(M)                                                                  \
+  extern "C" __global__ void FNO_PLANE_BOUNDS fno_plane_rfft_f32_r##M(                          \
+      const float* __restrict__ x, float* __restrict__ out, const float2* __restrict__ tw1,      \
+      const float2* __restrict__ tw0, const float* __restrict__ s1,                              \
+      const int* __restrict__ bins0, float s0, int n0, int n1, int m0, int m1, int rpb, int g,   \
+      unsigned long long rad1, int np1, unsigned long long rad0, int np0) {                      \
+    fno_plane_rfft_body<M>(x, out, tw1, tw0, s1, bins0, s0, n0, n1, m0, m1, rpb, g, rad1, np1,   \
+                           rad0, np0);                                                           \
+  }                                                                                              \
+  extern "C" __global__ void FNO_PLANE_BOUNDS fno_plane_irfft_f32_r##M(                         \
+      const float* __restrict__ y, float* __restrict__ out, const float2* __restrict__ tw1,      \
+      const float2* __restrict__ tw0, const float* __restrict__ s1,                              \
+      const int* __restrict__ inv0, float s0, int n0, int n1, int m0, int m1, int rpb, int g,    \
+      unsigned long long rad1, int np1, unsigned long long rad0, int np0) {                      \
+    fno_plane_irfft_body<M>(y, out, tw1, tw0, s1, inv0, s0, n0, n1, m0, m1, rpb, g, rad1, np1,   \
+                            rad0, np0);                                                          \
+  }
 #if FFTMATVEC_IN_SECTION(ROWFFT_F32_C64)
 FFTMATVEC_FNO_ROWFFT(8)
 FFTMATVEC_FNO_ROWFFT(10)
+FFTMATVEC_FNO_PLANE(8)
+FFTMATVEC_FNO_PLANE(10)
 #endif
 
 // ---- stages 3-5 of an adjoint in one kernel (fused.cuh) -------------------------------------

@@ -6,11 +6,13 @@ forward and forward+backward median times of
 * eager: ``rfftn`` -> gather of both frequency signs -> ``einsum`` -> scatter -> ``irfftn``;
 * neuraloperator's dense ``SpectralConv`` (when importable);
 * ``fftmatvec.fno.SpectralConv`` with ``method="dft"`` (the truncated transforms as dense DFT
-  GEMMs, the last axis on the row FFT kernels where the planner takes them; on a GPU its
+  GEMMs, the last two axes on the plane kernels and the last axis on the row FFT kernels
+  where the planner takes them; on a GPU its
   chains replayed as CUDA graphs, the default), the same with ``graphs=False``
-  (``dft-nograph``: the chains launched op by op), the same with the last axis as GEMMs too
-  (``dft-gemm``: plan ``fno_rows=0``), and ``method="fft"`` (full FFTs), and the method
-  ``"auto"`` picks;
+  (``dft-nograph``: the chains launched op by op), the same with every axis as GEMMs
+  (``dft-gemm``: plan ``fno_rows=0,fno_plane=0``) and with the last two axes not on the
+  plane kernels (``dft-noplane``: plan ``fno_plane=0``), and ``method="fft"`` (full FFTs),
+  and the method ``"auto"`` picks;
 * with ``--sixteen bfloat16`` (or ``float16``): ours, DFT path, 16-bit input and storage;
 
 and the floor: the bytes that must move over the bandwidth of a large device-to-device copy
@@ -105,13 +107,13 @@ def make_eager(x_shape, w, modes, bias):
     return eager
 
 
-def _plan_gemm(layer):
-    """``layer`` with plan ``fno_rows=0``, the last axis as GEMMs: the plan is read when the
-    forward picks its chain (the backward runs the chain its forward took)."""
+def _planned(layer, plan):
+    """``layer`` under ``FFTMATVEC_PLAN=plan``: the plan is read when the forward picks its
+    chain (the backward runs the chain its forward took)."""
 
     def run(x):
         old = os.environ.get(ENV)
-        os.environ[ENV] = "fno_rows=0"
+        os.environ[ENV] = plan
         try:
             return layer(x)
         finally:
@@ -135,7 +137,8 @@ def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls):
     modes = dft.modes
     eager_fn = make_eager((B, C) + grid, dft.weight, modes, dft.bias)
     impls = {"eager": eager_fn, "dft": dft, "dft-nograph": nograph, "fft": fft,
-             "dft-gemm": _plan_gemm(dft)}
+             "dft-gemm": _planned(dft, "fno_rows=0,fno_plane=0"),
+             "dft-noplane": _planned(dft, "fno_plane=0")}
     if nop_cls is not None:
         impls["nop"] = nop_cls(C, C, n_modes).to(device)
     x = torch.randn((B, C) + grid, device=device)
@@ -198,7 +201,7 @@ def main():
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"device: {name}, copy bandwidth {bw / 1e9:.0f} GB/s, torch {torch.__version__}")
     extra = [args.sixteen] if args.sixteen else []
-    cols = ["eager", "nop", "fft", "dft-gemm", "dft-nograph", "dft"] + extra
+    cols = ["eager", "nop", "fft", "dft-gemm", "dft-noplane", "dft-nograph", "dft"] + extra
     print(f"{'case':>30} {'pass':>7} {'auto':>4} {'floor us':>9} "
           + " ".join(f"{c + ' us':>{max(10, len(c) + 3)}}" for c in cols)
           + f" {'eager/dft':>9} {'nop/dft':>8} {'floor/dft':>9} {'dft-fft':>8}")

@@ -1,4 +1,4 @@
-"""Benchmark the FNO layer's last-axis transforms: the row FFT kernels against the DFT GEMMs.
+"""Benchmark the FNO layer's transforms on kernels: the row FFTs and the planes against GEMMs.
 
 For the rows of each size of scripts/bench_fno.py (B C prod(grid[:-1]) rows of grid[-1]
 points, the layer's kept bins of the last axis), on one CUDA device in one run: the median time
@@ -7,9 +7,15 @@ of ``torch.matmul`` with the DFT matrix the kernel replaces (IEEE float32, no TF
 bins) and inverse (``c2r``); and the kernels' best bandwidth (bytes in and out over the best
 time). These set ``FNO_ROWS_R2C_MIN`` (fftmatvec/gpu/rules.py) and ``_rows.ROWS_BYTES``.
 
+With ``--plane``, for the sizes of two or three axes instead: the last two axes of every plane
+(B C prod(grid[:-2]) planes) on :class:`fftmatvec.fno._rows.Plane`, forward (``r2c``, the
+analysis) and inverse (``c2r``, the synthesis), over its threads, rows per step of the last
+axis and columns per step of the first, against the chain's steps it replaces (the last axis as
+the planner runs it, then the GEMM of the first) in the same run.
+
 Usage::
 
-    python scripts/bench_fno_rows.py [--reps N]
+    python scripts/bench_fno_rows.py [--reps N] [--plane]
 """
 
 from __future__ import annotations
@@ -21,9 +27,12 @@ import torch
 
 from bench_fno import SIZES
 from fftmatvec.fno import _dft, kept_modes
-from fftmatvec.fno._rows import LastAxis, supported
+from fftmatvec.fno._rows import LastAxis, Plane, plane_supported, supported
 
 RPB = (1, 2, 4, 8, 16, 32, 64)
+PLANE_THREADS = (128, 256)
+PLANE_RPB = (4, 8, 16, 32)
+PLANE_COLUMNS = (1, 2, 4, 8, 16)
 
 
 def timed(fn, reps):
@@ -39,13 +48,59 @@ def timed(fn, reps):
     return a.elapsed_time(b) / reps * 1e3  # us
 
 
+def planes(reps, dev):
+    """The plane kernels over their threads, rows and columns per step, against the steps of
+    the chain (without planes) that they replace."""
+    from fftmatvec.fno import _torch_dft
+    from fftmatvec.gpu.planner import fno_rows
+
+    print(f"{'case':>28} {'kind':>4} {'thr':>4} {'rpb':>4} {'chain':>7} "
+          + " ".join(f"{'g' + str(g):>7}" for g in PLANE_COLUMNS) + f" {'best GB/s':>9}")
+    for B, C, grid, m in SIZES:
+        if len(grid) < 2:
+            continue
+        modes = kept_modes((m,) * len(grid))
+        (n0, n1), (m0, m1) = grid[-2:], modes[-2:]
+        P = B * C * int(np.prod(grid[:-2]))
+        if not plane_supported(n0, n1, m0, m1, 227 * 1024):
+            print(f"{str((B, C, grid, m)):>28} no plane kernel")
+            continue
+        rows = fno_rows(n1, m1, "float32", dev.index)
+        chain = _torch_dft._chain(str(dev), "float32", (n0, n1), (m0, m1), rows, frozenset())
+        x = torch.randn(P, 1, n0, n1, device=dev)
+        Y = torch.randn(P, 1, 2, m0 * m1, device=dev)
+        for kind, inp, step in (("r2c", x, chain.analysis), ("c2r", Y, chain.synthesis)):
+            t_chain = timed(lambda: step(inp), reps)
+            flat = inp.reshape(P, -1)
+            best = float("inf")
+            for thr in PLANE_THREADS:
+                for r in PLANE_RPB:
+                    ts = []
+                    for g in PLANE_COLUMNS:
+                        t = Plane(kind, n0, n1, m0, m1, np.arange(m0), 1.0, 1.0, dev.index,
+                                  rows_per_block=r, columns=g, threads=thr)
+                        tt = timed(lambda: t(flat), reps) if (t.rows_per_block, t.columns) \
+                            == (min(r, n0), min(g, m1)) else float("nan")
+                        ts.append(tt)
+                        best = min(best, tt) if tt == tt else best
+                    print(f"{str((B, C, grid, m)):>28} {kind:>4} {thr:>4} {r:>4} "
+                          f"{t_chain:7.1f} " + " ".join(f"{v:7.1f}" for v in ts), flush=True)
+            gbs = 4 * P * (n0 * n1 + 2 * m0 * m1) / best / 1e3
+            print(f"{str((B, C, grid, m)):>28} {kind:>4} best {best:.1f} us, chain "
+                  f"{t_chain:.1f} us, {gbs:.0f} GB/s", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--plane", action="store_true", help="the plane kernels instead of rows")
     args = ap.parse_args()
     torch.backends.cuda.matmul.fp32_precision = "ieee"
     dev = torch.device("cuda", torch.cuda.current_device())
     print(f"device: {torch.cuda.get_device_name(dev)}; times in us")
+    if args.plane:
+        planes(args.reps, dev)
+        return
     print(f"{'case':>28} {'kind':>4} {'gemm':>7} " + " ".join(f"rpb{r:>3}" for r in RPB)
           + f" {'best GB/s':>9}")
     for B, C, grid, m in SIZES:

@@ -53,3 +53,33 @@ def neuralop_spectral_conv():
     except Exception:  # noqa: BLE001 - any import failure means: not available
         pytest.skip("neuraloperator not importable")
     return SpectralConv
+
+
+def clear_chains():
+    """Drop the cached DFT chains and graphs, so that the next layer call reads the plan."""
+    from fftmatvec.fno import _reference, _torch_dft, clear_graphs
+
+    _torch_dft._chain.cache_clear()
+    _reference._xp_chain.cache_clear()
+    clear_graphs()
+
+
+def layer_grads(x, w, b, n_modes, graphs):
+    """The DFT path's output and its input, weight and bias gradients for a fixed ``dL/dy``."""
+    import torch
+
+    from fftmatvec.fno import spectral_conv_torch
+
+    xs = x.detach().clone().requires_grad_(True)
+    ws = w.detach().clone().requires_grad_(True)
+    bs = b.detach().clone().requires_grad_(True)
+    y = spectral_conv_torch(xs, ws, n_modes, bs, method="dft", graphs=graphs)
+    g = torch.randn(y.shape, generator=torch.Generator(y.device).manual_seed(7),
+                    device=y.device)
+    y.backward(g)
+    return y.detach(), xs.grad, ws.grad, bs.grad
+
+
+def trel(a, b):
+    """The largest difference of two tensors relative to the largest magnitude of ``b``."""
+    return float((a - b).abs().max() / b.abs().max())

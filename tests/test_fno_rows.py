@@ -8,11 +8,14 @@ import numpy as np
 import pytest
 
 from fftmatvec import FFTMatvecValueError, backend
-from fftmatvec.fno import _dft, _reference, kept_modes, spectral_conv
+from fftmatvec.fno import _dft, kept_modes, spectral_conv
 from fftmatvec.gpu.planner import fno_rows, fno_rows_auto
 
+from fno_oracle import clear_chains as _clear_chains
 from fno_oracle import dense_reference
+from fno_oracle import layer_grads as _layer_grads
 from fno_oracle import rand_case as _rand
+from fno_oracle import trel as _trel
 
 gpu = pytest.mark.skipif(not backend.gpu_available(), reason="no GPU (CuPy missing or no device)")
 
@@ -26,14 +29,6 @@ def _matrix(kind, L, m):
     """The float64 matrix each transform replaces (analysis F, synthesis A, adjoints)."""
     return {"F": _dft.analysis_last(L, m), "A": _dft.synthesis_last(L, m),
             "AT": _dft.synthesis_last(L, m).T, "FT": _dft.analysis_last(L, m).T}[kind]
-
-
-def _clear_chains():
-    from fftmatvec.fno import _torch_dft, clear_graphs
-
-    _torch_dft._chain.cache_clear()
-    _reference._xp_chain.cache_clear()
-    clear_graphs()
 
 
 def test_no_rows_without_a_gpu(monkeypatch):
@@ -131,7 +126,7 @@ CASES = [((3, 4, 64), 3, 17), ((2, 3, 16, 30), 4, (8, 16)), ((2, 3, 45, 64), 2, 
 def test_cupy_layer_on_rows_matches_reference(monkeypatch, rng, shape, cout, n_modes):
     """The CuPy float32 layer, its last axis on the kernels both ways (plan fno_rows=1), within
     1e-5 of the dense float64 reference."""
-    monkeypatch.setenv("FFTMATVEC_PLAN", "fno_rows=1")
+    monkeypatch.setenv("FFTMATVEC_PLAN", "fno_rows=1,fno_plane=0")
     cp = backend.cupy
     x, w, b = _rand(rng, shape, cout, n_modes)
     want = dense_reference(x, w, n_modes, b)
@@ -150,23 +145,6 @@ cuda = pytest.mark.skipif(not (torch.cuda.is_available() and backend.gpu_availab
                           reason="no CUDA device for PyTorch and CuPy")
 
 
-def _layer_grads(x, w, b, n_modes, graphs):
-    from fftmatvec.fno import spectral_conv_torch
-
-    xs = x.detach().clone().requires_grad_(True)
-    ws = w.detach().clone().requires_grad_(True)
-    bs = b.detach().clone().requires_grad_(True)
-    y = spectral_conv_torch(xs, ws, n_modes, bs, method="dft", graphs=graphs)
-    g = torch.randn(y.shape, generator=torch.Generator(y.device).manual_seed(7),
-                    device=y.device)
-    y.backward(g)
-    return y.detach(), xs.grad, ws.grad, bs.grad
-
-
-def _trel(a, b):
-    return float((a - b).abs().max() / b.abs().max())
-
-
 @cuda
 @pytest.mark.gpu
 @pytest.mark.parametrize("plan", ["1", "auto"])
@@ -176,7 +154,7 @@ def test_torch_layer_on_rows_matches_gemm_chain(monkeypatch, rng, shape, cout, n
                                                 plan):
     """Output and the input, weight and bias gradients of the layer on the kernels (both ways,
     or as the planner chooses) agree with the GEMM chain (plan fno_rows=0) within 1e-5,
-    eagerly and replayed as graphs."""
+    eagerly and replayed as graphs (the plane kernels off: tests/test_fno_plane.py)."""
     from fftmatvec.fno import _torch_dft
 
     x, w, b = _rand(rng, shape, cout, n_modes)
@@ -189,11 +167,11 @@ def test_torch_layer_on_rows_matches_gemm_chain(monkeypatch, rng, shape, cout, n
     if plan == "auto" and fno_rows_auto(shape[-1], modes[-1]):
         want_rows = ("AT", "F")
     try:
-        monkeypatch.setenv("FFTMATVEC_PLAN", f"fno_rows={plan}")
+        monkeypatch.setenv("FFTMATVEC_PLAN", f"fno_rows={plan},fno_plane=0")
         _clear_chains()
         got = _layer_grads(xt, wt, bt, n_modes, graphs)
         assert _torch_dft.chain_for(xt, torch.float32, modes).rows == want_rows
-        monkeypatch.setenv("FFTMATVEC_PLAN", "fno_rows=0")
+        monkeypatch.setenv("FFTMATVEC_PLAN", "fno_rows=0,fno_plane=0")
         want = _layer_grads(xt, wt, bt, n_modes, graphs)
         assert _torch_dft.chain_for(xt, torch.float32, modes).rows == ()
     finally:

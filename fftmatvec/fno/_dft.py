@@ -165,24 +165,33 @@ def _right(a, last):
     return last(a) if callable(last) else a @ last
 
 
-def analysis_chain(x, last, axes):
-    """``x`` ``(B, C, *spatial)`` -> ``(B, C, 2, M)``; ``axes[a]`` ``(2 m_a, 2 N_a)``."""
+def analysis_chain(x, last, axes, plane=None):
+    """``x`` ``(B, C, *spatial)`` -> ``(B, C, 2, M)``; ``axes[a]`` ``(2 m_a, 2 N_a)``;
+    ``plane``: where given, the last two axes at once (:class:`._rows.Plane`)."""
     B, C, *sp = x.shape
     d = len(sp)
-    X = _right(x.reshape(-1, sp[-1]), last)
-    for a in range(d - 2, -1, -1):
+    if plane is not None:
+        X = plane(x.reshape(-1, sp[-2] * sp[-1]))
+        top = d - 3
+    else:
+        X = _right(x.reshape(-1, sp[-1]), last)
+        top = d - 2
+    for a in range(top, -1, -1):
         batch = B * C * math.prod(sp[:a])
         X = _left(axes[a], X.reshape(batch, 2 * sp[a], -1))
     return X.reshape(B, C, 2, -1)
 
 
-def synthesis_chain(Y, axes, last, spatial):
-    """``Y`` ``(B, O, 2, M)`` -> ``(B, O, *spatial)``; ``axes[a]`` ``(2 N_a, 2 m_a)``."""
+def synthesis_chain(Y, axes, last, spatial, plane=None):
+    """``Y`` ``(B, O, 2, M)`` -> ``(B, O, *spatial)``; ``axes[a]`` ``(2 N_a, 2 m_a)``;
+    ``plane``: where given, the last two axes at once (:class:`._rows.Plane`)."""
     B, O = Y.shape[:2]
     d = len(spatial)
-    for a in range(d - 1):
+    for a in range(d - 1 if plane is None else d - 2):
         batch = B * O * math.prod(spatial[:a])
         Y = _left(axes[a], Y.reshape(batch, axes[a].shape[1], -1))
+    if plane is not None:
+        return plane(Y.reshape(-1, plane.shape[0])).reshape((B, O) + tuple(spatial))
     return _right(Y.reshape(-1, last.shape[0]), last).reshape((B, O) + tuple(spatial))
 
 
@@ -236,9 +245,12 @@ class Chain:
     """The matrices of one (spatial, modes) problem in one precision on one device.
 
     ``last_axis``: where the last axis runs on kernels, the transforms that take the place of
-    some of its matrices ``F``, ``A``, ``AT`` and ``FT`` (:func:`._rows.last_axis_set`)."""
+    some of its matrices ``F``, ``A``, ``AT`` and ``FT`` (:func:`._rows.last_axis_set`);
+    ``plane``: where the last two axes run on one kernel, the transforms ``ana``, ``syn``,
+    ``synT``, ``anaT`` that take the place of those axes' steps in the analysis, the synthesis
+    and their adjoints (:func:`._rows.plane_set`)."""
 
-    def __init__(self, ops, spatial, modes, last_axis=None):
+    def __init__(self, ops, spatial, modes, last_axis=None, plane=None):
         sp, md = tuple(spatial), tuple(modes)
         d = len(sp)
         mat = ops.matrix
@@ -253,22 +265,24 @@ class Chain:
         self.A = last.get("A") or mat(synthesis_last(n, m))
         self.FT = last.get("FT") or mat(analysis_last(n, m).T.copy())
         self.AT = last.get("AT") or mat(synthesis_last(n, m).T.copy())
-        self.rows = tuple(sorted(last))  # the matrices the kernels replace
+        self.plane = dict(plane or {})
+        # the matrices and steps the kernels replace
+        self.rows = tuple(sorted(last)) + tuple(f"plane:{k}" for k in sorted(self.plane))
         self.bias_mode = bias_mode(sp, md)
 
     def analysis(self, x):
-        return analysis_chain(x, self.F, self.L)
+        return analysis_chain(x, self.F, self.L, self.plane.get("ana"))
 
     def synthesis(self, Y):
-        return synthesis_chain(Y, self.R, self.A, self.spatial)
+        return synthesis_chain(Y, self.R, self.A, self.spatial, self.plane.get("syn"))
 
     def synthesis_adjoint(self, g):
         """``S^T g``: the gradient on the modes ``(B, O, 2, M)`` of ``dL/dy``."""
-        return analysis_chain(g, self.AT, self.RT)
+        return analysis_chain(g, self.AT, self.RT, self.plane.get("synT"))
 
     def analysis_adjoint(self, gX):
         """``A^T gX``: ``dL/dx`` from the gradient on the modes ``(B, C, 2, M)``."""
-        return synthesis_chain(gX, self.LT, self.FT, self.spatial)
+        return synthesis_chain(gX, self.LT, self.FT, self.spatial, self.plane.get("anaT"))
 
 
 def mode_product_complex(ops, X, Wc):

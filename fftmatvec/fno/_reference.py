@@ -84,14 +84,15 @@ def _xp_ops(xp, dtype):
 
 
 @functools.lru_cache(maxsize=64)
-def _xp_chain(module_name, device, dtype, spatial, modes, rows=frozenset()):
+def _xp_chain(module_name, device, dtype, spatial, modes, rows=frozenset(), plane=frozenset()):
     xp = backend.cupy if module_name == "cupy" else np
-    last = None
-    if rows:
-        from ._rows import last_axis_set
+    last = kernel_plane = None
+    if rows or plane:
+        from ._rows import last_axis_set, plane_set
 
-        last = last_axis_set(spatial[-1], modes[-1], device, rows)
-    return _dft.Chain(_xp_ops(xp, np.dtype(dtype)), spatial, modes, last)
+        last = last_axis_set(spatial[-1], modes[-1], device, rows) if rows else None
+        kernel_plane = plane_set(spatial[-2:], modes[-2:], device, plane) if plane else None
+    return _dft.Chain(_xp_ops(xp, np.dtype(dtype)), spatial, modes, last, kernel_plane)
 
 
 def _dft_conv(xp, x, weight, modes, bias):
@@ -101,12 +102,13 @@ def _dft_conv(xp, x, weight, modes, bias):
         name, device = "numpy", -1
     else:
         name, device = "cupy", int(backend.cupy.cuda.runtime.getDevice())
-    rows = frozenset()
+    rows = plane = frozenset()
     if name == "cupy" and real == np.float32:
-        from ..gpu.planner import fno_rows
+        from ..gpu.planner import fno_plane, fno_rows
 
         rows = fno_rows(x.shape[-1], modes[-1], real, device)
-    chain = _xp_chain(name, device, real.str, tuple(x.shape[2:]), tuple(modes), rows)
+        plane = fno_plane(x.shape[2:], modes, real, device)
+    chain = _xp_chain(name, device, real.str, tuple(x.shape[2:]), tuple(modes), rows, plane)
     ops = _xp_ops(xp, real)
     w = xp.asarray(weight)
     C, O = w.shape[:2]

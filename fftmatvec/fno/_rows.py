@@ -1,4 +1,5 @@
-"""The last axis of the FNO layer's transforms as row FFT kernels (``hip_kernels/fno.cuh``).
+"""The FNO layer's transforms on the package's FFT kernels (``hip_kernels/fno.cuh``): the last
+axis (:class:`LastAxis`) and the last two axes at once (:class:`Plane`).
 
 The DFT-product chain (:mod:`._dft`) applies the truncated transform of the last axis as a GEMM
 with a ``(N, 2m)`` matrix: ``4 N m`` flops per row, which on large grids and many modes is most
@@ -9,11 +10,15 @@ bytes it moves; here they keep only the ``m`` bins the layer needs, in the chain
 :class:`LastAxis` takes the place of one of the four matrices of the last axis (forward
 analysis, forward synthesis and their adjoints in the backward) and has its ``shape``.
 
+A :class:`Plane` does the same for the last two axes of a plane (one block a plane): the rows'
+real FFTs and the kept columns' complex FFTs in shared memory between one read of the plane and
+one write of its modes (and back), where the chain runs two GEMMs and goes through memory
+between them. It takes the place of the chain's first two transforms (or last two).
+
 They run in float32 on CuPy arrays and on CUDA/ROCm tensors of PyTorch (zero-copy, on the
 current stream), for lengths whose complex FFT is 5-smooth and fits a block's shared memory;
-:func:`fftmatvec.gpu.planner.fno_rows` says where they are taken (by default the forward
-transforms where the GEMM is compute-bound; the inverse ones lost to the GEMMs everywhere on an
-H200).
+:func:`fftmatvec.gpu.planner.fno_rows` and :func:`~fftmatvec.gpu.planner.fno_plane` say where
+they are taken.
 """
 
 from __future__ import annotations
@@ -82,6 +87,7 @@ class LastAxis:
             self._fn = kernels.get_function(name, self.smem)
         self.kind, self.L, self.m, self.device_id = kind, int(L), int(m), int(device_id)
         self.rows_per_block, self.radices, self.name = rpb, rads, name
+        self.threads = _rowfft.THREADS
         self.shape = (self.L, 2 * self.m) if kind == "r2c" else (2 * self.m, self.L)
         self._geometry = (np.int32(L), np.int32(m), np.int32(rpb),
                           np.uint64(_rowfft.packed_radices(rads)), np.int32(len(rads)))
@@ -94,14 +100,19 @@ class LastAxis:
             if hit is not None:
                 self._launches.move_to_end(rows)
                 return hit
-        grid = (-(-rows // self.rows_per_block),)
-        args = (None, None, self.twiddles, self.scale, np.int64(rows)) + self._geometry
-        launch = kernels.PackedLaunch(self._fn, grid, (_rowfft.THREADS,), self.smem, args)
+        launch = kernels.PackedLaunch(self._fn, self._grid(rows), (self.threads,), self.smem,
+                                      self._args(rows))
         with self._lock:
             self._launches[rows] = launch
             while len(self._launches) > MAX_LAUNCHES:
                 self._launches.popitem(last=False)
         return launch
+
+    def _grid(self, rows: int):
+        return (-(-rows // self.rows_per_block),)
+
+    def _args(self, rows: int):
+        return (None, None, self.twiddles, self.scale, np.int64(rows)) + self._geometry
 
     def __call__(self, a, out=None):
         """The transform of the rows of ``a``, into ``out`` where given (else a new array)."""
@@ -183,4 +194,146 @@ def last_axis_set(n_last: int, m_last: int, device_id: int, kinds=("r2c", "c2r")
     if "c2r" in kinds:
         out["A"] = LastAxis("c2r", n, m, np.ones(m), device_id)
         out["FT"] = LastAxis("c2r", n, m, 1.0 / (n * c), device_id)
+    return out
+
+
+# ------------------------------------------------------------- the last two axes at once --
+
+# The plane kernels' defaults, from scripts/bench_fno_rows.py --plane on an H200
+# (docs/benchmarks.md, thirty-eighth run): 32 rows a step where two blocks still fit a
+# multiprocessor (16 for the 256 x 256 plane keeping 64 x 33 modes, whose kept columns take
+# 68 KB), about 2048 values of columns a step (all kept columns of a 64- or 128-point first
+# axis), and 128 threads for rows of up to 64 complex values, 256 above; the best of the sweep
+# or within 5 % of it on four of the five planes, 13 % on the (128, 128) one.
+#: Threads of a plane kernel's block at most (``hip_kernels/fno.cuh``: ``FNO_PLANE_THREADS``).
+PLANE_THREADS = 256
+#: Rows of the last axis a step transforms, the most (halved until two blocks fit).
+PLANE_ROWS = 32
+#: Complex values of the kept columns a step transforms, about (all of them where fewer).
+PLANE_COLUMN_VALUES = 2048
+#: Complex values of a row (the last axis's complex length) from which a block takes
+#: :data:`PLANE_THREADS` threads; below, half as many.
+PLANE_WIDE_ROW = 128
+
+
+def plane_bytes(n0: int, n1: int, m1: int, rows_per_block: int, columns: int) -> int:
+    """Dynamic shared memory of a plane kernel's block: the ``m1`` kept columns (``n0 + 1``
+    values each), then the rows' two buffers or the columns' two, whichever is larger."""
+    nc1 = _rowfft.complex_length(n1)
+    return 8 * (m1 * (n0 + 1) + max(2 * rows_per_block * (nc1 + 1), 2 * columns * n0))
+
+
+def plane_supported(n0: int, n1: int, m0: int, m1: int, smem_per_block: int) -> bool:
+    """Whether the plane kernels take a plane of ``n0 x n1`` points keeping ``m0 x m1``
+    modes: 5-smooth complex lengths for both axes, one row and one column fitting a block."""
+    if not (1 <= m0 <= n0 and 1 <= m1 <= n1 // 2 + 1):
+        return False
+    if _rowfft.radices(n0) is None or _rowfft.radices(_rowfft.complex_length(n1)) is None:
+        return False
+    return plane_bytes(n0, n1, m1, 1, 1) <= smem_per_block
+
+
+class Plane(LastAxis):
+    """The truncated transforms of the last two axes, ``n0 x n1`` points, of a stack of planes
+    in one kernel, keeping ``m0`` modes of the first axis (at the FFT bins ``bins``) and the
+    first ``m1`` bins of the last, on device ``device_id``.
+
+    ``kind="r2c"``: ``(planes, n0 n1)`` -> ``(planes, 2 m0 m1)``, the real and then the
+    imaginary parts of ``s0 s1[k] X[bins[j], k]``, ``X`` a plane's unnormalised 2-D DFT
+    (``exp(-2 pi i ...)``). ``kind="c2r"``: ``(planes, 2 m0 m1)`` -> ``(planes, n0 n1)``: the
+    modes times ``s0`` placed at their bins of the first axis (zero elsewhere), its inverse
+    complex FFT, times ``s1[k]``, then the inverse real FFT of the last axis (bins past ``m1``
+    zero, the imaginary parts of the DC and Nyquist bins dropped), unnormalised. ``shape``: that
+    of the matrix it stands for. Called like :class:`LastAxis`. ``rows_per_block`` (rows a step
+    of the last axis transforms), ``columns`` (columns a step of the first) and ``threads``
+    override the defaults, for the tuning sweeps.
+    """
+
+    def __init__(self, kind: str, n0: int, n1: int, m0: int, m1: int, bins, s0: float, s1,
+                 device_id: int, rows_per_block: int | None = None, columns: int | None = None,
+                 threads: int | None = None):
+        if kind not in ("r2c", "c2r"):
+            raise ValueError(f"kind must be 'r2c' or 'c2r', got {kind!r}")
+        if threads is not None and not 1 <= int(threads) <= PLANE_THREADS:
+            raise ValueError(f"threads must be in [1, {PLANE_THREADS}], got {threads}")
+        n0, n1, m0, m1 = int(n0), int(n1), int(m0), int(m1)
+        bins = np.asarray(bins, dtype=np.int64)
+        if bins.shape != (m0,) or bins.min() < 0 or bins.max() >= n0 \
+                or np.unique(bins).size != m0:
+            raise ValueError(f"bins must be {m0} distinct bins of an axis of {n0}, got {bins}")
+        cp = backend.cupy
+        with cp.cuda.Device(device_id):
+            smem_sm, smem_limit = backend.shared_memory_limits()
+            if not plane_supported(n0, n1, m0, m1, smem_limit):
+                raise ValueError(f"no FNO plane kernel for {n0} x {n1} points keeping "
+                                 f"{m0} x {m1} modes")
+            nc1 = _rowfft.complex_length(n1)
+            rad1 = _rowfft.radices(nc1, _rowfft.MAX_RADIX[_F32, kind])
+            rad0 = _rowfft.radices(n0, _rowfft.MAX_RADIX[_F32, kind])
+            family = min(f for f in _rowfft.FAMILIES if f >= max(rad1 + rad0, default=2))
+            g = max(1, min(int(columns or -(-PLANE_COLUMN_VALUES // n0)), m1))
+            if rows_per_block:
+                rpb = max(1, min(int(rows_per_block), n0))
+            else:  # the most rows, up to PLANE_ROWS, with which two blocks fit
+                rpb = max(1, min(PLANE_ROWS, n0))
+                while rpb > 1 and 2 * plane_bytes(n0, n1, m1, rpb, g) > smem_sm:
+                    rpb //= 2
+            while plane_bytes(n0, n1, m1, rpb, g) > smem_limit and (rpb > 1 or g > 1):
+                rpb, g = max(1, rpb // 2), max(1, g // 2)
+            self.smem = plane_bytes(n0, n1, m1, rpb, g)
+            self.twiddles = _rowfft.twiddles(nc1, np.complex64, rad1)
+            self.twiddles0 = _rowfft.twiddles(n0, np.complex64, rad0)
+            s1 = np.broadcast_to(np.asarray(s1, dtype=np.float64), (m1,))
+            self.scale = cp.asarray(s1.astype(np.float32))
+            if kind == "r2c":
+                table = bins
+            else:  # the mode of each bin of the first axis, -1 for none
+                table = np.full(n0, -1, dtype=np.int64)
+                table[bins] = np.arange(m0)
+            self.table = cp.asarray(table.astype(np.int32))
+            name = f"fno_plane_{'rfft' if kind == 'r2c' else 'irfft'}_f32_r{family}"
+            self._fn = kernels.get_function(name, self.smem)
+        self.kind, self.device_id, self.name = kind, int(device_id), name
+        self.L, self.m = n1, m1
+        self.plane, self.modes = (n0, n1), (m0, m1)
+        self.rows_per_block, self.columns, self.radices = rpb, g, (rad0, rad1)
+        wide = _rowfft.complex_length(n1) >= PLANE_WIDE_ROW
+        self.threads = int(threads or (PLANE_THREADS if wide else PLANE_THREADS // 2))
+        width = (n0 * n1, 2 * m0 * m1)
+        self.shape = width if kind == "r2c" else width[::-1]
+        self._geometry = (np.float32(s0), np.int32(n0), np.int32(n1), np.int32(m0),
+                          np.int32(m1), np.int32(rpb), np.int32(g),
+                          np.uint64(_rowfft.packed_radices(rad1)), np.int32(len(rad1)),
+                          np.uint64(_rowfft.packed_radices(rad0)), np.int32(len(rad0)))
+        self._launches: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _grid(self, rows: int):
+        return (rows,)  # a block a plane
+
+    def _args(self, rows: int):
+        return (None, None, self.twiddles, self.twiddles0, self.scale, self.table) \
+            + self._geometry
+
+
+def plane_set(plane, modes, device_id: int, kinds=("r2c", "c2r")) -> dict:
+    """The plane transforms of ``kinds`` for the last two axes ``plane = (n0, n1)`` keeping
+    ``modes = (m0, m1)``, by the name of the chain's transform each replaces
+    (:class:`._dft.Chain`): ``r2c`` gives ``ana`` (the analysis: the analysis frequencies,
+    ``1 / n0``, ``1 / n1``) and ``synT`` (the adjoint of the synthesis: the output bins, 1,
+    ``c_k``); ``c2r`` gives ``syn`` (the synthesis: the output bins, 1, 1) and ``anaT`` (the
+    adjoint of the analysis: the analysis frequencies, ``1 / n0``, ``1 / (n1 c_k)``)."""
+    from ._modes import hermitian_weights, mode_indices
+
+    (n0, n1), (m0, m1) = plane, modes
+    freq = mode_indices((n0, 1), (m0, 1))[0]
+    out_bins = mode_indices((n0, 1), (m0, 1), output=True)[0]
+    c = hermitian_weights(n1, m1)
+    out = {}
+    if "r2c" in kinds:
+        out["ana"] = Plane("r2c", n0, n1, m0, m1, freq, 1.0 / n0, 1.0 / n1, device_id)
+        out["synT"] = Plane("r2c", n0, n1, m0, m1, out_bins, 1.0, c, device_id)
+    if "c2r" in kinds:
+        out["syn"] = Plane("c2r", n0, n1, m0, m1, out_bins, 1.0, 1.0, device_id)
+        out["anaT"] = Plane("c2r", n0, n1, m0, m1, freq, 1.0 / n0, 1.0 / (n1 * c), device_id)
     return out

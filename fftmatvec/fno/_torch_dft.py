@@ -94,28 +94,31 @@ def modes_major_complex(gw, shape, dtype):
 
 
 @functools.lru_cache(maxsize=64)
-def _chain(device, dtype_name, spatial, modes, rows=frozenset()):
+def _chain(device, dtype_name, spatial, modes, rows=frozenset(), plane=frozenset()):
     torch = _torch()
     dev = torch.device(device)
-    last = None
-    if rows:
-        from ._rows import last_axis_set
+    last = kernel_plane = None
+    if rows or plane:
+        from ._rows import last_axis_set, plane_set
 
-        last = last_axis_set(spatial[-1], modes[-1], dev.index, rows)
-    return _dft.Chain(_ops(getattr(torch, dtype_name), dev), spatial, modes, last)
+        last = last_axis_set(spatial[-1], modes[-1], dev.index, rows) if rows else None
+        kernel_plane = plane_set(spatial[-2:], modes[-2:], dev.index, plane) if plane else None
+    return _dft.Chain(_ops(getattr(torch, dtype_name), dev), spatial, modes, last, kernel_plane)
 
 
 def chain_for(x, dtype, modes):
     """The cached DFT matrices for ``x``'s grid and device in ``dtype``; the last axis on the
-    row FFT kernels where the planner says so (:func:`fftmatvec.gpu.planner.fno_rows`)."""
+    row FFT kernels and the last two on the plane kernels where the planner says so
+    (:func:`fftmatvec.gpu.planner.fno_rows`, :func:`~fftmatvec.gpu.planner.fno_plane`)."""
     name = str(dtype).rsplit(".", 1)[-1]
     spatial, modes = tuple(x.shape[2:]), tuple(modes)
-    rows = frozenset()
+    rows = plane = frozenset()
     if x.device.type == "cuda" and name == "float32":
-        from ..gpu.planner import fno_rows
+        from ..gpu.planner import fno_plane, fno_rows
 
         rows = fno_rows(spatial[-1], modes[-1], name, x.device.index)
-    return _chain(str(x.device), name, spatial, modes, rows)
+        plane = fno_plane(spatial, modes, name, x.device.index)
+    return _chain(str(x.device), name, spatial, modes, rows, plane)
 
 
 def forward_chain(x, weight, bias, chain, cdtype):

@@ -29,7 +29,7 @@ from .rules import (_REAL_SUFFIX, ASYNC_DEFAULTS, ASYNC_FEW, ASYNC_FEW_ROWS, ASY
                     ROW_FFT_MIN_BLOCKS_PER_SM, TILES, WIDE_DEFAULTS, WIDE_MIN_BLOCKS_PER_SM,
                     WIDE_MIN_FILL, XREG_GEMV_KB, XREG_MAX_ND, XREG_MIN_KB, XREG_ND, XREG_TILES,
                     _BATCH_SIZES, _STAGED_J)
-from .rules import FNO_ROWS_R2C_MIN
+from .rules import FNO_PLANE_MIN_FRACTION, FNO_ROWS_R2C_MIN
 from .stage3 import _Launch
 
 
@@ -120,26 +120,78 @@ def fno_rows_auto(n_last: int, m_last: int) -> frozenset:
     return frozenset({"r2c"}) if dense >= FNO_ROWS_R2C_MIN else frozenset()
 
 
+def _fno_kernels_why(dtype) -> str | None:
+    """Why the FNO layer's FFT kernels cannot run a layer computing in ``dtype`` (None where
+    they can): they run in float32, launched through CuPy."""
+    if np.dtype(dtype) != np.float32:
+        return f"they run in float32, the layer computes in {np.dtype(dtype)}"
+    if not kernels.available():
+        return "no GPU is present to CuPy (the kernels launch through it)"
+    return None
+
+
+def _block_smem(device_id: int) -> int:
+    """The bytes of shared memory one block may take on device ``device_id``."""
+    with backend.cupy.cuda.Device(device_id):
+        return backend.shared_memory_limits()[1]
+
+
 @functools.lru_cache(maxsize=256)
 def _fno_rows(n_last: int, m_last: int, dtype: str, device_id: int, mode: str) -> frozenset:
     """:func:`fno_rows` for a ``mode`` of ``"auto"`` or ``"1"``, once per layer shape (on the
     path of every call)."""
-    why = None
-    if np.dtype(dtype) != np.float32:
-        why = f"they run in float32, the layer computes in {np.dtype(dtype)}"
-    elif not kernels.available():
-        why = "no GPU is present to CuPy (the kernels launch through it)"
-    else:
+    why = _fno_kernels_why(dtype)
+    if why is None:
         from ..fno import _rows
 
-        with backend.cupy.cuda.Device(device_id):
-            smem = backend.shared_memory_limits()[1]
+        smem = _block_smem(device_id)
         if not _rows.supported(n_last, m_last, smem):
             why = (f"they take no last axis of {n_last} points keeping {m_last} bins (a "
                    f"5-smooth complex length that fits {smem} bytes of shared memory)")
     if unavailable("fno_rows", mode, "the FNO row kernels cannot run this layer", why):
         return frozenset()
     return frozenset({"r2c", "c2r"}) if mode == "1" else fno_rows_auto(n_last, m_last)
+
+
+def fno_plane(spatial, modes, dtype, device_id: int) -> frozenset:
+    """Which steps of the FNO layer's DFT chain run the last two axes (a plane) at once on the
+    plane kernels (:class:`fftmatvec.fno._rows.Plane`) instead of a GEMM an axis: a subset of
+    ``{"r2c", "c2r"}`` (the forward transforms: the analysis and the adjoint of the synthesis;
+    the inverse ones: the synthesis and the adjoint of the analysis). By default
+    :func:`fno_plane_auto` where the kernels take the plane (two or more axes, float32 on a
+    GPU, 5-smooth complex lengths that fit a block); plan key ``fno_plane``: ``0`` none, ``1``
+    both, an error where the kernels cannot."""
+    mode = plan_mode(None, "fno_plane")
+    if mode == "0":
+        return frozenset()
+    return _fno_plane(tuple(int(n) for n in spatial), tuple(int(m) for m in modes),
+                      np.dtype(dtype).str, int(device_id), mode)
+
+
+def fno_plane_auto(spatial, modes) -> frozenset:
+    """The steps of :func:`fno_plane` by default: both, where the layer has two or more axes and
+    the first axis of the plane keeps at least
+    :data:`~fftmatvec.gpu.rules.FNO_PLANE_MIN_FRACTION` of its frequencies."""
+    if len(spatial) < 2 or modes[-2] < FNO_PLANE_MIN_FRACTION * spatial[-2]:
+        return frozenset()
+    return frozenset({"r2c", "c2r"})
+
+
+@functools.lru_cache(maxsize=256)
+def _fno_plane(spatial: tuple, modes: tuple, dtype: str, device_id: int, mode: str) -> frozenset:
+    """:func:`fno_plane` for a ``mode`` of ``"auto"`` or ``"1"``, once per layer shape."""
+    why = "the layer has one axis" if len(spatial) < 2 else _fno_kernels_why(dtype)
+    if why is None:
+        from ..fno import _rows
+
+        smem = _block_smem(device_id)
+        if not _rows.plane_supported(*spatial[-2:], *modes[-2:], smem):
+            why = (f"they take no plane of {spatial[-2]} x {spatial[-1]} points keeping "
+                   f"{modes[-2]} x {modes[-1]} modes (5-smooth complex lengths, a row and a "
+                   f"column fitting {smem} bytes of shared memory)")
+    if unavailable("fno_plane", mode, "the FNO plane kernels cannot run this layer", why):
+        return frozenset()
+    return frozenset({"r2c", "c2r"}) if mode == "1" else fno_plane_auto(spatial, modes)
 
 
 class Planner:

@@ -219,6 +219,15 @@ ROW_FFT_MIN_BLOCKS_PER_SM = 3
 # lost or tied at every size measured (46-659 us against 24-628): the GEMMs keep them unless
 # plan fno_rows=1 forces both.
 FNO_ROWS_R2C_MIN = 16.0
+# The FNO layer's last two axes as one kernel a plane (fftmatvec/fno/_rows.py: Plane), both
+# ways, by default where the first of them keeps at least this fraction of its frequencies.
+# On an H200 (docs/benchmarks.md, thirty-eighth run; forward / inverse, the plane kernel against
+# the chain's last-axis transform and first-axis GEMM it replaces) the planes keeping a quarter
+# took (32, 64, 64^2, 16) in 46 / 49 us against 50 / 86, (4, 32, 64^3, 16) in 144 / 172 against
+# 176 / 189 and (16, 128, 256^2, 64) in 727 / 862 against 862 / 1086; those keeping an eighth,
+# whose GEMMs are cheaper, lost or tied: (32, 64, 128^2, 16) 139 / 151 against 122 / 145,
+# (16, 64, 256^2, 32) 284 / 351 against 312 / 291. plan fno_plane=1 forces it.
+FNO_PLANE_MIN_FRACTION = 0.25
 # Stages 3-5 of a one-vector adjoint as one kernel (hip_kernels/fused.cuh: its sums never go
 # through memory, the stage-3 output the inverse FFT would read back). By default for complex128
 # and complex64 storage with at most FUSED_MAX_ND sensors and FUSED_THREADS frequencies, where the

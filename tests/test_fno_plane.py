@@ -1,0 +1,211 @@
+"""The FNO layer's last two axes on the plane kernels (fftmatvec/fno/_rows.py: Plane): against
+NumPy's float64 FFTs, against the GEMM steps of the chain they replace, through the layer
+against the GEMM chain and the dense reference, and the planner's choice."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fftmatvec import FFTMatvecValueError, backend
+from fftmatvec.fno import _dft, _reference, kept_modes, spectral_conv
+from fftmatvec.gpu.planner import fno_plane, fno_plane_auto
+
+from fno_oracle import clear_chains as _clear_chains
+from fno_oracle import dense_reference
+from fno_oracle import layer_grads as _layer_grads
+from fno_oracle import rand_case as _rand
+from fno_oracle import trel as _trel
+
+gpu = pytest.mark.skipif(not backend.gpu_available(), reason="no GPU (CuPy missing or no device)")
+
+# (n0, n1, m0, m1): powers of two and not, odd axes (one complex FFT of the last), one mode,
+# every mode of an odd first axis, the Nyquist bin kept, the benchmark's planes
+PLANES = [(64, 64, 16, 9), (128, 128, 16, 9), (12, 10, 6, 5), (45, 30, 12, 16),
+          (15, 64, 15, 33), (1, 16, 1, 9), (2, 8, 2, 5), (60, 50, 20, 26), (20, 75, 7, 20),
+          (256, 256, 64, 33), (9, 15, 3, 1)]
+
+
+def test_auto_rule():
+    """By default both ways on a layer of two or three axes whose plane's first axis keeps a
+    quarter of its frequencies or more; never on one axis."""
+    assert fno_plane_auto((64, 64), (16, 9)) == {"r2c", "c2r"}
+    assert fno_plane_auto((64, 64, 64), (16, 16, 9)) == {"r2c", "c2r"}
+    assert fno_plane_auto((256, 256), (64, 33)) == {"r2c", "c2r"}
+    assert fno_plane_auto((128, 128), (16, 9)) == set()
+    assert fno_plane_auto((256, 256), (32, 17)) == set()
+    assert fno_plane_auto((128,), (33,)) == set()
+
+
+def test_no_plane_without_a_gpu(monkeypatch):
+    if backend.gpu_available():
+        pytest.skip("a GPU is present")
+    assert not fno_plane((64, 64), (16, 9), np.float32, 0)
+    monkeypatch.setenv("FFTMATVEC_PLAN", "fno_plane=1")
+    with pytest.raises(FFTMatvecValueError, match="fno_plane=1.*no GPU"):
+        fno_plane((64, 64), (16, 9), np.float32, 0)
+
+
+def test_no_plane_in_float64_or_one_axis(monkeypatch):
+    monkeypatch.setenv("FFTMATVEC_PLAN", "fno_plane=1")
+    with pytest.raises(FFTMatvecValueError, match="fno_plane=1.*float32.*float64"):
+        fno_plane((64, 64), (16, 9), np.float64, 0)
+    with pytest.raises(FFTMatvecValueError, match="fno_plane=1.*one axis"):
+        fno_plane((128,), (33,), np.float32, 0)
+    monkeypatch.setenv("FFTMATVEC_PLAN", "fno_plane=0")
+    assert not fno_plane((64, 64), (16, 9), np.float32, 0)
+
+
+def _fft_r2c(a, n0, n1, m0, m1, bins, s0, s1):
+    """The plane kernel's forward transform in float64: ``a`` ``(P, n0 n1)``."""
+    X = np.fft.fft(np.fft.rfft(a.reshape(-1, n0, n1), axis=-1), axis=-2)
+    Z = X[:, bins, :m1] * (s0 * np.asarray(s1))
+    return np.concatenate([Z.real, Z.imag], axis=1).reshape(a.shape[0], -1)
+
+
+def _fft_c2r(v, n0, n1, m0, m1, bins, s0, s1):
+    """The plane kernel's inverse transform in float64: ``v`` ``(P, 2 m0 m1)``."""
+    v = v.reshape(-1, 2, m0, m1)
+    Z = np.zeros((v.shape[0], n0, n1 // 2 + 1), dtype=complex)
+    Z[:, bins, :m1] = s0 * (v[:, 0] + 1j * v[:, 1])
+    W = np.fft.ifft(Z, axis=-2) * n0
+    W[..., :m1] *= np.asarray(s1)
+    W[..., 0] = W[..., 0].real
+    if n1 % 2 == 0:
+        W[..., n1 // 2] = W[..., n1 // 2].real
+    return (np.fft.irfft(W, n=n1, axis=-1) * n1).reshape(v.shape[0], -1)
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("n0,n1,m0,m1", PLANES)
+@pytest.mark.parametrize("kind", ["r2c", "c2r"])
+def test_plane_matches_numpy_fft(rng, kind, n0, n1, m0, m1):
+    """Each direction, with bins scattered over the first axis and scales of both axes, equals
+    NumPy's float64 FFTs within float32 rounding, on every element of a poisoned output."""
+    from fftmatvec.fno._rows import Plane
+
+    cp = backend.cupy
+    bins = rng.permutation(n0)[:m0]
+    s0, s1 = 0.75, rng.uniform(0.5, 2.0, m1)
+    t = Plane(kind, n0, n1, m0, m1, bins, s0, s1, cp.cuda.Device().id)
+    ref = _fft_r2c if kind == "r2c" else _fft_c2r
+    for planes in (1, 5):
+        a = rng.standard_normal((planes, t.shape[0]))
+        want = ref(a, n0, n1, m0, m1, bins, s0, s1)
+        out = cp.full((planes, t.shape[1]), np.nan, dtype=np.float32)
+        got = t(cp.asarray(a, dtype=np.float32), out=out)
+        assert got is out
+        err = np.abs(cp.asnumpy(got) - want).max() / np.abs(want).max()
+        assert err < 2e-6 * max(1.0, np.log2(n0 * n1)), (kind, n0, n1, m0, m1, planes, err)
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("n0,n1,m0,m1", PLANES)
+def test_plane_set_matches_the_chain_steps(rng, n0, n1, m0, m1):
+    """The four transforms of plane_set stand for the chain's first two steps and their
+    adjoints: equal to the float64 DFT products of a chain without them."""
+    from fftmatvec.fno._rows import plane_set
+
+    cp = backend.cupy
+    chain = _dft.Chain(_reference._xp_ops(np, np.dtype(np.float64)), (n0, n1), (m0, m1))
+    kernels = plane_set((n0, n1), (m0, m1), cp.cuda.Device().id)
+    B, C = 2, 3
+    x = rng.standard_normal((B, C, n0, n1))
+    Y = rng.standard_normal((B, C, 2, m0 * m1))
+    steps = {"ana": (x, chain.analysis), "synT": (x, chain.synthesis_adjoint),
+             "syn": (Y, chain.synthesis), "anaT": (Y, chain.analysis_adjoint)}
+    for name, (a, step) in steps.items():
+        want = step(a).reshape(B * C, -1)
+        got = cp.asnumpy(kernels[name](cp.asarray(a.reshape(B * C, -1), dtype=np.float32)))
+        err = np.abs(got - want).max() / np.abs(want).max()
+        assert err < 2e-6 * max(1.0, np.log2(n0 * n1)), (name, err)
+
+
+@gpu
+@pytest.mark.gpu
+def test_plane_checks_its_arguments():
+    from fftmatvec.fno._rows import Plane
+
+    cp = backend.cupy
+    dev = cp.cuda.Device().id
+    with pytest.raises(ValueError, match="no FNO plane kernel for 85 x 85"):
+        Plane("r2c", 85, 85, 12, 7, np.arange(12), 1.0, 1.0, dev)
+    with pytest.raises(ValueError, match="distinct bins"):
+        Plane("c2r", 16, 16, 3, 5, [0, 1, 1], 1.0, 1.0, dev)
+    t = Plane("r2c", 16, 16, 4, 5, np.arange(4), 1.0, 1.0, dev)
+    with pytest.raises(ValueError, match="rows of 256 values"):
+        t(cp.zeros((3, 255), dtype=np.float32))
+    with pytest.raises(ValueError, match="out must be"):
+        t(cp.zeros((3, 256), dtype=np.float32), out=cp.zeros((3, 39), dtype=np.float32))
+
+
+# 2-D and 3-D layers (the plane is the last two axes), odd and non-power-of-two axes
+CASES = [((2, 3, 16, 30), 4, (8, 16)), ((2, 3, 45, 64), 2, (12, 33)),
+         ((2, 2, 12, 10, 16), 3, (6, 5, 9)), ((2, 2, 20, 75), 3, (7, 20)),
+         ((3, 2, 64, 64), 3, (16, 16)), ((2, 2, 6, 9, 8), 2, (3, 5, 8))]
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,cout,n_modes", CASES)
+def test_cupy_layer_on_planes_matches_reference(monkeypatch, rng, shape, cout, n_modes):
+    """The CuPy float32 layer on the plane kernels (plan fno_plane=1) within 1e-5 of the dense
+    float64 reference."""
+    monkeypatch.setenv("FFTMATVEC_PLAN", "fno_plane=1")
+    cp = backend.cupy
+    x, w, b = _rand(rng, shape, cout, n_modes)
+    want = dense_reference(x, w, n_modes, b)
+    args = (cp.asarray(x, dtype=np.float32), cp.asarray(w.astype(np.complex64)), n_modes,
+            cp.asarray(b, dtype=np.float32))
+    _clear_chains()
+    try:
+        got = spectral_conv(*args, method="dft")
+    finally:
+        _clear_chains()
+    modes = tuple(int(v) for v in kept_modes(n_modes))
+    assert fno_plane(shape[2:], modes, np.float32, cp.cuda.Device().id) == {"r2c", "c2r"}
+    err = np.abs(cp.asnumpy(got) - want).max() / np.abs(want).max()
+    assert err < 1e-5
+
+
+torch = pytest.importorskip("torch")
+cuda = pytest.mark.skipif(not (torch.cuda.is_available() and backend.gpu_available()),
+                          reason="no CUDA device for PyTorch and CuPy")
+
+
+@cuda
+@pytest.mark.gpu
+@pytest.mark.parametrize("graphs", [False, True])
+@pytest.mark.parametrize("shape,cout,n_modes", CASES)
+def test_torch_layer_on_planes_matches_gemm_chain(monkeypatch, rng, shape, cout, n_modes,
+                                                  graphs):
+    """Output and the input, weight and bias gradients of the layer on the plane kernels (plan
+    fno_plane=1) agree with the GEMM chain (plan fno_plane=0, fno_rows=0) within 1e-5,
+    eagerly and replayed as graphs, and with the dense reference."""
+    from fftmatvec.fno import _torch_dft
+
+    x, w, b = _rand(rng, shape, cout, n_modes)
+    dev = torch.device("cuda")
+    xt = torch.as_tensor(x, dtype=torch.float32, device=dev)
+    wt = torch.as_tensor(w.astype(np.complex64), device=dev)
+    bt = torch.as_tensor(b, dtype=torch.float32, device=dev)
+    modes = tuple(int(v) for v in kept_modes(n_modes))
+    try:
+        monkeypatch.setenv("FFTMATVEC_PLAN", "fno_plane=1")
+        _clear_chains()
+        got = _layer_grads(xt, wt, bt, n_modes, graphs)
+        rows = _torch_dft.chain_for(xt, torch.float32, modes).rows
+        assert {r for r in rows if r.startswith("plane:")} == \
+            {"plane:ana", "plane:anaT", "plane:syn", "plane:synT"}
+        monkeypatch.setenv("FFTMATVEC_PLAN", "fno_rows=0,fno_plane=0")
+        want = _layer_grads(xt, wt, bt, n_modes, graphs)
+        assert _torch_dft.chain_for(xt, torch.float32, modes).rows == ()
+    finally:
+        monkeypatch.delenv("FFTMATVEC_PLAN", raising=False)
+        _clear_chains()
+    for name, a, c in zip(("y", "dx", "dW", "db"), got, want):
+        assert _trel(a, c) < 1e-5, (name, _trel(a, c))
+    assert _trel(got[0].double().cpu(), torch.as_tensor(dense_reference(x, w, n_modes, b))) \
+        < 1e-5
