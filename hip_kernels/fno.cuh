@@ -105,11 +105,18 @@ __device__ __forceinline__ void fno_plane_rfft_body(
   float2* b = a + rpb * (nc1 + 1);
   const i64 plane = blockIdx.x;
   const float* xp = x + plane * n0 * n1;
-  unsigned int km = 0u;
+  const bool packed = n1 % 2 == 0;
   for (int r0 = 0; r0 < n0; r0 += rpb) {
     const int nrow = n0 - r0 < rpb ? n0 - r0 : rpb;
-    const float2* z = rfft_rows<MAXR, float, float, float>(xp + (i64)r0 * n1, a, b, tw1, nrow,
-                                                           n1, n1, rad1, np1, false, km);
+    // rfft_rows' transforms with one load for both parities (an even row packed two samples a
+    // value, an odd one a sample): one first pass in the code, not two, which kept the kernel
+    // within the AMD scalar registers
+    auto load = [&](int r, int m) {
+      const float* xr = xp + (i64)(r0 + r) * n1;
+      return packed ? make_c(xr[2 * m], xr[2 * m + 1]) : make_c(xr[m], 0.f);
+    };
+    const float2* z = fft_rows_loaded<MAXR, -1, float2>(load, a, b, tw1 + nc1 / 2 + 1, nc1, nrow,
+                                                        rad1, np1);
     rfft_split(z, tw1, nrow, n1, [&](int r, int f, float2 v) {
       if (f < m1) T[f * n0p + r0 + r] = c_scale(v, s1[f]);
     });
@@ -121,11 +128,11 @@ __device__ __forceinline__ void fno_plane_rfft_body(
     auto load = [&](int r, int m) { return T[(k0 + r) * n0p + m]; };
     const float2* Z = fft_rows_loaded<MAXR, -1, float2>(load, a, a + g * n0, tw0 + n0 / 2 + 1,
                                                         n0, ng, rad0, np0);
-    for (int i = threadIdx.x; i < ng * m0; i += blockDim.x) {
-      const int j = i / ng, r = i - j * ng;
-      const float2 v = Z[r * n0 + bins0[j]];
-      o[j * m1 + k0 + r] = v.x * s0;
-      o[M + j * m1 + k0 + r] = v.y * s0;
+    RowCursor at(ng);  // (mode j, column r)
+    for (int i = threadIdx.x; i < ng * m0; i += blockDim.x, at.next()) {
+      const float2 v = Z[at.c * n0 + bins0[at.r]];
+      o[at.r * m1 + k0 + at.c] = v.x * s0;
+      o[M + at.r * m1 + k0 + at.c] = v.y * s0;
     }
     __syncthreads();
   }

@@ -435,10 +435,9 @@ __device__ __forceinline__ void rfft_split(const C* z, const C* __restrict__ tw,
   typedef typename RealOf<C>::type R;
   if (L % 2 != 0) {  // the first nf values of the transform, as they are
     const int nf = L / 2 + 1;
-    for (int i = threadIdx.x; i < nrow * nf; i += blockDim.x) {
-      const int r = i / nf, f = i - r * nf;
-      emit(r, f, z[r * L + f]);
-    }
+    RowCursor at(nf);
+    for (int i = threadIdx.x; i < nrow * nf; i += blockDim.x, at.next())
+      emit(at.r, at.c, z[at.r * L + at.c]);
     return;
   }
   const int n = L / 2, half = n / 2 + 1;

@@ -80,15 +80,17 @@ def _fft_c2r(v, n0, n1, m0, m1, bins, s0, s1):
 @pytest.mark.gpu
 @pytest.mark.parametrize("n0,n1,m0,m1", PLANES)
 @pytest.mark.parametrize("kind", ["r2c", "c2r"])
-def test_plane_matches_numpy_fft(rng, kind, n0, n1, m0, m1):
+@pytest.mark.parametrize("threads", [None, 128, 256])
+def test_plane_matches_numpy_fft(rng, kind, n0, n1, m0, m1, threads):
     """Each direction, with bins scattered over the first axis and scales of both axes, equals
-    NumPy's float64 FFTs within float32 rounding, on every element of a poisoned output."""
+    NumPy's float64 FFTs within float32 rounding, on every element of a poisoned output; with
+    the default threads and with both of the sweep's."""
     from fftmatvec.fno._rows import Plane
 
     cp = backend.cupy
     bins = rng.permutation(n0)[:m0]
     s0, s1 = 0.75, rng.uniform(0.5, 2.0, m1)
-    t = Plane(kind, n0, n1, m0, m1, bins, s0, s1, cp.cuda.Device().id)
+    t = Plane(kind, n0, n1, m0, m1, bins, s0, s1, cp.cuda.Device().id, threads=threads)
     ref = _fft_r2c if kind == "r2c" else _fft_c2r
     for planes in (1, 5):
         a = rng.standard_normal((planes, t.shape[0]))
@@ -134,6 +136,8 @@ def test_plane_checks_its_arguments():
         Plane("r2c", 85, 85, 12, 7, np.arange(12), 1.0, 1.0, dev)
     with pytest.raises(ValueError, match="distinct bins"):
         Plane("c2r", 16, 16, 3, 5, [0, 1, 1], 1.0, 1.0, dev)
+    with pytest.raises(ValueError, match=r"threads must be in \[1, 256\], got 512"):
+        Plane("r2c", 16, 16, 4, 5, np.arange(4), 1.0, 1.0, dev, threads=512)
     t = Plane("r2c", 16, 16, 4, 5, np.arange(4), 1.0, 1.0, dev)
     with pytest.raises(ValueError, match="rows of 256 values"):
         t(cp.zeros((3, 255), dtype=np.float32))
