@@ -8,8 +8,9 @@ forward and forward+backward median times of
 * ``fftmatvec.fno.SpectralConv`` with ``method="dft"`` (the truncated transforms as dense DFT
   GEMMs, the last two axes on the plane kernels and the last axis on the row FFT kernels
   where the planner takes them; on a GPU its
-  chains replayed as CUDA graphs, the default), the same with ``graphs=False``
-  (``dft-nograph``: the chains launched op by op), the same with every axis as GEMMs
+  chains replayed as CUDA graphs where ``graphs="auto"`` says so, the default), the same with
+  ``graphs=False`` (``dft-nograph``: the chains launched op by op) and ``graphs=True``
+  (``dft-graph``, on a GPU: replayed at every size), the same with every axis as GEMMs
   (``dft-gemm``: plan ``fno_rows=0,fno_plane=0``) and with the last two axes not on the
   plane kernels (``dft-noplane``: plan ``fno_plane=0``), and ``method="fft"`` (full FFTs),
   and the method ``"auto"`` picks;
@@ -25,9 +26,15 @@ Printed per case and pass: the floor, every time, ``eager / dft`` and ``nop / df
 of the DFT path), ``floor / dft`` (the fraction of the floor the DFT path reaches) and the
 relative difference of the DFT path's output to the FFT path's.
 
+With ``--profile``, instead of the table: for each case, the GPU kernels of the DFT path's
+forward and forward+backward (``torch.profiler``, ``--reps`` calls), each kernel's device time a
+call, the sum, and the wall time a call, to see where a layer's time goes. ``--cases`` picks
+cases of the list by their index (from 0).
+
 Usage::
 
-    python scripts/bench_fno.py [--reps N] [--json FILE] [--sixteen bfloat16]
+    python scripts/bench_fno.py [--reps N] [--json FILE] [--sixteen bfloat16] [--cases 0,6]
+    python scripts/bench_fno.py --profile --cases 1,6 [--graphs 0]
     python scripts/bench_fno.py --device cpu --small      # a quick local check
 """
 
@@ -130,13 +137,15 @@ def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls):
     dft = SpectralConv(C, C, n_modes, device=device, method="dft")
     fft = SpectralConv(C, C, n_modes, device=device, method="fft")
     nograph = SpectralConv(C, C, n_modes, device=device, method="dft", graphs=False)
+    graph = SpectralConv(C, C, n_modes, device=device, method="dft", graphs=True)
     with torch.no_grad():
-        for other in (fft, nograph):
+        for other in (fft, nograph, graph):
             other.weight.copy_(dft.weight)
             other.bias.copy_(dft.bias)
     modes = dft.modes
     eager_fn = make_eager((B, C) + grid, dft.weight, modes, dft.bias)
     impls = {"eager": eager_fn, "dft": dft, "dft-nograph": nograph, "fft": fft,
+             **({"dft-graph": graph} if device.type == "cuda" else {}),
              "dft-gemm": _planned(dft, "fno_rows=0,fno_plane=0"),
              "dft-noplane": _planned(dft, "fno_plane=0")}
     if nop_cls is not None:
@@ -182,6 +191,46 @@ def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls):
     return rows
 
 
+def profile_case(B, C, grid, m, device, reps, graphs, top=12):
+    """Print the GPU kernels of the DFT path's forward and forward+backward on one case."""
+    from torch.profiler import ProfilerActivity, profile
+
+    layer = SpectralConv(C, C, tuple([m] * len(grid)), device=device, method="dft",
+                         graphs="auto" if graphs else False)
+    x = torch.randn((B, C) + grid, device=device)
+    xg = x.detach().requires_grad_(True)
+    g = torch.randn_like(x)
+
+    def fwd():
+        with torch.no_grad():
+            layer(x)
+
+    def fwd_bwd():
+        layer(xg).backward(g)
+
+    for pss, fn in (("fwd", fwd), ("fwd+bwd", fwd_bwd)):
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(reps):
+                fn()
+            torch.cuda.synchronize(device)
+        wall = (time.perf_counter() - t0) / reps * 1e6
+        kernels = {}
+        for e in prof.events():
+            if e.device_type == torch.autograd.DeviceType.CUDA:
+                k = kernels.setdefault(e.name, [0.0, 0])
+                k[0] += e.time_range.elapsed_us()
+                k[1] += 1
+        total = sum(v[0] for v in kernels.values()) / reps
+        print(f"{str((B, C, grid, m)):>30} {pss:>7}: GPU {total:8.1f} us a call, wall "
+              f"{wall:8.1f} us a call (profiled), graphs={'auto' if graphs else 'off'}")
+        for name, (t, n) in sorted(kernels.items(), key=lambda kv: -kv[1][0])[:top]:
+            print(f"{'':>12}{t / reps:8.1f} us {n / reps:5.1f}x  {name[:90]}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=20)
@@ -190,8 +239,22 @@ def main():
     ap.add_argument("--small", action="store_true", help="small sizes, for a quick CPU check")
     ap.add_argument("--sixteen", choices=["bfloat16", "float16"],
                     help="also time the DFT path with 16-bit input and storage")
+    ap.add_argument("--cases", help="indices of the cases to run, comma-separated")
+    ap.add_argument("--profile", action="store_true",
+                    help="print the DFT path's GPU kernels per case instead of the table")
+    ap.add_argument("--graphs", type=int, choices=[0, 1], default=1,
+                    help="with --profile: replay CUDA graphs where 'auto' does (1) or not (0)")
     args = ap.parse_args()
     device = torch.device(args.device)
+    sizes = SMALL if args.small else SIZES
+    if args.cases:
+        sizes = [sizes[int(i)] for i in args.cases.split(",")]
+    if args.profile:
+        if device.type != "cuda":
+            raise SystemExit("--profile times the GPU kernels: it needs a CUDA device")
+        for B, C, grid, m in sizes:
+            profile_case(B, C, grid, m, device, args.reps, args.graphs)
+        return
     try:
         from neuralop.layers.spectral_convolution import SpectralConv as NeuralopConv
     except Exception:  # noqa: BLE001 - any import failure: run without it
@@ -201,12 +264,13 @@ def main():
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"device: {name}, copy bandwidth {bw / 1e9:.0f} GB/s, torch {torch.__version__}")
     extra = [args.sixteen] if args.sixteen else []
-    cols = ["eager", "nop", "fft", "dft-gemm", "dft-noplane", "dft-nograph", "dft"] + extra
+    cols = ["eager", "nop", "fft", "dft-gemm", "dft-noplane", "dft-nograph", "dft-graph",
+            "dft"] + extra
     print(f"{'case':>30} {'pass':>7} {'auto':>4} {'floor us':>9} "
           + " ".join(f"{c + ' us':>{max(10, len(c) + 3)}}" for c in cols)
           + f" {'eager/dft':>9} {'nop/dft':>8} {'floor/dft':>9} {'dft-fft':>8}")
     rows = []
-    for B, C, grid, m in (SMALL if args.small else SIZES):
+    for B, C, grid, m in sizes:
         for r in bench_case(B, C, grid, m, device, timed, bw, args.reps, args.sixteen,
                             NeuralopConv):
             rows.append(r)

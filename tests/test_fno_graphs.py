@@ -9,6 +9,7 @@ everywhere; the tests marked ``gpu`` capture real graphs.
 from __future__ import annotations
 
 import contextlib
+import math
 import types
 import warnings
 
@@ -398,13 +399,21 @@ def fake(monkeypatch, cache):
     return log
 
 
+@pytest.fixture(params=["whole", "ends"])
+def ends(request, monkeypatch):
+    """The graphs hold the whole chains (``"whole"``) or their middles, the ends outside
+    (``"ends"``), whatever the layer's size (:func:`fftmatvec.fno._graphs.ends_outside`)."""
+    monkeypatch.setattr(_graphs, "ENDS_MIN_BYTES", 0 if request.param == "ends" else 2**62)
+    return request.param
+
+
 REPLAY_CASES = [((2, 3, 16), 8, True), ((2, 3, 12, 10), (6, 8), True),
                 ((2, 3, 9, 10), (2, 4), True),        # no constant mode: the bias on y
                 ((2, 3, 12, 10), (6, 8), False), ((1, 2, 6, 5, 8), (4, 3, 6), True)]
 
 
 @pytest.mark.parametrize("shape,n_modes,bias", REPLAY_CASES)
-def test_replay_matches_eager(fake, cache, shape, n_modes, bias):
+def test_replay_matches_eager(fake, cache, ends, shape, n_modes, bias):
     """Forward and backward through the replay equal the eager chain; one forward and one
     backward graph serve both steps, and nothing returned aliases a graph's buffers."""
     layer = _layer(shape[1], 4, n_modes, bias=bias)
@@ -433,7 +442,7 @@ def test_replay_matches_eager(fake, cache, shape, n_modes, bias):
 @pytest.mark.parametrize("need", [(True, True, True), (True, False, False),
                                   (False, True, False), (False, False, True),
                                   (True, True, False), (False, True, True)])
-def test_replay_needs_input_grad(fake, cache, need):
+def test_replay_needs_input_grad(fake, cache, ends, need):
     """Each combination of wanted gradients has its backward graph and gives the eager
     chain's gradients (None where not wanted)."""
     need_x, need_w, need_b = need
@@ -451,7 +460,7 @@ def test_replay_needs_input_grad(fake, cache, need):
     assert len(bwd) == 1 and bwd[0][3] == need
 
 
-def test_replay_two_forwards_one_backward(fake, cache):
+def test_replay_two_forwards_one_backward(fake, cache, ends):
     """A weight-shared layer applied twice before one backward: each forward keeps its own
     modes-major input, and the gradients are the eager chain's."""
     layer = _layer(4, 4, (6, 8))
@@ -488,7 +497,7 @@ def test_replay_replaced_weight_recaptures(fake, cache):
 
 
 @pytest.mark.parametrize("name", ["bfloat16", "float16"])
-def test_replay_sixteen_bit(fake, cache, name):
+def test_replay_sixteen_bit(fake, cache, ends, name):
     layer = _layer(3, 4, (6, 8), compute_dtype=getattr(torch, name))
     x, g = torch.randn(2, 3, 12, 10), torch.randn(2, 4, 12, 10)
     _close(_step(layer, x, g), _step(_twin(layer, graphs=False), x, g), 1e-6)
@@ -530,7 +539,7 @@ GPU_CASES = [((4, 8, 64), 32), ((4, 16, 40, 36), (12, 16)), ((3, 8, 9, 10), (2, 
 @pytest.mark.gpu
 @cuda
 @pytest.mark.parametrize("shape,n_modes", GPU_CASES)
-def test_cuda_graphs_match_eager(cache, shape, n_modes):
+def test_cuda_graphs_match_eager(cache, ends, shape, n_modes):
     """Graphed forward and backward against graphs=False, float32, 1e-6; two graphs captured;
     a second step's results leave the first step's unchanged."""
     layer = _layer(shape[1], 6, n_modes, device="cuda")
@@ -572,7 +581,7 @@ def test_cuda_graphs_inference_mode(cache):
 
 @pytest.mark.gpu
 @cuda
-def test_cuda_graphs_outputs_do_not_alias(cache):
+def test_cuda_graphs_outputs_do_not_alias(cache, ends):
     """Calling twice and keeping the first result: it is unchanged (forward and gradient)."""
     layer = _layer(8, 8, (12, 12), device="cuda")
     x1, x2 = torch.randn(4, 8, 32, 32, device="cuda"), torch.randn(4, 8, 32, 32, device="cuda")
@@ -600,7 +609,7 @@ def test_cuda_graphs_outputs_do_not_alias(cache):
 @pytest.mark.parametrize("need", [(True, False, False), (False, True, False),
                                   (False, False, True), (True, True, False)])
 @pytest.mark.parametrize("bias", [True, False])
-def test_cuda_graphs_needs_input_grad(cache, need, bias):
+def test_cuda_graphs_needs_input_grad(cache, ends, need, bias):
     need_x, need_w, need_b = need
     if need_b and not bias:
         pytest.skip("no bias to differentiate")
@@ -618,7 +627,7 @@ def test_cuda_graphs_needs_input_grad(cache, need, bias):
 
 @pytest.mark.gpu
 @cuda
-def test_cuda_graphs_two_forwards_one_backward(cache):
+def test_cuda_graphs_two_forwards_one_backward(cache, ends):
     layer = _layer(8, 8, (12, 12), device="cuda")
     eager = _twin(layer, graphs=False)
     x, g = torch.randn(4, 8, 32, 32, device="cuda"), torch.randn(4, 8, 32, 32, device="cuda")
@@ -704,7 +713,7 @@ def test_cuda_graphs_with_torch_compile(cache):
 @pytest.mark.gpu
 @cuda
 @pytest.mark.parametrize("name", ["bfloat16", "float16"])
-def test_cuda_graphs_sixteen_bit(cache, name):
+def test_cuda_graphs_sixteen_bit(cache, ends, name):
     layer = _layer(8, 6, (12, 12), device="cuda", compute_dtype=getattr(torch, name))
     x, g = torch.randn(4, 8, 30, 30, device="cuda"), torch.randn(4, 6, 30, 30, device="cuda")
     _close(_step(layer, x, g), _step(_twin(layer, graphs=False), x, g), 1e-2)
@@ -774,15 +783,50 @@ def test_cuda_graphs_failed_capture():
 
 
 def test_auto_captures_only_layers_whose_input_and_output_fit():
-    """``graphs="auto"``: inputs and outputs of at most 192 MiB in inference (the 1-D and 64^2
-    benchmark layers, 67-134 MB), 384 MiB where gradients are wanted ((32, 64, 128^2), 268 MB);
-    the 256^2 layers (537 MB and more) run op by op; more output channels count."""
+    """``graphs="auto"``: inputs and outputs of at most 384 MiB (the 1-D and 64^2 benchmark
+    layers, 67-134 MB, and (32, 64, 128^2), 268 MB), in inference as in training; the 256^2
+    layers (537 MB and more) run op by op; more output channels count. From 192 MiB the graphs
+    hold the chains' middles only."""
     fits = _graphs.auto_fits
     assert fits((32, 64, 64, 64), 4, 64) and fits((64, 64, 4096), 4, 64)
-    assert not fits((32, 64, 128, 128), 4, 64)
+    assert fits((32, 64, 128, 128), 4, 64)
     assert fits((32, 64, 128, 128), 4, 64, training=True)
-    assert not fits((16, 64, 256, 256), 4, 64, training=True)
+    assert not fits((16, 64, 256, 256), 4, 64) and not fits((16, 64, 256, 256), 4, 64, True)
     assert not fits((32, 64, 64, 64), 4, 1024)
-    assert fits((32, 64, 128, 128), 2, 64)  # 16-bit storage: half the bytes
+    assert fits((16, 64, 256, 256), 2, 64)  # 16-bit storage: half the bytes
     limit = _graphs.AUTO_MAX_BYTES
     assert fits((1, 1, limit // 8), 4, 1) and not fits((1, 1, limit // 8 + 1), 4, 1)
+    ends = _graphs.ends_outside
+    assert not ends((32, 64, 64, 64), 4, 64) and not ends((1024, 64, 128), 4, 64)
+    assert ends((32, 64, 128, 128), 4, 64) and ends((4, 32, 64, 64, 64), 4, 32)
+    assert not ends((32, 64, 128, 128), 2, 64)
+    edge = _graphs.ENDS_MIN_BYTES
+    assert not ends((1, 1, edge // 8), 4, 1) and ends((1, 1, edge // 8 + 1), 4, 1)
+
+
+@pytest.mark.parametrize("shape,n_modes", [((2, 3, 16), 8), ((2, 3, 12, 10), (6, 8)),
+                                           ((1, 2, 6, 5, 8), (4, 3, 6))])
+def test_replay_ends_outside_the_graph(fake, cache, monkeypatch, shape, n_modes):
+    """With the ends outside, the graphs hold the chains' middles: the forward graph's input is
+    the first step's rows (not a copy of x) and the backward's the adjoint's; the output and
+    dL/dx are new tensors, sharing no memory with a graph's buffers; a layer below
+    ENDS_MIN_BYTES keeps its whole chain in the graph."""
+    monkeypatch.setattr(_graphs, "ENDS_MIN_BYTES", 0)
+    layer = _layer(shape[1], 4, n_modes)
+    x = torch.randn(shape).requires_grad_(True)
+    y = layer(x)
+    y.backward(torch.randn_like(y))
+    fwd, bwd = cache._entries.values()
+    per_row = shape[-1]                  # on the CPU the first step is the last axis's GEMM
+    for entry, channels in ((fwd, shape[1]), (bwd, 4)):   # dL/dy has the 4 output channels
+        rows = shape[0] * channels * math.prod(shape[2:]) // per_row
+        assert entry.inputs[0].dim() == 2 and entry.inputs[0].shape[0] == rows
+        buffers = {t.untyped_storage().data_ptr() for t in entry.inputs + entry.outputs
+                   if t is not None}
+        for t in (y, x.grad):
+            assert t.untyped_storage().data_ptr() not in buffers
+    clear_graphs()
+    monkeypatch.setattr(_graphs, "ENDS_MIN_BYTES", 2**62)
+    y = layer(x)
+    (fwd,) = cache._entries.values()
+    assert fwd.inputs[0].shape == x.shape

@@ -134,13 +134,16 @@ class Ops:
     the host, an empty array, and ``a - b``, ``a + b``, ``-a`` written into a strided ``out``
     (``sub(out, a, b)``); for the complex channel product, ``as_complex`` (a contiguous real
     array ending in 2 seen as complex), ``as_real`` (the inverse view) and ``conj_t`` (the
-    conjugate transpose of the last two axes)."""
+    conjugate transpose of the last two axes); ``matmul(a, b, out)``, a product written into
+    a given array (the ends of a chain whose middle is a CUDA graph write and read its
+    buffers)."""
 
     def __init__(self, view, matrix, empty, sub, add, neg, as_complex=None, as_real=None,
-                 conj_t=None):
+                 conj_t=None, matmul=None):
         self.view, self.matrix, self.empty = view, matrix, empty
         self.sub, self.add, self.neg = sub, add, neg
         self.as_complex, self.as_real, self.conj_t = as_complex, as_real, conj_t
+        self.matmul = matmul
 
     def perm(self, a, axes):
         out = self.empty(tuple(a.shape[i] for i in axes))
@@ -160,39 +163,63 @@ def _left(L, X):
     return L @ X if X.shape[0] > 1 else (L @ X[0])[None]
 
 
-def _right(a, last):
-    """``a @ last``, or ``last(a)`` where the last axis runs on kernels (:mod:`._rows`)."""
-    return last(a) if callable(last) else a @ last
+def _right(a, last, out=None, matmul=None):
+    """``a @ last``, or ``last(a)`` where the last axis runs on kernels (:mod:`._rows`); into
+    ``out`` where given (``matmul(a, last, out)`` for a matrix)."""
+    if callable(last):
+        return last(a) if out is None else last(a, out=out)
+    return a @ last if out is None else matmul(a, last, out)
 
 
-def analysis_chain(x, last, axes, plane=None):
-    """``x`` ``(B, C, *spatial)`` -> ``(B, C, 2, M)``; ``axes[a]`` ``(2 m_a, 2 N_a)``;
-    ``plane``: where given, the last two axes at once (:class:`._rows.Plane`)."""
-    B, C, *sp = x.shape
-    d = len(sp)
+def analysis_start(x, last, plane=None, out=None, matmul=None):
+    """The analysis's first step: ``x`` ``(B, C, *spatial)`` through its last axis (``last``)
+    or its last two (``plane``, :class:`._rows.Plane`), as rows ``(rows, width)``."""
+    sp = x.shape[2:]
     if plane is not None:
-        X = plane(x.reshape(-1, sp[-2] * sp[-1]))
-        top = d - 3
-    else:
-        X = _right(x.reshape(-1, sp[-1]), last)
-        top = d - 2
-    for a in range(top, -1, -1):
+        return _right(x.reshape(-1, sp[-2] * sp[-1]), plane, out)
+    return _right(x.reshape(-1, sp[-1]), last, out, matmul)
+
+
+def analysis_rest(X, shape, axes, plane=None):
+    """The analysis after :func:`analysis_start`: its rows ``X`` -> ``(B, C, 2, M)`` for an
+    input of ``shape``; ``axes[a]`` ``(2 m_a, 2 N_a)``."""
+    B, C, *sp = shape
+    d = len(sp)
+    for a in range(d - 3 if plane is not None else d - 2, -1, -1):
         batch = B * C * math.prod(sp[:a])
         X = _left(axes[a], X.reshape(batch, 2 * sp[a], -1))
     return X.reshape(B, C, 2, -1)
 
 
-def synthesis_chain(Y, axes, last, spatial, plane=None):
-    """``Y`` ``(B, O, 2, M)`` -> ``(B, O, *spatial)``; ``axes[a]`` ``(2 N_a, 2 m_a)``;
+def analysis_chain(x, last, axes, plane=None):
+    """``x`` ``(B, C, *spatial)`` -> ``(B, C, 2, M)``; ``axes[a]`` ``(2 m_a, 2 N_a)``;
     ``plane``: where given, the last two axes at once (:class:`._rows.Plane`)."""
+    return analysis_rest(analysis_start(x, last, plane), tuple(x.shape), axes, plane)
+
+
+def synthesis_front(Y, axes, last, spatial, plane=None):
+    """The synthesis but its last step: ``Y`` ``(B, O, 2, M)`` -> the rows that step reads;
+    ``axes[a]`` ``(2 N_a, 2 m_a)``."""
     B, O = Y.shape[:2]
     d = len(spatial)
     for a in range(d - 1 if plane is None else d - 2):
         batch = B * O * math.prod(spatial[:a])
         Y = _left(axes[a], Y.reshape(batch, axes[a].shape[1], -1))
-    if plane is not None:
-        return plane(Y.reshape(-1, plane.shape[0])).reshape((B, O) + tuple(spatial))
-    return _right(Y.reshape(-1, last.shape[0]), last).reshape((B, O) + tuple(spatial))
+    return Y.reshape(-1, (last if plane is None else plane).shape[0])
+
+
+def synthesis_end(T, last, shape, plane=None, out=None, matmul=None):
+    """The synthesis's last step: the rows ``T`` of :func:`synthesis_front` through the last
+    axis (``last``) or the last two (``plane``) -> ``shape`` ``(B, O, *spatial)``; into
+    ``out`` (rows) where given."""
+    return _right(T, last if plane is None else plane, out, matmul).reshape(shape)
+
+
+def synthesis_chain(Y, axes, last, spatial, plane=None):
+    """``Y`` ``(B, O, 2, M)`` -> ``(B, O, *spatial)``; ``axes[a]`` ``(2 N_a, 2 m_a)``;
+    ``plane``: where given, the last two axes at once (:class:`._rows.Plane`)."""
+    shape = tuple(Y.shape[:2]) + tuple(spatial)
+    return synthesis_end(synthesis_front(Y, axes, last, spatial, plane), last, shape, plane)
 
 
 def to_modes_major(ops, X):
@@ -269,6 +296,35 @@ class Chain:
         # the matrices and steps the kernels replace
         self.rows = tuple(sorted(last)) + tuple(f"plane:{k}" for k in sorted(self.plane))
         self.bias_mode = bias_mode(sp, md)
+        self._matmul = ops.matmul
+
+    # Each of the four transforms also in two parts, its first (or last) step and the rest,
+    # for a CUDA graph of the chain's middle whose ends run outside it (``out``: that step's
+    # rows written into the graph's input buffer).
+
+    def analysis_start(self, x, out=None):
+        return analysis_start(x, self.F, self.plane.get("ana"), out, self._matmul)
+
+    def analysis_rest(self, X, shape):
+        return analysis_rest(X, shape, self.L, self.plane.get("ana"))
+
+    def synthesis_front(self, Y):
+        return synthesis_front(Y, self.R, self.A, self.spatial, self.plane.get("syn"))
+
+    def synthesis_end(self, T, shape):
+        return synthesis_end(T, self.A, shape, self.plane.get("syn"))
+
+    def synthesis_adjoint_start(self, g, out=None):
+        return analysis_start(g, self.AT, self.plane.get("synT"), out, self._matmul)
+
+    def synthesis_adjoint_rest(self, G, shape):
+        return analysis_rest(G, shape, self.RT, self.plane.get("synT"))
+
+    def analysis_adjoint_front(self, gX):
+        return synthesis_front(gX, self.LT, self.FT, self.spatial, self.plane.get("anaT"))
+
+    def analysis_adjoint_end(self, T, shape):
+        return synthesis_end(T, self.FT, shape, self.plane.get("anaT"))
 
     def analysis(self, x):
         return analysis_chain(x, self.F, self.L, self.plane.get("ana"))
@@ -310,25 +366,34 @@ def mode_product_complex_adjoint(ops, gY, Xc, Wc, need_x=True, need_w=True):
     return gX, gW
 
 
-def forward(ops, chain, x, W, bias):
-    """The layer's output ``(B, O, *spatial)`` and the modes-major input the backward reads.
+def modes_step(ops, chain, X, W, bias):
+    """The channel product of the analysis's modes ``X`` ``(B, C, 2, M)``: ``Y`` ``(B, O, 2,
+    M)``, the bias added to its constant mode where the layer keeps one (else the caller adds
+    it to the output: :func:`late_bias`), and the modes-major input the backward reads.
 
     ``W``: the weight, modes-major: complex ``(M, C, O)`` for the complex channel product
     (:func:`mode_product_complex`, which then gives ``Xc`` ``(M, B, C)``), or the complex weight
     seen as real ``(M, C, 2O)`` for the real one (:func:`mode_product`, giving ``Xs`` ``(M, 2B,
-    C)``); ``bias`` ``(O,)``.
-    """
-    X = chain.analysis(x)
+    C)``); ``bias`` ``(O,)``."""
     if is_complex(W):
         Y, Xs = mode_product_complex(ops, X, W)
     else:
         Xs = to_modes_major(ops, X)
         Y = mode_product(ops, Xs, W)
-    cout = Y.shape[1]
-    late_bias = bias is not None and chain.bias_mode is None
-    if bias is not None and not late_bias:
-        Y[:, :, 0, chain.bias_mode] += bias.reshape(1, cout)
-    y = chain.synthesis(Y)
-    if late_bias:
-        y = y + bias.reshape((1, cout) + (1,) * len(chain.spatial))
-    return y, Xs
+    if bias is not None and chain.bias_mode is not None:
+        Y[:, :, 0, chain.bias_mode] += bias.reshape(1, Y.shape[1])
+    return Y, Xs
+
+
+def late_bias(chain, y, bias):
+    """``y`` with the bias added where :func:`modes_step` could not (no constant mode)."""
+    if bias is None or chain.bias_mode is not None:
+        return y
+    return y + bias.reshape((1, -1) + (1,) * len(chain.spatial))
+
+
+def forward(ops, chain, x, W, bias):
+    """The layer's output ``(B, O, *spatial)`` and the modes-major input the backward reads
+    (:func:`modes_step`)."""
+    Y, Xs = modes_step(ops, chain, chain.analysis(x), W, bias)
+    return late_bias(chain, chain.synthesis(Y), bias), Xs

@@ -2,9 +2,12 @@
 
 On a small layer the GPU waits for the host: the forward and the backward are chains of 10 to
 15 small launches. Captured once per call signature into a ``torch.cuda.CUDAGraph``, a chain is
-replayed in one launch: the inputs are copied into the graph's static buffers, the graph is
-replayed on the current stream, and the outputs are cloned out of its buffers, so nothing
-returned aliases memory that the next replay overwrites.
+replayed in one launch on the current stream: the inputs are copied into the graph's static
+buffers and the outputs cloned out of its buffers, so nothing returned aliases memory that the
+next replay overwrites. On a larger layer (:func:`ends_outside`) the graph holds the chain's
+middle: the chain's first step runs outside it and writes its rows into the graph's input
+buffer, and its last step reads the graph's output and writes a new tensor
+(:func:`fftmatvec.fno._torch_dft._replay_forward`), so no full-size tensor is copied in or out.
 
 A graph reads the weight and the bias where they lie (their addresses, layouts and dtypes are
 in the key: an optimizer's in-place update is seen, a replaced parameter is a new capture).
@@ -36,15 +39,43 @@ WARMUP = 2
 
 #: ``graphs="auto"`` captures while the input and the output together hold at most this many
 #: bytes: :data:`AUTO_MAX_BYTES` in inference, :data:`AUTO_MAX_BYTES_TRAINING` where gradients
-#: are wanted. A replay copies the input into the graph and the output out of it, two passes
-#: that a large layer's eager chain does not make, against the host time it saves. Measured on
-#: an H200 in float32 (scripts/bench_fno.py, graphed against op by op, µs):
+#: are wanted. A replay of a whole chain copies the input into the graph and the output out
+#: of it, two passes that a large layer's eager chain does not make, against the host time it
+#: saves. Measured on an H200 in float32 (scripts/bench_fno.py, graphed against op by op, µs;
+#: the whole chains in the graphs):
 #: 67-134 MB (64^2, 85^2, the 1-D cases): forward 221 vs 441 to equal, forward+backward
 #: 493 vs 1305, 742 vs 1220; 268 MB ((32, 64, 128^2), (4, 32, 64^3)): forward 479 vs 427 and
 #: 664 vs 517 (slower), forward+backward 1091 vs 1528 and 1328 vs 1697 (faster); 537 MB
 #: ((16, 64, 256^2), (8, 128, 256^2)): both slower (956 vs 754, 2211 vs 1851).
-AUTO_MAX_BYTES = 192 * 2**20
+#: With the ends outside the graphs (:data:`ENDS_MIN_BYTES`; docs/benchmarks.md, thirty-ninth
+#: run) the 268 MB layers gain in inference as well: forward 400-456 against 486-584 µs op by
+#: op at (32, 64, 128^2), 495-549 against 648-798 at (4, 32, 64^3); the 537 MB ones still
+#: tie or lose (769 vs 743, 885 vs 866, 2062 vs 2075; forward+backward 1821 vs 1754).
+AUTO_MAX_BYTES = 384 * 2**20
 AUTO_MAX_BYTES_TRAINING = 384 * 2**20
+
+#: A graph holds only the middle of its chain, the first and the last step run outside it, from
+#: this many bytes of input and output together: there the copies in and out that it saves cost
+#: more than the host time of launching two steps outside it. Below, where a layer waits for
+#: the host, the whole chain is in the graph: the ends outside were slower there on an H200
+#: (thirty-ninth run, µs, whole chain against ends outside, two runs each): (32, 64, 64^2)
+#: forward+backward 779, 561 against 895, 1178; (20, 32, 85^2) 730, 551 against 1443, 1254;
+#: (1024, 64, 128) 881, 723 against 856, 1224; at 268 MB ((32, 64, 128^2), (4, 32, 64^3)) they
+#: gained: forward 596, 478 against 406, 456; forward+backward 1307, 1240 against 1173, 1164.
+ENDS_MIN_BYTES = 192 * 2**20
+
+
+def _layer_bytes(x_shape, itemsize: int, cout: int) -> int:
+    """Bytes of an input ``(B, Cin, *spatial)`` and its output of ``cout`` channels."""
+    per = 1
+    for n in (x_shape[0],) + tuple(x_shape[2:]):
+        per *= int(n)
+    return itemsize * per * (int(x_shape[1]) + int(cout))
+
+
+def ends_outside(x_shape, itemsize: int, cout: int) -> bool:
+    """Whether a graph of the layer holds only its chain's middle (:data:`ENDS_MIN_BYTES`)."""
+    return len(x_shape) >= 2 and _layer_bytes(x_shape, itemsize, cout) > ENDS_MIN_BYTES
 
 
 def auto_fits(x_shape, itemsize: int, cout: int, training: bool = False) -> bool:
@@ -53,11 +84,8 @@ def auto_fits(x_shape, itemsize: int, cout: int, training: bool = False) -> bool
     :data:`AUTO_MAX_BYTES_TRAINING` where ``training``)."""
     if len(x_shape) < 2:
         return True
-    per = 1
-    for n in (x_shape[0],) + tuple(x_shape[2:]):
-        per *= int(n)
     limit = AUTO_MAX_BYTES_TRAINING if training else AUTO_MAX_BYTES
-    return itemsize * per * (int(x_shape[1]) + int(cout)) <= limit
+    return _layer_bytes(x_shape, itemsize, cout) <= limit
 
 
 def check_option(graphs):
@@ -209,7 +237,10 @@ class Captured:
     """One captured chain: its static inputs, the graph, its outputs. ``run(args, wanted)``
     copies ``args`` into the inputs (None: no buffer), replays the graph on the current stream
     and returns clones of the outputs where ``wanted`` is set (None elsewhere), or None once
-    released. ``keep``: what the graph reads and nothing else holds (the DFT matrices)."""
+    released. With ``start``, ``start(buffer)`` writes the first input in place of a copy;
+    with ``end``, the first output (where wanted) is ``end(buffer)`` in place of a clone: the
+    chain's first and last steps, run in turn with the replay. ``keep``: what the graph reads
+    and nothing else holds (the DFT matrices)."""
 
     def __init__(self, graph, inputs, outputs, device, keep=()):
         self.graph, self.inputs, self.outputs = graph, tuple(inputs), tuple(outputs)
@@ -218,16 +249,19 @@ class Captured:
         # in between
         self._lock = threading.Lock()
 
-    def run(self, args, wanted):
+    def run(self, args, wanted, start=None, end=None):
         with self._lock:
             if self.graph is None:
                 return None
-            for buf, a in zip(self.inputs, args):
-                if buf is not None:
+            for i, (buf, a) in enumerate(zip(self.inputs, args)):
+                if i == 0 and start is not None:
+                    start(buf)
+                elif buf is not None:
                     buf.copy_(a)
             self.graph.replay()
-            return tuple(o.clone() if w and o is not None else None
-                         for o, w in zip(self.outputs, wanted))
+            return tuple(None if not w or o is None else
+                         end(o) if i == 0 and end is not None else o.clone()
+                         for i, (o, w) in enumerate(zip(self.outputs, wanted)))
 
     def release(self):
         import torch

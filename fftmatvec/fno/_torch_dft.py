@@ -61,7 +61,8 @@ def _ops(dtype, device):
                     add=lambda out, a, b: torch.add(a, b, out=out),
                     neg=lambda out, a: torch.neg(a, out=out),
                     as_complex=torch.view_as_complex, as_real=torch.view_as_real,
-                    conj_t=lambda a: a.mH)
+                    conj_t=lambda a: a.mH,
+                    matmul=lambda a, b, out: torch.matmul(a, b, out=out))
 
 
 def complex_product(cdtype) -> bool:
@@ -121,27 +122,59 @@ def chain_for(x, dtype, modes):
     return _chain(str(x.device), name, spatial, modes, rows, plane)
 
 
+# The chains in three parts: the first step and the last, and the middle; a CUDA graph of the
+# middle, its ends run outside it, copies no full-size tensor in or out (:func:`_replay_forward`);
+# the eager chain is the three in turn.
+
+def forward_start(x, chain, cdtype, out=None):
+    """The forward's first step (the analysis's first axes): rows, into ``out`` if given."""
+    return chain.analysis_start(x.to(cdtype), out)
+
+
+def forward_middle(H, x_shape, weight, bias, chain, cdtype):
+    """From the first step's rows ``H`` to the rows the synthesis's last step reads, and the
+    modes-major input ``Xs`` the backward reads: complex ``(M, B, Cin)``, or real ``(M, 2B,
+    Cin)`` for 16-bit storage (:func:`complex_product`)."""
+    ops = _ops(cdtype, H.device)
+    b = None if bias is None else bias.reshape(-1).to(cdtype)
+    X = chain.analysis_rest(H, x_shape)
+    Y, Xs = _dft.modes_step(ops, chain, X, weight_view(weight, cdtype), b)
+    return chain.synthesis_front(Y), Xs
+
+
+def forward_end(T, chain, y_shape, bias, cdtype, x_dtype):
+    """The synthesis's last step from the rows ``T``, the bias where no mode took it: ``y``
+    ``y_shape`` in ``x_dtype``."""
+    b = None if bias is None else bias.reshape(-1).to(cdtype)
+    return _dft.late_bias(chain, chain.synthesis_end(T, y_shape), b).to(x_dtype)
+
+
+def _y_shape(x_shape, w_shape):
+    return (x_shape[0], w_shape[1]) + tuple(x_shape[2:])
+
+
 def forward_chain(x, weight, bias, chain, cdtype):
     """The forward GEMM chain (inside :func:`gemm_precision`): ``y`` in ``x``'s dtype and the
-    modes-major input ``Xs``: complex ``(M, B, Cin)``, or real ``(M, 2B, Cin)`` for 16-bit
-    storage (:func:`complex_product`)."""
-    ops = _ops(cdtype, x.device)
-    wv = weight_view(weight, cdtype)
-    b = None if bias is None else bias.reshape(-1).to(cdtype)
-    y, Xs = _dft.forward(ops, chain, x.to(cdtype), wv, b)
-    return y.to(x.dtype), Xs
+    modes-major input ``Xs`` (:func:`forward_middle`)."""
+    T, Xs = forward_middle(forward_start(x, chain, cdtype), tuple(x.shape), weight, bias,
+                           chain, cdtype)
+    return forward_end(T, chain, _y_shape(x.shape, weight.shape), bias, cdtype, x.dtype), Xs
 
 
-def backward_chain(g, Xs, weight, chain, cdtype, needs, meta):
-    """The backward GEMM chain (inside :func:`gemm_precision`): ``dL/dx, dL/dW, dL/db`` where
-    ``needs`` says so (None elsewhere) from ``g = dL/dy``; ``Xs`` is read only for ``dL/dW``.
-    ``meta``: ``x``'s dtype, the weight's shape and dtype, the bias's shape and dtype (or
-    None)."""
-    ops = _ops(cdtype, g.device)
+def backward_start(g, chain, cdtype, out=None):
+    """The backward's first step (the synthesis adjoint's first axes on ``dL/dy``): rows."""
+    return chain.synthesis_adjoint_start(g.to(cdtype).contiguous(), out)
+
+
+def backward_middle(G, g_shape, Xs, weight, chain, cdtype, needs, meta):
+    """From the first step's rows ``G``: the rows the analysis adjoint's last step reads (None
+    unless ``dL/dx`` is needed), ``dL/dW``, and ``dL/db`` where a mode holds the bias (None
+    elsewhere: :func:`bias_grad`); ``Xs`` is read only for ``dL/dW``."""
+    ops = _ops(cdtype, G.device)
     need_x, need_w, need_b = needs
-    x_dtype, w_shape, w_dtype, bias_meta = meta
-    gx = gw = gb = None
-    gY = chain.synthesis_adjoint(g.to(cdtype).contiguous())
+    w_shape, w_dtype, bias_meta = meta[1:]
+    gT = gw = gb = None
+    gY = chain.synthesis_adjoint_rest(G, g_shape)
     if need_x or need_w:
         wv = weight_view(weight, cdtype)
         if complex_product(cdtype):
@@ -150,16 +183,38 @@ def backward_chain(g, Xs, weight, chain, cdtype, needs, meta):
             gXs, gwv = _dft.mode_product_adjoint(ops, gY, Xs, wv, need_x, need_w)
             gX = _dft.from_modes_major(ops, gXs) if need_x else None
         if need_x:
-            gx = chain.analysis_adjoint(gX).to(x_dtype)
+            gT = chain.analysis_adjoint_front(gX)
         if need_w:
             gw = modes_major_complex(gwv, w_shape, w_dtype)
-    if need_b:
+    if need_b and chain.bias_mode is not None:
         shape, dtype = bias_meta
-        if chain.bias_mode is not None:
-            gb = gY[:, :, 0, chain.bias_mode].sum(0)
-        else:
-            gb = g.sum(dim=(0,) + tuple(range(2, g.dim())))
-        gb = gb.to(dtype).reshape(shape)
+        gb = gY[:, :, 0, chain.bias_mode].sum(0).to(dtype).reshape(shape)
+    return gT, gw, gb
+
+
+def backward_end(gT, g_shape, chain, meta):
+    """``dL/dx`` from the rows ``gT``: the analysis adjoint's last step."""
+    x_dtype, w_shape = meta[:2]
+    x_shape = (g_shape[0], w_shape[0]) + tuple(g_shape[2:])
+    return chain.analysis_adjoint_end(gT, x_shape).to(x_dtype)
+
+
+def bias_grad(g, chain, meta):
+    """``dL/db`` from ``g`` where no mode holds the bias (:func:`backward_middle` otherwise)."""
+    shape, dtype = meta[3]
+    return g.sum(dim=(0,) + tuple(range(2, g.dim()))).to(dtype).reshape(shape)
+
+
+def backward_chain(g, Xs, weight, chain, cdtype, needs, meta):
+    """The backward GEMM chain (inside :func:`gemm_precision`): ``dL/dx, dL/dW, dL/db`` where
+    ``needs`` says so (None elsewhere) from ``g = dL/dy``; ``Xs`` is read only for ``dL/dW``.
+    ``meta``: ``x``'s dtype, the weight's shape and dtype, the bias's shape and dtype (or
+    None)."""
+    G = backward_start(g, chain, cdtype)
+    gT, gw, gb = backward_middle(G, tuple(g.shape), Xs, weight, chain, cdtype, needs, meta)
+    gx = backward_end(gT, tuple(g.shape), chain, meta) if needs[0] else None
+    if needs[2] and chain.bias_mode is None:
+        gb = bias_grad(g, chain, meta)
     return gx, gw, gb
 
 
@@ -169,33 +224,73 @@ def _stream(torch, device):
 
 def _replay_forward(torch, ctx, x, weight, bias, keep_xs):
     """``(y, Xs)`` from the forward graph (``Xs`` None unless ``keep_xs``); a failed capture
-    raises (:func:`fftmatvec.fno._graphs.explained`)."""
+    raises (:func:`fftmatvec.fno._graphs.explained`). Where :func:`._graphs.ends_outside`,
+    the graph holds the chain's middle (:func:`forward_middle`): its first step writes the
+    graph's input buffer and its last reads the graph's output, outside it; else the whole
+    chain, ``x`` copied in and ``y`` cloned out."""
     chain, cdtype = ctx.chain, ctx.cdtype
-    key = _graphs.forward_key(ctx.problem, _stream(torch, x.device))
+    x_shape = tuple(x.shape)
+    ends = _graphs.ends_outside(x_shape, x.element_size(), weight.shape[1])
+    key = _graphs.forward_key((ctx.problem, ends), _stream(torch, x.device))
+    precision = functools.partial(gemm_precision, cdtype, x.device.type)
+    if not ends:
+        def capture():
+            return _graphs.capture(
+                torch, lambda xs: forward_chain(xs, weight, bias, chain, cdtype), (x,),
+                x.device, precision, keep=(chain,))
 
-    def capture():
+        return _graphs.CACHE.get(key, _graphs.explained(capture)).run((x,), (True, keep_xs))
+
+    def capture_middle():
+        with precision():
+            H = forward_start(x, chain, cdtype)
         return _graphs.capture(
-            torch, lambda xs: forward_chain(xs, weight, bias, chain, cdtype), (x,), x.device,
-            lambda: gemm_precision(cdtype, x.device.type), keep=(chain,))
+            torch, lambda h: forward_middle(h, x_shape, weight, bias, chain, cdtype), (H,),
+            x.device, precision, keep=(chain,))
 
-    entry = _graphs.CACHE.get(key, _graphs.explained(capture))
-    return entry.run((x,), (True, keep_xs))
+    entry = _graphs.CACHE.get(key, _graphs.explained(capture_middle))
+    y_shape = _y_shape(x_shape, weight.shape)
+    with precision():
+        return entry.run(
+            (None,), (True, keep_xs), start=lambda buf: forward_start(x, chain, cdtype, buf),
+            end=lambda T: forward_end(T, chain, y_shape, bias, cdtype, x.dtype))
 
 
 def _replay_backward(torch, ctx, g, Xs, weight, needs):
     """``(dL/dx, dL/dW, dL/db)`` from the backward graph of ``needs``; a failed capture raises
-    (:func:`fftmatvec.fno._graphs.explained`)."""
+    (:func:`fftmatvec.fno._graphs.explained`). As in :func:`_replay_forward`, the graph holds
+    the chain's middle (:func:`backward_middle`) or the whole chain."""
     chain, cdtype, meta = ctx.chain, ctx.cdtype, ctx.meta
-    key = _graphs.backward_key(ctx.problem, _stream(torch, g.device), needs, g.dtype)
-    args = (g, Xs if needs[1] else None)
+    g_shape = tuple(g.shape)
+    ends = _graphs.ends_outside(g_shape, g.element_size(), meta[1][0])
+    key = _graphs.backward_key((ctx.problem, ends), _stream(torch, g.device), needs, g.dtype)
+    precision = functools.partial(gemm_precision, cdtype, g.device.type)
+    if not ends:
+        args = (g, Xs if needs[1] else None)
 
-    def capture():
+        def capture():
+            return _graphs.capture(
+                torch, lambda gs, xs: backward_chain(gs, xs, weight, chain, cdtype, needs, meta),
+                args, g.device, precision, keep=(chain,))
+
+        return _graphs.CACHE.get(key, _graphs.explained(capture)).run(args, needs)
+
+    def capture_middle():
+        with precision():
+            G = backward_start(g, chain, cdtype)
         return _graphs.capture(
-            torch, lambda gs, xs: backward_chain(gs, xs, weight, chain, cdtype, needs, meta),
-            args, g.device, lambda: gemm_precision(cdtype, g.device.type), keep=(chain,))
+            torch, lambda gs, xs: backward_middle(gs, g_shape, xs, weight, chain, cdtype,
+                                                  needs, meta),
+            (G, Xs if needs[1] else None), g.device, precision, keep=(chain,))
 
-    entry = _graphs.CACHE.get(key, _graphs.explained(capture))
-    return entry.run(args, needs)
+    entry = _graphs.CACHE.get(key, _graphs.explained(capture_middle))
+    with precision():
+        out = entry.run((None, Xs if needs[1] else None), needs,
+                        start=lambda buf: backward_start(g, chain, cdtype, buf),
+                        end=lambda gT: backward_end(gT, g_shape, chain, meta))
+        if out is not None and needs[2] and chain.bias_mode is None:
+            out = out[:2] + (bias_grad(g, chain, meta),)
+    return out
 
 
 def _function():
