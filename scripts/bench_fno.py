@@ -28,13 +28,15 @@ relative difference of the DFT path's output to the FFT path's.
 
 With ``--profile``, instead of the table: for each case, the GPU kernels of the DFT path's
 forward and forward+backward (``torch.profiler``, ``--reps`` calls), each kernel's device time a
-call, the sum, and the wall time a call, to see where a layer's time goes. ``--cases`` picks
-cases of the list by their index (from 0).
+call, the sum, and the wall time a call, to see where a layer's time goes. With ``--host``, the
+DFT path's time a call synchronised, back to back and on the host (``host_case``): what the host
+costs a layer whose caller waits. ``--cases`` picks cases of the list by their index (from 0).
 
 Usage::
 
     python scripts/bench_fno.py [--reps N] [--json FILE] [--sixteen bfloat16] [--cases 0,6]
     python scripts/bench_fno.py --profile --cases 1,6 [--graphs 0]
+    python scripts/bench_fno.py --host --cases 0,6,8
     python scripts/bench_fno.py --device cpu --small      # a quick local check
 """
 
@@ -231,6 +233,41 @@ def profile_case(B, C, grid, m, device, reps, graphs, top=12):
             print(f"{'':>12}{t / reps:8.1f} us {n / reps:5.1f}x  {name[:90]}")
 
 
+def host_case(B, C, grid, m, device, reps):
+    """Print the DFT path's time a call three ways: synchronised (the device idle before each
+    call, as the table times it), back to back (calls queued, one synchronisation: the device's
+    own time), and the host's (wall time until the call returns, its launches queued)."""
+    layer = SpectralConv(C, C, tuple([m] * len(grid)), device=device, method="dft")
+    x = torch.randn((B, C) + grid, device=device)
+    xg = x.detach().requires_grad_(True)
+    g = torch.randn_like(x)
+
+    def fwd():
+        with torch.no_grad():
+            layer(x)
+
+    def fwd_bwd():
+        layer(xg).backward(g)
+
+    timed = make_timer(device)
+    for pss, fn in (("fwd", fwd), ("fwd+bwd", fwd_bwd)):
+        synced = timed(fn, reps)
+        torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize(device)
+        b2b = (time.perf_counter() - t0) / reps
+        host = []
+        for _ in range(reps):
+            torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+            fn()
+            host.append(time.perf_counter() - t0)
+        print(f"{str((B, C, grid, m)):>30} {pss:>7}: synchronised {synced * 1e6:8.1f} us, back "
+              f"to back {b2b * 1e6:8.1f} us, host {statistics.median(host) * 1e6:8.1f} us")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=20)
@@ -242,6 +279,8 @@ def main():
     ap.add_argument("--cases", help="indices of the cases to run, comma-separated")
     ap.add_argument("--profile", action="store_true",
                     help="print the DFT path's GPU kernels per case instead of the table")
+    ap.add_argument("--host", action="store_true",
+                    help="print the DFT path's synchronised, back-to-back and host times a call")
     ap.add_argument("--graphs", type=int, choices=[0, 1], default=1,
                     help="with --profile: replay CUDA graphs where 'auto' does (1) or not (0)")
     args = ap.parse_args()
@@ -249,11 +288,14 @@ def main():
     sizes = SMALL if args.small else SIZES
     if args.cases:
         sizes = [sizes[int(i)] for i in args.cases.split(",")]
-    if args.profile:
+    if args.profile or args.host:
         if device.type != "cuda":
-            raise SystemExit("--profile times the GPU kernels: it needs a CUDA device")
+            raise SystemExit("--profile and --host time the GPU: they need a CUDA device")
         for B, C, grid, m in sizes:
-            profile_case(B, C, grid, m, device, args.reps, args.graphs)
+            if args.profile:
+                profile_case(B, C, grid, m, device, args.reps, args.graphs)
+            else:
+                host_case(B, C, grid, m, device, args.reps)
         return
     try:
         from neuralop.layers.spectral_convolution import SpectralConv as NeuralopConv
