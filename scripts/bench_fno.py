@@ -28,7 +28,8 @@ relative difference of the DFT path's output to the FFT path's.
 
 With ``--profile``, instead of the table: for each case, the GPU kernels of the DFT path's
 forward and forward+backward (``torch.profiler``, ``--reps`` calls), each kernel's device time a
-call, the sum, and the wall time a call, to see where a layer's time goes. With ``--host``, the
+call, the sum, the wall time a call, and the host's calls by their own CPU time (operators and
+CUDA runtime calls), to see where a layer's time goes. With ``--host``, the
 DFT path's time a call synchronised, back to back and on the host (``host_case``): what the host
 costs a layer whose caller waits. ``--cases`` picks cases of the list by their index (from 0).
 
@@ -194,7 +195,9 @@ def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls):
 
 
 def profile_case(B, C, grid, m, device, reps, graphs, top=12):
-    """Print the GPU kernels of the DFT path's forward and forward+backward on one case."""
+    """Print the GPU kernels of the DFT path's forward and forward+backward on one case, and
+    the host's calls that take the most of its own time (self CPU time: PyTorch's operators
+    and the CUDA runtime calls, e.g. ``cudaLaunchKernel``, ``cudaGraphLaunch``)."""
     from torch.profiler import ProfilerActivity, profile
 
     layer = SpectralConv(C, C, tuple([m] * len(grid)), device=device, method="dft",
@@ -210,12 +213,15 @@ def profile_case(B, C, grid, m, device, reps, graphs, top=12):
     def fwd_bwd():
         layer(xg).backward(g)
 
+    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+    with profile(activities=activities):  # the profiler's own start-up, not timed
+        fwd()
     for pss, fn in (("fwd", fwd), ("fwd+bwd", fwd_bwd)):
         for _ in range(3):
             fn()
         torch.cuda.synchronize(device)
         t0 = time.perf_counter()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        with profile(activities=activities) as prof:
             for _ in range(reps):
                 fn()
             torch.cuda.synchronize(device)
@@ -231,6 +237,11 @@ def profile_case(B, C, grid, m, device, reps, graphs, top=12):
               f"{wall:8.1f} us a call (profiled), graphs={'auto' if graphs else 'off'}")
         for name, (t, n) in sorted(kernels.items(), key=lambda kv: -kv[1][0])[:top]:
             print(f"{'':>12}{t / reps:8.1f} us {n / reps:5.1f}x  {name[:90]}")
+        host = sorted(prof.key_averages(), key=lambda a: -a.self_cpu_time_total)[:top]
+        print(f"{'':>12}host, self CPU time a call (profiled):")
+        for a in host:
+            print(f"{'':>12}{a.self_cpu_time_total / reps:8.1f} us {a.count / reps:5.1f}x  "
+                  f"{a.key[:90]}")
 
 
 def host_case(B, C, grid, m, device, reps):
