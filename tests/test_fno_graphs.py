@@ -830,3 +830,42 @@ def test_replay_ends_outside_the_graph(fake, cache, monkeypatch, shape, n_modes)
     y = layer(x)
     (fwd,) = cache._entries.values()
     assert fwd.inputs[0].shape == x.shape
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode", "no_input_requires_grad"])
+def test_forward_without_gradients_skips_the_function(fake, cache, monkeypatch, mode):
+    """Where no gradient can be wanted the forward runs without the autograd Function (its
+    bookkeeping is host time): the replayed and the eager outputs equal the Function's, and
+    nothing is recorded for autograd."""
+    from fftmatvec.fno import _torch_dft
+
+    layer = _layer(3, 4, (6, 8))
+    eager = _twin(layer, graphs=False)
+    x = torch.randn(2, 3, 12, 10)
+    want = layer(x).detach()                     # grad mode on, weight requires grad: Function
+    monkeypatch.setattr(_torch_dft, "_FN", None)
+    monkeypatch.setattr(_torch_dft, "_function", lambda: pytest.fail("the Function was used"))
+    if mode == "no_input_requires_grad":
+        for lay in (layer, eager):
+            lay.requires_grad_(False)
+        context = contextlib.nullcontext()
+    else:
+        context = getattr(torch, mode)()
+    with context:
+        for lay in (layer, eager, layer):
+            y = lay(x)
+            assert y.grad_fn is None and not y.requires_grad
+            assert _rel(y, want) < 1e-6
+    assert [gr.replays for gr in fake] == [3]    # one graph: the Function's call and two more
+
+
+def test_forward_without_gradients_under_compile(cache):
+    """``torch.compile`` (eager backend) of a layer called without gradients: the traced
+    forward takes the eager chain, outputs as without compile."""
+    layer = _layer(3, 4, (6, 8))
+    compiled = torch.compile(layer, backend="eager")
+    x = torch.randn(2, 3, 12, 10)
+    with torch.no_grad():
+        want = _twin(layer, graphs=False)(x)
+        for _ in range(2):
+            assert _rel(compiled(x), want) < 1e-6

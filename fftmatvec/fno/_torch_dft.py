@@ -293,6 +293,28 @@ def _replay_backward(torch, ctx, g, Xs, weight, needs):
     return out
 
 
+def _forward(torch, ctx, x, weight, bias, modes, cdtype, graphs, keep_xs):
+    """``(y, Xs)``, from the forward graph where ``graphs`` (``Xs`` None there unless
+    ``keep_xs``), else from the eager chain; sets ``ctx.chain``, ``ctx.cdtype`` and, with
+    graphs, ``ctx.problem`` (what the backward and the replay read)."""
+    chain = chain_for(x, cdtype, modes)
+    ctx.chain, ctx.cdtype = chain, cdtype
+    if graphs:
+        ctx.problem = (_graphs.problem_key(x.shape, x.dtype, x.device, cdtype, modes, weight,
+                                           bias), chain.rows)
+        out = _replay_forward(torch, ctx, x, weight, bias, keep_xs)
+        if out is not None:
+            return out
+    with gemm_precision(cdtype, x.device.type):
+        return forward_chain(x, weight, bias, chain, cdtype)
+
+
+class _Call:
+    """The attributes :func:`_forward` sets, for a call that records no autograd graph."""
+
+    __slots__ = ("chain", "cdtype", "problem")
+
+
 def _function():
     torch = _torch()
 
@@ -306,20 +328,11 @@ def _function():
 
         @staticmethod
         def forward(ctx, x, weight, bias, modes, cdtype, graphs, grad):
-            chain = chain_for(x, cdtype, modes)
-            ctx.chain, ctx.cdtype, ctx.graphs = chain, cdtype, graphs
             bias_meta = None if bias is None else (tuple(bias.shape), bias.dtype)
             ctx.meta = (x.dtype, tuple(weight.shape), weight.dtype, bias_meta)
-            out = None
-            if graphs:
-                ctx.problem = (_graphs.problem_key(x.shape, x.dtype, x.device, cdtype, modes,
-                                                   weight, bias), chain.rows)
-                out = _replay_forward(torch, ctx, x, weight, bias,
-                                      grad and ctx.needs_input_grad[1])
-            if out is None:
-                with gemm_precision(cdtype, x.device.type):
-                    out = forward_chain(x, weight, bias, chain, cdtype)
-            y, Xs = out
+            ctx.graphs = graphs
+            y, Xs = _forward(torch, ctx, x, weight, bias, modes, cdtype, graphs,
+                             grad and ctx.needs_input_grad[1])
             ctx.save_for_backward(Xs, weight)
             return y
 
@@ -344,10 +357,16 @@ _FN = None
 
 def dft_spectral_conv(x, weight, bias, modes, cdtype, graphs="auto"):
     """Apply the DFT-product autograd Function (shapes and ``graphs`` checked by the caller):
-    with CUDA-graph replay where :func:`~fftmatvec.fno._graphs.wanted` says so."""
+    with CUDA-graph replay where :func:`~fftmatvec.fno._graphs.wanted` says so. Where no
+    gradient can be wanted (grad mode off, or no input that requires one), the forward runs
+    without the Function, whose bookkeeping is host time a small layer's device waits for."""
     global _FN
-    if _FN is None:
-        _FN = _function()
     torch = _torch()
     use = _graphs.wanted(torch, graphs, x, weight, bias)
-    return _FN.apply(x, weight, bias, tuple(modes), cdtype, use, use and torch.is_grad_enabled())
+    grad = torch.is_grad_enabled()
+    if not (grad and (x.requires_grad or weight.requires_grad
+                      or (bias is not None and bias.requires_grad))):
+        return _forward(torch, _Call(), x, weight, bias, tuple(modes), cdtype, use, False)[0]
+    if _FN is None:
+        _FN = _function()
+    return _FN.apply(x, weight, bias, tuple(modes), cdtype, use, use and grad)
