@@ -194,14 +194,11 @@ def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls):
     return rows
 
 
-def profile_case(B, C, grid, m, device, reps, graphs, top=12):
-    """Print the GPU kernels of the DFT path's forward and forward+backward on one case, and
-    the host's calls that take the most of its own time (self CPU time: PyTorch's operators
-    and the CUDA runtime calls, e.g. ``cudaLaunchKernel``, ``cudaGraphLaunch``)."""
-    from torch.profiler import ProfilerActivity, profile
-
+def _layer_calls(B, C, grid, m, device, graphs):
+    """The DFT path's forward (under ``no_grad``) and forward+backward on fresh random data of
+    one case, as two callables."""
     layer = SpectralConv(C, C, tuple([m] * len(grid)), device=device, method="dft",
-                         graphs="auto" if graphs else False)
+                         graphs=graphs)
     x = torch.randn((B, C) + grid, device=device)
     xg = x.detach().requires_grad_(True)
     g = torch.randn_like(x)
@@ -213,6 +210,16 @@ def profile_case(B, C, grid, m, device, reps, graphs, top=12):
     def fwd_bwd():
         layer(xg).backward(g)
 
+    return fwd, fwd_bwd
+
+
+def profile_case(B, C, grid, m, device, reps, graphs, top=12):
+    """Print the GPU kernels of the DFT path's forward and forward+backward on one case, and
+    the host's calls that take the most of its own time (self CPU time: PyTorch's operators
+    and the CUDA runtime calls, e.g. ``cudaLaunchKernel``, ``cudaGraphLaunch``)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fwd, fwd_bwd = _layer_calls(B, C, grid, m, device, "auto" if graphs else False)
     activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
     with profile(activities=activities):  # the profiler's own start-up, not timed
         fwd()
@@ -248,18 +255,7 @@ def host_case(B, C, grid, m, device, reps):
     """Print the DFT path's time a call three ways: synchronised (the device idle before each
     call, as the table times it), back to back (calls queued, one synchronisation: the device's
     own time), and the host's (wall time until the call returns, its launches queued)."""
-    layer = SpectralConv(C, C, tuple([m] * len(grid)), device=device, method="dft")
-    x = torch.randn((B, C) + grid, device=device)
-    xg = x.detach().requires_grad_(True)
-    g = torch.randn_like(x)
-
-    def fwd():
-        with torch.no_grad():
-            layer(x)
-
-    def fwd_bwd():
-        layer(xg).backward(g)
-
+    fwd, fwd_bwd = _layer_calls(B, C, grid, m, device, "auto")
     timed = make_timer(device)
     for pss, fn in (("fwd", fwd), ("fwd+bwd", fwd_bwd)):
         synced = timed(fn, reps)

@@ -167,7 +167,7 @@ def _right(a, last, out=None, matmul=None):
     """``a @ last``, or ``last(a)`` where the last axis runs on kernels (:mod:`._rows`); into
     ``out`` where given (``matmul(a, last, out)`` for a matrix)."""
     if callable(last):
-        return last(a) if out is None else last(a, out=out)
+        return last(a, out=out)
     return a @ last if out is None else matmul(a, last, out)
 
 

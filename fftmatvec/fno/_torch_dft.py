@@ -222,73 +222,71 @@ def _stream(torch, device):
     return torch.cuda.current_stream(device).stream_id if device.type == "cuda" else None
 
 
+def _replay(torch, key, device, cdtype, chain, fn, args, wanted, ends):
+    """Replay the graph of ``key``, capturing ``fn(*inputs)`` on a miss (a failed capture
+    raises: :func:`fftmatvec.fno._graphs.explained`). ``args``: the chain's inputs; with
+    ``ends`` (``(start, end)``, :func:`._graphs.ends_outside`) ``fn`` is the chain's middle, its
+    first input written by ``start(buffer)`` (args[0] computes it at the capture) and its first
+    output read by ``end(buffer)``, both outside the graph, in the layer's GEMM precision."""
+    precision = functools.partial(gemm_precision, cdtype, device.type)
+    start, end = ends or (None, None)
+
+    def capture():
+        inputs = args
+        if start is not None:
+            with precision():
+                inputs = (args[0](),) + tuple(args[1:])
+        return _graphs.capture(torch, fn, inputs, device, precision, keep=(chain,))
+
+    entry = _graphs.CACHE.get(key, _graphs.explained(capture))
+    feed = (None,) + tuple(args[1:]) if start is not None else args
+    with precision() if start is not None else contextlib.nullcontext():
+        return entry.run(feed, wanted, start=start, end=end)
+
+
 def _replay_forward(torch, ctx, x, weight, bias, keep_xs):
-    """``(y, Xs)`` from the forward graph (``Xs`` None unless ``keep_xs``); a failed capture
-    raises (:func:`fftmatvec.fno._graphs.explained`). Where :func:`._graphs.ends_outside`,
-    the graph holds the chain's middle (:func:`forward_middle`): its first step writes the
-    graph's input buffer and its last reads the graph's output, outside it; else the whole
-    chain, ``x`` copied in and ``y`` cloned out."""
+    """``(y, Xs)`` from the forward graph (``Xs`` None unless ``keep_xs``). Where
+    :func:`._graphs.ends_outside`, the graph holds the chain's middle (:func:`forward_middle`):
+    its first step writes the graph's input buffer and its last reads the graph's output,
+    outside it; else the whole chain, ``x`` copied in and ``y`` cloned out."""
     chain, cdtype = ctx.chain, ctx.cdtype
     x_shape = tuple(x.shape)
-    ends = _graphs.ends_outside(x_shape, x.element_size(), weight.shape[1])
-    key = _graphs.forward_key((ctx.problem, ends), _stream(torch, x.device))
-    precision = functools.partial(gemm_precision, cdtype, x.device.type)
-    if not ends:
-        def capture():
-            return _graphs.capture(
-                torch, lambda xs: forward_chain(xs, weight, bias, chain, cdtype), (x,),
-                x.device, precision, keep=(chain,))
-
-        return _graphs.CACHE.get(key, _graphs.explained(capture)).run((x,), (True, keep_xs))
-
-    def capture_middle():
-        with precision():
-            H = forward_start(x, chain, cdtype)
-        return _graphs.capture(
-            torch, lambda h: forward_middle(h, x_shape, weight, bias, chain, cdtype), (H,),
-            x.device, precision, keep=(chain,))
-
-    entry = _graphs.CACHE.get(key, _graphs.explained(capture_middle))
+    outside = _graphs.ends_outside(x_shape, x.element_size(), weight.shape[1])
+    key = _graphs.forward_key((ctx.problem, outside), _stream(torch, x.device))
+    if not outside:
+        return _replay(torch, key, x.device, cdtype, chain,
+                       lambda xs: forward_chain(xs, weight, bias, chain, cdtype), (x,),
+                       (True, keep_xs), None)
     y_shape = _y_shape(x_shape, weight.shape)
-    with precision():
-        return entry.run(
-            (None,), (True, keep_xs), start=lambda buf: forward_start(x, chain, cdtype, buf),
-            end=lambda T: forward_end(T, chain, y_shape, bias, cdtype, x.dtype))
+    ends = (lambda buf: forward_start(x, chain, cdtype, buf),
+            lambda T: forward_end(T, chain, y_shape, bias, cdtype, x.dtype))
+    return _replay(torch, key, x.device, cdtype, chain,
+                   lambda h: forward_middle(h, x_shape, weight, bias, chain, cdtype),
+                   (lambda: forward_start(x, chain, cdtype),), (True, keep_xs), ends)
 
 
 def _replay_backward(torch, ctx, g, Xs, weight, needs):
-    """``(dL/dx, dL/dW, dL/db)`` from the backward graph of ``needs``; a failed capture raises
-    (:func:`fftmatvec.fno._graphs.explained`). As in :func:`_replay_forward`, the graph holds
-    the chain's middle (:func:`backward_middle`) or the whole chain."""
+    """``(dL/dx, dL/dW, dL/db)`` from the backward graph of ``needs``. As in
+    :func:`_replay_forward`, the graph holds the chain's middle (:func:`backward_middle`) or
+    the whole chain."""
     chain, cdtype, meta = ctx.chain, ctx.cdtype, ctx.meta
     g_shape = tuple(g.shape)
-    ends = _graphs.ends_outside(g_shape, g.element_size(), meta[1][0])
-    key = _graphs.backward_key((ctx.problem, ends), _stream(torch, g.device), needs, g.dtype)
-    precision = functools.partial(gemm_precision, cdtype, g.device.type)
-    if not ends:
-        args = (g, Xs if needs[1] else None)
-
-        def capture():
-            return _graphs.capture(
-                torch, lambda gs, xs: backward_chain(gs, xs, weight, chain, cdtype, needs, meta),
-                args, g.device, precision, keep=(chain,))
-
-        return _graphs.CACHE.get(key, _graphs.explained(capture)).run(args, needs)
-
-    def capture_middle():
-        with precision():
-            G = backward_start(g, chain, cdtype)
-        return _graphs.capture(
-            torch, lambda gs, xs: backward_middle(gs, g_shape, xs, weight, chain, cdtype,
-                                                  needs, meta),
-            (G, Xs if needs[1] else None), g.device, precision, keep=(chain,))
-
-    entry = _graphs.CACHE.get(key, _graphs.explained(capture_middle))
-    with precision():
-        out = entry.run((None, Xs if needs[1] else None), needs,
-                        start=lambda buf: backward_start(g, chain, cdtype, buf),
-                        end=lambda gT: backward_end(gT, g_shape, chain, meta))
-        if out is not None and needs[2] and chain.bias_mode is None:
+    outside = _graphs.ends_outside(g_shape, g.element_size(), meta[1][0])
+    key = _graphs.backward_key((ctx.problem, outside), _stream(torch, g.device), needs,
+                               g.dtype)
+    xs = Xs if needs[1] else None
+    if not outside:
+        return _replay(torch, key, g.device, cdtype, chain,
+                       lambda gs, xs: backward_chain(gs, xs, weight, chain, cdtype, needs, meta),
+                       (g, xs), needs, None)
+    ends = (lambda buf: backward_start(g, chain, cdtype, buf),
+            lambda gT: backward_end(gT, g_shape, chain, meta))
+    out = _replay(torch, key, g.device, cdtype, chain,
+                  lambda gs, xs: backward_middle(gs, g_shape, xs, weight, chain, cdtype, needs,
+                                                 meta),
+                  (lambda: backward_start(g, chain, cdtype), xs), needs, ends)
+    if out is not None and needs[2] and chain.bias_mode is None:
+        with gemm_precision(cdtype, g.device.type):
             out = out[:2] + (bias_grad(g, chain, meta),)
     return out
 
