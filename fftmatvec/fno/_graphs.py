@@ -99,6 +99,16 @@ def _tracing(torch):
     return torch.compiler.is_compiling() or torch.jit.is_tracing()
 
 
+def replayable(torch, t):
+    """Whether a graph may replay for the tensor ``t`` now: not under ``torch.compile`` or
+    ``torch.jit`` tracing (compiled autograd's included), not while the current stream is
+    capturing, ``t`` no tensor subclass. A backward whose forward replayed a graph asks only
+    this of ``dL/dy`` (:func:`wanted` answered the rest for the forward)."""
+    plain = (torch.Tensor, torch.nn.Parameter)
+    return not (_tracing(torch) or type(t) not in plain
+                or (t.is_cuda and torch.cuda.is_current_stream_capturing()))
+
+
 def wanted(torch, graphs, x, weight, bias, training=None):
     """The option to replay graphs with (``"auto"`` or ``True``), or ``False`` for the eager
     chain: on CPU tensors, under ``torch.compile`` or ``torch.jit`` tracing, while the current
@@ -118,8 +128,7 @@ def wanted(torch, graphs, x, weight, bias, training=None):
                 "(pass graphs='auto' or False)"
             )
         return False
-    plain = (torch.Tensor, torch.nn.Parameter)
-    if _tracing(torch) or type(x) not in plain or torch.cuda.is_current_stream_capturing():
+    if not replayable(torch, x):
         return False
     if training is None:  # gradients wanted: the forward of a training step
         training = torch.is_grad_enabled() and any(
@@ -127,7 +136,7 @@ def wanted(torch, graphs, x, weight, bias, training=None):
     if (graphs == "auto" and weight is not None and weight.dim() >= 2
             and not auto_fits(tuple(x.shape), x.element_size(), weight.shape[1], training)):
         return False
-    dev = x.device
+    dev, plain = x.device, (torch.Tensor, torch.nn.Parameter)
     for t in (weight, bias):
         if t is not None and (type(t) not in plain or t.device != dev):
             return False

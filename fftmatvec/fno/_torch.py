@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -88,6 +89,24 @@ def _function():
 _FN = None
 
 
+@functools.lru_cache(maxsize=256)
+def _checked_modes(x_shape, w_shape, n_modes):
+    modes = kept_modes(n_modes)
+    check_shapes(tuple(x_shape), tuple(w_shape), modes)
+    return modes
+
+
+def _modes_of(x_shape, w_shape, n_modes):
+    """The weight's mode extents for ``n_modes``, the shapes checked against them: once per
+    distinct call (hashable ``n_modes``), as every call of a layer would repeat it."""
+    try:
+        return _checked_modes(x_shape, w_shape, n_modes)
+    except TypeError:  # unhashable n_modes (a list), or a bad one: checked, and raised, anew
+        modes = kept_modes(n_modes)
+        check_shapes(tuple(x_shape), tuple(w_shape), modes)
+        return modes
+
+
 _REAL = ("float32", "float64")
 _SIXTEEN = ("bfloat16", "float16")
 
@@ -132,8 +151,7 @@ def spectral_conv_torch(x, weight, n_modes, bias=None, method="auto", compute_dt
         raise FFTMatvecTypeError(
             f"x, weight: expected torch tensors, got {type(x).__name__}, {type(weight).__name__}"
         )
-    modes = kept_modes(n_modes)
-    check_shapes(tuple(x.shape), tuple(weight.shape), modes)
+    modes = _modes_of(x.shape, weight.shape, n_modes)
     cd, sixteen = _compute_dtype(torch, x, compute_dtype)
     if method == "auto" and sixteen:
         method = "dft"

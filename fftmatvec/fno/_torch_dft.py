@@ -110,16 +110,26 @@ def _chain(device, dtype_name, spatial, modes, rows=frozenset(), plane=frozenset
 def chain_for(x, dtype, modes):
     """The cached DFT matrices for ``x``'s grid and device in ``dtype``; the last axis on the
     row FFT kernels and the last two on the plane kernels where the planner says so
-    (:func:`fftmatvec.gpu.planner.fno_rows`, :func:`~fftmatvec.gpu.planner.fno_plane`)."""
+    (:func:`fftmatvec.gpu.planner.fno_rows`, :func:`~fftmatvec.gpu.planner.fno_plane`), asked
+    once per grid, device, dtype and value of ``FFTMATVEC_PLAN``."""
+    from ..gpu.plan import plan_key
+
+    return _planned_chain(x.device, dtype, tuple(x.shape[2:]), tuple(modes), plan_key())
+
+
+@functools.lru_cache(maxsize=64)
+def _planned_chain(device, dtype, spatial, modes, plan):
+    """:func:`chain_for`'s chain (``plan``: the raw ``FFTMATVEC_PLAN``, a key only): on the
+    path of every call, where the planner's questions cost a small layer's device tens of
+    microseconds of waiting."""
     name = str(dtype).rsplit(".", 1)[-1]
-    spatial, modes = tuple(x.shape[2:]), tuple(modes)
     rows = plane = frozenset()
-    if x.device.type == "cuda" and name == "float32":
+    if device.type == "cuda" and name == "float32":
         from ..gpu.planner import fno_plane, fno_rows
 
-        rows = fno_rows(spatial[-1], modes[-1], name, x.device.index)
-        plane = fno_plane(spatial, modes, name, x.device.index)
-    return _chain(str(x.device), name, spatial, modes, rows, plane)
+        rows = fno_rows(spatial[-1], modes[-1], name, device.index)
+        plane = fno_plane(spatial, modes, name, device.index)
+    return _chain(str(device), name, spatial, modes, rows, plane)
 
 
 # The chains in three parts: the first step and the last, and the middle; a CUDA graph of the
@@ -219,7 +229,14 @@ def backward_chain(g, Xs, weight, chain, cdtype, needs, meta):
 
 
 def _stream(torch, device):
-    return torch.cuda.current_stream(device).stream_id if device.type == "cuda" else None
+    """The current stream's id on ``device`` (None off CUDA), without the ``torch.cuda.Stream``
+    that ``torch.cuda.current_stream`` builds (10 µs of the host on the H200 machine)."""
+    if device.type != "cuda":
+        return None
+    get = getattr(torch._C, "_cuda_getCurrentStream", None)
+    if get is None:  # pragma: no cover - older PyTorch
+        return torch.cuda.current_stream(device).stream_id
+    return get(device.index)[0]
 
 
 def _replay(torch, key, device, cdtype, chain, fn, args, wanted, ends):
@@ -340,7 +357,7 @@ def _function():
             Xs, weight = ctx.saved_tensors
             needs = tuple(ctx.needs_input_grad[:3])
             out = None
-            if ctx.graphs and _graphs.wanted(torch, ctx.graphs, g, weight, None, training=True):
+            if ctx.graphs and _graphs.replayable(torch, g):
                 out = _replay_backward(torch, ctx, g, Xs, weight, needs)
             if out is None:
                 with gemm_precision(ctx.cdtype, g.device.type):
