@@ -387,7 +387,7 @@ def fake(monkeypatch, cache):
     log = []
 
     def capture(torch_, fn, args, device, precision, keep=()):
-        inputs = tuple(None if a is None else a.detach().clone() for a in args)
+        inputs = tuple(_graphs.static_input(torch, a, device) for a in args)
         graph = _FakeGraph(fn, inputs, precision)
         log.append(graph)
         return _graphs.Captured(graph, inputs, graph.outputs, device, keep)
@@ -437,6 +437,50 @@ def test_replay_matches_eager(fake, cache, ends, shape, n_modes, bias):
     assert len(cache) == 0 and all(gr.fn is None for gr in fake)
     with torch.no_grad():
         assert torch.equal(layer(x1), y) and len(fake) == 3
+
+
+def _grads(layer, xs, gs, order, retain=False):
+    """Gradients of ``sum_i (layer(x_i) * g_i).sum()`` with the forwards of ``xs`` run first,
+    then the backwards in ``order`` (each kept for a second backward where ``retain``)."""
+    for p in layer.parameters():
+        p.grad = None
+    xs = [x.detach().clone().requires_grad_(True) for x in xs]
+    ys = [layer(x) for x in xs]
+    for i in order:
+        (ys[i] * gs[i]).sum().backward(retain_graph=retain)
+    return [x.grad for x in xs] + [layer.weight.grad, layer.bias.grad]
+
+
+def test_replay_lent_input_interleaved(fake, cache, ends):
+    """Two forwards before their backwards, in either order, and a backward run twice
+    (``retain_graph``): the input each backward reads is the one its own forward left in the
+    graph's buffer (copied out before the next forward overwrote it, put back for its
+    backward), so every gradient is the eager chain's."""
+    layer = _layer(3, 4, (6, 8))
+    eager = _twin(layer, graphs=False)
+    torch.manual_seed(3)
+    xs = [torch.randn(2, 3, 12, 10) for _ in range(3)]
+    gs = [torch.randn(2, 4, 12, 10) for _ in range(3)]
+    for order in ([0, 1, 2], [2, 0, 1], [1, 1, 0, 2]):
+        want = _grads(eager, xs, gs, order, retain=True)
+        _close(_grads(layer, xs, gs, order, retain=True), want, 1e-6)
+    assert len(fake) == 2
+
+
+def test_replay_lent_input_not_copied_after_backward(fake, cache, ends):
+    """Once a forward's backward has run (without ``retain_graph``), the next forward copies
+    nothing out of the buffer for it, though its output is still alive; with
+    ``retain_graph`` it is copied out, for the backward that may run again."""
+    layer = _layer(3, 4, (6, 8))
+    x = torch.randn(2, 3, 12, 10, requires_grad=True)
+    g = torch.randn(2, 4, 12, 10)
+    for retain in (False, True):
+        y = layer(x)
+        lent = y.grad_fn.lent
+        assert lent is not None and lent.value is None
+        y.backward(g, retain_graph=retain)
+        layer(x)
+        assert (lent.value is not None) == retain
 
 
 @pytest.mark.parametrize("need", [(True, True, True), (True, False, False),
@@ -708,6 +752,21 @@ def test_cuda_graphs_with_torch_compile(cache):
     x, g = torch.randn(4, 8, 30, 30, device="cuda"), torch.randn(4, 6, 30, 30, device="cuda")
     for _ in range(2):
         _close(_step(compiled, x, g), _step(eager, x, g), 1e-5)
+
+
+@pytest.mark.gpu
+@cuda
+def test_cuda_graphs_lent_input_interleaved(cache, ends):
+    """On the device: forwards before their backwards in any order, and a backward run twice,
+    against the layer without graphs (the backward graph reads the forward graph's buffer)."""
+    layer = _layer(8, 6, (12, 12), device="cuda", graphs=True)
+    eager = _twin(layer, graphs=False)
+    xs = [torch.randn(4, 8, 30, 30, device="cuda") for _ in range(3)]
+    gs = [torch.randn(4, 6, 30, 30, device="cuda") for _ in range(3)]
+    for order in ([0, 1, 2], [2, 0, 1], [1, 1, 0, 2]):
+        _close(_grads(layer, xs, gs, order, retain=True), _grads(eager, xs, gs, order, True),
+               1e-5)
+    assert len(cache) == 2
 
 
 @pytest.mark.gpu

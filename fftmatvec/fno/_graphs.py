@@ -4,7 +4,9 @@ On a small layer the GPU waits for the host: the forward and the backward are ch
 15 small launches. Captured once per call signature into a ``torch.cuda.CUDAGraph``, a chain is
 replayed in one launch on the current stream: the inputs are copied into the graph's static
 buffers and the outputs cloned out of its buffers, so nothing returned aliases memory that the
-next replay overwrites. On a larger layer (:func:`ends_outside`) the graph holds the chain's
+next replay overwrites. The exception is the modes-major input that the backward reads: it stays
+in the forward graph's buffer, lent to the call's backward (:class:`Slot`), whose graph reads it
+there; a replay that would overwrite it while that backward can still run copies it out first. On a larger layer (:func:`ends_outside`) the graph holds the chain's
 middle: the chain's first step runs outside it and writes its rows into the graph's input
 buffer, and its last step reads the graph's output and writes a new tensor
 (:func:`fftmatvec.fno._torch_dft._replay_forward`), so no full-size tensor is copied in or out.
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import threading
 import warnings
+import weakref
 from collections import OrderedDict
 
 from .._errors import FFTMatvecError, FFTMatvecValueError
@@ -165,9 +168,11 @@ def forward_key(problem, stream):
     return "forward", stream, problem
 
 
-def backward_key(problem, stream, needs, g_dtype):
-    """The backward graph's key: ``needs`` which of ``dL/dx, dL/dW, dL/db`` are computed."""
-    return "backward", stream, problem, tuple(bool(n) for n in needs), g_dtype
+def backward_key(problem, stream, needs, g_dtype, borrowed=None):
+    """The backward graph's key: ``needs`` which of ``dL/dx, dL/dW, dL/db`` are computed;
+    ``borrowed`` the address of the forward graph's buffer that it reads in place (None: a
+    static copy), which the graph keeps allocated while it lives."""
+    return "backward", stream, problem, tuple(bool(n) for n in needs), g_dtype, borrowed
 
 
 class GraphCache:
@@ -242,33 +247,118 @@ def clear_graphs():
     CACHE.clear()
 
 
+#: ``wanted`` for an output of :meth:`Captured.run` left in its buffer and lent (:class:`Slot`).
+LEND = "lend"
+
+
+class Lent:
+    """A forward's output left in its graph's buffer for the backward (:meth:`Slot.lend`):
+    ``value`` is None while the buffer holds it, its copy once a replay was to overwrite it;
+    ``alive()`` the token, a tensor the caller saves for the backward, which autograd frees
+    once no backward can run (after one without ``retain_graph``), or None since then."""
+
+    __slots__ = ("slot", "value", "alive")
+
+
+class Slot:
+    """An output buffer of a graph lent to the one call whose output it holds, copy on
+    overwrite: a replay about to write it copies the output out first for a call whose
+    backward can still run (its token alive), and that call's backward reads the buffer in
+    place (:meth:`hold`), or puts its copy back. In a training loop the backward runs before
+    the next forward, which then copies nothing: the modes-major input the backward reads
+    goes neither out of the forward's graph nor into the backward's.
+
+    ``lock``: the lock of the graph that writes the buffer; whoever reads the buffer holds it
+    while its own reads are queued."""
+
+    def __init__(self, buf, lock):
+        self.buf, self.lock = buf, lock
+        self._lent = None      # the Lent of the output the buffer holds
+
+    def vacate(self):
+        """Before the buffer is written: its output copied out where it may still be read."""
+        lent, self._lent = self._lent, None
+        if lent is not None and lent.value is None and lent.alive() is not None:
+            lent.value = self.buf.clone()
+
+    def lend(self, token):
+        """A :class:`Lent` of the output the buffer holds now, ``token`` its holder's."""
+        lent = Lent()
+        lent.slot, lent.value, lent.alive = self, None, weakref.ref(token)
+        self._lent = lent
+        return lent
+
+    def hold(self, lent):
+        """The buffer, holding ``lent``'s output (put back from its copy where a replay
+        overwrote it); call with :attr:`lock` held."""
+        if lent.value is not None:
+            self.vacate()
+            self.buf.copy_(lent.value)
+            lent.value = None
+            self._lent = lent
+        return self.buf
+
+
+class Borrowed:
+    """An argument that a graph reads in place rather than from a static copy: another
+    graph's output buffer (:class:`Slot`)."""
+
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+
+def static_input(torch, a, device):
+    """The static input of a capture for the argument ``a``: a copy of it, the tensor of a
+    :class:`Borrowed`, or None."""
+    if a is None:
+        return None
+    if isinstance(a, Borrowed):
+        return a.tensor
+    return torch.empty(a.shape, dtype=a.dtype, device=device).copy_(a)
+
+
 class Captured:
     """One captured chain: its static inputs, the graph, its outputs. ``run(args, wanted)``
-    copies ``args`` into the inputs (None: no buffer), replays the graph on the current stream
-    and returns clones of the outputs where ``wanted`` is set (None elsewhere), or None once
-    released. With ``start``, ``start(buffer)`` writes the first input in place of a copy;
-    with ``end``, the first output (where wanted) is ``end(buffer)`` in place of a clone: the
-    chain's first and last steps, run in turn with the replay. ``keep``: what the graph reads
-    and nothing else holds (the DFT matrices)."""
+    copies ``args`` into the inputs (None: no copy, for a buffer that is not needed or is
+    borrowed: :class:`Borrowed`), replays the graph on the current stream and returns clones of
+    the outputs where ``wanted`` is True, a :class:`Lent` of the output left in its buffer where
+    it is :data:`LEND` (``token`` its holder's), None elsewhere, or None once released. With
+    ``start``, ``start(buffer)`` writes the first input in place of a copy; with ``end``, the
+    first output (where wanted) is ``end(buffer)`` in place of a clone: the chain's first and
+    last steps, run in turn with the replay. ``keep``: what the graph reads and nothing else
+    holds (the DFT matrices, a borrowed buffer)."""
 
     def __init__(self, graph, inputs, outputs, device, keep=()):
         self.graph, self.inputs, self.outputs = graph, tuple(inputs), tuple(outputs)
         self.device, self._keep = device, keep
         # copy in, replay and clone out in turn (two threads on one stream), never released
         # in between
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._slots: dict = {}
 
-    def run(self, args, wanted, start=None, end=None):
+    def slot(self, i):
+        """The :class:`Slot` of output ``i``."""
+        s = self._slots.get(i)
+        if s is None:
+            s = self._slots[i] = Slot(self.outputs[i], self._lock)
+        return s
+
+    def run(self, args, wanted, start=None, end=None, token=None):
         with self._lock:
             if self.graph is None:
                 return None
             for i, (buf, a) in enumerate(zip(self.inputs, args)):
                 if i == 0 and start is not None:
                     start(buf)
-                elif buf is not None:
+                elif buf is not None and a is not None:
                     buf.copy_(a)
+            for s in self._slots.values():
+                s.vacate()
             self.graph.replay()
             return tuple(None if not w or o is None else
+                         self.slot(i).lend(token) if w is LEND else
                          end(o) if i == 0 and end is not None else o.clone()
                          for i, (o, w) in enumerate(zip(self.outputs, wanted)))
 
@@ -283,6 +373,7 @@ class Captured:
             self.graph.reset()
             self.graph = None
             self.inputs = self.outputs = self._keep = ()
+            self._slots = {}  # a lent output stays in its buffer, which no replay writes now
 
 
 def capture(torch, fn, args, device, precision, keep=()):
@@ -296,8 +387,7 @@ def capture(torch, fn, args, device, precision, keep=()):
     autograd, so that later calls in any mode can copy into them."""
     with _CAPTURE_LOCK, torch.cuda.device(device), torch.inference_mode(False), \
             torch.no_grad(), precision():
-        inputs = tuple(None if a is None else
-                       torch.empty(a.shape, dtype=a.dtype, device=device).copy_(a) for a in args)
+        inputs = tuple(static_input(torch, a, device) for a in args)
         side = _STREAMS.get(device)
         if side is None:
             side = _STREAMS[device] = torch.cuda.Stream(device)

@@ -239,59 +239,76 @@ def _stream(torch, device):
     return get(device.index)[0]
 
 
-def _replay(torch, key, device, cdtype, chain, fn, args, wanted, ends):
+def _replay(torch, key, device, cdtype, chain, fn, args, wanted, ends, token=None):
     """Replay the graph of ``key``, capturing ``fn(*inputs)`` on a miss (a failed capture
-    raises: :func:`fftmatvec.fno._graphs.explained`). ``args``: the chain's inputs; with
-    ``ends`` (``(start, end)``, :func:`._graphs.ends_outside`) ``fn`` is the chain's middle, its
-    first input written by ``start(buffer)`` (args[0] computes it at the capture) and its first
-    output read by ``end(buffer)``, both outside the graph, in the layer's GEMM precision."""
+    raises: :func:`fftmatvec.fno._graphs.explained`). ``args``: the chain's inputs
+    (:class:`._graphs.Borrowed` for one read in place); with ``ends`` (``(start, end)``,
+    :func:`._graphs.ends_outside`) ``fn`` is the chain's middle, its first input written by
+    ``start(buffer)`` (args[0] computes it at the capture) and its first output read by
+    ``end(buffer)``, both outside the graph, in the layer's GEMM precision. ``wanted`` and
+    ``token``: as :meth:`._graphs.Captured.run` takes them."""
     precision = functools.partial(gemm_precision, cdtype, device.type)
     start, end = ends or (None, None)
+    borrowed = tuple(a.tensor for a in args if isinstance(a, _graphs.Borrowed))
 
     def capture():
         inputs = args
         if start is not None:
             with precision():
                 inputs = (args[0](),) + tuple(args[1:])
-        return _graphs.capture(torch, fn, inputs, device, precision, keep=(chain,))
+        return _graphs.capture(torch, fn, inputs, device, precision, keep=(chain,) + borrowed)
 
     entry = _graphs.CACHE.get(key, _graphs.explained(capture))
-    feed = (None,) + tuple(args[1:]) if start is not None else args
+    feed = tuple(None if (i == 0 and start is not None) or isinstance(a, _graphs.Borrowed)
+                 else a for i, a in enumerate(args))
     with precision() if start is not None else contextlib.nullcontext():
-        return entry.run(feed, wanted, start=start, end=end)
+        return entry.run(feed, wanted, start=start, end=end, token=token)
 
 
-def _replay_forward(torch, ctx, x, weight, bias, keep_xs):
-    """``(y, Xs)`` from the forward graph (``Xs`` None unless ``keep_xs``). Where
-    :func:`._graphs.ends_outside`, the graph holds the chain's middle (:func:`forward_middle`):
-    its first step writes the graph's input buffer and its last reads the graph's output,
-    outside it; else the whole chain, ``x`` copied in and ``y`` cloned out."""
+def _replay_forward(torch, ctx, x, weight, bias, token):
+    """``(y, Xs)`` from the forward graph: ``Xs`` None, or with a ``token`` (a tensor the
+    backward saves) the modes-major input left in the graph's buffer and lent
+    (:class:`._graphs.Lent`). Where :func:`._graphs.ends_outside`, the graph holds the chain's
+    middle (:func:`forward_middle`): its first step writes the graph's input buffer and its
+    last reads the graph's output, outside it; else the whole chain, ``x`` copied in and ``y``
+    cloned out."""
     chain, cdtype = ctx.chain, ctx.cdtype
     x_shape = tuple(x.shape)
     outside = _graphs.ends_outside(x_shape, x.element_size(), weight.shape[1])
     key = _graphs.forward_key((ctx.problem, outside), _stream(torch, x.device))
+    wanted = (True, False if token is None else _graphs.LEND)
     if not outside:
         return _replay(torch, key, x.device, cdtype, chain,
                        lambda xs: forward_chain(xs, weight, bias, chain, cdtype), (x,),
-                       (True, keep_xs), None)
+                       wanted, None, token)
     y_shape = _y_shape(x_shape, weight.shape)
     ends = (lambda buf: forward_start(x, chain, cdtype, buf),
             lambda T: forward_end(T, chain, y_shape, bias, cdtype, x.dtype))
     return _replay(torch, key, x.device, cdtype, chain,
                    lambda h: forward_middle(h, x_shape, weight, bias, chain, cdtype),
-                   (lambda: forward_start(x, chain, cdtype),), (True, keep_xs), ends)
+                   (lambda: forward_start(x, chain, cdtype),), wanted, ends, token)
 
 
 def _replay_backward(torch, ctx, g, Xs, weight, needs):
     """``(dL/dx, dL/dW, dL/db)`` from the backward graph of ``needs``. As in
     :func:`_replay_forward`, the graph holds the chain's middle (:func:`backward_middle`) or
-    the whole chain."""
+    the whole chain. A lent ``Xs`` (:class:`._graphs.Lent`) is read in the forward graph's
+    buffer, held while the replay is queued."""
+    if isinstance(Xs, _graphs.Lent) and needs[1]:
+        slot = Xs.slot
+        with slot.lock:
+            buf = slot.hold(Xs)
+            return _replay_backward_of(torch, ctx, g, _graphs.Borrowed(buf), weight, needs,
+                                       buf.data_ptr())
+    return _replay_backward_of(torch, ctx, g, Xs if needs[1] else None, weight, needs)
+
+
+def _replay_backward_of(torch, ctx, g, xs, weight, needs, borrowed=None):
     chain, cdtype, meta = ctx.chain, ctx.cdtype, ctx.meta
     g_shape = tuple(g.shape)
     outside = _graphs.ends_outside(g_shape, g.element_size(), meta[1][0])
     key = _graphs.backward_key((ctx.problem, outside), _stream(torch, g.device), needs,
-                               g.dtype)
-    xs = Xs if needs[1] else None
+                               g.dtype, borrowed)
     if not outside:
         return _replay(torch, key, g.device, cdtype, chain,
                        lambda gs, xs: backward_chain(gs, xs, weight, chain, cdtype, needs, meta),
@@ -308,16 +325,26 @@ def _replay_backward(torch, ctx, g, Xs, weight, needs):
     return out
 
 
-def _forward(torch, ctx, x, weight, bias, modes, cdtype, graphs, keep_xs):
-    """``(y, Xs)``, from the forward graph where ``graphs`` (``Xs`` None there unless
-    ``keep_xs``), else from the eager chain; sets ``ctx.chain``, ``ctx.cdtype`` and, with
-    graphs, ``ctx.problem`` (what the backward and the replay read)."""
+def _eager_backward(torch, ctx, g, Xs, weight, needs):
+    """The backward chain op by op; a lent ``Xs`` read in its buffer, held meanwhile."""
+    if isinstance(Xs, _graphs.Lent):
+        with Xs.slot.lock:
+            return _eager_backward(torch, ctx, g, Xs.slot.hold(Xs), weight, needs)
+    with gemm_precision(ctx.cdtype, g.device.type):
+        return backward_chain(g, Xs, weight, ctx.chain, ctx.cdtype, needs, ctx.meta)
+
+
+def _forward(torch, ctx, x, weight, bias, modes, cdtype, graphs, token):
+    """``(y, Xs)``, from the forward graph where ``graphs`` (``Xs`` None there unless a
+    ``token`` is given: :func:`_replay_forward`), else from the eager chain; sets
+    ``ctx.chain``, ``ctx.cdtype`` and, with graphs, ``ctx.problem`` (what the backward and
+    the replay read)."""
     chain = chain_for(x, cdtype, modes)
     ctx.chain, ctx.cdtype = chain, cdtype
     if graphs:
         ctx.problem = (_graphs.problem_key(x.shape, x.dtype, x.device, cdtype, modes, weight,
                                            bias), chain.rows)
-        out = _replay_forward(torch, ctx, x, weight, bias, keep_xs)
+        out = _replay_forward(torch, ctx, x, weight, bias, token)
         if out is not None:
             return out
     with gemm_precision(cdtype, x.device.type):
@@ -338,30 +365,35 @@ def _function():
 
         ``graphs``: ``"auto"`` or ``True`` to replay CUDA graphs of the chains (a failed
         capture raises: :func:`fftmatvec.fno._graphs.explained`), ``False`` for the eager
-        chain; ``grad``: whether grad mode was on at the call (only then is ``Xs`` copied out
-        of the forward graph)."""
+        chain; ``grad``: whether grad mode was on at the call (only then is ``Xs``, where
+        ``dL/dW`` is wanted, lent from the forward graph's buffer to the backward:
+        :class:`._graphs.Slot`)."""
 
         @staticmethod
         def forward(ctx, x, weight, bias, modes, cdtype, graphs, grad):
             bias_meta = None if bias is None else (tuple(bias.shape), bias.dtype)
             ctx.meta = (x.dtype, tuple(weight.shape), weight.dtype, bias_meta)
             ctx.graphs = graphs
-            y, Xs = _forward(torch, ctx, x, weight, bias, modes, cdtype, graphs,
-                             grad and ctx.needs_input_grad[1])
-            ctx.save_for_backward(Xs, weight)
+            token = torch.empty(0) if grad and ctx.needs_input_grad[1] else None
+            y, Xs = _forward(torch, ctx, x, weight, bias, modes, cdtype, graphs, token)
+            ctx.lent = Xs if isinstance(Xs, _graphs.Lent) else None
+            if ctx.lent is not None:  # the token freed by autograd: no backward can read it
+                ctx.save_for_backward(None, weight, token)
+            else:
+                ctx.save_for_backward(Xs, weight)
             return y
 
         @staticmethod
         @torch.autograd.function.once_differentiable
         def backward(ctx, g):
-            Xs, weight = ctx.saved_tensors
+            Xs, weight = ctx.saved_tensors[:2]
+            Xs = ctx.lent or Xs
             needs = tuple(ctx.needs_input_grad[:3])
             out = None
             if ctx.graphs and _graphs.replayable(torch, g):
                 out = _replay_backward(torch, ctx, g, Xs, weight, needs)
             if out is None:
-                with gemm_precision(ctx.cdtype, g.device.type):
-                    out = backward_chain(g, Xs, weight, ctx.chain, ctx.cdtype, needs, ctx.meta)
+                out = _eager_backward(torch, ctx, g, Xs, weight, needs)
             return out + (None, None, None, None)
 
     return _DftSpectralConvFn
@@ -381,7 +413,7 @@ def dft_spectral_conv(x, weight, bias, modes, cdtype, graphs="auto"):
     grad = torch.is_grad_enabled()
     if not (grad and (x.requires_grad or weight.requires_grad
                       or (bias is not None and bias.requires_grad))):
-        return _forward(torch, _Call(), x, weight, bias, tuple(modes), cdtype, use, False)[0]
+        return _forward(torch, _Call(), x, weight, bias, tuple(modes), cdtype, use, None)[0]
     if _FN is None:
         _FN = _function()
     return _FN.apply(x, weight, bias, tuple(modes), cdtype, use, use and grad)
