@@ -1,7 +1,8 @@
 """Benchmark the FNO spectral convolution against PyTorch eager and neuraloperator.
 
 For each size of issue 41 (B, C, grid, modes per axis; Cin = Cout = C), in one run on one device,
-forward and forward+backward median times of
+forward and forward+backward median times (the implementations timed in turn, ``--rounds``
+times, so that a drift of the host or the device reaches them all alike) of
 
 * eager: ``rfftn`` -> gather of both frequency signs -> ``einsum`` -> scatter -> ``irfftn``;
 * neuraloperator's dense ``SpectralConv`` (when importable);
@@ -35,7 +36,7 @@ costs a layer whose caller waits. ``--cases`` picks cases of the list by their i
 
 Usage::
 
-    python scripts/bench_fno.py [--reps N] [--json FILE] [--sixteen bfloat16] [--cases 0,6]
+    python scripts/bench_fno.py [--reps N] [--rounds R] [--json FILE] [--sixteen bfloat16] [--cases 0,6]
     python scripts/bench_fno.py --profile --cases 1,6 [--graphs 0]
     python scripts/bench_fno.py --host --cases 0,6,8
     python scripts/bench_fno.py --device cpu --small      # a quick local check
@@ -61,7 +62,9 @@ SIZES = [(32, 64, (64, 64), 16), (32, 64, (128, 128), 16), (16, 64, (256, 256), 
 SMALL = [(4, 8, (32, 32), 8), (16, 8, (128,), 32), (2, 4, (16, 16, 16), 8), (2, 8, (21, 21), 6)]
 
 
-def make_timer(device):
+def make_timer(device, samples=False):
+    """``timed(fn, reps)``: the median time of ``reps`` calls of ``fn`` after three warm-up
+    calls, or with ``samples`` the list of the ``reps`` times."""
     cuda = device.type == "cuda"
 
     def timed(fn, reps):
@@ -81,7 +84,7 @@ def make_timer(device):
                 t0 = time.perf_counter()
                 fn()
                 ts.append(time.perf_counter() - t0)
-        return float(statistics.median(ts))
+        return ts if samples else float(statistics.median(ts))
 
     return timed
 
@@ -135,7 +138,7 @@ def _planned(layer, plan):
     return run
 
 
-def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls):
+def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls, rounds=4):
     n_modes = tuple([m] * len(grid))
     dft = SpectralConv(C, C, n_modes, device=device, method="dft")
     fft = SpectralConv(C, C, n_modes, device=device, method="fft")
@@ -174,7 +177,7 @@ def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls):
     floors = {"fwd": fwd_bytes / bw, "fwd+bwd": (2 * fwd_bytes + w_bytes) / bw}
     rows = []
     for pss in ("fwd", "fwd+bwd"):
-        times = {}
+        runs = {}
         for name, f in impls.items():
             xin = x.to(getattr(torch, sixteen)) if name == sixteen else x
             gin = g.to(xin.dtype)
@@ -187,7 +190,14 @@ def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls):
 
                 def run(f=f, xg=xg, gin=gin):
                     f(xg).backward(gin)
-            times[name] = timed(run, reps)
+            runs[name] = run
+        # the implementations in turn, ``rounds`` times: each sees the host and the device in
+        # the same state as the others (a small layer's time is the host's, which drifts)
+        samples = {name: [] for name in runs}
+        for _ in range(rounds):
+            for name, run in runs.items():
+                samples[name] += timed(run, max(1, reps // rounds))
+        times = {name: float(statistics.median(ts)) for name, ts in samples.items()}
         rows.append({"case": [B, C, list(grid), m], "pass": pss, "floor_s": floors[pss],
                      "times_s": times, "auto": choose_method(B, C, C, grid, modes),
                      "dft_vs_fft": diff, "sixteen_vs_fft": diff16})
@@ -278,6 +288,9 @@ def host_case(B, C, grid, m, device, reps):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=4,
+                    help="time the implementations in turn this many times, reps / rounds "
+                         "calls each (the median over all)")
     ap.add_argument("--json", metavar="FILE", help="write every row to FILE")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--small", action="store_true", help="small sizes, for a quick CPU check")
@@ -310,6 +323,7 @@ def main():
         NeuralopConv = None
     timed = make_timer(device)
     bw = copy_bandwidth(device, timed, args.reps, 1 << (24 if args.small else 30))
+    sampled = make_timer(device, samples=True)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"device: {name}, copy bandwidth {bw / 1e9:.0f} GB/s, torch {torch.__version__}")
     extra = [args.sixteen] if args.sixteen else []
@@ -320,8 +334,8 @@ def main():
           + f" {'eager/dft':>9} {'nop/dft':>8} {'floor/dft':>9} {'dft-fft':>8}")
     rows = []
     for B, C, grid, m in sizes:
-        for r in bench_case(B, C, grid, m, device, timed, bw, args.reps, args.sixteen,
-                            NeuralopConv):
+        for r in bench_case(B, C, grid, m, device, sampled, bw, args.reps, args.sixteen,
+                            NeuralopConv, args.rounds):
             rows.append(r)
             t = r["times_s"]
             us = " ".join(f"{t.get(c, float('nan')) * 1e6:{max(10, len(c) + 3)}.1f}"
