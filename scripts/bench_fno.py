@@ -21,7 +21,8 @@ and the floor: the bytes that must move over the bandwidth of a large device-to-
 timed in the same run. Forward: one read of ``x`` and the weights, one write of ``y``.
 Forward+backward: that, plus one read of ``dL/dy`` and the weights and one write of ``dL/dx``
 and ``dL/dW``. Forward times run under ``torch.no_grad()``; forward+backward ones time
-``y = layer(x); y.backward(g)`` with ``x`` requiring its gradient.
+``y = layer(x); y.backward(g)`` with ``x`` requiring its gradient, every gradient set to None
+before (as ``zero_grad`` does: no call adds into the last one's).
 
 Printed per case and pass: the floor, every time, ``eager / dft`` and ``nop / dft`` (speed-ups
 of the DFT path), ``floor / dft`` (the fraction of the floor the DFT path reaches) and the
@@ -175,6 +176,8 @@ def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls, rounds=
     w_bytes = dft.weight.numel() * 8
     fwd_bytes = 4 * (x.numel() + y_dft.numel()) + w_bytes
     floors = {"fwd": fwd_bytes / bw, "fwd+bwd": (2 * fwd_bytes + w_bytes) / bw}
+    owned = {name: list(f.parameters()) if isinstance(f, torch.nn.Module)
+             else [dft.weight, dft.bias] for name, f in impls.items()}
     rows = []
     for pss in ("fwd", "fwd+bwd"):
         runs = {}
@@ -187,8 +190,11 @@ def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls, rounds=
                         f(xin)
             else:
                 xg = xin.detach().requires_grad_(True)
+                params = [xg] + owned[name]
 
-                def run(f=f, xg=xg, gin=gin):
+                def run(f=f, xg=xg, gin=gin, params=params):
+                    for p in params:  # as zero_grad(set_to_none=True): no accumulation
+                        p.grad = None
                     f(xg).backward(gin)
             runs[name] = run
         # the implementations in turn, ``rounds`` times: each sees the host and the device in
@@ -218,6 +224,8 @@ def _layer_calls(B, C, grid, m, device, graphs):
             layer(x)
 
     def fwd_bwd():
+        for p in (xg,) + tuple(layer.parameters()):
+            p.grad = None
         layer(xg).backward(g)
 
     return fwd, fwd_bwd

@@ -198,7 +198,9 @@ def backward_middle(G, g_shape, Xs, weight, chain, cdtype, needs, meta):
             gw = modes_major_complex(gwv, w_shape, w_dtype)
     if need_b and chain.bias_mode is not None:
         shape, dtype = bias_meta
-        gb = gY[:, :, 0, chain.bias_mode].sum(0).to(dtype).reshape(shape)
+        # made contiguous first: summed in place over B along rows 2M values apart, the
+        # reduction took 21 us at (1024, 64, 128) on an H200, a copy and a sum about 6
+        gb = gY[:, :, 0, chain.bias_mode].contiguous().sum(0).to(dtype).reshape(shape)
     return gT, gw, gb
 
 
