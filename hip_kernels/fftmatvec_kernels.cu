@@ -156,11 +156,32 @@ FFTMATVEC_ROWFFT_FAMILIES(f32, float, c64, float2)
     fno_plane_irfft_body<M>(y, out, tw1, tw0, s1, inv0, s0, n0, n1, m0, m1, rpb, g, rad1, np1,   \
                             rad0, np0);                                                          \
   }
+// fno_plane_rfft_f32_w<P>x<Q>, fno_plane_irfft_f32_w<P>x<Q>: the warp form, rows of 32 P complex
+// values (P = 1, 2, 4: rows of 64 to 256 reals), columns of 32 Q (Q = 1, 2, 4, 8).
+#define FFTMATVEC_FNO_PLANE_WARP(P, Q)                                                          \
+  extern "C" __global__ void FNO_WARP_BOUNDS(Q) fno_plane_rfft_f32_w##P##x##Q(                 \
+      const float* __restrict__ x, float* __restrict__ out, const float2* __restrict__ tw1,      \
+      const float* __restrict__ s1, const int* __restrict__ inv0, float s0, int m0, int m1) {    \
+    fno_plane_rfft_warp_body<P, Q>(x, out, tw1, s1, inv0, s0, m0, m1);                           \
+  }                                                                                              \
+  extern "C" __global__ void FNO_WARP_BOUNDS(Q) fno_plane_irfft_f32_w##P##x##Q(                \
+      const float* __restrict__ y, float* __restrict__ out, const float2* __restrict__ tw1,      \
+      const float* __restrict__ s1, const int* __restrict__ inv0, float s0, int m0, int m1) {    \
+    fno_plane_irfft_warp_body<P, Q>(y, out, tw1, s1, inv0, s0, m0, m1);                          \
+  }
+#define FFTMATVEC_FNO_PLANE_WARP_ROWS(P)                                                        \
+  FFTMATVEC_FNO_PLANE_WARP(P, 1)                                                                 \
+  FFTMATVEC_FNO_PLANE_WARP(P, 2)                                                                 \
+  FFTMATVEC_FNO_PLANE_WARP(P, 4)                                                                 \
+  FFTMATVEC_FNO_PLANE_WARP(P, 8)
 #if FFTMATVEC_IN_SECTION(ROWFFT_F32_C64)
 FFTMATVEC_FNO_ROWFFT(8)
 FFTMATVEC_FNO_ROWFFT(10)
 FFTMATVEC_FNO_PLANE(8)
 FFTMATVEC_FNO_PLANE(10)
+FFTMATVEC_FNO_PLANE_WARP_ROWS(1)
+FFTMATVEC_FNO_PLANE_WARP_ROWS(2)
+FFTMATVEC_FNO_PLANE_WARP_ROWS(4)
 #endif
 
 // ---- stages 3-5 of an adjoint in one kernel (fused.cuh) -------------------------------------

@@ -176,3 +176,231 @@ __device__ __forceinline__ void fno_plane_irfft_body(
     __syncthreads();
   }
 }
+
+// ---- The plane kernels, warp form (fftmatvec/fno/_rows.py: Plane, variant "warp") ----------
+// For planes whose rows hold 32 P complex values (n1 = 64 P reals) and whose columns 32 Q
+// (n0 = 32 Q), P in {1, 2, 4} and Q in {1, 2, 4, 8}: a group of 32 lanes transforms one row or one column at
+// a time, lane l holding its values l, l + 32, ... in registers: a P-point DFT in registers, the
+// twiddles, then a 32-point FFT across the lanes by shuffles (decimation in frequency; one more
+// shuffle puts the bins in natural order: lane l, register k2 holds bin P l + k2). A row or a
+// column makes no pass through shared memory and waits on no barrier: the pass form's rows ran
+// latency-bound in their shared-memory passes and barriers (docs/benchmarks.md, fortieth run).
+// Shared memory holds the kept columns T (m1 rows of n0 + 1 values, as in the pass form) and
+// the plane's 2 m0 m1 modes, staged so that global memory is read and written in whole rows.
+// Lanes of 32 on AMD's 64-wide wavefronts too (the shuffles' width is 32). The results are the
+// pass form's up to float32 rounding (the twiddles of the lanes' FFTs computed, exactly reduced,
+// with sincospif).
+// Launch bounds: registers for four blocks a multiprocessor on NVIDIA, two for columns of 256
+// (Q = 8), whose planes' shared memory allows no more (and whose 64 registers spilled).
+#define FNO_WARP_THREADS 256
+#if defined(FFTMATVEC_HIP)
+#define FNO_WARP_BOUNDS(Q) __launch_bounds__(FNO_WARP_THREADS)
+#else
+#define FNO_WARP_BOUNDS(Q) __launch_bounds__(FNO_WARP_THREADS, (Q) >= 8 ? 2 : 4)
+#endif
+
+// exp(S 2 pi i num / den), the angle reduced to (-1/2, 1/2] of a turn in integers
+__device__ __forceinline__ float2 unit_root(int num, int den, int S) {
+  int r = num % den;
+  if (2 * r > den) r -= den;
+  float s, c;
+  sincospif(2.0f * (float)r / (float)den, &s, &c);
+  return make_c(c, S > 0 ? s : -s);
+}
+
+__device__ __forceinline__ float2 shfl_c(float2 v, int src) {
+  return make_c(__shfl_sync(0xffffffffu, v.x, src, 32), __shfl_sync(0xffffffffu, v.y, src, 32));
+}
+
+__device__ __forceinline__ float2 shfl_xor_c(float2 v, int mask) {
+  return make_c(__shfl_xor_sync(0xffffffffu, v.x, mask, 32),
+                __shfl_xor_sync(0xffffffffu, v.y, mask, 32));
+}
+
+// The 32-point FFT across a group's lanes (sign S): lane l gives element l and gets bin l.
+template <int S>
+struct Lanes32 {
+  float2 w[4];  // the twiddles of the stages combining 32, 16, 8 and 4 values (2: none)
+  int lane, rev;
+  __device__ __forceinline__ Lanes32() {
+    lane = (int)(threadIdx.x & 31u);
+    rev = (int)(__brev((unsigned int)lane) >> 27);
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      const int h = 16 >> s;
+      w[s] = unit_root(lane & (h - 1), 2 * h, S);
+    }
+  }
+  __device__ __forceinline__ float2 fft(float2 v) const {
+#pragma unroll
+    for (int s = 0; s < 5; ++s) {
+      const int h = 16 >> s;
+      const float2 o = shfl_xor_c(v, h);
+      if (lane & h) {
+        v = c_sub(o, v);
+        if (s < 4) v = c_mul(v, w[s]);
+      } else {
+        v = c_add(v, o);
+      }
+    }
+    return shfl_c(v, rev);  // after the stages lane j holds bin brev(j)
+  }
+};
+
+// The complex FFT (sign S) of length 32 P held by a group, lane l register p holding element
+// l + 32 p: afterwards lane l register k2 holds bin P l + k2. tw[k2] = exp(S 2 pi i l k2 / 32 P).
+template <int P, int S>
+__device__ __forceinline__ void group_fft(float2 (&v)[P], const Lanes32<S>& lanes,
+                                          const float2 (&tw)[P]) {
+  if constexpr (P > 1) {
+    Dft<P, S, float2>::run(v);
+#pragma unroll
+    for (int k2 = 1; k2 < P; ++k2) v[k2] = c_mul(v[k2], tw[k2]);
+  }
+#pragma unroll
+  for (int k2 = 0; k2 < P; ++k2) v[k2] = lanes.fft(v[k2]);
+}
+
+// exp(-2 pi i k / 64 P) for k < 32 P from the rows' table, which holds k <= 16 P (its split
+// twiddles: rowfft.py's twiddle_table), by exp(-2 pi i (32 P - k) / 64 P) = -conj of it.
+template <int P>
+__device__ __forceinline__ float2 split_twiddle(const float2* __restrict__ tw1, int k) {
+  constexpr int N1 = 32 * P;
+  if (2 * k <= N1) return tw1[k];
+  const float2 t = tw1[N1 - k];
+  return make_c(-t.x, t.y);
+}
+
+template <int P, int Q>
+__device__ __forceinline__ void fno_plane_rfft_warp_body(
+    const float* __restrict__ x, float* __restrict__ out, const float2* __restrict__ tw1,
+    const float* __restrict__ s1, const int* __restrict__ inv0, float s0, int m0, int m1) {
+  constexpr int N1 = 32 * P, N0 = 32 * Q, n0p = N0 + 1;
+  const int M = m0 * m1;
+  float2* T = reinterpret_cast<float2*>(fftmatvec_dynamic_smem);
+  float* O = reinterpret_cast<float*>(T + m1 * n0p);
+  const Lanes32<-1> lanes;
+  const int lane = lanes.lane, group = (int)(threadIdx.x >> 5), groups = (int)(blockDim.x >> 5);
+  float2 twr[P], sp[P];  // the columns' twiddles are made after the rows, to spare registers
+#pragma unroll
+  for (int k2 = 0; k2 < P; ++k2) {
+    twr[k2] = unit_root(lane * k2, N1, -1);
+    sp[k2] = split_twiddle<P>(tw1, P * lane + k2);
+  }
+  const i64 plane = blockIdx.x;
+  const float* xp = x + plane * (i64)(N0 * 2 * N1);
+  // the rows: z[n] = x[2n] + i x[2n + 1], its FFT Z, the real FFT's bins k < m1 into T[k][row]
+  for (int r = group; r < N0; r += groups) {
+    const float* xr = xp + (i64)r * 2 * N1;
+    float2 v[P];
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const int n = lane + 32 * p;
+      v[p] = make_c(xr[2 * n], xr[2 * n + 1]);
+    }
+    group_fft<P, -1>(v, lanes, twr);
+    float2 zn[P];  // conj Z[N1 - k] for this lane's bins k = P lane + k2
+#pragma unroll
+    for (int k2 = 0; k2 < P; ++k2)
+      zn[k2] = c_conj(shfl_c(v[k2 == 0 ? 0 : P - k2], k2 == 0 ? (32 - lane) & 31 : 31 - lane));
+#pragma unroll
+    for (int k2 = 0; k2 < P; ++k2) {
+      const int k = P * lane + k2;
+      const float2 xe = c_scale(c_add(v[k2], zn[k2]), 0.5f);
+      const float2 xo = c_muli<-1>(c_scale(c_sub(v[k2], zn[k2]), 0.5f));
+      const float2 wxo = c_mul(sp[k2], xo);
+      if (k < m1) T[k * n0p + r] = c_scale(c_add(xe, wxo), s1[k]);
+      if (k == 0 && m1 > N1) T[N1 * n0p + r] = c_scale(c_conj(c_sub(xe, wxo)), s1[N1]);
+    }
+  }
+  __syncthreads();
+  // the kept columns: their FFTs, the kept bins (inv0[bin] = mode, -1 for none) into O
+  float2 twc[Q];
+#pragma unroll
+  for (int k2 = 0; k2 < Q; ++k2) twc[k2] = unit_root(lane * k2, N0, -1);
+  for (int k = group; k < m1; k += groups) {
+    float2 v[Q];
+#pragma unroll
+    for (int q = 0; q < Q; ++q) v[q] = T[k * n0p + lane + 32 * q];
+    group_fft<Q, -1>(v, lanes, twc);
+#pragma unroll
+    for (int k2 = 0; k2 < Q; ++k2) {
+      const int j = inv0[Q * lane + k2];
+      if (j >= 0) {
+        O[j * m1 + k] = v[k2].x * s0;
+        O[M + j * m1 + k] = v[k2].y * s0;
+      }
+    }
+  }
+  __syncthreads();
+  float* o = out + plane * 2 * M;
+  for (int i = threadIdx.x; i < 2 * M; i += blockDim.x) o[i] = O[i];
+}
+
+template <int P, int Q>
+__device__ __forceinline__ void fno_plane_irfft_warp_body(
+    const float* __restrict__ y, float* __restrict__ out, const float2* __restrict__ tw1,
+    const float* __restrict__ s1, const int* __restrict__ inv0, float s0, int m0, int m1) {
+  constexpr int N1 = 32 * P, N0 = 32 * Q, n0p = N0 + 1;
+  const int M = m0 * m1;
+  float2* T = reinterpret_cast<float2*>(fftmatvec_dynamic_smem);
+  float* O = reinterpret_cast<float*>(T + m1 * n0p);
+  const Lanes32<1> lanes;
+  const int lane = lanes.lane, group = (int)(threadIdx.x >> 5), groups = (int)(blockDim.x >> 5);
+  float2 twc[Q];  // the rows' twiddles are made after the columns, to spare registers
+#pragma unroll
+  for (int k2 = 0; k2 < Q; ++k2) twc[k2] = unit_root(lane * k2, N0, 1);
+  const i64 plane = blockIdx.x;
+  const float* yp = y + plane * 2 * M;
+  for (int i = threadIdx.x; i < 2 * M; i += blockDim.x) O[i] = yp[i];
+  __syncthreads();
+  // the kept columns: the modes at their bins (zero elsewhere), the inverse FFT, times s1[k],
+  // into T[k] with row r = Q l + k2 at (r % Q) 32 + r / Q (lanes on consecutive banks)
+  for (int k = group; k < m1; k += groups) {
+    float2 v[Q];
+#pragma unroll
+    for (int q = 0; q < Q; ++q) {
+      const int j = inv0[lane + 32 * q];
+      v[q] = j < 0 ? make_c(0.f, 0.f) : make_c(O[j * m1 + k] * s0, O[M + j * m1 + k] * s0);
+    }
+    group_fft<Q, 1>(v, lanes, twc);
+    const float s = s1[k];
+#pragma unroll
+    for (int k2 = 0; k2 < Q; ++k2) T[k * n0p + k2 * 32 + lane] = c_scale(v[k2], s);
+  }
+  __syncthreads();
+  // the rows: the packed spectrum Z[k] = E + i O of X[k] = T[k][r] (k < m1, zero above; the
+  // imaginary parts of DC and Nyquist dropped), its inverse FFT z, y[2m] + i y[2m + 1] = z[m]
+  float2 twr[P], ctw[P];
+#pragma unroll
+  for (int k2 = 0; k2 < P; ++k2) {
+    twr[k2] = unit_root(lane * k2, N1, 1);
+    ctw[k2] = c_conj(split_twiddle<P>(tw1, lane + 32 * k2));
+  }
+  float* op = out + plane * (i64)(N0 * 2 * N1);
+  for (int r = group; r < N0; r += groups) {
+    const int sr = (r % Q) * 32 + r / Q;
+    float2 v[P];
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const int k = lane + 32 * p, kn = N1 - k;
+      float2 xk = k < m1 ? T[k * n0p + sr] : make_c(0.f, 0.f);
+      float2 xnk = kn < m1 ? T[kn * n0p + sr] : make_c(0.f, 0.f);
+      if (k == 0) {
+        xk.y = 0.f;
+        xnk.y = 0.f;
+      }
+      const float2 e = c_add(xk, c_conj(xnk));
+      const float2 od = c_mul(c_sub(xk, c_conj(xnk)), ctw[p]);
+      v[p] = c_add(e, c_muli<1>(od));
+    }
+    group_fft<P, 1>(v, lanes, twr);
+    float* orow = op + (i64)r * 2 * N1;
+#pragma unroll
+    for (int k2 = 0; k2 < P; ++k2) {
+      const int m = P * lane + k2;
+      orow[2 * m] = v[k2].x;
+      orow[2 * m + 1] = v[k2].y;
+    }
+  }
+}

@@ -10,8 +10,9 @@ time). These set ``FNO_ROWS_R2C_MIN`` (fftmatvec/gpu/rules.py) and ``_rows.ROWS_
 With ``--plane``, for the sizes of two or three axes instead: the last two axes of every plane
 (B C prod(grid[:-2]) planes) on :class:`fftmatvec.fno._rows.Plane`, forward (``r2c``, the
 analysis) and inverse (``c2r``, the synthesis), over its threads, rows per step of the last
-axis and columns per step of the first, against the chain's steps it replaces (the last axis as
-the planner runs it, then the GEMM of the first) in the same run.
+axis and columns per step of the first (the pass form), and in the warp form where it takes the
+plane, against the chain's steps it replaces (the last axis as the planner runs it, then the
+GEMM of the first) in the same run.
 
 Usage::
 
@@ -27,7 +28,7 @@ import torch
 
 from bench_fno import SIZES
 from fftmatvec.fno import _dft, kept_modes
-from fftmatvec.fno._rows import LastAxis, Plane, plane_supported, supported
+from fftmatvec.fno._rows import LastAxis, Plane, plane_supported, supported, warp_supported
 
 RPB = (1, 2, 4, 8, 16, 32, 64)
 PLANE_THREADS = (128, 256)
@@ -78,7 +79,7 @@ def planes(reps, dev):
                     ts = []
                     for g in PLANE_COLUMNS:
                         t = Plane(kind, n0, n1, m0, m1, np.arange(m0), 1.0, 1.0, dev.index,
-                                  rows_per_block=r, columns=g, threads=thr)
+                                  rows_per_block=r, columns=g, threads=thr, variant="passes")
                         tt = timed(lambda: t(flat), reps) if (t.rows_per_block, t.columns) \
                             == (min(r, n0), min(g, m1)) else float("nan")
                         ts.append(tt)
@@ -86,8 +87,14 @@ def planes(reps, dev):
                     print(f"{str((B, C, grid, m)):>28} {kind:>4} {thr:>4} {r:>4} "
                           f"{t_chain:7.1f} " + " ".join(f"{v:7.1f}" for v in ts), flush=True)
             gbs = 4 * P * (n0 * n1 + 2 * m0 * m1) / best / 1e3
+            warp = "no warp form"
+            if warp_supported(n0, n1, m0, m1, 227 * 1024):
+                t = Plane(kind, n0, n1, m0, m1, np.arange(m0), 1.0, 1.0, dev.index,
+                          variant="warp")
+                tw = timed(lambda: t(flat), reps)
+                warp = f"warp form {tw:.1f} us, {4 * P * (n0 * n1 + 2 * m0 * m1) / tw / 1e3:.0f} GB/s"
             print(f"{str((B, C, grid, m)):>28} {kind:>4} best {best:.1f} us, chain "
-                  f"{t_chain:.1f} us, {gbs:.0f} GB/s", flush=True)
+                  f"{t_chain:.1f} us, {gbs:.0f} GB/s; {warp}", flush=True)
 
 
 def main():

@@ -23,7 +23,16 @@ gpu = pytest.mark.skipif(not backend.gpu_available(), reason="no GPU (CuPy missi
 # every mode of an odd first axis, the Nyquist bin kept, the benchmark's planes
 PLANES = [(64, 64, 16, 9), (128, 128, 16, 9), (12, 10, 6, 5), (45, 30, 12, 16),
           (15, 64, 15, 33), (1, 16, 1, 9), (2, 8, 2, 5), (60, 50, 20, 26), (20, 75, 7, 20),
-          (256, 256, 64, 33), (9, 15, 3, 1)]
+          (256, 256, 64, 33), (9, 15, 3, 1),
+          # the warp form's: every mode and the Nyquist bin, rows of 64 complex values kept to
+          # Nyquist, non-square planes, one mode
+          (32, 64, 32, 33), (64, 128, 20, 65), (256, 64, 12, 5), (32, 256, 3, 40), (128, 64, 1, 1)]
+
+
+def _warp_plane(n0, n1, m0, m1):
+    from fftmatvec.fno._rows import warp_supported
+
+    return warp_supported(n0, n1, m0, m1, 48 * 1024)
 
 
 def test_auto_rule():
@@ -35,6 +44,23 @@ def test_auto_rule():
     assert fno_plane_auto((128, 128), (16, 9)) == set()
     assert fno_plane_auto((256, 256), (32, 17)) == set()
     assert fno_plane_auto((128,), (33,)) == set()
+
+
+def test_warp_form_rule():
+    """The warp form takes even last axes of 64, 128 or 256 points and first axes of 32 to 256,
+    within the block's shared memory; the pass form the rest."""
+    from fftmatvec.fno._rows import warp_bytes, warp_supported
+
+    smem = 48 * 1024
+    assert warp_supported(64, 64, 16, 9, smem) and warp_supported(256, 128, 1, 65, 10**6)
+    assert warp_supported(32, 256, 32, 129, 10**6)
+    assert not warp_supported(60, 64, 16, 9, smem)      # a first axis of 60
+    assert not warp_supported(64, 96, 16, 9, smem)      # rows of 48 complex values
+    assert not warp_supported(64, 512, 16, 9, smem)     # rows of 256
+    assert not warp_supported(512, 64, 16, 9, 10**6)    # columns of 512
+    assert not warp_supported(64, 64, 16, 34, smem)     # past the Nyquist bin
+    assert warp_bytes(256, 64, 33) == 8 * 33 * 257 + 8 * 64 * 33
+    assert not warp_supported(256, 256, 64, 33, warp_bytes(256, 64, 33) - 1)
 
 
 def test_no_plane_without_a_gpu(monkeypatch):
@@ -81,16 +107,21 @@ def _fft_c2r(v, n0, n1, m0, m1, bins, s0, s1):
 @pytest.mark.parametrize("n0,n1,m0,m1", PLANES)
 @pytest.mark.parametrize("kind", ["r2c", "c2r"])
 @pytest.mark.parametrize("threads", [None, 128, 256])
-def test_plane_matches_numpy_fft(rng, kind, n0, n1, m0, m1, threads):
+@pytest.mark.parametrize("variant", ["passes", "warp"])
+def test_plane_matches_numpy_fft(rng, kind, n0, n1, m0, m1, threads, variant):
     """Each direction, with bins scattered over the first axis and scales of both axes, equals
     NumPy's float64 FFTs within float32 rounding, on every element of a poisoned output; with
-    the default threads and with both of the sweep's."""
+    the default threads and with both of the sweep's; in both forms of the kernels."""
     from fftmatvec.fno._rows import Plane
 
+    if variant == "warp" and not _warp_plane(n0, n1, m0, m1):
+        pytest.skip("no warp form for this plane")
     cp = backend.cupy
     bins = rng.permutation(n0)[:m0]
     s0, s1 = 0.75, rng.uniform(0.5, 2.0, m1)
-    t = Plane(kind, n0, n1, m0, m1, bins, s0, s1, cp.cuda.Device().id, threads=threads)
+    t = Plane(kind, n0, n1, m0, m1, bins, s0, s1, cp.cuda.Device().id, threads=threads,
+              variant=variant)
+    assert t.variant == variant
     ref = _fft_r2c if kind == "r2c" else _fft_c2r
     for planes in (1, 5):
         a = rng.standard_normal((planes, t.shape[0]))
@@ -138,6 +169,14 @@ def test_plane_checks_its_arguments():
         Plane("c2r", 16, 16, 3, 5, [0, 1, 1], 1.0, 1.0, dev)
     with pytest.raises(ValueError, match=r"threads must be in \[1, 256\], got 512"):
         Plane("r2c", 16, 16, 4, 5, np.arange(4), 1.0, 1.0, dev, threads=512)
+    with pytest.raises(ValueError, match="variant must be one of"):
+        Plane("r2c", 64, 64, 4, 5, np.arange(4), 1.0, 1.0, dev, variant="fast")
+    with pytest.raises(ValueError, match="no warp-form FNO plane kernel for 16 x 16"):
+        Plane("r2c", 16, 16, 4, 5, np.arange(4), 1.0, 1.0, dev, variant="warp")
+    with pytest.raises(ValueError, match="multiple of 32 for the warp form, got 100"):
+        Plane("c2r", 64, 64, 4, 5, np.arange(4), 1.0, 1.0, dev, threads=100)
+    assert Plane("r2c", 64, 64, 4, 5, np.arange(4), 1.0, 1.0, dev).variant == "warp"
+    assert Plane("r2c", 60, 64, 4, 5, np.arange(4), 1.0, 1.0, dev).variant == "passes"
     t = Plane("r2c", 16, 16, 4, 5, np.arange(4), 1.0, 1.0, dev)
     with pytest.raises(ValueError, match="rows of 256 values"):
         t(cp.zeros((3, 255), dtype=np.float32))

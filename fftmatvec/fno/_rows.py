@@ -233,6 +233,28 @@ def plane_supported(n0: int, n1: int, m0: int, m1: int, smem_per_block: int) -> 
     return plane_bytes(n0, n1, m1, 1, 1) <= smem_per_block
 
 
+#: The warp form of the plane kernels (``hip_kernels/fno.cuh``): a group of 32 lanes a row or
+#: a column, its FFT in registers and across the lanes, for rows of these many complex values
+#: (the last axis's real length over 2) and columns of these many points.
+WARP_ROWS = (32, 64, 128)
+WARP_COLUMNS = (32, 64, 128, 256)
+VARIANTS = ("auto", "passes", "warp")
+
+
+def warp_bytes(n0: int, m0: int, m1: int) -> int:
+    """Dynamic shared memory of a warp-form plane block: the ``m1`` kept columns (``n0 + 1``
+    values each) and the plane's ``2 m0 m1`` modes."""
+    return 8 * m1 * (n0 + 1) + 8 * m0 * m1
+
+
+def warp_supported(n0: int, n1: int, m0: int, m1: int, smem_per_block: int) -> bool:
+    """Whether the warp form takes the plane: an even last axis of ``2 x`` :data:`WARP_ROWS`
+    points, a first axis of :data:`WARP_COLUMNS`, its shared memory fitting a block."""
+    return (n1 % 2 == 0 and n1 // 2 in WARP_ROWS and n0 in WARP_COLUMNS
+            and 1 <= m0 <= n0 and 1 <= m1 <= n1 // 2 + 1
+            and warp_bytes(n0, m0, m1) <= smem_per_block)
+
+
 class Plane(LastAxis):
     """The truncated transforms of the last two axes, ``n0 x n1`` points, of a stack of planes
     in one kernel, keeping ``m0`` modes of the first axis (at the FFT bins ``bins``) and the
@@ -247,13 +269,20 @@ class Plane(LastAxis):
     of the matrix it stands for. Called like :class:`LastAxis`. ``rows_per_block`` (rows a step
     of the last axis transforms), ``columns`` (columns a step of the first) and ``threads``
     override the defaults, for the tuning sweeps.
+
+    ``variant``: ``"warp"`` the warp form (a group of 32 lanes a row or a column, the FFTs in
+    registers and across the lanes: :func:`warp_supported`), ``"passes"`` the pass form (the
+    FFTs in shared-memory passes, rows and columns a step at a time), ``"auto"`` the warp form
+    where it takes the plane; ``rows_per_block`` and ``columns`` apply to the pass form only.
     """
 
     def __init__(self, kind: str, n0: int, n1: int, m0: int, m1: int, bins, s0: float, s1,
                  device_id: int, rows_per_block: int | None = None, columns: int | None = None,
-                 threads: int | None = None):
+                 threads: int | None = None, variant: str = "auto"):
         if kind not in ("r2c", "c2r"):
             raise ValueError(f"kind must be 'r2c' or 'c2r', got {kind!r}")
+        if variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
         if threads is not None and not 1 <= int(threads) <= PLANE_THREADS:
             raise ValueError(f"threads must be in [1, {PLANE_THREADS}], got {threads}")
         n0, n1, m0, m1 = int(n0), int(n1), int(m0), int(m1)
@@ -267,6 +296,15 @@ class Plane(LastAxis):
             if not plane_supported(n0, n1, m0, m1, smem_limit):
                 raise ValueError(f"no FNO plane kernel for {n0} x {n1} points keeping "
                                  f"{m0} x {m1} modes")
+            warp = warp_supported(n0, n1, m0, m1, smem_limit)
+            if variant == "warp" and not warp:
+                raise ValueError(f"no warp-form FNO plane kernel for {n0} x {n1} points keeping "
+                                 f"{m0} x {m1} modes (rows of {WARP_ROWS} complex values, "
+                                 f"columns of {WARP_COLUMNS})")
+            warp = warp and variant != "passes"
+            if warp and threads is not None and int(threads) % 32:
+                raise ValueError(f"threads must be a multiple of 32 for the warp form, got "
+                                 f"{threads}")
             nc1 = _rowfft.complex_length(n1)
             rad1 = _rowfft.radices(nc1, _rowfft.MAX_RADIX[_F32, kind])
             rad0 = _rowfft.radices(n0, _rowfft.MAX_RADIX[_F32, kind])
@@ -285,26 +323,34 @@ class Plane(LastAxis):
             self.twiddles0 = _rowfft.twiddles(n0, np.complex64, rad0)
             s1 = np.broadcast_to(np.asarray(s1, dtype=np.float64), (m1,))
             self.scale = cp.asarray(s1.astype(np.float32))
-            if kind == "r2c":
+            if kind == "r2c" and not warp:
                 table = bins
             else:  # the mode of each bin of the first axis, -1 for none
                 table = np.full(n0, -1, dtype=np.int64)
                 table[bins] = np.arange(m0)
             self.table = cp.asarray(table.astype(np.int32))
             name = f"fno_plane_{'rfft' if kind == 'r2c' else 'irfft'}_f32_r{family}"
+            if warp:
+                name = (f"fno_plane_{'rfft' if kind == 'r2c' else 'irfft'}_f32_"
+                        f"w{nc1 // 32}x{n0 // 32}")
+                self.smem, rpb, g = warp_bytes(n0, m0, m1), 0, 0
             self._fn = kernels.get_function(name, self.smem)
         self.kind, self.device_id, self.name = kind, int(device_id), name
         self.L, self.m = n1, m1
         self.plane, self.modes = (n0, n1), (m0, m1)
         self.rows_per_block, self.columns, self.radices = rpb, g, (rad0, rad1)
+        self.variant = "warp" if warp else "passes"
         wide = _rowfft.complex_length(n1) >= PLANE_WIDE_ROW
-        self.threads = int(threads or (PLANE_THREADS if wide else PLANE_THREADS // 2))
+        self.threads = int(threads or (PLANE_THREADS if wide or warp else PLANE_THREADS // 2))
         width = (n0 * n1, 2 * m0 * m1)
         self.shape = width if kind == "r2c" else width[::-1]
-        self._geometry = (np.float32(s0), np.int32(n0), np.int32(n1), np.int32(m0),
-                          np.int32(m1), np.int32(rpb), np.int32(g),
-                          np.uint64(_rowfft.packed_radices(rad1)), np.int32(len(rad1)),
-                          np.uint64(_rowfft.packed_radices(rad0)), np.int32(len(rad0)))
+        if warp:
+            self._geometry = (np.float32(s0), np.int32(m0), np.int32(m1))
+        else:
+            self._geometry = (np.float32(s0), np.int32(n0), np.int32(n1), np.int32(m0),
+                              np.int32(m1), np.int32(rpb), np.int32(g),
+                              np.uint64(_rowfft.packed_radices(rad1)), np.int32(len(rad1)),
+                              np.uint64(_rowfft.packed_radices(rad0)), np.int32(len(rad0)))
         self._launches: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
 
@@ -312,6 +358,8 @@ class Plane(LastAxis):
         return (rows,)  # a block a plane
 
     def _args(self, rows: int):
+        if self.variant == "warp":
+            return (None, None, self.twiddles, self.scale, self.table) + self._geometry
         return (None, None, self.twiddles, self.twiddles0, self.scale, self.table) \
             + self._geometry
 
