@@ -179,12 +179,13 @@ __device__ __forceinline__ void fno_plane_irfft_body(
 
 // ---- The plane kernels, warp form (fftmatvec/fno/_rows.py: Plane, variant "warp") ----------
 // For planes whose rows hold 32 P complex values (n1 = 64 P reals) and whose columns 32 Q
-// (n0 = 32 Q), P in {1, 2, 4} and Q in {1, 2, 4, 8}: a group of 32 lanes transforms one row or one column at
-// a time, lane l holding its values l, l + 32, ... in registers: a P-point DFT in registers, the
-// twiddles, then a 32-point FFT across the lanes by shuffles (decimation in frequency; one more
-// shuffle puts the bins in natural order: lane l, register k2 holds bin P l + k2). A row or a
-// column makes no pass through shared memory and waits on no barrier: the pass form's rows ran
-// latency-bound in their shared-memory passes and barriers (docs/benchmarks.md, fortieth run).
+// (n0 = 32 Q), P in {1, 2, 4} and Q in {1, 2, 4, 8}: a group of 32 lanes transforms one row or
+// one column at a time, lane l holding its values l, l + 32, ... in registers: a P-point DFT in
+// registers, the twiddles, then a 32-point FFT across the lanes by shuffles (decimation in
+// frequency; one more shuffle puts the bins in natural order: lane l, register k2 holds bin
+// P l + k2). A row or a column makes no pass through shared memory and waits on no barrier: the
+// pass form's rows ran latency-bound in their shared-memory passes and barriers, and this form
+// ran 1.2-2.1x faster (docs/benchmarks.md, fortieth run).
 // Shared memory holds the kept columns T (m1 rows of n0 + 1 values, as in the pass form) and
 // the plane's 2 m0 m1 modes, staged so that global memory is read and written in whole rows.
 // Lanes of 32 on AMD's 64-wide wavefronts too (the shuffles' width is 32). The results are the

@@ -37,7 +37,8 @@ costs a layer whose caller waits. ``--cases`` picks cases of the list by their i
 
 Usage::
 
-    python scripts/bench_fno.py [--reps N] [--rounds R] [--json FILE] [--sixteen bfloat16] [--cases 0,6]
+    python scripts/bench_fno.py [--reps N] [--rounds R] [--json FILE] [--sixteen bfloat16]
+        [--cases 0,6]
     python scripts/bench_fno.py --profile --cases 1,6 [--graphs 0]
     python scripts/bench_fno.py --host --cases 0,6,8
     python scripts/bench_fno.py --device cpu --small      # a quick local check

@@ -92,7 +92,8 @@ def planes(reps, dev):
                 t = Plane(kind, n0, n1, m0, m1, np.arange(m0), 1.0, 1.0, dev.index,
                           variant="warp")
                 tw = timed(lambda: t(flat), reps)
-                warp = f"warp form {tw:.1f} us, {4 * P * (n0 * n1 + 2 * m0 * m1) / tw / 1e3:.0f} GB/s"
+                gbs_w = 4 * P * (n0 * n1 + 2 * m0 * m1) / tw / 1e3
+                warp = f"warp form {tw:.1f} us, {gbs_w:.0f} GB/s"
             print(f"{str((B, C, grid, m)):>28} {kind:>4} best {best:.1f} us, chain "
                   f"{t_chain:.1f} us, {gbs:.0f} GB/s; {warp}", flush=True)
 

@@ -1,15 +1,16 @@
 """CUDA-graph replay of the DFT path's GEMM chains: the option, the keys, the cache, the capture.
 
-On a small layer the GPU waits for the host: the forward and the backward are chains of 10 to
-15 small launches. Captured once per call signature into a ``torch.cuda.CUDAGraph``, a chain is
-replayed in one launch on the current stream: the inputs are copied into the graph's static
-buffers and the outputs cloned out of its buffers, so nothing returned aliases memory that the
-next replay overwrites. The exception is the modes-major input that the backward reads: it stays
-in the forward graph's buffer, lent to the call's backward (:class:`Slot`), whose graph reads it
-there; a replay that would overwrite it while that backward can still run copies it out first. On a larger layer (:func:`ends_outside`) the graph holds the chain's
-middle: the chain's first step runs outside it and writes its rows into the graph's input
-buffer, and its last step reads the graph's output and writes a new tensor
-(:func:`fftmatvec.fno._torch_dft._replay_forward`), so no full-size tensor is copied in or out.
+On a small layer the GPU waits for the host: the forward and the backward are chains of 10 to 15
+small launches. Captured once per call signature into a ``torch.cuda.CUDAGraph``, a chain is
+replayed in one launch on the current stream: the inputs are copied into the graph's static buffers
+and the outputs cloned out of its buffers, so nothing returned aliases memory that the next replay
+overwrites. The exception is the modes-major input that the backward reads: it stays in the forward
+graph's buffer, lent to the call's backward (:class:`Slot`), whose graph reads it there; a replay
+that would overwrite it while that backward can still run copies it out first. On a larger layer
+(:func:`ends_outside`) the graph holds the chain's middle: the chain's first step runs outside it
+and writes its rows into the graph's input buffer, and its last step reads the graph's output and
+writes a new tensor (:func:`fftmatvec.fno._torch_dft._replay_forward`), so no full-size tensor is
+copied in or out.
 
 A graph reads the weight and the bias where they lie (their addresses, layouts and dtypes are
 in the key: an optimizer's in-place update is seen, a replaced parameter is a new capture).
