@@ -226,7 +226,11 @@ FNO_ROWS_R2C_MIN = 16.0
 # took (32, 64, 64^2, 16) in 46 / 49 us against 50 / 86, (4, 32, 64^3, 16) in 144 / 172 against
 # 176 / 189 and (16, 128, 256^2, 64) in 727 / 862 against 862 / 1086; those keeping an eighth,
 # whose GEMMs are cheaper, lost or tied: (32, 64, 128^2, 16) 139 / 151 against 122 / 145,
-# (16, 64, 256^2, 32) 284 / 351 against 312 / 291. plan fno_plane=1 forces it.
+# (16, 64, 256^2, 32) 284 / 351 against 312 / 291. plan fno_plane=1 forces it. Those times are
+# the pass form's; the warp form (fortieth run) took the 128^2 planes in 187 / 165 us for 4096 of
+# them and the 256^2 ones keeping an eighth in 182 / 192 for 1024, about 94 / 82 and 182 / 192
+# against the chain's 122 / 145 and 312 / 291 above: the eighths should take the planes too,
+# once measured against the chain in one run (scripts/bench_fno_rows.py --plane).
 FNO_PLANE_MIN_FRACTION = 0.25
 # Stages 3-5 of a one-vector adjoint as one kernel (hip_kernels/fused.cuh: its sums never go
 # through memory, the stage-3 output the inverse FFT would read back). By default for complex128
