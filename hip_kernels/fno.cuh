@@ -194,10 +194,14 @@ __device__ __forceinline__ void fno_plane_irfft_body(
 // Launch bounds: registers for four blocks a multiprocessor on NVIDIA, two for columns of 256
 // (Q = 8), whose planes' shared memory allows no more (and whose 64 registers spilled).
 #define FNO_WARP_THREADS 256
+#define FNO_WARP_MIN_BLOCKS_1 4
+#define FNO_WARP_MIN_BLOCKS_2 4
+#define FNO_WARP_MIN_BLOCKS_4 4
+#define FNO_WARP_MIN_BLOCKS_8 2
 #if defined(FFTMATVEC_HIP)
 #define FNO_WARP_BOUNDS(Q) __launch_bounds__(FNO_WARP_THREADS)
 #else
-#define FNO_WARP_BOUNDS(Q) __launch_bounds__(FNO_WARP_THREADS, (Q) >= 8 ? 2 : 4)
+#define FNO_WARP_BOUNDS(Q) __launch_bounds__(FNO_WARP_THREADS, FNO_WARP_MIN_BLOCKS_##Q)
 #endif
 
 // exp(S 2 pi i num / den), the angle reduced to (-1/2, 1/2] of a turn in integers
