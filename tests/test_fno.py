@@ -45,6 +45,26 @@ def test_torch_matches_reference(rng, shape, cout, n_modes, method):
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
 
 
+def test_torch_mode_checks_each_signature(rng):
+    """The torch layer's mode checks, cached per call signature, still answer each one: the
+    same result for n_modes as an int, a tuple or a list, the error for a bad one every time."""
+    from fftmatvec import FFTMatvecTypeError
+    from fftmatvec.fno import spectral_conv_torch
+
+    x, w, b = _rand(rng, (2, 3, 16, 12), 2, (6, 8))
+    xt, wt = torch.tensor(x), torch.tensor(w)
+    want = spectral_conv_torch(xt, wt, (6, 8))
+    for n_modes in ((6, 8), [6, 8], np.array([6, 8])):
+        assert torch.equal(spectral_conv_torch(xt, wt, n_modes), want)
+    for _ in range(2):
+        with pytest.raises(FFTMatvecValueError, match="weight: expected shape"):
+            spectral_conv_torch(xt, wt, (6, 10))
+        with pytest.raises(FFTMatvecValueError, match="x: expected 4 dimensions"):
+            spectral_conv_torch(xt[0], wt, [6, 8])
+        with pytest.raises(FFTMatvecTypeError, match="n_modes: expected an int or a sequence"):
+            spectral_conv_torch(xt, wt, 6.5j)
+
+
 @pytest.mark.parametrize("shape,cout,n_modes", CASES)
 def test_gradcheck(rng, shape, cout, n_modes):
     from fftmatvec.fno import spectral_conv_torch
