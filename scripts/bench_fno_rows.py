@@ -12,11 +12,12 @@ With ``--plane``, for the sizes of two or three axes instead: the last two axes 
 analysis) and inverse (``c2r``, the synthesis), over its threads, rows per step of the last
 axis and columns per step of the first (the pass form), and in the warp form where it takes the
 plane, against the chain's steps it replaces (the last axis as the planner runs it, then the
-GEMM of the first) in the same run.
+GEMM of the first) in the same run. With ``--forms``, the plane kernels' two forms against
+each other on a few planes (:data:`FORMS`).
 
 Usage::
 
-    python scripts/bench_fno_rows.py [--reps N] [--plane]
+    python scripts/bench_fno_rows.py [--reps N] [--plane | --forms]
 """
 
 from __future__ import annotations
@@ -98,14 +99,48 @@ def planes(reps, dev):
                   f"{t_chain:.1f} us, {gbs:.0f} GB/s; {warp}", flush=True)
 
 
+# (planes, n0, n1, m0, m1) for --forms: 2^28 bytes of planes each; the benchmark's planes, those
+# that keep an eighth of their first axis, every mode with the Nyquist bin, a non-square plane
+FORMS = [(16384, 64, 64, 16, 9), (4096, 128, 128, 16, 9), (1024, 256, 256, 64, 33),
+         (1024, 256, 256, 32, 17), (32768, 32, 64, 32, 33), (8192, 64, 128, 20, 65)]
+
+
+def forms(reps, dev):
+    """The plane kernels' two forms against each other, each direction: the median time of a
+    launch over 2^28 bytes of planes, and the largest difference of their outputs over the
+    largest value (both are tested against NumPy's float64 FFTs in tests/test_fno_plane.py)."""
+    rng = np.random.default_rng(5)
+    print(f"{'planes':>18} {'modes':>9} {'kind':>4} {'passes':>8} {'warp':>8} {'speed-up':>8} "
+          f"{'differ':>8}")
+    for P, n0, n1, m0, m1 in FORMS:
+        bins = rng.permutation(n0)[:m0]
+        s1 = rng.uniform(0.5, 2.0, m1)
+        for kind in ("r2c", "c2r"):
+            ts = {v: Plane(kind, n0, n1, m0, m1, bins, 0.75, s1, dev.index, variant=v)
+                  for v in ("passes", "warp")}
+            x = torch.randn(P, ts["warp"].shape[0], device=dev)
+            outs = {v: t(x) for v, t in ts.items()}
+            differ = float((outs["warp"] - outs["passes"]).abs().max()
+                           / outs["passes"].abs().max())
+            us = {v: timed(lambda t=t: t(x), reps) for v, t in ts.items()}
+            print(f"{P:>7} x {str((n0, n1)):>10} {str((m0, m1)):>9} {kind:>4} "
+                  f"{us['passes']:8.1f} {us['warp']:8.1f} {us['passes'] / us['warp']:7.2f}x "
+                  f"{differ:8.1e}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--plane", action="store_true", help="the plane kernels instead of rows")
+    ap.add_argument("--forms", action="store_true",
+                    help="the plane kernels' warp form against their pass form")
     args = ap.parse_args()
     torch.backends.cuda.matmul.fp32_precision = "ieee"
     dev = torch.device("cuda", torch.cuda.current_device())
     print(f"device: {torch.cuda.get_device_name(dev)}; times in us")
+    if args.forms:
+        forms(args.reps, dev)
+        return
     if args.plane:
         planes(args.reps, dev)
         return
