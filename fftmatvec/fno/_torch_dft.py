@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 
+from ..gpu.plan import plan_key
 from . import _dft, _graphs
 
 def _torch():
@@ -112,8 +113,6 @@ def chain_for(x, dtype, modes):
     row FFT kernels and the last two on the plane kernels where the planner says so
     (:func:`fftmatvec.gpu.planner.fno_rows`, :func:`~fftmatvec.gpu.planner.fno_plane`), asked
     once per grid, device, dtype and value of ``FFTMATVEC_PLAN``."""
-    from ..gpu.plan import plan_key
-
     return _planned_chain(x.device, dtype, tuple(x.shape[2:]), tuple(modes), plan_key())
 
 
