@@ -293,3 +293,70 @@ def test_autocast_leaves_float32_accuracy():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         got = layer(x)
     assert got.dtype == torch.float32 and _rel(got, want) < 1e-6
+
+
+# ------------------------------------------- one-axis layers: the split modes (SplitChain) --
+
+ONE_AXIS = [((3, 4, 32), 3, 12), ((2, 3, 11), 2, 7), ((3, 2, 16), 3, 16), ((5, 4, 40), 6, 17),
+            ((1, 6, 64), 2, 64)]
+
+
+@pytest.mark.parametrize("split", ["0", "1"])
+@pytest.mark.parametrize("shape,cout,n_modes", ONE_AXIS)
+def test_split_modes_match_dense_reference(monkeypatch, xp, rng, split, shape, cout, n_modes):
+    """Both layouts of a one-axis layer's modes (plan fno_split=0 / 1) against the dense
+    float64 reference: to rounding in float64, within 1e-5 in float32."""
+    monkeypatch.setenv("FFTMATVEC_PLAN", f"fno_split={split}")
+    x, w, b = _rand(rng, shape, cout, n_modes)
+    want = dense_reference(x, w, n_modes, b)
+    got64 = spectral_conv(xp.asarray(x), xp.asarray(w), n_modes, xp.asarray(b), method="dft")
+    assert _rel(to_numpy(got64), want) < 1e-12
+    got32 = spectral_conv(xp.asarray(x, dtype=np.float32), xp.asarray(w.astype(np.complex64)),
+                          n_modes, xp.asarray(b, dtype=np.float32), method="dft")
+    assert got32.dtype == np.float32 and _rel(to_numpy(got32), want) < 1e-5
+
+
+@pytest.mark.parametrize("split", ["0", "1"])
+@pytest.mark.parametrize("shape,cout,n_modes", ONE_AXIS)
+def test_torch_split_modes(monkeypatch, rng, split, shape, cout, n_modes):
+    """The torch layer on either layout: the chain the plan asks for, float32 output and
+    gradients within 1e-5 of the FFT path, and ``gradcheck`` in float64."""
+    from fftmatvec.fno import _torch_dft, spectral_conv_torch
+
+    monkeypatch.setenv("FFTMATVEC_PLAN", f"fno_split={split}")
+    x = torch.randn(shape)
+    chain = _torch_dft.chain_for(x, torch.float32, kept_modes(n_modes), cout)
+    assert isinstance(chain, _dft.SplitChain) is (split == "1")
+    torch.manual_seed(shape[-1] + cout)
+    dft, fft = _layers(shape[1], cout, n_modes)
+    g = torch.randn((shape[0], cout) + shape[2:])
+    for a, c in zip(_grads(dft, x, g), _grads(fft, x, g)):
+        assert _rel(a, c) < 1e-5
+    x, w, b = (torch.tensor(a, requires_grad=True) for a in _rand(rng, shape, cout, n_modes))
+    assert torch.autograd.gradcheck(
+        lambda x, w, b: spectral_conv_torch(x, w, n_modes, b, method="dft"), (x, w, b))
+
+
+def test_split_rule(monkeypatch):
+    """By default one-axis float32/float64 layers whose weight copy is no larger than the
+    permutes it saves, unless the row kernels are forced; forced where it cannot serve, an
+    error that says why."""
+    from fftmatvec.gpu.planner import fno_split
+
+    monkeypatch.delenv("FFTMATVEC_PLAN", raising=False)
+    assert fno_split(1024, 64, 64, (128,), np.float32)
+    assert fno_split(64, 64, 64, (4096,), "float64")
+    assert fno_split(32, 64, 64, (4096,), torch.float32)          # 32 * 128 == 64 * 64
+    assert not fno_split(31, 64, 64, (4096,), np.float32)
+    assert not fno_split(1024, 64, 64, (128, 128), np.float32)    # more than one axis
+    assert not fno_split(1024, 64, 64, (128,), torch.bfloat16)    # 16-bit storage
+    monkeypatch.setenv("FFTMATVEC_PLAN", "fno_rows=1")
+    assert not fno_split(1024, 64, 64, (128,), np.float32)
+    monkeypatch.setenv("FFTMATVEC_PLAN", "fno_split=1")
+    assert fno_split(1, 64, 64, (128,), np.float32)
+    with pytest.raises(FFTMatvecValueError, match="fno_split=1.*2 axes"):
+        fno_split(2, 3, 3, (8, 8), np.float32)
+    with pytest.raises(FFTMatvecValueError, match="fno_split=1.*bfloat16"):
+        fno_split(2, 3, 3, (8,), torch.bfloat16)
+    monkeypatch.setenv("FFTMATVEC_PLAN", "fno_split=0")
+    assert not fno_split(1024, 64, 64, (128,), np.float32)

@@ -16,8 +16,9 @@ import warnings
 import pytest
 
 from fftmatvec import FFTMatvecValueError
-from fftmatvec.fno import _graphs, clear_graphs
+from fftmatvec.fno import _graphs, _torch_dft, clear_graphs
 from fftmatvec.fno._graphs import GraphCache
+from fftmatvec.fno._modes import kept_modes
 
 torch = pytest.importorskip("torch")
 
@@ -451,16 +452,21 @@ def _grads(layer, xs, gs, order, retain=False):
     return [x.grad for x in xs] + [layer.weight.grad, layer.bias.grad]
 
 
-def test_replay_lent_input_interleaved(fake, cache, ends):
+@pytest.mark.parametrize("grid,n_modes,split", [((12, 10), (6, 8), False), ((16,), 8, True)])
+def test_replay_lent_input_interleaved(fake, cache, ends, grid, n_modes, split):
     """Two forwards before their backwards, in either order, and a backward run twice
     (``retain_graph``): the input each backward reads is the one its own forward left in the
     graph's buffer (copied out before the next forward overwrote it, put back for its
-    backward), so every gradient is the eager chain's."""
-    layer = _layer(3, 4, (6, 8))
+    backward), so every gradient is the eager chain's. With the split modes (1-D) and the
+    ends outside, that buffer is the graph's input buffer, which the next forward's first step
+    writes before its replay."""
+    layer = _layer(3, 4, n_modes)
     eager = _twin(layer, graphs=False)
     torch.manual_seed(3)
-    xs = [torch.randn(2, 3, 12, 10) for _ in range(3)]
-    gs = [torch.randn(2, 4, 12, 10) for _ in range(3)]
+    xs = [torch.randn((2, 3) + grid) for _ in range(3)]
+    gs = [torch.randn((2, 4) + grid) for _ in range(3)]
+    assert getattr(_torch_dft.chain_for(xs[0], torch.float32, kept_modes(n_modes), 4), "split",
+                   False) is split
     for order in ([0, 1, 2], [2, 0, 1], [1, 1, 0, 2]):
         want = _grads(eager, xs, gs, order, retain=True)
         _close(_grads(layer, xs, gs, order, retain=True), want, 1e-6)
@@ -877,9 +883,13 @@ def test_replay_ends_outside_the_graph(fake, cache, monkeypatch, shape, n_modes)
     y.backward(torch.randn_like(y))
     fwd, bwd = cache._entries.values()
     per_row = shape[-1]                  # on the CPU the first step is the last axis's GEMM
+    # its rows run down the first axis of its output, or along the second with the split modes
+    axis = 1 if getattr(_torch_dft.chain_for(x, torch.float32, kept_modes(n_modes), 4),
+                        "split", False) else 0
+    assert axis == (len(shape) == 3)
     for entry, channels in ((fwd, shape[1]), (bwd, 4)):   # dL/dy has the 4 output channels
         rows = shape[0] * channels * math.prod(shape[2:]) // per_row
-        assert entry.inputs[0].dim() == 2 and entry.inputs[0].shape[0] == rows
+        assert entry.inputs[0].dim() == 2 and entry.inputs[0].shape[axis] == rows
         buffers = {t.untyped_storage().data_ptr() for t in entry.inputs + entry.outputs
                    if t is not None}
         for t in (y, x.grad):

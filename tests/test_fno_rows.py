@@ -167,11 +167,11 @@ def test_torch_layer_on_rows_matches_gemm_chain(monkeypatch, rng, shape, cout, n
     if plan == "auto" and fno_rows_auto(shape[-1], modes[-1]):
         want_rows = ("AT", "F")
     try:
-        monkeypatch.setenv("FFTMATVEC_PLAN", f"fno_rows={plan},fno_plane=0")
+        monkeypatch.setenv("FFTMATVEC_PLAN", f"fno_rows={plan},fno_plane=0,fno_split=0")
         _clear_chains()
         got = _layer_grads(xt, wt, bt, n_modes, graphs)
         assert _torch_dft.chain_for(xt, torch.float32, modes).rows == want_rows
-        monkeypatch.setenv("FFTMATVEC_PLAN", "fno_rows=0,fno_plane=0")
+        monkeypatch.setenv("FFTMATVEC_PLAN", "fno_rows=0,fno_plane=0,fno_split=0")
         want = _layer_grads(xt, wt, bt, n_modes, graphs)
         assert _torch_dft.chain_for(xt, torch.float32, modes).rows == ()
     finally:

@@ -136,14 +136,26 @@ class Ops:
     array ending in 2 seen as complex), ``as_real`` (the inverse view) and ``conj_t`` (the
     conjugate transpose of the last two axes); ``matmul(a, b, out)``, a product written into
     a given array (the ends of a chain whose middle is a CUDA graph write and read its
-    buffers)."""
+    buffers); ``muladd(out, a, b, sign)``, a product added to (or taken from) ``out`` in place
+    (the split channel product: :func:`mode_product_split`)."""
 
     def __init__(self, view, matrix, empty, sub, add, neg, as_complex=None, as_real=None,
-                 conj_t=None, matmul=None):
+                 conj_t=None, matmul=None, muladd=None):
         self.view, self.matrix, self.empty = view, matrix, empty
         self.sub, self.add, self.neg = sub, add, neg
         self.as_complex, self.as_real, self.conj_t = as_complex, as_real, conj_t
         self.matmul = matmul
+        self._muladd = muladd
+
+    def muladd(self, out, a, b, sign):
+        """``out += sign * (a @ b)`` for ``sign`` 1 or -1, in place (batched products)."""
+        if self._muladd is not None:
+            return self._muladd(out, a, b, sign)
+        if sign > 0:
+            out += a @ b
+        else:
+            out -= a @ b
+        return out
 
     def perm(self, a, axes):
         out = self.empty(tuple(a.shape[i] for i in axes))
@@ -277,6 +289,8 @@ class Chain:
     ``synT``, ``anaT`` that take the place of those axes' steps in the analysis, the synthesis
     and their adjoints (:func:`._rows.plane_set`)."""
 
+    split = False
+
     def __init__(self, ops, spatial, modes, last_axis=None, plane=None):
         sp, md = tuple(spatial), tuple(modes)
         d = len(sp)
@@ -366,6 +380,139 @@ def mode_product_complex_adjoint(ops, gY, Xc, Wc, need_x=True, need_w=True):
     return gX, gW
 
 
+class SplitChain:
+    """The matrices of a one-axis layer whose modes are kept modes-major and split:
+    ``(2, M, B, C)``, every mode's ``(B, C)`` matrix of real parts, then every mode's
+    imaginary parts.
+
+    ``F^T @ x^T`` (``x`` read once, transposed in the GEMM's operand, not in memory) writes that
+    layout, the channel product reads and writes it with real batched GEMMs of the weight split
+    into its real and imaginary parts (:func:`mode_product_split`), and ``Y^T @ A`` writes
+    ``y``. :class:`Chain`'s layout ``(B, C, 2, M)`` takes a permute of the modes before the
+    channel product and one after it; this one none, for a copy of the weight (its real and
+    imaginary parts apart), which is the smaller where ``B (Cin + Cout) >= Cin Cout``
+    (:func:`split_pays`). The same protocol as :class:`Chain`: the four transforms, each in
+    two parts for a CUDA graph of the middle; the backward's transforms with the same two
+    matrices on the other side."""
+
+    split = True
+    rows = ("split",)
+
+    def __init__(self, ops, spatial, modes):
+        (n,), (m,) = tuple(spatial), tuple(modes)
+        self.spatial, self.modes = (n,), (m,)
+        self.FT = ops.matrix(analysis_last(n, m).T.copy())     # (2m, n)
+        self.A = ops.matrix(synthesis_last(n, m))               # (2m, n)
+        self.plane = {}
+        self.bias_mode = 0
+        self._matmul = ops.matmul
+
+    def _rows_t(self, mat, a, out):
+        """``mat @ a.reshape(-1, n)^T``: rows of ``n`` points to ``(2m, rows)``."""
+        t = a.reshape(-1, self.spatial[0]).T
+        return mat @ t if out is None else self._matmul(mat, t, out)
+
+    def _modes(self, H, shape):
+        return H.reshape(2, self.modes[0], shape[0], shape[1])
+
+    def analysis_start(self, x, out=None):
+        return self._rows_t(self.FT, x, out)
+
+    def analysis_rest(self, H, shape):
+        return self._modes(H, shape)
+
+    def synthesis_front(self, Y):
+        return Y.reshape(2 * self.modes[0], -1)
+
+    def synthesis_end(self, T, shape):
+        return (T.T @ self.A).reshape(shape)
+
+    def synthesis_adjoint_start(self, g, out=None):
+        return self._rows_t(self.A, g, out)
+
+    def synthesis_adjoint_rest(self, G, shape):
+        return self._modes(G, shape)
+
+    def analysis_adjoint_front(self, gX):
+        return gX.reshape(2 * self.modes[0], -1)
+
+    def analysis_adjoint_end(self, T, shape):
+        return (T.T @ self.FT).reshape(shape)
+
+    def analysis(self, x):
+        return self.analysis_rest(self.analysis_start(x), tuple(x.shape))
+
+    def synthesis(self, Y):
+        shape = tuple(Y.shape[2:]) + self.spatial
+        return self.synthesis_end(self.synthesis_front(Y), shape)
+
+    def synthesis_adjoint(self, g):
+        """``S^T g``: the gradient on the modes ``(2, M, B, O)`` of ``dL/dy``."""
+        return self.synthesis_adjoint_rest(self.synthesis_adjoint_start(g), tuple(g.shape))
+
+    def analysis_adjoint(self, gX):
+        """``A^T gX``: ``dL/dx`` from the gradient on the modes ``(2, M, B, C)``."""
+        shape = tuple(gX.shape[2:]) + self.spatial
+        return self.analysis_adjoint_end(self.analysis_adjoint_front(gX), shape)
+
+
+def split_pays(batch, cin, cout, spatial) -> bool:
+    """Whether a layer takes :class:`SplitChain`: one axis, and the weight's copy into its
+    real and imaginary parts (``Cin Cout`` per mode) no larger than the permutes it saves
+    (the input's and the output's modes, ``B (Cin + Cout)`` per mode)."""
+    return len(spatial) == 1 and batch * (cin + cout) >= cin * cout
+
+
+def split_weight(ops, W):
+    """The complex weight ``(M, C, O)`` as real ``(2, M, C, O)``: real parts, imaginary parts."""
+    return ops.perm(ops.as_real(W), (3, 0, 1, 2))
+
+
+def join_weight(ops, gWs):
+    """The inverse of :func:`split_weight`: real ``(2, M, C, O)`` -> complex ``(M, C, O)``."""
+    return ops.as_complex(ops.perm(gWs, (1, 2, 3, 0)))
+
+
+def _mT(a):
+    return a.swapaxes(-1, -2)
+
+
+def mode_product_split(ops, X, Ws):
+    """``Y = X W`` per mode in the split layout: ``X`` ``(2, M, B, C)``, ``Ws`` ``(2, M, C, O)``
+    (:func:`split_weight`) -> ``Y`` ``(2, M, B, O)``: ``Re Y = Re X Re W - Im X Im W``, ``Im Y
+    = Re X Im W + Im X Re W``, four real batched GEMMs, two of them adding into the others'
+    output."""
+    _, M, B, _ = X.shape
+    Y = ops.empty((2, M, B, Ws.shape[3]))
+    ops.matmul(X[0], Ws[0], Y[0])
+    ops.muladd(Y[0], X[1], Ws[1], -1)
+    ops.matmul(X[0], Ws[1], Y[1])
+    ops.muladd(Y[1], X[1], Ws[0], 1)
+    return Y
+
+
+def mode_product_split_adjoint(ops, gY, X, Ws, need_x=True, need_w=True):
+    """Gradients of :func:`mode_product_split` from ``gY`` ``(2, M, B, O)``: ``dL/dX`` ``(2, M,
+    B, C)`` and ``dL/dW`` split ``(2, M, C, O)``; as complex gradients (``dL/dRe + i dL/dIm``)
+    ``dL/dX = gY W^H``, ``dL/dW = X^H gY`` per mode."""
+    gX = gWs = None
+    if need_x:
+        _, M, B, _ = gY.shape
+        gX = ops.empty((2, M, B, Ws.shape[2]))
+        ops.matmul(gY[0], _mT(Ws[0]), gX[0])
+        ops.muladd(gX[0], gY[1], _mT(Ws[1]), 1)
+        ops.matmul(gY[1], _mT(Ws[0]), gX[1])
+        ops.muladd(gX[1], gY[0], _mT(Ws[1]), -1)
+    if need_w:
+        _, M, _, C = X.shape
+        gWs = ops.empty((2, M, C, gY.shape[3]))
+        ops.matmul(_mT(X[0]), gY[0], gWs[0])
+        ops.muladd(gWs[0], _mT(X[1]), gY[1], 1)
+        ops.matmul(_mT(X[0]), gY[1], gWs[1])
+        ops.muladd(gWs[1], _mT(X[1]), gY[0], -1)
+    return gX, gWs
+
+
 def modes_step(ops, chain, X, W, bias):
     """The channel product of the analysis's modes ``X`` ``(B, C, 2, M)``: ``Y`` ``(B, O, 2,
     M)``, the bias added to its constant mode where the layer keeps one (else the caller adds
@@ -374,7 +521,14 @@ def modes_step(ops, chain, X, W, bias):
     ``W``: the weight, modes-major: complex ``(M, C, O)`` for the complex channel product
     (:func:`mode_product_complex`, which then gives ``Xc`` ``(M, B, C)``), or the complex weight
     seen as real ``(M, C, 2O)`` for the real one (:func:`mode_product`, giving ``Xs`` ``(M, 2B,
-    C)``); ``bias`` ``(O,)``."""
+    C)``); ``bias`` ``(O,)``. On a :class:`SplitChain` ``X`` and ``Y`` are ``(2, M, B, C)``
+    and ``(2, M, B, O)``, ``W`` complex, and ``X`` itself is what the backward reads
+    (:func:`mode_product_split`)."""
+    if chain.split:
+        Y, Xs = mode_product_split(ops, X, split_weight(ops, W)), X
+        if bias is not None:
+            Y[0, 0] += bias.reshape(1, Y.shape[3])
+        return Y, Xs
     if is_complex(W):
         Y, Xs = mode_product_complex(ops, X, W)
     else:

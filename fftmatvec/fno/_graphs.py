@@ -350,13 +350,13 @@ class Captured:
         with self._lock:
             if self.graph is None:
                 return None
+            for s in self._slots.values():  # first: a lent output may lie in an input buffer
+                s.vacate()
             for i, (buf, a) in enumerate(zip(self.inputs, args)):
                 if i == 0 and start is not None:
                     start(buf)
                 elif buf is not None and a is not None:
                     buf.copy_(a)
-            for s in self._slots.values():
-                s.vacate()
             self.graph.replay()
             return tuple(None if not w or o is None else
                          self.slot(i).lend(token) if w is LEND else

@@ -80,12 +80,16 @@ def _xp_ops(xp, dtype):
                     as_complex=lambda a: a.view(cplx)[..., 0],
                     as_real=lambda a: xp.ascontiguousarray(a).view(dtype).reshape(
                         a.shape + (2,)),
-                    conj_t=lambda a: a.conj().swapaxes(-1, -2))
+                    conj_t=lambda a: a.conj().swapaxes(-1, -2),
+                    matmul=lambda a, b, out: xp.matmul(a, b, out=out))
 
 
 @functools.lru_cache(maxsize=64)
-def _xp_chain(module_name, device, dtype, spatial, modes, rows=frozenset(), plane=frozenset()):
+def _xp_chain(module_name, device, dtype, spatial, modes, rows=frozenset(), plane=frozenset(),
+              split=False):
     xp = backend.cupy if module_name == "cupy" else np
+    if split:
+        return _dft.SplitChain(_xp_ops(xp, np.dtype(dtype)), spatial, modes)
     last = kernel_plane = None
     if rows or plane:
         from ._rows import last_axis_set, plane_set
@@ -102,13 +106,15 @@ def _dft_conv(xp, x, weight, modes, bias):
         name, device = "numpy", -1
     else:
         name, device = "cupy", int(backend.cupy.cuda.runtime.getDevice())
-    rows = plane = frozenset()
-    if name == "cupy" and real == np.float32:
-        from ..gpu.planner import fno_plane, fno_rows
+    from ..gpu.planner import fno_plane, fno_rows, fno_split
 
+    rows = plane = frozenset()
+    split = fno_split(x.shape[0], x.shape[1], weight.shape[1], x.shape[2:], real)
+    if name == "cupy" and real == np.float32 and not split:
         rows = fno_rows(x.shape[-1], modes[-1], real, device)
         plane = fno_plane(x.shape[2:], modes, real, device)
-    chain = _xp_chain(name, device, real.str, tuple(x.shape[2:]), tuple(modes), rows, plane)
+    chain = _xp_chain(name, device, real.str, tuple(x.shape[2:]), tuple(modes), rows, plane,
+                      split)
     ops = _xp_ops(xp, real)
     w = xp.asarray(weight)
     C, O = w.shape[:2]

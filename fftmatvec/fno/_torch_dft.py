@@ -63,7 +63,8 @@ def _ops(dtype, device):
                     neg=lambda out, a: torch.neg(a, out=out),
                     as_complex=torch.view_as_complex, as_real=torch.view_as_real,
                     conj_t=lambda a: a.mH,
-                    matmul=lambda a, b, out: torch.matmul(a, b, out=out))
+                    matmul=lambda a, b, out: torch.matmul(a, b, out=out),
+                    muladd=lambda out, a, b, sign: out.baddbmm_(a, b, alpha=sign))
 
 
 def complex_product(cdtype) -> bool:
@@ -96,9 +97,12 @@ def modes_major_complex(gw, shape, dtype):
 
 
 @functools.lru_cache(maxsize=64)
-def _chain(device, dtype_name, spatial, modes, rows=frozenset(), plane=frozenset()):
+def _chain(device, dtype_name, spatial, modes, rows=frozenset(), plane=frozenset(),
+           split=False):
     torch = _torch()
     dev = torch.device(device)
+    if split:
+        return _dft.SplitChain(_ops(getattr(torch, dtype_name), dev), spatial, modes)
     last = kernel_plane = None
     if rows or plane:
         from ._rows import last_axis_set, plane_set
@@ -108,24 +112,30 @@ def _chain(device, dtype_name, spatial, modes, rows=frozenset(), plane=frozenset
     return _dft.Chain(_ops(getattr(torch, dtype_name), dev), spatial, modes, last, kernel_plane)
 
 
-def chain_for(x, dtype, modes):
-    """The cached DFT matrices for ``x``'s grid and device in ``dtype``; the last axis on the
-    row FFT kernels and the last two on the plane kernels where the planner says so
-    (:func:`fftmatvec.gpu.planner.fno_rows`, :func:`~fftmatvec.gpu.planner.fno_plane`), asked
-    once per grid, device, dtype and value of ``FFTMATVEC_PLAN``."""
-    return _planned_chain(x.device, dtype, tuple(x.shape[2:]), tuple(modes), plan_key())
+def chain_for(x, dtype, modes, cout=None):
+    """The cached DFT matrices for ``x``'s grid and device in ``dtype`` (``cout`` output
+    channels, default ``x``'s): the modes split (:class:`._dft.SplitChain`), the last axis on
+    the row FFT kernels and the last two on the plane kernels where the planner says so
+    (:func:`fftmatvec.gpu.planner.fno_split`, :func:`~fftmatvec.gpu.planner.fno_rows`,
+    :func:`~fftmatvec.gpu.planner.fno_plane`), asked once per shape, device, dtype and value
+    of ``FFTMATVEC_PLAN``."""
+    B, C = x.shape[:2]
+    return _planned_chain(x.device, dtype, tuple(x.shape[2:]), tuple(modes), plan_key(),
+                          (B, C, C if cout is None else cout))
 
 
-@functools.lru_cache(maxsize=64)
-def _planned_chain(device, dtype, spatial, modes, plan):
-    """:func:`chain_for`'s chain (``plan``: the raw ``FFTMATVEC_PLAN``, a key only): on the
-    path of every call, where the planner's questions cost a small layer's device tens of
-    microseconds of waiting."""
+@functools.lru_cache(maxsize=256)
+def _planned_chain(device, dtype, spatial, modes, plan, channels):
+    """:func:`chain_for`'s chain (``plan``: the raw ``FFTMATVEC_PLAN``, a key only;
+    ``channels``: ``(B, Cin, Cout)``): on the path of every call, where the planner's
+    questions cost a small layer's device tens of microseconds of waiting."""
+    from ..gpu.planner import fno_plane, fno_rows, fno_split
+
     name = str(dtype).rsplit(".", 1)[-1]
+    if fno_split(*channels, spatial, name):
+        return _chain(str(device), name, spatial, modes, split=True)
     rows = plane = frozenset()
     if device.type == "cuda" and name == "float32":
-        from ..gpu.planner import fno_plane, fno_rows
-
         rows = fno_rows(spatial[-1], modes[-1], name, device.index)
         plane = fno_plane(spatial, modes, name, device.index)
     return _chain(str(device), name, spatial, modes, rows, plane)
@@ -143,7 +153,8 @@ def forward_start(x, chain, cdtype, out=None):
 def forward_middle(H, x_shape, weight, bias, chain, cdtype):
     """From the first step's rows ``H`` to the rows the synthesis's last step reads, and the
     modes-major input ``Xs`` the backward reads: complex ``(M, B, Cin)``, or real ``(M, 2B,
-    Cin)`` for 16-bit storage (:func:`complex_product`)."""
+    Cin)`` for 16-bit storage (:func:`complex_product`), or on the split modes
+    (:class:`._dft.SplitChain`) ``H`` itself seen as ``(2, M, B, Cin)``."""
     ops = _ops(cdtype, H.device)
     b = None if bias is None else bias.reshape(-1).to(cdtype)
     X = chain.analysis_rest(H, x_shape)
@@ -184,7 +195,14 @@ def backward_middle(G, g_shape, Xs, weight, chain, cdtype, needs, meta):
     w_shape, w_dtype, bias_meta = meta[1:]
     gT = gw = gb = None
     gY = chain.synthesis_adjoint_rest(G, g_shape)
-    if need_x or need_w:
+    if (need_x or need_w) and chain.split:
+        Ws = _dft.split_weight(ops, weight_view(weight, cdtype))
+        gX, gWs = _dft.mode_product_split_adjoint(ops, gY, Xs, Ws, need_x, need_w)
+        if need_x:
+            gT = chain.analysis_adjoint_front(gX)
+        if need_w:
+            gw = modes_major_complex(_dft.join_weight(ops, gWs), w_shape, w_dtype)
+    elif need_x or need_w:
         wv = weight_view(weight, cdtype)
         if complex_product(cdtype):
             gX, gwv = _dft.mode_product_complex_adjoint(ops, gY, Xs, wv, need_x, need_w)
@@ -199,7 +217,8 @@ def backward_middle(G, g_shape, Xs, weight, chain, cdtype, needs, meta):
         shape, dtype = bias_meta
         # made contiguous first: summed in place over B along rows 2M values apart, the
         # reduction took 21 us at (1024, 64, 128) on an H200, a copy and a sum about 6
-        gb = gY[:, :, 0, chain.bias_mode].contiguous().sum(0).to(dtype).reshape(shape)
+        mode = gY[0, 0] if chain.split else gY[:, :, 0, chain.bias_mode]
+        gb = mode.contiguous().sum(0).to(dtype).reshape(shape)
     return gT, gw, gb
 
 
@@ -340,7 +359,7 @@ def _forward(torch, ctx, x, weight, bias, modes, cdtype, graphs, token):
     ``token`` is given: :func:`_replay_forward`), else from the eager chain; sets
     ``ctx.chain``, ``ctx.cdtype`` and, with graphs, ``ctx.problem`` (what the backward and
     the replay read)."""
-    chain = chain_for(x, cdtype, modes)
+    chain = chain_for(x, cdtype, modes, weight.shape[1])
     ctx.chain, ctx.cdtype = chain, cdtype
     if graphs:
         ctx.problem = (_graphs.problem_key(x.shape, x.dtype, x.device, cdtype, modes, weight,

@@ -43,6 +43,7 @@ PLAN_KEYS = {
     "scale_pass": "scale every input of a reduced precision by an element-wise device pass",
     "fno_rows": "the FNO layer's last-axis transforms as row FFT kernels, not DFT GEMMs",
     "fno_plane": "the FNO layer's last two axes as one FFT kernel a plane, not DFT GEMMs",
+    "fno_split": "a one-axis FNO layer's modes modes-major and split, not permuted",
 }
 _VALUES = ("auto", "0", "1")
 # the stage-3 family in one key: shorthand for the family keys above

@@ -194,6 +194,33 @@ def _fno_plane(spatial: tuple, modes: tuple, dtype: str, device_id: int, mode: s
     return frozenset({"r2c", "c2r"}) if mode == "1" else fno_plane_auto(spatial, modes)
 
 
+def fno_split(batch: int, cin: int, cout: int, spatial, dtype) -> bool:
+    """Whether the FNO layer's DFT chain keeps its modes modes-major and split
+    (:class:`fftmatvec.fno._dft.SplitChain`: no permute around the channel product, the weight
+    copied into its real and imaginary parts) rather than interleaved
+    (:class:`fftmatvec.fno._dft.Chain`). By default (on any device) for one-axis layers in
+    float32 or float64 where :func:`~fftmatvec.fno._dft.split_pays`, unless plan
+    ``fno_rows=1`` forces the row kernels (they write the interleaved layout); plan key
+    ``fno_split``: ``0`` never, ``1`` every layer it takes (an error elsewhere: more than one
+    axis, or 16-bit storage)."""
+    mode = plan_mode(None, "fno_split")
+    if mode == "0" or (mode == "auto" and plan_mode(None, "fno_rows") == "1"):
+        return False
+    from ..fno._dft import split_pays
+
+    spatial = tuple(int(n) for n in spatial)
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:  # a torch dtype
+        name = str(dtype).rsplit(".", 1)[-1]
+    why = (f"the layer has {len(spatial)} axes" if len(spatial) != 1 else
+           None if name in ("float32", "float64") else
+           f"it computes in float32 or float64, the layer in {name}")
+    if unavailable("fno_split", mode, "the split modes cannot serve this layer", why):
+        return False
+    return mode == "1" or split_pays(int(batch), int(cin), int(cout), spatial)
+
+
 class Planner:
     """The choices of a product (a base class of :class:`~fftmatvec.gpu.engine.KernelEngine`)."""
 
