@@ -123,20 +123,20 @@ FFTMATVEC_ROWFFT_FAMILIES(f32, float, c64, float2)
 #endif
 
 // ---- the FNO layer's last-axis transforms (fno.cuh) -----------------------------------------
-// fno_rfft_f32_r<M>, fno_irfft_f32_r<M>: float32 rows, truncated to m bins, in the row FFTs'
-// section of float32 FFTs.
+// fno_rfft_f32_r<M>, fno_irfft_f32_r<M>: float32 rows, truncated to m bins, the spectral side
+// in rows or modes-major (modes_major), in the row FFTs' section of float32 FFTs.
 #define FFTMATVEC_FNO_ROWFFT(M)                                                                 \
   extern "C" __global__ void ROWFFT_BOUNDS fno_rfft_f32_r##M(                                   \
       const float* __restrict__ x, float* __restrict__ out, const float2* __restrict__ tw,      \
       const float* __restrict__ scale, i64 rows, int L, int m, int rpb,                        \
-      unsigned long long radices, int npass) {                                                 \
-    fno_rfft_body<M>(x, out, tw, scale, rows, L, m, rpb, radices, npass);                      \
+      unsigned long long radices, int npass, int modes_major) {                                \
+    fno_rfft_body<M>(x, out, tw, scale, rows, L, m, rpb, radices, npass, modes_major);         \
   }                                                                                            \
   extern "C" __global__ void ROWFFT_BOUNDS fno_irfft_f32_r##M(                                  \
       const float* __restrict__ y, float* __restrict__ out, const float2* __restrict__ tw,      \
       const float* __restrict__ scale, i64 rows, int L, int m, int rpb,                        \
-      unsigned long long radices, int npass) {                                                 \
-    fno_irfft_body<M>(y, out, tw, scale, rows, L, m, rpb, radices, npass);                     \
+      unsigned long long radices, int npass, int modes_major) {                                \
+    fno_irfft_body<M>(y, out, tw, scale, rows, L, m, rpb, radices, npass, modes_major);        \
   }
 // fno_plane_rfft_f32_r<M>, fno_plane_irfft_f32_r<M>: the last two axes of a plane at once.
 #define FFTMATVEC_FNO_PLANE(M)                                                                  \

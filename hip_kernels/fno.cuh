@@ -12,13 +12,20 @@
 #pragma once
 #include "rowfft.cuh"
 
-// out[r, :] = s[k] (Re, Im) of bin k < m of the unnormalised real FFT of row r of x (rows, L).
+// The spectral side in one of two layouts (modes_major): rows of 2 m values (the m real parts,
+// then the m imaginary parts: element (r, p, k) at r 2m + p m + k), or modes-major, the rows
+// innermost (element (r, p, k) at (p m + k) rows + r: the real parts of bin 0 of every row, then
+// of bin 1, ..., then the imaginary parts), the layout of the chain's split modes
+// (fftmatvec/fno/_dft.py: SplitChain). Modes-major, a block's values go through shared memory so
+// that consecutive threads write (or read) consecutive rows of one bin.
+
+// out = s[k] (Re, Im) of bin k < m of the unnormalised real FFT of each row of x (rows, L).
 template <int MAXR>
 __device__ __forceinline__ void fno_rfft_body(const float* __restrict__ x, float* __restrict__ out,
                                               const float2* __restrict__ tw,
                                               const float* __restrict__ scale, i64 rows, int L,
                                               int m, int rpb, unsigned long long radices,
-                                              int npass) {
+                                              int npass, int modes_major) {
   const int n = L % 2 == 0 ? L / 2 : L;
   float2* a = reinterpret_cast<float2*>(fftmatvec_dynamic_smem);
   float2* b = a + rpb * (n + 1);
@@ -27,40 +34,71 @@ __device__ __forceinline__ void fno_rfft_body(const float* __restrict__ x, float
   unsigned int km = 0u;
   const float2* z = rfft_rows<MAXR, float, float, float>(x + row0 * L, a, b, tw, nrow, L, L,
                                                          radices, npass, false, km);
-  float* o = out + row0 * 2 * m;
+  if (!modes_major) {
+    float* o = out + row0 * 2 * m;
+    rfft_split(z, tw, nrow, L, [&](int r, int f, float2 v) {
+      if (f < m) {
+        const float s = scale[f];
+        o[r * 2 * m + f] = v.x * s;
+        o[r * 2 * m + m + f] = v.y * s;
+      }
+    });
+    return;
+  }
+  // the kept bins into the buffer rfft_rows left free (its last pass read it before a barrier),
+  // 2 m columns of the block's rows, sp apart (odd where it fits: no bank conflicts)
+  float* st = reinterpret_cast<float*>(z == a ? b : a);
+  const int sp = 2 * m * (rpb + 1) <= 2 * rpb * (n + 1) ? rpb + 1 : rpb;
   rfft_split(z, tw, nrow, L, [&](int r, int f, float2 v) {
     if (f < m) {
       const float s = scale[f];
-      o[r * 2 * m + f] = v.x * s;
-      o[r * 2 * m + m + f] = v.y * s;
+      st[f * sp + r] = v.x * s;
+      st[(m + f) * sp + r] = v.y * s;
     }
   });
+  __syncthreads();
+  RowCursor at(nrow);  // at.r: the column (part, bin), at.c: the row
+  for (int i = threadIdx.x; i < 2 * m * nrow; i += blockDim.x, at.next())
+    out[(i64)at.r * rows + row0 + at.c] = st[at.r * sp + at.c];
 }
 
-// out[r, :] (L samples) is the unnormalised inverse real FFT of the spectrum s[k] (y[r, k] +
-// i y[r, m + k]) for k < m, zero above.
+// out[r, :] (L samples) is the unnormalised inverse real FFT of the spectrum s[k] (Re + i Im of
+// bin k of row r of y) for k < m, zero above.
 template <int MAXR>
 __device__ __forceinline__ void fno_irfft_body(const float* __restrict__ y,
                                                float* __restrict__ out,
                                                const float2* __restrict__ tw,
                                                const float* __restrict__ scale, i64 rows, int L,
                                                int m, int rpb, unsigned long long radices,
-                                               int npass) {
+                                               int npass, int modes_major) {
   const int n = L % 2 == 0 ? L / 2 : L, nf = L / 2 + 1;
   float2* a = reinterpret_cast<float2*>(fftmatvec_dynamic_smem);
   float2* b = a + rpb * (n + 1);
   const i64 row0 = (i64)blockIdx.x * rpb;
   const int nrow = (int)(rows - row0 < rpb ? rows - row0 : rpb);
-  const float* src = y + row0 * 2 * m;
-  RowCursor at(nf);
-  for (int i = threadIdx.x; i < nrow * nf; i += blockDim.x, at.next()) {
-    float2 v = make_c(0.f, 0.f);
-    if (at.c < m) {
-      const float s = scale[at.c];
-      const float* sr = src + at.r * 2 * m;
-      v = make_c(sr[at.c] * s, sr[m + at.c] * s);
+  if (!modes_major) {
+    const float* src = y + row0 * 2 * m;
+    RowCursor at(nf);
+    for (int i = threadIdx.x; i < nrow * nf; i += blockDim.x, at.next()) {
+      float2 v = make_c(0.f, 0.f);
+      if (at.c < m) {
+        const float s = scale[at.c];
+        const float* sr = src + at.r * 2 * m;
+        v = make_c(sr[at.c] * s, sr[m + at.c] * s);
+      }
+      b[i] = v;  // rows of nf values, as irfft_rows reads them
     }
-    b[i] = v;  // rows of nf values, as irfft_rows reads them
+  } else {
+    RowCursor at(nrow);  // at.r: the bin, at.c: the row; consecutive threads, consecutive rows
+    for (int i = threadIdx.x; i < nrow * nf; i += blockDim.x, at.next()) {
+      float2 v = make_c(0.f, 0.f);
+      if (at.r < m) {
+        const float s = scale[at.r];
+        const float* sr = y + (i64)at.r * rows + row0 + at.c;
+        v = make_c(sr[0] * s, sr[(i64)m * rows] * s);
+      }
+      b[at.c * nf + at.r] = v;
+    }
   }
   __syncthreads();
   irfft_rows<MAXR, float, float, float>(a, b, tw, out + row0 * L, nrow, L, L, radices, npass);

@@ -13,8 +13,9 @@ times, so that a drift of the host or the device reaches them all alike) of
   ``graphs=False`` (``dft-nograph``: the chains launched op by op) and ``graphs=True``
   (``dft-graph``, on a GPU: replayed at every size), the same with every axis as GEMMs
   (``dft-gemm``: plan ``fno_rows=0,fno_plane=0``) and with the last two axes not on the
-  plane kernels (``dft-noplane``: plan ``fno_plane=0``), and ``method="fft"`` (full FFTs),
-  and the method ``"auto"`` picks;
+  plane kernels (``dft-noplane``: plan ``fno_plane=0``), on one-axis layers with the modes
+  interleaved and permuted around the channel product (``dft-nosplit``: plan ``fno_split=0``),
+  and ``method="fft"`` (full FFTs), and the method ``"auto"`` picks;
 * with ``--sixteen bfloat16`` (or ``float16``): ours, DFT path, 16-bit input and storage;
 
 and the floor: the bytes that must move over the bandwidth of a large device-to-device copy
@@ -156,6 +157,8 @@ def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls, rounds=
              **({"dft-graph": graph} if device.type == "cuda" else {}),
              "dft-gemm": _planned(dft, "fno_rows=0,fno_plane=0"),
              "dft-noplane": _planned(dft, "fno_plane=0")}
+    if len(grid) == 1:  # the one-axis layers' modes interleaved, permuted around the product
+        impls["dft-nosplit"] = _planned(dft, "fno_split=0")
     if nop_cls is not None:
         impls["nop"] = nop_cls(C, C, n_modes).to(device)
     x = torch.randn((B, C) + grid, device=device)
@@ -336,8 +339,8 @@ def main():
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"device: {name}, copy bandwidth {bw / 1e9:.0f} GB/s, torch {torch.__version__}")
     extra = [args.sixteen] if args.sixteen else []
-    cols = ["eager", "nop", "fft", "dft-gemm", "dft-noplane", "dft-nograph", "dft-graph",
-            "dft"] + extra
+    cols = ["eager", "nop", "fft", "dft-gemm", "dft-noplane", "dft-nosplit", "dft-nograph",
+            "dft-graph", "dft"] + extra
     print(f"{'case':>30} {'pass':>7} {'auto':>4} {'floor us':>9} "
           + " ".join(f"{c + ' us':>{max(10, len(c) + 3)}}" for c in cols)
           + f" {'eager/dft':>9} {'nop/dft':>8} {'floor/dft':>9} {'dft-fft':>8}")

@@ -339,8 +339,7 @@ def test_torch_split_modes(monkeypatch, rng, split, shape, cout, n_modes):
 
 def test_split_rule(monkeypatch):
     """By default one-axis float32/float64 layers whose weight copy is no larger than the
-    permutes it saves, unless the row kernels are forced; forced where it cannot serve, an
-    error that says why."""
+    permutes it saves; forced where it cannot serve, an error that says why."""
     from fftmatvec.gpu.planner import fno_split
 
     monkeypatch.delenv("FFTMATVEC_PLAN", raising=False)
@@ -350,8 +349,8 @@ def test_split_rule(monkeypatch):
     assert not fno_split(31, 64, 64, (4096,), np.float32)
     assert not fno_split(1024, 64, 64, (128, 128), np.float32)    # more than one axis
     assert not fno_split(1024, 64, 64, (128,), torch.bfloat16)    # 16-bit storage
-    monkeypatch.setenv("FFTMATVEC_PLAN", "fno_rows=1")
-    assert not fno_split(1024, 64, 64, (128,), np.float32)
+    monkeypatch.setenv("FFTMATVEC_PLAN", "fno_rows=1")         # the row kernels take both
+    assert fno_split(1024, 64, 64, (128,), np.float32)
     monkeypatch.setenv("FFTMATVEC_PLAN", "fno_split=1")
     assert fno_split(1, 64, 64, (128,), np.float32)
     with pytest.raises(FFTMatvecValueError, match="fno_split=1.*2 axes"):

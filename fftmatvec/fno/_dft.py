@@ -396,27 +396,40 @@ class SplitChain:
     matrices on the other side."""
 
     split = True
-    rows = ("split",)
 
-    def __init__(self, ops, spatial, modes):
+    def __init__(self, ops, spatial, modes, last_axis=None):
         (n,), (m,) = tuple(spatial), tuple(modes)
         self.spatial, self.modes = (n,), (m,)
-        self.FT = ops.matrix(analysis_last(n, m).T.copy())     # (2m, n)
-        self.A = ops.matrix(synthesis_last(n, m))               # (2m, n)
+        # the four transforms of the axis: kernels (modes-major, :func:`._rows.last_axis_set`)
+        # where given, by the matrix each replaces, else GEMMs with FT (2m, n) and A (2m, n)
+        self._kernels = dict(last_axis or {})
+        self.FT = ops.matrix(analysis_last(n, m).T.copy())
+        self.A = ops.matrix(synthesis_last(n, m))
+        self.rows = ("split",) + tuple(sorted(self._kernels))
         self.plane = {}
         self.bias_mode = 0
         self._matmul = ops.matmul
 
-    def _rows_t(self, mat, a, out):
-        """``mat @ a.reshape(-1, n)^T``: rows of ``n`` points to ``(2m, rows)``."""
-        t = a.reshape(-1, self.spatial[0]).T
-        return mat @ t if out is None else self._matmul(mat, t, out)
+    def _to_modes(self, name, mat, a, out):
+        """Rows of ``n`` points (of ``a``) to ``(2m, rows)``: the kernel replacing the matrix
+        ``name``, or ``mat @ rows^T``."""
+        rows = a.reshape(-1, self.spatial[0])
+        kernel = self._kernels.get(name)
+        if kernel is not None:
+            return kernel(rows, out=out)
+        return mat @ rows.T if out is None else self._matmul(mat, rows.T, out)
+
+    def _to_rows(self, name, mat, T, shape):
+        """``(2m, rows)`` to ``shape``: the kernel replacing the matrix ``name``, or
+        ``T^T @ mat``."""
+        kernel = self._kernels.get(name)
+        return (kernel(T) if kernel is not None else T.T @ mat).reshape(shape)
 
     def _modes(self, H, shape):
         return H.reshape(2, self.modes[0], shape[0], shape[1])
 
     def analysis_start(self, x, out=None):
-        return self._rows_t(self.FT, x, out)
+        return self._to_modes("F", self.FT, x, out)
 
     def analysis_rest(self, H, shape):
         return self._modes(H, shape)
@@ -425,10 +438,10 @@ class SplitChain:
         return Y.reshape(2 * self.modes[0], -1)
 
     def synthesis_end(self, T, shape):
-        return (T.T @ self.A).reshape(shape)
+        return self._to_rows("A", self.A, T, shape)
 
     def synthesis_adjoint_start(self, g, out=None):
-        return self._rows_t(self.A, g, out)
+        return self._to_modes("AT", self.A, g, out)
 
     def synthesis_adjoint_rest(self, G, shape):
         return self._modes(G, shape)
@@ -437,7 +450,7 @@ class SplitChain:
         return gX.reshape(2 * self.modes[0], -1)
 
     def analysis_adjoint_end(self, T, shape):
-        return (T.T @ self.FT).reshape(shape)
+        return self._to_rows("FT", self.FT, T, shape)
 
     def analysis(self, x):
         return self.analysis_rest(self.analysis_start(x), tuple(x.shape))

@@ -88,15 +88,18 @@ def _xp_ops(xp, dtype):
 def _xp_chain(module_name, device, dtype, spatial, modes, rows=frozenset(), plane=frozenset(),
               split=False):
     xp = backend.cupy if module_name == "cupy" else np
-    if split:
-        return _dft.SplitChain(_xp_ops(xp, np.dtype(dtype)), spatial, modes)
     last = kernel_plane = None
     if rows or plane:
         from ._rows import last_axis_set, plane_set
 
-        last = last_axis_set(spatial[-1], modes[-1], device, rows) if rows else None
-        kernel_plane = plane_set(spatial[-2:], modes[-2:], device, plane) if plane else None
-    return _dft.Chain(_xp_ops(xp, np.dtype(dtype)), spatial, modes, last, kernel_plane)
+        if rows:
+            last = last_axis_set(spatial[-1], modes[-1], device, rows, modes_major=split)
+        if plane:
+            kernel_plane = plane_set(spatial[-2:], modes[-2:], device, plane)
+    ops = _xp_ops(xp, np.dtype(dtype))
+    if split:
+        return _dft.SplitChain(ops, spatial, modes, last)
+    return _dft.Chain(ops, spatial, modes, last, kernel_plane)
 
 
 def _dft_conv(xp, x, weight, modes, bias):
@@ -110,9 +113,9 @@ def _dft_conv(xp, x, weight, modes, bias):
 
     rows = plane = frozenset()
     split = fno_split(x.shape[0], x.shape[1], weight.shape[1], x.shape[2:], real)
-    if name == "cupy" and real == np.float32 and not split:
+    if name == "cupy" and real == np.float32:
         rows = fno_rows(x.shape[-1], modes[-1], real, device)
-        plane = fno_plane(x.shape[2:], modes, real, device)
+        plane = frozenset() if split else fno_plane(x.shape[2:], modes, real, device)
     chain = _xp_chain(name, device, real.str, tuple(x.shape[2:]), tuple(modes), rows, plane,
                       split)
     ops = _xp_ops(xp, real)

@@ -59,12 +59,14 @@ class LastAxis:
     unnormalised real FFT. ``kind="c2r"``: ``(rows, 2m)`` -> ``(rows, L)``, the unnormalised
     inverse real FFT of ``s_k`` times the bins (zero above ``m``; the imaginary parts of the DC
     and Nyquist bins dropped). ``scale``: the ``m`` values ``s_k``. ``shape``: that of the
-    matrix it replaces, ``(L, 2m)`` or ``(2m, L)``. Called on a 2-D float32 array (CuPy) or
-    tensor (PyTorch) on that device, it returns a new one of the same kind.
+    matrix it replaces, ``(L, 2m)`` or ``(2m, L)``. ``modes_major``: the spectral side
+    transposed, ``(2m, rows)`` (the split modes of :class:`._dft.SplitChain`). Called on a 2-D
+    float32 array (CuPy) or tensor (PyTorch) on that device, it returns a new one of the same
+    kind.
     """
 
     def __init__(self, kind: str, L: int, m: int, scale, device_id: int,
-                 rows_per_block: int | None = None):
+                 rows_per_block: int | None = None, modes_major: bool = False):
         if kind not in ("r2c", "c2r"):
             raise ValueError(f"kind must be 'r2c' or 'c2r', got {kind!r}")
         cp = backend.cupy
@@ -89,8 +91,10 @@ class LastAxis:
         self.rows_per_block, self.radices, self.name = rpb, rads, name
         self.threads = _rowfft.THREADS
         self.shape = (self.L, 2 * self.m) if kind == "r2c" else (2 * self.m, self.L)
+        self.modes_major = bool(modes_major)
         self._geometry = (np.int32(L), np.int32(m), np.int32(rpb),
-                          np.uint64(_rowfft.packed_radices(rads)), np.int32(len(rads)))
+                          np.uint64(_rowfft.packed_radices(rads)), np.int32(len(rads)),
+                          np.int32(self.modes_major))
         self._launches: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
 
@@ -114,15 +118,22 @@ class LastAxis:
     def _args(self, rows: int):
         return (None, None, self.twiddles, self.scale, np.int64(rows)) + self._geometry
 
+    def _out_shape(self, rows: int) -> tuple:
+        if self.kind == "c2r":
+            return (rows, self.L)
+        return (2 * self.m, rows) if self.modes_major else (rows, 2 * self.m)
+
     def __call__(self, a, out=None):
-        """The transform of the rows of ``a``, into ``out`` where given (else a new array)."""
-        width_in, width_out = self.shape
-        if a.ndim != 2 or a.shape[1] != width_in:
-            raise ValueError(f"{self.name}: expected rows of {width_in} values, got shape "
-                             f"{tuple(a.shape)}")
-        rows = int(a.shape[0])
+        """The transform of the rows of ``a`` (of its columns: the spectral side modes-major),
+        into ``out`` where given (else a new array)."""
+        across = int(self.modes_major and self.kind == "c2r")
+        width = self.shape[0]
+        if a.ndim != 2 or a.shape[1 - across] != width:
+            raise ValueError(f"{self.name}: expected {'columns' if across else 'rows'} of "
+                             f"{width} values, got shape {tuple(a.shape)}")
+        rows = int(a.shape[across])
         if _is_torch(a):
-            return _outside_compile()(self._torch_call, a, out, rows, width_out)
+            return _outside_compile()(self._torch_call, a, out, rows)
         cp = backend.cupy
         if a.dtype != _F32 or a.device.id != self.device_id:
             raise ValueError(f"{self.name}: expected a float32 array on device "
@@ -130,13 +141,13 @@ class LastAxis:
         a = cp.ascontiguousarray(a)
         with cp.cuda.Device(self.device_id):
             if out is None:
-                out = cp.empty((rows, width_out), dtype=_F32)
+                out = cp.empty(self._out_shape(rows), dtype=_F32)
             self._check_out(out, rows, _F32)
             if rows:
                 self._launch(rows)(cp.cuda.get_current_stream().ptr, a.data.ptr, out.data.ptr)
         return out
 
-    def _torch_call(self, a, out, rows, width_out):
+    def _torch_call(self, a, out, rows):
         """The PyTorch side of :meth:`__call__`: on the tensor's current stream, with the
         device's context current (the backward runs on autograd's own threads)."""
         import torch
@@ -147,7 +158,7 @@ class LastAxis:
                              f"{self.device_id}, got {a.dtype} on {a.device}")
         a = a.contiguous()
         if out is None:
-            out = torch.empty((rows, width_out), dtype=torch.float32, device=a.device)
+            out = torch.empty(self._out_shape(rows), dtype=torch.float32, device=a.device)
         self._check_out(out, rows, torch.float32)
         if rows:
             stream = torch.cuda.current_stream(a.device).cuda_stream
@@ -159,9 +170,10 @@ class LastAxis:
 
     def _check_out(self, out, rows, dtype):
         strides_ok = (out.is_contiguous() if _is_torch(out) else out.flags.c_contiguous)
-        if tuple(out.shape) != (rows, self.shape[1]) or out.dtype != dtype or not strides_ok:
+        want = self._out_shape(rows)
+        if tuple(out.shape) != want or out.dtype != dtype or not strides_ok:
             raise ValueError(f"{self.name}: out must be contiguous float32 of shape "
-                             f"{(rows, self.shape[1])}, got {out.dtype} {tuple(out.shape)}")
+                             f"{want}, got {out.dtype} {tuple(out.shape)}")
 
 
 _OUTSIDE = None
@@ -178,22 +190,28 @@ def _outside_compile():
     return _OUTSIDE
 
 
-def last_axis_set(n_last: int, m_last: int, device_id: int, kinds=("r2c", "c2r")) -> dict:
+def last_axis_set(n_last: int, m_last: int, device_id: int, kinds=("r2c", "c2r"),
+                  modes_major: bool = False) -> dict:
     """The transforms of ``kinds`` of a last axis of ``n_last`` points keeping ``m_last`` bins,
-    by the name of the matrix each replaces in :class:`._dft.Chain`: ``r2c`` gives ``F``
-    (analysis, ``1 / N``) and ``AT`` (adjoint of the synthesis, ``c_k``), ``c2r`` gives ``A``
-    (synthesis) and ``FT`` (adjoint of the analysis, ``1 / (N c_k)``)."""
+    by the name of the matrix each replaces in :class:`._dft.Chain` (or, ``modes_major``, in
+    :class:`._dft.SplitChain`): ``r2c`` gives ``F`` (analysis, ``1 / N``) and ``AT`` (adjoint
+    of the synthesis, ``c_k``), ``c2r`` gives ``A`` (synthesis) and ``FT`` (adjoint of the
+    analysis, ``1 / (N c_k)``)."""
     from ._modes import hermitian_weights
 
     c = hermitian_weights(n_last, m_last)
     n, m = n_last, m_last
     out = {}
+
+    def make(kind, scale):
+        return LastAxis(kind, n, m, scale, device_id, modes_major=modes_major)
+
     if "r2c" in kinds:
-        out["F"] = LastAxis("r2c", n, m, np.full(m, 1.0 / n), device_id)
-        out["AT"] = LastAxis("r2c", n, m, c, device_id)
+        out["F"] = make("r2c", np.full(m, 1.0 / n))
+        out["AT"] = make("r2c", c)
     if "c2r" in kinds:
-        out["A"] = LastAxis("c2r", n, m, np.ones(m), device_id)
-        out["FT"] = LastAxis("c2r", n, m, 1.0 / (n * c), device_id)
+        out["A"] = make("c2r", np.ones(m))
+        out["FT"] = make("c2r", 1.0 / (n * c))
     return out
 
 

@@ -101,15 +101,18 @@ def _chain(device, dtype_name, spatial, modes, rows=frozenset(), plane=frozenset
            split=False):
     torch = _torch()
     dev = torch.device(device)
-    if split:
-        return _dft.SplitChain(_ops(getattr(torch, dtype_name), dev), spatial, modes)
     last = kernel_plane = None
     if rows or plane:
         from ._rows import last_axis_set, plane_set
 
-        last = last_axis_set(spatial[-1], modes[-1], dev.index, rows) if rows else None
-        kernel_plane = plane_set(spatial[-2:], modes[-2:], dev.index, plane) if plane else None
-    return _dft.Chain(_ops(getattr(torch, dtype_name), dev), spatial, modes, last, kernel_plane)
+        if rows:
+            last = last_axis_set(spatial[-1], modes[-1], dev.index, rows, modes_major=split)
+        if plane:
+            kernel_plane = plane_set(spatial[-2:], modes[-2:], dev.index, plane)
+    ops = _ops(getattr(torch, dtype_name), dev)
+    if split:
+        return _dft.SplitChain(ops, spatial, modes, last)
+    return _dft.Chain(ops, spatial, modes, last, kernel_plane)
 
 
 def chain_for(x, dtype, modes, cout=None):
@@ -132,13 +135,12 @@ def _planned_chain(device, dtype, spatial, modes, plan, channels):
     from ..gpu.planner import fno_plane, fno_rows, fno_split
 
     name = str(dtype).rsplit(".", 1)[-1]
-    if fno_split(*channels, spatial, name):
-        return _chain(str(device), name, spatial, modes, split=True)
+    split = fno_split(*channels, spatial, name)
     rows = plane = frozenset()
     if device.type == "cuda" and name == "float32":
         rows = fno_rows(spatial[-1], modes[-1], name, device.index)
-        plane = fno_plane(spatial, modes, name, device.index)
-    return _chain(str(device), name, spatial, modes, rows, plane)
+        plane = frozenset() if split else fno_plane(spatial, modes, name, device.index)
+    return _chain(str(device), name, spatial, modes, rows, plane, split)
 
 
 # The chains in three parts: the first step and the last, and the middle; a CUDA graph of the

@@ -199,12 +199,11 @@ def fno_split(batch: int, cin: int, cout: int, spatial, dtype) -> bool:
     (:class:`fftmatvec.fno._dft.SplitChain`: no permute around the channel product, the weight
     copied into its real and imaginary parts) rather than interleaved
     (:class:`fftmatvec.fno._dft.Chain`). By default (on any device) for one-axis layers in
-    float32 or float64 where :func:`~fftmatvec.fno._dft.split_pays`, unless plan
-    ``fno_rows=1`` forces the row kernels (they write the interleaved layout); plan key
-    ``fno_split``: ``0`` never, ``1`` every layer it takes (an error elsewhere: more than one
-    axis, or 16-bit storage)."""
+    float32 or float64 where :func:`~fftmatvec.fno._dft.split_pays` (the row kernels of
+    :func:`fno_rows` write and read either layout); plan key ``fno_split``: ``0`` never, ``1``
+    every layer it takes (an error elsewhere: more than one axis, or 16-bit storage)."""
     mode = plan_mode(None, "fno_split")
-    if mode == "0" or (mode == "auto" and plan_mode(None, "fno_rows") == "1"):
+    if mode == "0":
         return False
     from ..fno._dft import split_pays
 
