@@ -174,9 +174,24 @@ FFTMATVEC_ROWFFT_FAMILIES(f32, float, c64, float2)
   FFTMATVEC_FNO_PLANE_WARP(P, 2)                                                                 \
   FFTMATVEC_FNO_PLANE_WARP(P, 4)                                                                 \
   FFTMATVEC_FNO_PLANE_WARP(P, 8)
+// fno_rfft_f32_w<P>, fno_irfft_f32_w<P>: the last axis in the warp form, rows of 64 P reals.
+#define FFTMATVEC_FNO_ROWFFT_WARP(P)                                                            \
+  extern "C" __global__ void FNO_ROW_WARP_BOUNDS fno_rfft_f32_w##P(                             \
+      const float* __restrict__ x, float* __restrict__ out, const float2* __restrict__ tw,      \
+      const float* __restrict__ scale, i64 rows, int m, int rpb, int modes_major) {            \
+    fno_rfft_warp_body<P>(x, out, tw, scale, rows, m, rpb, modes_major);                       \
+  }                                                                                            \
+  extern "C" __global__ void FNO_ROW_WARP_BOUNDS fno_irfft_f32_w##P(                            \
+      const float* __restrict__ y, float* __restrict__ out, const float2* __restrict__ tw,      \
+      const float* __restrict__ scale, i64 rows, int m, int rpb, int modes_major) {            \
+    fno_irfft_warp_body<P>(y, out, tw, scale, rows, m, rpb, modes_major);                      \
+  }
 #if FFTMATVEC_IN_SECTION(ROWFFT_F32_C64)
 FFTMATVEC_FNO_ROWFFT(8)
 FFTMATVEC_FNO_ROWFFT(10)
+FFTMATVEC_FNO_ROWFFT_WARP(1)
+FFTMATVEC_FNO_ROWFFT_WARP(2)
+FFTMATVEC_FNO_ROWFFT_WARP(4)
 FFTMATVEC_FNO_PLANE(8)
 FFTMATVEC_FNO_PLANE(10)
 FFTMATVEC_FNO_PLANE_WARP_ROWS(1)

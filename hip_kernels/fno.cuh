@@ -447,3 +447,141 @@ __device__ __forceinline__ void fno_plane_irfft_warp_body(
     }
   }
 }
+
+// ---- the last axis in the warp form (fftmatvec/fno/_rows.py: LastAxis, variant "warp") -----
+// A group of 32 lanes a row of L = 64 P points (N1 = 32 P complex values), as the plane kernels'
+// warp form transforms its rows: no pass through shared memory but the block's kept bins, rpb
+// rows of them staged (S: rows of 2 m values, or modes-major 2 m columns rpb + 1 apart), so that
+// the block writes (reads) them in whole runs of either layout of the spectral side. tw: the
+// rows' table of LastAxis (its split twiddles); scale[k] on the way out (in).
+
+#define FNO_ROW_WARP_THREADS 256
+#define FNO_ROW_WARP_BOUNDS __launch_bounds__(FNO_ROW_WARP_THREADS)
+
+// Row r's real and imaginary parts of bin k in S.
+struct BinStage {
+  float* s;
+  int m, sp, modes_major;
+  __device__ __forceinline__ int re(int r, int k) const {
+    return modes_major ? k * sp + r : r * 2 * m + k;
+  }
+  __device__ __forceinline__ int im(int r, int k) const {
+    return modes_major ? (m + k) * sp + r : r * 2 * m + m + k;
+  }
+  // global memory g's element of column j (part, bin) of row c of the block's nrow rows, and
+  // S's, i = threadIdx.x, threadIdx.x + blockDim.x, ...: whole runs of g in either layout
+  template <typename F>
+  __device__ __forceinline__ void each(i64 rows, i64 row0, int nrow, F f) const {
+    if (!modes_major) {
+      for (int i = threadIdx.x; i < nrow * 2 * m; i += blockDim.x) f(row0 * 2 * m + i, i);
+      return;
+    }
+    RowCursor at(nrow);  // at.r: the column (part, bin), at.c: the row
+    for (int i = threadIdx.x; i < 2 * m * nrow; i += blockDim.x, at.next())
+      f((i64)at.r * rows + row0 + at.c, at.r * sp + at.c);
+  }
+  __device__ __forceinline__ void load(const float* __restrict__ g, i64 rows, i64 row0,
+                                       int nrow) const {
+    each(rows, row0, nrow, [&](i64 gi, int si) { s[si] = g[gi]; });
+  }
+  __device__ __forceinline__ void store(float* __restrict__ g, i64 rows, i64 row0,
+                                        int nrow) const {
+    each(rows, row0, nrow, [&](i64 gi, int si) { g[gi] = s[si]; });
+  }
+};
+
+template <int P>
+__device__ __forceinline__ void fno_rfft_warp_body(const float* __restrict__ x,
+                                                   float* __restrict__ out,
+                                                   const float2* __restrict__ tw,
+                                                   const float* __restrict__ scale, i64 rows,
+                                                   int m, int rpb, int modes_major) {
+  constexpr int N1 = 32 * P, L = 2 * N1;
+  const BinStage st{reinterpret_cast<float*>(fftmatvec_dynamic_smem), m, rpb + 1, modes_major};
+  const Lanes32<-1> lanes;
+  const int lane = lanes.lane, group = (int)(threadIdx.x >> 5), groups = (int)(blockDim.x >> 5);
+  const i64 row0 = (i64)blockIdx.x * rpb;
+  const int nrow = (int)(rows - row0 < rpb ? rows - row0 : rpb);
+  float2 twr[P], spw[P];
+#pragma unroll
+  for (int k2 = 0; k2 < P; ++k2) {
+    twr[k2] = unit_root(lane * k2, N1, -1);
+    spw[k2] = split_twiddle<P>(tw, P * lane + k2);
+  }
+  // z[n] = x[2n] + i x[2n + 1], its FFT Z, the real FFT's bins k < m times scale[k] into S
+  for (int r = group; r < nrow; r += groups) {
+    const float* xr = x + (row0 + r) * L;
+    float2 v[P];
+#pragma unroll
+    for (int p = 0; p < P; ++p) v[p] = *reinterpret_cast<const float2*>(xr + 2 * (lane + 32 * p));
+    group_fft<P, -1>(v, lanes, twr);
+    float2 zn[P];  // conj Z[N1 - k] for this lane's bins k = P lane + k2
+#pragma unroll
+    for (int k2 = 0; k2 < P; ++k2)
+      zn[k2] = c_conj(shfl_c(v[k2 == 0 ? 0 : P - k2], k2 == 0 ? (32 - lane) & 31 : 31 - lane));
+#pragma unroll
+    for (int k2 = 0; k2 < P; ++k2) {
+      const int k = P * lane + k2;
+      const float2 xe = c_scale(c_add(v[k2], zn[k2]), 0.5f);
+      const float2 xo = c_muli<-1>(c_scale(c_sub(v[k2], zn[k2]), 0.5f));
+      const float2 wxo = c_mul(spw[k2], xo);
+      if (k < m) {
+        const float2 b = c_scale(c_add(xe, wxo), scale[k]);
+        st.s[st.re(r, k)] = b.x;
+        st.s[st.im(r, k)] = b.y;
+      }
+      if (k == 0 && m > N1) {  // the Nyquist bin
+        const float2 b = c_scale(c_conj(c_sub(xe, wxo)), scale[N1]);
+        st.s[st.re(r, N1)] = b.x;
+        st.s[st.im(r, N1)] = b.y;
+      }
+    }
+  }
+  __syncthreads();
+  st.store(out, rows, row0, nrow);
+}
+
+template <int P>
+__device__ __forceinline__ void fno_irfft_warp_body(const float* __restrict__ y,
+                                                    float* __restrict__ out,
+                                                    const float2* __restrict__ tw,
+                                                    const float* __restrict__ scale, i64 rows,
+                                                    int m, int rpb, int modes_major) {
+  constexpr int N1 = 32 * P, L = 2 * N1;
+  const BinStage st{reinterpret_cast<float*>(fftmatvec_dynamic_smem), m, rpb + 1, modes_major};
+  const Lanes32<1> lanes;
+  const int lane = lanes.lane, group = (int)(threadIdx.x >> 5), groups = (int)(blockDim.x >> 5);
+  const i64 row0 = (i64)blockIdx.x * rpb;
+  const int nrow = (int)(rows - row0 < rpb ? rows - row0 : rpb);
+  st.load(y, rows, row0, nrow);
+  float2 twr[P], ctw[P];
+#pragma unroll
+  for (int k2 = 0; k2 < P; ++k2) {
+    twr[k2] = unit_root(lane * k2, N1, 1);
+    ctw[k2] = c_conj(split_twiddle<P>(tw, lane + 32 * k2));
+  }
+  __syncthreads();
+  // the packed spectrum Z[k] = E + i O of X[k] = scale[k] (bin k of S; zero from m, the
+  // imaginary parts of DC and Nyquist dropped), its inverse FFT z, y[2n] + i y[2n + 1] = z[n]
+  for (int r = group; r < nrow; r += groups) {
+    float2 v[P];
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const int k = lane + 32 * p, kn = N1 - k;
+      float2 xk = make_c(0.f, 0.f), xnk = make_c(0.f, 0.f);
+      if (k < m) xk = c_scale(make_c(st.s[st.re(r, k)], st.s[st.im(r, k)]), scale[k]);
+      if (kn < m) xnk = c_scale(make_c(st.s[st.re(r, kn)], st.s[st.im(r, kn)]), scale[kn]);
+      if (k == 0) {
+        xk.y = 0.f;
+        xnk.y = 0.f;
+      }
+      const float2 e = c_add(xk, c_conj(xnk));
+      const float2 od = c_mul(c_sub(xk, c_conj(xnk)), ctw[p]);
+      v[p] = c_add(e, c_muli<1>(od));
+    }
+    group_fft<P, 1>(v, lanes, twr);
+    float* orow = out + (row0 + r) * L;
+#pragma unroll
+    for (int k2 = 0; k2 < P; ++k2) *reinterpret_cast<float2*>(orow + 2 * (P * lane + k2)) = v[k2];
+  }
+}

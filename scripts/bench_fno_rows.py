@@ -13,11 +13,14 @@ analysis) and inverse (``c2r``, the synthesis), over its threads, rows per step 
 axis and columns per step of the first (the pass form), and in the warp form where it takes the
 plane, against the chain's steps it replaces (the last axis as the planner runs it, then the
 GEMM of the first) in the same run. With ``--forms``, the plane kernels' two forms against
-each other on a few planes (:data:`FORMS`).
+each other on a few planes (:data:`FORMS`). With ``--row-forms``, the last axis's kernels of
+every size in both forms and both layouts of the spectral side (rows, and modes-major as the
+split modes take it), the warp form over its rows per block, against the GEMMs they replace in
+the same layout.
 
 Usage::
 
-    python scripts/bench_fno_rows.py [--reps N] [--plane | --forms]
+    python scripts/bench_fno_rows.py [--reps N] [--plane | --forms | --row-forms]
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ import torch
 
 from bench_fno import SIZES
 from fftmatvec.fno import _dft, kept_modes
-from fftmatvec.fno._rows import LastAxis, Plane, plane_supported, supported, warp_supported
+from fftmatvec.fno._rows import (LastAxis, Plane, plane_supported, row_warp_supported, supported,
+                                 warp_supported)
 
 RPB = (1, 2, 4, 8, 16, 32, 64)
 PLANE_THREADS = (128, 256)
@@ -128,18 +132,68 @@ def forms(reps, dev):
                   f"{differ:8.1e}", flush=True)
 
 
+#: rows per block of the warp form swept by --row-forms
+WARP_RPB = (8, 16, 32, 64)
+
+
+def row_forms(reps, dev):
+    """The last axis's kernels in both forms and both layouts against the GEMMs (the median
+    time of a launch, µs), and the largest difference between the forms' outputs over the
+    largest value (both are tested against the float64 matrices in tests/test_fno_rows.py)."""
+    print(f"{'case':>28} {'kind':>4} {'layout':>6} {'gemm':>7} {'passes':>7} "
+          + " ".join(f"{'w' + str(r):>6}" for r in WARP_RPB) + f" {'best GB/s':>9} {'differ':>8}")
+    for B, C, grid, m in SIZES:
+        L, mm = grid[-1], kept_modes((m,) * len(grid))[-1]
+        if not supported(L, mm, 227 * 1024):
+            continue
+        rows = B * C * int(np.prod(grid[:-1]))
+        F = torch.as_tensor(_dft.analysis_last(L, mm), dtype=torch.float32, device=dev)
+        A = torch.as_tensor(_dft.synthesis_last(L, mm), dtype=torch.float32, device=dev)
+        FT = F.T.contiguous()
+        x = torch.randn(rows, L, device=dev)
+        for layout in ("rows", "modes"):
+            major = layout == "modes"
+            Y = torch.randn((2 * mm, rows) if major else (rows, 2 * mm), device=dev)
+            gemms = {"r2c": (lambda: FT @ x.T) if major else (lambda: x @ F),
+                     "c2r": (lambda: Y.T @ A) if major else (lambda: Y @ A)}
+            for kind, inp in (("r2c", x), ("c2r", Y)):
+                t_gemm = timed(gemms[kind], reps)
+                passes = LastAxis(kind, L, mm, np.ones(mm), dev.index, modes_major=major,
+                                  variant="passes")
+                t_pass = timed(lambda: passes(inp), reps)
+                tw = [float("nan")] * len(WARP_RPB)
+                differ = float("nan")
+                if row_warp_supported(L, mm, 227 * 1024):
+                    for i, r in enumerate(WARP_RPB):
+                        w = LastAxis(kind, L, mm, np.ones(mm), dev.index, rows_per_block=r,
+                                     modes_major=major, variant="warp")
+                        tw[i] = timed(lambda w=w: w(inp), reps)
+                    want = passes(inp)
+                    differ = float((w(inp) - want).abs().max() / want.abs().max())
+                best = min([t_pass] + [v for v in tw if v == v])
+                gbs = 4 * rows * (L + 2 * mm) / best / 1e3
+                print(f"{str((B, C, grid, m)):>28} {kind:>4} {layout:>6} {t_gemm:7.1f} "
+                      f"{t_pass:7.1f} " + " ".join(f"{v:6.1f}" for v in tw)
+                      + f" {gbs:9.0f} {differ:8.1e}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--plane", action="store_true", help="the plane kernels instead of rows")
     ap.add_argument("--forms", action="store_true",
                     help="the plane kernels' warp form against their pass form")
+    ap.add_argument("--row-forms", action="store_true",
+                    help="the last axis's kernels, both forms and layouts, against the GEMMs")
     args = ap.parse_args()
     torch.backends.cuda.matmul.fp32_precision = "ieee"
     dev = torch.device("cuda", torch.cuda.current_device())
     print(f"device: {torch.cuda.get_device_name(dev)}; times in us")
     if args.forms:
         forms(args.reps, dev)
+        return
+    if args.row_forms:
+        row_forms(args.reps, dev)
         return
     if args.plane:
         planes(args.reps, dev)
@@ -158,7 +212,8 @@ def main():
             ts = [float("nan")] * len(RPB)
             if supported(L, mm, 227 * 1024):
                 for i, r in enumerate(RPB):
-                    t = LastAxis(kind, L, mm, np.ones(mm), dev.index, rows_per_block=r)
+                    t = LastAxis(kind, L, mm, np.ones(mm), dev.index, rows_per_block=r,
+                                 variant="passes")
                     ts[i] = timed(lambda: t(inp), args.reps)
             best = min((v for v in ts if v == v), default=float("nan"))
             gbs = 4 * rows * (L + 2 * mm) / best / 1e3

@@ -22,7 +22,7 @@ gpu = pytest.mark.skipif(not backend.gpu_available(), reason="no GPU (CuPy missi
 # even lengths (packed: complex length L / 2) and odd ones (one complex FFT of length L),
 # powers of two and not, one bin, a few, and every bin up to Nyquist
 LENGTHS = [(2, 1), (8, 5), (10, 3), (30, 16), (45, 23), (64, 9), (75, 12), (90, 46), (128, 33),
-           (250, 17), (256, 129), (4096, 33), (1, 1), (15, 8)]
+           (250, 17), (256, 129), (4096, 33), (1, 1), (15, 8), (64, 33), (128, 65), (256, 1)]
 
 
 def _matrix(kind, L, m):
@@ -58,17 +58,30 @@ def test_no_rows_in_float64(monkeypatch):
     assert not fno_rows(64, 9, np.float32, 0)
 
 
-@gpu
-@pytest.mark.gpu
-@pytest.mark.parametrize("L,m", LENGTHS)
-@pytest.mark.parametrize("kind", ["F", "A", "AT", "FT"])
-def test_last_axis_matches_its_matrix(rng, kind, L, m):
-    """Each of the four transforms equals its float64 DFT matrix within float32 rounding, on
-    every element of a poisoned output, for row counts that leave a partial last block."""
-    from fftmatvec.fno._rows import last_axis_set
+def _set(L, m, variant, modes_major=False):
+    """The four transforms in ``variant`` (skipped where the warp form does not take L)."""
+    from fftmatvec.fno import _rows
 
     cp = backend.cupy
-    t = last_axis_set(L, m, cp.cuda.Device().id)[kind]
+    dev = cp.cuda.Device().id
+    if variant == "warp" and not _rows.row_warp_supported(L, m, 48 * 1024):
+        pytest.skip(f"no warp form for L = {L}")
+    ts = _rows.last_axis_set(L, m, dev, modes_major=modes_major, variant=variant)
+    assert all(t.variant == variant for t in ts.values())
+    return ts
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["passes", "warp"])
+@pytest.mark.parametrize("L,m", LENGTHS)
+@pytest.mark.parametrize("kind", ["F", "A", "AT", "FT"])
+def test_last_axis_matches_its_matrix(rng, kind, L, m, variant):
+    """Each of the four transforms, in both forms, equals its float64 DFT matrix within float32
+    rounding, on every element of a poisoned output, for row counts that leave a partial last
+    block."""
+    cp = backend.cupy
+    t = _set(L, m, variant)[kind]
     M = _matrix(kind, L, m)
     assert t.shape == M.shape
     for rows in (1, 7, 301):
@@ -83,16 +96,15 @@ def test_last_axis_matches_its_matrix(rng, kind, L, m):
 
 @gpu
 @pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["passes", "warp"])
 @pytest.mark.parametrize("L,m", LENGTHS)
 @pytest.mark.parametrize("kind", ["F", "A", "AT", "FT"])
-def test_last_axis_modes_major_matches_its_matrix(rng, kind, L, m):
+def test_last_axis_modes_major_matches_its_matrix(rng, kind, L, m, variant):
     """The transforms with their spectral side modes-major, ``(2m, rows)`` (the split modes),
-    equal the float64 matrix they replace, on every element of a poisoned output, for row
-    counts that leave a partial last block and a block of a single row."""
-    from fftmatvec.fno._rows import last_axis_set
-
+    in both forms, equal the float64 matrix they replace, on every element of a poisoned
+    output, for row counts that leave a partial last block and a block of a single row."""
     cp = backend.cupy
-    t = last_axis_set(L, m, cp.cuda.Device().id, modes_major=True)[kind]
+    t = _set(L, m, variant, modes_major=True)[kind]
     M = _matrix(kind, L, m)
     forward = kind in ("F", "AT")                    # rows (rows, L) -> modes (2m, rows)
     for rows in (1, 7, 301):
@@ -120,6 +132,12 @@ def test_last_axis_checks_its_arguments():
     dev = cp.cuda.Device().id
     with pytest.raises(ValueError, match="no FNO row kernel for L = 85"):
         LastAxis("r2c", 85, 7, np.ones(7), dev)
+    with pytest.raises(ValueError, match="no warp-form FNO row kernel for L = 4096"):
+        LastAxis("c2r", 4096, 33, np.ones(33), dev, variant="warp")
+    with pytest.raises(ValueError, match="variant must be one of"):
+        LastAxis("c2r", 128, 33, np.ones(33), dev, variant="shuffles")
+    assert LastAxis("c2r", 4096, 33, np.ones(33), dev).variant == "passes"
+    assert LastAxis("r2c", 128, 33, np.ones(33), dev).variant == "warp"
     t = LastAxis("r2c", 64, 9, np.ones(9), dev)
     with pytest.raises(ValueError, match="rows of 64 values"):
         t(cp.zeros((3, 63), dtype=np.float32))
@@ -269,3 +287,44 @@ def test_cupy_split_layer_on_rows_matches_reference(monkeypatch, rng, shape, cou
                         n_modes, cp.asarray(b, dtype=np.float32), method="dft")
     _clear_chains()
     assert np.abs(cp.asnumpy(got) - want).max() / np.abs(want).max() < 1e-5
+
+
+def test_row_warp_rule():
+    """The warp form takes even last axes of 64, 128 and 256 points; a block's rows halve from
+    32 while their kept bins pass the budget, and never pass a block's shared memory."""
+    from fftmatvec.fno import _rows
+
+    smem = 48 * 1024
+    for L in (64, 128, 256):
+        assert _rows.row_warp_supported(L, L // 2 + 1, smem)
+        assert _rows.row_warp_supported(L, 1, smem)
+        assert not _rows.row_warp_supported(L, L // 2 + 2, smem)
+    for L in (32, 62, 66, 96, 255, 512, 4096, 85):
+        assert not _rows.row_warp_supported(L, 5, smem), L
+    assert _rows.row_warp_rows(33, None, smem) == 32
+    assert _rows.row_warp_rows(129, None, smem) == 16
+    assert _rows.row_warp_bytes(129, 16) <= _rows.ROW_WARP_MAX_BYTES
+    assert _rows.row_warp_rows(129, 64, smem) == 32            # asked for: only what fits
+    assert _rows.row_warp_bytes(129, 32) <= smem < _rows.row_warp_bytes(129, 64)
+    assert _rows.row_warp_rows(129, 64, 2048) == 1
+
+
+def test_output_shapes_of_rows_and_planes():
+    """The arrays the transforms write, from the matrix each replaces: rows, or for the split
+    modes the forward transforms' bins modes-major; a plane's spectral side always in rows
+    (checked without a GPU on instances given only what the shapes are made of)."""
+    from fftmatvec.fno._rows import LastAxis, Plane
+
+    def bare(cls, kind, shape, modes_major=None):
+        t = object.__new__(cls)
+        t.kind, t.shape = kind, shape
+        if modes_major is not None:
+            t.modes_major = modes_major
+        return t
+
+    assert bare(LastAxis, "r2c", (128, 66), False)._out_shape(7) == (7, 66)
+    assert bare(LastAxis, "r2c", (128, 66), True)._out_shape(7) == (66, 7)
+    assert bare(LastAxis, "c2r", (66, 128), False)._out_shape(7) == (7, 128)
+    assert bare(LastAxis, "c2r", (66, 128), True)._out_shape(7) == (7, 128)
+    assert bare(Plane, "r2c", (64 * 64, 2 * 16 * 9))._out_shape(5) == (5, 288)
+    assert bare(Plane, "c2r", (2 * 16 * 9, 64 * 64))._out_shape(5) == (5, 4096)

@@ -47,6 +47,40 @@ def supported(n_last: int, m_last: int, smem_per_block: int) -> bool:
             and _rowfft.supported(n_last, _F32, smem_per_block))
 
 
+#: The warp form of the last axis's kernels (``hip_kernels/fno.cuh``: ``fno_rfft_f32_w<P>``):
+#: rows of the plane kernels' warp form (:data:`WARP_ROWS` complex values, 64-256 points), a
+#: block of :data:`ROW_WARP_THREADS` threads transforming :data:`ROW_WARP_ROWS` rows, halved
+#: while their kept bins take more than :data:`ROW_WARP_MAX_BYTES` of shared memory.
+ROW_WARP_THREADS = 256
+ROW_WARP_ROWS = 32
+ROW_WARP_MAX_BYTES = 24 * 1024
+
+
+def row_warp_bytes(m: int, rows_per_block: int) -> int:
+    """Dynamic shared memory of a warp-form row block: its rows' ``2 m`` kept values, in rows
+    or in ``2 m`` columns of ``rows_per_block + 1``."""
+    return 4 * 2 * m * (rows_per_block + 1)
+
+
+def row_warp_rows(m: int, rows_per_block: int | None, smem_per_block: int) -> int:
+    """Rows a warp-form row block transforms: ``rows_per_block``, or :data:`ROW_WARP_ROWS`
+    halved while over :data:`ROW_WARP_MAX_BYTES`; at most what fits ``smem_per_block``."""
+    rpb = int(rows_per_block or ROW_WARP_ROWS)
+    if not rows_per_block:
+        while rpb > 1 and row_warp_bytes(m, rpb) > ROW_WARP_MAX_BYTES:
+            rpb //= 2
+    while rpb > 1 and row_warp_bytes(m, rpb) > smem_per_block:
+        rpb //= 2
+    return max(1, rpb)
+
+
+def row_warp_supported(n_last: int, m_last: int, smem_per_block: int) -> bool:
+    """Whether the warp form takes a last axis of ``n_last`` points keeping ``m_last`` bins:
+    ``n_last`` twice one of :data:`WARP_ROWS`, a row's bins fitting a block."""
+    return (n_last % 2 == 0 and n_last // 2 in WARP_ROWS and 1 <= m_last <= n_last // 2 + 1
+            and row_warp_bytes(m_last, 1) <= smem_per_block)
+
+
 def _is_torch(a) -> bool:
     return type(a).__module__.split(".", 1)[0] == "torch"
 
@@ -63,38 +97,62 @@ class LastAxis:
     transposed, ``(2m, rows)`` (the split modes of :class:`._dft.SplitChain`). Called on a 2-D
     float32 array (CuPy) or tensor (PyTorch) on that device, it returns a new one of the same
     kind.
+
+    ``variant``: ``"warp"`` the warp form (a group of 32 lanes a row, its FFT in registers and
+    across the lanes, as the plane kernels' warp form: :func:`row_warp_supported`), ``"passes"``
+    the pass form (the rows' FFTs in shared-memory passes), ``"auto"`` the warp form where it
+    takes the axis. ``rows_per_block``: rows a block transforms (the defaults:
+    :data:`ROWS_BYTES` of rows for the pass form, :data:`ROW_WARP_ROWS` for the warp form).
     """
 
     def __init__(self, kind: str, L: int, m: int, scale, device_id: int,
-                 rows_per_block: int | None = None, modes_major: bool = False):
+                 rows_per_block: int | None = None, modes_major: bool = False,
+                 variant: str = "auto"):
         if kind not in ("r2c", "c2r"):
             raise ValueError(f"kind must be 'r2c' or 'c2r', got {kind!r}")
+        if variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
         cp = backend.cupy
         with cp.cuda.Device(device_id):
             smem_limit = backend.shared_memory_limits()[1]
             if not supported(L, m, smem_limit):
                 raise ValueError(f"no FNO row kernel for L = {L} keeping m = {m} bins")
+            warp = row_warp_supported(L, m, smem_limit)
+            if variant == "warp" and not warp:
+                raise ValueError(f"no warp-form FNO row kernel for L = {L} keeping m = {m} "
+                                 f"bins (rows of {tuple(2 * n for n in WARP_ROWS)} points)")
+            warp = warp and variant != "passes"
             n = _rowfft.complex_length(L)
             rads = _rowfft.radices(n, _rowfft.MAX_RADIX[_F32, kind])
             family = min(f for f in _rowfft.FAMILIES if f >= max(rads, default=2))
-            n_bytes = _rowfft.complex_length(L) * 8
-            rpb = int(rows_per_block or max(1, ROWS_BYTES // n_bytes))
-            rpb = max(1, min(rpb, smem_limit // _rowfft.block_bytes(L, _F32)))
-            self.smem = _rowfft.block_bytes(L, _F32, rpb)
+            verb = "rfft" if kind == "r2c" else "irfft"
+            if warp:
+                rpb = row_warp_rows(m, rows_per_block, smem_limit)
+                self.smem = row_warp_bytes(m, rpb)
+                name = f"fno_{verb}_f32_w{L // 64}"
+            else:
+                n_bytes = n * 8
+                rpb = int(rows_per_block or max(1, ROWS_BYTES // n_bytes))
+                rpb = max(1, min(rpb, smem_limit // _rowfft.block_bytes(L, _F32)))
+                self.smem = _rowfft.block_bytes(L, _F32, rpb)
+                name = f"fno_{verb}_f32_r{family}"
             self.twiddles = _rowfft.twiddles(n, np.complex64, rads)
             self.scale = cp.asarray(np.asarray(scale, dtype=np.float64).astype(np.float32))
             if self.scale.shape != (m,):
                 raise ValueError(f"scale must hold {m} values, got shape {self.scale.shape}")
-            name = f"fno_{'rfft' if kind == 'r2c' else 'irfft'}_f32_r{family}"
             self._fn = kernels.get_function(name, self.smem)
         self.kind, self.L, self.m, self.device_id = kind, int(L), int(m), int(device_id)
         self.rows_per_block, self.radices, self.name = rpb, rads, name
-        self.threads = _rowfft.THREADS
+        self.variant = "warp" if warp else "passes"
+        self.threads = ROW_WARP_THREADS if warp else _rowfft.THREADS
         self.shape = (self.L, 2 * self.m) if kind == "r2c" else (2 * self.m, self.L)
         self.modes_major = bool(modes_major)
-        self._geometry = (np.int32(L), np.int32(m), np.int32(rpb),
-                          np.uint64(_rowfft.packed_radices(rads)), np.int32(len(rads)),
-                          np.int32(self.modes_major))
+        if warp:
+            self._geometry = (np.int32(m), np.int32(rpb), np.int32(self.modes_major))
+        else:
+            self._geometry = (np.int32(L), np.int32(m), np.int32(rpb),
+                              np.uint64(_rowfft.packed_radices(rads)), np.int32(len(rads)),
+                              np.int32(self.modes_major))
         self._launches: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
 
@@ -118,10 +176,11 @@ class LastAxis:
     def _args(self, rows: int):
         return (None, None, self.twiddles, self.scale, np.int64(rows)) + self._geometry
 
+    modes_major = False  # (a Plane's spectral side is in rows)
+
     def _out_shape(self, rows: int) -> tuple:
-        if self.kind == "c2r":
-            return (rows, self.L)
-        return (2 * self.m, rows) if self.modes_major else (rows, 2 * self.m)
+        width = self.shape[1]
+        return (width, rows) if self.modes_major and self.kind == "r2c" else (rows, width)
 
     def __call__(self, a, out=None):
         """The transform of the rows of ``a`` (of its columns: the spectral side modes-major),
@@ -191,12 +250,12 @@ def _outside_compile():
 
 
 def last_axis_set(n_last: int, m_last: int, device_id: int, kinds=("r2c", "c2r"),
-                  modes_major: bool = False) -> dict:
+                  modes_major: bool = False, variant: str = "auto") -> dict:
     """The transforms of ``kinds`` of a last axis of ``n_last`` points keeping ``m_last`` bins,
     by the name of the matrix each replaces in :class:`._dft.Chain` (or, ``modes_major``, in
     :class:`._dft.SplitChain`): ``r2c`` gives ``F`` (analysis, ``1 / N``) and ``AT`` (adjoint
     of the synthesis, ``c_k``), ``c2r`` gives ``A`` (synthesis) and ``FT`` (adjoint of the
-    analysis, ``1 / (N c_k)``)."""
+    analysis, ``1 / (N c_k)``); ``variant`` as :class:`LastAxis` takes it."""
     from ._modes import hermitian_weights
 
     c = hermitian_weights(n_last, m_last)
@@ -204,7 +263,7 @@ def last_axis_set(n_last: int, m_last: int, device_id: int, kinds=("r2c", "c2r")
     out = {}
 
     def make(kind, scale):
-        return LastAxis(kind, n, m, scale, device_id, modes_major=modes_major)
+        return LastAxis(kind, n, m, scale, device_id, modes_major=modes_major, variant=variant)
 
     if "r2c" in kinds:
         out["F"] = make("r2c", np.full(m, 1.0 / n))
