@@ -15,7 +15,9 @@ times, so that a drift of the host or the device reaches them all alike) of
   (``dft-gemm``: plan ``fno_rows=0,fno_plane=0``) and with the last two axes not on the
   plane kernels (``dft-noplane``: plan ``fno_plane=0``), on one-axis layers with the modes
   interleaved and permuted around the channel product (``dft-nosplit``: plan ``fno_split=0``),
-  and ``method="fft"`` (full FFTs), and the method ``"auto"`` picks;
+  on layers whose graphs hold their whole chains, the graphs with the ends outside
+  (``dft-ends``: no copy of ``x`` in or of ``y`` out), and ``method="fft"`` (full FFTs), and
+  the method ``"auto"`` picks;
 * with ``--sixteen bfloat16`` (or ``float16``): ours, DFT path, 16-bit input and storage;
 
 and the floor: the bytes that must move over the bandwidth of a large device-to-device copy
@@ -55,7 +57,7 @@ import time
 
 import torch
 
-from fftmatvec.fno import SpectralConv
+from fftmatvec.fno import SpectralConv, _graphs
 from fftmatvec.fno._dft import choose_method
 from fftmatvec.gpu.plan import ENV
 
@@ -141,6 +143,21 @@ def _planned(layer, plan):
     return run
 
 
+def _ends_outside(layer):
+    """``layer`` with its graphs holding only the chains' middles whatever its size
+    (``_graphs.ENDS_MIN_BYTES`` 0 during the call: the ends outside, no copy in or out)."""
+
+    def run(x):
+        old = _graphs.ENDS_MIN_BYTES
+        _graphs.ENDS_MIN_BYTES = 0
+        try:
+            return layer(x)
+        finally:
+            _graphs.ENDS_MIN_BYTES = old
+
+    return run
+
+
 def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls, rounds=4):
     n_modes = tuple([m] * len(grid))
     dft = SpectralConv(C, C, n_modes, device=device, method="dft")
@@ -159,6 +176,8 @@ def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls, rounds=
              "dft-noplane": _planned(dft, "fno_plane=0")}
     if len(grid) == 1:  # the one-axis layers' modes interleaved, permuted around the product
         impls["dft-nosplit"] = _planned(dft, "fno_split=0")
+    if device.type == "cuda" and not _graphs.ends_outside((B, C) + grid, 4, C):
+        impls["dft-ends"] = _ends_outside(dft)
     if nop_cls is not None:
         impls["nop"] = nop_cls(C, C, n_modes).to(device)
     x = torch.randn((B, C) + grid, device=device)
@@ -340,7 +359,7 @@ def main():
     print(f"device: {name}, copy bandwidth {bw / 1e9:.0f} GB/s, torch {torch.__version__}")
     extra = [args.sixteen] if args.sixteen else []
     cols = ["eager", "nop", "fft", "dft-gemm", "dft-noplane", "dft-nosplit", "dft-nograph",
-            "dft-graph", "dft"] + extra
+            "dft-graph", "dft-ends", "dft"] + extra
     print(f"{'case':>30} {'pass':>7} {'auto':>4} {'floor us':>9} "
           + " ".join(f"{c + ' us':>{max(10, len(c) + 3)}}" for c in cols)
           + f" {'eager/dft':>9} {'nop/dft':>8} {'floor/dft':>9} {'dft-fft':>8}")
