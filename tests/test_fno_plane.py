@@ -37,13 +37,19 @@ def _warp_plane(n0, n1, m0, m1):
 
 def test_auto_rule():
     """By default both ways on a layer of two or three axes whose plane's first axis keeps a
-    quarter of its frequencies or more; never on one axis."""
-    assert fno_plane_auto((64, 64), (16, 9)) == {"r2c", "c2r"}
-    assert fno_plane_auto((64, 64, 64), (16, 16, 9)) == {"r2c", "c2r"}
-    assert fno_plane_auto((256, 256), (64, 33)) == {"r2c", "c2r"}
+    quarter of its frequencies or more, an eighth where the warp form takes the plane; never
+    on one axis."""
+    for warp in (False, True):
+        assert fno_plane_auto((64, 64), (16, 9), warp) == {"r2c", "c2r"}
+        assert fno_plane_auto((64, 64, 64), (16, 16, 9), warp) == {"r2c", "c2r"}
+        assert fno_plane_auto((256, 256), (64, 33), warp) == {"r2c", "c2r"}
+        assert fno_plane_auto((128,), (33,), warp) == set()
+        assert fno_plane_auto((256, 256), (31, 17), warp) == set()
+        assert fno_plane_auto((128, 128), (15, 9), warp) == set()
     assert fno_plane_auto((128, 128), (16, 9)) == set()
     assert fno_plane_auto((256, 256), (32, 17)) == set()
-    assert fno_plane_auto((128,), (33,)) == set()
+    assert fno_plane_auto((128, 128), (16, 9), warp=True) == {"r2c", "c2r"}
+    assert fno_plane_auto((256, 256), (32, 17), warp=True) == {"r2c", "c2r"}
 
 
 def test_warp_form_rule():

@@ -29,7 +29,7 @@ from .rules import (_REAL_SUFFIX, ASYNC_DEFAULTS, ASYNC_FEW, ASYNC_FEW_ROWS, ASY
                     ROW_FFT_MIN_BLOCKS_PER_SM, TILES, WIDE_DEFAULTS, WIDE_MIN_BLOCKS_PER_SM,
                     WIDE_MIN_FILL, XREG_GEMV_KB, XREG_MAX_ND, XREG_MIN_KB, XREG_ND, XREG_TILES,
                     _BATCH_SIZES, _STAGED_J)
-from .rules import FNO_PLANE_MIN_FRACTION, FNO_ROWS_R2C_MIN
+from .rules import FNO_PLANE_MIN_FRACTION, FNO_PLANE_WARP_MIN_FRACTION, FNO_ROWS_R2C_MIN
 from .stage3 import _Launch
 
 
@@ -168,11 +168,14 @@ def fno_plane(spatial, modes, dtype, device_id: int) -> frozenset:
                       np.dtype(dtype).str, int(device_id), mode)
 
 
-def fno_plane_auto(spatial, modes) -> frozenset:
+def fno_plane_auto(spatial, modes, warp: bool = False) -> frozenset:
     """The steps of :func:`fno_plane` by default: both, where the layer has two or more axes and
     the first axis of the plane keeps at least
-    :data:`~fftmatvec.gpu.rules.FNO_PLANE_MIN_FRACTION` of its frequencies."""
-    if len(spatial) < 2 or modes[-2] < FNO_PLANE_MIN_FRACTION * spatial[-2]:
+    :data:`~fftmatvec.gpu.rules.FNO_PLANE_MIN_FRACTION` of its frequencies, or
+    :data:`~fftmatvec.gpu.rules.FNO_PLANE_WARP_MIN_FRACTION` where the kernels' warp form
+    takes the plane (``warp``)."""
+    least = FNO_PLANE_WARP_MIN_FRACTION if warp else FNO_PLANE_MIN_FRACTION
+    if len(spatial) < 2 or modes[-2] < least * spatial[-2]:
         return frozenset()
     return frozenset({"r2c", "c2r"})
 
@@ -181,17 +184,19 @@ def fno_plane_auto(spatial, modes) -> frozenset:
 def _fno_plane(spatial: tuple, modes: tuple, dtype: str, device_id: int, mode: str) -> frozenset:
     """:func:`fno_plane` for a ``mode`` of ``"auto"`` or ``"1"``, once per layer shape."""
     why = "the layer has one axis" if len(spatial) < 2 else _fno_kernels_why(dtype)
+    warp = False
     if why is None:
         from ..fno import _rows
 
         smem = _block_smem(device_id)
+        warp = _rows.warp_supported(*spatial[-2:], *modes[-2:], smem)
         if not _rows.plane_supported(*spatial[-2:], *modes[-2:], smem):
             why = (f"they take no plane of {spatial[-2]} x {spatial[-1]} points keeping "
                    f"{modes[-2]} x {modes[-1]} modes (5-smooth complex lengths, a row and a "
                    f"column fitting {smem} bytes of shared memory)")
     if unavailable("fno_plane", mode, "the FNO plane kernels cannot run this layer", why):
         return frozenset()
-    return frozenset({"r2c", "c2r"}) if mode == "1" else fno_plane_auto(spatial, modes)
+    return frozenset({"r2c", "c2r"}) if mode == "1" else fno_plane_auto(spatial, modes, warp)
 
 
 def fno_split(batch: int, cin: int, cout: int, spatial, dtype) -> bool:

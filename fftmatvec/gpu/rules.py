@@ -227,11 +227,15 @@ FNO_ROWS_R2C_MIN = 16.0
 # 176 / 189 and (16, 128, 256^2, 64) in 727 / 862 against 862 / 1086; those keeping an eighth,
 # whose GEMMs are cheaper, lost or tied: (32, 64, 128^2, 16) 139 / 151 against 122 / 145,
 # (16, 64, 256^2, 32) 284 / 351 against 312 / 291. plan fno_plane=1 forces it. Those times are
-# the pass form's; the warp form (fortieth run) took the 128^2 planes in 187 / 165 us for 4096 of
-# them and the 256^2 ones keeping an eighth in 182 / 192 for 1024, about 94 / 82 and 182 / 192
-# against the chain's 122 / 145 and 312 / 291 above: the eighths should take the planes too,
-# once measured against the chain in one run (scripts/bench_fno_rows.py --plane).
+# the pass form's, which the rule keeps where the warp form does not take the plane.
 FNO_PLANE_MIN_FRACTION = 0.25
+# The same where the warp form takes the plane (fortieth run): it took the 128^2 planes keeping
+# (16, 9) in 187 / 165 us for 4096 of them and the 256^2 ones keeping (32, 17) in 182 / 192 for
+# 1024, about 94 / 82 for (32, 64, 128^2, 16)'s 2048 and 182 / 192 for the 1024 of (16, 64,
+# 256^2, 32) and (8, 128, 256^2, 32), against the chain's 122 / 145 and 312 / 291 above (the
+# thirty-eighth run: the two runs on the same kind of device, not yet one run; bench_fno's
+# dft-noplane column is the chain).
+FNO_PLANE_WARP_MIN_FRACTION = 0.125
 # Stages 3-5 of a one-vector adjoint as one kernel (hip_kernels/fused.cuh: its sums never go
 # through memory, the stage-3 output the inverse FFT would read back). By default for complex128
 # and complex64 storage with at most FUSED_MAX_ND sensors and FUSED_THREADS frequencies, where the
