@@ -27,6 +27,11 @@ The bias rides on the mode whose output bins are all zero (a constant over the g
 no pass over ``y``; where an odd axis keeps fewer than 3 modes there is no such mode and the bias
 is added to ``y``.
 
+A one-axis layer can keep its modes modes-major and split instead, ``(2, M, B, C)``
+(:class:`SplitChain`): the analysis ``F^T @ x^T`` writes that layout, the channel product runs on
+it as real batched GEMMs (:func:`mode_product_split`), and the synthesis ``Y^T @ A`` reads it:
+no permute of the modes.
+
 The backward is the same chain with the transposed matrices: the analysis structure with
 ``(A^T, R_a^T)`` maps ``dL/dy`` to the modes, the synthesis structure with ``(L_a^T, F^T)`` maps
 the modes back to ``dL/dx``. The functions here take any array module whose arrays have
