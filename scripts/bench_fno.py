@@ -14,7 +14,9 @@ times, so that a drift of the host or the device reaches them all alike) of
   (``dft-graph``, on a GPU: replayed at every size), the same with every axis as GEMMs
   (``dft-gemm``: plan ``fno_rows=0,fno_plane=0``) and with the last two axes not on the
   plane kernels (``dft-noplane``: plan ``fno_plane=0``), on one-axis layers with the modes
-  interleaved and permuted around the channel product (``dft-nosplit``: plan ``fno_split=0``),
+  interleaved and permuted around the channel product (``dft-nosplit``: plan ``fno_split=0``)
+  and with the inverse transforms of the axis on the row kernels too (``dft-rows``: plan
+  ``fno_rows=1``),
   on layers whose graphs hold their whole chains, the graphs with the ends outside
   (``dft-ends``: no copy of ``x`` in or of ``y`` out), and ``method="fft"`` (full FFTs), and
   the method ``"auto"`` picks;
@@ -176,6 +178,8 @@ def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls, rounds=
              "dft-noplane": _planned(dft, "fno_plane=0")}
     if len(grid) == 1:  # the one-axis layers' modes interleaved, permuted around the product
         impls["dft-nosplit"] = _planned(dft, "fno_split=0")
+        if device.type == "cuda":  # and every transform of the axis on the row kernels
+            impls["dft-rows"] = _planned(dft, "fno_rows=1")
     if device.type == "cuda" and not _graphs.ends_outside((B, C) + grid, 4, C):
         impls["dft-ends"] = _ends_outside(dft)
     if nop_cls is not None:
@@ -358,8 +362,8 @@ def main():
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"device: {name}, copy bandwidth {bw / 1e9:.0f} GB/s, torch {torch.__version__}")
     extra = [args.sixteen] if args.sixteen else []
-    cols = ["eager", "nop", "fft", "dft-gemm", "dft-noplane", "dft-nosplit", "dft-nograph",
-            "dft-graph", "dft-ends", "dft"] + extra
+    cols = ["eager", "nop", "fft", "dft-gemm", "dft-noplane", "dft-nosplit", "dft-rows",
+            "dft-nograph", "dft-graph", "dft-ends", "dft"] + extra
     print(f"{'case':>30} {'pass':>7} {'auto':>4} {'floor us':>9} "
           + " ".join(f"{c + ' us':>{max(10, len(c) + 3)}}" for c in cols)
           + f" {'eager/dft':>9} {'nop/dft':>8} {'floor/dft':>9} {'dft-fft':>8}")
