@@ -16,11 +16,16 @@ GEMM of the first) in the same run. With ``--forms``, the plane kernels' two for
 each other on a few planes (:data:`FORMS`). With ``--row-forms``, the last axis's kernels of
 every size in both forms and both layouts of the spectral side (rows, and modes-major as the
 split modes take it), the warp form over its rows per block, against the GEMMs they replace in
-the same layout.
+the same layout. With ``--products``, the channel product of every size in three layouts of the
+modes: interleaved ``(B, C, 2, M)`` (the permutes and the complex GEMM of
+``_dft.mode_product_complex``), split ``(2, M, B, C)`` (the weight split and four real GEMMs of
+``_dft.mode_product_split``) and paired ``(M, B, 2C)`` (each row's real parts beside its
+imaginary parts: one real GEMM a mode with the weight as the real ``(2C, 2O)`` block matrix, built
+in the call), to see what a layout the kernels could write would gain.
 
 Usage::
 
-    python scripts/bench_fno_rows.py [--reps N] [--plane | --forms | --row-forms]
+    python scripts/bench_fno_rows.py [--reps N] [--plane | --forms | --row-forms | --products]
 """
 
 from __future__ import annotations
@@ -177,6 +182,51 @@ def row_forms(reps, dev):
                       + f" {gbs:9.0f} {differ:8.1e}", flush=True)
 
 
+def paired_weight(Wc):
+    """The complex weight ``(M, C, O)`` as the real ``(M, 2C, 2O)`` block matrix ``[[Re W,
+    Im W], [-Im W, Re W]]``: ``[Re X, Im X] @ it = [Re XW, Im XW]``."""
+    M, C, O = Wc.shape
+    Wb = torch.empty((M, 2, C, 2, O), dtype=Wc.real.dtype, device=Wc.device)
+    Wb[:, 0, :, 0], Wb[:, 0, :, 1] = Wc.real, Wc.imag
+    Wb[:, 1, :, 0], Wb[:, 1, :, 1] = -Wc.imag, Wc.real
+    return Wb.reshape(M, 2 * C, 2 * O)
+
+
+def products(reps, dev):
+    """The channel product in the three layouts, µs a call (the layout's own weight
+    preparation included), and the largest difference of the split and paired products to
+    the interleaved one over its largest value."""
+    from fftmatvec.fno import _torch_dft
+
+    ops = _torch_dft._ops(torch.float32, dev)
+    print(f"{'case':>28} {'M':>6} {'interleaved':>11} {'split':>8} {'paired':>8} "
+          f"{'differ split, paired':>21}")
+    for B, C, grid, m in SIZES:
+        M = int(np.prod(kept_modes((m,) * len(grid))))
+        X = torch.randn(B, C, 2, M, device=dev)
+        Wc = torch.randn(M, C, C, dtype=torch.complex64, device=dev)
+        Xs = X.permute(2, 3, 0, 1).contiguous()                   # (2, M, B, C)
+        Xp = X.permute(3, 0, 2, 1).reshape(M, B, 2 * C).contiguous()
+
+        def interleaved():
+            return _dft.mode_product_complex(ops, X, Wc)[0]
+
+        def split():
+            return _dft.mode_product_split(ops, Xs, _dft.split_weight(ops, Wc))
+
+        def paired():
+            return torch.bmm(Xp, paired_weight(Wc))
+
+        want = interleaved()                                       # (B, O, 2, M)
+        got_s = split().permute(2, 3, 0, 1)
+        got_p = paired().reshape(M, B, 2, C).permute(1, 3, 2, 0)
+        scale = want.abs().max()
+        differ = [float((g - want).abs().max() / scale) for g in (got_s, got_p)]
+        us = [timed(f, reps) for f in (interleaved, split, paired)]
+        print(f"{str((B, C, grid, m)):>28} {M:6d} {us[0]:11.1f} {us[1]:8.1f} {us[2]:8.1f} "
+              f"{differ[0]:10.1e} {differ[1]:10.1e}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=20)
@@ -185,6 +235,8 @@ def main():
                     help="the plane kernels' warp form against their pass form")
     ap.add_argument("--row-forms", action="store_true",
                     help="the last axis's kernels, both forms and layouts, against the GEMMs")
+    ap.add_argument("--products", action="store_true",
+                    help="the channel product in three layouts of the modes")
     args = ap.parse_args()
     torch.backends.cuda.matmul.fp32_precision = "ieee"
     dev = torch.device("cuda", torch.cuda.current_device())
@@ -194,6 +246,9 @@ def main():
         return
     if args.row_forms:
         row_forms(args.reps, dev)
+        return
+    if args.products:
+        products(args.reps, dev)
         return
     if args.plane:
         planes(args.reps, dev)
