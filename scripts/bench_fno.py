@@ -15,8 +15,10 @@ times, so that a drift of the host or the device reaches them all alike) of
   (``dft-gemm``: plan ``fno_rows=0,fno_plane=0``) and with the last two axes not on the
   plane kernels (``dft-noplane``: plan ``fno_plane=0``), on one-axis layers with the modes
   interleaved and permuted around the channel product (``dft-nosplit``: plan ``fno_split=0``)
-  and with the inverse transforms of the axis on the row kernels too (``dft-rows``: plan
-  ``fno_rows=1``),
+  or split (``dft-split``: ``fno_split=1``), with the inverse transforms of the axis on the row
+  kernels too (``dft-rows``: ``fno_rows=1``) and all three with the kernels in their warp form
+  (``dft-split-warp``); on a GPU the kernels in their pass form (``dft-passes``: ``fno_warp=0``)
+  and their warp form (``dft-warp``: ``fno_warp=1``, where they have one),
   on layers whose graphs hold their whole chains, the graphs with the ends outside
   (``dft-ends``: no copy of ``x`` in or of ``y`` out), and ``method="fft"`` (full FFTs), and
   the method ``"auto"`` picks;
@@ -59,6 +61,7 @@ import time
 
 import torch
 
+from fftmatvec import FFTMatvecValueError
 from fftmatvec.fno import SpectralConv, _graphs
 from fftmatvec.fno._dft import choose_method
 from fftmatvec.gpu.plan import ENV
@@ -176,15 +179,27 @@ def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls, rounds=
              **({"dft-graph": graph} if device.type == "cuda" else {}),
              "dft-gemm": _planned(dft, "fno_rows=0,fno_plane=0"),
              "dft-noplane": _planned(dft, "fno_plane=0")}
-    if len(grid) == 1:  # the one-axis layers' modes interleaved, permuted around the product
+    if len(grid) == 1:  # the one-axis layers' modes interleaved, or split (no permutes)
         impls["dft-nosplit"] = _planned(dft, "fno_split=0")
-        if device.type == "cuda":  # and every transform of the axis on the row kernels
+        impls["dft-split"] = _planned(dft, "fno_split=1")
+        if device.type == "cuda":  # every transform of the axis on the row kernels
             impls["dft-rows"] = _planned(dft, "fno_rows=1")
+    if device.type == "cuda":  # the kernels in their pass form, in their warp form
+        impls["dft-passes"] = _planned(dft, "fno_warp=0")
+        impls["dft-warp"] = _planned(dft, "fno_warp=1")
+        if len(grid) == 1:  # all of it: split, every transform on the warp form
+            impls["dft-split-warp"] = _planned(dft, "fno_split=1,fno_rows=1,fno_warp=1")
     if device.type == "cuda" and not _graphs.ends_outside((B, C) + grid, 4, C):
         impls["dft-ends"] = _ends_outside(dft)
+    x = torch.randn((B, C) + grid, device=device)
+    for name in [k for k in impls if k.startswith("dft-")]:
+        try:  # a plan that cannot serve this layer (no warp form for it): no column
+            with torch.no_grad():
+                impls[name](x)
+        except FFTMatvecValueError:
+            del impls[name]
     if nop_cls is not None:
         impls["nop"] = nop_cls(C, C, n_modes).to(device)
-    x = torch.randn((B, C) + grid, device=device)
     if sixteen is not None:
         s16 = SpectralConv(C, C, n_modes, device=device, method="dft",
                            compute_dtype=getattr(torch, sixteen))
@@ -362,8 +377,9 @@ def main():
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"device: {name}, copy bandwidth {bw / 1e9:.0f} GB/s, torch {torch.__version__}")
     extra = [args.sixteen] if args.sixteen else []
-    cols = ["eager", "nop", "fft", "dft-gemm", "dft-noplane", "dft-nosplit", "dft-rows",
-            "dft-nograph", "dft-graph", "dft-ends", "dft"] + extra
+    cols = ["eager", "nop", "fft", "dft-gemm", "dft-noplane", "dft-nosplit", "dft-split",
+            "dft-rows", "dft-passes", "dft-warp", "dft-split-warp", "dft-nograph", "dft-graph",
+            "dft-ends", "dft"] + extra
     print(f"{'case':>30} {'pass':>7} {'auto':>4} {'floor us':>9} "
           + " ".join(f"{c + ' us':>{max(10, len(c) + 3)}}" for c in cols)
           + f" {'eager/dft':>9} {'nop/dft':>8} {'floor/dft':>9} {'dft-fft':>8}")

@@ -351,6 +351,18 @@ def test_split_rule(monkeypatch):
     assert not fno_split(1024, 64, 64, (128,), torch.bfloat16)    # 16-bit storage
     monkeypatch.setenv("FFTMATVEC_PLAN", "fno_rows=1")         # the row kernels take both
     assert fno_split(1024, 64, 64, (128,), np.float32)
+    monkeypatch.delenv("FFTMATVEC_PLAN")
+    # on the row kernels, only with FNO_SPLIT_WITH_ROW_KERNELS (until measured)
+    from fftmatvec.gpu import planner, rules
+
+    assert fno_split(1024, 64, 64, (128,), np.float32, row_kernels=True) \
+        is rules.FNO_SPLIT_WITH_ROW_KERNELS
+    monkeypatch.setattr(planner, "FNO_SPLIT_WITH_ROW_KERNELS", True)
+    assert fno_split(1024, 64, 64, (128,), np.float32, row_kernels=True)
+    monkeypatch.setattr(planner, "FNO_SPLIT_WITH_ROW_KERNELS", False)
+    assert not fno_split(1024, 64, 64, (128,), np.float32, row_kernels=True)
+    monkeypatch.setenv("FFTMATVEC_PLAN", "fno_split=1")
+    assert fno_split(1024, 64, 64, (128,), np.float32, row_kernels=True)
     monkeypatch.setenv("FFTMATVEC_PLAN", "fno_split=1")
     assert fno_split(1, 64, 64, (128,), np.float32)
     with pytest.raises(FFTMatvecValueError, match="fno_split=1.*2 axes"):

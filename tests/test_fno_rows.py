@@ -137,7 +137,10 @@ def test_last_axis_checks_its_arguments():
     with pytest.raises(ValueError, match="variant must be one of"):
         LastAxis("c2r", 128, 33, np.ones(33), dev, variant="shuffles")
     assert LastAxis("c2r", 4096, 33, np.ones(33), dev).variant == "passes"
-    assert LastAxis("r2c", 128, 33, np.ones(33), dev).variant == "warp"
+    from fftmatvec.fno import _rows
+
+    assert LastAxis("r2c", 128, 33, np.ones(33), dev).variant == \
+        ("warp" if _rows.ROW_WARP_AUTO else "passes")
     t = LastAxis("r2c", 64, 9, np.ones(9), dev)
     with pytest.raises(ValueError, match="rows of 64 values"):
         t(cp.zeros((3, 63), dtype=np.float32))
@@ -328,3 +331,53 @@ def test_output_shapes_of_rows_and_planes():
     assert bare(LastAxis, "c2r", (66, 128), True)._out_shape(7) == (7, 128)
     assert bare(Plane, "r2c", (64 * 64, 2 * 16 * 9))._out_shape(5) == (5, 288)
     assert bare(Plane, "c2r", (2 * 16 * 9, 64 * 64))._out_shape(5) == (5, 4096)
+
+
+def test_variant_plan(monkeypatch):
+    """Plan fno_warp: the kernels' own rule by default, the pass form under 0, the warp form
+    under 1 (a layer taking no kernel has nothing to check)."""
+    from fftmatvec.gpu.planner import fno_variant
+
+    monkeypatch.delenv("FFTMATVEC_PLAN", raising=False)
+    assert fno_variant((128,), (33,), {"r2c"}, frozenset(), 0) == "auto"
+    monkeypatch.setenv("FFTMATVEC_PLAN", "fno_warp=0")
+    assert fno_variant((128,), (33,), {"r2c"}, frozenset(), 0) == "passes"
+    monkeypatch.setenv("FFTMATVEC_PLAN", "fno_warp=1")
+    assert fno_variant((85,), (7,), frozenset(), frozenset(), 0) == "warp"
+
+
+@cuda
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,cout,n_modes,plan", [
+    ((3, 4, 128), 3, 64, "fno_rows=1,fno_split=1"), ((2, 3, 64), 2, 17, "fno_rows=1,fno_split=0"),
+    ((2, 3, 32, 64), 2, (8, 33), "fno_plane=1")])
+def test_torch_layer_in_the_warp_form(monkeypatch, rng, shape, cout, n_modes, plan):
+    """Plan fno_warp=1 (the row kernels both ways, or the planes): the layer's output and
+    gradients within 1e-5 of the GEMM chain, on kernels in the warp form; where a kernel the
+    layer takes has no warp form, an error that names the plan."""
+    from fftmatvec.fno import _torch_dft
+
+    x, w, b = _rand(rng, shape, cout, n_modes)
+    dev = torch.device("cuda")
+    xt = torch.as_tensor(x, dtype=torch.float32, device=dev)
+    wt = torch.as_tensor(w.astype(np.complex64), device=dev)
+    bt = torch.as_tensor(b, dtype=torch.float32, device=dev)
+    modes = tuple(int(v) for v in kept_modes(n_modes))
+    try:
+        monkeypatch.setenv("FFTMATVEC_PLAN", plan + ",fno_warp=1")
+        _clear_chains()
+        got = _layer_grads(xt, wt, bt, n_modes, True)
+        chain = _torch_dft.chain_for(xt, torch.float32, modes, cout)
+        assert chain.forms and all(f == "warp" for _, f in chain.forms)
+        monkeypatch.setenv("FFTMATVEC_PLAN", "fno_rows=0,fno_plane=0,fno_split=0")
+        want = _layer_grads(xt, wt, bt, n_modes, True)
+        monkeypatch.setenv("FFTMATVEC_PLAN", "fno_rows=1,fno_warp=1")
+        _clear_chains()
+        x4096 = torch.randn(2, 3, 4096, device=dev)
+        with pytest.raises(FFTMatvecValueError, match="fno_warp=1.*4096 points"):
+            _torch_dft.chain_for(x4096, torch.float32, (33,), 3)
+    finally:
+        monkeypatch.delenv("FFTMATVEC_PLAN", raising=False)
+        _clear_chains()
+    for name, a, c in zip(("y", "dx", "dW", "db"), got, want):
+        assert _trel(a, c) < 1e-5, (name, _trel(a, c))

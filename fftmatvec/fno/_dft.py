@@ -312,8 +312,9 @@ class Chain:
         self.FT = last.get("FT") or mat(analysis_last(n, m).T.copy())
         self.AT = last.get("AT") or mat(synthesis_last(n, m).T.copy())
         self.plane = dict(plane or {})
-        # the matrices and steps the kernels replace
+        # the matrices and steps the kernels replace, and the form each kernel runs in
         self.rows = tuple(sorted(last)) + tuple(f"plane:{k}" for k in sorted(self.plane))
+        self.forms = _forms({**last, **self.plane})
         self.bias_mode = bias_mode(sp, md)
         self._matmul = ops.matmul
 
@@ -385,6 +386,12 @@ def mode_product_complex_adjoint(ops, gY, Xc, Wc, need_x=True, need_w=True):
     return gX, gW
 
 
+def _forms(kernels) -> tuple:
+    """The form of each kernel of a chain (``variant``: pass or warp form), by the name of what
+    it replaces: with :attr:`Chain.rows` what tells two chains of one layer apart."""
+    return tuple((k, getattr(t, "variant", "")) for k, t in sorted(kernels.items()))
+
+
 class SplitChain:
     """The matrices of a one-axis layer whose modes are kept modes-major and split:
     ``(2, M, B, C)``, every mode's ``(B, C)`` matrix of real parts, then every mode's
@@ -411,6 +418,7 @@ class SplitChain:
         self.FT = ops.matrix(analysis_last(n, m).T.copy())
         self.A = ops.matrix(synthesis_last(n, m))
         self.rows = ("split",) + tuple(sorted(self._kernels))
+        self.forms = _forms(self._kernels)
         self.plane = {}
         self.bias_mode = 0
         self._matmul = ops.matmul

@@ -54,6 +54,10 @@ def supported(n_last: int, m_last: int, smem_per_block: int) -> bool:
 ROW_WARP_THREADS = 256
 ROW_WARP_ROWS = 32
 ROW_WARP_MAX_BYTES = 24 * 1024
+#: Whether ``variant="auto"`` takes the warp form of the last axis's kernels. Off until they have
+#: passed the device tests and been timed against the pass form (``scripts/bench_fno_rows.py
+#: --row-forms``); ``variant="warp"`` takes them.
+ROW_WARP_AUTO = False
 
 
 def row_warp_bytes(m: int, rows_per_block: int) -> int:
@@ -101,7 +105,7 @@ class LastAxis:
     ``variant``: ``"warp"`` the warp form (a group of 32 lanes a row, its FFT in registers and
     across the lanes, as the plane kernels' warp form: :func:`row_warp_supported`), ``"passes"``
     the pass form (the rows' FFTs in shared-memory passes), ``"auto"`` the warp form where it
-    takes the axis. ``rows_per_block``: rows a block transforms (the defaults:
+    takes the axis and :data:`ROW_WARP_AUTO` says so, else the pass form. ``rows_per_block``: rows a block transforms (the defaults:
     :data:`ROWS_BYTES` of rows for the pass form, :data:`ROW_WARP_ROWS` for the warp form).
     """
 
@@ -121,7 +125,7 @@ class LastAxis:
             if variant == "warp" and not warp:
                 raise ValueError(f"no warp-form FNO row kernel for L = {L} keeping m = {m} "
                                  f"bins (rows of {tuple(2 * n for n in WARP_ROWS)} points)")
-            warp = warp and variant != "passes"
+            warp = warp and (variant == "warp" or (variant == "auto" and ROW_WARP_AUTO))
             n = _rowfft.complex_length(L)
             rads = _rowfft.radices(n, _rowfft.MAX_RADIX[_F32, kind])
             family = min(f for f in _rowfft.FAMILIES if f >= max(rads, default=2))
@@ -441,13 +445,14 @@ class Plane(LastAxis):
             + self._geometry
 
 
-def plane_set(plane, modes, device_id: int, kinds=("r2c", "c2r")) -> dict:
+def plane_set(plane, modes, device_id: int, kinds=("r2c", "c2r"), variant: str = "auto") -> dict:
     """The plane transforms of ``kinds`` for the last two axes ``plane = (n0, n1)`` keeping
     ``modes = (m0, m1)``, by the name of the chain's transform each replaces
     (:class:`._dft.Chain`): ``r2c`` gives ``ana`` (the analysis: the analysis frequencies,
     ``1 / n0``, ``1 / n1``) and ``synT`` (the adjoint of the synthesis: the output bins, 1,
     ``c_k``); ``c2r`` gives ``syn`` (the synthesis: the output bins, 1, 1) and ``anaT`` (the
-    adjoint of the analysis: the analysis frequencies, ``1 / n0``, ``1 / (n1 c_k)``)."""
+    adjoint of the analysis: the analysis frequencies, ``1 / n0``, ``1 / (n1 c_k)``);
+    ``variant`` as :class:`Plane` takes it."""
     from ._modes import hermitian_weights, mode_indices
 
     (n0, n1), (m0, m1) = plane, modes
@@ -455,10 +460,14 @@ def plane_set(plane, modes, device_id: int, kinds=("r2c", "c2r")) -> dict:
     out_bins = mode_indices((n0, 1), (m0, 1), output=True)[0]
     c = hermitian_weights(n1, m1)
     out = {}
+
+    def make(kind, bins, s0, s1):
+        return Plane(kind, n0, n1, m0, m1, bins, s0, s1, device_id, variant=variant)
+
     if "r2c" in kinds:
-        out["ana"] = Plane("r2c", n0, n1, m0, m1, freq, 1.0 / n0, 1.0 / n1, device_id)
-        out["synT"] = Plane("r2c", n0, n1, m0, m1, out_bins, 1.0, c, device_id)
+        out["ana"] = make("r2c", freq, 1.0 / n0, 1.0 / n1)
+        out["synT"] = make("r2c", out_bins, 1.0, c)
     if "c2r" in kinds:
-        out["syn"] = Plane("c2r", n0, n1, m0, m1, out_bins, 1.0, 1.0, device_id)
-        out["anaT"] = Plane("c2r", n0, n1, m0, m1, freq, 1.0 / n0, 1.0 / (n1 * c), device_id)
+        out["syn"] = make("c2r", out_bins, 1.0, 1.0)
+        out["anaT"] = make("c2r", freq, 1.0 / n0, 1.0 / (n1 * c))
     return out

@@ -98,7 +98,7 @@ def modes_major_complex(gw, shape, dtype):
 
 @functools.lru_cache(maxsize=64)
 def _chain(device, dtype_name, spatial, modes, rows=frozenset(), plane=frozenset(),
-           split=False):
+           split=False, variant="auto"):
     torch = _torch()
     dev = torch.device(device)
     last = kernel_plane = None
@@ -106,9 +106,11 @@ def _chain(device, dtype_name, spatial, modes, rows=frozenset(), plane=frozenset
         from ._rows import last_axis_set, plane_set
 
         if rows:
-            last = last_axis_set(spatial[-1], modes[-1], dev.index, rows, modes_major=split)
+            last = last_axis_set(spatial[-1], modes[-1], dev.index, rows, modes_major=split,
+                                 variant=variant)
         if plane:
-            kernel_plane = plane_set(spatial[-2:], modes[-2:], dev.index, plane)
+            kernel_plane = plane_set(spatial[-2:], modes[-2:], dev.index, plane,
+                                     variant=variant)
     ops = _ops(getattr(torch, dtype_name), dev)
     if split:
         return _dft.SplitChain(ops, spatial, modes, last)
@@ -132,15 +134,16 @@ def _planned_chain(device, dtype, spatial, modes, plan, channels):
     """:func:`chain_for`'s chain (``plan``: the raw ``FFTMATVEC_PLAN``, a key only;
     ``channels``: ``(B, Cin, Cout)``): on the path of every call, where the planner's
     questions cost a small layer's device tens of microseconds of waiting."""
-    from ..gpu.planner import fno_plane, fno_rows, fno_split
+    from ..gpu.planner import fno_plane, fno_rows, fno_split, fno_variant
 
     name = str(dtype).rsplit(".", 1)[-1]
-    split = fno_split(*channels, spatial, name)
-    rows = plane = frozenset()
-    if device.type == "cuda" and name == "float32":
-        rows = fno_rows(spatial[-1], modes[-1], name, device.index)
-        plane = frozenset() if split else fno_plane(spatial, modes, name, device.index)
-    return _chain(str(device), name, spatial, modes, rows, plane, split)
+    kernels = device.type == "cuda" and name == "float32"
+    rows = fno_rows(spatial[-1], modes[-1], name, device.index) if kernels else frozenset()
+    split = fno_split(*channels, spatial, name, row_kernels=bool(rows))
+    plane = fno_plane(spatial, modes, name, device.index) if kernels and not split \
+        else frozenset()
+    variant = fno_variant(spatial, modes, rows, plane, device.index) if kernels else "auto"
+    return _chain(str(device), name, spatial, modes, rows, plane, split, variant)
 
 
 # The chains in three parts: the first step and the last, and the middle; a CUDA graph of the
@@ -365,7 +368,7 @@ def _forward(torch, ctx, x, weight, bias, modes, cdtype, graphs, token):
     ctx.chain, ctx.cdtype = chain, cdtype
     if graphs:
         ctx.problem = (_graphs.problem_key(x.shape, x.dtype, x.device, cdtype, modes, weight,
-                                           bias), chain.rows)
+                                           bias), chain.rows, chain.forms)
         out = _replay_forward(torch, ctx, x, weight, bias, token)
         if out is not None:
             return out

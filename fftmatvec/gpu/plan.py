@@ -44,6 +44,7 @@ PLAN_KEYS = {
     "fno_rows": "the FNO layer's last-axis transforms as row FFT kernels, not DFT GEMMs",
     "fno_plane": "the FNO layer's last two axes as one FFT kernel a plane, not DFT GEMMs",
     "fno_split": "a one-axis FNO layer's modes modes-major and split, not permuted",
+    "fno_warp": "the FNO layer's row and plane kernels in their warp form, not their pass form",
 }
 _VALUES = ("auto", "0", "1")
 # the stage-3 family in one key: shorthand for the family keys above

@@ -29,7 +29,8 @@ from .rules import (_REAL_SUFFIX, ASYNC_DEFAULTS, ASYNC_FEW, ASYNC_FEW_ROWS, ASY
                     ROW_FFT_MIN_BLOCKS_PER_SM, TILES, WIDE_DEFAULTS, WIDE_MIN_BLOCKS_PER_SM,
                     WIDE_MIN_FILL, XREG_GEMV_KB, XREG_MAX_ND, XREG_MIN_KB, XREG_ND, XREG_TILES,
                     _BATCH_SIZES, _STAGED_J)
-from .rules import FNO_PLANE_MIN_FRACTION, FNO_PLANE_WARP_MIN_FRACTION, FNO_ROWS_R2C_MIN
+from .rules import (FNO_PLANE_MIN_FRACTION, FNO_PLANE_WARP_MIN_FRACTION, FNO_ROWS_R2C_MIN,
+                    FNO_SPLIT_WITH_ROW_KERNELS)
 from .stage3 import _Launch
 
 
@@ -199,14 +200,42 @@ def _fno_plane(spatial: tuple, modes: tuple, dtype: str, device_id: int, mode: s
     return frozenset({"r2c", "c2r"}) if mode == "1" else fno_plane_auto(spatial, modes, warp)
 
 
-def fno_split(batch: int, cin: int, cout: int, spatial, dtype) -> bool:
+def fno_variant(spatial, modes, rows, plane, device_id: int) -> str:
+    """The form of the FNO layer's row and plane kernels (:class:`fftmatvec.fno._rows.LastAxis`,
+    :class:`~fftmatvec.fno._rows.Plane` take it as ``variant``) for a layer taking the row
+    kernels ``rows`` and the plane kernels ``plane`` (:func:`fno_rows`, :func:`fno_plane`): by
+    default ``"auto"`` (the kernels' own rule: a plane's warp form wherever it takes the plane,
+    a row's where :data:`fftmatvec.fno._rows.ROW_WARP_AUTO`); plan key ``fno_warp``: ``0`` the
+    pass form, ``1`` the warp form (an error where a kernel the layer takes has none)."""
+    mode = plan_mode(None, "fno_warp")
+    if mode != "1":
+        return "passes" if mode == "0" else "auto"
+    why = None
+    if rows or plane:
+        from ..fno import _rows
+
+        smem = _block_smem(device_id)
+        if plane and not _rows.warp_supported(*spatial[-2:], *modes[-2:], smem):
+            why = (f"the plane of {spatial[-2]} x {spatial[-1]} points keeping {modes[-2]} x "
+                   f"{modes[-1]} modes has none (rows of {_rows.WARP_ROWS} complex values, "
+                   f"columns of {_rows.WARP_COLUMNS})")
+        elif not plane and not _rows.row_warp_supported(spatial[-1], modes[-1], smem):
+            why = (f"the last axis of {spatial[-1]} points has none (rows of "
+                   f"{tuple(2 * n for n in _rows.WARP_ROWS)} points)")
+    unavailable("fno_warp", mode, "the kernels' warp form cannot serve this layer", why)
+    return "warp"
+
+
+def fno_split(batch: int, cin: int, cout: int, spatial, dtype, row_kernels: bool = False) -> bool:
     """Whether the FNO layer's DFT chain keeps its modes modes-major and split
     (:class:`fftmatvec.fno._dft.SplitChain`: no permute around the channel product, the weight
     copied into its real and imaginary parts) rather than interleaved
     (:class:`fftmatvec.fno._dft.Chain`). By default (on any device) for one-axis layers in
-    float32 or float64 where :func:`~fftmatvec.fno._dft.split_pays` (the row kernels of
-    :func:`fno_rows` write and read either layout); plan key ``fno_split``: ``0`` never, ``1``
-    every layer it takes (an error elsewhere: more than one axis, or 16-bit storage)."""
+    float32 or float64 where :func:`~fftmatvec.fno._dft.split_pays`, and where the row kernels
+    of :func:`fno_rows` take the axis (``row_kernels``; they write and read either layout) only
+    with :data:`~fftmatvec.gpu.rules.FNO_SPLIT_WITH_ROW_KERNELS`; plan key ``fno_split``: ``0``
+    never, ``1`` every layer it takes (an error elsewhere: more than one axis, or 16-bit
+    storage)."""
     mode = plan_mode(None, "fno_split")
     if mode == "0":
         return False
@@ -222,7 +251,11 @@ def fno_split(batch: int, cin: int, cout: int, spatial, dtype) -> bool:
            f"it computes in float32 or float64, the layer in {name}")
     if unavailable("fno_split", mode, "the split modes cannot serve this layer", why):
         return False
-    return mode == "1" or split_pays(int(batch), int(cin), int(cout), spatial)
+    if mode == "1":
+        return True
+    if row_kernels and not FNO_SPLIT_WITH_ROW_KERNELS:
+        return False
+    return split_pays(int(batch), int(cin), int(cout), spatial)
 
 
 class Planner:

@@ -236,6 +236,12 @@ FNO_PLANE_MIN_FRACTION = 0.25
 # thirty-eighth run: the two runs on the same kind of device, not yet one run; bench_fno's
 # dft-noplane column is the chain).
 FNO_PLANE_WARP_MIN_FRACTION = 0.125
+# The one-axis FNO layers' split modes (fftmatvec/fno/_dft.py: SplitChain) by default also where
+# the row kernels take the last axis (writing and reading the modes modes-major). Off until the
+# modes-major row kernels have passed the device tests and been timed against the interleaved
+# chain (bench_fno.py's dft-nosplit column): such a layer keeps the interleaved chain unless plan
+# fno_split=1 forces the split.
+FNO_SPLIT_WITH_ROW_KERNELS = False
 # Stages 3-5 of a one-vector adjoint as one kernel (hip_kernels/fused.cuh: its sums never go
 # through memory, the stage-3 output the inverse FFT would read back). By default for complex128
 # and complex64 storage with at most FUSED_MAX_ND sensors and FUSED_THREADS frequencies, where the
