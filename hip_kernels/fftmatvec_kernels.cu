@@ -157,12 +157,20 @@ FFTMATVEC_ROWFFT_FAMILIES(f32, float, c64, float2)
                             rad0, np0);                                                          \
   }
 // fno_plane_rfft_f32_w<P>x<Q>, fno_plane_irfft_f32_w<P>x<Q>: the warp form, rows of 32 P complex
-// values (P = 1, 2, 4: rows of 64 to 256 reals), columns of 32 Q (Q = 1, 2, 4, 8).
+// values (P = 1, 2, 4: rows of 64 to 256 reals), columns of 32 Q (Q = 1, 2, 4, 8);
+// fno_plane_rfft_f32_w<P>x<Q>a (P = 1, 2; rows of 256 reals spill with it): its rows loaded
+// FNO_WARP_AHEAD(P) at a time.
+#define FFTMATVEC_FNO_PLANE_WARP_AHEAD(P, Q)                                                    \
+  extern "C" __global__ void FNO_WARP_BOUNDS(Q) fno_plane_rfft_f32_w##P##x##Q##a(              \
+      const float* __restrict__ x, float* __restrict__ out, const float2* __restrict__ tw1,      \
+      const float* __restrict__ s1, const int* __restrict__ inv0, float s0, int m0, int m1) {    \
+    fno_plane_rfft_warp_body<P, Q, FNO_WARP_AHEAD(P)>(x, out, tw1, s1, inv0, s0, m0, m1);        \
+  }
 #define FFTMATVEC_FNO_PLANE_WARP(P, Q)                                                          \
   extern "C" __global__ void FNO_WARP_BOUNDS(Q) fno_plane_rfft_f32_w##P##x##Q(                 \
       const float* __restrict__ x, float* __restrict__ out, const float2* __restrict__ tw1,      \
       const float* __restrict__ s1, const int* __restrict__ inv0, float s0, int m0, int m1) {    \
-    fno_plane_rfft_warp_body<P, Q>(x, out, tw1, s1, inv0, s0, m0, m1);                           \
+    fno_plane_rfft_warp_body<P, Q, 1>(x, out, tw1, s1, inv0, s0, m0, m1);                        \
   }                                                                                              \
   extern "C" __global__ void FNO_WARP_BOUNDS(Q) fno_plane_irfft_f32_w##P##x##Q(                \
       const float* __restrict__ y, float* __restrict__ out, const float2* __restrict__ tw1,      \
@@ -174,6 +182,11 @@ FFTMATVEC_ROWFFT_FAMILIES(f32, float, c64, float2)
   FFTMATVEC_FNO_PLANE_WARP(P, 2)                                                                 \
   FFTMATVEC_FNO_PLANE_WARP(P, 4)                                                                 \
   FFTMATVEC_FNO_PLANE_WARP(P, 8)
+#define FFTMATVEC_FNO_PLANE_WARP_AHEAD_ROWS(P)                                                  \
+  FFTMATVEC_FNO_PLANE_WARP_AHEAD(P, 1)                                                           \
+  FFTMATVEC_FNO_PLANE_WARP_AHEAD(P, 2)                                                           \
+  FFTMATVEC_FNO_PLANE_WARP_AHEAD(P, 4)                                                           \
+  FFTMATVEC_FNO_PLANE_WARP_AHEAD(P, 8)
 // fno_rfft_f32_w<P>, fno_irfft_f32_w<P>: the last axis in the warp form, rows of 64 P reals.
 #define FFTMATVEC_FNO_ROWFFT_WARP(P)                                                            \
   extern "C" __global__ void FNO_ROW_WARP_BOUNDS fno_rfft_f32_w##P(                             \
@@ -197,6 +210,8 @@ FFTMATVEC_FNO_PLANE(10)
 FFTMATVEC_FNO_PLANE_WARP_ROWS(1)
 FFTMATVEC_FNO_PLANE_WARP_ROWS(2)
 FFTMATVEC_FNO_PLANE_WARP_ROWS(4)
+FFTMATVEC_FNO_PLANE_WARP_AHEAD_ROWS(1)
+FFTMATVEC_FNO_PLANE_WARP_AHEAD_ROWS(2)
 #endif
 
 // ---- stages 3-5 of an adjoint in one kernel (fused.cuh) -------------------------------------

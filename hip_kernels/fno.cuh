@@ -314,7 +314,68 @@ __device__ __forceinline__ float2 split_twiddle(const float2* __restrict__ tw1, 
   return make_c(-t.x, t.y);
 }
 
-template <int P, int Q>
+// Rows a group loads before it transforms the first of them, in the warp form's real FFTs (R of
+// the kernels' templates): 8 P values a lane in flight rather than P, where a group's FFT of a
+// row is short against the latency of its loads.
+#define FNO_WARP_AHEAD(P) (8 / (P))
+
+// A row of 64 P reals into a group's registers as z[n] = x[2n] + i x[2n + 1], lane l register p
+// holding n = l + 32 p.
+template <int P>
+__device__ __forceinline__ void warp_load_row(const float* __restrict__ xr, float2 (&v)[P],
+                                              int lane) {
+#pragma unroll
+  for (int p = 0; p < P; ++p) v[p] = *reinterpret_cast<const float2*>(xr + 2 * (lane + 32 * p));
+}
+
+// The real FFT of the row v holds (warp_load_row): emit(k, X[k]) for this lane's bins
+// k = P lane + k2, and for the Nyquist bin k = 32 P on lane 0. twr: group_fft's twiddles, spw[k2]
+// = split_twiddle<P>(tw, P lane + k2).
+template <int P, typename Emit>
+__device__ __forceinline__ void warp_row_rfft(float2 (&v)[P], const Lanes32<-1>& lanes,
+                                              const float2 (&twr)[P], const float2 (&spw)[P],
+                                              Emit emit) {
+  constexpr int N1 = 32 * P;
+  const int lane = lanes.lane;
+  group_fft<P, -1>(v, lanes, twr);
+  float2 zn[P];  // conj Z[N1 - k] for this lane's bins k = P lane + k2
+#pragma unroll
+  for (int k2 = 0; k2 < P; ++k2)
+    zn[k2] = c_conj(shfl_c(v[k2 == 0 ? 0 : P - k2], k2 == 0 ? (32 - lane) & 31 : 31 - lane));
+#pragma unroll
+  for (int k2 = 0; k2 < P; ++k2) {
+    const int k = P * lane + k2;
+    const float2 xe = c_scale(c_add(v[k2], zn[k2]), 0.5f);
+    const float2 xo = c_muli<-1>(c_scale(c_sub(v[k2], zn[k2]), 0.5f));
+    const float2 wxo = c_mul(spw[k2], xo);
+    emit(k, c_add(xe, wxo));
+    if (k == 0) emit(N1, c_conj(c_sub(xe, wxo)));
+  }
+}
+
+// The rows r = r0, r0 + step, ... below n (a group's) of base (rows of 64 P reals) in steps of
+// R: each step loads its R rows, then transforms them; row(r, k, X[k]) for every bin.
+template <int P, int R, typename Row>
+__device__ __forceinline__ void warp_rows_rfft(const float* __restrict__ base, int r0, int step,
+                                               int n, const Lanes32<-1>& lanes,
+                                               const float2 (&twr)[P], const float2 (&spw)[P],
+                                               Row row) {
+  for (int ra = r0; ra < n; ra += step * R) {
+    float2 v[R][P];
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+      const int r = ra + j * step;
+      if (r < n) warp_load_row<P>(base + (i64)r * 64 * P, v[j], lanes.lane);
+    }
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+      const int r = ra + j * step;
+      if (r < n) warp_row_rfft<P>(v[j], lanes, twr, spw, [&](int k, float2 b) { row(r, k, b); });
+    }
+  }
+}
+
+template <int P, int Q, int R>
 __device__ __forceinline__ void fno_plane_rfft_warp_body(
     const float* __restrict__ x, float* __restrict__ out, const float2* __restrict__ tw1,
     const float* __restrict__ s1, const int* __restrict__ inv0, float s0, int m0, int m1) {
@@ -333,29 +394,9 @@ __device__ __forceinline__ void fno_plane_rfft_warp_body(
   const i64 plane = blockIdx.x;
   const float* xp = x + plane * (i64)(N0 * 2 * N1);
   // the rows: z[n] = x[2n] + i x[2n + 1], its FFT Z, the real FFT's bins k < m1 into T[k][row]
-  for (int r = group; r < N0; r += groups) {
-    const float* xr = xp + (i64)r * 2 * N1;
-    float2 v[P];
-#pragma unroll
-    for (int p = 0; p < P; ++p) {
-      const int n = lane + 32 * p;
-      v[p] = make_c(xr[2 * n], xr[2 * n + 1]);
-    }
-    group_fft<P, -1>(v, lanes, twr);
-    float2 zn[P];  // conj Z[N1 - k] for this lane's bins k = P lane + k2
-#pragma unroll
-    for (int k2 = 0; k2 < P; ++k2)
-      zn[k2] = c_conj(shfl_c(v[k2 == 0 ? 0 : P - k2], k2 == 0 ? (32 - lane) & 31 : 31 - lane));
-#pragma unroll
-    for (int k2 = 0; k2 < P; ++k2) {
-      const int k = P * lane + k2;
-      const float2 xe = c_scale(c_add(v[k2], zn[k2]), 0.5f);
-      const float2 xo = c_muli<-1>(c_scale(c_sub(v[k2], zn[k2]), 0.5f));
-      const float2 wxo = c_mul(sp[k2], xo);
-      if (k < m1) T[k * n0p + r] = c_scale(c_add(xe, wxo), s1[k]);
-      if (k == 0 && m1 > N1) T[N1 * n0p + r] = c_scale(c_conj(c_sub(xe, wxo)), s1[N1]);
-    }
-  }
+  warp_rows_rfft<P, R>(xp, group, groups, N0, lanes, twr, sp, [&](int r, int k, float2 b) {
+    if (k < m1) T[k * n0p + r] = c_scale(b, s1[k]);
+  });
   __syncthreads();
   // the kept columns: their FFTs, the kept bins (inv0[bin] = mode, -1 for none) into O
   float2 twc[Q];
@@ -509,34 +550,14 @@ __device__ __forceinline__ void fno_rfft_warp_body(const float* __restrict__ x,
     spw[k2] = split_twiddle<P>(tw, P * lane + k2);
   }
   // z[n] = x[2n] + i x[2n + 1], its FFT Z, the real FFT's bins k < m times scale[k] into S
-  for (int r = group; r < nrow; r += groups) {
-    const float* xr = x + (row0 + r) * L;
-    float2 v[P];
-#pragma unroll
-    for (int p = 0; p < P; ++p) v[p] = *reinterpret_cast<const float2*>(xr + 2 * (lane + 32 * p));
-    group_fft<P, -1>(v, lanes, twr);
-    float2 zn[P];  // conj Z[N1 - k] for this lane's bins k = P lane + k2
-#pragma unroll
-    for (int k2 = 0; k2 < P; ++k2)
-      zn[k2] = c_conj(shfl_c(v[k2 == 0 ? 0 : P - k2], k2 == 0 ? (32 - lane) & 31 : 31 - lane));
-#pragma unroll
-    for (int k2 = 0; k2 < P; ++k2) {
-      const int k = P * lane + k2;
-      const float2 xe = c_scale(c_add(v[k2], zn[k2]), 0.5f);
-      const float2 xo = c_muli<-1>(c_scale(c_sub(v[k2], zn[k2]), 0.5f));
-      const float2 wxo = c_mul(spw[k2], xo);
-      if (k < m) {
-        const float2 b = c_scale(c_add(xe, wxo), scale[k]);
-        st.s[st.re(r, k)] = b.x;
-        st.s[st.im(r, k)] = b.y;
-      }
-      if (k == 0 && m > N1) {  // the Nyquist bin
-        const float2 b = c_scale(c_conj(c_sub(xe, wxo)), scale[N1]);
-        st.s[st.re(r, N1)] = b.x;
-        st.s[st.im(r, N1)] = b.y;
-      }
-    }
-  }
+  warp_rows_rfft<P, FNO_WARP_AHEAD(P)>(x + row0 * L, group, groups, nrow, lanes, twr, spw,
+                                       [&](int r, int k, float2 b) {
+                                         if (k < m) {
+                                           b = c_scale(b, scale[k]);
+                                           st.s[st.re(r, k)] = b.x;
+                                           st.s[st.im(r, k)] = b.y;
+                                         }
+                                       });
   __syncthreads();
   st.store(out, rows, row0, nrow);
 }

@@ -13,10 +13,10 @@ analysis) and inverse (``c2r``, the synthesis), over its threads, rows per step 
 axis and columns per step of the first (the pass form), and in the warp form where it takes the
 plane, against the chain's steps it replaces (the last axis as the planner runs it, then the
 GEMM of the first) in the same run. With ``--forms``, the plane kernels' two forms against
-each other on a few planes (:data:`FORMS`). With ``--row-forms``, the last axis's kernels of
-every size in both forms and both layouts of the spectral side (rows, and modes-major as the
-split modes take it), the warp form over its rows per block, against the GEMMs they replace in
-the same layout. With ``--products``, the channel product of every size in three layouts of the
+each other on a few planes (:data:`FORMS`), and the warp form's r2c with its rows loaded
+ahead. With ``--row-forms``, the last axis's kernels of every size in both forms and both
+layouts of the spectral side (rows, and modes-major as the split modes take it), the warp form
+over its rows per block, against the GEMMs they replace in the same layout. With ``--products``, the channel product of every size in three layouts of the
 modes: interleaved ``(B, C, 2, M)`` (the permutes and the complex GEMM of
 ``_dft.mode_product_complex``), split ``(2, M, B, C)`` (the weight split and four real GEMMs of
 ``_dft.mode_product_split``) and paired ``(M, B, 2C)`` (each row's real parts beside its
@@ -37,8 +37,8 @@ import torch
 
 from bench_fno import SIZES
 from fftmatvec.fno import _dft, kept_modes
-from fftmatvec.fno._rows import (LastAxis, Plane, plane_supported, row_warp_supported, supported,
-                                 warp_supported)
+from fftmatvec.fno._rows import (PLANE_AHEAD_ROWS, LastAxis, Plane, plane_supported,
+                                 row_warp_supported, supported, warp_supported)
 
 RPB = (1, 2, 4, 8, 16, 32, 64)
 PLANE_THREADS = (128, 256)
@@ -120,21 +120,26 @@ def forms(reps, dev):
     largest value (both are tested against NumPy's float64 FFTs in tests/test_fno_plane.py)."""
     rng = np.random.default_rng(5)
     print(f"{'planes':>18} {'modes':>9} {'kind':>4} {'passes':>8} {'warp':>8} {'speed-up':>8} "
-          f"{'differ':>8}")
+          f"{'differ':>8} {'ahead':>8} {'differ':>8}")
     for P, n0, n1, m0, m1 in FORMS:
         bins = rng.permutation(n0)[:m0]
         s1 = rng.uniform(0.5, 2.0, m1)
         for kind in ("r2c", "c2r"):
-            ts = {v: Plane(kind, n0, n1, m0, m1, bins, 0.75, s1, dev.index, variant=v)
-                  for v in ("passes", "warp")}
+            ts = {v: Plane(kind, n0, n1, m0, m1, bins, 0.75, s1, dev.index, variant=v,
+                           ahead=False) for v in ("passes", "warp")}
+            if kind == "r2c" and n1 // 64 in PLANE_AHEAD_ROWS:  # the warp form, rows ahead
+                ts["ahead"] = Plane(kind, n0, n1, m0, m1, bins, 0.75, s1, dev.index,
+                                    variant="warp", ahead=True)
             x = torch.randn(P, ts["warp"].shape[0], device=dev)
             outs = {v: t(x) for v, t in ts.items()}
-            differ = float((outs["warp"] - outs["passes"]).abs().max()
-                           / outs["passes"].abs().max())
+            scale = outs["passes"].abs().max()
+            differ = {v: float((o - outs["passes"]).abs().max() / scale) for v, o in outs.items()}
             us = {v: timed(lambda t=t: t(x), reps) for v, t in ts.items()}
+            ahead = (f"{us['ahead']:8.1f} {differ['ahead']:8.1e}" if "ahead" in us
+                     else f"{'':>8} {'':>8}")
             print(f"{P:>7} x {str((n0, n1)):>10} {str((m0, m1)):>9} {kind:>4} "
                   f"{us['passes']:8.1f} {us['warp']:8.1f} {us['passes'] / us['warp']:7.2f}x "
-                  f"{differ:8.1e}", flush=True)
+                  f"{differ['warp']:8.1e} {ahead}", flush=True)
 
 
 #: rows per block of the warp form swept by --row-forms

@@ -113,21 +113,25 @@ def _fft_c2r(v, n0, n1, m0, m1, bins, s0, s1):
 @pytest.mark.parametrize("n0,n1,m0,m1", PLANES)
 @pytest.mark.parametrize("kind", ["r2c", "c2r"])
 @pytest.mark.parametrize("threads", [None, 128, 256])
-@pytest.mark.parametrize("variant", ["passes", "warp"])
+@pytest.mark.parametrize("variant", ["passes", "warp", "ahead"])
 def test_plane_matches_numpy_fft(rng, kind, n0, n1, m0, m1, threads, variant):
     """Each direction, with bins scattered over the first axis and scales of both axes, equals
     NumPy's float64 FFTs within float32 rounding, on every element of a poisoned output; with
-    the default threads and with both of the sweep's; in both forms of the kernels."""
-    from fftmatvec.fno._rows import Plane
+    the default threads and with both of the sweep's; in both forms of the kernels, and the
+    warp form's r2c with its rows loaded ahead."""
+    from fftmatvec.fno._rows import PLANE_AHEAD_ROWS, Plane
 
-    if variant == "warp" and not _warp_plane(n0, n1, m0, m1):
+    if variant != "passes" and not _warp_plane(n0, n1, m0, m1):
         pytest.skip("no warp form for this plane")
+    if variant == "ahead" and (kind != "r2c" or n1 // 64 not in PLANE_AHEAD_ROWS):
+        pytest.skip("no rows loaded ahead for this kernel")
     cp = backend.cupy
     bins = rng.permutation(n0)[:m0]
     s0, s1 = 0.75, rng.uniform(0.5, 2.0, m1)
     t = Plane(kind, n0, n1, m0, m1, bins, s0, s1, cp.cuda.Device().id, threads=threads,
-              variant=variant)
-    assert t.variant == variant
+              variant="warp" if variant == "ahead" else variant, ahead=variant == "ahead")
+    assert t.variant == ("warp" if variant == "ahead" else variant)
+    assert t.ahead is (variant == "ahead") and t.name.endswith("a") is (variant == "ahead")
     ref = _fft_r2c if kind == "r2c" else _fft_c2r
     for planes in (1, 5):
         a = rng.standard_normal((planes, t.shape[0]))
@@ -181,6 +185,10 @@ def test_plane_checks_its_arguments():
         Plane("r2c", 16, 16, 4, 5, np.arange(4), 1.0, 1.0, dev, variant="warp")
     with pytest.raises(ValueError, match="multiple of 32 for the warp form, got 100"):
         Plane("c2r", 64, 64, 4, 5, np.arange(4), 1.0, 1.0, dev, threads=100)
+    with pytest.raises(ValueError, match="ahead: the c2r plane kernel"):
+        Plane("c2r", 64, 64, 4, 5, np.arange(4), 1.0, 1.0, dev, ahead=True)
+    with pytest.raises(ValueError, match="ahead: the r2c plane kernel of 64 x 256"):
+        Plane("r2c", 64, 256, 4, 5, np.arange(4), 1.0, 1.0, dev, ahead=True)
     assert Plane("r2c", 64, 64, 4, 5, np.arange(4), 1.0, 1.0, dev).variant == "warp"
     assert Plane("r2c", 60, 64, 4, 5, np.arange(4), 1.0, 1.0, dev).variant == "passes"
     t = Plane("r2c", 16, 16, 4, 5, np.arange(4), 1.0, 1.0, dev)

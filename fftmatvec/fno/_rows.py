@@ -320,6 +320,11 @@ def plane_supported(n0: int, n1: int, m0: int, m1: int, smem_per_block: int) -> 
 WARP_ROWS = (32, 64, 128)
 WARP_COLUMNS = (32, 64, 128, 256)
 VARIANTS = ("auto", "passes", "warp")
+#: The warp form's r2c plane kernels with their rows loaded ahead (``_w<P>x<Q>a``) exist for
+#: rows of these many 32-value groups P (P = 4 spilled); taken by default where
+#: :data:`PLANE_AHEAD`, off until timed against the plain ones (``bench_fno_rows.py --forms``).
+PLANE_AHEAD_ROWS = (1, 2)
+PLANE_AHEAD = False
 
 
 def warp_bytes(n0: int, m0: int, m1: int) -> int:
@@ -355,11 +360,14 @@ class Plane(LastAxis):
     registers and across the lanes: :func:`warp_supported`), ``"passes"`` the pass form (the
     FFTs in shared-memory passes, rows and columns a step at a time), ``"auto"`` the warp form
     where it takes the plane; ``rows_per_block`` and ``columns`` apply to the pass form only.
+    ``ahead``: the warp form's forward transform with its rows loaded several at a time
+    (``fno_plane_rfft_f32_w<P>x<Q>a``, rows of 64 and 128 points); None: :data:`PLANE_AHEAD`
+    where it has that kernel.
     """
 
     def __init__(self, kind: str, n0: int, n1: int, m0: int, m1: int, bins, s0: float, s1,
                  device_id: int, rows_per_block: int | None = None, columns: int | None = None,
-                 threads: int | None = None, variant: str = "auto"):
+                 threads: int | None = None, variant: str = "auto", ahead: bool | None = None):
         if kind not in ("r2c", "c2r"):
             raise ValueError(f"kind must be 'r2c' or 'c2r', got {kind!r}")
         if variant not in VARIANTS:
@@ -411,9 +419,16 @@ class Plane(LastAxis):
                 table[bins] = np.arange(m0)
             self.table = cp.asarray(table.astype(np.int32))
             name = f"fno_plane_{'rfft' if kind == 'r2c' else 'irfft'}_f32_r{family}"
+            has_ahead = warp and kind == "r2c" and nc1 // 32 in PLANE_AHEAD_ROWS
+            if ahead and not has_ahead:
+                raise ValueError(f"ahead: the {kind} plane kernel of {n0} x {n1} points in the "
+                                 f"{'warp' if warp else 'pass'} form has no rows loaded ahead "
+                                 f"(the warp form's r2c, rows of {PLANE_AHEAD_ROWS} x 32 "
+                                 "complex values)")
+            self.ahead = bool(has_ahead and (PLANE_AHEAD if ahead is None else ahead))
             if warp:
                 name = (f"fno_plane_{'rfft' if kind == 'r2c' else 'irfft'}_f32_"
-                        f"w{nc1 // 32}x{n0 // 32}")
+                        f"w{nc1 // 32}x{n0 // 32}" + ("a" if self.ahead else ""))
                 self.smem, rpb, g = warp_bytes(n0, m0, m1), 0, 0
             self._fn = kernels.get_function(name, self.smem)
         self.kind, self.device_id, self.name = kind, int(device_id), name
