@@ -381,3 +381,20 @@ def test_torch_layer_in_the_warp_form(monkeypatch, rng, shape, cout, n_modes, pl
         _clear_chains()
     for name, a, c in zip(("y", "dx", "dW", "db"), got, want):
         assert _trel(a, c) < 1e-5, (name, _trel(a, c))
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["passes", "warp"])
+def test_last_axis_reads_a_misaligned_input(rng, variant):
+    """An input whose first value is not 16-byte aligned (the kernels load pairs of values)
+    gives what its aligned copy gives; an output buffer that is not aligned is refused."""
+    cp = backend.cupy
+    t = _set(128, 33, variant)["F"]
+    flat = cp.asarray(rng.standard_normal(7 * 128 + 1), dtype=np.float32)
+    a = flat[1:].reshape(7, 128)
+    assert a.data.ptr % 16
+    assert cp.array_equal(t(a), t(a.copy()))
+    buf = cp.empty(7 * 66 + 1, dtype=np.float32)[1:].reshape(7, 66)
+    with pytest.raises(ValueError, match="aligned"):
+        t(a, out=buf)

@@ -39,6 +39,8 @@ MAX_LAUNCHES = 16
 ROWS_BYTES = 8192
 
 _F32 = np.dtype(np.float32)
+#: The alignment in bytes of an input the kernels read (a copy of a less aligned one is read).
+_ALIGN = 16
 
 
 def supported(n_last: int, m_last: int, smem_per_block: int) -> bool:
@@ -202,6 +204,8 @@ class LastAxis:
             raise ValueError(f"{self.name}: expected a float32 array on device "
                              f"{self.device_id}, got {a.dtype} on {a.device.id}")
         a = cp.ascontiguousarray(a)
+        if a.data.ptr % _ALIGN:  # the kernels load rows as pairs of values
+            a = a.copy()
         with cp.cuda.Device(self.device_id):
             if out is None:
                 out = cp.empty(self._out_shape(rows), dtype=_F32)
@@ -220,6 +224,8 @@ class LastAxis:
             raise ValueError(f"{self.name}: expected a float32 tensor on cuda:"
                              f"{self.device_id}, got {a.dtype} on {a.device}")
         a = a.contiguous()
+        if a.data_ptr() % _ALIGN:  # the kernels load rows as pairs of values
+            a = a.clone()
         if out is None:
             out = torch.empty(self._out_shape(rows), dtype=torch.float32, device=a.device)
         self._check_out(out, rows, torch.float32)
@@ -233,10 +239,13 @@ class LastAxis:
 
     def _check_out(self, out, rows, dtype):
         strides_ok = (out.is_contiguous() if _is_torch(out) else out.flags.c_contiguous)
+        ptr = out.data_ptr() if _is_torch(out) else out.data.ptr
+        strides_ok = strides_ok and ptr % _ALIGN == 0  # written as pairs of values
         want = self._out_shape(rows)
         if tuple(out.shape) != want or out.dtype != dtype or not strides_ok:
             raise ValueError(f"{self.name}: out must be contiguous float32 of shape "
-                             f"{want}, got {out.dtype} {tuple(out.shape)}")
+                             f"{want}, {_ALIGN}-byte aligned, got {out.dtype} "
+                             f"{tuple(out.shape)}")
 
 
 _OUTSIDE = None
