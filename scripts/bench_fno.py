@@ -45,7 +45,7 @@ costs a layer whose caller waits. ``--cases`` picks cases of the list by their i
 Usage::
 
     python scripts/bench_fno.py [--reps N] [--rounds R] [--json FILE] [--sixteen bfloat16]
-        [--cases 0,6]
+        [--cases 0,6] [--impls dft-split,dft-warp]
     python scripts/bench_fno.py --profile --cases 1,6 [--graphs 0]
     python scripts/bench_fno.py --host --cases 0,6,8
     python scripts/bench_fno.py --device cpu --small      # a quick local check
@@ -163,7 +163,7 @@ def _ends_outside(layer):
     return run
 
 
-def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls, rounds=4):
+def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls, rounds=4, only=None):
     n_modes = tuple([m] * len(grid))
     dft = SpectralConv(C, C, n_modes, device=device, method="dft")
     fft = SpectralConv(C, C, n_modes, device=device, method="fft")
@@ -200,6 +200,8 @@ def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls, rounds=
             del impls[name]
     if nop_cls is not None:
         impls["nop"] = nop_cls(C, C, n_modes).to(device)
+    if only is not None:  # eager and dft always: the ratios are theirs
+        impls = {k: v for k, v in impls.items() if k in only or k in ("eager", "dft")}
     if sixteen is not None:
         s16 = SpectralConv(C, C, n_modes, device=device, method="dft",
                            compute_dtype=getattr(torch, sixteen))
@@ -347,6 +349,8 @@ def main():
     ap.add_argument("--sixteen", choices=["bfloat16", "float16"],
                     help="also time the DFT path with 16-bit input and storage")
     ap.add_argument("--cases", help="indices of the cases to run, comma-separated")
+    ap.add_argument("--impls", help="the implementations to time (comma-separated column "
+                    "names; eager and dft always)")
     ap.add_argument("--profile", action="store_true",
                     help="print the DFT path's GPU kernels per case instead of the table")
     ap.add_argument("--host", action="store_true",
@@ -385,8 +389,9 @@ def main():
           + f" {'eager/dft':>9} {'nop/dft':>8} {'floor/dft':>9} {'dft-fft':>8}")
     rows = []
     for B, C, grid, m in sizes:
+        only = None if not args.impls else set(args.impls.split(","))
         for r in bench_case(B, C, grid, m, device, sampled, bw, args.reps, args.sixteen,
-                            NeuralopConv, args.rounds):
+                            NeuralopConv, args.rounds, only):
             rows.append(r)
             t = r["times_s"]
             us = " ".join(f"{t.get(c, float('nan')) * 1e6:{max(10, len(c) + 3)}.1f}"
