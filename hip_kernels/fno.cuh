@@ -606,3 +606,127 @@ __device__ __forceinline__ void fno_irfft_warp_body(const float* __restrict__ y,
     for (int k2 = 0; k2 < P; ++k2) *reinterpret_cast<float2*>(orow + 2 * (P * lane + k2)) = v[k2];
   }
 }
+
+// ---- long rows in the warp form: L = 64 P R reals, R >= 2 (LastAxis, variant "warp") -------
+// A row as R columns of 64 P values, n = n1 + R n2: X[k] = sum_{n1} e^{-2 pi i k n1 / L} C_{n1}[k]
+// with C_{n1} the real FFT of column n1 (a group's, as a row of the warp form), for the kept bins
+// k < m <= 32 P + 1, which the columns' FFTs hold as they are. The inverse runs it backwards:
+// column n1 is the inverse real FFT of X[k] e^{2 pi i k n1 / L}, its bin 32 P doubled (it is the
+// column's Nyquist bin, not the row's: the row needs 2 Re of it, a column's inverse takes Re).
+// One block a row, the row in shared memory as 64 P rows of R + 1 values (a column's lanes on
+// distinct banks but two), then the columns' kept bins; the twiddles of the sums computed.
+#define FNO_LONG_SPLIT 8
+
+template <int P>
+__device__ __forceinline__ void fno_rfft_long_body(const float* __restrict__ x,
+                                                   float* __restrict__ out,
+                                                   const float* __restrict__ scale, i64 rows,
+                                                   int L, int m, int modes_major) {
+  constexpr int N1 = 32 * P, NC = 64 * P;
+  const int R = L / NC, rp = R + 1;
+  float* S = reinterpret_cast<float*>(fftmatvec_dynamic_smem);       // NC rows of rp
+  float2* Y = reinterpret_cast<float2*>(S + NC * rp);                 // Y[n1 m + k]
+  float2* part = Y + R * m;                                           // FNO_LONG_SPLIT x m
+  const Lanes32<-1> lanes;
+  const int lane = lanes.lane, group = (int)(threadIdx.x >> 5), groups = (int)(blockDim.x >> 5);
+  const i64 row = blockIdx.x;
+  const float* xr = x + row * L;
+  {
+    RowCursor at(R);  // at.r = n2, at.c = n1 of n = threadIdx.x, threadIdx.x + blockDim.x, ...
+    for (int n = threadIdx.x; n < L; n += blockDim.x, at.next()) S[at.r * rp + at.c] = xr[n];
+  }
+  float2 twr[P], spw[P];
+#pragma unroll
+  for (int k2 = 0; k2 < P; ++k2) {
+    twr[k2] = unit_root(lane * k2, N1, -1);
+    spw[k2] = unit_root(P * lane + k2, NC, -1);
+  }
+  __syncthreads();
+  for (int n1 = group; n1 < R; n1 += groups) {
+    float2 v[P];
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const int j = lane + 32 * p;
+      v[p] = make_c(S[2 * j * rp + n1], S[(2 * j + 1) * rp + n1]);
+    }
+    warp_row_rfft<P>(v, lanes, twr, spw, [&](int k, float2 b) {
+      if (k < m) Y[n1 * m + k] = b;
+    });
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < FNO_LONG_SPLIT * m; i += blockDim.x) {
+    const int s = i / m, k = i - s * m;
+    float2 acc = make_c(0.f, 0.f);
+    for (int n1 = s; n1 < R; n1 += FNO_LONG_SPLIT)
+      acc = c_add(acc, c_mul(Y[n1 * m + k], unit_root(k * n1, L, -1)));
+    part[i] = acc;
+  }
+  __syncthreads();
+  for (int k = threadIdx.x; k < m; k += blockDim.x) {
+    float2 acc = part[k];
+#pragma unroll
+    for (int s = 1; s < FNO_LONG_SPLIT; ++s) acc = c_add(acc, part[s * m + k]);
+    acc = c_scale(acc, scale[k]);
+    if (modes_major) {
+      out[(i64)k * rows + row] = acc.x;
+      out[(i64)(m + k) * rows + row] = acc.y;
+    } else {
+      out[row * 2 * m + k] = acc.x;
+      out[row * 2 * m + m + k] = acc.y;
+    }
+  }
+}
+
+template <int P>
+__device__ __forceinline__ void fno_irfft_long_body(const float* __restrict__ y,
+                                                    float* __restrict__ out,
+                                                    const float* __restrict__ scale, i64 rows,
+                                                    int L, int m, int modes_major) {
+  constexpr int N1 = 32 * P, NC = 64 * P;
+  const int R = L / NC, rp = R + 1;
+  float* S = reinterpret_cast<float*>(fftmatvec_dynamic_smem);       // NC rows of rp
+  float2* X = reinterpret_cast<float2*>(S + NC * rp);                 // the m bins, scaled
+  const Lanes32<1> lanes;
+  const int lane = lanes.lane, group = (int)(threadIdx.x >> 5), groups = (int)(blockDim.x >> 5);
+  const i64 row = blockIdx.x;
+  for (int k = threadIdx.x; k < m; k += blockDim.x) {
+    const float re = modes_major ? y[(i64)k * rows + row] : y[row * 2 * m + k];
+    const float im = modes_major ? y[(i64)(m + k) * rows + row] : y[row * 2 * m + m + k];
+    X[k] = c_scale(make_c(re, im), scale[k]);
+  }
+  float2 twr[P], ctw[P];
+#pragma unroll
+  for (int k2 = 0; k2 < P; ++k2) {
+    twr[k2] = unit_root(lane * k2, N1, 1);
+    ctw[k2] = unit_root(lane + 32 * k2, NC, 1);
+  }
+  __syncthreads();
+  for (int n1 = group; n1 < R; n1 += groups) {
+    float2 v[P];
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const int k = lane + 32 * p, kn = N1 - k;
+      float2 xk = make_c(0.f, 0.f), xnk = make_c(0.f, 0.f);
+      if (k < m) xk = c_mul(X[k], unit_root(k * n1, L, 1));
+      if (kn < m) xnk = c_mul(X[kn], unit_root(kn * n1, L, 1));
+      if (k == 0) {  // the row's DC bin, real; the column's Nyquist bin doubled (see above)
+        xk.y = 0.f;
+        xnk = make_c(2.f * xnk.x, 0.f);
+      }
+      const float2 e = c_add(xk, c_conj(xnk));
+      const float2 od = c_mul(c_sub(xk, c_conj(xnk)), ctw[p]);
+      v[p] = c_add(e, c_muli<1>(od));
+    }
+    group_fft<P, 1>(v, lanes, twr);
+#pragma unroll
+    for (int k2 = 0; k2 < P; ++k2) {
+      const int j = P * lane + k2;
+      S[2 * j * rp + n1] = v[k2].x;
+      S[(2 * j + 1) * rp + n1] = v[k2].y;
+    }
+  }
+  __syncthreads();
+  float* orow = out + row * L;
+  RowCursor at(R);
+  for (int n = threadIdx.x; n < L; n += blockDim.x, at.next()) orow[n] = S[at.r * rp + at.c];
+}

@@ -22,7 +22,8 @@ gpu = pytest.mark.skipif(not backend.gpu_available(), reason="no GPU (CuPy missi
 # even lengths (packed: complex length L / 2) and odd ones (one complex FFT of length L),
 # powers of two and not, one bin, a few, and every bin up to Nyquist
 LENGTHS = [(2, 1), (8, 5), (10, 3), (30, 16), (45, 23), (64, 9), (75, 12), (90, 46), (128, 33),
-           (250, 17), (256, 129), (4096, 33), (1, 1), (15, 8), (64, 33), (128, 65), (256, 1)]
+           (250, 17), (256, 129), (4096, 33), (1, 1), (15, 8), (64, 33), (128, 65), (256, 1),
+           (192, 9), (512, 100), (1024, 65), (4096, 129)]
 
 
 def _matrix(kind, L, m):
@@ -132,8 +133,9 @@ def test_last_axis_checks_its_arguments():
     dev = cp.cuda.Device().id
     with pytest.raises(ValueError, match="no FNO row kernel for L = 85"):
         LastAxis("r2c", 85, 7, np.ones(7), dev)
-    with pytest.raises(ValueError, match="no warp-form FNO row kernel for L = 4096"):
-        LastAxis("c2r", 4096, 33, np.ones(33), dev, variant="warp")
+    with pytest.raises(ValueError, match="no warp-form FNO row kernel for L = 4096 keeping "
+                                         "m = 1000"):
+        LastAxis("c2r", 4096, 1000, np.ones(1000), dev, variant="warp")
     with pytest.raises(ValueError, match="variant must be one of"):
         LastAxis("c2r", 128, 33, np.ones(33), dev, variant="shuffles")
     assert LastAxis("c2r", 4096, 33, np.ones(33), dev).variant == "passes"
@@ -302,8 +304,18 @@ def test_row_warp_rule():
         assert _rows.row_warp_supported(L, L // 2 + 1, smem)
         assert _rows.row_warp_supported(L, 1, smem)
         assert not _rows.row_warp_supported(L, L // 2 + 2, smem)
-    for L in (32, 62, 66, 96, 255, 512, 4096, 85):
+    for L in (32, 62, 66, 96, 255, 85, 250):
         assert not _rows.row_warp_supported(L, 5, smem), L
+    # long rows: R >= 2 columns of 64 P points, the largest P keeping the bins in a column's
+    # half spectrum
+    assert _rows.row_warp_shape(4096, 33) == (4, 16)
+    assert _rows.row_warp_shape(4096, 129) == (4, 16)
+    assert _rows.row_warp_shape(4096, 130) is None
+    assert _rows.row_warp_shape(192, 9) == (1, 3)
+    assert _rows.row_warp_shape(128, 65) == (2, 1) and _rows.row_warp_shape(64, 33) == (1, 1)
+    assert _rows.row_warp_supported(4096, 33, smem) and _rows.row_warp_supported(512, 5, smem)
+    assert _rows.long_bytes(4096, 33) == 4 * 256 * 17 + 8 * 33 * (16 + _rows.LONG_SPLIT)
+    assert not _rows.row_warp_supported(4096, 33, _rows.long_bytes(4096, 33) - 1)
     assert _rows.row_warp_rows(33, None, smem) == 32
     assert _rows.row_warp_rows(129, None, smem) == 16
     assert _rows.row_warp_bytes(129, 16) <= _rows.ROW_WARP_MAX_BYTES
@@ -350,6 +362,7 @@ def test_variant_plan(monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape,cout,n_modes,plan", [
     ((3, 4, 128), 3, 64, "fno_rows=1,fno_split=1"), ((2, 3, 64), 2, 17, "fno_rows=1,fno_split=0"),
+    ((2, 3, 4096), 3, 64, "fno_rows=1,fno_split=1"), ((3, 2, 512), 2, 40, "fno_rows=1,fno_split=0"),
     ((2, 3, 32, 64), 2, (8, 33), "fno_plane=1")])
 def test_torch_layer_in_the_warp_form(monkeypatch, rng, shape, cout, n_modes, plan):
     """Plan fno_warp=1 (the row kernels both ways, or the planes): the layer's output and
@@ -374,8 +387,8 @@ def test_torch_layer_in_the_warp_form(monkeypatch, rng, shape, cout, n_modes, pl
         monkeypatch.setenv("FFTMATVEC_PLAN", "fno_rows=1,fno_warp=1")
         _clear_chains()
         x4096 = torch.randn(2, 3, 4096, device=dev)
-        with pytest.raises(FFTMatvecValueError, match="fno_warp=1.*4096 points"):
-            _torch_dft.chain_for(x4096, torch.float32, (33,), 3)
+        with pytest.raises(FFTMatvecValueError, match="fno_warp=1.*4096 points keeping 200"):
+            _torch_dft.chain_for(x4096, torch.float32, (200,), 3)
     finally:
         monkeypatch.delenv("FFTMATVEC_PLAN", raising=False)
         _clear_chains()

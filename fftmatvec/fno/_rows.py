@@ -80,11 +80,40 @@ def row_warp_rows(m: int, rows_per_block: int | None, smem_per_block: int) -> in
     return max(1, rpb)
 
 
+#: The long rows' warp form (``fno_rfft_long_f32_w<P>``): a row of ``L = 64 P R`` points as
+#: ``R >= 2`` columns of ``64 P``, each column's FFT a group's, summed over the columns for the
+#: kept bins (at most ``32 P + 1``), a row a block; the partial sums of a bin in this many parts.
+LONG_SPLIT = 8
+
+
+def row_warp_shape(n_last: int, m_last: int):
+    """``(P, R)`` of the warp form for a last axis of ``n_last`` points keeping ``m_last`` bins:
+    rows of ``64 P`` points (``R = 1``), or long rows of ``R >= 2`` columns of ``64 P``, the
+    largest ``P`` of 4, 2, 1 that divides the row and keeps the bins within a column's half
+    spectrum; None where there is none."""
+    if n_last < 64 or not 1 <= m_last <= n_last // 2 + 1:
+        return None
+    for P in (4, 2, 1):
+        if n_last % (64 * P) == 0 and m_last <= 32 * P + 1:
+            return P, n_last // (64 * P)
+    return None
+
+
+def long_bytes(n_last: int, m_last: int) -> int:
+    """Dynamic shared memory of a long-row block (either direction): the row as ``64 P`` rows of
+    ``R + 1`` values, then the columns' kept bins and the sums' parts (the forward's)."""
+    P, R = row_warp_shape(n_last, m_last)
+    return 4 * 64 * P * (R + 1) + 8 * m_last * (R + LONG_SPLIT)
+
+
 def row_warp_supported(n_last: int, m_last: int, smem_per_block: int) -> bool:
-    """Whether the warp form takes a last axis of ``n_last`` points keeping ``m_last`` bins:
-    ``n_last`` twice one of :data:`WARP_ROWS`, a row's bins fitting a block."""
-    return (n_last % 2 == 0 and n_last // 2 in WARP_ROWS and 1 <= m_last <= n_last // 2 + 1
-            and row_warp_bytes(m_last, 1) <= smem_per_block)
+    """Whether the warp form takes a last axis of ``n_last`` points keeping ``m_last`` bins
+    (:func:`row_warp_shape`), a block's shared memory fitting."""
+    shape = row_warp_shape(n_last, m_last)
+    if shape is None:
+        return False
+    need = row_warp_bytes(m_last, 1) if shape[1] == 1 else long_bytes(n_last, m_last)
+    return need <= smem_per_block
 
 
 def _is_torch(a) -> bool:
@@ -126,16 +155,24 @@ class LastAxis:
             warp = row_warp_supported(L, m, smem_limit)
             if variant == "warp" and not warp:
                 raise ValueError(f"no warp-form FNO row kernel for L = {L} keeping m = {m} "
-                                 f"bins (rows of {tuple(2 * n for n in WARP_ROWS)} points)")
+                                 "bins (rows of 64 P R points keeping at most 32 P + 1, "
+                                 "P = 1, 2, 4)")
             warp = warp and (variant == "warp" or (variant == "auto" and ROW_WARP_AUTO))
             n = _rowfft.complex_length(L)
             rads = _rowfft.radices(n, _rowfft.MAX_RADIX[_F32, kind])
             family = min(f for f in _rowfft.FAMILIES if f >= max(rads, default=2))
             verb = "rfft" if kind == "r2c" else "irfft"
+            long = False
             if warp:
-                rpb = row_warp_rows(m, rows_per_block, smem_limit)
-                self.smem = row_warp_bytes(m, rpb)
-                name = f"fno_{verb}_f32_w{L // 64}"
+                P, R = row_warp_shape(L, m)
+                long = R > 1
+                if long:  # a row a block
+                    rpb, self.smem = 1, long_bytes(L, m)
+                    name = f"fno_{verb}_long_f32_w{P}"
+                else:
+                    rpb = row_warp_rows(m, rows_per_block, smem_limit)
+                    self.smem = row_warp_bytes(m, rpb)
+                    name = f"fno_{verb}_f32_w{P}"
             else:
                 n_bytes = n * 8
                 rpb = int(rows_per_block or max(1, ROWS_BYTES // n_bytes))
@@ -153,7 +190,9 @@ class LastAxis:
         self.threads = ROW_WARP_THREADS if warp else _rowfft.THREADS
         self.shape = (self.L, 2 * self.m) if kind == "r2c" else (2 * self.m, self.L)
         self.modes_major = bool(modes_major)
-        if warp:
+        if long:
+            self._geometry = (np.int32(L), np.int32(m), np.int32(self.modes_major))
+        elif warp:
             self._geometry = (np.int32(m), np.int32(rpb), np.int32(self.modes_major))
         else:
             self._geometry = (np.int32(L), np.int32(m), np.int32(rpb),

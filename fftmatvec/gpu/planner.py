@@ -220,8 +220,8 @@ def fno_variant(spatial, modes, rows, plane, device_id: int) -> str:
                    f"{modes[-1]} modes has none (rows of {_rows.WARP_ROWS} complex values, "
                    f"columns of {_rows.WARP_COLUMNS})")
         elif not plane and not _rows.row_warp_supported(spatial[-1], modes[-1], smem):
-            why = (f"the last axis of {spatial[-1]} points has none (rows of "
-                   f"{tuple(2 * n for n in _rows.WARP_ROWS)} points)")
+            why = (f"the last axis of {spatial[-1]} points keeping {modes[-1]} bins has none "
+                   "(rows of 64 P R points keeping at most 32 P + 1, P = 1, 2, 4)")
     unavailable("fno_warp", mode, "the kernels' warp form cannot serve this layer", why)
     return "warp"
 
