@@ -16,7 +16,8 @@ GEMM of the first) in the same run. With ``--forms``, the plane kernels' two for
 each other on a few planes (:data:`FORMS`), and the warp form's r2c with its rows loaded
 ahead. With ``--row-forms``, the last axis's kernels of every size in both forms and both
 layouts of the spectral side (rows, and modes-major as the split modes take it), the warp form
-over its rows per block, against the GEMMs they replace in the same layout. With ``--products``, the channel product of every size in three layouts of the
+over its rows per block (long rows, a row a block, once), against the GEMMs they replace in
+the same layout. With ``--products``, the channel product of every size in three layouts of the
 modes: interleaved ``(B, C, 2, M)`` (the permutes and the complex GEMM of
 ``_dft.mode_product_complex``), split ``(2, M, B, C)`` (the weight split and four real GEMMs of
 ``_dft.mode_product_split``) and paired ``(M, B, 2C)`` (each row's real parts beside its
@@ -38,7 +39,7 @@ import torch
 from bench_fno import SIZES
 from fftmatvec.fno import _dft, kept_modes
 from fftmatvec.fno._rows import (PLANE_AHEAD_ROWS, LastAxis, Plane, plane_supported,
-                                 row_warp_supported, supported, warp_supported)
+                                 row_warp_shape, row_warp_supported, supported, warp_supported)
 
 RPB = (1, 2, 4, 8, 16, 32, 64)
 PLANE_THREADS = (128, 256)
@@ -174,7 +175,8 @@ def row_forms(reps, dev):
                 tw = [float("nan")] * len(WARP_RPB)
                 differ = float("nan")
                 if row_warp_supported(L, mm, 227 * 1024):
-                    for i, r in enumerate(WARP_RPB):
+                    long = row_warp_shape(L, mm)[1] > 1  # a row a block: no rows to sweep
+                    for i, r in enumerate(WARP_RPB[:1] if long else WARP_RPB):
                         w = LastAxis(kind, L, mm, np.ones(mm), dev.index, rows_per_block=r,
                                      modes_major=major, variant="warp")
                         tw[i] = timed(lambda w=w: w(inp), reps)
