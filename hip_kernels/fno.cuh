@@ -375,6 +375,30 @@ __device__ __forceinline__ void warp_rows_rfft(const float* __restrict__ base, i
   }
 }
 
+// The inverse real FFT of a row of 64 P reals from its spectrum bin(k), k <= 32 P (zero past the
+// kept bins; the imaginary parts of the DC and Nyquist bins dropped): the packed spectrum
+// Z[k] = E + i O, its inverse FFT; afterwards lane l register k2 holds z[j] = y[2j] + i y[2j + 1],
+// j = P l + k2. twr: group_fft's twiddles, ctw[p] = conj(split_twiddle<P>(tw, lane + 32 p)).
+template <int P, typename Bin>
+__device__ __forceinline__ void warp_row_irfft(float2 (&v)[P], const Lanes32<1>& lanes,
+                                               const float2 (&twr)[P], const float2 (&ctw)[P],
+                                               Bin bin) {
+  constexpr int N1 = 32 * P;
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+    const int k = lanes.lane + 32 * p;
+    float2 xk = bin(k), xnk = bin(N1 - k);
+    if (k == 0) {
+      xk.y = 0.f;
+      xnk.y = 0.f;
+    }
+    const float2 e = c_add(xk, c_conj(xnk));
+    const float2 od = c_mul(c_sub(xk, c_conj(xnk)), ctw[p]);
+    v[p] = c_add(e, c_muli<1>(od));
+  }
+  group_fft<P, 1>(v, lanes, twr);
+}
+
 template <int P, int Q, int R>
 __device__ __forceinline__ void fno_plane_rfft_warp_body(
     const float* __restrict__ x, float* __restrict__ out, const float2* __restrict__ tw1,
@@ -465,20 +489,9 @@ __device__ __forceinline__ void fno_plane_irfft_warp_body(
   for (int r = group; r < N0; r += groups) {
     const int sr = (r % Q) * 32 + r / Q;
     float2 v[P];
-#pragma unroll
-    for (int p = 0; p < P; ++p) {
-      const int k = lane + 32 * p, kn = N1 - k;
-      float2 xk = k < m1 ? T[k * n0p + sr] : make_c(0.f, 0.f);
-      float2 xnk = kn < m1 ? T[kn * n0p + sr] : make_c(0.f, 0.f);
-      if (k == 0) {
-        xk.y = 0.f;
-        xnk.y = 0.f;
-      }
-      const float2 e = c_add(xk, c_conj(xnk));
-      const float2 od = c_mul(c_sub(xk, c_conj(xnk)), ctw[p]);
-      v[p] = c_add(e, c_muli<1>(od));
-    }
-    group_fft<P, 1>(v, lanes, twr);
+    warp_row_irfft<P>(v, lanes, twr, ctw, [&](int k) {
+      return k < m1 ? T[k * n0p + sr] : make_c(0.f, 0.f);
+    });
     float* orow = op + (i64)r * 2 * N1;
 #pragma unroll
     for (int k2 = 0; k2 < P; ++k2) {
@@ -586,21 +599,10 @@ __device__ __forceinline__ void fno_irfft_warp_body(const float* __restrict__ y,
   // imaginary parts of DC and Nyquist dropped), its inverse FFT z, y[2n] + i y[2n + 1] = z[n]
   for (int r = group; r < nrow; r += groups) {
     float2 v[P];
-#pragma unroll
-    for (int p = 0; p < P; ++p) {
-      const int k = lane + 32 * p, kn = N1 - k;
-      float2 xk = make_c(0.f, 0.f), xnk = make_c(0.f, 0.f);
-      if (k < m) xk = c_scale(make_c(st.s[st.re(r, k)], st.s[st.im(r, k)]), scale[k]);
-      if (kn < m) xnk = c_scale(make_c(st.s[st.re(r, kn)], st.s[st.im(r, kn)]), scale[kn]);
-      if (k == 0) {
-        xk.y = 0.f;
-        xnk.y = 0.f;
-      }
-      const float2 e = c_add(xk, c_conj(xnk));
-      const float2 od = c_mul(c_sub(xk, c_conj(xnk)), ctw[p]);
-      v[p] = c_add(e, c_muli<1>(od));
-    }
-    group_fft<P, 1>(v, lanes, twr);
+    warp_row_irfft<P>(v, lanes, twr, ctw, [&](int k) {
+      return k < m ? c_scale(make_c(st.s[st.re(r, k)], st.s[st.im(r, k)]), scale[k])
+                   : make_c(0.f, 0.f);
+    });
     float* orow = out + (row0 + r) * L;
 #pragma unroll
     for (int k2 = 0; k2 < P; ++k2) *reinterpret_cast<float2*>(orow + 2 * (P * lane + k2)) = v[k2];
@@ -703,21 +705,11 @@ __device__ __forceinline__ void fno_irfft_long_body(const float* __restrict__ y,
   __syncthreads();
   for (int n1 = group; n1 < R; n1 += groups) {
     float2 v[P];
-#pragma unroll
-    for (int p = 0; p < P; ++p) {
-      const int k = lane + 32 * p, kn = N1 - k;
-      float2 xk = make_c(0.f, 0.f), xnk = make_c(0.f, 0.f);
-      if (k < m) xk = c_mul(X[k], unit_root(k * n1, L, 1));
-      if (kn < m) xnk = c_mul(X[kn], unit_root(kn * n1, L, 1));
-      if (k == 0) {  // the row's DC bin, real; the column's Nyquist bin doubled (see above)
-        xk.y = 0.f;
-        xnk = make_c(2.f * xnk.x, 0.f);
-      }
-      const float2 e = c_add(xk, c_conj(xnk));
-      const float2 od = c_mul(c_sub(xk, c_conj(xnk)), ctw[p]);
-      v[p] = c_add(e, c_muli<1>(od));
-    }
-    group_fft<P, 1>(v, lanes, twr);
+    // the column's Nyquist bin doubled (see above); its DC bin is the row's
+    warp_row_irfft<P>(v, lanes, twr, ctw, [&](int k) {
+      const float2 z = k < m ? c_mul(X[k], unit_root(k * n1, L, 1)) : make_c(0.f, 0.f);
+      return k == N1 ? c_scale(z, 2.f) : z;
+    });
 #pragma unroll
     for (int k2 = 0; k2 < P; ++k2) {
       const int j = P * lane + k2;

@@ -157,14 +157,14 @@ def row_forms(reps, dev):
         L, mm = grid[-1], kept_modes((m,) * len(grid))[-1]
         if not supported(L, mm, 227 * 1024):
             continue
-        rows = B * C * int(np.prod(grid[:-1]))
+        n_rows = B * C * int(np.prod(grid[:-1]))
         F = torch.as_tensor(_dft.analysis_last(L, mm), dtype=torch.float32, device=dev)
         A = torch.as_tensor(_dft.synthesis_last(L, mm), dtype=torch.float32, device=dev)
         FT = F.T.contiguous()
-        x = torch.randn(rows, L, device=dev)
+        x = torch.randn(n_rows, L, device=dev)
         for layout in ("rows", "modes"):
             major = layout == "modes"
-            Y = torch.randn((2 * mm, rows) if major else (rows, 2 * mm), device=dev)
+            Y = torch.randn((2 * mm, n_rows) if major else (n_rows, 2 * mm), device=dev)
             gemms = {"r2c": (lambda: FT @ x.T) if major else (lambda: x @ F),
                      "c2r": (lambda: Y.T @ A) if major else (lambda: Y @ A)}
             for kind, inp in (("r2c", x), ("c2r", Y)):
@@ -183,7 +183,7 @@ def row_forms(reps, dev):
                     want = passes(inp)
                     differ = float((w(inp) - want).abs().max() / want.abs().max())
                 best = min([t_pass] + [v for v in tw if v == v])
-                gbs = 4 * rows * (L + 2 * mm) / best / 1e3
+                gbs = 4 * n_rows * (L + 2 * mm) / best / 1e3
                 print(f"{str((B, C, grid, m)):>28} {kind:>4} {layout:>6} {t_gemm:7.1f} "
                       f"{t_pass:7.1f} " + " ".join(f"{v:6.1f}" for v in tw)
                       + f" {gbs:9.0f} {differ:8.1e}", flush=True)
@@ -234,53 +234,48 @@ def products(reps, dev):
               f"{differ[0]:10.1e} {differ[1]:10.1e}", flush=True)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--plane", action="store_true", help="the plane kernels instead of rows")
-    ap.add_argument("--forms", action="store_true",
-                    help="the plane kernels' warp form against their pass form")
-    ap.add_argument("--row-forms", action="store_true",
-                    help="the last axis's kernels, both forms and layouts, against the GEMMs")
-    ap.add_argument("--products", action="store_true",
-                    help="the channel product in three layouts of the modes")
-    args = ap.parse_args()
-    torch.backends.cuda.matmul.fp32_precision = "ieee"
-    dev = torch.device("cuda", torch.cuda.current_device())
-    print(f"device: {torch.cuda.get_device_name(dev)}; times in us")
-    if args.forms:
-        forms(args.reps, dev)
-        return
-    if args.row_forms:
-        row_forms(args.reps, dev)
-        return
-    if args.products:
-        products(args.reps, dev)
-        return
-    if args.plane:
-        planes(args.reps, dev)
-        return
+def rows(reps, dev):
+    """The last axis's kernels (pass form) over their rows per block against the GEMMs."""
     print(f"{'case':>28} {'kind':>4} {'gemm':>7} " + " ".join(f"rpb{r:>3}" for r in RPB)
           + f" {'best GB/s':>9}")
     for B, C, grid, m in SIZES:
         L, mm = grid[-1], kept_modes((m,) * len(grid))[-1]
-        rows = B * C * int(np.prod(grid[:-1]))
-        x = torch.randn(rows, L, device=dev)
-        Y = torch.randn(rows, 2 * mm, device=dev)
+        n_rows = B * C * int(np.prod(grid[:-1]))
+        x = torch.randn(n_rows, L, device=dev)
+        Y = torch.randn(n_rows, 2 * mm, device=dev)
         F = torch.as_tensor(_dft.analysis_last(L, mm), dtype=torch.float32, device=dev)
         A = torch.as_tensor(_dft.synthesis_last(L, mm), dtype=torch.float32, device=dev)
         for kind, inp, M in (("r2c", x, F), ("c2r", Y, A)):
-            t_gemm = timed(lambda: inp @ M, args.reps)
+            t_gemm = timed(lambda: inp @ M, reps)
             ts = [float("nan")] * len(RPB)
             if supported(L, mm, 227 * 1024):
                 for i, r in enumerate(RPB):
                     t = LastAxis(kind, L, mm, np.ones(mm), dev.index, rows_per_block=r,
                                  variant="passes")
-                    ts[i] = timed(lambda: t(inp), args.reps)
+                    ts[i] = timed(lambda: t(inp), reps)
             best = min((v for v in ts if v == v), default=float("nan"))
-            gbs = 4 * rows * (L + 2 * mm) / best / 1e3
+            gbs = 4 * n_rows * (L + 2 * mm) / best / 1e3
             print(f"{str((B, C, grid, m)):>28} {kind:>4} {t_gemm:7.1f} "
                   + " ".join(f"{v:6.1f}" for v in ts) + f" {gbs:9.0f}", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--reps", type=int, default=20)
+    what = ap.add_mutually_exclusive_group()
+    what.add_argument("--plane", dest="what", action="store_const", const=planes,
+                      help="the plane kernels instead of rows")
+    what.add_argument("--forms", dest="what", action="store_const", const=forms,
+                      help="the plane kernels' warp form against their pass form")
+    what.add_argument("--row-forms", dest="what", action="store_const", const=row_forms,
+                      help="the last axis's kernels, both forms and layouts, against the GEMMs")
+    what.add_argument("--products", dest="what", action="store_const", const=products,
+                      help="the channel product in three layouts of the modes")
+    args = ap.parse_args()
+    torch.backends.cuda.matmul.fp32_precision = "ieee"
+    dev = torch.device("cuda", torch.cuda.current_device())
+    print(f"device: {torch.cuda.get_device_name(dev)}; times in us")
+    (args.what or rows)(args.reps, dev)
 
 
 if __name__ == "__main__":

@@ -83,3 +83,30 @@ def layer_grads(x, w, b, n_modes, graphs):
 def trel(a, b):
     """The largest difference of two tensors relative to the largest magnitude of ``b``."""
     return float((a - b).abs().max() / b.abs().max())
+
+
+def cuda_case(rng, shape, cout, n_modes):
+    """A random case (:func:`rand_case`), its float32 CUDA tensors and the weight's modes:
+    ``((x, w, b), (xt, wt, bt), modes)``."""
+    import torch
+
+    x, w, b = rand_case(rng, shape, cout, n_modes)
+    dev = torch.device("cuda")
+    tensors = (torch.as_tensor(x, dtype=torch.float32, device=dev),
+               torch.as_tensor(w.astype(np.complex64), device=dev),
+               torch.as_tensor(b, dtype=torch.float32, device=dev))
+    return (x, w, b), tensors, tuple(int(v) for v in kept_modes(n_modes))
+
+
+def assert_grads_close(got, want, case=None, n_modes=None, tol=1e-5):
+    """:func:`layer_grads` of two runs within ``tol`` of each other (output and the input,
+    weight and bias gradients); with ``case`` ``(x, w, b)``, the output within ``tol`` of the
+    dense float64 reference too."""
+    import torch
+
+    for name, a, c in zip(("y", "dx", "dW", "db"), got, want):
+        assert trel(a, c) < tol, (name, trel(a, c))
+    if case is not None:
+        x, w, b = case
+        assert trel(got[0].double().cpu(),
+                    torch.as_tensor(dense_reference(x, w, n_modes, b))) < tol

@@ -11,11 +11,12 @@ from fftmatvec import FFTMatvecValueError, backend
 from fftmatvec.fno import _dft, _reference, kept_modes, spectral_conv
 from fftmatvec.gpu.planner import fno_plane, fno_plane_auto
 
+from fno_oracle import assert_grads_close as _assert_grads_close
 from fno_oracle import clear_chains as _clear_chains
+from fno_oracle import cuda_case as _cuda_case
 from fno_oracle import dense_reference
 from fno_oracle import layer_grads as _layer_grads
 from fno_oracle import rand_case as _rand
-from fno_oracle import trel as _trel
 
 gpu = pytest.mark.skipif(not backend.gpu_available(), reason="no GPU (CuPy missing or no device)")
 
@@ -243,12 +244,7 @@ def test_torch_layer_on_planes_matches_gemm_chain(monkeypatch, rng, shape, cout,
     eagerly and replayed as graphs, and with the dense reference."""
     from fftmatvec.fno import _torch_dft
 
-    x, w, b = _rand(rng, shape, cout, n_modes)
-    dev = torch.device("cuda")
-    xt = torch.as_tensor(x, dtype=torch.float32, device=dev)
-    wt = torch.as_tensor(w.astype(np.complex64), device=dev)
-    bt = torch.as_tensor(b, dtype=torch.float32, device=dev)
-    modes = tuple(int(v) for v in kept_modes(n_modes))
+    case, (xt, wt, bt), modes = _cuda_case(rng, shape, cout, n_modes)
     try:
         monkeypatch.setenv("FFTMATVEC_PLAN", "fno_plane=1")
         _clear_chains()
@@ -262,7 +258,4 @@ def test_torch_layer_on_planes_matches_gemm_chain(monkeypatch, rng, shape, cout,
     finally:
         monkeypatch.delenv("FFTMATVEC_PLAN", raising=False)
         _clear_chains()
-    for name, a, c in zip(("y", "dx", "dW", "db"), got, want):
-        assert _trel(a, c) < 1e-5, (name, _trel(a, c))
-    assert _trel(got[0].double().cpu(), torch.as_tensor(dense_reference(x, w, n_modes, b))) \
-        < 1e-5
+    _assert_grads_close(got, want, case, n_modes)

@@ -11,11 +11,12 @@ from fftmatvec import FFTMatvecValueError, backend
 from fftmatvec.fno import _dft, kept_modes, spectral_conv
 from fftmatvec.gpu.planner import fno_rows, fno_rows_auto
 
+from fno_oracle import assert_grads_close as _assert_grads_close
 from fno_oracle import clear_chains as _clear_chains
+from fno_oracle import cuda_case as _cuda_case
 from fno_oracle import dense_reference
 from fno_oracle import layer_grads as _layer_grads
 from fno_oracle import rand_case as _rand
-from fno_oracle import trel as _trel
 
 gpu = pytest.mark.skipif(not backend.gpu_available(), reason="no GPU (CuPy missing or no device)")
 
@@ -198,6 +199,13 @@ cuda = pytest.mark.skipif(not (torch.cuda.is_available() and backend.gpu_availab
                           reason="no CUDA device for PyTorch and CuPy")
 
 
+def _planned_kernels(plan, L, m):
+    """The matrices the row kernels replace under plan ``fno_rows=plan`` ("1" or "auto")."""
+    if plan == "1":
+        return ("A", "AT", "F", "FT")
+    return ("AT", "F") if fno_rows_auto(L, m) else ()
+
+
 @cuda
 @pytest.mark.gpu
 @pytest.mark.parametrize("plan", ["1", "auto"])
@@ -210,15 +218,8 @@ def test_torch_layer_on_rows_matches_gemm_chain(monkeypatch, rng, shape, cout, n
     eagerly and replayed as graphs (the plane kernels off: tests/test_fno_plane.py)."""
     from fftmatvec.fno import _torch_dft
 
-    x, w, b = _rand(rng, shape, cout, n_modes)
-    dev = torch.device("cuda")
-    xt = torch.as_tensor(x, dtype=torch.float32, device=dev)
-    wt = torch.as_tensor(w.astype(np.complex64), device=dev)
-    bt = torch.as_tensor(b, dtype=torch.float32, device=dev)
-    modes = tuple(int(v) for v in kept_modes(n_modes))
-    want_rows = {"1": ("A", "AT", "F", "FT"), "auto": ()}[plan]
-    if plan == "auto" and fno_rows_auto(shape[-1], modes[-1]):
-        want_rows = ("AT", "F")
+    case, (xt, wt, bt), modes = _cuda_case(rng, shape, cout, n_modes)
+    want_rows = _planned_kernels(plan, shape[-1], modes[-1])
     try:
         monkeypatch.setenv("FFTMATVEC_PLAN", f"fno_rows={plan},fno_plane=0,fno_split=0")
         _clear_chains()
@@ -230,10 +231,7 @@ def test_torch_layer_on_rows_matches_gemm_chain(monkeypatch, rng, shape, cout, n
     finally:
         monkeypatch.delenv("FFTMATVEC_PLAN", raising=False)
         _clear_chains()
-    for name, a, c in zip(("y", "dx", "dW", "db"), got, want):
-        assert _trel(a, c) < 1e-5, (name, _trel(a, c))
-    assert _trel(got[0].double().cpu(), torch.as_tensor(dense_reference(x, w, n_modes, b))) \
-        < 1e-5
+    _assert_grads_close(got, want, case, n_modes)
 
 
 ONE_AXIS = [c for c in CASES if len(c[0]) == 3]
@@ -251,15 +249,8 @@ def test_torch_split_layer_on_rows_matches_gemm_chain(monkeypatch, rng, shape, c
     and replayed as graphs, and of the dense reference."""
     from fftmatvec.fno import _torch_dft
 
-    x, w, b = _rand(rng, shape, cout, n_modes)
-    dev = torch.device("cuda")
-    xt = torch.as_tensor(x, dtype=torch.float32, device=dev)
-    wt = torch.as_tensor(w.astype(np.complex64), device=dev)
-    bt = torch.as_tensor(b, dtype=torch.float32, device=dev)
-    modes = tuple(int(v) for v in kept_modes(n_modes))
-    kernels = {"1": ("A", "AT", "F", "FT"), "auto": ()}[plan]
-    if plan == "auto" and fno_rows_auto(shape[-1], modes[-1]):
-        kernels = ("AT", "F")
+    case, (xt, wt, bt), modes = _cuda_case(rng, shape, cout, n_modes)
+    kernels = _planned_kernels(plan, shape[-1], modes[-1])
     try:
         monkeypatch.setenv("FFTMATVEC_PLAN", f"fno_rows={plan},fno_split=1")
         _clear_chains()
@@ -271,10 +262,7 @@ def test_torch_split_layer_on_rows_matches_gemm_chain(monkeypatch, rng, shape, c
     finally:
         monkeypatch.delenv("FFTMATVEC_PLAN", raising=False)
         _clear_chains()
-    for name, a, c in zip(("y", "dx", "dW", "db"), got, want):
-        assert _trel(a, c) < 1e-5, (name, _trel(a, c))
-    assert _trel(got[0].double().cpu(), torch.as_tensor(dense_reference(x, w, n_modes, b))) \
-        < 1e-5
+    _assert_grads_close(got, want, case, n_modes)
 
 
 @gpu
@@ -370,12 +358,7 @@ def test_torch_layer_in_the_warp_form(monkeypatch, rng, shape, cout, n_modes, pl
     layer takes has no warp form, an error that names the plan."""
     from fftmatvec.fno import _torch_dft
 
-    x, w, b = _rand(rng, shape, cout, n_modes)
-    dev = torch.device("cuda")
-    xt = torch.as_tensor(x, dtype=torch.float32, device=dev)
-    wt = torch.as_tensor(w.astype(np.complex64), device=dev)
-    bt = torch.as_tensor(b, dtype=torch.float32, device=dev)
-    modes = tuple(int(v) for v in kept_modes(n_modes))
+    _, (xt, wt, bt), modes = _cuda_case(rng, shape, cout, n_modes)
     try:
         monkeypatch.setenv("FFTMATVEC_PLAN", plan + ",fno_warp=1")
         _clear_chains()
@@ -386,14 +369,13 @@ def test_torch_layer_in_the_warp_form(monkeypatch, rng, shape, cout, n_modes, pl
         want = _layer_grads(xt, wt, bt, n_modes, True)
         monkeypatch.setenv("FFTMATVEC_PLAN", "fno_rows=1,fno_warp=1")
         _clear_chains()
-        x4096 = torch.randn(2, 3, 4096, device=dev)
+        x4096 = torch.randn(2, 3, 4096, device=xt.device)
         with pytest.raises(FFTMatvecValueError, match="fno_warp=1.*4096 points keeping 200"):
             _torch_dft.chain_for(x4096, torch.float32, (200,), 3)
     finally:
         monkeypatch.delenv("FFTMATVEC_PLAN", raising=False)
         _clear_chains()
-    for name, a, c in zip(("y", "dx", "dW", "db"), got, want):
-        assert _trel(a, c) < 1e-5, (name, _trel(a, c))
+    _assert_grads_close(got, want)
 
 
 @gpu

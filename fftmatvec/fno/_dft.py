@@ -482,6 +482,27 @@ class SplitChain:
         return self.analysis_adjoint_end(self.analysis_adjoint_front(gX), shape)
 
 
+def make_chain(ops, spatial, modes, device_id, rows=frozenset(), plane=frozenset(),
+               split=False, variant="auto"):
+    """The chain of a layer as the planner chose it (:func:`fftmatvec.gpu.planner.fno_chain`):
+    its row kernels ``rows`` (:func:`._rows.last_axis_set`) and plane kernels ``plane``
+    (:func:`._rows.plane_set`) on device ``device_id`` in form ``variant``, on
+    :class:`SplitChain` where ``split``, else :class:`Chain`."""
+    last = kernel_plane = None
+    if rows or plane:
+        from ._rows import last_axis_set, plane_set
+
+        if rows:
+            last = last_axis_set(spatial[-1], modes[-1], device_id, rows, modes_major=split,
+                                 variant=variant)
+        if plane:
+            kernel_plane = plane_set(spatial[-2:], modes[-2:], device_id, plane,
+                                     variant=variant)
+    if split:
+        return SplitChain(ops, spatial, modes, last)
+    return Chain(ops, spatial, modes, last, kernel_plane)
+
+
 def split_pays(batch, cin, cout, spatial) -> bool:
     """Whether a layer takes :class:`SplitChain`: one axis, and the weight's copy into its
     real and imaginary parts (``Cin Cout`` per mode) no larger than the permutes it saves
@@ -503,39 +524,35 @@ def _mT(a):
     return a.swapaxes(-1, -2)
 
 
+def split_product(ops, a, b, a_sign=1, b_sign=1):
+    """``(Re a + i a_sign Im a) @ (Re b + i b_sign Im b)`` per batch, on split operands
+    (``a[0]``, ``a[1]`` the real and imaginary parts; ``a_sign`` or ``b_sign`` -1 for a
+    conjugate, at most one of them), split: four real batched GEMMs, two of them adding into
+    the others' output."""
+    out = ops.empty((2,) + tuple(a.shape[1:-1]) + (b.shape[-1],))
+    ops.matmul(a[0], b[0], out[0])
+    ops.muladd(out[0], a[1], b[1], -a_sign * b_sign)
+    if b_sign > 0:  # the imaginary part's positive product first
+        ops.matmul(a[0], b[1], out[1])
+        ops.muladd(out[1], a[1], b[0], a_sign)
+    else:
+        ops.matmul(a[1], b[0], out[1])
+        ops.muladd(out[1], a[0], b[1], b_sign)
+    return out
+
+
 def mode_product_split(ops, X, Ws):
     """``Y = X W`` per mode in the split layout: ``X`` ``(2, M, B, C)``, ``Ws`` ``(2, M, C, O)``
-    (:func:`split_weight`) -> ``Y`` ``(2, M, B, O)``: ``Re Y = Re X Re W - Im X Im W``, ``Im Y
-    = Re X Im W + Im X Re W``, four real batched GEMMs, two of them adding into the others'
-    output."""
-    _, M, B, _ = X.shape
-    Y = ops.empty((2, M, B, Ws.shape[3]))
-    ops.matmul(X[0], Ws[0], Y[0])
-    ops.muladd(Y[0], X[1], Ws[1], -1)
-    ops.matmul(X[0], Ws[1], Y[1])
-    ops.muladd(Y[1], X[1], Ws[0], 1)
-    return Y
+    (:func:`split_weight`) -> ``Y`` ``(2, M, B, O)``."""
+    return split_product(ops, X, Ws)
 
 
 def mode_product_split_adjoint(ops, gY, X, Ws, need_x=True, need_w=True):
     """Gradients of :func:`mode_product_split` from ``gY`` ``(2, M, B, O)``: ``dL/dX`` ``(2, M,
     B, C)`` and ``dL/dW`` split ``(2, M, C, O)``; as complex gradients (``dL/dRe + i dL/dIm``)
     ``dL/dX = gY W^H``, ``dL/dW = X^H gY`` per mode."""
-    gX = gWs = None
-    if need_x:
-        _, M, B, _ = gY.shape
-        gX = ops.empty((2, M, B, Ws.shape[2]))
-        ops.matmul(gY[0], _mT(Ws[0]), gX[0])
-        ops.muladd(gX[0], gY[1], _mT(Ws[1]), 1)
-        ops.matmul(gY[1], _mT(Ws[0]), gX[1])
-        ops.muladd(gX[1], gY[0], _mT(Ws[1]), -1)
-    if need_w:
-        _, M, _, C = X.shape
-        gWs = ops.empty((2, M, C, gY.shape[3]))
-        ops.matmul(_mT(X[0]), gY[0], gWs[0])
-        ops.muladd(gWs[0], _mT(X[1]), gY[1], 1)
-        ops.matmul(_mT(X[0]), gY[1], gWs[1])
-        ops.muladd(gWs[1], _mT(X[1]), gY[0], -1)
+    gX = split_product(ops, gY, _mT(Ws), b_sign=-1) if need_x else None
+    gWs = split_product(ops, _mT(X), gY, a_sign=-1) if need_w else None
     return gX, gWs
 
 

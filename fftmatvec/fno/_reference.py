@@ -88,19 +88,8 @@ def _xp_ops(xp, dtype):
 def _xp_chain(module_name, device, dtype, spatial, modes, rows=frozenset(), plane=frozenset(),
               split=False, variant="auto"):
     xp = backend.cupy if module_name == "cupy" else np
-    last = kernel_plane = None
-    if rows or plane:
-        from ._rows import last_axis_set, plane_set
-
-        if rows:
-            last = last_axis_set(spatial[-1], modes[-1], device, rows, modes_major=split,
-                                 variant=variant)
-        if plane:
-            kernel_plane = plane_set(spatial[-2:], modes[-2:], device, plane, variant=variant)
-    ops = _xp_ops(xp, np.dtype(dtype))
-    if split:
-        return _dft.SplitChain(ops, spatial, modes, last)
-    return _dft.Chain(ops, spatial, modes, last, kernel_plane)
+    return _dft.make_chain(_xp_ops(xp, np.dtype(dtype)), spatial, modes, device, rows, plane,
+                           split, variant)
 
 
 def _dft_conv(xp, x, weight, modes, bias):
@@ -110,17 +99,12 @@ def _dft_conv(xp, x, weight, modes, bias):
         name, device = "numpy", -1
     else:
         name, device = "cupy", int(backend.cupy.cuda.runtime.getDevice())
-    from ..gpu.planner import fno_plane, fno_rows, fno_split, fno_variant
+    from ..gpu.planner import fno_chain
 
-    kernels = name == "cupy" and real == np.float32
-    rows = fno_rows(x.shape[-1], modes[-1], real, device) if kernels else frozenset()
-    split = fno_split(x.shape[0], x.shape[1], weight.shape[1], x.shape[2:], real,
-                      row_kernels=bool(rows))
-    plane = fno_plane(x.shape[2:], modes, real, device) if kernels and not split \
-        else frozenset()
-    variant = fno_variant(x.shape[2:], modes, rows, plane, device) if kernels else "auto"
-    chain = _xp_chain(name, device, real.str, tuple(x.shape[2:]), tuple(modes), rows, plane,
-                      split, variant)
+    spatial = tuple(x.shape[2:])
+    choice = fno_chain(x.shape[0], x.shape[1], weight.shape[1], spatial, modes, real, device,
+                       kernels=name == "cupy" and real == np.float32)
+    chain = _xp_chain(name, device, real.str, spatial, tuple(modes), *choice)
     ops = _xp_ops(xp, real)
     w = xp.asarray(weight)
     C, O = w.shape[:2]

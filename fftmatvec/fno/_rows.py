@@ -120,6 +120,25 @@ def _is_torch(a) -> bool:
     return type(a).__module__.split(".", 1)[0] == "torch"
 
 
+def _data_ptr(a) -> int:
+    """The device address of a CuPy array's or a torch tensor's first element."""
+    return a.data_ptr() if _is_torch(a) else a.data.ptr
+
+
+def _check_variant(variant):
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+
+
+def _warp_form(variant: str, has_warp: bool, auto: bool, missing: str) -> bool:
+    """Whether a kernel runs in its warp form for ``variant``: ``"warp"`` (an error naming
+    ``missing`` where the kernel has none), ``"passes"`` never, ``"auto"`` where it has one
+    and ``auto``."""
+    if variant == "warp" and not has_warp:
+        raise ValueError(f"no warp-form FNO {missing}")
+    return has_warp and (variant == "warp" or (variant == "auto" and auto))
+
+
 class LastAxis:
     """One truncated transform of rows of length ``L`` keeping ``m`` bins, on device
     ``device_id``.
@@ -136,8 +155,9 @@ class LastAxis:
     ``variant``: ``"warp"`` the warp form (a group of 32 lanes a row, its FFT in registers and
     across the lanes, as the plane kernels' warp form: :func:`row_warp_supported`), ``"passes"``
     the pass form (the rows' FFTs in shared-memory passes), ``"auto"`` the warp form where it
-    takes the axis and :data:`ROW_WARP_AUTO` says so, else the pass form. ``rows_per_block``: rows a block transforms (the defaults:
-    :data:`ROWS_BYTES` of rows for the pass form, :data:`ROW_WARP_ROWS` for the warp form).
+    takes the axis and :data:`ROW_WARP_AUTO` says so, else the pass form. ``rows_per_block``:
+    rows a block transforms (the defaults: :data:`ROWS_BYTES` of rows for the pass form,
+    :data:`ROW_WARP_ROWS` for the warp form; long rows take one).
     """
 
     def __init__(self, kind: str, L: int, m: int, scale, device_id: int,
@@ -145,19 +165,15 @@ class LastAxis:
                  variant: str = "auto"):
         if kind not in ("r2c", "c2r"):
             raise ValueError(f"kind must be 'r2c' or 'c2r', got {kind!r}")
-        if variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+        _check_variant(variant)
         cp = backend.cupy
         with cp.cuda.Device(device_id):
             smem_limit = backend.shared_memory_limits()[1]
             if not supported(L, m, smem_limit):
                 raise ValueError(f"no FNO row kernel for L = {L} keeping m = {m} bins")
-            warp = row_warp_supported(L, m, smem_limit)
-            if variant == "warp" and not warp:
-                raise ValueError(f"no warp-form FNO row kernel for L = {L} keeping m = {m} "
-                                 "bins (rows of 64 P R points keeping at most 32 P + 1, "
-                                 "P = 1, 2, 4)")
-            warp = warp and (variant == "warp" or (variant == "auto" and ROW_WARP_AUTO))
+            warp = _warp_form(variant, row_warp_supported(L, m, smem_limit), ROW_WARP_AUTO,
+                              f"row kernel for L = {L} keeping m = {m} bins (rows of 64 P R "
+                              "points keeping at most 32 P + 1, P = 1, 2, 4)")
             n = _rowfft.complex_length(L)
             rads = _rowfft.radices(n, _rowfft.MAX_RADIX[_F32, kind])
             family = min(f for f in _rowfft.FAMILIES if f >= max(rads, default=2))
@@ -243,7 +259,7 @@ class LastAxis:
             raise ValueError(f"{self.name}: expected a float32 array on device "
                              f"{self.device_id}, got {a.dtype} on {a.device.id}")
         a = cp.ascontiguousarray(a)
-        if a.data.ptr % _ALIGN:  # the kernels load rows as pairs of values
+        if _data_ptr(a) % _ALIGN:  # the kernels load rows as pairs of values
             a = a.copy()
         with cp.cuda.Device(self.device_id):
             if out is None:
@@ -263,7 +279,7 @@ class LastAxis:
             raise ValueError(f"{self.name}: expected a float32 tensor on cuda:"
                              f"{self.device_id}, got {a.dtype} on {a.device}")
         a = a.contiguous()
-        if a.data_ptr() % _ALIGN:  # the kernels load rows as pairs of values
+        if _data_ptr(a) % _ALIGN:  # the kernels load rows as pairs of values
             a = a.clone()
         if out is None:
             out = torch.empty(self._out_shape(rows), dtype=torch.float32, device=a.device)
@@ -278,8 +294,7 @@ class LastAxis:
 
     def _check_out(self, out, rows, dtype):
         strides_ok = (out.is_contiguous() if _is_torch(out) else out.flags.c_contiguous)
-        ptr = out.data_ptr() if _is_torch(out) else out.data.ptr
-        strides_ok = strides_ok and ptr % _ALIGN == 0  # written as pairs of values
+        strides_ok = strides_ok and _data_ptr(out) % _ALIGN == 0  # written as pairs of values
         want = self._out_shape(rows)
         if tuple(out.shape) != want or out.dtype != dtype or not strides_ok:
             raise ValueError(f"{self.name}: out must be contiguous float32 of shape "
@@ -418,8 +433,7 @@ class Plane(LastAxis):
                  threads: int | None = None, variant: str = "auto", ahead: bool | None = None):
         if kind not in ("r2c", "c2r"):
             raise ValueError(f"kind must be 'r2c' or 'c2r', got {kind!r}")
-        if variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+        _check_variant(variant)
         if threads is not None and not 1 <= int(threads) <= PLANE_THREADS:
             raise ValueError(f"threads must be in [1, {PLANE_THREADS}], got {threads}")
         n0, n1, m0, m1 = int(n0), int(n1), int(m0), int(m1)
@@ -433,12 +447,10 @@ class Plane(LastAxis):
             if not plane_supported(n0, n1, m0, m1, smem_limit):
                 raise ValueError(f"no FNO plane kernel for {n0} x {n1} points keeping "
                                  f"{m0} x {m1} modes")
-            warp = warp_supported(n0, n1, m0, m1, smem_limit)
-            if variant == "warp" and not warp:
-                raise ValueError(f"no warp-form FNO plane kernel for {n0} x {n1} points keeping "
-                                 f"{m0} x {m1} modes (rows of {WARP_ROWS} complex values, "
-                                 f"columns of {WARP_COLUMNS})")
-            warp = warp and variant != "passes"
+            warp = _warp_form(variant, warp_supported(n0, n1, m0, m1, smem_limit), True,
+                              f"plane kernel for {n0} x {n1} points keeping {m0} x {m1} modes "
+                              f"(rows of {WARP_ROWS} complex values, columns of "
+                              f"{WARP_COLUMNS})")
             if warp and threads is not None and int(threads) % 32:
                 raise ValueError(f"threads must be a multiple of 32 for the warp form, got "
                                  f"{threads}")

@@ -101,28 +101,15 @@ def _chain(device, dtype_name, spatial, modes, rows=frozenset(), plane=frozenset
            split=False, variant="auto"):
     torch = _torch()
     dev = torch.device(device)
-    last = kernel_plane = None
-    if rows or plane:
-        from ._rows import last_axis_set, plane_set
-
-        if rows:
-            last = last_axis_set(spatial[-1], modes[-1], dev.index, rows, modes_major=split,
-                                 variant=variant)
-        if plane:
-            kernel_plane = plane_set(spatial[-2:], modes[-2:], dev.index, plane,
-                                     variant=variant)
-    ops = _ops(getattr(torch, dtype_name), dev)
-    if split:
-        return _dft.SplitChain(ops, spatial, modes, last)
-    return _dft.Chain(ops, spatial, modes, last, kernel_plane)
+    return _dft.make_chain(_ops(getattr(torch, dtype_name), dev), spatial, modes, dev.index,
+                           rows, plane, split, variant)
 
 
 def chain_for(x, dtype, modes, cout=None):
     """The cached DFT matrices for ``x``'s grid and device in ``dtype`` (``cout`` output
     channels, default ``x``'s): the modes split (:class:`._dft.SplitChain`), the last axis on
     the row FFT kernels and the last two on the plane kernels where the planner says so
-    (:func:`fftmatvec.gpu.planner.fno_split`, :func:`~fftmatvec.gpu.planner.fno_rows`,
-    :func:`~fftmatvec.gpu.planner.fno_plane`), asked once per shape, device, dtype and value
+    (:func:`fftmatvec.gpu.planner.fno_chain`), asked once per shape, device, dtype and value
     of ``FFTMATVEC_PLAN``."""
     B, C = x.shape[:2]
     return _planned_chain(x.device, dtype, tuple(x.shape[2:]), tuple(modes), plan_key(),
@@ -134,16 +121,12 @@ def _planned_chain(device, dtype, spatial, modes, plan, channels):
     """:func:`chain_for`'s chain (``plan``: the raw ``FFTMATVEC_PLAN``, a key only;
     ``channels``: ``(B, Cin, Cout)``): on the path of every call, where the planner's
     questions cost a small layer's device tens of microseconds of waiting."""
-    from ..gpu.planner import fno_plane, fno_rows, fno_split, fno_variant
+    from ..gpu.planner import fno_chain
 
     name = str(dtype).rsplit(".", 1)[-1]
     kernels = device.type == "cuda" and name == "float32"
-    rows = fno_rows(spatial[-1], modes[-1], name, device.index) if kernels else frozenset()
-    split = fno_split(*channels, spatial, name, row_kernels=bool(rows))
-    plane = fno_plane(spatial, modes, name, device.index) if kernels and not split \
-        else frozenset()
-    variant = fno_variant(spatial, modes, rows, plane, device.index) if kernels else "auto"
-    return _chain(str(device), name, spatial, modes, rows, plane, split, variant)
+    choice = fno_chain(*channels, spatial, modes, name, device.index, kernels)
+    return _chain(str(device), name, spatial, modes, *choice)
 
 
 # The chains in three parts: the first step and the last, and the middle; a CUDA graph of the

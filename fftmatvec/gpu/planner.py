@@ -200,6 +200,20 @@ def _fno_plane(spatial: tuple, modes: tuple, dtype: str, device_id: int, mode: s
     return frozenset({"r2c", "c2r"}) if mode == "1" else fno_plane_auto(spatial, modes, warp)
 
 
+def fno_chain(batch: int, cin: int, cout: int, spatial, modes, dtype, device_id: int,
+              kernels: bool):
+    """The FNO layer's DFT chain, ``(rows, plane, split, variant)``: the last axis's transforms
+    on the row kernels (:func:`fno_rows`), the last two axes on the plane kernels
+    (:func:`fno_plane`), the modes split (:func:`fno_split`) and the kernels' form
+    (:func:`fno_variant`); the kernels only where ``kernels`` (float32 on a GPU)."""
+    rows = fno_rows(spatial[-1], modes[-1], dtype, device_id) if kernels else frozenset()
+    split = fno_split(batch, cin, cout, spatial, dtype, row_kernels=bool(rows))
+    plane = fno_plane(spatial, modes, dtype, device_id) if kernels and not split \
+        else frozenset()
+    variant = fno_variant(spatial, modes, rows, plane, device_id) if kernels else "auto"
+    return rows, plane, split, variant
+
+
 def fno_variant(spatial, modes, rows, plane, device_id: int) -> str:
     """The form of the FNO layer's row and plane kernels (:class:`fftmatvec.fno._rows.LastAxis`,
     :class:`~fftmatvec.fno._rows.Plane` take it as ``variant``) for a layer taking the row
