@@ -10,6 +10,12 @@ source on ROCm), on first use and never at import, one section of entry points a
 section holding the kernel asked for (``section_of``), so that a first product compiles the few
 families it runs and not all of them. CuPy caches each compiled section on disk.
 
+A prebuilt code object is loaded only when the build's manifest (``_kernels/manifest.json``) lists
+it and records the hash of the very sources this package holds (``sources_sha256``): one built
+from other sources (a source checkout whose kernels changed after its code objects were built)
+would run kernels whose arguments may no longer be those the Python side passes. Such an object
+is passed over with a warning, and the sources are compiled instead.
+
 Set ``FFTMATVEC_KERNELS=jit`` to skip the prebuilt code objects, ``=prebuilt`` to refuse JIT.
 """
 
@@ -17,9 +23,11 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
 import os
 import re
 import threading
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -72,6 +80,38 @@ def kernel_source() -> str:
         return _INCLUDE.sub(lambda m: expand(m.group(1)), text)
 
     return expand(f"{MODULE_NAME}.cu")
+
+
+def sources_sha256(root: Path | None = None) -> str:
+    """The hash of the kernel sources that the build records in its manifest: SHA-256 of the
+    lines ``"<name> <SHA-256 of the file>"`` of every ``*.cu`` and ``*.cuh`` file, by name
+    (``CMakeLists.txt`` computes the same)."""
+    root = source_dir() if root is None else root
+    files = sorted((p for p in root.iterdir() if p.suffix in (".cu", ".cuh")), key=lambda p: p.name)
+    lines = "".join(f"{p.name} {hashlib.sha256(p.read_bytes()).hexdigest()}\n" for p in files)
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def _stale_reason(path: Path) -> str | None:
+    """Why the code object ``path`` may not match the kernel sources of this package, or None
+    when the manifest lists it with the hash of these sources."""
+    manifest = build_manifest()
+    if manifest is None:
+        return f"{_CODE_DIR} has no readable manifest.json to say which sources it was built from"
+    if path.name not in {o.get("file") for o in manifest.get("code_objects") or []}:
+        return f"{_CODE_DIR / 'manifest.json'} does not list it"
+    try:
+        current = sources_sha256()
+    except (KernelLoadError, OSError):
+        return None  # no sources to compare with (nor to compile): the object is all there is
+    built = manifest.get("sources_sha256")
+    if built != current:
+        return (f"it was built from other kernel sources than those in {source_dir()} "
+                f"(manifest sources_sha256 {str(built)[:12]}, sources {current[:12]})")
+    return None
+
+
+_passed_over: set[Path] = set()  # stale code objects already warned about
 
 
 def available() -> bool:
@@ -158,6 +198,18 @@ def _code_object() -> Path | None:
         raise KernelLoadError(
             f"no prebuilt code object for {arch} in {_CODE_DIR} and FFTMATVEC_KERNELS=prebuilt"
         )
+    why = None if path is None else _stale_reason(path)
+    if why is not None:
+        if mode == "prebuilt":
+            raise KernelLoadError(f"the prebuilt code object {path.name} is not loaded: {why}; "
+                                  f"rebuild it (docs/building.md) or unset FFTMATVEC_KERNELS")
+        if path not in _passed_over:
+            _passed_over.add(path)
+            warnings.warn(f"fftmatvec: the prebuilt code object {path.name} is not loaded: {why}. "
+                          f"The kernel sources are compiled on first use instead; rebuild the "
+                          f"code objects (docs/building.md) to load them again.",
+                          RuntimeWarning, stacklevel=3)
+        return None
     return path
 
 
