@@ -29,7 +29,91 @@ def test_bad_modes(rng):
         spectral_conv(x, w[:1], 6)
 
 
+def test_bad_dtypes_and_modes_are_named(rng):
+    from fftmatvec import FFTMatvecTypeError
+
+    x, w, _ = _rand(rng, (2, 3, 8), 2, 6)
+    for bad in (x.astype(np.int64), x.astype(bool), x + 0j):
+        with pytest.raises(FFTMatvecTypeError, match=f"x: expected a real floating array .*got "
+                                                     f"{bad.dtype}"):
+            spectral_conv(bad, w, 6)
+    with pytest.raises(FFTMatvecTypeError, match="weight: expected a complex"):
+        spectral_conv(x, w.real.astype(np.int32), 6)
+    with pytest.raises(FFTMatvecTypeError, match=r"n_modes: .*got \(6.5,\)"):
+        spectral_conv(x, w, (6.5,))  # not rounded to 6
+
+
+@pytest.mark.parametrize("method", ["fft", "dft"])
+def test_output_keeps_the_input_precision(rng, method):
+    x, w, b = _rand(rng, (2, 3, 12, 10), 4, (6, 8))
+    want = dense_reference(x, w, (6, 8), b)
+    for dtype, tol in ((np.float16, 2e-3), (np.float32, 1e-5), (np.float64, 1e-12)):
+        got = spectral_conv(x.astype(dtype), w, (6, 8), b, method=method)
+        assert got.dtype == dtype
+        want_d = dense_reference(x.astype(dtype).astype(np.float64), w, (6, 8), b)
+        np.testing.assert_allclose(got.astype(np.float64), want_d, rtol=0,
+                                   atol=tol * np.abs(want).max())
+
+
+@pytest.mark.parametrize("method", ["fft", "dft"])
+def test_empty_batch(xp, rng, method):
+    _, w, b = _rand(rng, (1, 3, 12, 10), 4, (6, 8))
+    x = xp.zeros((0, 3, 12, 10), dtype=np.float32)
+    y = spectral_conv(x, xp.asarray(w), (6, 8), xp.asarray(b), method=method)
+    assert y.shape == (0, 4, 12, 10) and y.dtype == np.float32 and type(y) is type(x)
+
+
 torch = pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize("method", ["fft", "dft"])
+def test_torch_empty_batch_has_zero_gradients(rng, method):
+    from fftmatvec.fno import SpectralConv
+
+    layer = SpectralConv(3, 4, (6, 8), method=method, dtype=torch.float64)
+    x = torch.zeros((0, 3, 12, 10), dtype=torch.float64, requires_grad=True)
+    y = layer(x)
+    assert y.shape == (0, 4, 12, 10) and y.dtype == torch.float64
+    y.sum().backward()
+    assert x.grad.shape == x.shape
+    for p in (layer.weight, layer.bias):
+        assert p.grad is not None and p.grad.shape == p.shape and not p.grad.abs().any()
+
+
+def test_torch_bad_arguments_are_named():
+    from fftmatvec import FFTMatvecTypeError
+    from fftmatvec.fno import SpectralConv, spectral_conv_torch
+
+    bad = [(dict(in_channels=0), FFTMatvecValueError, "in_channels: expected a positive int, got 0"),
+           (dict(out_channels=2.5), FFTMatvecTypeError, "out_channels: expected a positive int"),
+           (dict(n_modes=(6.5, 8)), FFTMatvecTypeError, "n_modes: expected an int or a sequence"),
+           (dict(n_modes=(0, 8)), FFTMatvecValueError, "n_modes: expected 1 to 3 positive"),
+           (dict(method="fast"), FFTMatvecValueError, "method: expected one of"),
+           (dict(compute_dtype=torch.int8), FFTMatvecTypeError, "compute_dtype: expected"),
+           (dict(dtype=torch.float16), FFTMatvecTypeError, "dtype: the parameters are float32"),
+           (dict(init_std=0.0), FFTMatvecValueError, "init_std: expected a positive number"),
+           (dict(graphs="yes"), FFTMatvecValueError, "graphs")]
+    for change, error, message in bad:
+        args = dict(in_channels=3, out_channels=4, n_modes=(6, 8)) | change
+        with pytest.raises(error, match=message):
+            SpectralConv(**args)
+    layer = SpectralConv(3, 4, (6, 8))
+    for x in (torch.ones((2, 3, 12, 10), dtype=torch.int64),
+              torch.randn((2, 3, 12, 10), dtype=torch.complex64)):
+        with pytest.raises(FFTMatvecTypeError, match=f"x: expected a real floating tensor .*got "
+                                                     f"{x.dtype}"):
+            layer(x)
+    with pytest.raises(FFTMatvecTypeError, match="weight: expected a complex tensor"):
+        spectral_conv_torch(torch.randn(2, 3, 12, 10), layer.weight.detach().real, (6, 8))
+
+
+def test_torch_layer_repr():
+    from fftmatvec.fno import SpectralConv
+
+    assert repr(SpectralConv(3, 4, (6, 8))) == "SpectralConv(3, 4, n_modes=(6, 8), bias=True)"
+    layer = SpectralConv(3, 4, 16, bias=False, compute_dtype=torch.bfloat16, graphs=False)
+    assert repr(layer) == ("SpectralConv(3, 4, n_modes=(16,), bias=False, "
+                           "compute_dtype=torch.bfloat16, graphs=False)")
 
 
 @pytest.mark.parametrize("method", ["fft", "dft"])

@@ -7,6 +7,8 @@ the weight index ``j`` holds frequency ``j - m // 2`` (the fftshifted, centred o
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from .._errors import FFTMatvecTypeError, FFTMatvecValueError
@@ -16,11 +18,11 @@ def kept_modes(n_modes) -> tuple[int, ...]:
     """The weight's mode extents for ``n_modes`` given as neuraloperator takes them."""
     if isinstance(n_modes, (int, np.integer)):
         n_modes = (int(n_modes),)
-    try:
-        modes = [int(m) for m in n_modes]
+    try:  # integers only: 6.5 modes is a mistake, not 6
+        modes = [operator.index(m) for m in n_modes]
     except TypeError:
         raise FFTMatvecTypeError(
-            f"n_modes: expected an int or a sequence of ints, got {type(n_modes).__name__}"
+            f"n_modes: expected an int or a sequence of ints, got {n_modes!r}"
         ) from None
     if not 1 <= len(modes) <= 3 or min(modes) < 1:
         raise FFTMatvecValueError(f"n_modes: expected 1 to 3 positive ints, got {tuple(modes)}")

@@ -21,7 +21,7 @@ import numpy as np
 import functools
 
 from .. import backend
-from .._errors import FFTMatvecValueError
+from .._errors import FFTMatvecTypeError, FFTMatvecValueError
 from . import _dft
 from ._modes import check_shapes, hermitian_weights, kept_modes, mode_indices
 
@@ -93,8 +93,7 @@ def _xp_chain(module_name, device, dtype, spatial, modes, rows=frozenset(), plan
 
 
 def _dft_conv(xp, x, weight, modes, bias):
-    real = x.dtype if x.dtype in (np.float32, np.float64) else np.dtype(np.float64)
-    x = x.astype(real, copy=False)
+    real = x.dtype  # float32 or float64 (spectral_conv: _real_dtype)
     if xp is np:
         name, device = "numpy", -1
     else:
@@ -121,7 +120,8 @@ def spectral_conv(x, weight, n_modes, bias=None, method="auto"):
     Parameters
     ----------
     x : numpy.ndarray or cupy.ndarray
-        Real input, shape ``(B, Cin, *spatial)`` with 1 to 3 spatial axes of any size.
+        Real input, shape ``(B, Cin, *spatial)`` with 1 to 3 spatial axes of any size;
+        float32 or float64 (float16 is computed in float32). ``B`` may be 0.
     weight : array
         Complex, shape ``(Cin, Cout, m_1, ..., m_{d-1}, n_modes[-1] // 2 + 1)``; index ``j``
         of a non-last axis holds frequency ``j - m // 2`` (neuraloperator's order).
@@ -138,16 +138,40 @@ def spectral_conv(x, weight, n_modes, bias=None, method="auto"):
     -------
     array
         Real, shape ``(B, Cout, *spatial)``, in ``x``'s precision.
+
+    Raises
+    ------
+    FFTMatvecTypeError
+        ``x`` not real floating, ``weight`` not floating, ``n_modes`` not integers.
+    FFTMatvecValueError
+        Shapes that do not match ``n_modes``, more modes than an axis holds, an unknown
+        ``method``.
     """
     xp = _xp(x)
     modes = kept_modes(n_modes)
     check_shapes(x.shape, weight.shape, modes)
-    if resolve_method(method, x.shape[0], x.shape[1], weight.shape[1], x.shape[2:],
-                      modes) == "dft":
-        return _dft_conv(xp, x, weight, modes, bias)
-    X = analysis(x, modes)
+    real = _real_dtype(x, weight)
+    method = resolve_method(method, x.shape[0], x.shape[1], weight.shape[1], x.shape[2:], modes)
+    if x.shape[0] == 0:  # an empty batch (the FFT libraries refuse one)
+        return xp.zeros((0, weight.shape[1]) + tuple(x.shape[2:]), dtype=x.dtype)
+    xc = x.astype(real, copy=False)
+    if method == "dft":
+        return _dft_conv(xp, xc, weight, modes, bias).astype(x.dtype, copy=False)
+    X = analysis(xc, modes)
     Y = xp.einsum("bi...,io...->bo...", X, weight.astype(X.dtype, copy=False))
-    y = synthesis(Y, x.shape[2:]).astype(x.dtype, copy=False)
+    y = synthesis(Y, x.shape[2:])
     if bias is not None:
         y = y + xp.asarray(bias, dtype=y.dtype).reshape((1, -1) + (1,) * len(modes))
-    return y
+    return y.astype(x.dtype, copy=False)
+
+
+def _real_dtype(x, weight) -> np.dtype:
+    """The precision ``x`` is computed in: its own, float32 for float16; raises unless ``x`` is
+    real floating and ``weight`` complex (or real) floating."""
+    if x.dtype.kind != "f":
+        raise FFTMatvecTypeError(
+            f"x: expected a real floating array (float16, float32 or float64), got {x.dtype}"
+        )
+    if weight.dtype.kind not in "fc":
+        raise FFTMatvecTypeError(f"weight: expected a complex floating array, got {weight.dtype}")
+    return np.dtype(np.float64) if x.dtype == np.float64 else np.dtype(np.float32)

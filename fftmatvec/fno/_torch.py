@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 
 import numpy as np
 
 from .._errors import FFTMatvecTypeError, FFTMatvecValueError
 from ._graphs import check_option
 from ._modes import check_shapes, hermitian_weights, kept_modes, mode_indices
-from ._reference import resolve_method
+from ._reference import METHODS, resolve_method
 from ._torch_dft import dft_spectral_conv
 
 
@@ -107,6 +108,22 @@ def _modes_of(x_shape, w_shape, n_modes):
         return modes
 
 
+def _positive_int(name, value) -> int:
+    try:
+        n = operator.index(value)
+    except TypeError:
+        raise FFTMatvecTypeError(f"{name}: expected a positive int, got {value!r}") from None
+    if n < 1:
+        raise FFTMatvecValueError(f"{name}: expected a positive int, got {n}")
+    return n
+
+
+def _check_method(method):
+    if method not in METHODS:
+        raise FFTMatvecValueError(f"method: expected one of {METHODS}, got {method!r}")
+    return method
+
+
 _REAL = ("float32", "float64")
 _SIXTEEN = ("bfloat16", "float16")
 
@@ -152,10 +169,19 @@ def spectral_conv_torch(x, weight, n_modes, bias=None, method="auto", compute_dt
             f"x, weight: expected torch tensors, got {type(x).__name__}, {type(weight).__name__}"
         )
     modes = _modes_of(x.shape, weight.shape, n_modes)
+    if not x.is_floating_point():
+        raise FFTMatvecTypeError(
+            f"x: expected a real floating tensor (float32, float64, bfloat16 or float16), "
+            f"got {x.dtype}"
+        )
+    if not weight.is_complex():
+        raise FFTMatvecTypeError(f"weight: expected a complex tensor, got {weight.dtype}")
     cd, sixteen = _compute_dtype(torch, x, compute_dtype)
     if method == "auto" and sixteen:
         method = "dft"
     method = resolve_method(method, x.shape[0], x.shape[1], weight.shape[1], x.shape[2:], modes)
+    if x.shape[0] == 0:  # an empty batch (the FFT libraries refuse one): an empty output
+        return _empty_batch(torch, x, weight, bias)
     if method == "dft":
         return dft_spectral_conv(x, weight, bias, modes, cd, graphs)
     if graphs is True:
@@ -174,6 +200,16 @@ def spectral_conv_torch(x, weight, n_modes, bias=None, method="auto", compute_dt
     y = _FN.apply(x, weight, modes)
     if bias is not None:
         y = y + bias.reshape((1, -1) + (1,) * len(modes))
+    return y
+
+
+def _empty_batch(torch, x, weight, bias):
+    """The output of an empty batch, ``(0, Cout, *spatial)``, still a function of ``x``,
+    ``weight`` and ``bias`` for autograd: their gradients, sums over no sample, are zero."""
+    y = x.new_zeros((0, weight.shape[1]) + tuple(x.shape[2:]))
+    ties = [t for t in (x, weight, bias) if t is not None and t.requires_grad]
+    if ties:
+        y = y + sum(t.sum().real.to(y.dtype) for t in ties) * 0
     return y
 
 
@@ -242,13 +278,27 @@ def _real_class():
                      device=None, dtype=None, method="auto", compute_dtype=None,
                      graphs="auto"):
             super().__init__()
-            self.method, self.compute_dtype = method, compute_dtype
+            self.in_channels = _positive_int("in_channels", in_channels)
+            self.out_channels = _positive_int("out_channels", out_channels)
+            self.modes = kept_modes(n_modes)
+            self.n_modes = tuple(int(m) for m in np.ravel(n_modes))
+            self.method, self.compute_dtype = _check_method(method), compute_dtype
+            if compute_dtype is not None:
+                _compute_dtype(torch, torch.empty(0), compute_dtype)
             self.graphs = check_option(graphs)
-            self.in_channels, self.out_channels = int(in_channels), int(out_channels)
-            self.n_modes = tuple([n_modes] if isinstance(n_modes, int) else n_modes)
-            self.modes = kept_modes(self.n_modes)
-            std = (2 / (in_channels + out_channels)) ** 0.5 if init_std == "auto" else init_std
+            if init_std == "auto":
+                std = (2 / (self.in_channels + self.out_channels)) ** 0.5
+            elif isinstance(init_std, (int, float)) and init_std > 0:
+                std = float(init_std)
+            else:
+                raise FFTMatvecValueError(
+                    f"init_std: expected a positive number or 'auto', got {init_std!r}")
             real = dtype or torch.get_default_dtype()
+            if real not in (torch.float32, torch.float64):
+                raise FFTMatvecTypeError(
+                    f"dtype: the parameters are float32 or float64 (the weight complex64 or "
+                    f"complex128), got {real}; compute_dtype=torch.bfloat16 or torch.float16 "
+                    f"stores the GEMMs' operands in 16 bits")
             cplx = torch.complex64 if real == torch.float32 else torch.complex128
             # stored modes-major, (M, Cin, Cout) in memory, so that the DFT path reads every
             # mode's (Cin, Cout) matrix in place; the shape is (Cin, Cout, *modes) as usual
@@ -259,6 +309,13 @@ def _real_class():
             d = len(self.modes)
             self.bias = (torch.nn.Parameter(std * torch.randn(
                 (out_channels,) + (1,) * d, dtype=real, device=device)) if bias else None)
+
+        def extra_repr(self):
+            extra = "".join(f", {k}={v!r}" for k, v, default in (
+                ("method", self.method, "auto"), ("compute_dtype", self.compute_dtype, None),
+                ("graphs", self.graphs, "auto")) if v != default)
+            return (f"{self.in_channels}, {self.out_channels}, n_modes={self.n_modes}, "
+                    f"bias={self.bias is not None}{extra}")
 
         def forward(self, x):
             """Apply the layer to ``x`` of shape ``(B, Cin, *spatial)``."""
