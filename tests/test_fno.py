@@ -158,6 +158,42 @@ def test_gradcheck(rng, shape, cout, n_modes):
         lambda x, w, b: spectral_conv_torch(x, w, n_modes, b, method="fft"), (x, w, b))
 
 
+@pytest.mark.parametrize("method", ["fft", "dft"])
+@pytest.mark.parametrize("shape,cout,n_modes", CASES)
+def test_gradgradcheck(rng, shape, cout, n_modes, method):
+    """Second derivatives (a backward under create_graph=True), in x, the weight and the bias."""
+    from fftmatvec.fno import spectral_conv_torch
+
+    x, w, b = (torch.tensor(a, requires_grad=True) for a in _rand(rng, shape, cout, n_modes))
+    assert torch.autograd.gradgradcheck(
+        lambda x, w, b: spectral_conv_torch(x, w, n_modes, b, method=method), (x, w, b))
+
+
+@pytest.mark.parametrize("method", ["fft", "dft"])
+@pytest.mark.parametrize("shape,n_modes", [((3, 4, 32), 12), ((2, 4, 15, 18), (15, 18)),
+                                           ((2, 3, 8, 9, 10), (4, 6, 6))])
+def test_second_derivatives_match_neuralop(shape, n_modes, method):
+    """A loss on the first derivatives, as a physics-informed one on dy/dx (and a penalty on
+    dL/dW), differentiated again: the same as neuraloperator's, in float32."""
+    from fftmatvec.fno import SpectralConv
+
+    torch.manual_seed(sum(shape) + len(method))
+    ref = _neuralop()(shape[1], 5, n_modes)
+    ours = SpectralConv.from_neuralop(ref, method=method)
+    x = torch.randn(shape, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_(True)
+    g = torch.randn((shape[0], 5) + shape[2:])
+    u = torch.randn(shape)
+    grads = []
+    for layer, xx, w in ((ref, x, ref.weight.tensor), (ours, x2, ours.weight)):
+        gx, gw = torch.autograd.grad((layer(xx) * g).sum(), (xx, w), create_graph=True)
+        ((gx * u).sum() + (gw.abs() ** 2).sum()).backward()
+        grads.append((gx, gw, xx.grad, w.grad))
+    for a, b in zip(*grads):
+        a, b = a.detach(), b.detach()
+        assert float((a - b).abs().max() / b.abs().max()) < 1e-5
+
+
 @pytest.mark.parametrize("shape,n_modes", [((3, 4, 32), 12), ((2, 4, 16, 17), (8, 10)),
                                            ((2, 4, 15, 18), (15, 18)),
                                            ((2, 3, 8, 9, 10), (4, 6, 6))])

@@ -53,6 +53,30 @@ def _synthesis(torch, spec, spatial, output=True):
     return torch.einsum("...k,kn->...n", full * c, phase.to(full.dtype)).real
 
 
+def reference_grads(torch, x, weight, modes, g, needs, bias_meta=None):
+    """The gradients ``(dL/dx, dL/dW, dL/db)`` of ``y = spectral_conv(x, W) + b`` for the
+    output gradient ``g``, as functions of ``x``, ``W`` and ``g`` that autograd differentiates
+    again: what a backward under ``create_graph=True`` returns (second derivatives, as for a
+    physics-informed loss on ``dy/dx``). Autograd's of the reference chain of torch operations,
+    in float32 for 16-bit inputs and in ``x``'s precision otherwise; ``needs``: which of ``x``,
+    ``W``, ``b`` want one; ``bias_meta``: the bias's ``(shape, dtype)``."""
+    wanted = [t for t, n in zip((x, weight), needs[:2]) if n]
+    gx = gw = gb = None
+    if wanted:
+        with torch.enable_grad():
+            xr = x if x.dtype in (torch.float32, torch.float64) else x.float()
+            X = _analysis(torch, xr, modes)
+            y = _synthesis(torch, torch.einsum("bi...,io...->bo...", X, weight.to(X.dtype)),
+                           tuple(x.shape[2:]))
+            grads = iter(torch.autograd.grad(y, wanted, g.to(y.dtype), create_graph=True))
+        gx = next(grads) if needs[0] else None
+        gw = next(grads) if needs[1] else None
+    if len(needs) > 2 and needs[2]:
+        shape, dtype = bias_meta
+        gb = g.sum(dim=(0,) + tuple(range(2, g.dim()))).reshape(shape).to(dtype)
+    return gx, gw, gb
+
+
 def _function():
     torch = _torch()
 
@@ -63,15 +87,17 @@ def _function():
         def forward(ctx, x, weight, modes):
             X = _analysis(torch, x, modes)
             Y = torch.einsum("bi...,io...->bo...", X, weight.to(X.dtype))
-            ctx.save_for_backward(X, weight)
+            ctx.save_for_backward(X, weight, x)
             ctx.spatial = tuple(x.shape[2:])
             ctx.modes = modes
             return _synthesis(torch, Y, ctx.spatial).to(x.dtype)
 
         @staticmethod
         def backward(ctx, g):
-            X, weight = ctx.saved_tensors
+            X, weight, x = ctx.saved_tensors
             spatial, modes = ctx.spatial, ctx.modes
+            if torch.is_grad_enabled():  # create_graph=True: gradients to differentiate again
+                return reference_grads(torch, x, weight, modes, g, ctx.needs_input_grad[:2])
             nt = float(np.prod(spatial))
             c = torch.as_tensor(hermitian_weights(spatial[-1], modes[-1]), device=g.device,
                                 dtype=g.dtype)

@@ -381,22 +381,29 @@ def _function():
         def forward(ctx, x, weight, bias, modes, cdtype, graphs, grad):
             bias_meta = None if bias is None else (tuple(bias.shape), bias.dtype)
             ctx.meta = (x.dtype, tuple(weight.shape), weight.dtype, bias_meta)
+            ctx.modes = modes
             ctx.graphs = graphs
             token = torch.empty(0) if grad and ctx.needs_input_grad[1] else None
             y, Xs = _forward(torch, ctx, x, weight, bias, modes, cdtype, graphs, token)
             ctx.lent = Xs if isinstance(Xs, _graphs.Lent) else None
+            # x itself for a backward under create_graph=True (reference_grads), as a
+            # convolution keeps its input
             if ctx.lent is not None:  # the token freed by autograd: no backward can read it
-                ctx.save_for_backward(None, weight, token)
+                ctx.save_for_backward(x, None, weight, token)
             else:
-                ctx.save_for_backward(Xs, weight)
+                ctx.save_for_backward(x, Xs, weight)
             return y
 
         @staticmethod
-        @torch.autograd.function.once_differentiable
         def backward(ctx, g):
-            Xs, weight = ctx.saved_tensors[:2]
-            Xs = ctx.lent or Xs
+            x, Xs, weight = ctx.saved_tensors[:3]
             needs = tuple(ctx.needs_input_grad[:3])
+            if torch.is_grad_enabled():  # create_graph=True: gradients to differentiate again
+                from ._torch import reference_grads
+
+                return reference_grads(torch, x, weight, ctx.modes, g, needs, ctx.meta[3]) + (
+                    None, None, None, None)
+            Xs = ctx.lent or Xs
             out = None
             if ctx.graphs and _graphs.replayable(torch, g):
                 out = _replay_backward(torch, ctx, g, Xs, weight, needs)
