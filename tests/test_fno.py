@@ -107,6 +107,38 @@ def test_torch_bad_arguments_are_named():
         spectral_conv_torch(torch.randn(2, 3, 12, 10), layer.weight.detach().real, (6, 8))
 
 
+def test_torch_layer_pickles_and_copies():
+    """torch.save of a whole model, pickling (multiprocessing) and deepcopy (EMA copies)."""
+    import copy
+    import io
+    import pickle
+
+    from fftmatvec.fno import SpectralConv
+
+    model = torch.nn.Sequential(SpectralConv(3, 4, (6, 8), method="dft"), torch.nn.GELU())
+    x = torch.randn(2, 3, 12, 10)
+    want = model(x)
+    buf = io.BytesIO()
+    torch.save(model, buf)
+    buf.seek(0)
+    copies = [torch.load(buf, weights_only=False), pickle.loads(pickle.dumps(model)),
+              copy.deepcopy(model)]
+    for other in copies:
+        assert type(other[0]) is SpectralConv and other[0].method == "dft"
+        assert other[0].weight.data_ptr() != model[0].weight.data_ptr()
+        assert torch.equal(other(x), want)
+
+
+def test_numpy_api_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np; import fftmatvec.fno as F; "
+            "F.spectral_conv(np.ones((1, 2, 8)), np.ones((2, 2, 3), complex), 4); "
+            "assert 'torch' not in sys.modules; F.SpectralConv; assert 'torch' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_torch_layer_repr():
     from fftmatvec.fno import SpectralConv
 

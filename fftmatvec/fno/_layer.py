@@ -1,0 +1,133 @@
+"""The PyTorch layer :class:`SpectralConv` (this module imports torch: ``fftmatvec.fno``
+loads it on first access to ``SpectralConv``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .._errors import FFTMatvecTypeError, FFTMatvecValueError
+from ._graphs import check_option
+from ._modes import kept_modes
+from ._torch import _check_method, _compute_dtype, _positive_int, spectral_conv_torch
+
+__all__ = ["SpectralConv"]
+
+
+class SpectralConv(torch.nn.Module):
+    """FNO spectral convolution, neuraloperator's dense ``SpectralConv`` semantics.
+
+    Parameters
+    ----------
+    in_channels, out_channels : int
+        Channels of the input ``(B, Cin, *spatial)`` and the output.
+    n_modes : int or sequence of int
+        Modes per spatial axis, both signs on all but the last axis, which keeps
+        ``n_modes[-1] // 2 + 1`` non-negative frequencies.
+    bias : bool, default True
+        Learn a real per-channel bias.
+    init_std : float or "auto", default "auto"
+        Standard deviation of the initial weights; "auto" is ``sqrt(2 / (Cin + Cout))``.
+    device, dtype : optional
+        Of the parameters; ``dtype`` is the real type (the weight is its complex type).
+    method : {"auto", "dft", "fft"}, default "auto"
+        The truncated transforms as dense DFT products (GEMMs, no full-size spectrum), or
+        full FFTs; "auto" takes "dft" while its flops are at most ``DFT_FLOP_RATIO`` times
+        the FFTs'.
+    compute_dtype : torch.dtype, optional
+        ``torch.bfloat16`` or ``torch.float16``: 16-bit storage with float32 accumulation
+        in the GEMMs (the DFT path); default: the input's precision.
+    graphs : {"auto", True, False}, default "auto"
+        Replay the DFT path's forward and backward GEMM chains as CUDA graphs captured once
+        per call signature: "auto" on CUDA tensors up to a size (not inside
+        ``torch.compile`` tracing or the caller's own capture), True at any size and
+        raising where graphs cannot be used (CPU tensors, the FFT path), False never; a
+        failed capture raises. Each graph holds a private memory pool (about the
+        chain's working memory for its input size; see ``docs/fno.md``).
+
+    Raises
+    ------
+    FFTMatvecValueError
+        ``graphs`` not one of "auto", True, False.
+    """
+
+    def __init__(self, in_channels, out_channels, n_modes, bias=True, init_std="auto",
+                 device=None, dtype=None, method="auto", compute_dtype=None,
+                 graphs="auto"):
+        super().__init__()
+        self.in_channels = _positive_int("in_channels", in_channels)
+        self.out_channels = _positive_int("out_channels", out_channels)
+        self.modes = kept_modes(n_modes)
+        self.n_modes = tuple(int(m) for m in np.ravel(n_modes))
+        self.method, self.compute_dtype = _check_method(method), compute_dtype
+        if compute_dtype is not None:
+            _compute_dtype(torch, torch.empty(0), compute_dtype)
+        self.graphs = check_option(graphs)
+        if init_std == "auto":
+            std = (2 / (self.in_channels + self.out_channels)) ** 0.5
+        elif isinstance(init_std, (int, float)) and init_std > 0:
+            std = float(init_std)
+        else:
+            raise FFTMatvecValueError(
+                f"init_std: expected a positive number or 'auto', got {init_std!r}")
+        real = dtype or torch.get_default_dtype()
+        if real not in (torch.float32, torch.float64):
+            raise FFTMatvecTypeError(
+                f"dtype: the parameters are float32 or float64 (the weight complex64 or "
+                f"complex128), got {real}; compute_dtype=torch.bfloat16 or torch.float16 "
+                f"stores the GEMMs' operands in 16 bits")
+        cplx = torch.complex64 if real == torch.float32 else torch.complex128
+        # stored modes-major, (M, Cin, Cout) in memory, so that the DFT path reads every
+        # mode's (Cin, Cout) matrix in place; the shape is (Cin, Cout, *modes) as usual
+        m = int(np.prod(self.modes))
+        w = torch.randn((m, in_channels, out_channels), dtype=cplx, device=device) * std
+        w = w.permute(1, 2, 0).reshape((in_channels, out_channels) + self.modes)
+        self.weight = torch.nn.Parameter(w)
+        d = len(self.modes)
+        self.bias = (torch.nn.Parameter(std * torch.randn(
+            (out_channels,) + (1,) * d, dtype=real, device=device)) if bias else None)
+
+    def extra_repr(self):
+        extra = "".join(f", {k}={v!r}" for k, v, default in (
+            ("method", self.method, "auto"), ("compute_dtype", self.compute_dtype, None),
+            ("graphs", self.graphs, "auto")) if v != default)
+        return (f"{self.in_channels}, {self.out_channels}, n_modes={self.n_modes}, "
+                f"bias={self.bias is not None}{extra}")
+
+    def forward(self, x):
+        """Apply the layer to ``x`` of shape ``(B, Cin, *spatial)``."""
+        return spectral_conv_torch(x, self.weight, self.n_modes, self.bias,
+                                   method=self.method, compute_dtype=self.compute_dtype,
+                                   graphs=self.graphs)
+
+    @classmethod
+    def from_neuralop(cls, layer, **kwargs):
+        """Copy a dense-weight ``neuralop.layers.spectral_convolution.SpectralConv``.
+
+        ``kwargs`` (``method``, ``compute_dtype``, ``graphs``) go to the constructor.
+        """
+        w = layer.weight
+        w = w if torch.is_tensor(w) else w.to_tensor()
+        if getattr(layer, "separable", False) or getattr(layer, "complex_data", False):
+            raise FFTMatvecValueError(
+                "layer: expected a dense, non-separable, real-data SpectralConv, got "
+                f"separable={layer.separable}, complex_data={layer.complex_data}"
+            )
+        if getattr(layer, "fft_norm", "forward") != "forward":
+            raise FFTMatvecValueError(
+                f"layer: expected fft_norm='forward', got {layer.fft_norm!r}"
+            )
+        n_modes = list(w.shape[2:])
+        n_modes[-1] = 2 * (n_modes[-1] - 1)
+        new = cls(layer.in_channels, layer.out_channels, tuple(n_modes),
+                  bias=layer.bias is not None, device=w.device, dtype=w.real.dtype,
+                  **kwargs)
+        with torch.no_grad():
+            new.weight.copy_(w.detach())
+            if layer.bias is not None:
+                new.bias.copy_(layer.bias.detach())
+        return new
+
+
+# pickled (torch.save of a whole model) and shown under the name users import it by
+SpectralConv.__module__ = "fftmatvec.fno"
