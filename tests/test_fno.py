@@ -107,6 +107,51 @@ def test_torch_bad_arguments_are_named():
         spectral_conv_torch(torch.randn(2, 3, 12, 10), layer.weight.detach().real, (6, 8))
 
 
+@pytest.mark.parametrize("method", ["fft", "dft"])
+def test_torch_func_transforms(method):
+    """torch.func's grad, vmap, jvp, jacrev and functional_call, and forward-mode AD, give what
+    autograd and a loop give (under them the layer is the chain of torch operations)."""
+    from fftmatvec.fno import SpectralConv
+
+    torch.manual_seed(7)
+    layer = SpectralConv(3, 4, (5, 6), method=method, dtype=torch.float64)
+    x = torch.randn(2, 3, 7, 8, dtype=torch.float64, requires_grad=True)
+    g = torch.randn(2, 4, 7, 8, dtype=torch.float64)
+
+    def loss(params, x):
+        return (torch.func.functional_call(layer, params, (x,)) * g).sum()
+
+    params = {k: v.detach() for k, v in layer.named_parameters()}
+    (layer(x) * g).sum().backward()
+    gp, gx = torch.func.grad(loss, argnums=(0, 1))(params, x.detach())
+    for name, p in layer.named_parameters():
+        torch.testing.assert_close(gp[name], p.grad, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(gx, x.grad, rtol=1e-12, atol=1e-12)
+
+    xs = torch.randn(3, 2, 3, 7, 8, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.func.vmap(layer)(xs), torch.stack([layer(v) for v in xs]),
+                                   rtol=1e-12, atol=1e-12)
+        v = torch.randn_like(x)
+        y, ty = torch.func.jvp(layer, (x.detach(),), (v,))
+        torch.testing.assert_close(ty, layer(v) - layer(torch.zeros_like(v)), rtol=1e-10,
+                                   atol=1e-10)
+        import torch.autograd.forward_ad as fwad
+
+        with fwad.dual_level():  # forward-mode AD outside torch.func
+            tangent = fwad.unpack_dual(layer(fwad.make_dual(x.detach(), v))).tangent
+        torch.testing.assert_close(tangent, ty, rtol=1e-12, atol=1e-12)
+    small = SpectralConv(1, 1, (2, 4), method=method, dtype=torch.float64)
+    xj = torch.randn(1, 1, 3, 4, dtype=torch.float64)
+    jac = torch.func.jacrev(small)(xj)
+    assert jac.shape == (1, 1, 3, 4, 1, 1, 3, 4)
+    basis = torch.eye(12, dtype=torch.float64).reshape(12, 1, 1, 3, 4)
+    with torch.no_grad():
+        cols = torch.stack([small(e) - small(torch.zeros_like(e)) for e in basis], dim=-1)
+    torch.testing.assert_close(jac.reshape(12, 12), cols.reshape(12, 12), rtol=1e-10,
+                               atol=1e-10)
+
+
 def test_torch_layer_pickles_and_copies():
     """torch.save of a whole model, pickling (multiprocessing) and deepcopy (EMA copies)."""
     import copy

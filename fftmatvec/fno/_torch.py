@@ -37,12 +37,20 @@ def _analysis(torch, x, modes, output=False):
 
 
 def _synthesis(torch, spec, spatial, output=True):
+    """The modes ``spec`` on the grid ``spatial`` (their bins on the non-last axes, then the
+    Hermitian real inverse on the last), out of place: each non-last axis is widened by a
+    gather from the modes and one zero (no in-place scatter), so that autograd, forward-mode
+    AD and ``vmap`` all go through it."""
     d = len(spatial)
     modes = spec.shape[2:]
-    full = spec.new_zeros(tuple(spec.shape[:2]) + tuple(spatial[:-1]) + (modes[-1],))
-    idx = _index(torch, spatial, modes, spec.device, output)
-    grids = torch.meshgrid(*idx, indexing="ij") if d > 1 else (idx[0],)
-    full[(slice(None), slice(None)) + tuple(grids)] = spec
+    full = spec
+    for a, (n, ix) in enumerate(zip(spatial[:-1], mode_indices(spatial, modes, output)), 2):
+        m = full.shape[a]
+        where = np.full(n, m)  # bin -> its mode, or the zero appended at m
+        where[ix] = np.arange(m)
+        zero = full.new_zeros(full.shape[:a] + (1,) + full.shape[a + 1:])
+        full = torch.index_select(torch.cat([full, zero], dim=a), a,
+                                  torch.as_tensor(where, device=spec.device))
     if d > 1:
         full = torch.fft.ifftn(full, dim=tuple(range(2, 1 + d)), norm="forward")
     c = torch.as_tensor(hermitian_weights(spatial[-1], modes[-1]), device=spec.device,
@@ -52,6 +60,20 @@ def _synthesis(torch, spec, spatial, output=True):
     phase = torch.exp(torch.complex(torch.zeros((), dtype=k.dtype, device=k.device),
                                     2 * math.pi * torch.outer(k, n) / spatial[-1]))
     return torch.einsum("...k,kn->...n", full * c, phase.to(full.dtype)).real
+
+
+def reference_forward(torch, x, weight, modes, bias=None):
+    """``spectral_conv(x, weight) + bias`` as a chain of torch operations (the FFT path's
+    reference), in float32 for 16-bit inputs and in ``x``'s precision otherwise: what
+    ``torch.func`` transforms (``grad``, ``vmap``, ``jvp``, ``jacrev``, ``functional_call``)
+    differentiate, and the chain :func:`reference_grads` differentiates twice."""
+    xr = x if x.dtype in (torch.float32, torch.float64) else x.float()
+    X = _analysis(torch, xr, modes)
+    y = _synthesis(torch, torch.einsum("bi...,io...->bo...", X, weight.to(X.dtype)),
+                   tuple(x.shape[2:]))
+    if bias is not None:
+        y = y + bias.reshape((1, -1) + (1,) * len(modes)).to(y.dtype)
+    return y
 
 
 def reference_grads(torch, x, weight, modes, g, needs, bias_meta=None):
@@ -65,10 +87,7 @@ def reference_grads(torch, x, weight, modes, g, needs, bias_meta=None):
     gx = gw = gb = None
     if wanted:
         with torch.enable_grad():
-            xr = x if x.dtype in (torch.float32, torch.float64) else x.float()
-            X = _analysis(torch, xr, modes)
-            y = _synthesis(torch, torch.einsum("bi...,io...->bo...", X, weight.to(X.dtype)),
-                           tuple(x.shape[2:]))
+            y = reference_forward(torch, x, weight, modes)
             grads = iter(torch.autograd.grad(y, wanted, g.to(y.dtype), create_graph=True))
         gx = next(grads) if needs[0] else None
         gw = next(grads) if needs[1] else None
@@ -209,6 +228,9 @@ def spectral_conv_torch(x, weight, n_modes, bias=None, method="auto", compute_dt
     method = resolve_method(method, x.shape[0], x.shape[1], weight.shape[1], x.shape[2:], modes)
     if x.shape[0] == 0:  # an empty batch (the FFT libraries refuse one): an empty output
         return _empty_batch(torch, x, weight, bias)
+    if (torch._C._are_functorch_transforms_active()  # torch.func, or forward-mode AD:
+            or torch.autograd.forward_ad._current_level >= 0):  # the chain of torch ops
+        return reference_forward(torch, x, weight, modes, bias).to(x.dtype)
     if method == "dft":
         return dft_spectral_conv(x, weight, bias, modes, cd, graphs)
     if graphs is True:
