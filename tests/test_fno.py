@@ -41,6 +41,10 @@ def test_bad_dtypes_and_modes_are_named(rng):
         spectral_conv(x, w.real.astype(np.int32), 6)
     with pytest.raises(FFTMatvecTypeError, match=r"n_modes: .*got \(6.5,\)"):
         spectral_conv(x, w, (6.5,))  # not rounded to 6
+    with pytest.raises(FFTMatvecValueError, match=r"bias: expected Cout = 2 values .*\(3,\)"):
+        spectral_conv(x, w, 6, np.ones(3))
+    with pytest.raises(FFTMatvecTypeError, match="bias: expected real values"):
+        spectral_conv(x, w, 6, np.ones(2, complex))
 
 
 @pytest.mark.parametrize("method", ["fft", "dft"])
@@ -105,6 +109,8 @@ def test_torch_bad_arguments_are_named():
             layer(x)
     with pytest.raises(FFTMatvecTypeError, match="weight: expected a complex tensor"):
         spectral_conv_torch(torch.randn(2, 3, 12, 10), layer.weight.detach().real, (6, 8))
+    with pytest.raises(FFTMatvecValueError, match=r"bias: expected Cout = 4 values"):
+        spectral_conv_torch(torch.randn(2, 3, 12, 10), layer.weight, (6, 8), torch.ones(5))
 
 
 @pytest.mark.parametrize("method", ["fft", "dft"])

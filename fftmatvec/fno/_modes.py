@@ -59,6 +59,17 @@ def check_shapes(x_shape, weight_shape, modes) -> None:
         )
 
 
+def check_bias(shape, dtype, cout: int) -> None:
+    """Raise unless a bias of ``shape`` and ``dtype`` holds ``cout`` real values."""
+    if int(np.prod(shape)) != cout:
+        raise FFTMatvecValueError(
+            f"bias: expected Cout = {cout} values (any shape of that size), got shape "
+            f"{tuple(shape)}"
+        )
+    if "complex" in str(dtype):
+        raise FFTMatvecTypeError(f"bias: expected real values, got {dtype}")
+
+
 def mode_indices(spatial, modes, output: bool = False) -> list[np.ndarray]:
     """Per axis, the (unshifted) FFT bins of the kept modes in the weight's order.
 

@@ -23,7 +23,7 @@ import functools
 from .. import backend
 from .._errors import FFTMatvecTypeError, FFTMatvecValueError
 from . import _dft
-from ._modes import check_shapes, hermitian_weights, kept_modes, mode_indices
+from ._modes import check_bias, check_shapes, hermitian_weights, kept_modes, mode_indices
 
 METHODS = ("auto", "dft", "fft")
 
@@ -150,6 +150,9 @@ def spectral_conv(x, weight, n_modes, bias=None, method="auto"):
     xp = _xp(x)
     modes = kept_modes(n_modes)
     check_shapes(x.shape, weight.shape, modes)
+    if bias is not None:
+        bias = xp.asarray(bias)
+        check_bias(bias.shape, bias.dtype, weight.shape[1])
     real = _real_dtype(x, weight)
     method = resolve_method(method, x.shape[0], x.shape[1], weight.shape[1], x.shape[2:], modes)
     if x.shape[0] == 0:  # an empty batch (the FFT libraries refuse one)

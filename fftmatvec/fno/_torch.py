@@ -11,7 +11,7 @@ import numpy as np
 
 from .._errors import FFTMatvecTypeError, FFTMatvecValueError
 from ._graphs import check_option
-from ._modes import check_shapes, hermitian_weights, kept_modes, mode_indices
+from ._modes import check_bias, check_shapes, hermitian_weights, kept_modes, mode_indices
 from ._reference import METHODS, resolve_method
 from ._torch_dft import dft_spectral_conv
 
@@ -137,21 +137,27 @@ _FN = None
 
 
 @functools.lru_cache(maxsize=256)
-def _checked_modes(x_shape, w_shape, n_modes):
+def _checked_modes(x_shape, w_shape, n_modes, bias_meta):
+    return _check_call(x_shape, w_shape, n_modes, bias_meta)
+
+
+def _check_call(x_shape, w_shape, n_modes, bias_meta):
     modes = kept_modes(n_modes)
     check_shapes(tuple(x_shape), tuple(w_shape), modes)
+    if bias_meta is not None:
+        check_bias(*bias_meta, w_shape[1])
     return modes
 
 
-def _modes_of(x_shape, w_shape, n_modes):
-    """The weight's mode extents for ``n_modes``, the shapes checked against them: once per
-    distinct call (hashable ``n_modes``), as every call of a layer would repeat it."""
+def _modes_of(x_shape, w_shape, n_modes, bias=None):
+    """The weight's mode extents for ``n_modes``, the shapes (and the bias's) checked against
+    them: once per distinct call (hashable ``n_modes``), as every call of a layer would repeat
+    it."""
+    bias_meta = None if bias is None else (tuple(bias.shape), bias.dtype)
     try:
-        return _checked_modes(x_shape, w_shape, n_modes)
+        return _checked_modes(x_shape, w_shape, n_modes, bias_meta)
     except TypeError:  # unhashable n_modes (a list), or a bad one: checked, and raised, anew
-        modes = kept_modes(n_modes)
-        check_shapes(tuple(x_shape), tuple(w_shape), modes)
-        return modes
+        return _check_call(x_shape, w_shape, n_modes, bias_meta)
 
 
 def _positive_int(name, value) -> int:
@@ -214,7 +220,7 @@ def spectral_conv_torch(x, weight, n_modes, bias=None, method="auto", compute_dt
         raise FFTMatvecTypeError(
             f"x, weight: expected torch tensors, got {type(x).__name__}, {type(weight).__name__}"
         )
-    modes = _modes_of(x.shape, weight.shape, n_modes)
+    modes = _modes_of(x.shape, weight.shape, n_modes, bias)
     if not x.is_floating_point():
         raise FFTMatvecTypeError(
             f"x: expected a real floating tensor (float32, float64, bfloat16 or float16), "
