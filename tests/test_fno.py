@@ -303,6 +303,64 @@ def test_from_neuralop(shape, n_modes):
     close(ours.bias.grad, ref.bias.grad)
 
 
+@pytest.mark.parametrize("method", ["fft", "dft"])
+@pytest.mark.parametrize("n_modes,grid", [((8, 8), (20, 24)), ((12,), (40,))])
+def test_drop_in_for_neuralop_fno(method, n_modes, grid):
+    """As neuraloperator's FNO's conv_module, loading that FNO's checkpoint: the same model,
+    outputs and gradients within 1e-5 in float32."""
+    import functools
+
+    from fftmatvec.fno import SpectralConv
+
+    _neuralop()  # skips where neuraloperator does not import
+    from neuralop.models import FNO
+
+    torch.manual_seed(len(grid))
+    kw = dict(n_modes=n_modes, in_channels=2, out_channels=1, hidden_channels=16, n_layers=3)
+    ref = FNO(**kw)
+    ours = FNO(**kw, conv_module=functools.partial(SpectralConv, method=method))
+    assert all(type(c) is SpectralConv for c in ours.fno_blocks.convs)
+    ours.load_state_dict(ref.state_dict())  # neuraloperator's "weight.tensor" keys
+    x = torch.randn((3, 2) + grid)
+    xs = [x.clone().requires_grad_(True) for _ in range(2)]
+    ys = [model(xx) for model, xx in zip((ref, ours), xs)]
+    g = torch.randn_like(ys[0])
+    for y in ys:
+        (y * g).sum().backward()
+    grads = [dict(model.named_parameters()) for model in (ref, ours)]
+    pairs = [(ys[1], ys[0]), (xs[1].grad, xs[0].grad)]
+    for name, p in grads[1].items():
+        pairs.append((p.grad, grads[0].get(name, grads[0].get(name + ".tensor")).grad))
+    assert len(pairs) == 2 + len(grads[0])
+    for a, b in pairs:
+        assert float((a - b).abs().max() / b.abs().max()) < 1e-5
+    ours.n_modes = n_modes  # what FNO's n_modes setter does: the same modes are accepted
+
+
+def test_neuralop_options_it_does_not_implement_are_refused():
+    from fftmatvec.fno import SpectralConv
+
+    for key, value in (("factorization", "tucker"), ("complex_data", True),
+                       ("separable", True), ("resolution_scaling_factor", 2),
+                       ("fno_block_precision", "mixed"), ("fft_norm", "backward"),
+                       ("max_n_modes", (12, 12))):
+        with pytest.raises(FFTMatvecValueError, match=key):
+            SpectralConv(3, 4, (8, 8), **{key: value})
+    with pytest.raises(TypeError, match="unexpected keyword argument 'modes'"):
+        SpectralConv(3, 4, (8, 8), modes=3)
+    layer = SpectralConv(3, 4, (8, 8), rank=0.5, implementation="factorized",
+                         fixed_rank_modes=False, decomposition_kwargs={}, max_n_modes=(8, 8))
+    x = torch.randn(2, 3, 16, 16)
+    assert layer.transform(x) is x and layer.transform(x, output_shape=(16, 16)) is x
+    torch.testing.assert_close(layer(x, output_shape=(16, 16)), layer(x))
+    with pytest.raises(FFTMatvecValueError, match="output_shape: the output is on the input's"):
+        layer(x, output_shape=(32, 32))
+    with pytest.raises(FFTMatvecValueError, match="output_shape"):
+        layer.transform(x, output_shape=(32, 32))
+    with pytest.raises(FFTMatvecValueError, match="n_modes: the weight holds the modes"):
+        layer.n_modes = (6, 6)
+
+
 @pytest.mark.parametrize("shape,n_modes", [((4, 8, 64), 32), ((2, 6, 24, 30), (12, 16)),
                                            ((2, 4, 10, 12, 14), (6, 6, 8))])
 def test_float32_gradients_match_autograd_of_reference(shape, n_modes):

@@ -45,20 +45,32 @@ class SpectralConv(torch.nn.Module):
         failed capture raises. Each graph holds a private memory pool (about the
         chain's working memory for its input size; see ``docs/fno.md``).
 
+    **neuralop_options
+        neuraloperator's own ``SpectralConv`` keywords, so that the layer is a ``conv_module``
+        of its ``FNO`` and ``FNOBlocks``: ``complex_data``, ``separable``,
+        ``resolution_scaling_factor``, ``max_n_modes``, ``fno_block_precision``,
+        ``factorization``, ``fft_norm`` at their dense, real-data, same-grid, full-precision
+        values (``None``, ``False``, ``"full"``, ``"forward"``, ``max_n_modes`` equal to
+        ``n_modes``), and ``rank``, ``implementation``, ``fixed_rank_modes``,
+        ``decomposition_kwargs``, which only a factorised weight reads.
+
     Raises
     ------
     FFTMatvecValueError
-        ``graphs`` not one of "auto", True, False.
+        ``graphs`` not one of "auto", True, False; a neuraloperator option this layer does not
+        implement (a factorised, separable or complex-data weight, another output grid,
+        mixed-precision blocks: ``compute_dtype`` is this layer's).
     """
 
     def __init__(self, in_channels, out_channels, n_modes, bias=True, init_std="auto",
                  device=None, dtype=None, method="auto", compute_dtype=None,
-                 graphs="auto"):
+                 graphs="auto", **neuralop_options):
         super().__init__()
         self.in_channels = _positive_int("in_channels", in_channels)
         self.out_channels = _positive_int("out_channels", out_channels)
         self.modes = kept_modes(n_modes)
-        self.n_modes = tuple(int(m) for m in np.ravel(n_modes))
+        self._n_modes = tuple(int(m) for m in np.ravel(n_modes))
+        _check_neuralop_options(self._n_modes, neuralop_options)
         self.method, self.compute_dtype = _check_method(method), compute_dtype
         if compute_dtype is not None:
             _compute_dtype(torch, torch.empty(0), compute_dtype)
@@ -94,11 +106,39 @@ class SpectralConv(torch.nn.Module):
         return (f"{self.in_channels}, {self.out_channels}, n_modes={self.n_modes}, "
                 f"bias={self.bias is not None}{extra}")
 
-    def forward(self, x):
-        """Apply the layer to ``x`` of shape ``(B, Cin, *spatial)``."""
-        return spectral_conv_torch(x, self.weight, self.n_modes, self.bias,
+    @property
+    def n_modes(self):
+        """The modes per axis as given (both signs on all but the last axis)."""
+        return self._n_modes
+
+    @n_modes.setter
+    def n_modes(self, n_modes):  # neuraloperator's FNO sets its blocks' modes
+        new = tuple(int(m) for m in np.ravel(n_modes))
+        if new != self._n_modes:
+            raise FFTMatvecValueError(
+                f"n_modes: the weight holds the modes {self._n_modes}; changing them to {new} "
+                f"(neuraloperator's incremental training) is not supported")
+
+    def forward(self, x, output_shape=None):
+        """Apply the layer to ``x`` of shape ``(B, Cin, *spatial)``; ``output_shape``
+        (neuraloperator's argument) None or ``spatial``: the output is on the input's grid."""
+        _same_grid(x, output_shape)
+        return spectral_conv_torch(x, self.weight, self._n_modes, self.bias,
                                    method=self.method, compute_dtype=self.compute_dtype,
                                    graphs=self.graphs)
+
+    def transform(self, x, output_shape=None):
+        """neuraloperator's resampling of a skip connection onto the output grid: ``x`` itself,
+        the output being on the input's grid."""
+        _same_grid(x, output_shape)
+        return x
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # a neuraloperator checkpoint holds a dense weight as "<prefix>weight.tensor"
+        theirs = prefix + "weight.tensor"
+        if prefix + "weight" not in state_dict and theirs in state_dict:
+            state_dict[prefix + "weight"] = state_dict.pop(theirs)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @classmethod
     def from_neuralop(cls, layer, **kwargs):
@@ -127,6 +167,36 @@ class SpectralConv(torch.nn.Module):
             if layer.bias is not None:
                 new.bias.copy_(layer.bias.detach())
         return new
+
+
+#: neuraloperator's SpectralConv keywords and the value each must have here (None: any value;
+#: they configure a factorised weight only).
+_NEUROP_DEFAULTS = {"complex_data": False, "separable": False, "resolution_scaling_factor": None,
+                    "fno_block_precision": "full", "factorization": None, "fft_norm": "forward"}
+_NEUROP_IGNORED = ("rank", "implementation", "fixed_rank_modes", "decomposition_kwargs")
+
+
+def _check_neuralop_options(n_modes, options):
+    for key, value in options.items():
+        if key == "max_n_modes":
+            if value is not None and tuple(int(m) for m in np.ravel(value)) != n_modes:
+                raise FFTMatvecValueError(
+                    f"max_n_modes: the weight holds exactly n_modes = {n_modes}, got {value!r}")
+        elif key in _NEUROP_DEFAULTS:
+            want = _NEUROP_DEFAULTS[key]
+            if value != want:
+                raise FFTMatvecValueError(
+                    f"{key}: this layer implements neuraloperator's dense, real-data, same-grid, "
+                    f"full-precision SpectralConv ({key}={want!r}), got {value!r}")
+        elif key not in _NEUROP_IGNORED:
+            raise TypeError(f"SpectralConv got an unexpected keyword argument {key!r}")
+
+
+def _same_grid(x, output_shape):
+    if output_shape is not None and tuple(output_shape) != tuple(x.shape[2:]):
+        raise FFTMatvecValueError(
+            f"output_shape: the output is on the input's grid {tuple(x.shape[2:])}, got "
+            f"{tuple(output_shape)}")
 
 
 # pickled (torch.save of a whole model) and shown under the name users import it by
