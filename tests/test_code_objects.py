@@ -25,7 +25,8 @@ def tree(tmp_path, monkeypatch):
     """A fake package: kernel sources, a code-object folder with one cubin, an sm_90 device."""
     src = tmp_path / "hip_kernels"
     src.mkdir()
-    (src / f"{kernels.MODULE_NAME}.cu").write_text('#include "a.cuh"\nextern "C" __global__ void k() {}\n')
+    (src / f"{kernels.MODULE_NAME}.cu").write_text(
+        '#include "a.cuh"\nextern "C" __global__ void k() {}\n')
     (src / "a.cuh").write_text("#pragma once\n")
     code = tmp_path / "_kernels"
     code.mkdir()
@@ -92,7 +93,8 @@ def test_object_built_from_other_sources_is_passed_over_once(tree):
 def test_object_without_a_record_is_passed_over(tree, case):
     _, code = tree
     if case == "unlisted":
-        write_manifest(code, kernels.sources_sha256(), files=(f"{kernels.MODULE_NAME}.sm_80.cubin",))
+        other = f"{kernels.MODULE_NAME}.sm_80.cubin"
+        write_manifest(code, kernels.sources_sha256(), files=(other,))
     elif case == "unreadable":
         (code / "manifest.json").write_text("{not json")
     expect = "does not list it" if case == "unlisted" else "no readable manifest.json"

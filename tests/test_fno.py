@@ -88,7 +88,7 @@ def test_torch_bad_arguments_are_named():
     from fftmatvec import FFTMatvecTypeError
     from fftmatvec.fno import SpectralConv, spectral_conv_torch
 
-    bad = [(dict(in_channels=0), FFTMatvecValueError, "in_channels: expected a positive int, got 0"),
+    bad = [(dict(in_channels=0), FFTMatvecValueError, "in_channels: expected a positive int"),
            (dict(out_channels=2.5), FFTMatvecTypeError, "out_channels: expected a positive int"),
            (dict(n_modes=(6.5, 8)), FFTMatvecTypeError, "n_modes: expected an int or a sequence"),
            (dict(n_modes=(0, 8)), FFTMatvecValueError, "n_modes: expected 1 to 3 positive"),
@@ -303,9 +303,14 @@ def test_from_neuralop(shape, n_modes):
     close(ours.bias.grad, ref.bias.grad)
 
 
+ON_CUDA = pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA/ROCm device for torch")])
+
+
+@pytest.mark.parametrize("device", ["cpu", ON_CUDA])
 @pytest.mark.parametrize("method", ["fft", "dft"])
 @pytest.mark.parametrize("n_modes,grid", [((8, 8), (20, 24)), ((12,), (40,))])
-def test_drop_in_for_neuralop_fno(method, n_modes, grid):
+def test_drop_in_for_neuralop_fno(method, n_modes, grid, device):
     """As neuraloperator's FNO's conv_module, loading that FNO's checkpoint: the same model,
     outputs and gradients within 1e-5 in float32."""
     import functools
@@ -317,11 +322,11 @@ def test_drop_in_for_neuralop_fno(method, n_modes, grid):
 
     torch.manual_seed(len(grid))
     kw = dict(n_modes=n_modes, in_channels=2, out_channels=1, hidden_channels=16, n_layers=3)
-    ref = FNO(**kw)
-    ours = FNO(**kw, conv_module=functools.partial(SpectralConv, method=method))
+    ref = FNO(**kw).to(device)
+    ours = FNO(**kw, conv_module=functools.partial(SpectralConv, method=method)).to(device)
     assert all(type(c) is SpectralConv for c in ours.fno_blocks.convs)
     ours.load_state_dict(ref.state_dict())  # neuraloperator's "weight.tensor" keys
-    x = torch.randn((3, 2) + grid)
+    x = torch.randn((3, 2) + grid, device=device)
     xs = [x.clone().requires_grad_(True) for _ in range(2)]
     ys = [model(xx) for model, xx in zip((ref, ours), xs)]
     g = torch.randn_like(ys[0])
