@@ -158,6 +158,37 @@ def test_torch_func_transforms(method):
                                atol=1e-10)
 
 
+@pytest.mark.parametrize("functional", [False, True])
+def test_torch_compile_keeps_the_call_opaque(functional):
+    """Under torch.compile the layer is one eager step of the compiled model: dynamo does not
+    trace its planning (no warnings from it), outputs and gradients as eager."""
+    import warnings
+
+    from fftmatvec.fno import SpectralConv, spectral_conv_torch
+
+    torch.manual_seed(3)
+    layer = SpectralConv(4, 5, (6, 6), method="dft")
+    if functional:
+        def model(x):
+            return torch.relu(spectral_conv_torch(x, layer.weight, (6, 6), layer.bias)) * 2
+    else:
+        model = torch.nn.Sequential(layer, torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    x = torch.randn(2, 4, 16, 16, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_(True)
+    torch._dynamo.reset()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = torch.compile(model, backend="aot_eager")(x2)
+        got.sum().backward()
+    assert not [w for w in caught if "fftmatvec" in str(w.message) + str(w.filename)]
+    g_compiled = x2.grad.clone()
+    layer.zero_grad()
+    want = model(x)
+    want.sum().backward()
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(g_compiled, x.grad, rtol=1e-6, atol=1e-6)
+
+
 def test_torch_layer_pickles_and_copies():
     """torch.save of a whole model, pickling (multiprocessing) and deepcopy (EMA copies)."""
     import copy

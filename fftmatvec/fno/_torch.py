@@ -195,6 +195,10 @@ def spectral_conv_torch(x, weight, n_modes, bias=None, method="auto", compute_dt
                         graphs="auto"):
     """:func:`spectral_conv` on torch tensors, differentiable in ``x``, ``weight`` and ``bias``.
 
+    Under ``torch.compile`` the call is one opaque step of the compiled model (a graph break,
+    ``torch.compiler.disable``): dynamo does not trace the layer's host-side planning, and the
+    call runs as it does eagerly, CUDA graphs included.
+
     ``method`` as for :func:`spectral_conv`; ``compute_dtype`` (default: ``x``'s) is the
     precision of the GEMMs: ``torch.bfloat16`` or ``torch.float16`` store ``x``, the weights,
     the DFT matrices and the intermediates in 16 bits and accumulate in float32 (the DFT path
@@ -215,6 +219,23 @@ def spectral_conv_torch(x, weight, n_modes, bias=None, method="auto", compute_dt
         the FFT path.
     """
     torch = _torch()
+    if torch.compiler.is_compiling():
+        return _opaque(torch)(x, weight, n_modes, bias, method, compute_dtype, graphs)
+    return _spectral_conv_torch(torch, x, weight, n_modes, bias, method, compute_dtype, graphs)
+
+
+_OPAQUE = None
+
+
+def _opaque(torch):
+    """:func:`_spectral_conv_torch` behind ``torch.compiler.disable``, made once."""
+    global _OPAQUE
+    if _OPAQUE is None:
+        _OPAQUE = torch.compiler.disable(lambda *args: _spectral_conv_torch(torch, *args))
+    return _OPAQUE
+
+
+def _spectral_conv_torch(torch, x, weight, n_modes, bias, method, compute_dtype, graphs):
     graphs = check_option(graphs)
     if not (torch.is_tensor(x) and torch.is_tensor(weight)):
         raise FFTMatvecTypeError(
