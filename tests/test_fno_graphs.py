@@ -750,8 +750,9 @@ def test_cuda_graphs_not_under_compile_tracing(cache, monkeypatch):
 @pytest.mark.gpu
 @cuda
 def test_cuda_graphs_with_torch_compile(cache):
-    """``torch.compile`` of the layer (dynamo, eager backend): the traced call takes the eager
-    chain; outputs and gradients as the layer's without graphs."""
+    """``torch.compile`` of the layer (dynamo, eager backend): the call is not traced (an eager
+    step of the compiled model, its graphs replayed); outputs and gradients as the layer's
+    without graphs."""
     layer = _layer(8, 6, (12, 12), device="cuda")
     eager = _twin(layer, graphs=False)
     compiled = torch.compile(layer, backend="eager")
@@ -929,8 +930,8 @@ def test_forward_without_gradients_skips_the_function(fake, cache, monkeypatch, 
 
 
 def test_forward_without_gradients_under_compile(cache):
-    """``torch.compile`` (eager backend) of a layer called without gradients: the traced
-    forward takes the eager chain, outputs as without compile."""
+    """``torch.compile`` (eager backend) of a layer called without gradients: outputs as
+    without compile."""
     layer = _layer(3, 4, (6, 8))
     compiled = torch.compile(layer, backend="eager")
     x = torch.randn(2, 3, 12, 10)
