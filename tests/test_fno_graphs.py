@@ -759,6 +759,7 @@ def test_cuda_graphs_with_torch_compile(cache):
     x, g = torch.randn(4, 8, 30, 30, device="cuda"), torch.randn(4, 6, 30, 30, device="cuda")
     for _ in range(2):
         _close(_step(compiled, x, g), _step(eager, x, g), 1e-5)
+    assert len(cache) > 0  # the compiled model's call captured (and replayed) its graphs
 
 
 @pytest.mark.gpu
