@@ -334,6 +334,24 @@ def test_from_neuralop(shape, n_modes):
     close(ours.bias.grad, ref.bias.grad)
 
 
+@pytest.mark.parametrize("n_modes,max_n_modes,later", [
+    ((8, 8), (12, 12), None), ((9, 7), (12, 12), None), ((8, 8), (12, 12), (6, 6)),
+    ((8, 8), (12, 12), (9, 9)), ((5,), (9,), None)])
+def test_from_neuralop_with_more_modes_stored_than_used(n_modes, max_n_modes, later):
+    """A neuraloperator layer whose weight holds max_n_modes but uses n_modes (set at
+    construction or later, incremental training) is copied as it computes."""
+    from fftmatvec.fno import SpectralConv
+
+    torch.manual_seed(len(n_modes) + (later or (0,))[0])
+    ref = _neuralop()(4, 3, n_modes, max_n_modes=max_n_modes)
+    if later is not None:
+        ref.n_modes = later
+    ours = SpectralConv.from_neuralop(ref)
+    x = torch.randn((2, 4) + (24,) * len(n_modes))
+    y_ref, y = ref(x), ours(x)
+    assert float((y - y_ref).abs().max() / y_ref.abs().max()) < 1e-5
+
+
 ON_CUDA = pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
     not torch.cuda.is_available(), reason="no CUDA/ROCm device for torch")])
 

@@ -144,7 +144,10 @@ class SpectralConv(torch.nn.Module):
     def from_neuralop(cls, layer, **kwargs):
         """Copy a dense-weight ``neuralop.layers.spectral_convolution.SpectralConv``.
 
-        ``kwargs`` (``method``, ``compute_dtype``, ``graphs``) go to the constructor.
+        A layer whose weight holds more modes than it uses (``max_n_modes`` above its current
+        ``n_modes``) is copied as it uses them: the part of the weight its forward slices out,
+        on inputs with at least that many modes on each axis. ``kwargs`` (``method``,
+        ``compute_dtype``, ``graphs``) go to the constructor.
         """
         w = layer.weight
         w = w if torch.is_tensor(w) else w.to_tensor()
@@ -157,6 +160,7 @@ class SpectralConv(torch.nn.Module):
             raise FFTMatvecValueError(
                 f"layer: expected fft_norm='forward', got {layer.fft_norm!r}"
             )
+        w = w[(slice(None), slice(None)) + _neuralop_slices(layer, w.shape[2:])]
         n_modes = list(w.shape[2:])
         n_modes[-1] = 2 * (n_modes[-1] - 1)
         new = cls(layer.in_channels, layer.out_channels, tuple(n_modes),
@@ -167,6 +171,21 @@ class SpectralConv(torch.nn.Module):
             if layer.bias is not None:
                 new.bias.copy_(layer.bias.detach())
         return new
+
+
+def _neuralop_slices(layer, extents):
+    """The part of a neuraloperator ``SpectralConv``'s weight (mode ``extents``) its forward
+    uses for its current ``n_modes``: centred on the axes with both signs, the first ones on
+    the last, as its own slicing takes them (``n_modes`` with the last axis halved)."""
+    used = [int(m) for m in getattr(layer, "n_modes", extents)]
+    if len(used) != len(extents):
+        raise FFTMatvecValueError(f"layer: n_modes {used} for a weight of modes {tuple(extents)}")
+    starts = [int(e) - u for e, u in zip(extents, used)]
+    if min(starts) < 0:
+        raise FFTMatvecValueError(
+            f"layer: uses n_modes {used}, more than its weight's modes {tuple(extents)}")
+    both = tuple(slice(st // 2, -st // 2) if st else slice(None) for st in starts[:-1])
+    return both + (slice(None, -starts[-1]) if starts[-1] else slice(None),)
 
 
 #: neuraloperator's SpectralConv keywords and the value each must have here (None: any value;
