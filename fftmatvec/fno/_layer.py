@@ -39,8 +39,8 @@ class SpectralConv(torch.nn.Module):
         in the GEMMs (the DFT path); default: the input's precision.
     graphs : {"auto", True, False}, default "auto"
         Replay the DFT path's forward and backward GEMM chains as CUDA graphs captured once
-        per call signature: "auto" on CUDA tensors up to a size (not inside
-        ``torch.compile`` tracing or the caller's own capture), True at any size and
+        per call signature: "auto" on CUDA tensors up to a size (not under ``torch.jit``
+        tracing or inside the caller's own capture), True at any size and
         raising where graphs cannot be used (CPU tensors, the FFT path), False never; a
         failed capture raises. Each graph holds a private memory pool (about the
         chain's working memory for its input size; see ``docs/fno.md``).
@@ -188,8 +188,8 @@ def _neuralop_slices(layer, extents):
     return both + (slice(None, -starts[-1]) if starts[-1] else slice(None),)
 
 
-#: neuraloperator's SpectralConv keywords and the value each must have here (None: any value;
-#: they configure a factorised weight only).
+#: neuraloperator's SpectralConv keywords and the value each must have here; those of
+#: _NEUROP_IGNORED may have any (they configure a factorised weight only).
 _NEUROP_DEFAULTS = {"complex_data": False, "separable": False, "resolution_scaling_factor": None,
                     "fno_block_precision": "full", "factorization": None, "fft_norm": "forward"}
 _NEUROP_IGNORED = ("rank", "implementation", "fixed_rank_modes", "decomposition_kwargs")

@@ -176,5 +176,6 @@ def _real_dtype(x, weight) -> np.dtype:
             f"x: expected a real floating array (float16, float32 or float64), got {x.dtype}"
         )
     if weight.dtype.kind not in "fc":
-        raise FFTMatvecTypeError(f"weight: expected a complex floating array, got {weight.dtype}")
+        raise FFTMatvecTypeError(
+            f"weight: expected a complex (or real) floating array, got {weight.dtype}")
     return np.dtype(np.float64) if x.dtype == np.float64 else np.dtype(np.float32)
