@@ -22,6 +22,8 @@ times, so that a drift of the host or the device reaches them all alike) of
   on layers whose graphs hold their whole chains, the graphs with the ends outside
   (``dft-ends``: no copy of ``x`` in or of ``y`` out), and ``method="fft"`` (full FFTs), and
   the method ``"auto"`` picks;
+* with ``--tuned``: the layer as users get it, every choice left to it, reading the FNO tuning
+  tables (``tuned``; the other columns take the built-in rules: the tables are off for them);
 * with ``--sixteen bfloat16`` (or ``float16``): ours, DFT path, 16-bit input and storage;
 
 and the floor: the bytes that must move over the bandwidth of a large device-to-device copy
@@ -48,6 +50,7 @@ Usage::
         [--cases 0,6] [--impls dft-split,dft-warp]
     python scripts/bench_fno.py --profile --cases 1,6 [--graphs 0]
     python scripts/bench_fno.py --host --cases 0,6,8
+    python scripts/bench_fno.py --tuned            # with the tables of fftmatvec tune-fno
     python scripts/bench_fno.py --device cpu --small      # a quick local check
 """
 
@@ -62,7 +65,7 @@ import time
 import torch
 
 from fftmatvec import FFTMatvecValueError
-from fftmatvec.fno import SpectralConv, _graphs
+from fftmatvec.fno import SpectralConv, _graphs, _tuning
 from fftmatvec.fno._dft import choose_method
 from fftmatvec.gpu.plan import ENV
 
@@ -163,14 +166,34 @@ def _ends_outside(layer):
     return run
 
 
-def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls, rounds=4, only=None):
+def _with_tables(layer, tables):
+    """``layer`` reading the FNO tuning tables ``tables`` (the raw value of
+    ``FFTMATVEC_FNO_TUNING_PATH`` at the start, None where unset) during the call."""
+
+    def run(x):
+        old = os.environ[_tuning.ENV]
+        if tables is None:
+            os.environ.pop(_tuning.ENV)
+        else:
+            os.environ[_tuning.ENV] = tables
+        try:
+            return layer(x)
+        finally:
+            os.environ[_tuning.ENV] = old
+
+    return run
+
+
+def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls, rounds=4, only=None,
+               tables=False):
     n_modes = tuple([m] * len(grid))
     dft = SpectralConv(C, C, n_modes, device=device, method="dft")
     fft = SpectralConv(C, C, n_modes, device=device, method="fft")
     nograph = SpectralConv(C, C, n_modes, device=device, method="dft", graphs=False)
     graph = SpectralConv(C, C, n_modes, device=device, method="dft", graphs=True)
+    tuned = SpectralConv(C, C, n_modes, device=device)
     with torch.no_grad():
-        for other in (fft, nograph, graph):
+        for other in (fft, nograph, graph, tuned):
             other.weight.copy_(dft.weight)
             other.bias.copy_(dft.bias)
     modes = dft.modes
@@ -191,6 +214,8 @@ def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls, rounds=
             impls["dft-split-warp"] = _planned(dft, "fno_split=1,fno_rows=1,fno_warp=1")
     if device.type == "cuda" and not _graphs.ends_outside((B, C) + grid, 4, C):
         impls["dft-ends"] = _ends_outside(dft)
+    if tables is not False:
+        impls["tuned"] = _with_tables(tuned, tables)
     x = torch.randn((B, C) + grid, device=device)
     for name in [k for k in impls if k.startswith("dft-")]:
         try:  # a plan that cannot serve this layer (no warp form for it): no column
@@ -201,7 +226,8 @@ def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls, rounds=
     if nop_cls is not None:
         impls["nop"] = nop_cls(C, C, n_modes).to(device)
     if only is not None:  # eager and dft always: the ratios are theirs
-        impls = {k: v for k, v in impls.items() if k in only or k in ("eager", "dft")}
+        impls = {k: v for k, v in impls.items()
+                 if k in only or k in ("eager", "dft", "tuned")}
     if sixteen is not None:
         s16 = SpectralConv(C, C, n_modes, device=device, method="dft",
                            compute_dtype=getattr(torch, sixteen))
@@ -221,6 +247,7 @@ def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls, rounds=
     fwd_bytes = 4 * (x.numel() + y_dft.numel()) + w_bytes
     floors = {"fwd": fwd_bytes / bw, "fwd+bwd": (2 * fwd_bytes + w_bytes) / bw}
     owned = {name: list(f.parameters()) if isinstance(f, torch.nn.Module)
+             else list(tuned.parameters()) if name == "tuned"
              else [dft.weight, dft.bias] for name, f in impls.items()}
     rows = []
     for pss in ("fwd", "fwd+bwd"):
@@ -355,9 +382,14 @@ def main():
                     help="print the DFT path's GPU kernels per case instead of the table")
     ap.add_argument("--host", action="store_true",
                     help="print the DFT path's synchronised, back-to-back and host times a call")
+    ap.add_argument("--tuned", action="store_true",
+                    help="also time the layer as users get it, with the FNO tuning tables "
+                         "(fftmatvec tune-fno); the other columns take the built-in rules")
     ap.add_argument("--graphs", type=int, choices=[0, 1], default=1,
                     help="with --profile: replay CUDA graphs where 'auto' does (1) or not (0)")
     args = ap.parse_args()
+    tables = os.environ.get(_tuning.ENV) if args.tuned else False
+    os.environ[_tuning.ENV] = "none"  # the built-in rules, but in the tuned column
     device = torch.device(args.device)
     sizes = SMALL if args.small else SIZES
     if args.cases:
@@ -383,15 +415,16 @@ def main():
     extra = [args.sixteen] if args.sixteen else []
     cols = ["eager", "nop", "fft", "dft-gemm", "dft-noplane", "dft-nosplit", "dft-split",
             "dft-rows", "dft-passes", "dft-warp", "dft-split-warp", "dft-nograph", "dft-graph",
-            "dft-ends", "dft"] + extra
+            "dft-ends", "dft"] + extra + (["tuned"] if args.tuned else [])
     print(f"{'case':>30} {'pass':>7} {'auto':>4} {'floor us':>9} "
           + " ".join(f"{c + ' us':>{max(10, len(c) + 3)}}" for c in cols)
-          + f" {'eager/dft':>9} {'nop/dft':>8} {'floor/dft':>9} {'dft-fft':>8}")
+          + f" {'eager/dft':>9} {'nop/dft':>8} {'floor/dft':>9} {'dft-fft':>8}"
+          + (f" {'eager/tuned':>11}" if args.tuned else ""))
     rows = []
     for B, C, grid, m in sizes:
         only = None if not args.impls else set(args.impls.split(","))
         for r in bench_case(B, C, grid, m, device, sampled, bw, args.reps, args.sixteen,
-                            NeuralopConv, args.rounds, only):
+                            NeuralopConv, args.rounds, only, tables):
             rows.append(r)
             t = r["times_s"]
             us = " ".join(f"{t.get(c, float('nan')) * 1e6:{max(10, len(c) + 3)}.1f}"
@@ -399,7 +432,8 @@ def main():
             print(f"{str((B, C, grid, m)):>30} {r['pass']:>7} {r['auto']:>4} "
                   f"{r['floor_s'] * 1e6:9.1f} {us} {t['eager'] / t['dft']:9.2f} "
                   f"{t.get('nop', float('nan')) / t['dft']:8.2f} "
-                  f"{r['floor_s'] / t['dft']:9.1%} {r['dft_vs_fft']:8.1e}")
+                  f"{r['floor_s'] / t['dft']:9.1%} {r['dft_vs_fft']:8.1e}"
+                  + (f" {t['eager'] / t['tuned']:11.2f}" if args.tuned else ""))
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"device": name, "bandwidth_Bps": bw, "torch": torch.__version__,

@@ -93,3 +93,11 @@ def set_plan(monkeypatch, key: str, value) -> None:
         monkeypatch.setenv(ENV, ",".join(f"{k}={v}" for k, v in items.items()))
     else:
         monkeypatch.delenv(ENV, raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _builtin_fno_rules(monkeypatch):
+    """The FNO layers take the built-in rules in every test (a tuning table in the user's cache
+    or shipped with the package would change their choices); the tests of the tables point
+    ``FFTMATVEC_FNO_TUNING_PATH`` at their own."""
+    monkeypatch.setenv("FFTMATVEC_FNO_TUNING_PATH", "none")

@@ -18,7 +18,7 @@ from .. import _writes
 from .._errors import FFTMatvecError
 
 # Subcommand modules, in the order ``--help`` lists them.
-SUBCOMMANDS = ("info", "matvec", "convert", "demo", "tune")
+SUBCOMMANDS = ("info", "matvec", "convert", "demo", "tune", "tune_fno")
 
 
 def positive_int(text: str) -> int:

@@ -47,6 +47,16 @@ def collect() -> dict:
     paths = select.table_paths()
     info["tuning"] = (", ".join(str(p) for p in paths) + " (precision='auto' looks here in order)"
                       if paths else "no tables found: precision='auto' uses the error model")
+    from ..fno import _tuning
+
+    try:
+        fno = _tuning.table_paths()
+    except Exception as exc:  # noqa: BLE001 - a bad FFTMATVEC_FNO_TUNING_PATH: said, not raised
+        info["fno_tuning"] = f"unreadable: {exc}"
+    else:
+        info["fno_tuning"] = (", ".join(str(p) for p in fno) + " (the FNO layers look here in "
+                              "order)" if fno else "no tables: the FNO layers take the built-in "
+                              "rules (fftmatvec tune-fno writes one)")
     return info
 
 

@@ -10,9 +10,10 @@ from ._graphs import clear_graphs
 from ._modes import kept_modes
 from ._reference import spectral_conv
 from ._torch import spectral_conv_torch
+from ._tuning import reload_tables, tune
 
 __all__ = ["DFT_FLOP_RATIO", "SpectralConv", "choose_method", "clear_graphs", "kept_modes",
-           "spectral_conv", "spectral_conv_torch"]
+           "reload_tables", "spectral_conv", "spectral_conv_torch", "tune"]
 
 
 def __getattr__(name):

@@ -10,6 +10,7 @@ import operator
 import numpy as np
 
 from .._errors import FFTMatvecTypeError, FFTMatvecValueError
+from . import _tuning
 from ._graphs import check_option
 from ._modes import check_bias, check_shapes, hermitian_weights, kept_modes, mode_indices
 from ._reference import METHODS, resolve_method
@@ -250,6 +251,15 @@ def _spectral_conv_torch(torch, x, weight, n_modes, bias, method, compute_dtype,
     if not weight.is_complex():
         raise FFTMatvecTypeError(f"weight: expected a complex tensor, got {weight.dtype}")
     cd, sixteen = _compute_dtype(torch, x, compute_dtype)
+    tuned = _tuned(torch, x, weight, bias, modes, cd)
+    # the layer's FNO tuning table entry, where the caller's own choices leave it room
+    if tuned is not None and method in ("auto", tuned.method) and not (
+            graphs is True and tuned.method == "fft"):
+        method = tuned.method
+        graphs = tuned.graphs if graphs == "auto" else graphs
+        tuned = tuned.plan
+    else:
+        tuned = ()
     if method == "auto" and sixteen:
         method = "dft"
     method = resolve_method(method, x.shape[0], x.shape[1], weight.shape[1], x.shape[2:], modes)
@@ -259,7 +269,7 @@ def _spectral_conv_torch(torch, x, weight, n_modes, bias, method, compute_dtype,
             or torch.autograd.forward_ad._current_level >= 0):  # the chain of torch ops
         return reference_forward(torch, x, weight, modes, bias).to(x.dtype)
     if method == "dft":
-        return dft_spectral_conv(x, weight, bias, modes, cd, graphs)
+        return dft_spectral_conv(x, weight, bias, modes, cd, graphs, tuned)
     if graphs is True:
         raise FFTMatvecValueError(
             "graphs=True: CUDA graphs replay the DFT path, got method='fft' "
@@ -277,6 +287,26 @@ def _spectral_conv_torch(torch, x, weight, n_modes, bias, method, compute_dtype,
     if bias is not None:
         y = y + bias.reshape((1, -1) + (1,) * len(modes))
     return y
+
+
+def _tuned(torch, x, weight, bias, modes, cd):
+    """The :class:`._tuning.Choice` of the FNO tuning tables for this call, or None."""
+    grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or (
+        bias is not None and bias.requires_grad))
+    B, C = x.shape[:2]
+    return _tuning.lookup(x.device, B, C, weight.shape[1], tuple(x.shape[2:]), modes,
+                          _NAMES[x.dtype], _NAMES[cd], grad)
+
+
+class _Names(dict):
+    """``torch.float32`` -> ``"float32"``, computed once a dtype."""
+
+    def __missing__(self, dtype):
+        self[dtype] = name = str(dtype).rsplit(".", 1)[-1]
+        return name
+
+
+_NAMES = _Names()
 
 
 def _empty_batch(torch, x, weight, bias):

@@ -105,19 +105,20 @@ def _chain(device, dtype_name, spatial, modes, rows=frozenset(), plane=frozenset
                            rows, plane, split, variant)
 
 
-def chain_for(x, dtype, modes, cout=None):
+def chain_for(x, dtype, modes, cout=None, tuned=()):
     """The cached DFT matrices for ``x``'s grid and device in ``dtype`` (``cout`` output
     channels, default ``x``'s): the modes split (:class:`._dft.SplitChain`), the last axis on
     the row FFT kernels and the last two on the plane kernels where the planner says so
     (:func:`fftmatvec.gpu.planner.fno_chain`), asked once per shape, device, dtype and value
-    of ``FFTMATVEC_PLAN``."""
+    of ``FFTMATVEC_PLAN`` and tuned plan ``tuned`` (the pairs of the layer's FNO tuning table
+    entry, :mod:`._tuning`)."""
     B, C = x.shape[:2]
     return _planned_chain(x.device, dtype, tuple(x.shape[2:]), tuple(modes), plan_key(),
-                          (B, C, C if cout is None else cout))
+                          (B, C, C if cout is None else cout), tuned)
 
 
 @functools.lru_cache(maxsize=256)
-def _planned_chain(device, dtype, spatial, modes, plan, channels):
+def _planned_chain(device, dtype, spatial, modes, plan, channels, tuned=()):
     """:func:`chain_for`'s chain (``plan``: the raw ``FFTMATVEC_PLAN``, a key only;
     ``channels``: ``(B, Cin, Cout)``): on the path of every call, where the planner's
     questions cost a small layer's device tens of microseconds of waiting."""
@@ -125,7 +126,7 @@ def _planned_chain(device, dtype, spatial, modes, plan, channels):
 
     name = str(dtype).rsplit(".", 1)[-1]
     kernels = device.type == "cuda" and name == "float32"
-    choice = fno_chain(*channels, spatial, modes, name, device.index, kernels)
+    choice = fno_chain(*channels, spatial, modes, name, device.index, kernels, tuned)
     return _chain(str(device), name, spatial, modes, *choice)
 
 
@@ -342,12 +343,12 @@ def _eager_backward(torch, ctx, g, Xs, weight, needs):
         return backward_chain(g, Xs, weight, ctx.chain, ctx.cdtype, needs, ctx.meta)
 
 
-def _forward(torch, ctx, x, weight, bias, modes, cdtype, graphs, token):
+def _forward(torch, ctx, x, weight, bias, modes, cdtype, graphs, token, tuned=()):
     """``(y, Xs)``, from the forward graph where ``graphs`` (``Xs`` None there unless a
     ``token`` is given: :func:`_replay_forward`), else from the eager chain; sets
     ``ctx.chain``, ``ctx.cdtype`` and, with graphs, ``ctx.problem`` (what the backward and
     the replay read)."""
-    chain = chain_for(x, cdtype, modes, weight.shape[1])
+    chain = chain_for(x, cdtype, modes, weight.shape[1], tuned)
     ctx.chain, ctx.cdtype = chain, cdtype
     if graphs:
         ctx.problem = (_graphs.problem_key(x.shape, x.dtype, x.device, cdtype, modes, weight,
@@ -378,13 +379,13 @@ def _function():
         :class:`._graphs.Slot`)."""
 
         @staticmethod
-        def forward(ctx, x, weight, bias, modes, cdtype, graphs, grad):
+        def forward(ctx, x, weight, bias, modes, cdtype, graphs, grad, tuned):
             bias_meta = None if bias is None else (tuple(bias.shape), bias.dtype)
             ctx.meta = (x.dtype, tuple(weight.shape), weight.dtype, bias_meta)
             ctx.modes = modes
             ctx.graphs = graphs
             token = torch.empty(0) if grad and ctx.needs_input_grad[1] else None
-            y, Xs = _forward(torch, ctx, x, weight, bias, modes, cdtype, graphs, token)
+            y, Xs = _forward(torch, ctx, x, weight, bias, modes, cdtype, graphs, token, tuned)
             ctx.lent = Xs if isinstance(Xs, _graphs.Lent) else None
             # x itself for a backward under create_graph=True (reference_grads), as a
             # convolution keeps its input
@@ -402,14 +403,14 @@ def _function():
                 from ._torch import reference_grads
 
                 return reference_grads(torch, x, weight, ctx.modes, g, needs, ctx.meta[3]) + (
-                    None, None, None, None)
+                    None,) * 5
             Xs = ctx.lent or Xs
             out = None
             if ctx.graphs and _graphs.replayable(torch, g):
                 out = _replay_backward(torch, ctx, g, Xs, weight, needs)
             if out is None:
                 out = _eager_backward(torch, ctx, g, Xs, weight, needs)
-            return out + (None, None, None, None)
+            return out + (None,) * 5
 
     return _DftSpectralConvFn
 
@@ -417,18 +418,20 @@ def _function():
 _FN = None
 
 
-def dft_spectral_conv(x, weight, bias, modes, cdtype, graphs="auto"):
+def dft_spectral_conv(x, weight, bias, modes, cdtype, graphs="auto", tuned=()):
     """Apply the DFT-product autograd Function (shapes and ``graphs`` checked by the caller):
     with CUDA-graph replay where :func:`~fftmatvec.fno._graphs.wanted` says so. Where no
     gradient can be wanted (grad mode off, or no input that requires one), the forward runs
-    without the Function, whose bookkeeping is host time a small layer's device waits for."""
+    without the Function, whose bookkeeping is host time a small layer's device waits for.
+    ``tuned``: the plan of the layer's FNO tuning table entry (:func:`chain_for`)."""
     global _FN
     torch = _torch()
     use = _graphs.wanted(torch, graphs, x, weight, bias)
     grad = torch.is_grad_enabled()
     if not (grad and (x.requires_grad or weight.requires_grad
                       or (bias is not None and bias.requires_grad))):
-        return _forward(torch, _Call(), x, weight, bias, tuple(modes), cdtype, use, None)[0]
+        return _forward(torch, _Call(), x, weight, bias, tuple(modes), cdtype, use, None,
+                        tuned)[0]
     if _FN is None:
         _FN = _function()
-    return _FN.apply(x, weight, bias, tuple(modes), cdtype, use, use and grad)
+    return _FN.apply(x, weight, bias, tuple(modes), cdtype, use, use and grad, tuned)

@@ -99,7 +99,23 @@ def fused_adjoint_line(gpu: bool) -> str:
             + ", ".join(f"{s} {n}+" for s, n in FUSED_MIN_BLOCKS_PER_SM.items()))
 
 
-def fno_rows(n_last: int, m_last: int, dtype, device_id: int) -> frozenset:
+def _fno_mode(key: str, tuned) -> str:
+    """``"auto"``, ``"0"`` or ``"1"`` for the FNO plan ``key``: ``FFTMATVEC_PLAN``, else the
+    layer's tuned plan ``tuned`` (pairs ``(key, value)`` of an FNO tuning table's entry,
+    :mod:`fftmatvec.fno._tuning`), else ``"auto"``."""
+    return plan_mode(_Tuned(dict(tuned)) if tuned else None, key)
+
+
+class _Tuned:
+    """The tuned plan of an FNO layer as :func:`fftmatvec.gpu.plan.mode` reads an engine's."""
+
+    __slots__ = ("tuned",)
+
+    def __init__(self, tuned):
+        self.tuned = tuned
+
+
+def fno_rows(n_last: int, m_last: int, dtype, device_id: int, tuned=()) -> frozenset:
     """Which transforms of the FNO layer's last axis (``n_last`` points, ``m_last`` bins kept)
     the DFT chain (:mod:`fftmatvec.fno._dft`) runs on the row FFT kernels
     (:mod:`fftmatvec.fno._rows`) instead of GEMMs with the DFT matrices: a subset of
@@ -107,8 +123,8 @@ def fno_rows(n_last: int, m_last: int, dtype, device_id: int) -> frozenset:
     the inverse ones: the synthesis and the adjoint of the analysis). By default
     :func:`fno_rows_auto` where the kernels take the axis (float32 on a GPU, a 5-smooth complex
     length that fits a block); plan key ``fno_rows``: ``0`` none, ``1`` both, an error where
-    the kernels cannot."""
-    mode = plan_mode(None, "fno_rows")
+    the kernels cannot; ``tuned``: the layer's tuned plan (:func:`_fno_mode`)."""
+    mode = _fno_mode("fno_rows", tuned)
     if mode == "0":
         return frozenset()
     return _fno_rows(int(n_last), int(m_last), np.dtype(dtype).str, int(device_id), mode)
@@ -154,15 +170,15 @@ def _fno_rows(n_last: int, m_last: int, dtype: str, device_id: int, mode: str) -
     return frozenset({"r2c", "c2r"}) if mode == "1" else fno_rows_auto(n_last, m_last)
 
 
-def fno_plane(spatial, modes, dtype, device_id: int) -> frozenset:
+def fno_plane(spatial, modes, dtype, device_id: int, tuned=()) -> frozenset:
     """Which steps of the FNO layer's DFT chain run the last two axes (a plane) at once on the
     plane kernels (:class:`fftmatvec.fno._rows.Plane`) instead of a GEMM an axis: a subset of
     ``{"r2c", "c2r"}`` (the forward transforms: the analysis and the adjoint of the synthesis;
     the inverse ones: the synthesis and the adjoint of the analysis). By default
     :func:`fno_plane_auto` where the kernels take the plane (two or more axes, float32 on a
     GPU, 5-smooth complex lengths that fit a block); plan key ``fno_plane``: ``0`` none, ``1``
-    both, an error where the kernels cannot."""
-    mode = plan_mode(None, "fno_plane")
+    both, an error where the kernels cannot; ``tuned`` as for :func:`fno_rows`."""
+    mode = _fno_mode("fno_plane", tuned)
     if mode == "0":
         return frozenset()
     return _fno_plane(tuple(int(n) for n in spatial), tuple(int(m) for m in modes),
@@ -201,27 +217,30 @@ def _fno_plane(spatial: tuple, modes: tuple, dtype: str, device_id: int, mode: s
 
 
 def fno_chain(batch: int, cin: int, cout: int, spatial, modes, dtype, device_id: int,
-              kernels: bool):
+              kernels: bool, tuned=()):
     """The FNO layer's DFT chain, ``(rows, plane, split, variant)``: the last axis's transforms
     on the row kernels (:func:`fno_rows`), the last two axes on the plane kernels
     (:func:`fno_plane`), the modes split (:func:`fno_split`) and the kernels' form
-    (:func:`fno_variant`); the kernels only where ``kernels`` (float32 on a GPU)."""
-    rows = fno_rows(spatial[-1], modes[-1], dtype, device_id) if kernels else frozenset()
-    split = fno_split(batch, cin, cout, spatial, dtype, row_kernels=bool(rows))
-    plane = fno_plane(spatial, modes, dtype, device_id) if kernels and not split \
+    (:func:`fno_variant`); the kernels only where ``kernels`` (float32 on a GPU); ``tuned``:
+    the plan of the layer's FNO tuning table entry (pairs ``(key, value)``), which
+    ``FFTMATVEC_PLAN`` overrides key by key."""
+    rows = fno_rows(spatial[-1], modes[-1], dtype, device_id, tuned) if kernels else frozenset()
+    split = fno_split(batch, cin, cout, spatial, dtype, row_kernels=bool(rows), tuned=tuned)
+    plane = fno_plane(spatial, modes, dtype, device_id, tuned) if kernels and not split \
         else frozenset()
-    variant = fno_variant(spatial, modes, rows, plane, device_id) if kernels else "auto"
+    variant = fno_variant(spatial, modes, rows, plane, device_id, tuned) if kernels else "auto"
     return rows, plane, split, variant
 
 
-def fno_variant(spatial, modes, rows, plane, device_id: int) -> str:
+def fno_variant(spatial, modes, rows, plane, device_id: int, tuned=()) -> str:
     """The form of the FNO layer's row and plane kernels (:class:`fftmatvec.fno._rows.LastAxis`,
     :class:`~fftmatvec.fno._rows.Plane` take it as ``variant``) for a layer taking the row
     kernels ``rows`` and the plane kernels ``plane`` (:func:`fno_rows`, :func:`fno_plane`): by
     default ``"auto"`` (the kernels' own rule: a plane's warp form wherever it takes the plane,
     a row's where :data:`fftmatvec.fno._rows.ROW_WARP_AUTO`); plan key ``fno_warp``: ``0`` the
-    pass form, ``1`` the warp form (an error where a kernel the layer takes has none)."""
-    mode = plan_mode(None, "fno_warp")
+    pass form, ``1`` the warp form (an error where a kernel the layer takes has none);
+    ``tuned`` as for :func:`fno_rows`."""
+    mode = _fno_mode("fno_warp", tuned)
     if mode != "1":
         return "passes" if mode == "0" else "auto"
     why = None
@@ -240,7 +259,8 @@ def fno_variant(spatial, modes, rows, plane, device_id: int) -> str:
     return "warp"
 
 
-def fno_split(batch: int, cin: int, cout: int, spatial, dtype, row_kernels: bool = False) -> bool:
+def fno_split(batch: int, cin: int, cout: int, spatial, dtype, row_kernels: bool = False,
+              tuned=()) -> bool:
     """Whether the FNO layer's DFT chain keeps its modes modes-major and split
     (:class:`fftmatvec.fno._dft.SplitChain`: no permute around the channel product, the weight
     copied into its real and imaginary parts) rather than interleaved
@@ -249,8 +269,8 @@ def fno_split(batch: int, cin: int, cout: int, spatial, dtype, row_kernels: bool
     of :func:`fno_rows` take the axis (``row_kernels``; they write and read either layout) only
     with :data:`~fftmatvec.gpu.rules.FNO_SPLIT_WITH_ROW_KERNELS`; plan key ``fno_split``: ``0``
     never, ``1`` every layer it takes (an error elsewhere: more than one axis, or 16-bit
-    storage)."""
-    mode = plan_mode(None, "fno_split")
+    storage); ``tuned`` as for :func:`fno_rows`."""
+    mode = _fno_mode("fno_split", tuned)
     if mode == "0":
         return False
     from ..fno._dft import split_pays

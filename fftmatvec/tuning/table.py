@@ -166,17 +166,22 @@ def validate(table, path="<table>") -> dict:
     return table
 
 
+def read_yaml(path, what: str = "tuning table"):
+    """The parsed YAML of ``path``; a :class:`TableError` naming ``what`` and the file where it
+    cannot be read or parsed."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return yaml.safe_load(f)
+    except yaml.YAMLError as exc:
+        raise TableError(f"{what} {path}: not valid YAML: {exc}") from None
+    except OSError as exc:
+        raise TableError(f"{what} {path}: cannot read it: {exc}") from None
+
+
 def load_table(path) -> dict:
     """Read and validate the table at ``path``; errors name the file and the problem."""
     path = os.fspath(path)
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
-    except yaml.YAMLError as exc:
-        raise TableError(f"tuning table {path}: not valid YAML: {exc}") from None
-    except OSError as exc:
-        raise TableError(f"tuning table {path}: cannot read it: {exc}") from None
-    return validate(data, path)
+    return validate(read_yaml(path), path)
 
 
 def save_table(table, path) -> None:
