@@ -19,6 +19,7 @@ from fftmatvec import FFTMatvecValueError
 from fftmatvec.fno import _graphs, _torch_dft, clear_graphs
 from fftmatvec.fno._graphs import GraphCache
 from fftmatvec.fno._modes import kept_modes
+from conftest import set_plan
 
 torch = pytest.importorskip("torch")
 
@@ -901,6 +902,16 @@ def test_replay_ends_outside_the_graph(fake, cache, monkeypatch, shape, n_modes)
     y = layer(x)
     (fwd,) = cache._entries.values()
     assert fwd.inputs[0].shape == x.shape
+    # plan key fno_ends: the middles at any size (1), the whole chains above the limit (0)
+    for value, limit, whole in (("1", 2**62, False), ("0", 0, True)):
+        clear_graphs()
+        monkeypatch.setattr(_graphs, "ENDS_MIN_BYTES", limit)
+        set_plan(monkeypatch, "fno_ends", value)
+        y = layer(x)
+        y.backward(torch.randn_like(y))
+        for entry in cache._entries.values():
+            assert (entry.inputs[0].dim() == x.dim()) == whole
+    set_plan(monkeypatch, "fno_ends", None)
 
 
 @pytest.mark.parametrize("mode", ["no_grad", "inference_mode", "no_input_requires_grad"])

@@ -16,6 +16,7 @@ import contextlib
 import functools
 
 from ..gpu.plan import plan_key
+from ..gpu.planner import fno_ends
 from . import _dft, _graphs
 
 def _torch():
@@ -277,13 +278,13 @@ def _replay(torch, key, device, cdtype, chain, fn, args, wanted, ends, token=Non
 def _replay_forward(torch, ctx, x, weight, bias, token):
     """``(y, Xs)`` from the forward graph: ``Xs`` None, or with a ``token`` (a tensor the
     backward saves) the modes-major input left in the graph's buffer and lent
-    (:class:`._graphs.Lent`). Where :func:`._graphs.ends_outside`, the graph holds the chain's
+    (:class:`._graphs.Lent`). Where ``ctx.outside`` (:func:`fftmatvec.gpu.planner.fno_ends`),
+    the graph holds the chain's
     middle (:func:`forward_middle`): its first step writes the graph's input buffer and its
     last reads the graph's output, outside it; else the whole chain, ``x`` copied in and ``y``
     cloned out."""
-    chain, cdtype = ctx.chain, ctx.cdtype
+    chain, cdtype, outside = ctx.chain, ctx.cdtype, ctx.outside
     x_shape = tuple(x.shape)
-    outside = _graphs.ends_outside(x_shape, x.element_size(), weight.shape[1])
     key = _graphs.forward_key((ctx.problem, outside), _stream(torch, x.device))
     wanted = (True, False if token is None else _graphs.LEND)
     if not outside:
@@ -315,7 +316,7 @@ def _replay_backward(torch, ctx, g, Xs, weight, needs):
 def _replay_backward_of(torch, ctx, g, xs, weight, needs, borrowed=None):
     chain, cdtype, meta = ctx.chain, ctx.cdtype, ctx.meta
     g_shape = tuple(g.shape)
-    outside = _graphs.ends_outside(g_shape, g.element_size(), meta[1][0])
+    outside = ctx.outside
     key = _graphs.backward_key((ctx.problem, outside), _stream(torch, g.device), needs,
                                g.dtype, borrowed)
     if not outside:
@@ -346,11 +347,13 @@ def _eager_backward(torch, ctx, g, Xs, weight, needs):
 def _forward(torch, ctx, x, weight, bias, modes, cdtype, graphs, token, tuned=()):
     """``(y, Xs)``, from the forward graph where ``graphs`` (``Xs`` None there unless a
     ``token`` is given: :func:`_replay_forward`), else from the eager chain; sets
-    ``ctx.chain``, ``ctx.cdtype`` and, with graphs, ``ctx.problem`` (what the backward and
-    the replay read)."""
+    ``ctx.chain``, ``ctx.cdtype`` and, with graphs, ``ctx.problem`` and ``ctx.outside``
+    (whether the graphs hold the chains' middles: :func:`fftmatvec.gpu.planner.fno_ends`),
+    what the backward and the replay read."""
     chain = chain_for(x, cdtype, modes, weight.shape[1], tuned)
     ctx.chain, ctx.cdtype = chain, cdtype
     if graphs:
+        ctx.outside = fno_ends(tuple(x.shape), x.element_size(), weight.shape[1], tuned)
         ctx.problem = (_graphs.problem_key(x.shape, x.dtype, x.device, cdtype, modes, weight,
                                            bias), chain.rows, chain.forms)
         out = _replay_forward(torch, ctx, x, weight, bias, token)
@@ -363,7 +366,7 @@ def _forward(torch, ctx, x, weight, bias, modes, cdtype, graphs, token, tuned=()
 class _Call:
     """The attributes :func:`_forward` sets, for a call that records no autograd graph."""
 
-    __slots__ = ("chain", "cdtype", "problem")
+    __slots__ = ("chain", "cdtype", "problem", "outside")
 
 
 def _function():

@@ -54,7 +54,7 @@ SCHEMA_VERSION = 1
 KIND = "fno"
 ENV = "FFTMATVEC_FNO_TUNING_PATH"
 #: the plan keys of the FNO layer (:data:`fftmatvec.gpu.plan.PLAN_KEYS`)
-FNO_KEYS = ("fno_rows", "fno_plane", "fno_split", "fno_warp")
+FNO_KEYS = ("fno_rows", "fno_plane", "fno_split", "fno_warp", "fno_ends")
 DTYPES = ("float32", "float64", "bfloat16", "float16")
 METHODS = ("dft", "fft")
 GRAPHS = ("auto", True, False)
@@ -347,16 +347,19 @@ def parse_case(text: str):
 
 
 def candidates(device, batch, cin, cout, spatial, modes, dtype, compute_dtype):
-    """The choices worth timing for a layer: ``[(method, graphs, plan dict) or an error string,
-    ...]``, the built-in first, each DFT chain once (plans the planner resolves to one chain
-    are timed once; one it refuses is returned as its error)."""
+    """The choices worth timing for a layer: ``[(method, graphs, plan dict) or, for a plan the
+    planner refuses, (method, graphs, plan dict, its error), ...]``, the built-in first; each
+    DFT chain once (plans the planner resolves to one chain are timed once), on a GPU without
+    CUDA graphs and with graphs that hold the whole chains or only their middles
+    (``fno_ends``)."""
     from ..gpu.planner import fno_chain
 
     sixteen = compute_dtype in ("bfloat16", "float16")
     cuda = device.type == "cuda"
     kernels = cuda and compute_dtype == "float32"
+    chain_keys = FNO_KEYS[:4]
     if kernels:
-        plans = [{}] + [{k: v} for k in FNO_KEYS for v in ("0", "1")] + [
+        plans = [{}] + [{k: v} for k in chain_keys for v in ("0", "1")] + [
             {"fno_plane": "1", "fno_warp": "1"}, {"fno_rows": "1", "fno_warp": "1"},
             {"fno_rows": "1", "fno_split": "1"},
             {"fno_rows": "1", "fno_split": "1", "fno_warp": "1"}]
@@ -374,8 +377,13 @@ def candidates(device, batch, cin, cout, spatial, modes, dtype, compute_dtype):
         if chain in chains:
             continue
         chains.add(chain)
-        for graphs in ((True, False) if cuda else (False,)):
-            out.append(("dft", graphs, plan))
+        if not cuda:
+            out.append(("dft", False, plan))
+            continue
+        # on a GPU: without graphs, and with them holding the whole chains or their middles
+        out.append(("dft", False, plan))
+        for ends in ("0", "1"):
+            out.append(("dft", True, {**plan, "fno_ends": ends}))
     if not sixteen:
         out.append(("fft", False, {}))
     return out

@@ -259,6 +259,22 @@ def fno_variant(spatial, modes, rows, plane, device_id: int, tuned=()) -> str:
     return "warp"
 
 
+def fno_ends(x_shape, itemsize: int, cout: int, tuned=()) -> bool:
+    """Whether the CUDA graphs of an FNO layer (input ``x_shape`` of ``itemsize`` bytes an
+    element, ``cout`` output channels) hold only its chains' middles, the first and the last
+    step run outside them (:func:`fftmatvec.fno._graphs.ends_outside`: by default above
+    :data:`~fftmatvec.fno._graphs.ENDS_MIN_BYTES` of input and output); plan key
+    ``fno_ends``: ``0`` the whole chains in the graphs, ``1`` the middles at any size;
+    ``tuned`` as for :func:`fno_rows`. One decision serves the forward and the backward (the
+    backward's input and output are the forward's output and input in size)."""
+    mode = _fno_mode("fno_ends", tuned)
+    if mode == "auto":
+        from ..fno._graphs import ends_outside
+
+        return ends_outside(x_shape, itemsize, cout)
+    return mode == "1"
+
+
 def fno_split(batch: int, cin: int, cout: int, spatial, dtype, row_kernels: bool = False,
               tuned=()) -> bool:
     """Whether the FNO layer's DFT chain keeps its modes modes-major and split
