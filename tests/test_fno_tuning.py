@@ -251,3 +251,30 @@ def test_the_command(tmp_path, capsys):
     assert _tuning.load_table(out)["entries"][0]["grad"] is False
     assert main(["tune-fno", "2,3,16", "--out", str(out)]) == 2
     assert "expected B,C,GRID,MODES" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA/ROCm device for torch")
+@pytest.mark.parametrize("case", ["8,16,128,64", "4,8,6,64x64,16"])
+def test_tune_on_the_device(tmp_path, case):
+    """On the device: the graphs' two forms and no graphs are timed for each chain, the plan
+    keys' refusals are listed, and the layer runs the entry's choice to within float32 of the
+    CPU's float64 result."""
+    out = tmp_path / "tables" / "gpu.yaml"
+    table = _tuning.tune([case], repeat=3, rounds=2, out=out)
+    (entry,) = table["entries"]
+    timed = [c for c in entry["candidates"] if "time" in c]
+    assert {(c["graphs"], c["plan"].get("fno_ends")) for c in timed if c["method"] == "dft"} \
+        >= {(False, None), (True, "0"), (True, "1")}
+    assert table["device"]["arch"] == _tuning.device_arch("cuda", torch.cuda.current_device())
+    b, cin, cout, grid, n_modes = _tuning.parse_case(case)
+    x = torch.randn((b, cin) + grid, device="cuda", requires_grad=True)
+    w = torch.randn((cin, cout) + _tuning.kept_modes(n_modes), dtype=torch.complex64,
+                    device="cuda", requires_grad=True)
+    y = spectral_conv_torch(x, w, n_modes)
+    want = spectral_conv(x.detach().cpu().double().numpy(),
+                         w.detach().cpu().to(torch.complex128).numpy(), n_modes)
+    got = y.detach().cpu().numpy()
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+    y.backward(torch.randn_like(y))
+    assert torch.isfinite(w.grad).all() and torch.isfinite(x.grad).all()
