@@ -352,6 +352,38 @@ def test_from_neuralop_with_more_modes_stored_than_used(n_modes, max_n_modes, la
     assert float((y - y_ref).abs().max() / y_ref.abs().max()) < 1e-5
 
 
+@pytest.mark.parametrize("method", ["fft", "dft"])
+@pytest.mark.parametrize("n_modes,grid", [
+    ((16,), (10,)), ((16,), (1,)), ((16,), (2,)), ((12, 12), (9, 14)), ((12, 12), (11, 30)),
+    ((12, 12), (30, 7)), ((8, 6, 8), (5, 4, 6)), ((9, 8), (6, 20)), ((8, 8), (20, 20))])
+def test_inputs_with_fewer_frequencies_than_the_modes(method, n_modes, grid):
+    """On an input grid holding fewer frequencies than the modes on an axis, the layer uses
+    the part of its weight that fits, as neuraloperator's does: output and gradients within
+    1e-5 of its layer's, the weight's gradient zero outside that part; the functions still
+    refuse such an input."""
+    from fftmatvec.fno import SpectralConv, spectral_conv_torch
+
+    torch.manual_seed(sum(grid) + len(n_modes))
+    ref = _neuralop()(3, 4, n_modes)
+    ours = SpectralConv.from_neuralop(ref, method=method)
+    x = torch.randn((2, 3) + grid, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_(True)
+    y_ref, y = ref(x), ours(x2)
+    g = torch.randn_like(y_ref)
+    (y_ref * g).sum().backward()
+    (y * g).sum().backward()
+    for a, b in ((y, y_ref), (x2.grad, x.grad), (ours.weight.grad, ref.weight.tensor.grad),
+                 (ours.bias.grad, ref.bias.grad)):
+        a, b = a.detach(), b.detach()
+        assert a.shape == b.shape
+        assert float((a - b).abs().max()) <= 1e-5 * float(b.abs().max())
+    room = grid[:-1] + (grid[-1] // 2 + 1,)
+    if any(r < m for r, m in zip(room, ours.modes)):
+        assert (ours.weight.grad == 0).any()
+        with pytest.raises(FFTMatvecValueError, match="n_modes: .*more than its"):
+            spectral_conv_torch(x2, ours.weight, n_modes)
+
+
 ON_CUDA = pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
     not torch.cuda.is_available(), reason="no CUDA/ROCm device for torch")])
 

@@ -121,9 +121,22 @@ class SpectralConv(torch.nn.Module):
 
     def forward(self, x, output_shape=None):
         """Apply the layer to ``x`` of shape ``(B, Cin, *spatial)``; ``output_shape``
-        (neuraloperator's argument) None or ``spatial``: the output is on the input's grid."""
+        (neuraloperator's argument) None or ``spatial``: the output is on the input's grid.
+
+        An input with fewer frequencies on an axis than the layer's modes (fewer points than
+        ``n_modes`` on a non-last axis, ``N // 2 + 1`` below ``n_modes[-1] // 2 + 1`` on the
+        last) is convolved, as neuraloperator's layer does it, with the part of the weight that
+        fits, ``min`` of the two a axis: centred on the axes with both signs (its first
+        ``start // 2`` entries left out, ``start`` the count left out), the first ones on the
+        last."""
         _same_grid(x, output_shape)
-        return spectral_conv_torch(x, self.weight, self._n_modes, self.bias,
+        weight, n_modes, modes = self.weight, self._n_modes, self.modes
+        spatial = tuple(x.shape[2:])
+        if len(spatial) == len(modes) and (spatial[-1] // 2 + 1 < modes[-1] or any(
+                n < m for n, m in zip(spatial[:-1], modes[:-1]))):
+            slices, n_modes = _fitting(spatial, modes)
+            weight = weight[(slice(None), slice(None)) + slices]
+        return spectral_conv_torch(x, weight, n_modes, self.bias,
                                    method=self.method, compute_dtype=self.compute_dtype,
                                    graphs=self.graphs)
 
@@ -162,7 +175,7 @@ class SpectralConv(torch.nn.Module):
             )
         w = w[(slice(None), slice(None)) + _neuralop_slices(layer, w.shape[2:])]
         n_modes = list(w.shape[2:])
-        n_modes[-1] = 2 * (n_modes[-1] - 1)
+        n_modes[-1] = max(2 * (n_modes[-1] - 1), 1)  # keeps n // 2 + 1 on the last axis
         new = cls(layer.in_channels, layer.out_channels, tuple(n_modes),
                   bias=layer.bias is not None, device=w.device, dtype=w.real.dtype,
                   **kwargs)
@@ -175,8 +188,7 @@ class SpectralConv(torch.nn.Module):
 
 def _neuralop_slices(layer, extents):
     """The part of a neuraloperator ``SpectralConv``'s weight (mode ``extents``) its forward
-    uses for its current ``n_modes``: centred on the axes with both signs, the first ones on
-    the last, as its own slicing takes them (``n_modes`` with the last axis halved)."""
+    uses for its current ``n_modes`` (with the last axis halved)."""
     used = [int(m) for m in getattr(layer, "n_modes", extents)]
     if len(used) != len(extents):
         raise FFTMatvecValueError(f"layer: n_modes {used} for a weight of modes {tuple(extents)}")
@@ -184,8 +196,23 @@ def _neuralop_slices(layer, extents):
     if min(starts) < 0:
         raise FFTMatvecValueError(
             f"layer: uses n_modes {used}, more than its weight's modes {tuple(extents)}")
+    return _centred(starts)
+
+
+def _centred(starts):
+    """The slices of a weight that leave out ``starts`` modes an axis, as neuraloperator's
+    forward takes them: centred on the axes with both signs, the first ones on the last."""
     both = tuple(slice(st // 2, -st // 2) if st else slice(None) for st in starts[:-1])
     return both + (slice(None, -starts[-1]) if starts[-1] else slice(None),)
+
+
+def _fitting(spatial, modes):
+    """``(slices, n_modes)`` of the part of a weight of mode extents ``modes`` that an input
+    grid ``spatial`` holds (:meth:`SpectralConv.forward`)."""
+    room = tuple(spatial[:-1]) + (spatial[-1] // 2 + 1,)
+    used = tuple(min(r, m) for r, m in zip(room, modes))
+    n_modes = used[:-1] + (2 * used[-1] - 1,)  # the last axis keeps n // 2 + 1 of them
+    return _centred([m - u for m, u in zip(modes, used)]), n_modes
 
 
 #: neuraloperator's SpectralConv keywords and the value each must have here; those of
