@@ -334,6 +334,24 @@ def test_from_neuralop(shape, n_modes):
     close(ours.bias.grad, ref.bias.grad)
 
 
+@pytest.mark.parametrize("n_modes,shape", [(12, (3, 4, 32)), ((8, 9), (2, 4, 16, 17)),
+                                           ((4, 6, 5), (2, 4, 8, 9, 10)), ((6, 1), (2, 4, 8, 5))])
+def test_to_neuralop(n_modes, shape):
+    """A layer of ours as neuraloperator's: the same output, and back again the same weight."""
+    from fftmatvec.fno import SpectralConv
+
+    torch.manual_seed(len(shape))
+    ours = SpectralConv(4, 3, n_modes)
+    theirs = ours.to_neuralop()
+    x = torch.randn(shape)
+    with torch.no_grad():
+        y, y_ref = ours(x), theirs(x)
+    assert float((y - y_ref).abs().max() / y_ref.abs().max()) < 1e-5
+    back = SpectralConv.from_neuralop(theirs)
+    assert torch.equal(back.weight, ours.weight) and torch.equal(back.bias, ours.bias)
+    assert back.modes == ours.modes
+
+
 @pytest.mark.parametrize("n_modes,max_n_modes,later", [
     ((8, 8), (12, 12), None), ((9, 7), (12, 12), None), ((8, 8), (12, 12), (6, 6)),
     ((8, 8), (12, 12), (9, 9)), ((5,), (9,), None)])

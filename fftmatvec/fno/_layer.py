@@ -185,6 +185,29 @@ class SpectralConv(torch.nn.Module):
                 new.bias.copy_(layer.bias.detach())
         return new
 
+    def to_neuralop(self):
+        """This layer as a neuraloperator ``SpectralConv`` (dense weight, the same modes, weight
+        and bias, on the same device): the converse of :meth:`from_neuralop`. Its weight is
+        complex64 (neuraloperator's only dtype): a float64 layer's is rounded."""
+        try:
+            from neuralop.layers.spectral_convolution import SpectralConv as Theirs
+        except ImportError as exc:
+            raise ImportError("to_neuralop needs the neuraloperator package "
+                              "(pip install neuraloperator)") from exc
+        w = self.weight.detach()
+        layer = Theirs(self.in_channels, self.out_channels, list(self._n_modes),
+                       bias=self.bias is not None, device=w.device)
+        theirs = layer.weight if torch.is_tensor(layer.weight) else layer.weight.tensor
+        if tuple(theirs.shape) != tuple(w.shape):  # n_modes they keep otherwise on the last
+            raise FFTMatvecValueError(
+                f"to_neuralop: neuraloperator keeps a weight of {tuple(theirs.shape)} for "
+                f"n_modes {self._n_modes}, this layer {tuple(w.shape)}")
+        with torch.no_grad():
+            theirs.copy_(w.to(theirs.dtype))
+            if self.bias is not None:
+                layer.bias.copy_(self.bias.detach().to(layer.bias.dtype))
+        return layer
+
 
 def _neuralop_slices(layer, extents):
     """The part of a neuraloperator ``SpectralConv``'s weight (mode ``extents``) its forward
