@@ -427,7 +427,7 @@ def device_info(torch, device) -> dict:
 def _timer(torch, device, fn, repeat):
     """A call's mean time over ``repeat`` calls back to back, in seconds, after two calls
     (compiles, captures)."""
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     fn()
     fn()
     sync()
@@ -573,8 +573,9 @@ def tune(cases, device=None, dtype="float32", compute_dtype=None, grad=True, rep
             if progress:
                 progress(old[0])
             continue
-        entry = _measure(torch, (batch, cin, cout, tuple(spatial), tuple(n_modes)), device,
-                         dtype, compute_dtype, bool(grad), int(repeat), int(rounds), seed)
+        with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+            entry = _measure(torch, (batch, cin, cout, tuple(spatial), tuple(n_modes)), device,
+                             dtype, compute_dtype, bool(grad), int(repeat), int(rounds), seed)
         table["entries"] = [e for e in table["entries"] if entry_key(e) != key] + [entry]
         save_table(table, out)
         if progress:
