@@ -279,10 +279,9 @@ def _replay_forward(torch, ctx, x, weight, bias, token):
     """``(y, Xs)`` from the forward graph: ``Xs`` None, or with a ``token`` (a tensor the
     backward saves) the modes-major input left in the graph's buffer and lent
     (:class:`._graphs.Lent`). Where ``ctx.outside`` (:func:`fftmatvec.gpu.planner.fno_ends`),
-    the graph holds the chain's
-    middle (:func:`forward_middle`): its first step writes the graph's input buffer and its
-    last reads the graph's output, outside it; else the whole chain, ``x`` copied in and ``y``
-    cloned out."""
+    the graph holds the chain's middle (:func:`forward_middle`): its first step writes the
+    graph's input buffer and its last reads the graph's output, outside it; else the whole
+    chain, ``x`` copied in and ``y`` cloned out."""
     chain, cdtype, outside = ctx.chain, ctx.cdtype, ctx.outside
     x_shape = tuple(x.shape)
     key = _graphs.forward_key((ctx.problem, outside), _stream(torch, x.device))
