@@ -151,6 +151,9 @@ def test_first_table_wins_and_other_devices_are_ignored(tmp_path, spy):
     (lambda t: t["entries"][0]["choice"].update(plan={"row_fft": "1"}), "only the FNO keys"),
     (lambda t: t["entries"][0]["choice"].update(plan={"fno_fast": "1"}), "unknown plan key"),
     (lambda t: t["entries"][0]["choice"].update(plan={"fno_rows": "2"}), "must be auto, 0 or 1"),
+    (lambda t: t["entries"][0]["candidates"].append(
+        {"method": "dft", "graphs": False, "plan": {}, "time": 1e-4, "builtin": "yes"}),
+     "builtin: expected bool"),
 ])
 def test_a_bad_table_is_refused_naming_the_file(tmp_path, change, problem, spy):
     path = _write(tmp_path, _entry())
@@ -186,6 +189,8 @@ def test_tune_writes_the_fastest_and_the_layer_reads_it(tmp_path, monkeypatch, s
     assert all(c["error"] <= 1e-4 for c in timed)
     skipped = [c for c in entry["candidates"] if "skipped" in c]
     assert all(c["plan"] for c in skipped)
+    (twin,) = [c for c in timed if c.get("builtin")]  # the rules' own choice, timed once
+    assert twin["time"] == entry["builtin_time"] and twin["graphs"] is False
     fastest = min(timed, key=lambda c: c["time"])
     choice = entry["choice"]
     if fastest["time"] <= (1 - _tuning.MARGIN) * entry["builtin_time"]:

@@ -14,11 +14,13 @@ caller left ``method``, ``graphs`` and the plan keys to the rules::
     entries:
       - {batch, cin, cout, spatial: [...], modes: [...], dtype, compute_dtype, grad,
          repeat, choice: {method, graphs, plan: {...}}, time, builtin_time,
-         candidates: [{method, graphs, plan, time, error} or {method, graphs, plan, skipped}]}
+         candidates: [{method, graphs, plan, time, error[, builtin]} or
+                      {method, graphs, plan, skipped}]}
 
 ``modes`` are the weight's mode extents (``weight.shape[2:]``: the last axis's count of
 non-negative frequencies); ``grad`` whether the call records gradients (then ``time`` is a
-forward and its backward), else a forward alone. Tables are looked up in order: the file or
+forward and its backward), else a forward alone; the candidate that runs what the built-in
+rules run is marked ``builtin`` (its time is ``builtin_time``). Tables are looked up in order: the file or
 folder ``$FFTMATVEC_FNO_TUNING_PATH`` (``none``: no table at all), the user's cache folder
 (``platformdirs.user_cache_dir("fftmatvec")/fno``, where ``tune-fno`` writes by default), the
 tables shipped with the package (``tuning/fno``); the first entry of a table of the device's
@@ -192,6 +194,8 @@ def validate(table, path="<table>") -> dict:
             _check_choice(path, cw, c, e["compute_dtype"])
             if "skipped" not in c:
                 _time_value(path, cw, c, "time")
+            if "builtin" in c and not isinstance(c["builtin"], bool):
+                _fail(path, f"{cw}.builtin", f"expected bool, got {c['builtin']!r}")
     return table
 
 
@@ -445,7 +449,6 @@ def _measure(torch, case, device, dtype, compute_dtype, grad, repeat, rounds, se
     anew and released after it, so that one candidate's graphs hold memory at a time); a
     candidate's time is its median."""
     from ._graphs import clear_graphs
-    from ._reference import resolve_method
     from ._torch import spectral_conv_torch
 
     batch, cin, cout, spatial, n_modes = case
@@ -476,19 +479,21 @@ def _measure(torch, case, device, dtype, compute_dtype, grad, repeat, rounds, se
         return y
 
     tol = AGREE[compute_dtype]
-    ref, rows, runs = None, [], []
+    same = _builtin_twin(torch, x, w, bias, batch, cin, cout, spatial, modes, compute_dtype,
+                         grad)
+    ref, rows, runs, builtin = None, [], [], None
     with builtin_rules():
         for cand in candidates(device, batch, cin, cout, spatial, modes, dtype, compute_dtype):
             method, graphs, plan = cand[:3]
             row = {"method": method, "graphs": graphs, "plan": dict(plan)}
-            rows.append(row)
             if len(cand) == 4:
-                row["skipped"] = cand[3]
+                rows.append({**row, "skipped": cand[3]})
                 continue
+            twin = ref is not None and (method, graphs, row["plan"]) == same
             try:
                 with _plan_env(plan):
                     y = step(method, graphs).detach()
-                ref = y if ref is None else ref
+                ref = y if ref is None else ref  # the built-in choice's output, first
                 error = float((y - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
                 if not error <= tol:
                     raise FFTMatvecError(f"its output differs from the built-in choice's by "
@@ -496,12 +501,21 @@ def _measure(torch, case, device, dtype, compute_dtype, grad, repeat, rounds, se
             except (FFTMatvecError, RuntimeError) as exc:  # a choice this device cannot run
                 if ref is None:  # the built-in rules' own failure is the caller's
                     raise
-                row["skipped"] = str(exc).splitlines()[0]
+                rows.append({**row, "skipped": str(exc).splitlines()[0]})
                 continue
             finally:
                 clear_graphs()
+            if method == "auto":  # timed as its twin below, where the candidates have one
+                builtin = row
+                continue
             row["error"] = error
+            if twin:  # what the rules run, spelled out: its time is theirs
+                row["builtin"] = True
+                builtin = row
+            rows.append(row)
             runs.append((row, [], lambda m=method, gr=graphs: step(m, gr)))
+        if builtin is not None and "error" not in builtin:  # no twin: the rules timed alone
+            runs.append((builtin, [], lambda: step("auto", "auto")))
         for r in range(rounds):  # each round in another order: no candidate always first
             for row, times, fn in runs[r % len(runs):] + runs[:r % len(runs)]:
                 try:
@@ -511,18 +525,36 @@ def _measure(torch, case, device, dtype, compute_dtype, grad, repeat, rounds, se
                     clear_graphs()
     for row, times, _ in runs:
         row["time"] = statistics.median(times)
-    builtin, rows = rows[0], rows[1:]
-    best = min((r for r in rows if "time" in r), key=lambda r: r["time"], default=None)
+    others = [r for r in rows if "time" in r and not r.get("builtin")]
+    best = min(others, key=lambda r: r["time"], default=None)
     if best is None or best["time"] > (1 - MARGIN) * builtin["time"]:
-        method = "dft" if compute_dtype in ("bfloat16", "float16") else resolve_method(
-            "auto", batch, cin, cout, spatial, modes)
-        best = {"method": method, "graphs": "auto", "plan": {}, "time": builtin["time"]}
+        best = {"method": same[0], "graphs": "auto", "plan": {}, "time": builtin["time"]}
     return {"batch": batch, "cin": cin, "cout": cout, "spatial": list(spatial),
             "modes": list(modes), "dtype": dtype, "compute_dtype": compute_dtype, "grad": grad,
             "repeat": repeat,
             "choice": {"method": best["method"], "graphs": best["graphs"],
                        "plan": dict(best["plan"])},
             "time": best["time"], "builtin_time": builtin["time"], "candidates": rows}
+
+
+def _builtin_twin(torch, x, w, bias, batch, cin, cout, spatial, modes, compute_dtype, grad):
+    """The candidate of :func:`candidates` that runs what the built-in rules run for this
+    call, ``(method, graphs, plan)``: timed once, as both."""
+    from ..gpu.planner import fno_ends
+    from ._graphs import wanted
+    from ._reference import resolve_method
+
+    if compute_dtype in ("bfloat16", "float16"):
+        method = "dft"
+    else:
+        method = resolve_method("auto", batch, cin, cout, spatial, modes)
+    if method == "fft":
+        return "fft", False, {}
+    with torch.set_grad_enabled(grad), _plan_env({}):
+        if not wanted(torch, "auto", x, w, bias):
+            return "dft", False, {}
+        ends = fno_ends(tuple(x.shape), x.element_size(), cout)
+    return "dft", True, {"fno_ends": "1" if ends else "0"}
 
 
 def tune(cases, device=None, dtype="float32", compute_dtype=None, grad=True, repeat=20,
