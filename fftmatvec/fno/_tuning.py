@@ -462,7 +462,9 @@ def _measure(torch, case, device, dtype, compute_dtype, grad, repeat, rounds, se
 
     x = rand((batch, cin) + spatial).requires_grad_(grad)
     cplx = torch.complex128 if dtype == "float64" else torch.complex64
-    w = (rand((cin, cout) + modes, cplx) / math.sqrt(cin)).requires_grad_(grad)
+    # the weight modes-major in memory, as SpectralConv keeps it (no copy a call)
+    w = rand((math.prod(modes), cin, cout), cplx) / math.sqrt(cin)
+    w = w.permute(1, 2, 0).reshape((cin, cout) + modes).requires_grad_(grad)
     bias = rand((cout,) + (1,) * len(spatial)).requires_grad_(grad)
     g = rand((batch, cout) + spatial)
 
