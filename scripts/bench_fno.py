@@ -153,15 +153,16 @@ def _planned(layer, plan):
 
 def _ends_outside(layer):
     """``layer`` with its graphs holding only the chains' middles whatever its size
-    (``_graphs.ENDS_MIN_BYTES`` 0 during the call: the ends outside, no copy in or out)."""
+    (``_graphs.ENDS_MIN_BYTES`` and ``ENDS_MIN_BYTES_INFERENCE`` 0 during the call: the ends
+    outside, no copy in or out)."""
 
     def run(x):
-        old = _graphs.ENDS_MIN_BYTES
-        _graphs.ENDS_MIN_BYTES = 0
+        old = _graphs.ENDS_MIN_BYTES, _graphs.ENDS_MIN_BYTES_INFERENCE
+        _graphs.ENDS_MIN_BYTES = _graphs.ENDS_MIN_BYTES_INFERENCE = 0
         try:
             return layer(x)
         finally:
-            _graphs.ENDS_MIN_BYTES = old
+            _graphs.ENDS_MIN_BYTES, _graphs.ENDS_MIN_BYTES_INFERENCE = old
 
     return run
 
@@ -212,7 +213,8 @@ def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls, rounds=
         impls["dft-warp"] = _planned(dft, "fno_warp=1")
         if len(grid) == 1:  # all of it: split, every transform on the warp form
             impls["dft-split-warp"] = _planned(dft, "fno_split=1,fno_rows=1,fno_warp=1")
-    if device.type == "cuda" and not _graphs.ends_outside((B, C) + grid, 4, C):
+    if device.type == "cuda" and not (_graphs.ends_outside((B, C) + grid, 4, C)
+                                      and _graphs.ends_outside((B, C) + grid, 4, C, False)):
         impls["dft-ends"] = _ends_outside(dft)
     if tables is not False:
         impls["tuned"] = _with_tables(tuned, tables)

@@ -405,7 +405,9 @@ def fake(monkeypatch, cache):
 def ends(request, monkeypatch):
     """The graphs hold the whole chains (``"whole"``) or their middles, the ends outside
     (``"ends"``), whatever the layer's size (:func:`fftmatvec.fno._graphs.ends_outside`)."""
-    monkeypatch.setattr(_graphs, "ENDS_MIN_BYTES", 0 if request.param == "ends" else 2**62)
+    limit = 0 if request.param == "ends" else 2**62
+    monkeypatch.setattr(_graphs, "ENDS_MIN_BYTES", limit)
+    monkeypatch.setattr(_graphs, "ENDS_MIN_BYTES_INFERENCE", limit)
     return request.param
 
 
@@ -867,9 +869,16 @@ def test_auto_captures_only_layers_whose_input_and_output_fit():
     ends = _graphs.ends_outside
     assert not ends((32, 64, 64, 64), 4, 64) and not ends((1024, 64, 128), 4, 64)
     assert ends((32, 64, 128, 128), 4, 64) and ends((4, 32, 64, 64, 64), 4, 32)
-    assert not ends((32, 64, 128, 128), 2, 64)
+    assert not ends((32, 64, 64, 128), 2, 64)
     edge = _graphs.ENDS_MIN_BYTES
     assert not ends((1, 1, edge // 8), 4, 1) and ends((1, 1, edge // 8 + 1), 4, 1)
+    # a forward alone takes the ends outside from a smaller size
+    edge = _graphs.ENDS_MIN_BYTES_INFERENCE
+    assert edge < _graphs.ENDS_MIN_BYTES
+    assert not ends((1, 1, edge // 8), 4, 1, training=False)
+    assert ends((1, 1, edge // 8 + 1), 4, 1, training=False)
+    assert not ends((1, 1, edge // 8 + 1), 4, 1, training=True)
+    assert ends((32, 64, 64, 64), 4, 64, training=False)
 
 
 @pytest.mark.parametrize("shape,n_modes", [((2, 3, 16), 8), ((2, 3, 12, 10), (6, 8)),
@@ -880,6 +889,7 @@ def test_replay_ends_outside_the_graph(fake, cache, monkeypatch, shape, n_modes)
     dL/dx are new tensors, sharing no memory with a graph's buffers; a layer below
     ENDS_MIN_BYTES keeps its whole chain in the graph."""
     monkeypatch.setattr(_graphs, "ENDS_MIN_BYTES", 0)
+    monkeypatch.setattr(_graphs, "ENDS_MIN_BYTES_INFERENCE", 0)
     layer = _layer(shape[1], 4, n_modes)
     x = torch.randn(shape).requires_grad_(True)
     y = layer(x)
@@ -899,6 +909,7 @@ def test_replay_ends_outside_the_graph(fake, cache, monkeypatch, shape, n_modes)
             assert t.untyped_storage().data_ptr() not in buffers
     clear_graphs()
     monkeypatch.setattr(_graphs, "ENDS_MIN_BYTES", 2**62)
+    monkeypatch.setattr(_graphs, "ENDS_MIN_BYTES_INFERENCE", 2**62)
     y = layer(x)
     (fwd,) = cache._entries.values()
     assert fwd.inputs[0].shape == x.shape
@@ -906,6 +917,7 @@ def test_replay_ends_outside_the_graph(fake, cache, monkeypatch, shape, n_modes)
     for value, limit, whole in (("1", 2**62, False), ("0", 0, True)):
         clear_graphs()
         monkeypatch.setattr(_graphs, "ENDS_MIN_BYTES", limit)
+        monkeypatch.setattr(_graphs, "ENDS_MIN_BYTES_INFERENCE", limit)
         set_plan(monkeypatch, "fno_ends", value)
         y = layer(x)
         y.backward(torch.randn_like(y))

@@ -44,12 +44,31 @@ def test_no_rows_without_a_gpu(monkeypatch):
 
 
 def test_auto_rule():
-    """By default the forward transforms where the GEMM is compute-bound, the inverse never."""
-    assert fno_rows_auto(256, 33) == {"r2c"}
-    assert fno_rows_auto(4096, 33) == {"r2c"}
-    assert fno_rows_auto(128, 33) == {"r2c"}
-    for n, m in ((64, 9), (128, 9), (256, 17), (85, 7)):
+    """By default the forward transforms where the GEMM is compute-bound, the inverse ones
+    where their warp form takes the axis: rows of 128 or 256 points."""
+    assert fno_rows_auto(256, 33) == {"r2c", "c2r"}
+    assert fno_rows_auto(128, 33) == {"r2c", "c2r"}
+    assert fno_rows_auto(4096, 33) == {"r2c"}       # long rows: the GEMMs invert them
+    assert fno_rows_auto(128, 9) == {"c2r"} and fno_rows_auto(256, 17) == {"c2r"}
+    assert fno_rows_auto(128, 33, smem_per_block=64) == {"r2c"}   # its block does not fit
+    for n, m in ((64, 9), (85, 7), (96, 9)):
         assert fno_rows_auto(n, m) == set(), (n, m)
+
+
+def test_warp_auto_rule(monkeypatch):
+    """variant="auto" takes the rows' warp form for rows of 64 P points, not long rows, and
+    for the inverse from 128 points; not at all without ROW_WARP_AUTO."""
+    from fftmatvec.fno import _rows
+
+    for L, m in ((64, 9), (128, 33), (256, 65)):
+        assert _rows.row_warp_auto("r2c", L, m)
+    assert not _rows.row_warp_auto("c2r", 64, 9)
+    assert _rows.row_warp_auto("c2r", 128, 9) and _rows.row_warp_auto("c2r", 256, 33)
+    for kind in ("r2c", "c2r"):
+        assert not _rows.row_warp_auto(kind, 4096, 33)   # long rows
+        assert not _rows.row_warp_auto(kind, 96, 9)      # no warp form
+    monkeypatch.setattr(_rows, "ROW_WARP_AUTO", False)
+    assert not _rows.row_warp_auto("r2c", 128, 33)
 
 
 def test_no_rows_in_float64(monkeypatch):
@@ -142,8 +161,9 @@ def test_last_axis_checks_its_arguments():
     assert LastAxis("c2r", 4096, 33, np.ones(33), dev).variant == "passes"
     from fftmatvec.fno import _rows
 
-    assert LastAxis("r2c", 128, 33, np.ones(33), dev).variant == \
-        ("warp" if _rows.ROW_WARP_AUTO else "passes")
+    for kind, L, m in (("r2c", 128, 33), ("c2r", 128, 33), ("c2r", 64, 9), ("r2c", 4096, 33)):
+        assert LastAxis(kind, L, m, np.ones(m), dev).variant == \
+            ("warp" if _rows.row_warp_auto(kind, L, m) else "passes"), (kind, L, m)
     t = LastAxis("r2c", 64, 9, np.ones(9), dev)
     with pytest.raises(ValueError, match="rows of 64 values"):
         t(cp.zeros((3, 63), dtype=np.float32))
@@ -203,7 +223,9 @@ def _planned_kernels(plan, L, m):
     """The matrices the row kernels replace under plan ``fno_rows=plan`` ("1" or "auto")."""
     if plan == "1":
         return ("A", "AT", "F", "FT")
-    return ("AT", "F") if fno_rows_auto(L, m) else ()
+    auto = fno_rows_auto(L, m)
+    names = (("AT", "F") if "r2c" in auto else ()) + (("A", "FT") if "c2r" in auto else ())
+    return tuple(sorted(names))
 
 
 @cuda
@@ -284,7 +306,8 @@ def test_cupy_split_layer_on_rows_matches_reference(monkeypatch, rng, shape, cou
 
 def test_row_warp_rule():
     """The warp form takes even last axes of 64, 128 and 256 points; a block's rows halve from
-    32 while their kept bins pass the budget, and never pass a block's shared memory."""
+    ROW_WARP_ROWS (64) while their kept bins pass the budget, and never pass a block's shared
+    memory."""
     from fftmatvec.fno import _rows
 
     smem = 48 * 1024
@@ -304,7 +327,8 @@ def test_row_warp_rule():
     assert _rows.row_warp_supported(4096, 33, smem) and _rows.row_warp_supported(512, 5, smem)
     assert _rows.long_bytes(4096, 33) == 4 * 256 * 17 + 8 * 33 * (16 + _rows.LONG_SPLIT)
     assert not _rows.row_warp_supported(4096, 33, _rows.long_bytes(4096, 33) - 1)
-    assert _rows.row_warp_rows(33, None, smem) == 32
+    assert _rows.row_warp_rows(33, None, smem) == _rows.ROW_WARP_ROWS == 64
+    assert _rows.row_warp_rows(65, None, smem) == 32
     assert _rows.row_warp_rows(129, None, smem) == 16
     assert _rows.row_warp_bytes(129, 16) <= _rows.ROW_WARP_MAX_BYTES
     assert _rows.row_warp_rows(129, 64, smem) == 32            # asked for: only what fits

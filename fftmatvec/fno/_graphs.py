@@ -59,14 +59,22 @@ AUTO_MAX_BYTES = 384 * 2**20
 AUTO_MAX_BYTES_TRAINING = 384 * 2**20
 
 #: A graph holds only the middle of its chain, the first and the last step run outside it, from
-#: this many bytes of input and output together: there the copies in and out that it saves cost
-#: more than the host time of launching two steps outside it. Below, where a layer waits for
-#: the host, the whole chain is in the graph: the ends outside were slower there on an H200
-#: (thirty-ninth run, µs, whole chain against ends outside, two runs each): (32, 64, 64^2)
-#: forward+backward 779, 561 against 895, 1178; (20, 32, 85^2) 730, 551 against 1443, 1254;
-#: (1024, 64, 128) 881, 723 against 856, 1224; at 268 MB ((32, 64, 128^2), (4, 32, 64^3)) they
-#: gained: forward 596, 478 against 406, 456; forward+backward 1307, 1240 against 1173, 1164.
-ENDS_MIN_BYTES = 192 * 2**20
+#: this many bytes of input and output together where gradients are wanted (a training step's
+#: forward and its backward): there the copies in and out that it saves cost more than the host
+#: time of launching two steps outside it in each. Below, where a layer waits for the host, the
+#: whole chain is in the graph: the ends outside were slower there on an H200 (thirty-ninth run,
+#: µs, whole chain against ends outside, two runs each): (32, 64, 64^2) forward+backward 779,
+#: 561 against 895, 1178; (20, 32, 85^2) 730, 551 against 1443, 1254; (1024, 64, 128) 881, 723
+#: against 856, 1224; at 268 MB ((32, 64, 128^2), (4, 32, 64^3)) they gained: forward 596, 478
+#: against 406, 456; forward+backward 1307, 1240 against 1173, 1164. On an H100 (forty-first
+#: run) likewise at 64 MB (420 against 719, 655 against 701, 371 against 544) and gained at 128
+#: MB ((64, 64, 4096): 612 against 666).
+ENDS_MIN_BYTES = 96 * 2**20
+#: The same for a forward alone (no gradient wanted), which launches two steps outside its
+#: graph, not four: on an H100 (forty-first run, µs, ends outside against the whole chain) the
+#: forward gained from 37 MB: (20, 32, 85^2) 152 against 161, (32, 64, 64^2) 171 against 187,
+#: (1024, 64, 128) 271 against 285, (64, 64, 4096) 252 against 313.
+ENDS_MIN_BYTES_INFERENCE = 32 * 2**20
 
 
 def _layer_bytes(x_shape, itemsize: int, cout: int) -> int:
@@ -77,9 +85,12 @@ def _layer_bytes(x_shape, itemsize: int, cout: int) -> int:
     return itemsize * per * (int(x_shape[1]) + int(cout))
 
 
-def ends_outside(x_shape, itemsize: int, cout: int) -> bool:
-    """Whether a graph of the layer holds only its chain's middle (:data:`ENDS_MIN_BYTES`)."""
-    return len(x_shape) >= 2 and _layer_bytes(x_shape, itemsize, cout) > ENDS_MIN_BYTES
+def ends_outside(x_shape, itemsize: int, cout: int, training: bool = True) -> bool:
+    """Whether a graph of the layer holds only its chain's middle: above
+    :data:`ENDS_MIN_BYTES` where gradients are wanted (``training``), else above
+    :data:`ENDS_MIN_BYTES_INFERENCE`."""
+    limit = ENDS_MIN_BYTES if training else ENDS_MIN_BYTES_INFERENCE
+    return len(x_shape) >= 2 and _layer_bytes(x_shape, itemsize, cout) > limit
 
 
 def auto_fits(x_shape, itemsize: int, cout: int, training: bool = False) -> bool:

@@ -52,14 +52,32 @@ def supported(n_last: int, m_last: int, smem_per_block: int) -> bool:
 #: The warp form of the last axis's kernels (``hip_kernels/fno.cuh``: ``fno_rfft_f32_w<P>``):
 #: rows of the plane kernels' warp form (:data:`WARP_ROWS` complex values, 64-256 points), a
 #: block of :data:`ROW_WARP_THREADS` threads transforming :data:`ROW_WARP_ROWS` rows, halved
-#: while their kept bins take more than :data:`ROW_WARP_MAX_BYTES` of shared memory.
+#: while their kept bins take more than :data:`ROW_WARP_MAX_BYTES` of shared memory. On an H100
+#: (docs/benchmarks.md, forty-first run; ``scripts/bench_fno_rows.py --row-forms``) blocks of 64
+#: rows were the fastest at every size, 2-8 % ahead of 32.
 ROW_WARP_THREADS = 256
-ROW_WARP_ROWS = 32
+ROW_WARP_ROWS = 64
 ROW_WARP_MAX_BYTES = 24 * 1024
-#: Whether ``variant="auto"`` takes the warp form of the last axis's kernels. Off until they have
-#: passed the device tests and been timed against the pass form (``scripts/bench_fno_rows.py
-#: --row-forms``); ``variant="warp"`` takes them.
-ROW_WARP_AUTO = False
+#: Whether ``variant="auto"`` takes the warp form of the last axis's kernels where
+#: :func:`row_warp_auto` does; ``variant="warp"`` takes them anywhere they exist. On an H100
+#: (forty-first run, µs, warp form against pass form) the forward ran 12-35 % faster on rows of
+#: 64-256 points ((1024, 64, 128) keeping 33 bins 31 against 35, 256 points keeping 33 293
+#: against 455) and the inverse 27-54 % on rows of 128 and 256 (39 against 54, 377 against
+#: 709); the inverse of 64-point rows ran slower (88 against 54), and so did the long rows'
+#: forms (4096 points: 107 against 68 forward, 90 against 81 inverse).
+ROW_WARP_AUTO = True
+#: The shortest rows whose inverse transform takes the warp form by default.
+ROW_WARP_C2R_MIN = 128
+
+
+def row_warp_auto(kind: str, n_last: int, m_last: int) -> bool:
+    """Whether ``variant="auto"`` takes the warp form for the ``kind`` transform of a last axis
+    of ``n_last`` points keeping ``m_last`` bins, where it exists (:data:`ROW_WARP_AUTO`): rows
+    of ``64 P`` points, not long rows, and for the inverse (``"c2r"``) rows of at least
+    :data:`ROW_WARP_C2R_MIN` points."""
+    shape = row_warp_shape(n_last, m_last)
+    return (ROW_WARP_AUTO and shape is not None and shape[1] == 1
+            and (kind == "r2c" or n_last >= ROW_WARP_C2R_MIN))
 
 
 def row_warp_bytes(m: int, rows_per_block: int) -> int:
@@ -155,7 +173,7 @@ class LastAxis:
     ``variant``: ``"warp"`` the warp form (a group of 32 lanes a row, its FFT in registers and
     across the lanes, as the plane kernels' warp form: :func:`row_warp_supported`), ``"passes"``
     the pass form (the rows' FFTs in shared-memory passes), ``"auto"`` the warp form where it
-    takes the axis and :data:`ROW_WARP_AUTO` says so, else the pass form. ``rows_per_block``:
+    takes the axis and :func:`row_warp_auto` says so, else the pass form. ``rows_per_block``:
     rows a block transforms (the defaults: :data:`ROWS_BYTES` of rows for the pass form,
     :data:`ROW_WARP_ROWS` for the warp form; long rows take one).
     """
@@ -171,7 +189,8 @@ class LastAxis:
             smem_limit = backend.shared_memory_limits()[1]
             if not supported(L, m, smem_limit):
                 raise ValueError(f"no FNO row kernel for L = {L} keeping m = {m} bins")
-            warp = _warp_form(variant, row_warp_supported(L, m, smem_limit), ROW_WARP_AUTO,
+            warp = _warp_form(variant, row_warp_supported(L, m, smem_limit),
+                              row_warp_auto(kind, L, m),
                               f"row kernel for L = {L} keeping m = {m} bins (rows of 64 P R "
                               "points keeping at most 32 P + 1, P = 1, 2, 4)")
             n = _rowfft.complex_length(L)

@@ -352,7 +352,8 @@ def _forward(torch, ctx, x, weight, bias, modes, cdtype, graphs, token, tuned=()
     chain = chain_for(x, cdtype, modes, weight.shape[1], tuned)
     ctx.chain, ctx.cdtype = chain, cdtype
     if graphs:
-        ctx.outside = fno_ends(tuple(x.shape), x.element_size(), weight.shape[1], tuned)
+        ctx.outside = fno_ends(tuple(x.shape), x.element_size(), weight.shape[1], tuned,
+                               training=not isinstance(ctx, _Call))
         ctx.problem = (_graphs.problem_key(x.shape, x.dtype, x.device, cdtype, modes, weight,
                                            bias), chain.rows, chain.forms)
         out = _replay_forward(torch, ctx, x, weight, bias, token)

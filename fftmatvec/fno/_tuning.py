@@ -555,7 +555,7 @@ def _builtin_twin(torch, x, w, bias, batch, cin, cout, spatial, modes, compute_d
     with torch.set_grad_enabled(grad), _plan_env({}):
         if not wanted(torch, "auto", x, w, bias):
             return "dft", False, {}
-        ends = fno_ends(tuple(x.shape), x.element_size(), cout)
+        ends = fno_ends(tuple(x.shape), x.element_size(), cout, training=grad)
     return "dft", True, {"fno_ends": "1" if ends else "0"}
 
 

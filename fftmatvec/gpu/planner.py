@@ -29,8 +29,8 @@ from .rules import (_REAL_SUFFIX, ASYNC_DEFAULTS, ASYNC_FEW, ASYNC_FEW_ROWS, ASY
                     ROW_FFT_MIN_BLOCKS_PER_SM, TILES, WIDE_DEFAULTS, WIDE_MIN_BLOCKS_PER_SM,
                     WIDE_MIN_FILL, XREG_GEMV_KB, XREG_MAX_ND, XREG_MIN_KB, XREG_ND, XREG_TILES,
                     _BATCH_SIZES, _STAGED_J)
-from .rules import (FNO_PLANE_MIN_FRACTION, FNO_PLANE_WARP_MIN_FRACTION, FNO_ROWS_R2C_MIN,
-                    FNO_SPLIT_WITH_ROW_KERNELS)
+from .rules import (FNO_PLANE_MIN_FRACTION, FNO_PLANE_WARP_MIN_FRACTION, FNO_ROWS_C2R_WARP,
+                    FNO_ROWS_R2C_MIN, FNO_SPLIT_WITH_ROW_KERNELS)
 from .stage3 import _Launch
 
 
@@ -130,11 +130,20 @@ def fno_rows(n_last: int, m_last: int, dtype, device_id: int, tuned=()) -> froze
     return _fno_rows(int(n_last), int(m_last), np.dtype(dtype).str, int(device_id), mode)
 
 
-def fno_rows_auto(n_last: int, m_last: int) -> frozenset:
+def fno_rows_auto(n_last: int, m_last: int, smem_per_block: int = 48 * 1024) -> frozenset:
     """The transforms of :func:`fno_rows` by default: the forward ones where the GEMM's flops
-    per byte pass :data:`~fftmatvec.gpu.rules.FNO_ROWS_R2C_MIN`; the inverse ones never."""
+    per byte pass :data:`~fftmatvec.gpu.rules.FNO_ROWS_R2C_MIN`; the inverse ones where their
+    warp form takes the axis by default (:func:`fftmatvec.fno._rows.row_warp_auto`, a block's
+    ``smem_per_block`` bytes of shared memory fitting): :data:`~fftmatvec.gpu.rules.
+    FNO_ROWS_C2R_WARP`."""
+    from ..fno import _rows
+
     dense = n_last * m_last / (n_last + 2 * m_last)
-    return frozenset({"r2c"}) if dense >= FNO_ROWS_R2C_MIN else frozenset()
+    out = {"r2c"} if dense >= FNO_ROWS_R2C_MIN else set()
+    if (FNO_ROWS_C2R_WARP and _rows.row_warp_auto("c2r", n_last, m_last)
+            and _rows.row_warp_supported(n_last, m_last, smem_per_block)):
+        out.add("c2r")
+    return frozenset(out)
 
 
 def _fno_kernels_why(dtype) -> str | None:
@@ -167,7 +176,7 @@ def _fno_rows(n_last: int, m_last: int, dtype: str, device_id: int, mode: str) -
                    f"5-smooth complex length that fits {smem} bytes of shared memory)")
     if unavailable("fno_rows", mode, "the FNO row kernels cannot run this layer", why):
         return frozenset()
-    return frozenset({"r2c", "c2r"}) if mode == "1" else fno_rows_auto(n_last, m_last)
+    return frozenset({"r2c", "c2r"}) if mode == "1" else fno_rows_auto(n_last, m_last, smem)
 
 
 def fno_plane(spatial, modes, dtype, device_id: int, tuned=()) -> frozenset:
@@ -259,19 +268,20 @@ def fno_variant(spatial, modes, rows, plane, device_id: int, tuned=()) -> str:
     return "warp"
 
 
-def fno_ends(x_shape, itemsize: int, cout: int, tuned=()) -> bool:
+def fno_ends(x_shape, itemsize: int, cout: int, tuned=(), training: bool = True) -> bool:
     """Whether the CUDA graphs of an FNO layer (input ``x_shape`` of ``itemsize`` bytes an
     element, ``cout`` output channels) hold only its chains' middles, the first and the last
     step run outside them (:func:`fftmatvec.fno._graphs.ends_outside`: by default above
-    :data:`~fftmatvec.fno._graphs.ENDS_MIN_BYTES` of input and output); plan key
-    ``fno_ends``: ``0`` the whole chains in the graphs, ``1`` the middles at any size;
+    :data:`~fftmatvec.fno._graphs.ENDS_MIN_BYTES` of input and output where gradients are
+    wanted, ``training``, else above :data:`~fftmatvec.fno._graphs.ENDS_MIN_BYTES_INFERENCE`);
+    plan key ``fno_ends``: ``0`` the whole chains in the graphs, ``1`` the middles at any size;
     ``tuned`` as for :func:`fno_rows`. One decision serves the forward and the backward (the
     backward's input and output are the forward's output and input in size)."""
     mode = _fno_mode("fno_ends", tuned)
     if mode == "auto":
         from ..fno._graphs import ends_outside
 
-        return ends_outside(x_shape, itemsize, cout)
+        return ends_outside(x_shape, itemsize, cout, training)
     return mode == "1"
 
 

@@ -216,9 +216,16 @@ ROW_FFT_MIN_BLOCKS_PER_SM = 3
 # 20-28 TFLOPS and the kernels at 1.0-1.7 TB/s: the kernels took (256, 33) in 403 us against
 # 762, (4096, 33) in 67 against 101, (128, 33) in 32 against 57, tied (256, 17) at 200 against
 # 220, and lost (64, 9) and (128, 9) at 34 and 102 against 24 and 73. The inverse transforms
-# lost or tied at every size measured (46-659 us against 24-628): the GEMMs keep them unless
-# plan fno_rows=1 forces both.
+# lost or tied at every size measured (46-659 us against 24-628), in their pass form.
 FNO_ROWS_R2C_MIN = 16.0
+# The inverse transforms (the synthesis and the adjoint of the analysis) take the row kernels by
+# default where the kernels' warp form takes the axis by default (fftmatvec/fno/_rows.py:
+# row_warp_auto: rows of 128 or 256 points). On an H100 (docs/benchmarks.md, forty-first run,
+# scripts/bench_fno_rows.py --row-forms, µs, warp form against the GEMM) they took (1024, 64,
+# 128) keeping 33 bins in 39 against 47, 128 points keeping 9 in 87 against 99, 256 keeping 17
+# in 161 against 234 and 256 keeping 33 in 377 against 687; on 64-point rows (88 against 28)
+# and the 4096-point ones (90 against 77) the GEMMs keep them.
+FNO_ROWS_C2R_WARP = True
 # The FNO layer's last two axes as one kernel a plane (fftmatvec/fno/_rows.py: Plane), both
 # ways, by default where the first of them keeps at least this fraction of its frequencies.
 # On an H200 (docs/benchmarks.md, thirty-eighth run; forward / inverse, the plane kernel against
