@@ -244,10 +244,12 @@ FNO_PLANE_MIN_FRACTION = 0.25
 # dft-noplane column is the chain).
 FNO_PLANE_WARP_MIN_FRACTION = 0.125
 # The one-axis FNO layers' split modes (fftmatvec/fno/_dft.py: SplitChain) by default also where
-# the row kernels take the last axis (writing and reading the modes modes-major). Off until the
-# modes-major row kernels have passed the device tests and been timed against the interleaved
-# chain (bench_fno.py's dft-nosplit column): such a layer keeps the interleaved chain unless plan
-# fno_split=1 forces the split.
+# the row kernels take the last axis (writing and reading the modes modes-major). Off: on an H100
+# (docs/benchmarks.md, forty-first run; bench_fno.py's dft-split column against dft, µs) the
+# split took (1024, 64, 128, 64) forward in 237 against 285 but tied forward+backward (655,
+# 655), and lost on (64, 64, 4096, 64) (326 against 313, 687 against 666); its four real GEMMs
+# ran 1.07-2.3x the interleaved chain's permutes and complex GEMM (bench_fno_rows.py
+# --products). Plan fno_split=1 forces it; tune-fno times it per layer.
 FNO_SPLIT_WITH_ROW_KERNELS = False
 # Stages 3-5 of a one-vector adjoint as one kernel (hip_kernels/fused.cuh: its sums never go
 # through memory, the stage-3 output the inverse FFT would read back). By default for complex128
