@@ -71,6 +71,21 @@ def test_warp_auto_rule(monkeypatch):
     assert not _rows.row_warp_auto("r2c", 128, 33)
 
 
+@gpu
+@pytest.mark.gpu
+def test_default_rows_on_the_device(monkeypatch):
+    """On a GPU the planner's default is fno_rows_auto; plan fno_warp=0 (the pass form, slower
+    than the GEMMs for the inverse) keeps the inverse transforms on the GEMMs."""
+    monkeypatch.delenv("FFTMATVEC_PLAN", raising=False)
+    dev = backend.cupy.cuda.Device().id
+    assert fno_rows(128, 33, np.float32, dev) == {"r2c", "c2r"}
+    assert fno_rows(4096, 33, np.float32, dev) == {"r2c"}
+    monkeypatch.setenv("FFTMATVEC_PLAN", "fno_warp=0")
+    assert fno_rows(128, 33, np.float32, dev) == {"r2c"}
+    monkeypatch.setenv("FFTMATVEC_PLAN", "fno_warp=0,fno_rows=1")
+    assert fno_rows(128, 33, np.float32, dev) == {"r2c", "c2r"}
+
+
 def test_no_rows_in_float64(monkeypatch):
     monkeypatch.setenv("FFTMATVEC_PLAN", "fno_rows=1")
     with pytest.raises(FFTMatvecValueError, match="fno_rows=1.*float32.*float64"):

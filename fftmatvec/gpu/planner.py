@@ -122,12 +122,17 @@ def fno_rows(n_last: int, m_last: int, dtype, device_id: int, tuned=()) -> froze
     ``{"r2c", "c2r"}`` (the forward transforms: the analysis and the adjoint of the synthesis;
     the inverse ones: the synthesis and the adjoint of the analysis). By default
     :func:`fno_rows_auto` where the kernels take the axis (float32 on a GPU, a 5-smooth complex
-    length that fits a block); plan key ``fno_rows``: ``0`` none, ``1`` both, an error where
-    the kernels cannot; ``tuned``: the layer's tuned plan (:func:`_fno_mode`)."""
+    length that fits a block; the inverse ones not where plan ``fno_warp=0`` keeps the kernels
+    in their pass form, slower than the GEMMs there); plan key ``fno_rows``: ``0`` none, ``1``
+    both, an error where the kernels cannot; ``tuned``: the layer's tuned plan
+    (:func:`_fno_mode`)."""
     mode = _fno_mode("fno_rows", tuned)
     if mode == "0":
         return frozenset()
-    return _fno_rows(int(n_last), int(m_last), np.dtype(dtype).str, int(device_id), mode)
+    rows = _fno_rows(int(n_last), int(m_last), np.dtype(dtype).str, int(device_id), mode)
+    if mode == "auto" and "c2r" in rows and _fno_mode("fno_warp", tuned) == "0":
+        rows = rows - {"c2r"}
+    return rows
 
 
 def fno_rows_auto(n_last: int, m_last: int, smem_per_block: int = 48 * 1024) -> frozenset:
