@@ -869,7 +869,7 @@ def test_auto_captures_only_layers_whose_input_and_output_fit():
     ends = _graphs.ends_outside
     assert not ends((32, 64, 64, 64), 4, 64) and not ends((1024, 64, 128), 4, 64)
     assert ends((32, 64, 128, 128), 4, 64) and ends((4, 32, 64, 64, 64), 4, 32)
-    assert not ends((32, 64, 64, 128), 2, 64)
+    assert not ends((32, 64, 128, 128), 2, 64)
     edge = _graphs.ENDS_MIN_BYTES
     assert not ends((1, 1, edge // 8), 4, 1) and ends((1, 1, edge // 8 + 1), 4, 1)
     # a forward alone takes the ends outside from a smaller size

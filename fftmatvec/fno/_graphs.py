@@ -67,9 +67,10 @@ AUTO_MAX_BYTES_TRAINING = 384 * 2**20
 #: 561 against 895, 1178; (20, 32, 85^2) 730, 551 against 1443, 1254; (1024, 64, 128) 881, 723
 #: against 856, 1224; at 268 MB ((32, 64, 128^2), (4, 32, 64^3)) they gained: forward 596, 478
 #: against 406, 456; forward+backward 1307, 1240 against 1173, 1164. On an H100 (forty-first
-#: run) likewise at 64 MB (420 against 719, 655 against 701, 371 against 544) and gained at 128
-#: MB ((64, 64, 4096): 612 against 666).
-ENDS_MIN_BYTES = 96 * 2**20
+#: run, fftmatvec tune-fno, forward+backward) the whole chains were 1.6-1.8x faster at 37-128
+#: MB (the 1-D layers 510 against 910 and 561 against 1000 µs, (32, 64, 64^2) 544 against 887),
+#: and at 268 MB split: (32, 64, 128^2) 793 against 898, (4, 32, 64^3) 957 against 909.
+ENDS_MIN_BYTES = 192 * 2**20
 #: The same for a forward alone (no gradient wanted), which launches two steps outside its
 #: graph, not four: on an H100 (forty-first run, µs, ends outside against the whole chain) the
 #: forward gained from 37 MB: (20, 32, 85^2) 152 against 161, (32, 64, 64^2) 171 against 187,
