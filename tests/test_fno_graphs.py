@@ -853,19 +853,22 @@ def test_cuda_graphs_failed_capture():
 
 
 def test_auto_captures_only_layers_whose_input_and_output_fit():
-    """``graphs="auto"``: inputs and outputs of at most 384 MiB (the 1-D and 64^2 benchmark
-    layers, 67-134 MB, and (32, 64, 128^2), 268 MB), in inference as in training; the 256^2
-    layers (537 MB and more) run op by op; more output channels count. From 192 MiB the graphs
-    hold the chains' middles only."""
+    """``graphs="auto"``: inputs and outputs of at most 384 MiB in inference (the 1-D and 64^2
+    benchmark layers, 67-134 MB, and (32, 64, 128^2), 268 MB), 768 MiB in training (the 537 MB
+    256^2 layers too); larger ones run op by op; more output channels count. From 192 MiB in
+    training, 32 MiB in a forward alone, the graphs hold the chains' middles only."""
     fits = _graphs.auto_fits
     assert fits((32, 64, 64, 64), 4, 64) and fits((64, 64, 4096), 4, 64)
     assert fits((32, 64, 128, 128), 4, 64)
     assert fits((32, 64, 128, 128), 4, 64, training=True)
-    assert not fits((16, 64, 256, 256), 4, 64) and not fits((16, 64, 256, 256), 4, 64, True)
+    assert not fits((16, 64, 256, 256), 4, 64) and fits((16, 64, 256, 256), 4, 64, True)
+    assert not fits((16, 128, 256, 256), 4, 128, True)
     assert not fits((32, 64, 64, 64), 4, 1024)
     assert fits((16, 64, 256, 256), 2, 64)  # 16-bit storage: half the bytes
     limit = _graphs.AUTO_MAX_BYTES
     assert fits((1, 1, limit // 8), 4, 1) and not fits((1, 1, limit // 8 + 1), 4, 1)
+    limit = _graphs.AUTO_MAX_BYTES_TRAINING
+    assert fits((1, 1, limit // 8), 4, 1, True) and not fits((1, 1, limit // 8 + 1), 4, 1, True)
     ends = _graphs.ends_outside
     assert not ends((32, 64, 64, 64), 4, 64) and not ends((1024, 64, 128), 4, 64)
     assert ends((32, 64, 128, 128), 4, 64) and ends((4, 32, 64, 64, 64), 4, 32)
