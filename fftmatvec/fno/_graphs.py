@@ -74,7 +74,7 @@ AUTO_MAX_BYTES_TRAINING = 768 * 2**20
 #: against 856, 1224; at 268 MB ((32, 64, 128^2), (4, 32, 64^3)) they gained: forward 596, 478
 #: against 406, 456; forward+backward 1307, 1240 against 1173, 1164. On an H100 (forty-first
 #: run, fftmatvec tune-fno, forward+backward) the whole chains were 1.6-1.8x faster at 37-128
-#: MB (the 1-D layers 510 against 910 and 561 against 1000 µs, (32, 64, 64^2) 544 against 887),
+#: MB (the 1-D layers 510 against 910 and 582 against 1000 µs, (32, 64, 64^2) 544 against 887),
 #: and at 268 MB split: (32, 64, 128^2) 793 against 898, (4, 32, 64^3) 957 against 909.
 ENDS_MIN_BYTES = 192 * 2**20
 #: The same for a forward alone (no gradient wanted), which launches two steps outside its
