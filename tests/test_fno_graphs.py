@@ -401,13 +401,17 @@ def fake(monkeypatch, cache):
     return log
 
 
+def _ends_from(monkeypatch, limit):
+    """The graphs' ends outside from ``limit`` bytes, in training and in a forward alone."""
+    monkeypatch.setattr(_graphs, "ENDS_MIN_BYTES", limit)
+    monkeypatch.setattr(_graphs, "ENDS_MIN_BYTES_INFERENCE", limit)
+
+
 @pytest.fixture(params=["whole", "ends"])
 def ends(request, monkeypatch):
     """The graphs hold the whole chains (``"whole"``) or their middles, the ends outside
     (``"ends"``), whatever the layer's size (:func:`fftmatvec.fno._graphs.ends_outside`)."""
-    limit = 0 if request.param == "ends" else 2**62
-    monkeypatch.setattr(_graphs, "ENDS_MIN_BYTES", limit)
-    monkeypatch.setattr(_graphs, "ENDS_MIN_BYTES_INFERENCE", limit)
+    _ends_from(monkeypatch, 0 if request.param == "ends" else 2**62)
     return request.param
 
 
@@ -891,8 +895,7 @@ def test_replay_ends_outside_the_graph(fake, cache, monkeypatch, shape, n_modes)
     the first step's rows (not a copy of x) and the backward's the adjoint's; the output and
     dL/dx are new tensors, sharing no memory with a graph's buffers; a layer below
     ENDS_MIN_BYTES keeps its whole chain in the graph."""
-    monkeypatch.setattr(_graphs, "ENDS_MIN_BYTES", 0)
-    monkeypatch.setattr(_graphs, "ENDS_MIN_BYTES_INFERENCE", 0)
+    _ends_from(monkeypatch, 0)
     layer = _layer(shape[1], 4, n_modes)
     x = torch.randn(shape).requires_grad_(True)
     y = layer(x)
@@ -911,16 +914,14 @@ def test_replay_ends_outside_the_graph(fake, cache, monkeypatch, shape, n_modes)
         for t in (y, x.grad):
             assert t.untyped_storage().data_ptr() not in buffers
     clear_graphs()
-    monkeypatch.setattr(_graphs, "ENDS_MIN_BYTES", 2**62)
-    monkeypatch.setattr(_graphs, "ENDS_MIN_BYTES_INFERENCE", 2**62)
+    _ends_from(monkeypatch, 2**62)
     y = layer(x)
     (fwd,) = cache._entries.values()
     assert fwd.inputs[0].shape == x.shape
     # plan key fno_ends: the middles at any size (1), the whole chains above the limit (0)
     for value, limit, whole in (("1", 2**62, False), ("0", 0, True)):
         clear_graphs()
-        monkeypatch.setattr(_graphs, "ENDS_MIN_BYTES", limit)
-        monkeypatch.setattr(_graphs, "ENDS_MIN_BYTES_INFERENCE", limit)
+        _ends_from(monkeypatch, limit)
         set_plan(monkeypatch, "fno_ends", value)
         y = layer(x)
         y.backward(torch.randn_like(y))

@@ -343,17 +343,19 @@ def _eager_backward(torch, ctx, g, Xs, weight, needs):
         return backward_chain(g, Xs, weight, ctx.chain, ctx.cdtype, needs, ctx.meta)
 
 
-def _forward(torch, ctx, x, weight, bias, modes, cdtype, graphs, token, tuned=()):
+def _forward(torch, ctx, x, weight, bias, modes, cdtype, graphs, token, tuned=(),
+             training=True):
     """``(y, Xs)``, from the forward graph where ``graphs`` (``Xs`` None there unless a
     ``token`` is given: :func:`_replay_forward`), else from the eager chain; sets
     ``ctx.chain``, ``ctx.cdtype`` and, with graphs, ``ctx.problem`` and ``ctx.outside``
-    (whether the graphs hold the chains' middles: :func:`fftmatvec.gpu.planner.fno_ends`),
-    what the backward and the replay read."""
+    (whether the graphs hold the chains' middles: :func:`fftmatvec.gpu.planner.fno_ends`,
+    for a forward with a backward to come where ``training``), what the backward and the
+    replay read."""
     chain = chain_for(x, cdtype, modes, weight.shape[1], tuned)
     ctx.chain, ctx.cdtype = chain, cdtype
     if graphs:
         ctx.outside = fno_ends(tuple(x.shape), x.element_size(), weight.shape[1], tuned,
-                               training=not isinstance(ctx, _Call))
+                               training)
         ctx.problem = (_graphs.problem_key(x.shape, x.dtype, x.device, cdtype, modes, weight,
                                            bias), chain.rows, chain.forms)
         out = _replay_forward(torch, ctx, x, weight, bias, token)
@@ -429,12 +431,12 @@ def dft_spectral_conv(x, weight, bias, modes, cdtype, graphs="auto", tuned=()):
     ``tuned``: the plan of the layer's FNO tuning table entry (:func:`chain_for`)."""
     global _FN
     torch = _torch()
-    use = _graphs.wanted(torch, graphs, x, weight, bias)
-    grad = torch.is_grad_enabled()
-    if not (grad and (x.requires_grad or weight.requires_grad
-                      or (bias is not None and bias.requires_grad))):
+    training = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (x, weight, bias))
+    use = _graphs.wanted(torch, graphs, x, weight, bias, training)
+    if not training:
         return _forward(torch, _Call(), x, weight, bias, tuple(modes), cdtype, use, None,
-                        tuned)[0]
+                        tuned, training=False)[0]
     if _FN is None:
         _FN = _function()
-    return _FN.apply(x, weight, bias, tuple(modes), cdtype, use, use and grad, tuned)
+    return _FN.apply(x, weight, bias, tuple(modes), cdtype, use, use, tuned)

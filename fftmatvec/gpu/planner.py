@@ -129,23 +129,22 @@ def fno_rows(n_last: int, m_last: int, dtype, device_id: int, tuned=()) -> froze
     mode = _fno_mode("fno_rows", tuned)
     if mode == "0":
         return frozenset()
-    rows = _fno_rows(int(n_last), int(m_last), np.dtype(dtype).str, int(device_id), mode)
-    if mode == "auto" and "c2r" in rows and _fno_mode("fno_warp", tuned) == "0":
-        rows = rows - {"c2r"}
-    return rows
+    warp = _fno_mode("fno_warp", tuned) != "0"
+    return _fno_rows(int(n_last), int(m_last), np.dtype(dtype).str, int(device_id), mode, warp)
 
 
-def fno_rows_auto(n_last: int, m_last: int, smem_per_block: int = 48 * 1024) -> frozenset:
+def fno_rows_auto(n_last: int, m_last: int, smem_per_block: int = 48 * 1024,
+                  warp: bool = True) -> frozenset:
     """The transforms of :func:`fno_rows` by default: the forward ones where the GEMM's flops
     per byte pass :data:`~fftmatvec.gpu.rules.FNO_ROWS_R2C_MIN`; the inverse ones where their
     warp form takes the axis by default (:func:`fftmatvec.fno._rows.row_warp_auto`, a block's
-    ``smem_per_block`` bytes of shared memory fitting): :data:`~fftmatvec.gpu.rules.
-    FNO_ROWS_C2R_WARP`."""
+    ``smem_per_block`` bytes of shared memory fitting, ``warp``: the kernels not held to their
+    pass form by plan ``fno_warp=0``): :data:`~fftmatvec.gpu.rules.FNO_ROWS_C2R_WARP`."""
     from ..fno import _rows
 
     dense = n_last * m_last / (n_last + 2 * m_last)
     out = {"r2c"} if dense >= FNO_ROWS_R2C_MIN else set()
-    if (FNO_ROWS_C2R_WARP and _rows.row_warp_auto("c2r", n_last, m_last)
+    if (FNO_ROWS_C2R_WARP and warp and _rows.row_warp_auto("c2r", n_last, m_last)
             and _rows.row_warp_supported(n_last, m_last, smem_per_block)):
         out.add("c2r")
     return frozenset(out)
@@ -168,7 +167,8 @@ def _block_smem(device_id: int) -> int:
 
 
 @functools.lru_cache(maxsize=256)
-def _fno_rows(n_last: int, m_last: int, dtype: str, device_id: int, mode: str) -> frozenset:
+def _fno_rows(n_last: int, m_last: int, dtype: str, device_id: int, mode: str,
+              warp: bool = True) -> frozenset:
     """:func:`fno_rows` for a ``mode`` of ``"auto"`` or ``"1"``, once per layer shape (on the
     path of every call)."""
     why = _fno_kernels_why(dtype)
@@ -181,7 +181,8 @@ def _fno_rows(n_last: int, m_last: int, dtype: str, device_id: int, mode: str) -
                    f"5-smooth complex length that fits {smem} bytes of shared memory)")
     if unavailable("fno_rows", mode, "the FNO row kernels cannot run this layer", why):
         return frozenset()
-    return frozenset({"r2c", "c2r"}) if mode == "1" else fno_rows_auto(n_last, m_last, smem)
+    return (frozenset({"r2c", "c2r"}) if mode == "1"
+            else fno_rows_auto(n_last, m_last, smem, warp))
 
 
 def fno_plane(spatial, modes, dtype, device_id: int, tuned=()) -> frozenset:
