@@ -12,12 +12,17 @@
 #pragma once
 #include "rowfft.cuh"
 
-// The spectral side in one of two layouts (modes_major): rows of 2 m values (the m real parts,
-// then the m imaginary parts: element (r, p, k) at r 2m + p m + k), or modes-major, the rows
-// innermost (element (r, p, k) at (p m + k) rows + r: the real parts of bin 0 of every row, then
-// of bin 1, ..., then the imaginary parts), the layout of the chain's split modes
-// (fftmatvec/fno/_dft.py: SplitChain). Modes-major, a block's values go through shared memory so
-// that consecutive threads write (or read) consecutive rows of one bin.
+// The spectral side in one of three layouts (modes_major): 0, rows of 2 m values (the m real
+// parts, then the m imaginary parts: element (r, p, k) at r 2m + p m + k); 1, modes-major split,
+// the rows innermost (element (r, p, k) at (p m + k) rows + r: the real parts of bin 0 of every
+// row, then of bin 1, ..., then the imaginary parts), the layout of the chain's split modes
+// (fftmatvec/fno/_dft.py: SplitChain); 2, modes-major in pairs (element (r, p, k) at
+// 2 (k rows + r) + p: bin 0 of every row as complex values, then bin 1, ...), the complex
+// modes-major layout that the channel product's complex GEMM reads and writes in place
+// (fftmatvec/fno/_dft.py: PairedChain). Modes-major, a block's values go through shared memory
+// (as columns of the split layout) so that consecutive threads write (or read) consecutive
+// values of one bin.
+#define FNO_PAIRED 2
 
 // out = s[k] (Re, Im) of bin k < m of the unnormalised real FFT of each row of x (rows, L).
 template <int MAXR>
@@ -57,6 +62,12 @@ __device__ __forceinline__ void fno_rfft_body(const float* __restrict__ x, float
     }
   });
   __syncthreads();
+  if (modes_major == FNO_PAIRED) {
+    RowCursor at(2 * nrow);  // at.r: the bin, at.c: 2 (row) + part, one run of global memory
+    for (int i = threadIdx.x; i < 2 * m * nrow; i += blockDim.x, at.next())
+      out[((i64)at.r * rows + row0) * 2 + at.c] = st[((at.c & 1) * m + at.r) * sp + (at.c >> 1)];
+    return;
+  }
   RowCursor at(nrow);  // at.r: the column (part, bin), at.c: the row
   for (int i = threadIdx.x; i < 2 * m * nrow; i += blockDim.x, at.next())
     out[(i64)at.r * rows + row0 + at.c] = st[at.r * sp + at.c];
@@ -92,7 +103,11 @@ __device__ __forceinline__ void fno_irfft_body(const float* __restrict__ y,
     RowCursor at(nrow);  // at.r: the bin, at.c: the row; consecutive threads, consecutive rows
     for (int i = threadIdx.x; i < nrow * nf; i += blockDim.x, at.next()) {
       float2 v = make_c(0.f, 0.f);
-      if (at.r < m) {
+      if (at.r < m && modes_major == FNO_PAIRED) {
+        const float2 p =
+            *reinterpret_cast<const float2*>(y + ((i64)at.r * rows + row0 + at.c) * 2);
+        v = c_scale(p, scale[at.r]);
+      } else if (at.r < m) {
         const float s = scale[at.r];
         const float* sr = y + (i64)at.r * rows + row0 + at.c;
         v = make_c(sr[0] * s, sr[(i64)m * rows] * s);
@@ -506,7 +521,7 @@ __device__ __forceinline__ void fno_plane_irfft_warp_body(
 // A group of 32 lanes a row of L = 64 P points (N1 = 32 P complex values), as the plane kernels'
 // warp form transforms its rows: no pass through shared memory but the block's kept bins, rpb
 // rows of them staged (S: rows of 2 m values, or modes-major 2 m columns rpb + 1 apart), so that
-// the block writes (reads) them in whole runs of either layout of the spectral side. tw: the
+// the block writes (reads) them in whole runs of each layout of the spectral side. tw: the
 // rows' table of LastAxis (its split twiddles); scale[k] on the way out (in).
 
 #define FNO_ROW_WARP_THREADS 256
@@ -523,11 +538,17 @@ struct BinStage {
     return modes_major ? (m + k) * sp + r : r * 2 * m + m + k;
   }
   // global memory g's element of column j (part, bin) of row c of the block's nrow rows, and
-  // S's, i = threadIdx.x, threadIdx.x + blockDim.x, ...: whole runs of g in either layout
+  // S's, i = threadIdx.x, threadIdx.x + blockDim.x, ...: whole runs of g in each layout
   template <typename F>
   __device__ __forceinline__ void each(i64 rows, i64 row0, int nrow, F f) const {
     if (!modes_major) {
       for (int i = threadIdx.x; i < nrow * 2 * m; i += blockDim.x) f(row0 * 2 * m + i, i);
+      return;
+    }
+    if (modes_major == FNO_PAIRED) {
+      RowCursor at(2 * nrow);  // at.r: the bin, at.c: 2 (row) + part
+      for (int i = threadIdx.x; i < 2 * m * nrow; i += blockDim.x, at.next())
+        f(((i64)at.r * rows + row0) * 2 + at.c, ((at.c & 1) * m + at.r) * sp + (at.c >> 1));
       return;
     }
     RowCursor at(nrow);  // at.r: the column (part, bin), at.c: the row
@@ -669,7 +690,9 @@ __device__ __forceinline__ void fno_rfft_long_body(const float* __restrict__ x,
 #pragma unroll
     for (int s = 1; s < FNO_LONG_SPLIT; ++s) acc = c_add(acc, part[s * m + k]);
     acc = c_scale(acc, scale[k]);
-    if (modes_major) {
+    if (modes_major == FNO_PAIRED) {
+      *reinterpret_cast<float2*>(out + ((i64)k * rows + row) * 2) = acc;
+    } else if (modes_major) {
       out[(i64)k * rows + row] = acc.x;
       out[(i64)(m + k) * rows + row] = acc.y;
     } else {
@@ -692,6 +715,10 @@ __device__ __forceinline__ void fno_irfft_long_body(const float* __restrict__ y,
   const int lane = lanes.lane, group = (int)(threadIdx.x >> 5), groups = (int)(blockDim.x >> 5);
   const i64 row = blockIdx.x;
   for (int k = threadIdx.x; k < m; k += blockDim.x) {
+    if (modes_major == FNO_PAIRED) {
+      X[k] = c_scale(*reinterpret_cast<const float2*>(y + ((i64)k * rows + row) * 2), scale[k]);
+      continue;
+    }
     const float re = modes_major ? y[(i64)k * rows + row] : y[row * 2 * m + k];
     const float im = modes_major ? y[(i64)(m + k) * rows + row] : y[row * 2 * m + m + k];
     X[k] = c_scale(make_c(re, im), scale[k]);

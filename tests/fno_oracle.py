@@ -60,6 +60,7 @@ def clear_chains():
     from fftmatvec.fno import _reference, _torch_dft, clear_graphs
 
     _torch_dft._chain.cache_clear()
+    _torch_dft._planned_chain.cache_clear()
     _reference._xp_chain.cache_clear()
     clear_graphs()
 

@@ -337,6 +337,58 @@ def test_torch_split_modes(monkeypatch, rng, split, shape, cout, n_modes):
         lambda x, w, b: spectral_conv_torch(x, w, n_modes, b, method="dft"), (x, w, b))
 
 
+@pytest.fixture
+def paired_on_gemms(monkeypatch):
+    """The planner's chain for every layer: the paired modes, every transform on its GEMM (the
+    row kernels need a GPU; :class:`_dft.PairedChain` then permutes into and out of its
+    layout), so that the chain's own arithmetic is checked without one."""
+    from fftmatvec.gpu import planner
+    from fno_oracle import clear_chains
+
+    monkeypatch.setattr(planner, "fno_chain",
+                        lambda *a, **k: (frozenset(), frozenset(), "paired", "auto"))
+    clear_chains()
+    yield
+    monkeypatch.undo()
+    clear_chains()
+
+
+@pytest.mark.parametrize("shape,cout,n_modes", ONE_AXIS)
+def test_paired_modes_match_dense_reference(paired_on_gemms, xp, rng, shape, cout, n_modes):
+    """The paired modes (:class:`_dft.PairedChain`) against the dense float64 reference: to
+    rounding in float64, within 1e-5 in float32."""
+    x, w, b = _rand(rng, shape, cout, n_modes)
+    want = dense_reference(x, w, n_modes, b)
+    got64 = spectral_conv(xp.asarray(x), xp.asarray(w), n_modes, xp.asarray(b), method="dft")
+    assert _rel(to_numpy(got64), want) < 1e-12
+    got32 = spectral_conv(xp.asarray(x, dtype=np.float32), xp.asarray(w.astype(np.complex64)),
+                          n_modes, xp.asarray(b, dtype=np.float32), method="dft")
+    assert got32.dtype == np.float32 and _rel(to_numpy(got32), want) < 1e-5
+
+
+@pytest.mark.parametrize("shape,cout,n_modes", ONE_AXIS)
+def test_torch_paired_modes(paired_on_gemms, rng, shape, cout, n_modes):
+    """The torch layer on the paired modes: float32 output and gradients within 1e-5 of the
+    FFT path, ``gradcheck`` in float64, and the bias's gradient also without the others'."""
+    from fftmatvec.fno import _torch_dft, spectral_conv_torch
+
+    x = torch.randn(shape)
+    chain = _torch_dft.chain_for(x, torch.float32, kept_modes(n_modes), cout)
+    assert isinstance(chain, _dft.PairedChain) and chain.rows == ("paired",)
+    torch.manual_seed(shape[-1] + cout)
+    dft, fft = _layers(shape[1], cout, n_modes)
+    g = torch.randn((shape[0], cout) + shape[2:])
+    for a, c in zip(_grads(dft, x, g), _grads(fft, x, g)):
+        assert _rel(a, c) < 1e-5
+    x, w, b = (torch.tensor(a, requires_grad=True) for a in _rand(rng, shape, cout, n_modes))
+    assert torch.autograd.gradcheck(
+        lambda x, w, b: spectral_conv_torch(x, w, n_modes, b, method="dft"), (x, w, b))
+    w.requires_grad_(False)
+    x.requires_grad_(False)
+    spectral_conv_torch(x, w, n_modes, b, method="dft").sum().backward()
+    assert torch.allclose(b.grad, torch.full_like(b, shape[0] * shape[-1]))
+
+
 def test_split_rule(monkeypatch):
     """By default one-axis float32/float64 layers whose weight copy is no larger than the
     permutes it saves; forced where it cannot serve, an error that says why."""

@@ -161,6 +161,43 @@ def test_last_axis_modes_major_matches_its_matrix(rng, kind, L, m, variant):
 
 @gpu
 @pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["passes", "warp"])
+@pytest.mark.parametrize("L,m", LENGTHS)
+@pytest.mark.parametrize("kind", ["F", "A", "AT", "FT"])
+def test_last_axis_paired_matches_its_matrix(rng, kind, L, m, variant):
+    """The transforms with their spectral side modes-major in complex pairs, ``(m, 2 rows)``
+    (bin k of row r at [k, 2r] and [k, 2r + 1]: the paired modes), in both forms, equal the
+    float64 matrix they replace, on every element of a poisoned output, for row counts that
+    leave a partial last block and a block of a single row."""
+    cp = backend.cupy
+    t = _set(L, m, variant, modes_major="paired")[kind]
+    M = _matrix(kind, L, m)
+    forward = kind in ("F", "AT")                    # rows (rows, L) -> modes (m, 2 rows)
+
+    def paired(s):  # (rows, 2m) [re..., im...] -> (m, 2 rows)
+        return s.reshape(-1, 2, m).transpose(2, 0, 1).reshape(m, -1)
+
+    for rows in (1, 7, 301):
+        if forward:
+            a = rng.standard_normal((rows, L))
+            want = paired(a @ M)
+        else:
+            s = rng.standard_normal((rows, 2 * m))
+            a, want = paired(s), s @ M
+        out = cp.full(want.shape, np.nan, dtype=np.float32)
+        got = t(cp.asarray(a, dtype=np.float32), out=out)
+        assert got is out
+        err = np.abs(cp.asnumpy(got) - want).max() / np.abs(want).max()
+        assert err < 2e-6 * max(1.0, np.log2(L)), (kind, L, m, rows, err)
+    with pytest.raises(ValueError, match="rows of" if forward else "complex pairs"):
+        t(cp.zeros((m + 1, 3), dtype=np.float32))
+    with pytest.raises(ValueError, match="out must be"):
+        t(cp.asarray(a, dtype=np.float32),
+          out=cp.zeros((want.shape[0] + 1, want.shape[1]), dtype=np.float32))
+
+
+@gpu
+@pytest.mark.gpu
 def test_last_axis_checks_its_arguments():
     from fftmatvec.fno._rows import LastAxis
 
@@ -361,13 +398,15 @@ def test_output_shapes_of_rows_and_planes():
         t = object.__new__(cls)
         t.kind, t.shape = kind, shape
         if modes_major is not None:
-            t.modes_major = modes_major
+            t.modes_major, t.paired = bool(modes_major), modes_major == "paired"
         return t
 
     assert bare(LastAxis, "r2c", (128, 66), False)._out_shape(7) == (7, 66)
     assert bare(LastAxis, "r2c", (128, 66), True)._out_shape(7) == (66, 7)
     assert bare(LastAxis, "c2r", (66, 128), False)._out_shape(7) == (7, 128)
     assert bare(LastAxis, "c2r", (66, 128), True)._out_shape(7) == (7, 128)
+    assert bare(LastAxis, "r2c", (128, 66), "paired")._out_shape(7) == (33, 14)
+    assert bare(LastAxis, "c2r", (66, 128), "paired")._out_shape(7) == (7, 128)
     assert bare(Plane, "r2c", (64 * 64, 2 * 16 * 9))._out_shape(5) == (5, 288)
     assert bare(Plane, "c2r", (2 * 16 * 9, 64 * 64))._out_shape(5) == (5, 4096)
 

@@ -110,10 +110,10 @@ def test_an_fft_entry_and_the_callers_own_choices(tmp_path, spy):
 
 def test_the_environment_overrides_the_entry_key_by_key(monkeypatch):
     one_axis = (64, 8, 8, (128,), (33,), "float32", -1, False)
-    assert fno_chain(*one_axis)[2]  # split by the rules: B (Cin + Cout) >= Cin Cout
-    assert not fno_chain(*one_axis, tuned=(("fno_split", "0"),))[2]
+    assert fno_chain(*one_axis)[2] == "split"  # by the rules: B (Cin + Cout) >= Cin Cout
+    assert fno_chain(*one_axis, tuned=(("fno_split", "0"),))[2] == "interleaved"
     set_plan(monkeypatch, "fno_split", "1")
-    assert fno_chain(*one_axis, tuned=(("fno_split", "0"),))[2]
+    assert fno_chain(*one_axis, tuned=(("fno_split", "0"),))[2] == "split"
 
 
 def test_none_and_a_bad_path(tmp_path, monkeypatch, spy):

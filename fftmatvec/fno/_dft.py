@@ -30,7 +30,9 @@ is added to ``y``.
 A one-axis layer can keep its modes modes-major and split instead, ``(2, M, B, C)``
 (:class:`SplitChain`): the analysis ``F^T @ x^T`` writes that layout, the channel product runs on
 it as real batched GEMMs (:func:`mode_product_split`), and the synthesis ``Y^T @ A`` reads it:
-no permute of the modes.
+no permute of the modes. Or, where the row FFT kernels run its four transforms, modes-major in
+complex pairs, ``(M, B, C)`` complex (:class:`PairedChain`): the kernels write and read that
+layout, and the channel product is the one batched complex GEMM on it, in place.
 
 The backward is the same chain with the transposed matrices: the analysis structure with
 ``(A^T, R_a^T)`` maps ``dL/dy`` to the modes, the synthesis structure with ``(L_a^T, F^T)`` maps
@@ -294,7 +296,7 @@ class Chain:
     ``synT``, ``anaT`` that take the place of those axes' steps in the analysis, the synthesis
     and their adjoints (:func:`._rows.plane_set`)."""
 
-    split = False
+    split = paired = False
 
     def __init__(self, ops, spatial, modes, last_axis=None, plane=None):
         sp, md = tuple(spatial), tuple(modes)
@@ -407,7 +409,7 @@ class SplitChain:
     two parts for a CUDA graph of the middle; the backward's transforms with the same two
     matrices on the other side."""
 
-    split = True
+    split, paired = True, False
 
     def __init__(self, ops, spatial, modes, last_axis=None):
         (n,), (m,) = tuple(spatial), tuple(modes)
@@ -482,24 +484,155 @@ class SplitChain:
         return self.analysis_adjoint_end(self.analysis_adjoint_front(gX), shape)
 
 
+class PairedChain:
+    """The matrices of a one-axis layer whose modes are kept modes-major in complex pairs:
+    ``(M, B, C)`` complex, every mode's ``(B, C)`` matrix, its real and imaginary parts side by
+    side.
+
+    The row FFT kernels (:class:`._rows.LastAxis` with ``modes_major="paired"``) write that
+    layout from ``x`` and read it into ``y``, and the channel product is one batched complex
+    GEMM that reads and writes it in place (:func:`mode_product_paired`): where :class:`Chain`
+    permutes the modes before the product and after it, and :class:`SplitChain` copies the
+    weight into its parts and runs four real GEMMs, this chain runs three launches a direction.
+    A transform that no kernel replaces runs as a GEMM with :class:`Chain`'s matrix and a
+    permute into (or out of) the layout (the chain on the CPU, for its tests). The same
+    protocol as :class:`Chain`."""
+
+    split = False
+    paired = True
+
+    def __init__(self, ops, spatial, modes, last_axis=None):
+        (n,), (m,) = tuple(spatial), tuple(modes)
+        self.spatial, self.modes = (n,), (m,)
+        self._kernels = dict(last_axis or {})
+        mats = {"F": analysis_last(n, m), "A": synthesis_last(n, m)}
+        mats["AT"], mats["FT"] = mats["A"].T.copy(), mats["F"].T.copy()
+        self._mats = {k: ops.matrix(v) for k, v in mats.items() if k not in self._kernels}
+        self.rows = ("paired",) + tuple(sorted(self._kernels))
+        self.forms = _forms(self._kernels)
+        self.plane = {}
+        self.bias_mode = 0
+        self._ops = ops
+
+    def _to_modes(self, name, a, out):
+        """Rows of ``n`` points (of ``a``) to the modes ``(m, 2 rows)``: the kernel replacing
+        the matrix ``name``, or its GEMM and a permute; into ``out`` where given."""
+        rows = a.reshape(-1, self.spatial[0])
+        kernel = self._kernels.get(name)
+        if kernel is not None:
+            return kernel(rows, out=out)
+        m, ops = self.modes[0], self._ops
+        H = (rows @ self._mats[name]).reshape(rows.shape[0], 2, m)
+        if out is None:
+            out = ops.empty((m, 2 * rows.shape[0]))
+        out.reshape(m, rows.shape[0], 2)[...] = ops.view(H, (2, 0, 1))
+        return out
+
+    def _to_rows(self, name, T, shape):
+        """The modes ``(m, 2 rows)`` to ``shape``: the kernel replacing the matrix ``name``, or
+        a permute and its GEMM."""
+        kernel = self._kernels.get(name)
+        if kernel is not None:
+            return kernel(T).reshape(shape)
+        m = self.modes[0]
+        rows = self._ops.perm(T.reshape(m, -1, 2), (1, 2, 0)).reshape(-1, 2 * m)
+        return (rows @ self._mats[name]).reshape(shape)
+
+    def _complex(self, H, shape):
+        return self._ops.as_complex(H.reshape(self.modes[0], shape[0], shape[1], 2))
+
+    def _pairs(self, Y):
+        return self._ops.as_real(Y).reshape(self.modes[0], -1)
+
+    def analysis_start(self, x, out=None):
+        return self._to_modes("F", x, out)
+
+    def analysis_rest(self, H, shape):
+        return self._complex(H, shape)
+
+    def synthesis_front(self, Y):
+        return self._pairs(Y)
+
+    def synthesis_end(self, T, shape):
+        return self._to_rows("A", T, shape)
+
+    def synthesis_adjoint_start(self, g, out=None):
+        return self._to_modes("AT", g, out)
+
+    def synthesis_adjoint_rest(self, G, shape):
+        return self._complex(G, shape)
+
+    def analysis_adjoint_front(self, gX):
+        return self._pairs(gX)
+
+    def analysis_adjoint_end(self, T, shape):
+        return self._to_rows("FT", T, shape)
+
+    def analysis(self, x):
+        return self.analysis_rest(self.analysis_start(x), tuple(x.shape))
+
+    def synthesis(self, Y):
+        shape = (Y.shape[1], Y.shape[2]) + self.spatial
+        return self.synthesis_end(self.synthesis_front(Y), shape)
+
+    def synthesis_adjoint(self, g):
+        """``S^T g``: the gradient on the modes ``(M, B, O)`` (complex) of ``dL/dy``."""
+        return self.synthesis_adjoint_rest(self.synthesis_adjoint_start(g), tuple(g.shape))
+
+    def analysis_adjoint(self, gX):
+        """``A^T gX``: ``dL/dx`` from the gradient on the modes ``(M, B, C)`` (complex)."""
+        shape = (gX.shape[1], gX.shape[2]) + self.spatial
+        return self.analysis_adjoint_end(self.analysis_adjoint_front(gX), shape)
+
+
+def mode_product_paired(ops, X, Wc, bias=None):
+    """``Y = X W`` per mode on the paired modes: ``X`` ``(M, B, C)`` and ``Wc`` ``(M, C, O)``
+    complex -> ``Y`` ``(M, B, O)`` complex, ``bias`` ``(O,)`` added to the real part of mode 0
+    (the constant one of a one-axis layer)."""
+    Y = X @ Wc
+    if bias is not None:
+        ops.as_real(Y)[0, :, :, 0] += bias.reshape(1, -1)
+    return Y
+
+
+def mode_product_paired_adjoint(ops, gY, X, Wc, need_x=True, need_w=True):
+    """Gradients of :func:`mode_product_paired` from ``gY`` ``(M, B, O)``: ``dL/dX = gY W^H``
+    ``(M, B, C)`` and ``dL/dW = X^H gY`` ``(M, C, O)``, complex."""
+    gX = gY @ ops.conj_t(Wc) if need_x else None
+    gW = ops.conj_t(X) @ gY if need_w else None
+    return gX, gW
+
+
+#: The layouts of a chain's modes (:func:`make_chain`): ``(B, C, 2, M)`` permuted around the
+#: channel product (:class:`Chain`), modes-major split (:class:`SplitChain`), modes-major in
+#: complex pairs (:class:`PairedChain`).
+LAYOUTS = ("interleaved", "split", "paired")
+
+
 def make_chain(ops, spatial, modes, device_id, rows=frozenset(), plane=frozenset(),
-               split=False, variant="auto"):
+               layout="interleaved", variant="auto"):
     """The chain of a layer as the planner chose it (:func:`fftmatvec.gpu.planner.fno_chain`):
     its row kernels ``rows`` (:func:`._rows.last_axis_set`) and plane kernels ``plane``
-    (:func:`._rows.plane_set`) on device ``device_id`` in form ``variant``, on
-    :class:`SplitChain` where ``split``, else :class:`Chain`."""
+    (:func:`._rows.plane_set`) on device ``device_id`` in form ``variant``, its modes in
+    ``layout`` (:data:`LAYOUTS`): :class:`SplitChain`, :class:`PairedChain` or
+    :class:`Chain`."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     last = kernel_plane = None
     if rows or plane:
-        from ._rows import last_axis_set, plane_set
+        from ._rows import PAIRED, last_axis_set, plane_set
 
+        major = {"interleaved": False, "split": True, "paired": PAIRED}[layout]
         if rows:
-            last = last_axis_set(spatial[-1], modes[-1], device_id, rows, modes_major=split,
+            last = last_axis_set(spatial[-1], modes[-1], device_id, rows, modes_major=major,
                                  variant=variant)
         if plane:
             kernel_plane = plane_set(spatial[-2:], modes[-2:], device_id, plane,
                                      variant=variant)
-    if split:
+    if layout == "split":
         return SplitChain(ops, spatial, modes, last)
+    if layout == "paired":
+        return PairedChain(ops, spatial, modes, last)
     return Chain(ops, spatial, modes, last, kernel_plane)
 
 
@@ -566,7 +699,11 @@ def modes_step(ops, chain, X, W, bias):
     seen as real ``(M, C, 2O)`` for the real one (:func:`mode_product`, giving ``Xs`` ``(M, 2B,
     C)``); ``bias`` ``(O,)``. On a :class:`SplitChain` ``X`` and ``Y`` are ``(2, M, B, C)``
     and ``(2, M, B, O)``, ``W`` complex, and ``X`` itself is what the backward reads
-    (:func:`mode_product_split`)."""
+    (:func:`mode_product_split`); on a :class:`PairedChain`, ``X`` and ``Y`` complex ``(M, B,
+    C)`` and ``(M, B, O)``, ``W`` complex, ``X`` what the backward reads
+    (:func:`mode_product_paired`)."""
+    if chain.paired:
+        return mode_product_paired(ops, X, W, bias), X
     if chain.split:
         Y, Xs = mode_product_split(ops, X, split_weight(ops, W)), X
         if bias is not None:

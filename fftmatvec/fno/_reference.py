@@ -86,10 +86,10 @@ def _xp_ops(xp, dtype):
 
 @functools.lru_cache(maxsize=64)
 def _xp_chain(module_name, device, dtype, spatial, modes, rows=frozenset(), plane=frozenset(),
-              split=False, variant="auto"):
+              layout="interleaved", variant="auto"):
     xp = backend.cupy if module_name == "cupy" else np
     return _dft.make_chain(_xp_ops(xp, np.dtype(dtype)), spatial, modes, device, rows, plane,
-                           split, variant)
+                           layout, variant)
 
 
 def _dft_conv(xp, x, weight, modes, bias):

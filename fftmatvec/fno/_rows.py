@@ -39,6 +39,10 @@ MAX_LAUNCHES = 16
 ROWS_BYTES = 8192
 
 _F32 = np.dtype(np.float32)
+#: ``modes_major`` of the spectral side modes-major in complex pairs (:class:`LastAxis`), and
+#: its code in the kernels (``hip_kernels/fno.cuh``: ``FNO_PAIRED``).
+PAIRED = "paired"
+_PAIRED_CODE = 2
 #: The alignment in bytes of an input the kernels read (a copy of a less aligned one is read).
 _ALIGN = 16
 
@@ -166,9 +170,11 @@ class LastAxis:
     inverse real FFT of ``s_k`` times the bins (zero above ``m``; the imaginary parts of the DC
     and Nyquist bins dropped). ``scale``: the ``m`` values ``s_k``. ``shape``: that of the
     matrix it replaces, ``(L, 2m)`` or ``(2m, L)``. ``modes_major``: the spectral side
-    transposed, ``(2m, rows)`` (the split modes of :class:`._dft.SplitChain`). Called on a 2-D
-    float32 array (CuPy) or tensor (PyTorch) on that device, it returns a new one of the same
-    kind.
+    transposed, ``(2m, rows)`` (``True``: the split modes of :class:`._dft.SplitChain`), or
+    modes-major in complex pairs, ``(m, 2 rows)`` (``"paired"``: bin ``k`` of row ``r`` at
+    ``[k, 2r]`` and ``[k, 2r + 1]``, the complex modes-major layout of
+    :class:`._dft.PairedChain`). Called on a 2-D float32 array (CuPy) or tensor (PyTorch) on
+    that device, it returns a new one of the same kind.
 
     ``variant``: ``"warp"`` the warp form (a group of 32 lanes a row, its FFT in registers and
     across the lanes, as the plane kernels' warp form: :func:`row_warp_supported`), ``"passes"``
@@ -179,10 +185,13 @@ class LastAxis:
     """
 
     def __init__(self, kind: str, L: int, m: int, scale, device_id: int,
-                 rows_per_block: int | None = None, modes_major: bool = False,
+                 rows_per_block: int | None = None, modes_major: bool | str = False,
                  variant: str = "auto"):
         if kind not in ("r2c", "c2r"):
             raise ValueError(f"kind must be 'r2c' or 'c2r', got {kind!r}")
+        if modes_major not in (False, True, PAIRED):
+            raise ValueError(f"modes_major must be False, True or {PAIRED!r}, got "
+                             f"{modes_major!r}")
         _check_variant(variant)
         cp = backend.cupy
         with cp.cuda.Device(device_id):
@@ -224,15 +233,16 @@ class LastAxis:
         self.variant = "warp" if warp else "passes"
         self.threads = ROW_WARP_THREADS if warp else _rowfft.THREADS
         self.shape = (self.L, 2 * self.m) if kind == "r2c" else (2 * self.m, self.L)
-        self.modes_major = bool(modes_major)
+        self.modes_major, self.paired = bool(modes_major), modes_major == PAIRED
+        layout = np.int32(_PAIRED_CODE if self.paired else int(self.modes_major))
         if long:
-            self._geometry = (np.int32(L), np.int32(m), np.int32(self.modes_major))
+            self._geometry = (np.int32(L), np.int32(m), layout)
         elif warp:
-            self._geometry = (np.int32(m), np.int32(rpb), np.int32(self.modes_major))
+            self._geometry = (np.int32(m), np.int32(rpb), layout)
         else:
             self._geometry = (np.int32(L), np.int32(m), np.int32(rpb),
                               np.uint64(_rowfft.packed_radices(rads)), np.int32(len(rads)),
-                              np.int32(self.modes_major))
+                              layout)
         self._launches: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
 
@@ -256,21 +266,41 @@ class LastAxis:
     def _args(self, rows: int):
         return (None, None, self.twiddles, self.scale, np.int64(rows)) + self._geometry
 
-    modes_major = False  # (a Plane's spectral side is in rows)
+    modes_major = paired = False  # (a Plane's spectral side is in rows)
+
+    def _spectral_shape(self, rows: int) -> tuple:
+        """The shape of the spectral side of ``rows`` rows in this transform's layout."""
+        width = self.shape[1] if self.kind == "r2c" else self.shape[0]  # 2 m
+        if self.paired:
+            return (width // 2, 2 * rows)
+        return (width, rows) if self.modes_major else (rows, width)
 
     def _out_shape(self, rows: int) -> tuple:
-        width = self.shape[1]
-        return (width, rows) if self.modes_major and self.kind == "r2c" else (rows, width)
+        return self._spectral_shape(rows) if self.kind == "r2c" else (rows, self.shape[1])
+
+    def _rows_of(self, a) -> int:
+        """The number of rows an input ``a`` holds; ValueError where its shape is not one of
+        this transform's inputs."""
+        if self.kind == "r2c":
+            what, ok = f"rows of {self.L} values", a.ndim == 2 and a.shape[1] == self.L
+            rows = a.shape[0] if ok else 0
+        elif self.paired:
+            what = f"{self.m} rows of complex pairs (m, 2 rows)"
+            ok = a.ndim == 2 and a.shape[0] == self.m and a.shape[1] % 2 == 0
+            rows = a.shape[1] // 2 if ok else 0
+        else:
+            across = int(self.modes_major)
+            what = f"{'columns' if across else 'rows'} of {2 * self.m} values"
+            ok = a.ndim == 2 and a.shape[1 - across] == 2 * self.m
+            rows = a.shape[across] if ok else 0
+        if not ok:
+            raise ValueError(f"{self.name}: expected {what}, got shape {tuple(a.shape)}")
+        return int(rows)
 
     def __call__(self, a, out=None):
         """The transform of the rows of ``a`` (of its columns: the spectral side modes-major),
         into ``out`` where given (else a new array)."""
-        across = int(self.modes_major and self.kind == "c2r")
-        width = self.shape[0]
-        if a.ndim != 2 or a.shape[1 - across] != width:
-            raise ValueError(f"{self.name}: expected {'columns' if across else 'rows'} of "
-                             f"{width} values, got shape {tuple(a.shape)}")
-        rows = int(a.shape[across])
+        rows = self._rows_of(a)
         if _is_torch(a):
             return _outside_compile()(self._torch_call, a, out, rows)
         cp = backend.cupy
@@ -304,7 +334,7 @@ class LastAxis:
             out = torch.empty(self._out_shape(rows), dtype=torch.float32, device=a.device)
         self._check_out(out, rows, torch.float32)
         if rows:
-            stream = torch.cuda.current_stream(a.device).cuda_stream
+            stream = _raw_stream(torch, a.device)
             # the device's primary context current on this thread: PyTorch's autograd threads
             # select the device without making a context current, which a driver launch needs
             backend.cupy.cuda.runtime.setDevice(self.device_id)
@@ -319,6 +349,16 @@ class LastAxis:
             raise ValueError(f"{self.name}: out must be contiguous float32 of shape "
                              f"{want}, {_ALIGN}-byte aligned, got {out.dtype} "
                              f"{tuple(out.shape)}")
+
+
+def _raw_stream(torch, device) -> int:
+    """The current stream's handle on the CUDA ``device``, without the ``torch.cuda.Stream``
+    that ``torch.cuda.current_stream`` builds (about 10 µs of the host on an H200 machine, twice
+    a forward whose kernels run outside its graph)."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is None:  # pragma: no cover - older PyTorch
+        return torch.cuda.current_stream(device).cuda_stream
+    return raw(device.index)
 
 
 _OUTSIDE = None
@@ -336,10 +376,10 @@ def _outside_compile():
 
 
 def last_axis_set(n_last: int, m_last: int, device_id: int, kinds=("r2c", "c2r"),
-                  modes_major: bool = False, variant: str = "auto") -> dict:
+                  modes_major: bool | str = False, variant: str = "auto") -> dict:
     """The transforms of ``kinds`` of a last axis of ``n_last`` points keeping ``m_last`` bins,
     by the name of the matrix each replaces in :class:`._dft.Chain` (or, ``modes_major``, in
-    :class:`._dft.SplitChain`): ``r2c`` gives ``F`` (analysis, ``1 / N``) and ``AT`` (adjoint
+    :class:`._dft.SplitChain`; ``"paired"``, in :class:`._dft.PairedChain`): ``r2c`` gives ``F`` (analysis, ``1 / N``) and ``AT`` (adjoint
     of the synthesis, ``c_k``), ``c2r`` gives ``A`` (synthesis) and ``FT`` (adjoint of the
     analysis, ``1 / (N c_k)``); ``variant`` as :class:`LastAxis` takes it."""
     from ._modes import hermitian_weights

@@ -99,11 +99,11 @@ def modes_major_complex(gw, shape, dtype):
 
 @functools.lru_cache(maxsize=64)
 def _chain(device, dtype_name, spatial, modes, rows=frozenset(), plane=frozenset(),
-           split=False, variant="auto"):
+           layout="interleaved", variant="auto"):
     torch = _torch()
     dev = torch.device(device)
     return _dft.make_chain(_ops(getattr(torch, dtype_name), dev), spatial, modes, dev.index,
-                           rows, plane, split, variant)
+                           rows, plane, layout, variant)
 
 
 def chain_for(x, dtype, modes, cout=None, tuned=()):
@@ -185,7 +185,14 @@ def backward_middle(G, g_shape, Xs, weight, chain, cdtype, needs, meta):
     w_shape, w_dtype, bias_meta = meta[1:]
     gT = gw = gb = None
     gY = chain.synthesis_adjoint_rest(G, g_shape)
-    if (need_x or need_w) and chain.split:
+    if (need_x or need_w) and chain.paired:
+        gX, gwc = _dft.mode_product_paired_adjoint(ops, gY, Xs, weight_view(weight, cdtype),
+                                                   need_x, need_w)
+        if need_x:
+            gT = chain.analysis_adjoint_front(gX)
+        if need_w:
+            gw = modes_major_complex(gwc, w_shape, w_dtype)
+    elif (need_x or need_w) and chain.split:
         Ws = _dft.split_weight(ops, weight_view(weight, cdtype))
         gX, gWs = _dft.mode_product_split_adjoint(ops, gY, Xs, Ws, need_x, need_w)
         if need_x:
@@ -207,7 +214,8 @@ def backward_middle(G, g_shape, Xs, weight, chain, cdtype, needs, meta):
         shape, dtype = bias_meta
         # made contiguous first: summed in place over B along rows 2M values apart, the
         # reduction took 21 us at (1024, 64, 128) on an H200, a copy and a sum about 6
-        mode = gY[0, 0] if chain.split else gY[:, :, 0, chain.bias_mode]
+        mode = (ops.as_real(gY)[0, :, :, 0] if chain.paired else
+                gY[0, 0] if chain.split else gY[:, :, 0, chain.bias_mode])
         gb = mode.contiguous().sum(0).to(dtype).reshape(shape)
     return gT, gw, gb
 

@@ -29,8 +29,8 @@ from .rules import (_REAL_SUFFIX, ASYNC_DEFAULTS, ASYNC_FEW, ASYNC_FEW_ROWS, ASY
                     ROW_FFT_MIN_BLOCKS_PER_SM, TILES, WIDE_DEFAULTS, WIDE_MIN_BLOCKS_PER_SM,
                     WIDE_MIN_FILL, XREG_GEMV_KB, XREG_MAX_ND, XREG_MIN_KB, XREG_ND, XREG_TILES,
                     _BATCH_SIZES, _STAGED_J)
-from .rules import (FNO_PLANE_MIN_FRACTION, FNO_PLANE_WARP_MIN_FRACTION, FNO_ROWS_C2R_WARP,
-                    FNO_ROWS_R2C_MIN, FNO_SPLIT_WITH_ROW_KERNELS)
+from .rules import (FNO_PAIRED, FNO_PLANE_MIN_FRACTION, FNO_PLANE_WARP_MIN_FRACTION,
+                    FNO_ROWS_C2R_WARP, FNO_ROWS_R2C_MIN, FNO_SPLIT_WITH_ROW_KERNELS)
 from .stage3 import _Launch
 
 
@@ -233,18 +233,64 @@ def _fno_plane(spatial: tuple, modes: tuple, dtype: str, device_id: int, mode: s
 
 def fno_chain(batch: int, cin: int, cout: int, spatial, modes, dtype, device_id: int,
               kernels: bool, tuned=()):
-    """The FNO layer's DFT chain, ``(rows, plane, split, variant)``: the last axis's transforms
-    on the row kernels (:func:`fno_rows`), the last two axes on the plane kernels
-    (:func:`fno_plane`), the modes split (:func:`fno_split`) and the kernels' form
+    """The FNO layer's DFT chain, ``(rows, plane, layout, variant)``: the last axis's
+    transforms on the row kernels (:func:`fno_rows`), the last two axes on the plane kernels
+    (:func:`fno_plane`), the layout of the modes (``"paired"``: :func:`fno_paired`, all four
+    transforms of the axis on the row kernels; ``"split"``: :func:`fno_split`; else
+    ``"interleaved"``; :data:`fftmatvec.fno._dft.LAYOUTS`) and the kernels' form
     (:func:`fno_variant`); the kernels only where ``kernels`` (float32 on a GPU); ``tuned``:
     the plan of the layer's FNO tuning table entry (pairs ``(key, value)``), which
     ``FFTMATVEC_PLAN`` overrides key by key."""
     rows = fno_rows(spatial[-1], modes[-1], dtype, device_id, tuned) if kernels else frozenset()
     split = fno_split(batch, cin, cout, spatial, dtype, row_kernels=bool(rows), tuned=tuned)
+    paired = fno_paired(spatial, modes, dtype, device_id, kernels, split, tuned)
+    if paired:
+        rows, layout = frozenset({"r2c", "c2r"}), "paired"
+    else:
+        layout = "split" if split else "interleaved"
     plane = fno_plane(spatial, modes, dtype, device_id, tuned) if kernels and not split \
-        else frozenset()
+        and not paired else frozenset()
     variant = fno_variant(spatial, modes, rows, plane, device_id, tuned) if kernels else "auto"
-    return rows, plane, split, variant
+    return rows, plane, layout, variant
+
+
+def fno_paired(spatial, modes, dtype, device_id: int, kernels: bool, split: bool = False,
+               tuned=()) -> bool:
+    """Whether the FNO layer's DFT chain keeps its modes modes-major in complex pairs
+    (:class:`fftmatvec.fno._dft.PairedChain`: the row kernels run all four transforms of the
+    axis in that layout, the complex GEMM reads and writes it in place). By default
+    (:data:`~fftmatvec.gpu.rules.FNO_PAIRED`) for one-axis layers where the row kernels take
+    the axis (``kernels``: float32 on a GPU; a 5-smooth complex length that fits a block) and
+    neither the split modes (``split`` under plan ``fno_split=1``) nor the GEMMs (plan
+    ``fno_rows=0``) are forced; plan key
+    ``fno_paired``: ``0`` never, ``1`` every layer it takes (an error elsewhere, and beside
+    ``fno_split=1``); ``tuned`` as for :func:`fno_rows`."""
+    mode = _fno_mode("fno_paired", tuned)
+    if mode == "0" or (mode == "auto" and not FNO_PAIRED):
+        return False
+    spatial, modes = tuple(int(n) for n in spatial), tuple(int(m) for m in modes)
+    why = None
+    if len(spatial) != 1:
+        why = f"the layer has {len(spatial)} axes"
+    elif split and _fno_mode("fno_split", tuned) == "1":
+        why = "plan fno_split=1 keeps the modes split"
+    elif _fno_mode("fno_rows", tuned) == "0":
+        why = "plan fno_rows=0 keeps the last axis on GEMMs"
+    elif not kernels:
+        why = "the row kernels run float32 layers on a GPU"
+    else:
+        why = _fno_kernels_why(np.float32)  # ``kernels``: the layer computes in float32
+        if why is None:
+            from ..fno import _rows
+
+            smem = _block_smem(device_id)
+            if not _rows.supported(spatial[0], modes[0], smem):
+                why = (f"the row kernels take no last axis of {spatial[0]} points keeping "
+                       f"{modes[0]} bins (a 5-smooth complex length that fits {smem} bytes "
+                       "of shared memory)")
+    if unavailable("fno_paired", mode, "the paired modes cannot serve this layer", why):
+        return False
+    return True
 
 
 def fno_variant(spatial, modes, rows, plane, device_id: int, tuned=()) -> str:

@@ -251,6 +251,15 @@ FNO_PLANE_WARP_MIN_FRACTION = 0.125
 # ran 1.07-2.3x the interleaved chain's permutes and complex GEMM (bench_fno_rows.py
 # --products). Plan fno_split=1 forces it; tune-fno times it per layer.
 FNO_SPLIT_WITH_ROW_KERNELS = False
+# The one-axis FNO layers' paired modes (fftmatvec/fno/_dft.py: PairedChain) by default where the
+# row kernels take all four transforms of the axis: the kernels write the modes modes-major in
+# complex pairs and read them back, so the complex GEMM reads and writes them in place, without
+# the two permutes of the interleaved chain (55 of the (1024, 64, 128, 64) forward's 226 µs of
+# GPU time on an H100, 115 of its forward+backward's 522: docs/benchmarks.md, forty-first run),
+# and the inverse transforms run on the kernels even where their GEMMs are as fast (4096-point
+# rows: 81 against 77 µs), since the GEMMs cannot read that layout. Plan fno_paired=0 keeps the
+# other layouts; tune-fno times both.
+FNO_PAIRED = True
 # Stages 3-5 of a one-vector adjoint as one kernel (hip_kernels/fused.cuh: its sums never go
 # through memory, the stage-3 output the inverse FFT would read back). By default for complex128
 # and complex64 storage with at most FUSED_MAX_ND sensors and FUSED_THREADS frequencies, where the
