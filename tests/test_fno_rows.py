@@ -130,67 +130,46 @@ def test_last_axis_matches_its_matrix(rng, kind, L, m, variant):
         assert err < 2e-6 * max(1.0, np.log2(L)), (kind, L, m, rows, err)
 
 
-@gpu
-@pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["passes", "warp"])
-@pytest.mark.parametrize("L,m", LENGTHS)
-@pytest.mark.parametrize("kind", ["F", "A", "AT", "FT"])
-def test_last_axis_modes_major_matches_its_matrix(rng, kind, L, m, variant):
-    """The transforms with their spectral side modes-major, ``(2m, rows)`` (the split modes),
-    in both forms, equal the float64 matrix they replace, on every element of a poisoned
-    output, for row counts that leave a partial last block and a block of a single row."""
-    cp = backend.cupy
-    t = _set(L, m, variant, modes_major=True)[kind]
-    M = _matrix(kind, L, m)
-    forward = kind in ("F", "AT")                    # rows (rows, L) -> modes (2m, rows)
-    for rows in (1, 7, 301):
-        a = rng.standard_normal((rows, L) if forward else (2 * m, rows))
-        want = a @ M if forward else a.T @ M           # (rows, 2m) or (rows, L)
-        want = want.T if forward else want
-        out = cp.full(want.shape, np.nan, dtype=np.float32)
-        got = t(cp.asarray(a, dtype=np.float32), out=out)
-        assert got is out
-        err = np.abs(cp.asnumpy(got) - want).max() / np.abs(want).max()
-        assert err < 2e-6 * max(1.0, np.log2(L)), (kind, L, m, rows, err)
-    with pytest.raises(ValueError, match="columns" if not forward else "rows"):
-        t(cp.zeros((3, 3), dtype=np.float32))
-    with pytest.raises(ValueError, match="out must be"):
-        t(cp.asarray(a, dtype=np.float32),
-          out=cp.zeros((want.shape[0] + 1, want.shape[1]), dtype=np.float32))
-
-
-@gpu
-@pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["passes", "warp"])
-@pytest.mark.parametrize("L,m", LENGTHS)
-@pytest.mark.parametrize("kind", ["F", "A", "AT", "FT"])
-def test_last_axis_paired_matches_its_matrix(rng, kind, L, m, variant):
-    """The transforms with their spectral side modes-major in complex pairs, ``(m, 2 rows)``
-    (bin k of row r at [k, 2r] and [k, 2r + 1]: the paired modes), in both forms, equal the
-    float64 matrix they replace, on every element of a poisoned output, for row counts that
-    leave a partial last block and a block of a single row."""
-    cp = backend.cupy
-    t = _set(L, m, variant, modes_major="paired")[kind]
-    M = _matrix(kind, L, m)
-    forward = kind in ("F", "AT")                    # rows (rows, L) -> modes (m, 2 rows)
-
-    def paired(s):  # (rows, 2m) [re..., im...] -> (m, 2 rows)
+def _in_layout(s, layout, m):
+    """The spectral side ``s`` ``(rows, 2m)`` (real parts, then imaginary) in ``layout``: the
+    split modes ``(2m, rows)`` (``True``) or the paired ones ``(m, 2 rows)``, bin k of row r at
+    [k, 2r] and [k, 2r + 1]."""
+    if layout == "paired":
         return s.reshape(-1, 2, m).transpose(2, 0, 1).reshape(m, -1)
+    return s.T
 
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", [True, "paired"])
+@pytest.mark.parametrize("variant", ["passes", "warp"])
+@pytest.mark.parametrize("L,m", LENGTHS)
+@pytest.mark.parametrize("kind", ["F", "A", "AT", "FT"])
+def test_last_axis_modes_major_matches_its_matrix(rng, kind, L, m, variant, layout):
+    """The transforms with their spectral side modes-major, split ``(2m, rows)`` or in complex
+    pairs ``(m, 2 rows)``, in both forms, equal the float64 matrix they replace, on every
+    element of a poisoned output, for row counts that leave a partial last block and a block of
+    a single row."""
+    cp = backend.cupy
+    t = _set(L, m, variant, modes_major=layout)[kind]
+    M = _matrix(kind, L, m)
+    forward = kind in ("F", "AT")                    # rows (rows, L) -> the modes
     for rows in (1, 7, 301):
         if forward:
             a = rng.standard_normal((rows, L))
-            want = paired(a @ M)
+            want = _in_layout(a @ M, layout, m)
         else:
             s = rng.standard_normal((rows, 2 * m))
-            a, want = paired(s), s @ M
+            a, want = _in_layout(s, layout, m), s @ M
         out = cp.full(want.shape, np.nan, dtype=np.float32)
         got = t(cp.asarray(a, dtype=np.float32), out=out)
         assert got is out
         err = np.abs(cp.asnumpy(got) - want).max() / np.abs(want).max()
         assert err < 2e-6 * max(1.0, np.log2(L)), (kind, L, m, rows, err)
-    with pytest.raises(ValueError, match="rows of" if forward else "complex pairs"):
-        t(cp.zeros((m + 1, 3), dtype=np.float32))
+    paired = layout == "paired"
+    with pytest.raises(ValueError, match="rows" if forward else
+                       "complex pairs" if paired else "columns"):
+        t(cp.zeros((m + 1, 3) if paired else (3, 3), dtype=np.float32))
     with pytest.raises(ValueError, match="out must be"):
         t(cp.asarray(a, dtype=np.float32),
           out=cp.zeros((want.shape[0] + 1, want.shape[1]), dtype=np.float32))
