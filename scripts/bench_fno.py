@@ -16,8 +16,9 @@ times, so that a drift of the host or the device reaches them all alike) of
   plane kernels (``dft-noplane``: plan ``fno_plane=0``), on one-axis layers with the modes
   interleaved and permuted around the channel product (``dft-nosplit``: plan ``fno_split=0``)
   or split (``dft-split``: ``fno_split=1``), with the inverse transforms of the axis on the row
-  kernels too (``dft-rows``: ``fno_rows=1``) and all three with the kernels in their warp form
-  (``dft-split-warp``); on a GPU the kernels in their pass form (``dft-passes``: ``fno_warp=0``)
+  kernels too (``dft-rows``: ``fno_rows=1``), with the modes permuted where the row kernels
+  would pair them (``dft-nopaired``: ``fno_paired=0``) and the split modes with every kernel in
+  its warp form (``dft-split-warp``); on a GPU the kernels in their pass form (``dft-passes``: ``fno_warp=0``)
   and their warp form (``dft-warp``: ``fno_warp=1``, where they have one),
   on layers whose graphs hold their whole chains, the graphs with the ends outside
   (``dft-ends``: no copy of ``x`` in or of ``y`` out), and ``method="fft"`` (full FFTs), and
@@ -418,7 +419,8 @@ def main():
     print(f"device: {name}, copy bandwidth {bw / 1e9:.0f} GB/s, torch {torch.__version__}")
     extra = [args.sixteen] if args.sixteen else []
     cols = ["eager", "nop", "fft", "dft-gemm", "dft-noplane", "dft-nosplit", "dft-split",
-            "dft-rows", "dft-passes", "dft-warp", "dft-split-warp", "dft-nograph", "dft-graph",
+            "dft-rows", "dft-nopaired", "dft-passes", "dft-warp", "dft-split-warp",
+            "dft-nograph", "dft-graph",
             "dft-ends", "dft"] + extra + (["tuned"] if args.tuned else [])
     print(f"{'case':>30} {'pass':>7} {'auto':>4} {'floor us':>9} "
           + " ".join(f"{c + ' us':>{max(10, len(c) + 3)}}" for c in cols)

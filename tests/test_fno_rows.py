@@ -274,7 +274,8 @@ def test_torch_layer_on_rows_matches_gemm_chain(monkeypatch, rng, shape, cout, n
     case, (xt, wt, bt), modes = _cuda_case(rng, shape, cout, n_modes)
     want_rows = _planned_kernels(plan, shape[-1], modes[-1])
     try:
-        monkeypatch.setenv("FFTMATVEC_PLAN", f"fno_rows={plan},fno_plane=0,fno_split=0")
+        monkeypatch.setenv("FFTMATVEC_PLAN",
+                           f"fno_rows={plan},fno_plane=0,fno_split=0,fno_paired=0")
         _clear_chains()
         got = _layer_grads(xt, wt, bt, n_modes, graphs)
         assert _torch_dft.chain_for(xt, torch.float32, modes).rows == want_rows
@@ -292,24 +293,27 @@ ONE_AXIS = [c for c in CASES if len(c[0]) == 3]
 
 @cuda
 @pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["split", "paired"])
 @pytest.mark.parametrize("plan", ["1", "auto"])
 @pytest.mark.parametrize("graphs", [False, True])
 @pytest.mark.parametrize("shape,cout,n_modes", ONE_AXIS)
-def test_torch_split_layer_on_rows_matches_gemm_chain(monkeypatch, rng, shape, cout, n_modes,
-                                                      graphs, plan):
-    """The split modes (plan fno_split=1) on the row kernels, modes-major (both ways, or as the
-    planner chooses): output and gradients within 1e-5 of the interleaved GEMM chain, eagerly
-    and replayed as graphs, and of the dense reference."""
+def test_torch_modes_major_layer_on_rows_matches_gemm_chain(monkeypatch, rng, shape, cout,
+                                                            n_modes, graphs, plan, layout):
+    """The split modes (plan fno_split=1) and the paired ones (fno_paired=1) on the row
+    kernels, modes-major (both ways, or as the planner chooses; the paired modes take all four
+    transforms): output and gradients within 1e-5 of the interleaved GEMM chain, eagerly and
+    replayed as graphs."""
     from fftmatvec.fno import _torch_dft
 
     case, (xt, wt, bt), modes = _cuda_case(rng, shape, cout, n_modes)
-    kernels = _planned_kernels(plan, shape[-1], modes[-1])
+    kernels = (_planned_kernels(plan, shape[-1], modes[-1]) if layout == "split"
+               else _planned_kernels("1", shape[-1], modes[-1]))
     try:
-        monkeypatch.setenv("FFTMATVEC_PLAN", f"fno_rows={plan},fno_split=1")
+        monkeypatch.setenv("FFTMATVEC_PLAN", f"fno_rows={plan},fno_{layout}=1")
         _clear_chains()
         got = _layer_grads(xt, wt, bt, n_modes, graphs)
         assert _torch_dft.chain_for(xt, torch.float32, modes, cout).rows == \
-            ("split",) + kernels
+            (layout,) + kernels
         monkeypatch.setenv("FFTMATVEC_PLAN", "fno_rows=0,fno_split=0")
         want = _layer_grads(xt, wt, bt, n_modes, graphs)
     finally:
@@ -320,11 +324,13 @@ def test_torch_split_layer_on_rows_matches_gemm_chain(monkeypatch, rng, shape, c
 
 @gpu
 @pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["split", "paired"])
 @pytest.mark.parametrize("shape,cout,n_modes", ONE_AXIS)
-def test_cupy_split_layer_on_rows_matches_reference(monkeypatch, rng, shape, cout, n_modes):
-    """The CuPy float32 layer on the split modes and the row kernels both ways, within 1e-5
-    of the dense float64 reference."""
-    monkeypatch.setenv("FFTMATVEC_PLAN", "fno_rows=1,fno_split=1")
+def test_cupy_split_layer_on_rows_matches_reference(monkeypatch, rng, shape, cout, n_modes,
+                                                    layout):
+    """The CuPy float32 layer on the split or paired modes and the row kernels both ways,
+    within 1e-5 of the dense float64 reference."""
+    monkeypatch.setenv("FFTMATVEC_PLAN", f"fno_rows=1,fno_{layout}=1")
     cp = backend.cupy
     x, w, b = _rand(rng, shape, cout, n_modes)
     want = dense_reference(x, w, n_modes, b)

@@ -281,17 +281,15 @@ class LastAxis:
     def _rows_of(self, a) -> int:
         """The number of rows an input ``a`` holds; ValueError where its shape is not one of
         this transform's inputs."""
-        if self.kind == "r2c":
-            what, ok = f"rows of {self.L} values", a.ndim == 2 and a.shape[1] == self.L
-            rows = a.shape[0] if ok else 0
-        elif self.paired:
-            what = f"{self.m} rows of complex pairs (m, 2 rows)"
-            ok = a.ndim == 2 and a.shape[0] == self.m and a.shape[1] % 2 == 0
+        width = self.shape[0]  # of the matrix replaced: L (r2c), 2 m (c2r); a Plane's too
+        if self.paired and self.kind == "c2r":
+            what = f"{width // 2} rows of complex pairs (m, 2 rows)"
+            ok = a.ndim == 2 and a.shape[0] == width // 2 and a.shape[1] % 2 == 0
             rows = a.shape[1] // 2 if ok else 0
         else:
-            across = int(self.modes_major)
-            what = f"{'columns' if across else 'rows'} of {2 * self.m} values"
-            ok = a.ndim == 2 and a.shape[1 - across] == 2 * self.m
+            across = int(self.modes_major and self.kind == "c2r")
+            what = f"{'columns' if across else 'rows'} of {width} values"
+            ok = a.ndim == 2 and a.shape[1 - across] == width
             rows = a.shape[across] if ok else 0
         if not ok:
             raise ValueError(f"{self.name}: expected {what}, got shape {tuple(a.shape)}")

@@ -257,8 +257,10 @@ FNO_SPLIT_WITH_ROW_KERNELS = False
 # the two permutes of the interleaved chain (55 of the (1024, 64, 128, 64) forward's 226 µs of
 # GPU time on an H100, 115 of its forward+backward's 522: docs/benchmarks.md, forty-first run),
 # and the inverse transforms run on the kernels even where their GEMMs are as fast (4096-point
-# rows: 81 against 77 µs), since the GEMMs cannot read that layout. Plan fno_paired=0 keeps the
-# other layouts; tune-fno times both.
+# rows: 81 against 77 µs), since the GEMMs cannot read that layout. On an H100 (forty-second
+# run, bench_fno.py, µs, paired against fno_paired=0): (1024, 64, 128, 64) forward 193 against
+# 246, forward+backward 536 against 629; (64, 64, 4096, 64) 247 against 250 and 698 against 676
+# (a tie). Plan fno_paired=0 keeps the other layouts; tune-fno times both.
 FNO_PAIRED = True
 # Stages 3-5 of a one-vector adjoint as one kernel (hip_kernels/fused.cuh: its sums never go
 # through memory, the stage-3 output the inverse FFT would read back). By default for complex128
