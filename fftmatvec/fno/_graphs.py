@@ -76,6 +76,9 @@ AUTO_MAX_BYTES_TRAINING = 768 * 2**20
 #: run, fftmatvec tune-fno, forward+backward) the whole chains were 1.6-1.8x faster at 37-128
 #: MB (the 1-D layers 510 against 910 and 582 against 1000 µs, (32, 64, 64^2) 544 against 887),
 #: and at 268 MB split: (32, 64, 128^2) 793 against 898, (4, 32, 64^3) 957 against 909.
+#: Why (forty-second run, (1024, 64, 128) on the paired modes): the ends outside are four
+#: kernel launches from Python, 31-40 µs of host each inside a layer's call, against 15-25 for
+#: each copy in or clone out: 382 against 255 µs of host a forward, 387 against 262 a backward.
 ENDS_MIN_BYTES = 192 * 2**20
 #: The same for a forward alone (no gradient wanted), which launches two steps outside its
 #: graph, not four: on an H100 (forty-first run, µs, ends outside against the whole chain) the
