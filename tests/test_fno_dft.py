@@ -391,6 +391,32 @@ def test_torch_paired_modes(paired_on_gemms, rng, shape, cout, n_modes):
     _check_one_axis_layer(rng, x, cout, n_modes)
 
 
+def test_paired_rule(monkeypatch):
+    """The paired modes need the row kernels (float32 on a GPU) and one axis; forced where
+    they cannot serve, an error that says why; never beside the split modes forced, or the
+    GEMMs."""
+    from fftmatvec.gpu.planner import fno_chain, fno_paired
+
+    monkeypatch.delenv("FFTMATVEC_PLAN", raising=False)
+    assert not fno_paired((128,), (33,), np.float32, -1, kernels=False)
+    assert fno_chain(1024, 64, 64, (128,), (33,), np.float32, -1, False)[2] == "split"
+    monkeypatch.setenv("FFTMATVEC_PLAN", "fno_paired=1")
+    with pytest.raises(FFTMatvecValueError, match="fno_paired=1.*2 axes"):
+        fno_paired((8, 8), (4, 5), np.float32, -1, kernels=True)
+    with pytest.raises(FFTMatvecValueError, match="fno_paired=1.*float32 layers on a GPU"):
+        fno_paired((128,), (33,), np.float32, -1, kernels=False)
+    monkeypatch.setenv("FFTMATVEC_PLAN", "fno_paired=1,fno_rows=0")
+    with pytest.raises(FFTMatvecValueError, match="fno_paired=1.*fno_rows=0"):
+        fno_paired((128,), (33,), np.float32, -1, kernels=True)
+    monkeypatch.setenv("FFTMATVEC_PLAN", "fno_paired=1,fno_split=1")
+    with pytest.raises(FFTMatvecValueError, match="fno_paired=1.*fno_split=1"):
+        fno_chain(1024, 64, 64, (128,), (33,), np.float32, -1, False)
+    monkeypatch.setenv("FFTMATVEC_PLAN", "fno_paired=0")
+    assert not fno_paired((128,), (33,), np.float32, -1, kernels=True)
+    with pytest.raises(ValueError, match="layout must be one of"):
+        _dft.make_chain(None, (8,), (3,), -1, layout="pairs")
+
+
 def test_split_rule(monkeypatch):
     """By default one-axis float32/float64 layers whose weight copy is no larger than the
     permutes it saves; forced where it cannot serve, an error that says why."""

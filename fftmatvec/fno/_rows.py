@@ -31,7 +31,8 @@ import numpy as np
 from .. import backend, kernels
 from ..gpu import rowfft as _rowfft
 
-#: Launches kept per transform, one per number of rows (a layer sees a few batch sizes).
+#: Launches kept per transform, one per number of rows (a layer sees a few batch sizes); beyond
+#: that the oldest made is dropped.
 MAX_LAUNCHES = 16
 #: Bytes of rows a block's buffer holds by default (at least one row): on an H200 8 KB blocks
 #: were the fastest or within 10 % of them for rows of 64-256 points in both directions, and
