@@ -493,7 +493,8 @@ class PairedChain:
     layout from ``x`` and read it into ``y``, and the channel product is one batched complex
     GEMM that reads and writes it in place (:func:`mode_product_paired`): where :class:`Chain`
     permutes the modes before the product and after it, and :class:`SplitChain` copies the
-    weight into its parts and runs four real GEMMs, this chain runs three launches a direction.
+    weight into its parts and runs four real GEMMs, this chain runs only the two kernels and
+    the complex GEMMs (one forward, two backward) and the bias's small steps.
     A transform that no kernel replaces runs as a GEMM with :class:`Chain`'s matrix and a
     permute into (or out of) the layout (the chain on the CPU, for its tests). The same
     protocol as :class:`Chain`."""
