@@ -348,6 +348,11 @@ class Chain:
     def analysis_adjoint_end(self, T, shape):
         return synthesis_end(T, self.FT, shape, self.plane.get("anaT"))
 
+    def constant_mode(self, Y):
+        """The real parts of the mode constant over the grid in the modes ``Y`` ``(B, O, 2,
+        M)``: a view ``(B, O)`` (:attr:`bias_mode` not None)."""
+        return Y[:, :, 0, self.bias_mode]
+
     def analysis(self, x):
         return analysis_chain(x, self.F, self.L, self.plane.get("ana"))
 
@@ -442,6 +447,10 @@ class SplitChain:
 
     def _modes(self, H, shape):
         return H.reshape(2, self.modes[0], shape[0], shape[1])
+
+    def constant_mode(self, Y):
+        """The real parts of mode 0 in the modes ``Y`` ``(2, M, B, O)``: a view ``(B, O)``."""
+        return Y[0, 0]
 
     def analysis_start(self, x, out=None):
         return self._to_modes("F", self.FT, x, out)
@@ -545,6 +554,11 @@ class PairedChain:
     def _pairs(self, Y):
         return self._ops.as_real(Y).reshape(self.modes[0], -1)
 
+    def constant_mode(self, Y):
+        """The real parts of mode 0 in the complex modes ``Y`` ``(M, B, O)``: a view ``(B,
+        O)``."""
+        return self._ops.as_real(Y)[0, :, :, 0]
+
     def analysis_start(self, x, out=None):
         return self._to_modes("F", x, out)
 
@@ -586,14 +600,10 @@ class PairedChain:
         return self.analysis_adjoint_end(self.analysis_adjoint_front(gX), shape)
 
 
-def mode_product_paired(ops, X, Wc, bias=None):
+def mode_product_paired(X, Wc):
     """``Y = X W`` per mode on the paired modes: ``X`` ``(M, B, C)`` and ``Wc`` ``(M, C, O)``
-    complex -> ``Y`` ``(M, B, O)`` complex, ``bias`` ``(O,)`` added to the real part of mode 0
-    (the constant one of a one-axis layer)."""
-    Y = X @ Wc
-    if bias is not None:
-        ops.as_real(Y)[0, :, :, 0] += bias.reshape(1, -1)
-    return Y
+    complex -> ``Y`` ``(M, B, O)`` complex, one batched complex GEMM."""
+    return X @ Wc
 
 
 def mode_product_paired_adjoint(ops, gY, X, Wc, need_x=True, need_w=True):
@@ -704,19 +714,17 @@ def modes_step(ops, chain, X, W, bias):
     C)`` and ``(M, B, O)``, ``W`` complex, ``X`` what the backward reads
     (:func:`mode_product_paired`)."""
     if chain.paired:
-        return mode_product_paired(ops, X, W, bias), X
-    if chain.split:
+        Y, Xs = mode_product_paired(X, W), X
+    elif chain.split:
         Y, Xs = mode_product_split(ops, X, split_weight(ops, W)), X
-        if bias is not None:
-            Y[0, 0] += bias.reshape(1, Y.shape[3])
-        return Y, Xs
-    if is_complex(W):
+    elif is_complex(W):
         Y, Xs = mode_product_complex(ops, X, W)
     else:
         Xs = to_modes_major(ops, X)
         Y = mode_product(ops, Xs, W)
     if bias is not None and chain.bias_mode is not None:
-        Y[:, :, 0, chain.bias_mode] += bias.reshape(1, Y.shape[1])
+        mode = chain.constant_mode(Y)  # a view: the bias added in place
+        mode += bias.reshape(1, -1)
     return Y, Xs
 
 

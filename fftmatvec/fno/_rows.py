@@ -267,15 +267,11 @@ class LastAxis:
 
     modes_major = paired = False  # (a Plane's spectral side is in rows)
 
-    def _spectral_shape(self, rows: int) -> tuple:
-        """The shape of the spectral side of ``rows`` rows in this transform's layout."""
-        width = self.shape[1] if self.kind == "r2c" else self.shape[0]  # 2 m
-        if self.paired:
-            return (width // 2, 2 * rows)
-        return (width, rows) if self.modes_major else (rows, width)
-
     def _out_shape(self, rows: int) -> tuple:
-        return self._spectral_shape(rows) if self.kind == "r2c" else (rows, self.shape[1])
+        width = self.shape[1]  # 2 m of the forward's modes, L of the inverse's rows
+        if self.kind == "c2r" or not self.modes_major:
+            return (rows, width)
+        return (width // 2, 2 * rows) if self.paired else (width, rows)
 
     def _rows_of(self, a) -> int:
         """The number of rows an input ``a`` holds; ValueError where its shape is not one of
@@ -344,7 +340,7 @@ class LastAxis:
             stream = _raw_stream(torch, dev)
             # the device's primary context current on this thread: PyTorch's autograd threads
             # select the device without making a context current, which a driver launch needs
-            _set_device(self.device_id)
+            backend.cupy.cuda.runtime.setDevice(self.device_id)
             self._launch(rows)(stream, ptr, out.data_ptr())
         return out
 
@@ -356,18 +352,6 @@ class LastAxis:
             raise ValueError(f"{self.name}: out must be contiguous float32 of shape "
                              f"{want}, {_ALIGN}-byte aligned, got {out.dtype} "
                              f"{tuple(out.shape)}")
-
-
-def _set_device(device_id: int) -> None:
-    """Make ``device_id``'s primary context current on this thread (a driver launch needs
-    one); the runtime's ``cudaSetDevice`` through CuPy, looked up once."""
-    global _SET_DEVICE
-    if _SET_DEVICE is None:
-        _SET_DEVICE = backend.cupy.cuda.runtime.setDevice
-    _SET_DEVICE(device_id)
-
-
-_SET_DEVICE = None
 
 
 def _raw_stream(torch, device) -> int:
@@ -398,9 +382,10 @@ def last_axis_set(n_last: int, m_last: int, device_id: int, kinds=("r2c", "c2r")
                   modes_major: bool | str = False, variant: str = "auto") -> dict:
     """The transforms of ``kinds`` of a last axis of ``n_last`` points keeping ``m_last`` bins,
     by the name of the matrix each replaces in :class:`._dft.Chain` (or, ``modes_major``, in
-    :class:`._dft.SplitChain`; ``"paired"``, in :class:`._dft.PairedChain`): ``r2c`` gives ``F`` (analysis, ``1 / N``) and ``AT`` (adjoint
-    of the synthesis, ``c_k``), ``c2r`` gives ``A`` (synthesis) and ``FT`` (adjoint of the
-    analysis, ``1 / (N c_k)``); ``variant`` as :class:`LastAxis` takes it."""
+    :class:`._dft.SplitChain`; ``"paired"``, in :class:`._dft.PairedChain`): ``r2c`` gives
+    ``F`` (analysis, ``1 / N``) and ``AT`` (adjoint of the synthesis, ``c_k``), ``c2r`` gives
+    ``A`` (synthesis) and ``FT`` (adjoint of the analysis, ``1 / (N c_k)``); ``variant`` as
+    :class:`LastAxis` takes it."""
     from ._modes import hermitian_weights
 
     c = hermitian_weights(n_last, m_last)

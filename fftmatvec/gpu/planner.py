@@ -171,18 +171,25 @@ def _fno_rows(n_last: int, m_last: int, dtype: str, device_id: int, mode: str,
               warp: bool = True) -> frozenset:
     """:func:`fno_rows` for a ``mode`` of ``"auto"`` or ``"1"``, once per layer shape (on the
     path of every call)."""
+    why = _fno_rows_why(n_last, m_last, dtype, device_id)
+    if unavailable("fno_rows", mode, "the FNO row kernels cannot run this layer", why):
+        return frozenset()
+    return (frozenset({"r2c", "c2r"}) if mode == "1"
+            else fno_rows_auto(n_last, m_last, _block_smem(device_id), warp))
+
+
+def _fno_rows_why(n_last: int, m_last: int, dtype, device_id: int) -> str | None:
+    """Why the row kernels cannot take a last axis of ``n_last`` points keeping ``m_last``
+    bins of a layer computing in ``dtype`` on device ``device_id`` (None where they can)."""
     why = _fno_kernels_why(dtype)
     if why is None:
         from ..fno import _rows
 
         smem = _block_smem(device_id)
         if not _rows.supported(n_last, m_last, smem):
-            why = (f"they take no last axis of {n_last} points keeping {m_last} bins (a "
-                   f"5-smooth complex length that fits {smem} bytes of shared memory)")
-    if unavailable("fno_rows", mode, "the FNO row kernels cannot run this layer", why):
-        return frozenset()
-    return (frozenset({"r2c", "c2r"}) if mode == "1"
-            else fno_rows_auto(n_last, m_last, smem, warp))
+            why = (f"the row kernels take no last axis of {n_last} points keeping {m_last} "
+                   f"bins (a 5-smooth complex length that fits {smem} bytes of shared memory)")
+    return why
 
 
 def fno_plane(spatial, modes, dtype, device_id: int, tuned=()) -> frozenset:
@@ -243,7 +250,7 @@ def fno_chain(batch: int, cin: int, cout: int, spatial, modes, dtype, device_id:
     ``FFTMATVEC_PLAN`` overrides key by key."""
     rows = fno_rows(spatial[-1], modes[-1], dtype, device_id, tuned) if kernels else frozenset()
     split = fno_split(batch, cin, cout, spatial, dtype, row_kernels=bool(rows), tuned=tuned)
-    paired = fno_paired(spatial, modes, dtype, device_id, kernels, split, tuned)
+    paired = fno_paired(spatial, modes, dtype, device_id, kernels, tuned)
     if paired:
         rows, layout = frozenset({"r2c", "c2r"}), "paired"
     else:
@@ -254,43 +261,29 @@ def fno_chain(batch: int, cin: int, cout: int, spatial, modes, dtype, device_id:
     return rows, plane, layout, variant
 
 
-def fno_paired(spatial, modes, dtype, device_id: int, kernels: bool, split: bool = False,
-               tuned=()) -> bool:
+def fno_paired(spatial, modes, dtype, device_id: int, kernels: bool, tuned=()) -> bool:
     """Whether the FNO layer's DFT chain keeps its modes modes-major in complex pairs
     (:class:`fftmatvec.fno._dft.PairedChain`: the row kernels run all four transforms of the
     axis in that layout, the complex GEMM reads and writes it in place). By default
     (:data:`~fftmatvec.gpu.rules.FNO_PAIRED`) for one-axis layers where the row kernels take
     the axis (``kernels``: float32 on a GPU; a 5-smooth complex length that fits a block) and
-    neither the split modes (``split`` under plan ``fno_split=1``) nor the GEMMs (plan
-    ``fno_rows=0``) are forced; plan key
-    ``fno_paired``: ``0`` never, ``1`` every layer it takes (an error elsewhere, and beside
-    ``fno_split=1``); ``tuned`` as for :func:`fno_rows`."""
+    neither the split modes (plan ``fno_split=1``) nor the GEMMs (plan ``fno_rows=0``) are
+    forced; plan key ``fno_paired``: ``0`` never, ``1`` every layer it takes (an error
+    elsewhere, and beside ``fno_split=1``); ``tuned`` as for :func:`fno_rows`."""
     mode = _fno_mode("fno_paired", tuned)
     if mode == "0" or (mode == "auto" and not FNO_PAIRED):
         return False
-    spatial, modes = tuple(int(n) for n in spatial), tuple(int(m) for m in modes)
-    why = None
     if len(spatial) != 1:
         why = f"the layer has {len(spatial)} axes"
-    elif split and _fno_mode("fno_split", tuned) == "1":
+    elif _fno_mode("fno_split", tuned) == "1":
         why = "plan fno_split=1 keeps the modes split"
     elif _fno_mode("fno_rows", tuned) == "0":
         why = "plan fno_rows=0 keeps the last axis on GEMMs"
     elif not kernels:
         why = "the row kernels run float32 layers on a GPU"
-    else:
-        why = _fno_kernels_why(np.float32)  # ``kernels``: the layer computes in float32
-        if why is None:
-            from ..fno import _rows
-
-            smem = _block_smem(device_id)
-            if not _rows.supported(spatial[0], modes[0], smem):
-                why = (f"the row kernels take no last axis of {spatial[0]} points keeping "
-                       f"{modes[0]} bins (a 5-smooth complex length that fits {smem} bytes "
-                       "of shared memory)")
-    if unavailable("fno_paired", mode, "the paired modes cannot serve this layer", why):
-        return False
-    return True
+    else:  # ``kernels``: the layer computes in float32
+        why = _fno_rows_why(int(spatial[0]), int(modes[0]), np.float32, int(device_id))
+    return not unavailable("fno_paired", mode, "the paired modes cannot serve this layer", why)
 
 
 def fno_variant(spatial, modes, rows, plane, device_id: int, tuned=()) -> str:
