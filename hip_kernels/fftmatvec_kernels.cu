@@ -144,17 +144,17 @@ FFTMATVEC_ROWFFT_FAMILIES(f32, float, c64, float2)
       const float* __restrict__ x, float* __restrict__ out, const float2* __restrict__ tw1,      \
       const float2* __restrict__ tw0, const float* __restrict__ s1,                              \
       const int* __restrict__ bins0, float s0, int n0, int n1, int m0, int m1, int rpb, int g,   \
-      unsigned long long rad1, int np1, unsigned long long rad0, int np0) {                      \
+      unsigned long long rad1, int np1, unsigned long long rad0, int np0, int modes_major) {     \
     fno_plane_rfft_body<M>(x, out, tw1, tw0, s1, bins0, s0, n0, n1, m0, m1, rpb, g, rad1, np1,   \
-                           rad0, np0);                                                           \
+                           rad0, np0, modes_major);                                              \
   }                                                                                              \
   extern "C" __global__ void FNO_PLANE_BOUNDS fno_plane_irfft_f32_r##M(                         \
       const float* __restrict__ y, float* __restrict__ out, const float2* __restrict__ tw1,      \
       const float2* __restrict__ tw0, const float* __restrict__ s1,                              \
       const int* __restrict__ inv0, float s0, int n0, int n1, int m0, int m1, int rpb, int g,    \
-      unsigned long long rad1, int np1, unsigned long long rad0, int np0) {                      \
+      unsigned long long rad1, int np1, unsigned long long rad0, int np0, int modes_major) {     \
     fno_plane_irfft_body<M>(y, out, tw1, tw0, s1, inv0, s0, n0, n1, m0, m1, rpb, g, rad1, np1,   \
-                            rad0, np0);                                                          \
+                            rad0, np0, modes_major);                                             \
   }
 // fno_plane_rfft_f32_w<P>x<Q>, fno_plane_irfft_f32_w<P>x<Q>: the warp form, rows of 32 P complex
 // values (P = 1, 2, 4: rows of 64 to 256 reals), columns of 32 Q (Q = 1, 2, 4, 8);
@@ -163,19 +163,23 @@ FFTMATVEC_ROWFFT_FAMILIES(f32, float, c64, float2)
 #define FFTMATVEC_FNO_PLANE_WARP_AHEAD(P, Q)                                                    \
   extern "C" __global__ void FNO_WARP_BOUNDS(Q) fno_plane_rfft_f32_w##P##x##Q##a(              \
       const float* __restrict__ x, float* __restrict__ out, const float2* __restrict__ tw1,      \
-      const float* __restrict__ s1, const int* __restrict__ inv0, float s0, int m0, int m1) {    \
-    fno_plane_rfft_warp_body<P, Q, FNO_WARP_AHEAD(P)>(x, out, tw1, s1, inv0, s0, m0, m1);        \
+      const float* __restrict__ s1, const int* __restrict__ inv0, float s0, int m0, int m1,      \
+      int modes_major) {                                                                       \
+    fno_plane_rfft_warp_body<P, Q, FNO_WARP_AHEAD(P)>(x, out, tw1, s1, inv0, s0, m0, m1,        \
+                                                      modes_major);                            \
   }
 #define FFTMATVEC_FNO_PLANE_WARP(P, Q)                                                          \
   extern "C" __global__ void FNO_WARP_BOUNDS(Q) fno_plane_rfft_f32_w##P##x##Q(                 \
       const float* __restrict__ x, float* __restrict__ out, const float2* __restrict__ tw1,      \
-      const float* __restrict__ s1, const int* __restrict__ inv0, float s0, int m0, int m1) {    \
-    fno_plane_rfft_warp_body<P, Q, 1>(x, out, tw1, s1, inv0, s0, m0, m1);                        \
+      const float* __restrict__ s1, const int* __restrict__ inv0, float s0, int m0, int m1,      \
+      int modes_major) {                                                                       \
+    fno_plane_rfft_warp_body<P, Q, 1>(x, out, tw1, s1, inv0, s0, m0, m1, modes_major);           \
   }                                                                                              \
   extern "C" __global__ void FNO_WARP_BOUNDS(Q) fno_plane_irfft_f32_w##P##x##Q(                \
       const float* __restrict__ y, float* __restrict__ out, const float2* __restrict__ tw1,      \
-      const float* __restrict__ s1, const int* __restrict__ inv0, float s0, int m0, int m1) {    \
-    fno_plane_irfft_warp_body<P, Q>(y, out, tw1, s1, inv0, s0, m0, m1);                          \
+      const float* __restrict__ s1, const int* __restrict__ inv0, float s0, int m0, int m1,      \
+      int modes_major) {                                                                       \
+    fno_plane_irfft_warp_body<P, Q>(y, out, tw1, s1, inv0, s0, m0, m1, modes_major);             \
   }
 #define FFTMATVEC_FNO_PLANE_WARP_ROWS(P)                                                        \
   FFTMATVEC_FNO_PLANE_WARP(P, 1)                                                                 \

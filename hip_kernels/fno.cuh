@@ -125,7 +125,12 @@ __device__ __forceinline__ void fno_irfft_body(const float* __restrict__ y,
 // where the DFT products of the chain run a GEMM for each axis and go through memory between
 // them. The spectral side of a plane is (2, m0, m1) real values: the real parts of its kept
 // modes (j < m0 of the first axis, k < m1 bins of the last), then the imaginary parts, the
-// layout of the chain after its first two transforms.
+// layout of the chain after its first two transforms; or (modes_major == FNO_PAIRED) the
+// layer's modes-major layout in complex pairs: mode i = j m1 + k of plane p at complex element
+// i planes + p, the grid's blocks being the planes (fftmatvec/fno/_dft.py: PairedChain, the
+// channel product's complex GEMM reading and writing it in place). A block writes (reads) its
+// plane's modes a pair at a time, planes apart: the neighbouring planes' blocks, running at the
+// same time, fill the rest of each sector.
 //
 // * fno_plane_rfft: the real FFT of each row (rfft_rows), its first m1 bins times s1[k] into the
 //   shared columns T (m1 rows of n0 + 1, the + 1 against bank conflicts), then the complex FFT
@@ -151,7 +156,7 @@ __device__ __forceinline__ void fno_plane_rfft_body(
     const float* __restrict__ x, float* __restrict__ out, const float2* __restrict__ tw1,
     const float2* __restrict__ tw0, const float* __restrict__ s1, const int* __restrict__ bins0,
     float s0, int n0, int n1, int m0, int m1, int rpb, int g, unsigned long long rad1, int np1,
-    unsigned long long rad0, int np0) {
+    unsigned long long rad0, int np0, int modes_major) {
   const int nc1 = n1 % 2 == 0 ? n1 / 2 : n1, n0p = n0 + 1, M = m0 * m1;
   float2* T = reinterpret_cast<float2*>(fftmatvec_dynamic_smem);
   float2* a = T + m1 * n0p;
@@ -176,6 +181,8 @@ __device__ __forceinline__ void fno_plane_rfft_body(
     __syncthreads();
   }
   float* o = out + plane * 2 * M;
+  float2* o2 = reinterpret_cast<float2*>(out) + plane;  // paired: mode i at o2[i planes]
+  const i64 planes = gridDim.x;
   for (int k0 = 0; k0 < m1; k0 += g) {
     const int ng = m1 - k0 < g ? m1 - k0 : g;
     auto load = [&](int r, int m) { return T[(k0 + r) * n0p + m]; };
@@ -184,8 +191,13 @@ __device__ __forceinline__ void fno_plane_rfft_body(
     RowCursor at(ng);  // (mode j, column r)
     for (int i = threadIdx.x; i < ng * m0; i += blockDim.x, at.next()) {
       const float2 v = Z[at.c * n0 + bins0[at.r]];
-      o[at.r * m1 + k0 + at.c] = v.x * s0;
-      o[M + at.r * m1 + k0 + at.c] = v.y * s0;
+      const int mode = at.r * m1 + k0 + at.c;
+      if (modes_major == FNO_PAIRED) {
+        o2[mode * planes] = make_c(v.x * s0, v.y * s0);
+      } else {
+        o[mode] = v.x * s0;
+        o[M + mode] = v.y * s0;
+      }
     }
     __syncthreads();
   }
@@ -196,19 +208,22 @@ __device__ __forceinline__ void fno_plane_irfft_body(
     const float* __restrict__ y, float* __restrict__ out, const float2* __restrict__ tw1,
     const float2* __restrict__ tw0, const float* __restrict__ s1, const int* __restrict__ inv0,
     float s0, int n0, int n1, int m0, int m1, int rpb, int g, unsigned long long rad1, int np1,
-    unsigned long long rad0, int np0) {
+    unsigned long long rad0, int np0, int modes_major) {
   const int nc1 = n1 % 2 == 0 ? n1 / 2 : n1, nf1 = n1 / 2 + 1, n0p = n0 + 1, M = m0 * m1;
   float2* T = reinterpret_cast<float2*>(fftmatvec_dynamic_smem);
   float2* a = T + m1 * n0p;
   float2* b = a + rpb * (nc1 + 1);
   const i64 plane = blockIdx.x;
   const float* yp = y + plane * 2 * M;
+  const float2* y2 = reinterpret_cast<const float2*>(y) + plane;  // paired: mode i at i planes
+  const i64 planes = gridDim.x;
   for (int k0 = 0; k0 < m1; k0 += g) {
     const int ng = m1 - k0 < g ? m1 - k0 : g;
     auto load = [&](int r, int m) {
       const int j = inv0[m];
       if (j < 0) return make_c(0.f, 0.f);
       const int at = j * m1 + k0 + r;
+      if (modes_major == FNO_PAIRED) return c_scale(y2[at * planes], s0);
       return make_c(yp[at] * s0, yp[M + at] * s0);
     };
     const float2* Z = fft_rows_loaded<MAXR, 1, float2>(load, a, a + g * n0, tw0 + n0 / 2 + 1,
@@ -417,7 +432,8 @@ __device__ __forceinline__ void warp_row_irfft(float2 (&v)[P], const Lanes32<1>&
 template <int P, int Q, int R>
 __device__ __forceinline__ void fno_plane_rfft_warp_body(
     const float* __restrict__ x, float* __restrict__ out, const float2* __restrict__ tw1,
-    const float* __restrict__ s1, const int* __restrict__ inv0, float s0, int m0, int m1) {
+    const float* __restrict__ s1, const int* __restrict__ inv0, float s0, int m0, int m1,
+    int modes_major) {
   constexpr int N1 = 32 * P, N0 = 32 * Q, n0p = N0 + 1;
   const int M = m0 * m1;
   float2* T = reinterpret_cast<float2*>(fftmatvec_dynamic_smem);
@@ -456,14 +472,21 @@ __device__ __forceinline__ void fno_plane_rfft_warp_body(
     }
   }
   __syncthreads();
-  float* o = out + plane * 2 * M;
-  for (int i = threadIdx.x; i < 2 * M; i += blockDim.x) o[i] = O[i];
+  if (modes_major == FNO_PAIRED) {  // mode i at o2[i planes]: a pair of values a mode
+    float2* o2 = reinterpret_cast<float2*>(out) + plane;
+    const i64 planes = gridDim.x;
+    for (int i = threadIdx.x; i < M; i += blockDim.x) o2[i * planes] = make_c(O[i], O[M + i]);
+  } else {
+    float* o = out + plane * 2 * M;
+    for (int i = threadIdx.x; i < 2 * M; i += blockDim.x) o[i] = O[i];
+  }
 }
 
 template <int P, int Q>
 __device__ __forceinline__ void fno_plane_irfft_warp_body(
     const float* __restrict__ y, float* __restrict__ out, const float2* __restrict__ tw1,
-    const float* __restrict__ s1, const int* __restrict__ inv0, float s0, int m0, int m1) {
+    const float* __restrict__ s1, const int* __restrict__ inv0, float s0, int m0, int m1,
+    int modes_major) {
   constexpr int N1 = 32 * P, N0 = 32 * Q, n0p = N0 + 1;
   const int M = m0 * m1;
   float2* T = reinterpret_cast<float2*>(fftmatvec_dynamic_smem);
@@ -474,8 +497,18 @@ __device__ __forceinline__ void fno_plane_irfft_warp_body(
 #pragma unroll
   for (int k2 = 0; k2 < Q; ++k2) twc[k2] = unit_root(lane * k2, N0, 1);
   const i64 plane = blockIdx.x;
-  const float* yp = y + plane * 2 * M;
-  for (int i = threadIdx.x; i < 2 * M; i += blockDim.x) O[i] = yp[i];
+  if (modes_major == FNO_PAIRED) {  // mode i at y2[i planes]
+    const float2* y2 = reinterpret_cast<const float2*>(y) + plane;
+    const i64 planes = gridDim.x;
+    for (int i = threadIdx.x; i < M; i += blockDim.x) {
+      const float2 v = y2[i * planes];
+      O[i] = v.x;
+      O[M + i] = v.y;
+    }
+  } else {
+    const float* yp = y + plane * 2 * M;
+    for (int i = threadIdx.x; i < 2 * M; i += blockDim.x) O[i] = yp[i];
+  }
   __syncthreads();
   // the kept columns: the modes at their bins (zero elsewhere), the inverse FFT, times s1[k],
   // into T[k] with row r = Q l + k2 at (r % Q) 32 + r / Q (lanes on consecutive banks)

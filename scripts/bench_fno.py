@@ -209,8 +209,9 @@ def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls, rounds=
         impls["dft-split"] = _planned(dft, "fno_split=1")
         if device.type == "cuda":  # every transform of the axis on the row kernels
             impls["dft-rows"] = _planned(dft, "fno_rows=1")
-            # the modes permuted around the complex GEMM, not paired by the row kernels
-            impls["dft-nopaired"] = _planned(dft, "fno_paired=0")
+    if device.type == "cuda" and len(grid) <= 2:
+        # the modes permuted around the complex GEMM, not paired by the row or plane kernels
+        impls["dft-nopaired"] = _planned(dft, "fno_paired=0")
     if device.type == "cuda":  # the kernels in their pass form, in their warp form
         impls["dft-passes"] = _planned(dft, "fno_warp=0")
         impls["dft-warp"] = _planned(dft, "fno_warp=1")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -333,10 +335,10 @@ def test_torch_split_modes(monkeypatch, rng, split, shape, cout, n_modes):
     x = torch.randn(shape)
     chain = _torch_dft.chain_for(x, torch.float32, kept_modes(n_modes), cout)
     assert isinstance(chain, _dft.SplitChain) is (split == "1")
-    _check_one_axis_layer(rng, x, cout, n_modes)
+    _check_torch_layer(rng, x, cout, n_modes)
 
 
-def _check_one_axis_layer(rng, x, cout, n_modes):
+def _check_torch_layer(rng, x, cout, n_modes):
     """The torch layer: float32 output and gradients within 1e-5 of the FFT path on ``x``,
     ``gradcheck`` in float64; the gradients (and the bias's alone) of the layer as returned."""
     from fftmatvec.fno import spectral_conv_torch
@@ -353,14 +355,14 @@ def _check_one_axis_layer(rng, x, cout, n_modes):
     w.requires_grad_(False)
     x.requires_grad_(False)
     spectral_conv_torch(x, w, n_modes, b, method="dft").sum().backward()
-    assert torch.allclose(b.grad, torch.full_like(b, shape[0] * shape[-1]))
+    assert torch.allclose(b.grad, torch.full_like(b, shape[0] * math.prod(shape[2:])))
 
 
 @pytest.fixture
 def paired_on_gemms(monkeypatch):
-    """The planner's chain for every layer: the paired modes, every transform on its GEMM (the
-    row kernels need a GPU; :class:`_dft.PairedChain` then permutes into and out of its
-    layout), so that the chain's own arithmetic is checked without one."""
+    """The planner's chain for every layer: the paired modes, every transform on its GEMMs (the
+    row and plane kernels need a GPU; :class:`_dft.PairedChain` then permutes into and out of
+    its layout), so that the chain's own arithmetic is checked without one."""
     from fftmatvec.gpu import planner
     from fno_oracle import clear_chains
 
@@ -372,14 +374,20 @@ def paired_on_gemms(monkeypatch):
     clear_chains()
 
 
-@pytest.mark.parametrize("shape,cout,n_modes", ONE_AXIS)
+#: Layers of one axis and of two (the paired modes' layers: the row kernels or the plane
+#: kernels), the last of them with no mode constant over the grid (an odd first axis keeping 2).
+PAIRED_CASES = ONE_AXIS + [((2, 3, 12, 15), 2, (5, 8)), ((1, 3, 12, 15), 2, (12, 15)),
+                           ((2, 2, 8, 6), 3, (3, 4)), ((2, 3, 9, 10), 3, (2, 4))]
+
+
+@pytest.mark.parametrize("shape,cout,n_modes", PAIRED_CASES)
 def test_paired_modes_match_dense_reference(paired_on_gemms, xp, rng, shape, cout, n_modes):
     """The paired modes (:class:`_dft.PairedChain`) against the dense float64 reference: to
     rounding in float64, within 1e-5 in float32."""
     _check_against_dense(xp, rng, shape, cout, n_modes)
 
 
-@pytest.mark.parametrize("shape,cout,n_modes", ONE_AXIS)
+@pytest.mark.parametrize("shape,cout,n_modes", PAIRED_CASES)
 def test_torch_paired_modes(paired_on_gemms, rng, shape, cout, n_modes):
     """The torch layer on the paired modes: float32 output and gradients within 1e-5 of the
     FFT path, ``gradcheck`` in float64, and the bias's gradient also without the others'."""
@@ -388,23 +396,28 @@ def test_torch_paired_modes(paired_on_gemms, rng, shape, cout, n_modes):
     x = torch.randn(shape)
     chain = _torch_dft.chain_for(x, torch.float32, kept_modes(n_modes), cout)
     assert isinstance(chain, _dft.PairedChain) and chain.rows == ("paired",)
-    _check_one_axis_layer(rng, x, cout, n_modes)
+    _check_torch_layer(rng, x, cout, n_modes)
 
 
 def test_paired_rule(monkeypatch):
-    """The paired modes need the row kernels (float32 on a GPU) and one axis; forced where
-    they cannot serve, an error that says why; never beside the split modes forced, or the
-    GEMMs."""
+    """The paired modes need the row kernels of one axis or the plane kernels of two (float32
+    on a GPU); forced where they cannot serve, an error that says why; never beside the split
+    modes forced, or the GEMMs."""
     from fftmatvec.gpu.planner import fno_chain, fno_paired
 
     monkeypatch.delenv("FFTMATVEC_PLAN", raising=False)
     assert not fno_paired((128,), (33,), np.float32, -1, kernels=False)
     assert fno_chain(1024, 64, 64, (128,), (33,), np.float32, -1, False)[2] == "split"
     monkeypatch.setenv("FFTMATVEC_PLAN", "fno_paired=1")
-    with pytest.raises(FFTMatvecValueError, match="fno_paired=1.*2 axes"):
-        fno_paired((8, 8), (4, 5), np.float32, -1, kernels=True)
-    with pytest.raises(FFTMatvecValueError, match="fno_paired=1.*float32 layers on a GPU"):
+    with pytest.raises(FFTMatvecValueError, match="fno_paired=1.*3 axes"):
+        fno_paired((8, 8, 8), (4, 4, 5), np.float32, -1, kernels=True)
+    with pytest.raises(FFTMatvecValueError, match="fno_paired=1.*row kernels run float32"):
         fno_paired((128,), (33,), np.float32, -1, kernels=False)
+    with pytest.raises(FFTMatvecValueError, match="fno_paired=1.*plane kernels run float32"):
+        fno_paired((8, 8), (4, 5), np.float32, -1, kernels=False)
+    monkeypatch.setenv("FFTMATVEC_PLAN", "fno_paired=1,fno_plane=0")
+    with pytest.raises(FFTMatvecValueError, match="fno_paired=1.*fno_plane=0"):
+        fno_paired((8, 8), (4, 5), np.float32, -1, kernels=True)
     monkeypatch.setenv("FFTMATVEC_PLAN", "fno_paired=1,fno_rows=0")
     with pytest.raises(FFTMatvecValueError, match="fno_paired=1.*fno_rows=0"):
         fno_paired((128,), (33,), np.float32, -1, kernels=True)

@@ -115,11 +115,13 @@ def _fft_c2r(v, n0, n1, m0, m1, bins, s0, s1):
 @pytest.mark.parametrize("kind", ["r2c", "c2r"])
 @pytest.mark.parametrize("threads", [None, 128, 256])
 @pytest.mark.parametrize("variant", ["passes", "warp", "ahead"])
-def test_plane_matches_numpy_fft(rng, kind, n0, n1, m0, m1, threads, variant):
+@pytest.mark.parametrize("layout", [False, "paired"])
+def test_plane_matches_numpy_fft(rng, kind, n0, n1, m0, m1, threads, variant, layout):
     """Each direction, with bins scattered over the first axis and scales of both axes, equals
     NumPy's float64 FFTs within float32 rounding, on every element of a poisoned output; with
     the default threads and with both of the sweep's; in both forms of the kernels, and the
-    warp form's r2c with its rows loaded ahead."""
+    warp form's r2c with its rows loaded ahead; the spectral side a plane's modes in a row, or
+    modes-major in complex pairs (``"paired"``)."""
     from fftmatvec.fno._rows import PLANE_AHEAD_ROWS, Plane
 
     if variant != "passes" and not _warp_plane(n0, n1, m0, m1):
@@ -130,14 +132,24 @@ def test_plane_matches_numpy_fft(rng, kind, n0, n1, m0, m1, threads, variant):
     bins = rng.permutation(n0)[:m0]
     s0, s1 = 0.75, rng.uniform(0.5, 2.0, m1)
     t = Plane(kind, n0, n1, m0, m1, bins, s0, s1, cp.cuda.Device().id, threads=threads,
-              variant="warp" if variant == "ahead" else variant, ahead=variant == "ahead")
+              variant="warp" if variant == "ahead" else variant, ahead=variant == "ahead",
+              modes_major=layout)
     assert t.variant == ("warp" if variant == "ahead" else variant)
     assert t.ahead is (variant == "ahead") and t.name.endswith("a") is (variant == "ahead")
     ref = _fft_r2c if kind == "r2c" else _fft_c2r
-    for planes in (1, 5):
+    M = m0 * m1
+
+    def paired(v):  # (planes, 2 M) -> (M, 2 planes): mode i of plane p at [i, 2p], [i, 2p + 1]
+        return np.ascontiguousarray(v.reshape(-1, 2, M).transpose(2, 0, 1)).reshape(M, -1)
+
+    for planes in (1, 5, 67):
         a = rng.standard_normal((planes, t.shape[0]))
         want = ref(a, n0, n1, m0, m1, bins, s0, s1)
-        out = cp.full((planes, t.shape[1]), np.nan, dtype=np.float32)
+        if layout and kind == "r2c":
+            want = paired(want)
+        elif layout:
+            a = paired(a)
+        out = cp.full(want.shape, np.nan, dtype=np.float32)
         got = t(cp.asarray(a, dtype=np.float32), out=out)
         assert got is out
         err = np.abs(cp.asnumpy(got) - want).max() / np.abs(want).max()
@@ -192,6 +204,11 @@ def test_plane_checks_its_arguments():
         Plane("r2c", 64, 256, 4, 5, np.arange(4), 1.0, 1.0, dev, ahead=True)
     assert Plane("r2c", 64, 64, 4, 5, np.arange(4), 1.0, 1.0, dev).variant == "warp"
     assert Plane("r2c", 60, 64, 4, 5, np.arange(4), 1.0, 1.0, dev).variant == "passes"
+    with pytest.raises(ValueError, match="modes_major must be False or 'paired' for a plane"):
+        Plane("r2c", 16, 16, 4, 5, np.arange(4), 1.0, 1.0, dev, modes_major=True)
+    t = Plane("c2r", 16, 16, 4, 5, np.arange(4), 1.0, 1.0, dev, modes_major="paired")
+    with pytest.raises(ValueError, match="20 rows of complex pairs"):
+        t(cp.zeros((3, 40), dtype=np.float32))
     t = Plane("r2c", 16, 16, 4, 5, np.arange(4), 1.0, 1.0, dev)
     with pytest.raises(ValueError, match="rows of 256 values"):
         t(cp.zeros((3, 255), dtype=np.float32))
@@ -207,11 +224,13 @@ CASES = [((2, 3, 16, 30), 4, (8, 16)), ((2, 3, 45, 64), 2, (12, 33)),
 
 @gpu
 @pytest.mark.gpu
+@pytest.mark.parametrize("paired", ["0", "auto"])
 @pytest.mark.parametrize("shape,cout,n_modes", CASES)
-def test_cupy_layer_on_planes_matches_reference(monkeypatch, rng, shape, cout, n_modes):
+def test_cupy_layer_on_planes_matches_reference(monkeypatch, rng, shape, cout, n_modes, paired):
     """The CuPy float32 layer on the plane kernels (plan fno_plane=1) within 1e-5 of the dense
-    float64 reference."""
-    monkeypatch.setenv("FFTMATVEC_PLAN", "fno_plane=1")
+    float64 reference, with the modes interleaved (plan fno_paired=0) and as the rules take
+    them (the two-axis layers' modes paired)."""
+    monkeypatch.setenv("FFTMATVEC_PLAN", f"fno_plane=1,fno_paired={paired}")
     cp = backend.cupy
     x, w, b = _rand(rng, shape, cout, n_modes)
     want = dense_reference(x, w, n_modes, b)
@@ -236,22 +255,29 @@ cuda = pytest.mark.skipif(not (torch.cuda.is_available() and backend.gpu_availab
 @cuda
 @pytest.mark.gpu
 @pytest.mark.parametrize("graphs", [False, True])
+@pytest.mark.parametrize("paired", ["0", "auto"])
 @pytest.mark.parametrize("shape,cout,n_modes", CASES)
 def test_torch_layer_on_planes_matches_gemm_chain(monkeypatch, rng, shape, cout, n_modes,
-                                                  graphs):
+                                                  graphs, paired):
     """Output and the input, weight and bias gradients of the layer on the plane kernels (plan
     fno_plane=1) agree with the GEMM chain (plan fno_plane=0, fno_rows=0) within 1e-5,
-    eagerly and replayed as graphs, and with the dense reference."""
+    eagerly and replayed as graphs, and with the dense reference; the modes interleaved (plan
+    fno_paired=0) and as the rules take them (a two-axis layer's paired: every transform on
+    the plane kernels, none on the row kernels)."""
     from fftmatvec.fno import _torch_dft
 
     case, (xt, wt, bt), modes = _cuda_case(rng, shape, cout, n_modes)
     try:
-        monkeypatch.setenv("FFTMATVEC_PLAN", "fno_plane=1")
+        monkeypatch.setenv("FFTMATVEC_PLAN", f"fno_plane=1,fno_paired={paired}")
         _clear_chains()
         got = _layer_grads(xt, wt, bt, n_modes, graphs)
         rows = _torch_dft.chain_for(xt, torch.float32, modes).rows
         assert {r for r in rows if r.startswith("plane:")} == \
             {"plane:ana", "plane:anaT", "plane:syn", "plane:synT"}
+        if paired == "auto" and len(shape) == 4:
+            assert rows == ("paired", "plane:ana", "plane:anaT", "plane:syn", "plane:synT")
+        else:
+            assert "paired" not in rows
         monkeypatch.setenv("FFTMATVEC_PLAN", "fno_rows=0,fno_plane=0")
         want = _layer_grads(xt, wt, bt, n_modes, graphs)
         assert _torch_dft.chain_for(xt, torch.float32, modes).rows == ()

@@ -375,8 +375,9 @@ def test_row_warp_rule():
 
 def test_output_shapes_of_rows_and_planes():
     """The arrays the transforms write, from the matrix each replaces: rows, or for the split
-    modes the forward transforms' bins modes-major; a plane's spectral side always in rows
-    (checked without a GPU on instances given only what the shapes are made of)."""
+    and paired modes the forward transforms' bins modes-major; a plane's spectral side in rows
+    or in complex pairs modes-major (checked without a GPU on instances given only what the
+    shapes are made of)."""
     from fftmatvec.fno._rows import LastAxis, Plane
 
     def bare(cls, kind, shape, modes_major=None):
@@ -394,6 +395,13 @@ def test_output_shapes_of_rows_and_planes():
     assert bare(LastAxis, "c2r", (66, 128), "paired")._out_shape(7) == (7, 128)
     assert bare(Plane, "r2c", (64 * 64, 2 * 16 * 9))._out_shape(5) == (5, 288)
     assert bare(Plane, "c2r", (2 * 16 * 9, 64 * 64))._out_shape(5) == (5, 4096)
+    assert bare(Plane, "r2c", (64 * 64, 2 * 16 * 9), "paired")._out_shape(5) == (144, 10)
+    assert bare(Plane, "c2r", (2 * 16 * 9, 64 * 64), "paired")._out_shape(5) == (5, 4096)
+    t = bare(Plane, "c2r", (2 * 16 * 9, 64 * 64), "paired")
+    t.name = "plane"
+    assert t._rows_of(np.zeros((144, 10))) == 5
+    with pytest.raises(ValueError, match="144 rows of complex pairs"):
+        t._rows_of(np.zeros((5, 288)))
 
 
 def test_variant_plan(monkeypatch):

@@ -494,70 +494,82 @@ class SplitChain:
 
 
 class PairedChain:
-    """The matrices of a one-axis layer whose modes are kept modes-major in complex pairs:
-    ``(M, B, C)`` complex, every mode's ``(B, C)`` matrix, its real and imaginary parts side by
-    side.
+    """The matrices of a layer whose modes are kept modes-major in complex pairs: ``(M, B, C)``
+    complex, every mode's ``(B, C)`` matrix, its real and imaginary parts side by side.
 
-    The row FFT kernels (:class:`._rows.LastAxis` with ``modes_major="paired"``) write that
-    layout from ``x`` and read it into ``y``, and the channel product is one batched complex
-    GEMM that reads and writes it in place (:func:`mode_product_paired`): where :class:`Chain`
+    All the layer's axes run on one kernel that writes that layout from ``x`` and reads it into
+    ``y``: the row FFT kernels of a one-axis layer (:class:`._rows.LastAxis` with
+    ``modes_major="paired"``, ``last_axis``) or the plane kernels of a two-axis one
+    (:class:`._rows.Plane`, ``plane``). The channel product is then one batched complex GEMM
+    that reads and writes it in place (:func:`mode_product_paired`): where :class:`Chain`
     permutes the modes before the product and after it, and :class:`SplitChain` copies the
     weight into its parts and runs four real GEMMs, this chain runs only the two kernels and
     the complex GEMMs (one forward, two backward) and the bias's small steps.
-    A transform that no kernel replaces runs as a GEMM with :class:`Chain`'s matrix and a
-    permute into (or out of) the layout (the chain on the CPU, for its tests). The same
-    protocol as :class:`Chain`."""
+    A transform that no kernel replaces runs as :class:`Chain`'s GEMMs and a permute into (or
+    out of) the layout (the chain on the CPU, for its tests). The same protocol as
+    :class:`Chain`."""
 
     split = False
     paired = True
+    #: The plane kernels' transforms (:func:`._rows.plane_set`) by the row kernels' names.
+    PLANE_NAMES = {"ana": "F", "syn": "A", "synT": "AT", "anaT": "FT"}
 
-    def __init__(self, ops, spatial, modes, last_axis=None):
-        (n,), (m,) = tuple(spatial), tuple(modes)
-        self.spatial, self.modes = (n,), (m,)
-        self._kernels = dict(last_axis or {})
-        mats = {"F": analysis_last(n, m), "A": synthesis_last(n, m)}
-        mats["AT"], mats["FT"] = mats["A"].T.copy(), mats["F"].T.copy()
-        self._mats = {k: ops.matrix(v) for k, v in mats.items() if k not in self._kernels}
-        self.rows = ("paired",) + tuple(sorted(self._kernels))
-        self.forms = _forms(self._kernels)
-        self.plane = {}
-        self.bias_mode = 0
+    def __init__(self, ops, spatial, modes, last_axis=None, plane=None):
+        sp, md = tuple(spatial), tuple(modes)
+        if len(sp) > 2 or (plane and len(sp) != 2) or (last_axis and len(sp) != 1):
+            raise ValueError(f"the paired modes take one axis on the row kernels or two on the "
+                             f"plane kernels, got {len(sp)} axes with "
+                             f"{'the plane kernels' if plane else 'the row kernels'}")
+        self.spatial, self.modes = sp, md
+        last, plane = dict(last_axis or {}), dict(plane or {})
+        self._kernels = {**last, **{self.PLANE_NAMES[k]: t for k, t in plane.items()}}
+        # the GEMMs of the transforms that no kernel replaces
+        self._gemms = Chain(ops, sp, md) if len(self._kernels) < 4 else None
+        self.rows = (("paired",) + tuple(sorted(last))
+                     + tuple(f"plane:{k}" for k in sorted(plane)))
+        self.forms = _forms({**last, **plane})
+        self.plane = plane
+        self.bias_mode = bias_mode(sp, md)
+        self._M = math.prod(md)
         self._ops = ops
 
     def _to_modes(self, name, a, out):
-        """Rows of ``n`` points (of ``a``) to the modes ``(m, 2 rows)``: the kernel replacing
-        the matrix ``name``, or its GEMM and a permute; into ``out`` where given."""
-        rows = a.reshape(-1, self.spatial[0])
+        """``a`` ``(B, C, *spatial)`` to the modes ``(M, 2 B C)``: the kernel replacing the
+        transform ``name`` (``F`` the analysis, ``AT`` the synthesis's adjoint), or its GEMMs
+        and a permute; into ``out`` where given."""
         kernel = self._kernels.get(name)
         if kernel is not None:
-            return kernel(rows, out=out)
-        m, ops = self.modes[0], self._ops
-        H = (rows @ self._mats[name]).reshape(rows.shape[0], 2, m)
+            return kernel(a.reshape(-1, math.prod(self.spatial)), out=out)
+        gemms = self._gemms
+        X = (gemms.analysis if name == "F" else gemms.synthesis_adjoint)(a)  # (B, C, 2, M)
+        B, C, _, M = X.shape
         if out is None:
-            out = ops.empty((m, 2 * rows.shape[0]))
-        out.reshape(m, rows.shape[0], 2)[...] = ops.view(H, (2, 0, 1))
+            out = self._ops.empty((M, 2 * B * C))
+        out.reshape(M, B * C, 2)[...] = self._ops.view(X.reshape(B * C, 2, M), (2, 0, 1))
         return out
 
     def _to_rows(self, name, T, shape):
-        """The modes ``(m, 2 rows)`` to ``shape``: the kernel replacing the matrix ``name``, or
-        a permute and its GEMM."""
+        """The modes ``(M, 2 B O)`` to ``shape`` ``(B, O, *spatial)``: the kernel replacing the
+        transform ``name`` (``A`` the synthesis, ``FT`` the analysis's adjoint), or a permute
+        and its GEMMs."""
         kernel = self._kernels.get(name)
         if kernel is not None:
             return kernel(T).reshape(shape)
-        m = self.modes[0]
-        rows = self._ops.perm(T.reshape(m, -1, 2), (1, 2, 0)).reshape(-1, 2 * m)
-        return (rows @ self._mats[name]).reshape(shape)
+        Y = self._ops.perm(T.reshape(self._M, -1, 2), (1, 2, 0))
+        Y = Y.reshape(shape[0], shape[1], 2, self._M)
+        gemms = self._gemms
+        return (gemms.synthesis if name == "A" else gemms.analysis_adjoint)(Y)
 
     def _complex(self, H, shape):
-        return self._ops.as_complex(H.reshape(self.modes[0], shape[0], shape[1], 2))
+        return self._ops.as_complex(H.reshape(self._M, shape[0], shape[1], 2))
 
     def _pairs(self, Y):
-        return self._ops.as_real(Y).reshape(self.modes[0], -1)
+        return self._ops.as_real(Y).reshape(self._M, -1)
 
     def constant_mode(self, Y):
-        """The real parts of mode 0 in the complex modes ``Y`` ``(M, B, O)``: a view ``(B,
-        O)``."""
-        return self._ops.as_real(Y)[0, :, :, 0]
+        """The real parts of the mode constant over the grid in the complex modes ``Y`` ``(M,
+        B, O)``: a view ``(B, O)`` (:attr:`bias_mode` not None)."""
+        return self._ops.as_real(Y)[self.bias_mode, :, :, 0]
 
     def analysis_start(self, x, out=None):
         return self._to_modes("F", x, out)
@@ -639,11 +651,12 @@ def make_chain(ops, spatial, modes, device_id, rows=frozenset(), plane=frozenset
                                  variant=variant)
         if plane:
             kernel_plane = plane_set(spatial[-2:], modes[-2:], device_id, plane,
-                                     variant=variant)
+                                     variant=variant,
+                                     modes_major=PAIRED if layout == "paired" else False)
     if layout == "split":
         return SplitChain(ops, spatial, modes, last)
     if layout == "paired":
-        return PairedChain(ops, spatial, modes, last)
+        return PairedChain(ops, spatial, modes, last, kernel_plane)
     return Chain(ops, spatial, modes, last, kernel_plane)
 
 

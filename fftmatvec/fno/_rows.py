@@ -489,13 +489,21 @@ class Plane(LastAxis):
     ``ahead``: the warp form's forward transform with its rows loaded several at a time
     (``fno_plane_rfft_f32_w<P>x<Q>a``, rows of 64 and 128 points); None: :data:`PLANE_AHEAD`
     where it has that kernel.
+
+    ``modes_major="paired"``: the spectral side modes-major in complex pairs, ``(m0 m1, 2
+    planes)`` (mode ``i = j m1 + k`` of plane ``p`` at ``[i, 2p]`` and ``[i, 2p + 1]``), the
+    layout of :class:`._dft.PairedChain`, as :class:`LastAxis` takes it.
     """
 
     def __init__(self, kind: str, n0: int, n1: int, m0: int, m1: int, bins, s0: float, s1,
                  device_id: int, rows_per_block: int | None = None, columns: int | None = None,
-                 threads: int | None = None, variant: str = "auto", ahead: bool | None = None):
+                 threads: int | None = None, variant: str = "auto", ahead: bool | None = None,
+                 modes_major: bool | str = False):
         if kind not in ("r2c", "c2r"):
             raise ValueError(f"kind must be 'r2c' or 'c2r', got {kind!r}")
+        if modes_major not in (False, PAIRED):
+            raise ValueError(f"modes_major must be False or {PAIRED!r} for a plane, got "
+                             f"{modes_major!r}")
         _check_variant(variant)
         if threads is not None and not 1 <= int(threads) <= PLANE_THREADS:
             raise ValueError(f"threads must be in [1, {PLANE_THREADS}], got {threads}")
@@ -563,18 +571,21 @@ class Plane(LastAxis):
         self.threads = int(threads or (PLANE_THREADS if wide or warp else PLANE_THREADS // 2))
         width = (n0 * n1, 2 * m0 * m1)
         self.shape = width if kind == "r2c" else width[::-1]
+        self.modes_major = self.paired = modes_major == PAIRED
+        layout = np.int32(_PAIRED_CODE if self.paired else 0)
         if warp:
-            self._geometry = (np.float32(s0), np.int32(m0), np.int32(m1))
+            self._geometry = (np.float32(s0), np.int32(m0), np.int32(m1), layout)
         else:
             self._geometry = (np.float32(s0), np.int32(n0), np.int32(n1), np.int32(m0),
                               np.int32(m1), np.int32(rpb), np.int32(g),
                               np.uint64(_rowfft.packed_radices(rad1)), np.int32(len(rad1)),
-                              np.uint64(_rowfft.packed_radices(rad0)), np.int32(len(rad0)))
+                              np.uint64(_rowfft.packed_radices(rad0)), np.int32(len(rad0)),
+                              layout)
         self._launches: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
 
     def _grid(self, rows: int):
-        return (rows,)  # a block a plane
+        return (rows,)  # a block a plane (the paired layout's kernels count the planes by it)
 
     def _args(self, rows: int):
         if self.variant == "warp":
@@ -583,14 +594,15 @@ class Plane(LastAxis):
             + self._geometry
 
 
-def plane_set(plane, modes, device_id: int, kinds=("r2c", "c2r"), variant: str = "auto") -> dict:
+def plane_set(plane, modes, device_id: int, kinds=("r2c", "c2r"), variant: str = "auto",
+              modes_major: bool | str = False) -> dict:
     """The plane transforms of ``kinds`` for the last two axes ``plane = (n0, n1)`` keeping
     ``modes = (m0, m1)``, by the name of the chain's transform each replaces
     (:class:`._dft.Chain`): ``r2c`` gives ``ana`` (the analysis: the analysis frequencies,
     ``1 / n0``, ``1 / n1``) and ``synT`` (the adjoint of the synthesis: the output bins, 1,
     ``c_k``); ``c2r`` gives ``syn`` (the synthesis: the output bins, 1, 1) and ``anaT`` (the
     adjoint of the analysis: the analysis frequencies, ``1 / n0``, ``1 / (n1 c_k)``);
-    ``variant`` as :class:`Plane` takes it."""
+    ``variant`` and ``modes_major`` as :class:`Plane` takes them."""
     from ._modes import hermitian_weights, mode_indices
 
     (n0, n1), (m0, m1) = plane, modes
@@ -600,7 +612,8 @@ def plane_set(plane, modes, device_id: int, kinds=("r2c", "c2r"), variant: str =
     out = {}
 
     def make(kind, bins, s0, s1):
-        return Plane(kind, n0, n1, m0, m1, bins, s0, s1, device_id, variant=variant)
+        return Plane(kind, n0, n1, m0, m1, bins, s0, s1, device_id, variant=variant,
+                     modes_major=modes_major)
 
     if "r2c" in kinds:
         out["ana"] = make("r2c", freq, 1.0 / n0, 1.0 / n1)

@@ -29,7 +29,7 @@ from .rules import (_REAL_SUFFIX, ASYNC_DEFAULTS, ASYNC_FEW, ASYNC_FEW_ROWS, ASY
                     ROW_FFT_MIN_BLOCKS_PER_SM, TILES, WIDE_DEFAULTS, WIDE_MIN_BLOCKS_PER_SM,
                     WIDE_MIN_FILL, XREG_GEMV_KB, XREG_MAX_ND, XREG_MIN_KB, XREG_ND, XREG_TILES,
                     _BATCH_SIZES, _STAGED_J)
-from .rules import (FNO_PAIRED, FNO_PLANE_MIN_FRACTION, FNO_PLANE_WARP_MIN_FRACTION,
+from .rules import (FNO_PAIRED, FNO_PAIRED_PLANE, FNO_PLANE_MIN_FRACTION, FNO_PLANE_WARP_MIN_FRACTION,
                     FNO_ROWS_C2R_WARP, FNO_ROWS_R2C_MIN, FNO_SPLIT_WITH_ROW_KERNELS)
 from .stage3 import _Launch
 
@@ -222,6 +222,16 @@ def fno_plane_auto(spatial, modes, warp: bool = False) -> frozenset:
 @functools.lru_cache(maxsize=256)
 def _fno_plane(spatial: tuple, modes: tuple, dtype: str, device_id: int, mode: str) -> frozenset:
     """:func:`fno_plane` for a ``mode`` of ``"auto"`` or ``"1"``, once per layer shape."""
+    why, warp = _fno_plane_why(spatial, modes, dtype, device_id)
+    if unavailable("fno_plane", mode, "the FNO plane kernels cannot run this layer", why):
+        return frozenset()
+    return frozenset({"r2c", "c2r"}) if mode == "1" else fno_plane_auto(spatial, modes, warp)
+
+
+def _fno_plane_why(spatial: tuple, modes: tuple, dtype, device_id: int):
+    """``(why, warp)``: why the plane kernels cannot take the last two axes of a layer
+    computing in ``dtype`` on device ``device_id`` (None where they can), and whether their
+    warp form takes the plane."""
     why = "the layer has one axis" if len(spatial) < 2 else _fno_kernels_why(dtype)
     warp = False
     if why is None:
@@ -233,9 +243,7 @@ def _fno_plane(spatial: tuple, modes: tuple, dtype: str, device_id: int, mode: s
             why = (f"they take no plane of {spatial[-2]} x {spatial[-1]} points keeping "
                    f"{modes[-2]} x {modes[-1]} modes (5-smooth complex lengths, a row and a "
                    f"column fitting {smem} bytes of shared memory)")
-    if unavailable("fno_plane", mode, "the FNO plane kernels cannot run this layer", why):
-        return frozenset()
-    return frozenset({"r2c", "c2r"}) if mode == "1" else fno_plane_auto(spatial, modes, warp)
+    return why, warp
 
 
 def fno_chain(batch: int, cin: int, cout: int, spatial, modes, dtype, device_id: int,
@@ -243,7 +251,8 @@ def fno_chain(batch: int, cin: int, cout: int, spatial, modes, dtype, device_id:
     """The FNO layer's DFT chain, ``(rows, plane, layout, variant)``: the last axis's
     transforms on the row kernels (:func:`fno_rows`), the last two axes on the plane kernels
     (:func:`fno_plane`), the layout of the modes (``"paired"``: :func:`fno_paired`, all four
-    transforms of the axis on the row kernels; ``"split"``: :func:`fno_split`; else
+    transforms of the layer on the row kernels of its one axis or the plane kernels of its
+    two; ``"split"``: :func:`fno_split`; else
     ``"interleaved"``; :data:`fftmatvec.fno._dft.LAYOUTS`) and the kernels' form
     (:func:`fno_variant`); the kernels only where ``kernels`` (float32 on a GPU); ``tuned``:
     the plan of the layer's FNO tuning table entry (pairs ``(key, value)``), which
@@ -251,38 +260,52 @@ def fno_chain(batch: int, cin: int, cout: int, spatial, modes, dtype, device_id:
     rows = fno_rows(spatial[-1], modes[-1], dtype, device_id, tuned) if kernels else frozenset()
     split = fno_split(batch, cin, cout, spatial, dtype, row_kernels=bool(rows), tuned=tuned)
     paired = fno_paired(spatial, modes, dtype, device_id, kernels, tuned)
-    if paired:
-        rows, layout = frozenset({"r2c", "c2r"}), "paired"
+    both = frozenset({"r2c", "c2r"})
+    if paired and len(spatial) == 1:
+        rows, plane, layout = both, frozenset(), "paired"
+    elif paired:
+        rows, plane, layout = frozenset(), both, "paired"
     else:
         layout = "split" if split else "interleaved"
-    plane = fno_plane(spatial, modes, dtype, device_id, tuned) if kernels and not split \
-        and not paired else frozenset()
+        plane = fno_plane(spatial, modes, dtype, device_id, tuned) if kernels and not split \
+            else frozenset()
     variant = fno_variant(spatial, modes, rows, plane, device_id, tuned) if kernels else "auto"
     return rows, plane, layout, variant
 
 
 def fno_paired(spatial, modes, dtype, device_id: int, kernels: bool, tuned=()) -> bool:
     """Whether the FNO layer's DFT chain keeps its modes modes-major in complex pairs
-    (:class:`fftmatvec.fno._dft.PairedChain`: the row kernels run all four transforms of the
-    axis in that layout, the complex GEMM reads and writes it in place). By default
-    (:data:`~fftmatvec.gpu.rules.FNO_PAIRED`) for one-axis layers where the row kernels take
-    the axis (``kernels``: float32 on a GPU; a 5-smooth complex length that fits a block) and
-    neither the split modes (plan ``fno_split=1``) nor the GEMMs (plan ``fno_rows=0``) are
-    forced; plan key ``fno_paired``: ``0`` never, ``1`` every layer it takes (an error
-    elsewhere, and beside ``fno_split=1``); ``tuned`` as for :func:`fno_rows`."""
+    (:class:`fftmatvec.fno._dft.PairedChain`: the row kernels of a one-axis layer, or the plane
+    kernels of a two-axis one, run all four transforms in that layout, the complex GEMM reads
+    and writes it in place). By default for one-axis layers where the row kernels take the axis
+    (:data:`~fftmatvec.gpu.rules.FNO_PAIRED`; ``kernels``: float32 on a GPU; a 5-smooth complex
+    length that fits a block) and neither the split modes (plan ``fno_split=1``) nor the GEMMs
+    (plan ``fno_rows=0``) are forced, and for two-axis layers that the plane kernels take both
+    ways by default (:data:`~fftmatvec.gpu.rules.FNO_PAIRED_PLANE`, :func:`fno_plane_auto`;
+    not beside plan ``fno_plane=0``); plan key ``fno_paired``: ``0`` never, ``1`` every layer
+    it takes (an error elsewhere, and beside ``fno_split=1``); ``tuned`` as for
+    :func:`fno_rows`."""
     mode = _fno_mode("fno_paired", tuned)
-    if mode == "0" or (mode == "auto" and not FNO_PAIRED):
+    spatial, modes = tuple(int(n) for n in spatial), tuple(int(m) for m in modes)
+    d = len(spatial)
+    if mode == "0" or (mode == "auto" and not (FNO_PAIRED if d == 1 else FNO_PAIRED_PLANE)):
         return False
-    if len(spatial) != 1:
-        why = f"the layer has {len(spatial)} axes"
-    elif _fno_mode("fno_split", tuned) == "1":
+    if d > 2:
+        why = f"the layer has {d} axes"
+    elif d == 1 and _fno_mode("fno_split", tuned) == "1":
         why = "plan fno_split=1 keeps the modes split"
-    elif _fno_mode("fno_rows", tuned) == "0":
+    elif d == 1 and _fno_mode("fno_rows", tuned) == "0":
         why = "plan fno_rows=0 keeps the last axis on GEMMs"
+    elif d == 2 and _fno_mode("fno_plane", tuned) == "0":
+        why = "plan fno_plane=0 keeps the plane on GEMMs"
     elif not kernels:
-        why = "the row kernels run float32 layers on a GPU"
-    else:  # ``kernels``: the layer computes in float32
-        why = _fno_rows_why(int(spatial[0]), int(modes[0]), np.float32, int(device_id))
+        why = f"the {'row' if d == 1 else 'plane'} kernels run float32 layers on a GPU"
+    elif d == 1:  # ``kernels``: the layer computes in float32
+        why = _fno_rows_why(spatial[0], modes[0], np.float32, int(device_id))
+    else:
+        why, warp = _fno_plane_why(spatial, modes, np.float32, int(device_id))
+        if why is None and mode == "auto" and not fno_plane_auto(spatial, modes, warp):
+            return False  # the plane on GEMMs, as fno_plane takes it
     return not unavailable("fno_paired", mode, "the paired modes cannot serve this layer", why)
 
 

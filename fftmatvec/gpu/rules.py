@@ -262,6 +262,17 @@ FNO_SPLIT_WITH_ROW_KERNELS = False
 # 246, forward+backward 536 against 629; (64, 64, 4096, 64) 247 against 250 and 698 against 676
 # (a tie). Plan fno_paired=0 keeps the other layouts; tune-fno times both.
 FNO_PAIRED = True
+# The two-axis FNO layers' paired modes by default where the plane kernels take the plane (both
+# ways, fno_plane): the plane kernels write and read the modes modes-major in complex pairs, in
+# place of the interleaved chain's two permutes around the complex GEMM (149 of the (16, 128,
+# 256², 64) forward's 1168 µs of GPU time on an H100, 12 of (32, 64, 128², 16)'s 193). Their
+# pairs go out (come in) planes apart, which cost the (16, 128, 256², 64) plane kernels 8 %
+# (415 -> 453 and 404 -> 435 µs); its forward's GPU time went from 1168 to 1088 µs. On an H100
+# (forty-third run, bench_fno.py, µs, paired against fno_paired=0, one call): forward 146 / 163
+# (32, 64, 64², 16), 263 / 277 (32, 64, 128², 16), 481 / 515 (16, 64, 256², 32), 483 / 506
+# (8, 128, 256², 32), 1180 / 1249 (16, 128, 256², 64); forward+backward 427 / 436, 705 / 739,
+# 1059 / 1112, 1173 / 1174, 2557 / 2717. Plan fno_paired=0 keeps the planes' modes interleaved.
+FNO_PAIRED_PLANE = True
 # Stages 3-5 of a one-vector adjoint as one kernel (hip_kernels/fused.cuh: its sums never go
 # through memory, the stage-3 output the inverse FFT would read back). By default for complex128
 # and complex64 storage with at most FUSED_MAX_ND sensors and FUSED_THREADS frequencies, where the
