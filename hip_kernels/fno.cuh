@@ -11,6 +11,7 @@
 // bins, as a real inverse FFT does. Only float32, the layer's compute precision on a GPU.
 #pragma once
 #include "rowfft.cuh"
+#include "sbgemm.cuh"  // cp.async (NVIDIA sm_80 and newer: FFTMATVEC_MMA)
 
 // The spectral side in one of three layouts (modes_major): 0, rows of 2 m values (the m real
 // parts, then the m imaginary parts: element (r, p, k) at r 2m + p m + k); 1, modes-major split,
@@ -781,4 +782,100 @@ __device__ __forceinline__ void fno_irfft_long_body(const float* __restrict__ y,
   float* orow = out + row * L;
   RowCursor at(R);
   for (int n = threadIdx.x; n < L; n += blockDim.x, at.next()) orow[n] = S[at.r * rp + at.c];
+}
+
+// ---- the paired modes' channel product for small batches (fftmatvec/fno/_product.py) --------
+// Y[m] = X[m] W[m] for every mode m: X (M, B, C), W (M, C, O), Y (M, B, O) complex64, each
+// matrix row-major (the paired layout: fftmatvec/fno/_dft.py, PairedChain). For batches of a few
+// rows, where cuBLAS's batched complex GEMM runs tiles of 32 x 64 on 16 rows (196 µs, 58 % of
+// the bytes' time, at (2112, 16, 128, 128) on an H100; this kernel 134). A block takes mpb
+// modes (blockDim.x = mpb O / 2 threads), a thread two output columns of NB rows (blockIdx.y:
+// the rows' tile); the weight streams from global memory, UR pairs of k-steps ahead; the block's
+// rows of X go through shared memory in chunks of FNO_PRODUCT_KC columns ([mode][row][k], two
+// k-steps a 16-byte read, the same address for all of a mode's threads), double-buffered by
+// cp.async on NVIDIA sm_80 and newer, loaded in turn elsewhere. C and O even, 16-byte aligned
+// arrays (the host's ModeProduct checks both).
+#define FNO_PRODUCT_KC 32
+#if defined(FFTMATVEC_HIP)
+#define FNO_PRODUCT_BOUNDS(NB) __launch_bounds__(256)
+#else
+#define FNO_PRODUCT_BOUNDS(NB) __launch_bounds__(256, (NB) > 8 ? 2 : 3)
+#endif
+
+// acc0 += x (w.x, w.y), acc1 += x (w.z, w.w): two output columns of one row, complex
+__device__ __forceinline__ void fno_cmac2(float2& acc0, float2& acc1, float2 x, float4 w) {
+  acc0.x = fmaf(x.x, w.x, fmaf(-x.y, w.y, acc0.x));
+  acc0.y = fmaf(x.x, w.y, fmaf(x.y, w.x, acc0.y));
+  acc1.x = fmaf(x.x, w.z, fmaf(-x.y, w.w, acc1.x));
+  acc1.y = fmaf(x.x, w.w, fmaf(x.y, w.z, acc1.y));
+}
+
+template <int NB, int UR>
+__device__ __forceinline__ void fno_modes_cgemm_body(const float2* __restrict__ X,
+                                                     const float2* __restrict__ W,
+                                                     float2* __restrict__ Y, int M, int B, int C,
+                                                     int O) {
+  constexpr int KC = FNO_PRODUCT_KC;
+  float2* xs = reinterpret_cast<float2*>(fftmatvec_dynamic_smem);  // two chunks
+  const int tpm = O / 2, mpb = (int)blockDim.x / tpm;
+  const int lm = (int)threadIdx.x / tpm, t = (int)threadIdx.x % tpm;
+  const int m = (int)blockIdx.x * mpb + lm, b0 = (int)blockIdx.y * NB;
+  const int chunk = mpb * NB * KC;  // values of one chunk
+  // chunk buf <- X[modes of the block, rows b0.., columns k0..k0 + KC), zero past the ends
+  auto load = [&](int buf, int k0) {
+    for (int i = threadIdx.x; i < mpb * NB * (KC / 2); i += blockDim.x) {
+      const int mm = i / (NB * KC / 2), r = i % (NB * KC / 2), b = r / (KC / 2);
+      const int k = k0 + 2 * (r % (KC / 2)), gm = (int)blockIdx.x * mpb + mm;
+      float2* dst = xs + buf * chunk + (mm * NB + b) * KC + (k - k0);
+      const bool ok = gm < M && b0 + b < B && k < C;
+      const float2* src = X + ((i64)(ok ? gm : 0) * B + (ok ? b0 + b : 0)) * C + (ok ? k : 0);
+#if defined(FFTMATVEC_MMA)
+      cp_async<16>(smem_u32(dst), src, ok);
+#else
+      *reinterpret_cast<float4*>(dst) =
+          ok ? *reinterpret_cast<const float4*>(src) : make_float4(0.f, 0.f, 0.f, 0.f);
+#endif
+    }
+  };
+  float2 acc0[NB], acc1[NB];
+#pragma unroll
+  for (int b = 0; b < NB; ++b) acc0[b] = acc1[b] = make_c(0.f, 0.f);
+  const float4* w = reinterpret_cast<const float4*>(W + (i64)(m < M ? m : 0) * C * O) + t;
+  const int chunks = (C + KC - 1) / KC;
+#if defined(FFTMATVEC_MMA)
+  load(0, 0);
+  cp_async_commit();
+#endif
+  for (int c = 0; c < chunks; ++c) {
+    const int k0 = c * KC, kc = C - k0 < KC ? C - k0 : KC;
+#if defined(FFTMATVEC_MMA)
+    if (c + 1 < chunks) load((c + 1) & 1, k0 + KC);
+    cp_async_commit();
+    cp_async_wait<1>();
+#else
+    load(c & 1, k0);
+#endif
+    __syncthreads();
+    if (m < M) {
+      const float2* xm = xs + (c & 1) * chunk + lm * NB * KC;
+#pragma unroll UR
+      for (int k = 0; k < kc; k += 2) {
+        const float4 w0 = __ldg(w + (i64)(k0 + k) * tpm);
+        const float4 w1 = __ldg(w + (i64)(k0 + k + 1) * tpm);
+#pragma unroll
+        for (int b = 0; b < NB; ++b) {
+          const float4 xx = *reinterpret_cast<const float4*>(xm + b * KC + k);
+          fno_cmac2(acc0[b], acc1[b], make_c(xx.x, xx.y), w0);
+          fno_cmac2(acc0[b], acc1[b], make_c(xx.z, xx.w), w1);
+        }
+      }
+    }
+    __syncthreads();  // before the next chunk's copy overwrites this one
+  }
+  if (m >= M) return;
+  float4* y = reinterpret_cast<float4*>(Y + ((i64)m * B + b0) * O) + t;
+#pragma unroll
+  for (int b = 0; b < NB; ++b)
+    if (b0 + b < B)
+      y[(i64)b * tpm] = make_float4(acc0[b].x, acc0[b].y, acc1[b].x, acc1[b].y);
 }

@@ -506,7 +506,8 @@ class PairedChain:
     weight into its parts and runs four real GEMMs, this chain runs only the two kernels and
     the complex GEMMs (one forward, two backward) and the bias's small steps.
     A transform that no kernel replaces runs as :class:`Chain`'s GEMMs and a permute into (or
-    out of) the layout (the chain on the CPU, for its tests). The same protocol as
+    out of) the layout (the chain on the CPU, for its tests). ``product``: the forward's channel product on the package's kernel for small
+    batches (:class:`._product.ModeProduct`, :meth:`mode_product`). The same protocol as
     :class:`Chain`."""
 
     split = False
@@ -514,7 +515,7 @@ class PairedChain:
     #: The plane kernels' transforms (:func:`._rows.plane_set`) by the row kernels' names.
     PLANE_NAMES = {"ana": "F", "syn": "A", "synT": "AT", "anaT": "FT"}
 
-    def __init__(self, ops, spatial, modes, last_axis=None, plane=None):
+    def __init__(self, ops, spatial, modes, last_axis=None, plane=None, product=None):
         sp, md = tuple(spatial), tuple(modes)
         if len(sp) > 2 or (plane and len(sp) != 2) or (last_axis and len(sp) != 1):
             raise ValueError(f"the paired modes take one axis on the row kernels or two on the "
@@ -532,6 +533,16 @@ class PairedChain:
         self.bias_mode = bias_mode(sp, md)
         self._M = math.prod(md)
         self._ops = ops
+        self._product = product
+        self.product = product is not None
+
+    def mode_product(self, X, W):
+        """``Y = X W`` per mode (:func:`mode_product_paired`), on the package's kernel
+        (``product``: :class:`._product.ModeProduct`) where the planner gave one and it takes
+        the arrays."""
+        if self._product is not None and self._product.takes(X, W):
+            return self._product(X, W)
+        return mode_product_paired(X, W)
 
     def _to_modes(self, name, a, out):
         """``a`` ``(B, C, *spatial)`` to the modes ``(M, 2 B C)``: the kernel replacing the
@@ -633,14 +644,17 @@ LAYOUTS = ("interleaved", "split", "paired")
 
 
 def make_chain(ops, spatial, modes, device_id, rows=frozenset(), plane=frozenset(),
-               layout="interleaved", variant="auto"):
+               layout="interleaved", variant="auto", product=False):
     """The chain of a layer as the planner chose it (:func:`fftmatvec.gpu.planner.fno_chain`):
     its row kernels ``rows`` (:func:`._rows.last_axis_set`) and plane kernels ``plane``
     (:func:`._rows.plane_set`) on device ``device_id`` in form ``variant``, its modes in
     ``layout`` (:data:`LAYOUTS`): :class:`SplitChain`, :class:`PairedChain` or
-    :class:`Chain`."""
+    :class:`Chain`; ``product``: the paired modes' forward channel product on the package's
+    kernel (:class:`._product.ModeProduct`)."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if product and layout != "paired":
+        raise ValueError(f"the channel product's kernel takes the paired modes, got {layout!r}")
     last = kernel_plane = None
     if rows or plane:
         from ._rows import PAIRED, last_axis_set, plane_set
@@ -656,7 +670,11 @@ def make_chain(ops, spatial, modes, device_id, rows=frozenset(), plane=frozenset
     if layout == "split":
         return SplitChain(ops, spatial, modes, last)
     if layout == "paired":
-        return PairedChain(ops, spatial, modes, last, kernel_plane)
+        if product:
+            from ._product import ModeProduct
+
+            product = ModeProduct(device_id)
+        return PairedChain(ops, spatial, modes, last, kernel_plane, product or None)
     return Chain(ops, spatial, modes, last, kernel_plane)
 
 
@@ -727,7 +745,7 @@ def modes_step(ops, chain, X, W, bias):
     C)`` and ``(M, B, O)``, ``W`` complex, ``X`` what the backward reads
     (:func:`mode_product_paired`)."""
     if chain.paired:
-        Y, Xs = mode_product_paired(X, W), X
+        Y, Xs = chain.mode_product(X, W), X
     elif chain.split:
         Y, Xs = mode_product_split(ops, X, split_weight(ops, W)), X
     elif is_complex(W):

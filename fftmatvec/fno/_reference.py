@@ -86,10 +86,10 @@ def _xp_ops(xp, dtype):
 
 @functools.lru_cache(maxsize=64)
 def _xp_chain(module_name, device, dtype, spatial, modes, rows=frozenset(), plane=frozenset(),
-              layout="interleaved", variant="auto"):
+              layout="interleaved", variant="auto", product=False):
     xp = backend.cupy if module_name == "cupy" else np
     return _dft.make_chain(_xp_ops(xp, np.dtype(dtype)), spatial, modes, device, rows, plane,
-                           layout, variant)
+                           layout, variant, product)
 
 
 def _dft_conv(xp, x, weight, modes, bias):

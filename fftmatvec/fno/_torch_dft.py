@@ -99,11 +99,11 @@ def modes_major_complex(gw, shape, dtype):
 
 @functools.lru_cache(maxsize=64)
 def _chain(device, dtype_name, spatial, modes, rows=frozenset(), plane=frozenset(),
-           layout="interleaved", variant="auto"):
+           layout="interleaved", variant="auto", product=False):
     torch = _torch()
     dev = torch.device(device)
     return _dft.make_chain(_ops(getattr(torch, dtype_name), dev), spatial, modes, dev.index,
-                           rows, plane, layout, variant)
+                           rows, plane, layout, variant, product)
 
 
 def chain_for(x, dtype, modes, cout=None, tuned=()):

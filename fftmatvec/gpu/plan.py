@@ -44,8 +44,10 @@ PLAN_KEYS = {
     "fno_rows": "the FNO layer's last-axis transforms as row FFT kernels, not DFT GEMMs",
     "fno_plane": "the FNO layer's last two axes as one FFT kernel a plane, not DFT GEMMs",
     "fno_split": "a one-axis FNO layer's modes modes-major and split, not permuted",
-    "fno_paired": "a one-axis FNO layer's modes modes-major in complex pairs, written and read "
-                  "by the row kernels, not permuted",
+    "fno_paired": "an FNO layer's modes modes-major in complex pairs, written and read by the "
+                  "row or plane kernels, not permuted",
+    "fno_product": "the paired modes' forward channel product on the package's kernel for "
+                   "small batches, not cuBLAS",
     "fno_warp": "the FNO layer's row and plane kernels in their warp form, not their pass form",
     "fno_ends": "the FNO layer's CUDA graphs hold its chains' middles, the first and last steps "
                 "outside (no copy of the input in or of the output out)",

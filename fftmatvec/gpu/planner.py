@@ -29,7 +29,7 @@ from .rules import (_REAL_SUFFIX, ASYNC_DEFAULTS, ASYNC_FEW, ASYNC_FEW_ROWS, ASY
                     ROW_FFT_MIN_BLOCKS_PER_SM, TILES, WIDE_DEFAULTS, WIDE_MIN_BLOCKS_PER_SM,
                     WIDE_MIN_FILL, XREG_GEMV_KB, XREG_MAX_ND, XREG_MIN_KB, XREG_ND, XREG_TILES,
                     _BATCH_SIZES, _STAGED_J)
-from .rules import (FNO_PAIRED, FNO_PAIRED_PLANE, FNO_PLANE_MIN_FRACTION, FNO_PLANE_WARP_MIN_FRACTION,
+from .rules import (FNO_PAIRED, FNO_PAIRED_PLANE, FNO_PLANE_MIN_FRACTION, FNO_PRODUCT_MAX_BATCH, FNO_PLANE_WARP_MIN_FRACTION,
                     FNO_ROWS_C2R_WARP, FNO_ROWS_R2C_MIN, FNO_SPLIT_WITH_ROW_KERNELS)
 from .stage3 import _Launch
 
@@ -248,13 +248,15 @@ def _fno_plane_why(spatial: tuple, modes: tuple, dtype, device_id: int):
 
 def fno_chain(batch: int, cin: int, cout: int, spatial, modes, dtype, device_id: int,
               kernels: bool, tuned=()):
-    """The FNO layer's DFT chain, ``(rows, plane, layout, variant)``: the last axis's
+    """The FNO layer's DFT chain, ``(rows, plane, layout, variant, product)``: the last axis's
     transforms on the row kernels (:func:`fno_rows`), the last two axes on the plane kernels
     (:func:`fno_plane`), the layout of the modes (``"paired"``: :func:`fno_paired`, all four
     transforms of the layer on the row kernels of its one axis or the plane kernels of its
     two; ``"split"``: :func:`fno_split`; else
     ``"interleaved"``; :data:`fftmatvec.fno._dft.LAYOUTS`) and the kernels' form
-    (:func:`fno_variant`); the kernels only where ``kernels`` (float32 on a GPU); ``tuned``:
+    (:func:`fno_variant`) and whether the paired modes' forward channel product runs on the
+    package's kernel (:func:`fno_product`); the kernels only where ``kernels`` (float32 on a
+    GPU); ``tuned``:
     the plan of the layer's FNO tuning table entry (pairs ``(key, value)``), which
     ``FFTMATVEC_PLAN`` overrides key by key."""
     rows = fno_rows(spatial[-1], modes[-1], dtype, device_id, tuned) if kernels else frozenset()
@@ -270,7 +272,35 @@ def fno_chain(batch: int, cin: int, cout: int, spatial, modes, dtype, device_id:
         plane = fno_plane(spatial, modes, dtype, device_id, tuned) if kernels and not split \
             else frozenset()
     variant = fno_variant(spatial, modes, rows, plane, device_id, tuned) if kernels else "auto"
-    return rows, plane, layout, variant
+    product = fno_product(batch, cin, cout, layout, kernels, tuned)
+    return rows, plane, layout, variant, product
+
+
+def fno_product(batch: int, cin: int, cout: int, layout: str, kernels: bool, tuned=()) -> bool:
+    """Whether the FNO layer's forward channel product on the paired modes (``layout``
+    ``"paired"``) runs on the package's kernel (:class:`fftmatvec.fno._product.ModeProduct`)
+    rather than cuBLAS: by default for batches of at most
+    :data:`~fftmatvec.gpu.rules.FNO_PRODUCT_MAX_BATCH` rows and even channel counts
+    (:func:`fftmatvec.fno._product.supported`), float32 on a GPU (``kernels``); plan key
+    ``fno_product``: ``0`` never, ``1`` every paired layer it takes (an error elsewhere);
+    ``tuned`` as for :func:`fno_rows`."""
+    mode = _fno_mode("fno_product", tuned)
+    if mode == "0":
+        return False
+    from ..fno._product import supported
+
+    if layout != "paired":
+        why = f"the modes are {layout}, not paired"
+    elif not kernels:
+        why = "the kernel runs float32 layers on a GPU"
+    elif not supported(cin, cout):
+        why = f"it takes even channel counts, up to 512 output channels, got {cin} and {cout}"
+    elif mode == "auto" and batch > FNO_PRODUCT_MAX_BATCH:
+        return False
+    else:
+        why = None
+    return not unavailable("fno_product", mode, "the channel product's kernel cannot serve "
+                           "this layer", why)
 
 
 def fno_paired(spatial, modes, dtype, device_id: int, kernels: bool, tuned=()) -> bool:

@@ -273,6 +273,14 @@ FNO_PAIRED = True
 # (8, 128, 256², 32), 1180 / 1249 (16, 128, 256², 64); forward+backward 427 / 436, 705 / 739,
 # 1059 / 1112, 1173 / 1174, 2557 / 2717. Plan fno_paired=0 keeps the planes' modes interleaved.
 FNO_PAIRED_PLANE = True
+# The paired modes' forward channel product (Y[m] = X[m] W[m]) on the package's kernel
+# (fftmatvec/fno/_product.py, fno_modes_cgemm_f32_b<NB> in hip_kernels/fno.cuh) for batches of
+# at most this many rows, both channel counts even: cuBLAS's batched complex GEMM runs tiles of
+# 32 x 64 on them and reads the weight at about half the memory's rate. On an H100 (forty-third
+# run, the product alone, µs, kernel against torch.matmul): (M, B, C, O) = (2112, 16, 128,
+# 128) 134 / 196, (544, 16, 64, 64) 17 / 20, (544, 8, 128, 128) 52 / 59, (144, 32, 64, 64) 15 /
+# 26; it lost with larger batches ((2112, 32, 64, 64) 82 / 63, (64, 1024, 64, 64) 67 / 60).
+FNO_PRODUCT_MAX_BATCH = 16
 # Stages 3-5 of a one-vector adjoint as one kernel (hip_kernels/fused.cuh: its sums never go
 # through memory, the stage-3 output the inverse FFT would read back). By default for complex128
 # and complex64 storage with at most FUSED_MAX_ND sensors and FUSED_THREADS frequencies, where the
