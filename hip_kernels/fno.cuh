@@ -11,7 +11,8 @@
 // bins, as a real inverse FFT does. Only float32, the layer's compute precision on a GPU.
 #pragma once
 #include "rowfft.cuh"
-#include "sbgemm.cuh"  // cp.async (NVIDIA sm_80 and newer: FFTMATVEC_MMA)
+// cp.async for the channel product below (NVIDIA sm_80 and newer: FFTMATVEC_MMA)
+#include "sbgemm.cuh"
 
 // The spectral side in one of three layouts (modes_major): 0, rows of 2 m values (the m real
 // parts, then the m imaginary parts: element (r, p, k) at r 2m + p m + k); 1, modes-major split,
@@ -796,10 +797,12 @@ __device__ __forceinline__ void fno_irfft_long_body(const float* __restrict__ y,
 // cp.async on NVIDIA sm_80 and newer, loaded in turn elsewhere. C and O even, 16-byte aligned
 // arrays (the host's ModeProduct checks both).
 #define FNO_PRODUCT_KC 32
+#define FNO_PRODUCT_MIN_BLOCKS_8 3
+#define FNO_PRODUCT_MIN_BLOCKS_16 2
 #if defined(FFTMATVEC_HIP)
 #define FNO_PRODUCT_BOUNDS(NB) __launch_bounds__(256)
 #else
-#define FNO_PRODUCT_BOUNDS(NB) __launch_bounds__(256, (NB) > 8 ? 2 : 3)
+#define FNO_PRODUCT_BOUNDS(NB) __launch_bounds__(256, FNO_PRODUCT_MIN_BLOCKS_##NB)
 #endif
 
 // acc0 += x (w.x, w.y), acc1 += x (w.z, w.w): two output columns of one row, complex

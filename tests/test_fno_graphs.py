@@ -78,11 +78,26 @@ def cache(monkeypatch):
     """A fresh process cache for the test, released after it."""
     fresh = GraphCache()
     monkeypatch.setattr(_graphs, "CACHE", fresh)
+    monkeypatch.setattr(_graphs, "FAST", {})
     yield fresh
     fresh.clear()
 
 
 # ------------------------------------------------------------------------------ the option --
+
+def test_fast_path_only_for_cuda_tensors():
+    """The fast path's signature (:func:`fftmatvec.fno._torch_dft.fast_key`) is None for CPU
+    tensors, ``graphs=False`` and options the full path must check first (a list of modes, an
+    unknown method or compute dtype, a bias that is no tensor)."""
+    from fftmatvec.fno._torch_dft import fast_key
+
+    x, w = torch.randn(2, 3, 8), torch.randn(3, 3, 5, dtype=torch.complex64)
+    for args in [(x, w, 8, None, "auto", None, "auto"), (x, w, 8, None, "auto", None, False),
+                 (x, w, [8], None, "auto", None, "auto"), (x, w, 8, None, ["dft"], None, "auto"),
+                 (x, w, 8, None, "auto", "float32", "auto"), (x, w, 8, [1.0], "auto", None, True),
+                 (x, w, 8, None, "auto", None, ["auto"])]:
+        assert fast_key(torch, *args) is None
+
 
 @pytest.mark.parametrize("bad", ["yes", "Auto", None, 1, 0, "true"])
 def test_bad_option(bad):
@@ -638,6 +653,55 @@ def test_cuda_graphs_inference_mode(cache):
 
 @pytest.mark.gpu
 @cuda
+@pytest.mark.parametrize("shape,n_modes", GPU_CASES)
+def test_fast_path_of_a_forward_without_gradients(cache, ends, monkeypatch, shape, n_modes):
+    """A forward without gradients whose signature replayed a graph replays it again without
+    the call's checks and planning: the full path is not called, and the output is the eager
+    chain's for new values of ``x`` written in place and a weight updated in place. A new
+    ``FFTMATVEC_PLAN``, a new weight tensor, a call with gradients and released graphs take
+    the full path."""
+    from fftmatvec.fno import _torch as layer_module
+    from fftmatvec.fno import clear_graphs
+
+    layer = _layer(shape[1], 6, n_modes, device="cuda")
+    eager = _twin(layer, graphs=False)
+    x = torch.randn(shape, device="cuda")
+    with torch.no_grad():
+        y0 = layer(x)
+    assert len(_graphs.FAST) == 1
+    full, calls = layer_module._spectral_conv_torch, []
+
+    def counted(*args):
+        calls.append(args[7] is not False)  # the layer's calls, not its eager twin's
+        return full(*args)
+
+    monkeypatch.setattr(layer_module, "_spectral_conv_torch", counted)
+
+    def layer_calls():
+        return sum(calls)
+
+    with torch.no_grad():
+        assert torch.equal(layer(x), y0) and layer_calls() == 0
+        x.copy_(torch.randn_like(x))
+        assert _rel(layer(x), eager(x)) < 1e-6
+        layer.weight.mul_(0.5)
+        eager.weight.mul_(0.5)
+        assert _rel(layer(x), eager(x)) < 1e-6 and layer_calls() == 0
+        monkeypatch.setenv("FFTMATVEC_PLAN", "fno_warp=0")
+        assert _rel(layer(x), eager(x)) < 1e-6 and layer_calls() == 1
+        assert _rel(layer(x), eager(x)) < 1e-6 and layer_calls() == 1
+        monkeypatch.delenv("FFTMATVEC_PLAN")
+        layer.weight = torch.nn.Parameter(layer.weight.detach().clone())
+        assert _rel(layer(x), eager(x)) < 1e-6 and layer_calls() == 2
+        clear_graphs()
+        assert not _graphs.FAST
+        assert _rel(layer(x), eager(x)) < 1e-6 and layer_calls() == 3
+    y = layer(x.clone().requires_grad_(True))
+    assert layer_calls() == 4 and y.requires_grad
+
+
+@pytest.mark.gpu
+@cuda
 def test_cuda_graphs_outputs_do_not_alias(cache, ends):
     """Calling twice and keeping the first result: it is unchanged (forward and gradient)."""
     layer = _layer(8, 8, (12, 12), device="cuda")
@@ -732,8 +796,9 @@ def test_cuda_graphs_inside_user_capture(cache):
             layer(static)
     torch.cuda.current_stream().wait_stream(side)
     before = len(cache)
+    assert len(_graphs.FAST) == 1  # the warm-up's signature, on the capture's stream
     graph = torch.cuda.CUDAGraph()
-    with torch.no_grad(), torch.cuda.graph(graph):
+    with torch.no_grad(), torch.cuda.graph(graph, stream=side):
         out = layer(static)
     assert len(cache) == before                 # nothing captured of our own inside
     for _ in range(2):

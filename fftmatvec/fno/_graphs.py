@@ -255,6 +255,13 @@ class GraphCache:
 
 CACHE = GraphCache()
 
+#: Forwards without gradients that replayed a graph, by their call's signature
+#: (:func:`fftmatvec.fno._torch_dft.fast_key`): what the next such call replays without its
+#: checks and planning (:func:`fftmatvec.fno._torch_dft.fast_forward`). Cleared with the
+#: graphs; the oldest out past :data:`FAST_MAX`.
+FAST: dict = {}
+FAST_MAX = 64
+
 # one capture at a time in the process (a CUDA-graph restriction); one side stream per device,
 # for the warm-up and the capture both (cuBLAS keeps a workspace per stream)
 _CAPTURE_LOCK = threading.Lock()
@@ -266,6 +273,7 @@ def clear_graphs():
 
     The memory goes back to PyTorch's caching allocator (``torch.cuda.empty_cache()`` returns
     it to the device); the next call of a layer captures its graph again."""
+    FAST.clear()
     CACHE.clear()
 
 

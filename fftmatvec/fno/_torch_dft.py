@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 
 from ..gpu.plan import plan_key
 from ..gpu.planner import fno_ends
-from . import _dft, _graphs
+from . import _dft, _graphs, _tuning
 
 def _torch():
     import torch
@@ -247,14 +248,16 @@ def _stream(torch, device):
     return get(device.index)[0]
 
 
-def _replay(torch, key, device, cdtype, chain, fn, args, wanted, ends, token=None):
+def _replay(torch, key, device, cdtype, chain, fn, args, wanted, ends, token=None,
+            replayed=None):
     """Replay the graph of ``key``, capturing ``fn(*inputs)`` on a miss (a failed capture
     raises: :func:`fftmatvec.fno._graphs.explained`). ``args``: the chain's inputs
     (:class:`._graphs.Borrowed` for one read in place); with ``ends`` (``(start, end)``,
     :func:`._graphs.ends_outside`) ``fn`` is the chain's middle, its first input written by
     ``start(buffer)`` (args[0] computes it at the capture) and its first output read by
     ``end(buffer)``, both outside the graph, in the layer's GEMM precision. ``wanted`` and
-    ``token``: as :meth:`._graphs.Captured.run` takes them."""
+    ``token``: as :meth:`._graphs.Captured.run` takes them; ``replayed(entry)`` is called
+    after a replay of the graph ``entry``."""
     precision = functools.partial(gemm_precision, cdtype, device.type)
     start, end = ends or (None, None)
     borrowed = tuple(a.tensor for a in args if isinstance(a, _graphs.Borrowed))
@@ -270,7 +273,10 @@ def _replay(torch, key, device, cdtype, chain, fn, args, wanted, ends, token=Non
     feed = tuple(None if (i == 0 and start is not None) or isinstance(a, _graphs.Borrowed)
                  else a for i, a in enumerate(args))
     with precision() if start is not None else contextlib.nullcontext():
-        return entry.run(feed, wanted, start=start, end=end, token=token)
+        out = entry.run(feed, wanted, start=start, end=end, token=token)
+    if out is not None and replayed is not None:
+        replayed(entry)
+    return out
 
 
 def _replay_forward(torch, ctx, x, weight, bias, token):
@@ -284,16 +290,102 @@ def _replay_forward(torch, ctx, x, weight, bias, token):
     x_shape = tuple(x.shape)
     key = _graphs.forward_key((ctx.problem, outside), _stream(torch, x.device))
     wanted = (True, False if token is None else _graphs.LEND)
+    y_shape = _y_shape(x_shape, weight.shape)
+    fast = getattr(_PENDING, "key", None) if token is None else None
+    replayed = None if fast is None else (
+        lambda entry: _remember(fast, (entry, chain, cdtype, y_shape, outside)))
     if not outside:
         return _replay(torch, key, x.device, cdtype, chain,
                        lambda xs: forward_chain(xs, weight, bias, chain, cdtype), (x,),
-                       wanted, None, token)
-    y_shape = _y_shape(x_shape, weight.shape)
+                       wanted, None, token, replayed)
     ends = (lambda buf: forward_start(x, chain, cdtype, buf),
             lambda T: forward_end(T, chain, y_shape, bias, cdtype, x.dtype))
     return _replay(torch, key, x.device, cdtype, chain,
                    lambda h: forward_middle(h, x_shape, weight, bias, chain, cdtype),
-                   (lambda: forward_start(x, chain, cdtype),), wanted, ends, token)
+                   (lambda: forward_start(x, chain, cdtype),), wanted, ends, token, replayed)
+
+
+# ---- the fast path of a forward without gradients ------------------------------------------
+# A small layer's device waits for its host: on an H100 machine a forward's first kernel
+# launched 100-155 µs into the call (forty-third run), after the call's checks, its plan's
+# lookups, the graph's key and about 150 Python calls. A forward without gradients whose
+# signature replayed a graph before replays it again after one lookup of that signature
+# (fast_key: everything those steps read), running only the replay and the chain's ends.
+
+_PENDING = threading.local()  # the signature a full call records its replay under
+_INFERENCE = (True, False)  # the forward graph's outputs wanted: y, not the modes
+
+
+def fast_key(torch, x, weight, n_modes, bias, method, compute_dtype, graphs):
+    """The signature of a layer call that :func:`fast_forward` may serve, or None: a plain
+    CUDA tensor ``x``, no gradient wanted, graphs allowed, ``n_modes`` an int or a tuple;
+    what the call's checks and plan read: the shapes, dtypes and devices, where the weight and
+    the bias lie, the options, the current stream, ``FFTMATVEC_PLAN`` and the tuning tables'
+    state."""
+    if not (graphs is True or type(graphs) is str and graphs == "auto"):
+        return None
+    if type(x) is not torch.Tensor or not x.is_cuda:
+        return None
+    if type(method) is not str or not (compute_dtype is None
+                                       or isinstance(compute_dtype, torch.dtype)):
+        return None  # (an unhashable option: the full path says what is wrong)
+    if not (type(n_modes) is int or type(n_modes) is tuple
+            and all(type(m) is int for m in n_modes)):
+        return None
+    if bias is not None and not torch.is_tensor(bias):
+        return None
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or (
+            bias is not None and bias.requires_grad)):
+        return None
+    state = _tuning._state
+    return (x.shape, x.dtype, x.device, type(weight), _graphs.tensor_key(weight),
+            type(bias), _graphs.tensor_key(bias), n_modes, method, compute_dtype, graphs,
+            _stream(torch, x.device), plan_key(), _tuning._env(), state["off"],
+            state["generation"])
+
+
+def fast_forward(torch, key, x, bias):
+    """The output of the call of signature ``key`` (:func:`fast_key`) from the graph that
+    served it last, or None (no such graph, or one released since; now no replay
+    (:func:`._graphs.replayable`), forward-mode AD or a functorch transform): ``x`` copied into the
+    graph or transformed into its input buffer, the replay, the output cloned or transformed
+    out, as :func:`_replay_forward` runs them."""
+    hit = _graphs.FAST.get(key)
+    if hit is None or not _graphs.replayable(torch, x) or (
+            torch._C._are_functorch_transforms_active()
+            or torch.autograd.forward_ad._current_level >= 0):
+        return None
+    entry, chain, cdtype, y_shape, outside = hit
+    if not outside:
+        out = entry.run((x,), _INFERENCE)
+    else:
+        with gemm_precision(cdtype, "cuda"):
+            out = entry.run((None,), _INFERENCE,
+                            start=lambda buf: forward_start(x, chain, cdtype, buf),
+                            end=lambda T: forward_end(T, chain, y_shape, bias, cdtype, x.dtype))
+    if out is None:  # released (evicted, cleared): the full path captures it again
+        _graphs.FAST.pop(key, None)
+        return None
+    return out[0]
+
+
+def full_call(key, call, *args):
+    """``call(*args)``, the full path of a call of signature ``key`` (:func:`fast_key`; None:
+    none), whose forward graph's replay, if any, is then remembered under ``key``."""
+    if key is None:
+        return call(*args)
+    _PENDING.key = key
+    try:
+        return call(*args)
+    finally:
+        _PENDING.key = None
+
+
+def _remember(key, hit):
+    fast = _graphs.FAST
+    fast[key] = hit
+    while len(fast) > _graphs.FAST_MAX:
+        fast.pop(next(iter(fast)), None)
 
 
 def _replay_backward(torch, ctx, g, Xs, weight, needs):
