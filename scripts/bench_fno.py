@@ -19,6 +19,9 @@ times, so that a drift of the host or the device reaches them all alike) of
   kernels too (``dft-rows``: ``fno_rows=1``), with the modes permuted where the row kernels
   would pair them (``dft-nopaired``: ``fno_paired=0``), with the paired modes' forward
   product on cuBLAS rather than the package's kernel (``dft-noproduct``: ``fno_product=0``),
+  with every forward on the full path rather than its graph replayed at once (``dft-nofast``:
+  ``fno_fast=0``; the other plans' columns take the full path too, their plan being no
+  signature's),
   and the split modes with every kernel in
   its warp form (``dft-split-warp``); on a GPU the kernels in their pass form (``dft-passes``: ``fno_warp=0``)
   and their warp form (``dft-warp``: ``fno_warp=1``, where they have one),
@@ -216,6 +219,8 @@ def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls, rounds=
         impls["dft-nopaired"] = _planned(dft, "fno_paired=0")
         # the paired modes' forward product on cuBLAS, not the package's kernel
         impls["dft-noproduct"] = _planned(dft, "fno_product=0")
+    if device.type == "cuda":  # every forward on the full path, none replayed at once
+        impls["dft-nofast"] = _planned(dft, "fno_fast=0")
     if device.type == "cuda":  # the kernels in their pass form, in their warp form
         impls["dft-passes"] = _planned(dft, "fno_warp=0")
         impls["dft-warp"] = _planned(dft, "fno_warp=1")
@@ -424,8 +429,9 @@ def main():
     print(f"device: {name}, copy bandwidth {bw / 1e9:.0f} GB/s, torch {torch.__version__}")
     extra = [args.sixteen] if args.sixteen else []
     cols = ["eager", "nop", "fft", "dft-gemm", "dft-noplane", "dft-nosplit", "dft-split",
-            "dft-rows", "dft-nopaired", "dft-noproduct", "dft-passes", "dft-warp",
-            "dft-split-warp", "dft-nograph", "dft-graph", "dft-ends", "dft"] + extra + (["tuned"] if args.tuned else [])
+            "dft-rows", "dft-nopaired", "dft-noproduct", "dft-nofast", "dft-passes", "dft-warp",
+            "dft-split-warp", "dft-nograph", "dft-graph", "dft-ends", "dft"] + extra + (
+                ["tuned"] if args.tuned else [])
     print(f"{'case':>30} {'pass':>7} {'auto':>4} {'floor us':>9} "
           + " ".join(f"{c + ' us':>{max(10, len(c) + 3)}}" for c in cols)
           + f" {'eager/dft':>9} {'nop/dft':>8} {'floor/dft':>9} {'dft-fft':>8}"

@@ -22,7 +22,9 @@ modes: interleaved ``(B, C, 2, M)`` (the permutes and the complex GEMM of
 ``_dft.mode_product_complex``), split ``(2, M, B, C)`` (the weight split and four real GEMMs of
 ``_dft.mode_product_split``) and paired ``(M, B, 2C)`` (each row's real parts beside its
 imaginary parts: one real GEMM a mode with the weight as the real ``(2C, 2O)`` block matrix, built
-in the call), to see what a layout the kernels could write would gain.
+in the call), to see what a layout the kernels could write would gain; and the complex
+modes-major ``(M, B, C)`` that the paired chain keeps, its product on cuBLAS (``complex``) and on
+the package's kernel (``kernel``: ``fftmatvec/fno/_product.py``).
 
 Usage::
 
@@ -204,10 +206,12 @@ def products(reps, dev):
     preparation included), and the largest difference of the split and paired products to
     the interleaved one over its largest value."""
     from fftmatvec.fno import _torch_dft
+    from fftmatvec.fno._product import ModeProduct, supported
 
     ops = _torch_dft._ops(torch.float32, dev)
+    kernel = ModeProduct(dev.index)
     print(f"{'case':>28} {'M':>6} {'interleaved':>11} {'split':>8} {'paired':>8} "
-          f"{'differ split, paired':>21}")
+          f"{'complex':>8} {'kernel':>8} {'differ split, paired, kernel':>30}")
     for B, C, grid, m in SIZES:
         M = int(np.prod(kept_modes((m,) * len(grid))))
         X = torch.randn(B, C, 2, M, device=dev)
@@ -224,14 +228,27 @@ def products(reps, dev):
         def paired():
             return torch.bmm(Xp, paired_weight(Wc))
 
+        Xc = torch.view_as_complex(X.permute(3, 0, 1, 2).contiguous())  # (M, B, C) complex
+
+        def complex_paired():  # the paired modes' product on cuBLAS
+            return Xc @ Wc
+
+        def product_kernel():  # on the package's kernel (_product.ModeProduct)
+            return kernel(Xc, Wc)
+
         want = interleaved()                                       # (B, O, 2, M)
         got_s = split().permute(2, 3, 0, 1)
         got_p = paired().reshape(M, B, 2, C).permute(1, 3, 2, 0)
+        got_k = (torch.view_as_real(product_kernel()).permute(1, 2, 3, 0)
+                 if supported(C, C) else None)
         scale = want.abs().max()
-        differ = [float((g - want).abs().max() / scale) for g in (got_s, got_p)]
-        us = [timed(f, reps) for f in (interleaved, split, paired)]
+        differ = [float((g - want).abs().max() / scale) if g is not None else float("nan")
+                  for g in (got_s, got_p, got_k)]
+        us = [timed(f, reps) for f in (interleaved, split, paired, complex_paired)]
+        us.append(timed(product_kernel, reps) if supported(C, C) else float("nan"))
         print(f"{str((B, C, grid, m)):>28} {M:6d} {us[0]:11.1f} {us[1]:8.1f} {us[2]:8.1f} "
-              f"{differ[0]:10.1e} {differ[1]:10.1e}", flush=True)
+              f"{us[3]:8.1f} {us[4]:8.1f} {differ[0]:10.1e} {differ[1]:10.1e} "
+              f"{differ[2]:10.1e}", flush=True)
 
 
 def rows(reps, dev):

@@ -506,8 +506,9 @@ class PairedChain:
     weight into its parts and runs four real GEMMs, this chain runs only the two kernels and
     the complex GEMMs (one forward, two backward) and the bias's small steps.
     A transform that no kernel replaces runs as :class:`Chain`'s GEMMs and a permute into (or
-    out of) the layout (the chain on the CPU, for its tests). ``product``: the forward's channel product on the package's kernel for small
-    batches (:class:`._product.ModeProduct`, :meth:`mode_product`). The same protocol as
+    out of) the layout (the chain on the CPU, for its tests). ``product``: the forward's
+    channel product on the package's kernel for small batches
+    (:class:`._product.ModeProduct`, :meth:`mode_product`). The same protocol as
     :class:`Chain`."""
 
     split = False

@@ -16,6 +16,7 @@ import contextlib
 import functools
 import threading
 
+from ..gpu.plan import mode as plan_mode
 from ..gpu.plan import plan_key
 from ..gpu.planner import fno_ends
 from . import _dft, _graphs, _tuning
@@ -382,6 +383,10 @@ def full_call(key, call, *args):
 
 
 def _remember(key, hit):
+    """Keep ``hit`` for the signature ``key``, unless plan ``fno_fast=0`` (every call on the
+    full path: the benchmark's comparison)."""
+    if plan_mode(None, "fno_fast") == "0":
+        return
     fast = _graphs.FAST
     fast[key] = hit
     while len(fast) > _graphs.FAST_MAX:

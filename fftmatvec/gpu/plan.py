@@ -49,6 +49,8 @@ PLAN_KEYS = {
     "fno_product": "the paired modes' forward channel product on the package's kernel for "
                    "small batches, not cuBLAS",
     "fno_warp": "the FNO layer's row and plane kernels in their warp form, not their pass form",
+    "fno_fast": "an FNO forward without gradients whose signature replayed a graph replays it "
+                "at once, without the call's checks and planning",
     "fno_ends": "the FNO layer's CUDA graphs hold its chains' middles, the first and last steps "
                 "outside (no copy of the input in or of the output out)",
 }
