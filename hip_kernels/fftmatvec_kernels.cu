@@ -193,7 +193,7 @@ FFTMATVEC_ROWFFT_FAMILIES(f32, float, c64, float2)
   FFTMATVEC_FNO_PLANE_WARP_AHEAD(P, 8)
 // fno_modes_cgemm_f32_b<NB>: the paired modes' channel product, rows in tiles of NB, the
 // weight UR pairs of k-steps ahead (fno.cuh; NB = 16: UR = 4, 134 against 149 µs with UR = 2 at
-// (2112, 16, 128, 128) on an H100; NB = 8: UR = 2).
+// (2112, 16, 128, 128) on an H100 before it went into the package; NB = 8: UR = 2).
 #define FFTMATVEC_FNO_MODES_CGEMM(NB, UR)                                                       \
   extern "C" __global__ void FNO_PRODUCT_BOUNDS(NB) fno_modes_cgemm_f32_b##NB(                 \
       const float2* __restrict__ X, const float2* __restrict__ W, float2* __restrict__ Y, int M, \

@@ -789,7 +789,7 @@ __device__ __forceinline__ void fno_irfft_long_body(const float* __restrict__ y,
 // Y[m] = X[m] W[m] for every mode m: X (M, B, C), W (M, C, O), Y (M, B, O) complex64, each
 // matrix row-major (the paired layout: fftmatvec/fno/_dft.py, PairedChain). For batches of a few
 // rows, where cuBLAS's batched complex GEMM runs tiles of 32 x 64 on 16 rows (196 µs, 58 % of
-// the bytes' time, at (2112, 16, 128, 128) on an H100; this kernel 134). A block takes mpb
+// the bytes' time, at (2112, 16, 128, 128) on an H100; this kernel 139). A block takes mpb
 // modes (blockDim.x = mpb O / 2 threads), a thread two output columns of NB rows (blockIdx.y:
 // the rows' tile); the weight streams from global memory, UR pairs of k-steps ahead; the block's
 // rows of X go through shared memory in chunks of FNO_PRODUCT_KC columns ([mode][row][k], two

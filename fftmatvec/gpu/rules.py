@@ -277,9 +277,10 @@ FNO_PAIRED_PLANE = True
 # (fftmatvec/fno/_product.py, fno_modes_cgemm_f32_b<NB> in hip_kernels/fno.cuh) for batches of
 # at most this many rows, both channel counts even: cuBLAS's batched complex GEMM runs tiles of
 # 32 x 64 on them and reads the weight at about half the memory's rate. On an H100 (forty-third
-# run, the product alone, µs, kernel against torch.matmul): (M, B, C, O) = (2112, 16, 128,
-# 128) 134 / 196, (544, 16, 64, 64) 17 / 20, (544, 8, 128, 128) 52 / 59, (144, 32, 64, 64) 15 /
-# 26; it lost with larger batches ((2112, 32, 64, 64) 82 / 63, (64, 1024, 64, 64) 67 / 60).
+# run, bench_fno_rows.py --products, µs, kernel against cuBLAS): (M, B, C, O) = (2112, 16, 128,
+# 128) 139 / 198, (544, 8, 128, 128) 55 / 59; before it went into the package, (144, 32, 64, 64)
+# 15 / 26, and it lost with larger batches ((2112, 32, 64, 64) 82 / 63, (64, 1024, 64, 64) 67 /
+# 60; the 1-D layers' (33, 1024, 64, 64) 45 / 39).
 FNO_PRODUCT_MAX_BATCH = 16
 # Stages 3-5 of a one-vector adjoint as one kernel (hip_kernels/fused.cuh: its sums never go
 # through memory, the stage-3 output the inverse FFT would read back). By default for complex128
