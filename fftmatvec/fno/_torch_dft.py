@@ -348,9 +348,9 @@ def fast_key(torch, x, weight, n_modes, bias, method, compute_dtype, graphs):
 def fast_forward(torch, key, x, bias):
     """The output of the call of signature ``key`` (:func:`fast_key`) from the graph that
     served it last, or None (no such graph, or one released since; now no replay
-    (:func:`._graphs.replayable`), forward-mode AD or a functorch transform): ``x`` copied into the
-    graph or transformed into its input buffer, the replay, the output cloned or transformed
-    out, as :func:`_replay_forward` runs them."""
+    (:func:`._graphs.replayable`), forward-mode AD or a functorch transform): ``x`` copied into
+    the graph or transformed into its input buffer, the replay, the output cloned or
+    transformed out, as :func:`_replay_forward` runs them."""
     hit = _graphs.FAST.get(key)
     if hit is None or not _graphs.replayable(torch, x) or (
             torch._C._are_functorch_transforms_active()
@@ -390,7 +390,10 @@ def _remember(key, hit):
     fast = _graphs.FAST
     fast[key] = hit
     while len(fast) > _graphs.FAST_MAX:
-        fast.pop(next(iter(fast)), None)
+        try:  # the oldest out (another thread may be at it too)
+            fast.pop(next(iter(fast)), None)
+        except (RuntimeError, StopIteration):
+            break
 
 
 def _replay_backward(torch, ctx, g, Xs, weight, needs):
