@@ -138,24 +138,28 @@ FFTMATVEC_ROWFFT_FAMILIES(f32, float, c64, float2)
       unsigned long long radices, int npass, int modes_major) {                                \
     fno_irfft_body<M>(y, out, tw, scale, rows, L, m, rpb, radices, npass, modes_major);        \
   }
-// fno_plane_rfft_f32_r<M>, fno_plane_irfft_f32_r<M>: the last two axes of a plane at once.
-#define FFTMATVEC_FNO_PLANE(M)                                                                  \
-  extern "C" __global__ void FNO_PLANE_BOUNDS fno_plane_rfft_f32_r##M(                          \
+// fno_plane_rfft_f32_r<M>[p], fno_plane_irfft_f32_r<M>[p]: the last two axes of a plane at
+// once, the modes in the chain's rows or (p) paired planes apart (paired_planes).
+#define FFTMATVEC_FNO_PLANE_AS(M, SUFFIX, PAIRED)                                               \
+  extern "C" __global__ void FNO_PLANE_BOUNDS fno_plane_rfft_f32_r##M##SUFFIX(                  \
       const float* __restrict__ x, float* __restrict__ out, const float2* __restrict__ tw1,      \
       const float2* __restrict__ tw0, const float* __restrict__ s1,                              \
       const int* __restrict__ bins0, float s0, int n0, int n1, int m0, int m1, int rpb, int g,   \
-      unsigned long long rad1, int np1, unsigned long long rad0, int np0, int modes_major) {     \
-    fno_plane_rfft_body<M>(x, out, tw1, tw0, s1, bins0, s0, n0, n1, m0, m1, rpb, g, rad1, np1,   \
-                           rad0, np0, modes_major);                                              \
+      unsigned long long rad1, int np1, unsigned long long rad0, int np0, int paired_planes) {   \
+    fno_plane_rfft_body<M, PAIRED>(x, out, tw1, tw0, s1, bins0, s0, n0, n1, m0, m1, rpb, g,     \
+                                   rad1, np1, rad0, np0, paired_planes);                        \
   }                                                                                              \
-  extern "C" __global__ void FNO_PLANE_BOUNDS fno_plane_irfft_f32_r##M(                         \
+  extern "C" __global__ void FNO_PLANE_BOUNDS fno_plane_irfft_f32_r##M##SUFFIX(                 \
       const float* __restrict__ y, float* __restrict__ out, const float2* __restrict__ tw1,      \
       const float2* __restrict__ tw0, const float* __restrict__ s1,                              \
       const int* __restrict__ inv0, float s0, int n0, int n1, int m0, int m1, int rpb, int g,    \
-      unsigned long long rad1, int np1, unsigned long long rad0, int np0, int modes_major) {     \
-    fno_plane_irfft_body<M>(y, out, tw1, tw0, s1, inv0, s0, n0, n1, m0, m1, rpb, g, rad1, np1,   \
-                            rad0, np0, modes_major);                                             \
+      unsigned long long rad1, int np1, unsigned long long rad0, int np0, int paired_planes) {   \
+    fno_plane_irfft_body<M, PAIRED>(y, out, tw1, tw0, s1, inv0, s0, n0, n1, m0, m1, rpb, g,     \
+                                    rad1, np1, rad0, np0, paired_planes);                       \
   }
+#define FFTMATVEC_FNO_PLANE(M)            \
+  FFTMATVEC_FNO_PLANE_AS(M, , false)      \
+  FFTMATVEC_FNO_PLANE_AS(M, p, true)
 // fno_plane_rfft_f32_w<P>x<Q>, fno_plane_irfft_f32_w<P>x<Q>: the warp form, rows of 32 P complex
 // values (P = 1, 2, 4: rows of 64 to 256 reals), columns of 32 Q (Q = 1, 2, 4, 8);
 // fno_plane_rfft_f32_w<P>x<Q>a (P = 1, 2; rows of 256 reals spill with it): its rows loaded
@@ -164,22 +168,22 @@ FFTMATVEC_ROWFFT_FAMILIES(f32, float, c64, float2)
   extern "C" __global__ void FNO_WARP_BOUNDS(Q) fno_plane_rfft_f32_w##P##x##Q##a(              \
       const float* __restrict__ x, float* __restrict__ out, const float2* __restrict__ tw1,      \
       const float* __restrict__ s1, const int* __restrict__ inv0, float s0, int m0, int m1,      \
-      int modes_major) {                                                                       \
+      int paired_planes) {                                                                     \
     fno_plane_rfft_warp_body<P, Q, FNO_WARP_AHEAD(P)>(x, out, tw1, s1, inv0, s0, m0, m1,        \
-                                                      modes_major);                            \
+                                                      paired_planes);                          \
   }
 #define FFTMATVEC_FNO_PLANE_WARP(P, Q)                                                          \
   extern "C" __global__ void FNO_WARP_BOUNDS(Q) fno_plane_rfft_f32_w##P##x##Q(                 \
       const float* __restrict__ x, float* __restrict__ out, const float2* __restrict__ tw1,      \
       const float* __restrict__ s1, const int* __restrict__ inv0, float s0, int m0, int m1,      \
-      int modes_major) {                                                                       \
-    fno_plane_rfft_warp_body<P, Q, 1>(x, out, tw1, s1, inv0, s0, m0, m1, modes_major);           \
+      int paired_planes) {                                                                     \
+    fno_plane_rfft_warp_body<P, Q, 1>(x, out, tw1, s1, inv0, s0, m0, m1, paired_planes);         \
   }                                                                                              \
   extern "C" __global__ void FNO_WARP_BOUNDS(Q) fno_plane_irfft_f32_w##P##x##Q(                \
       const float* __restrict__ y, float* __restrict__ out, const float2* __restrict__ tw1,      \
       const float* __restrict__ s1, const int* __restrict__ inv0, float s0, int m0, int m1,      \
-      int modes_major) {                                                                       \
-    fno_plane_irfft_warp_body<P, Q>(y, out, tw1, s1, inv0, s0, m0, m1, modes_major);             \
+      int paired_planes) {                                                                     \
+    fno_plane_irfft_warp_body<P, Q>(y, out, tw1, s1, inv0, s0, m0, m1, paired_planes);           \
   }
 #define FFTMATVEC_FNO_PLANE_WARP_ROWS(P)                                                        \
   FFTMATVEC_FNO_PLANE_WARP(P, 1)                                                                 \

@@ -127,9 +127,9 @@ __device__ __forceinline__ void fno_irfft_body(const float* __restrict__ y,
 // where the DFT products of the chain run a GEMM for each axis and go through memory between
 // them. The spectral side of a plane is (2, m0, m1) real values: the real parts of its kept
 // modes (j < m0 of the first axis, k < m1 bins of the last), then the imaginary parts, the
-// layout of the chain after its first two transforms; or (modes_major == FNO_PAIRED) the
-// layer's modes-major layout in complex pairs: mode i = j m1 + k of plane p at complex element
-// i planes + p, the grid's blocks being the planes (fftmatvec/fno/_dft.py: PairedChain, the
+// layout of the chain after its first two transforms; or the layer's modes-major layout in
+// complex pairs (the pass form's kernels ..._p, the warp form's with paired_planes > 0): mode
+// i = j m1 + k of plane p at complex element i paired_planes + p (fftmatvec/fno/_dft.py: PairedChain, the
 // channel product's complex GEMM reading and writing it in place). A block writes (reads) its
 // plane's modes a pair at a time, planes apart: the neighbouring planes' blocks, running at the
 // same time, fill the rest of each sector.
@@ -153,12 +153,12 @@ __device__ __forceinline__ void fno_irfft_body(const float* __restrict__ y,
 #define FNO_PLANE_BOUNDS __launch_bounds__(FNO_PLANE_THREADS, 4)
 #endif
 
-template <int MAXR>
+template <int MAXR, bool PAIRED>
 __device__ __forceinline__ void fno_plane_rfft_body(
     const float* __restrict__ x, float* __restrict__ out, const float2* __restrict__ tw1,
     const float2* __restrict__ tw0, const float* __restrict__ s1, const int* __restrict__ bins0,
     float s0, int n0, int n1, int m0, int m1, int rpb, int g, unsigned long long rad1, int np1,
-    unsigned long long rad0, int np0, int modes_major) {
+    unsigned long long rad0, int np0, int paired_planes) {
   const int nc1 = n1 % 2 == 0 ? n1 / 2 : n1, n0p = n0 + 1, M = m0 * m1;
   float2* T = reinterpret_cast<float2*>(fftmatvec_dynamic_smem);
   float2* a = T + m1 * n0p;
@@ -182,9 +182,11 @@ __device__ __forceinline__ void fno_plane_rfft_body(
     });
     __syncthreads();
   }
+  // PAIRED: mode i at complex element i paired_planes + plane, below 2^31 (the host's Plane
+  // checks; a layout a kernel and 32-bit indices: a run-time choice, or 64-bit ones, spilled
+  // the AMD kernel's scalar registers)
   float* o = out + plane * 2 * M;
-  float2* o2 = reinterpret_cast<float2*>(out) + plane;  // paired: mode i at o2[i planes]
-  const i64 planes = gridDim.x;
+  float2* o2 = reinterpret_cast<float2*>(out);
   for (int k0 = 0; k0 < m1; k0 += g) {
     const int ng = m1 - k0 < g ? m1 - k0 : g;
     auto load = [&](int r, int m) { return T[(k0 + r) * n0p + m]; };
@@ -194,8 +196,8 @@ __device__ __forceinline__ void fno_plane_rfft_body(
     for (int i = threadIdx.x; i < ng * m0; i += blockDim.x, at.next()) {
       const float2 v = Z[at.c * n0 + bins0[at.r]];
       const int mode = at.r * m1 + k0 + at.c;
-      if (modes_major == FNO_PAIRED) {
-        o2[mode * planes] = make_c(v.x * s0, v.y * s0);
+      if constexpr (PAIRED) {
+        o2[mode * paired_planes + (int)plane] = make_c(v.x * s0, v.y * s0);
       } else {
         o[mode] = v.x * s0;
         o[M + mode] = v.y * s0;
@@ -205,27 +207,26 @@ __device__ __forceinline__ void fno_plane_rfft_body(
   }
 }
 
-template <int MAXR>
+template <int MAXR, bool PAIRED>
 __device__ __forceinline__ void fno_plane_irfft_body(
     const float* __restrict__ y, float* __restrict__ out, const float2* __restrict__ tw1,
     const float2* __restrict__ tw0, const float* __restrict__ s1, const int* __restrict__ inv0,
     float s0, int n0, int n1, int m0, int m1, int rpb, int g, unsigned long long rad1, int np1,
-    unsigned long long rad0, int np0, int modes_major) {
+    unsigned long long rad0, int np0, int paired_planes) {
   const int nc1 = n1 % 2 == 0 ? n1 / 2 : n1, nf1 = n1 / 2 + 1, n0p = n0 + 1, M = m0 * m1;
   float2* T = reinterpret_cast<float2*>(fftmatvec_dynamic_smem);
   float2* a = T + m1 * n0p;
   float2* b = a + rpb * (nc1 + 1);
   const i64 plane = blockIdx.x;
   const float* yp = y + plane * 2 * M;
-  const float2* y2 = reinterpret_cast<const float2*>(y) + plane;  // paired: mode i at i planes
-  const i64 planes = gridDim.x;
+  const float2* y2 = reinterpret_cast<const float2*>(y);  // PAIRED: as the forward's
   for (int k0 = 0; k0 < m1; k0 += g) {
     const int ng = m1 - k0 < g ? m1 - k0 : g;
     auto load = [&](int r, int m) {
       const int j = inv0[m];
       if (j < 0) return make_c(0.f, 0.f);
       const int at = j * m1 + k0 + r;
-      if (modes_major == FNO_PAIRED) return c_scale(y2[at * planes], s0);
+      if constexpr (PAIRED) return c_scale(y2[at * paired_planes + (int)plane], s0);
       return make_c(yp[at] * s0, yp[M + at] * s0);
     };
     const float2* Z = fft_rows_loaded<MAXR, 1, float2>(load, a, a + g * n0, tw0 + n0 / 2 + 1,
@@ -435,7 +436,7 @@ template <int P, int Q, int R>
 __device__ __forceinline__ void fno_plane_rfft_warp_body(
     const float* __restrict__ x, float* __restrict__ out, const float2* __restrict__ tw1,
     const float* __restrict__ s1, const int* __restrict__ inv0, float s0, int m0, int m1,
-    int modes_major) {
+    int paired_planes) {
   constexpr int N1 = 32 * P, N0 = 32 * Q, n0p = N0 + 1;
   const int M = m0 * m1;
   float2* T = reinterpret_cast<float2*>(fftmatvec_dynamic_smem);
@@ -474,10 +475,10 @@ __device__ __forceinline__ void fno_plane_rfft_warp_body(
     }
   }
   __syncthreads();
-  if (modes_major == FNO_PAIRED) {  // mode i at o2[i planes]: a pair of values a mode
+  if (paired_planes > 0) {  // mode i at o2[i planes]: a pair of values a mode
     float2* o2 = reinterpret_cast<float2*>(out) + plane;
-    const i64 planes = gridDim.x;
-    for (int i = threadIdx.x; i < M; i += blockDim.x) o2[i * planes] = make_c(O[i], O[M + i]);
+    for (int i = threadIdx.x; i < M; i += blockDim.x)
+      o2[(i64)i * paired_planes] = make_c(O[i], O[M + i]);
   } else {
     float* o = out + plane * 2 * M;
     for (int i = threadIdx.x; i < 2 * M; i += blockDim.x) o[i] = O[i];
@@ -488,7 +489,7 @@ template <int P, int Q>
 __device__ __forceinline__ void fno_plane_irfft_warp_body(
     const float* __restrict__ y, float* __restrict__ out, const float2* __restrict__ tw1,
     const float* __restrict__ s1, const int* __restrict__ inv0, float s0, int m0, int m1,
-    int modes_major) {
+    int paired_planes) {
   constexpr int N1 = 32 * P, N0 = 32 * Q, n0p = N0 + 1;
   const int M = m0 * m1;
   float2* T = reinterpret_cast<float2*>(fftmatvec_dynamic_smem);
@@ -499,11 +500,10 @@ __device__ __forceinline__ void fno_plane_irfft_warp_body(
 #pragma unroll
   for (int k2 = 0; k2 < Q; ++k2) twc[k2] = unit_root(lane * k2, N0, 1);
   const i64 plane = blockIdx.x;
-  if (modes_major == FNO_PAIRED) {  // mode i at y2[i planes]
+  if (paired_planes > 0) {  // mode i at y2[i planes]
     const float2* y2 = reinterpret_cast<const float2*>(y) + plane;
-    const i64 planes = gridDim.x;
     for (int i = threadIdx.x; i < M; i += blockDim.x) {
-      const float2 v = y2[i * planes];
+      const float2 v = y2[(i64)i * paired_planes];
       O[i] = v.x;
       O[M + i] = v.y;
     }

@@ -149,7 +149,7 @@ def test_first_table_wins_and_other_devices_are_ignored(tmp_path, spy):
     (lambda t: t["entries"][0]["choice"].update(graphs="maybe"), "graphs: expected auto"),
     (lambda t: t["entries"][0]["choice"].update(method="fft", graphs=True), "no CUDA graph"),
     (lambda t: t["entries"][0]["choice"].update(plan={"row_fft": "1"}), "only the FNO keys"),
-    (lambda t: t["entries"][0]["choice"].update(plan={"fno_fast": "1"}), "unknown plan key"),
+    (lambda t: t["entries"][0]["choice"].update(plan={"fno_turbo": "1"}), "unknown plan key"),
     (lambda t: t["entries"][0]["choice"].update(plan={"fno_rows": "2"}), "must be auto, 0 or 1"),
     (lambda t: t["entries"][0]["candidates"].append(
         {"method": "dft", "graphs": False, "plan": {}, "time": 1e-4, "builtin": "yes"}),

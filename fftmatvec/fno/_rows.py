@@ -549,7 +549,8 @@ class Plane(LastAxis):
                 table = np.full(n0, -1, dtype=np.int64)
                 table[bins] = np.arange(m0)
             self.table = cp.asarray(table.astype(np.int32))
-            name = f"fno_plane_{'rfft' if kind == 'r2c' else 'irfft'}_f32_r{family}"
+            name = (f"fno_plane_{'rfft' if kind == 'r2c' else 'irfft'}_f32_r{family}"
+                    + ("p" if modes_major == PAIRED else ""))  # the pass form's paired kernels
             has_ahead = warp and kind == "r2c" and nc1 // 32 in PLANE_AHEAD_ROWS
             if ahead and not has_ahead:
                 raise ValueError(f"ahead: the {kind} plane kernel of {n0} x {n1} points in the "
@@ -572,15 +573,13 @@ class Plane(LastAxis):
         width = (n0 * n1, 2 * m0 * m1)
         self.shape = width if kind == "r2c" else width[::-1]
         self.modes_major = self.paired = modes_major == PAIRED
-        layout = np.int32(_PAIRED_CODE if self.paired else 0)
         if warp:
-            self._geometry = (np.float32(s0), np.int32(m0), np.int32(m1), layout)
+            self._geometry = (np.float32(s0), np.int32(m0), np.int32(m1))
         else:
             self._geometry = (np.float32(s0), np.int32(n0), np.int32(n1), np.int32(m0),
                               np.int32(m1), np.int32(rpb), np.int32(g),
                               np.uint64(_rowfft.packed_radices(rad1)), np.int32(len(rad1)),
-                              np.uint64(_rowfft.packed_radices(rad0)), np.int32(len(rad0)),
-                              layout)
+                              np.uint64(_rowfft.packed_radices(rad0)), np.int32(len(rad0)))
         self._launches: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
 
@@ -588,10 +587,17 @@ class Plane(LastAxis):
         return (rows,)  # a block a plane (the paired layout's kernels count the planes by it)
 
     def _args(self, rows: int):
+        # paired_planes: the planes apart that a plane's pairs of modes lie (0: in rows); the
+        # pass form's paired kernels index them in 32 bits
+        if self.paired and rows * (self.shape[1] if self.kind == "r2c" else self.shape[0]) \
+                >= 2**32:
+            raise ValueError(f"{self.name}: {rows} planes of {self.modes[0]} x "
+                             f"{self.modes[1]} modes paired are 2^31 complex values or more")
+        pairs = (np.int32(rows if self.paired else 0),)
         if self.variant == "warp":
-            return (None, None, self.twiddles, self.scale, self.table) + self._geometry
+            return (None, None, self.twiddles, self.scale, self.table) + self._geometry + pairs
         return (None, None, self.twiddles, self.twiddles0, self.scale, self.table) \
-            + self._geometry
+            + self._geometry + pairs
 
 
 def plane_set(plane, modes, device_id: int, kinds=("r2c", "c2r"), variant: str = "auto",
