@@ -129,10 +129,10 @@ __device__ __forceinline__ void fno_irfft_body(const float* __restrict__ y,
 // modes (j < m0 of the first axis, k < m1 bins of the last), then the imaginary parts, the
 // layout of the chain after its first two transforms; or the layer's modes-major layout in
 // complex pairs (the pass form's kernels ..._p, the warp form's with paired_planes > 0): mode
-// i = j m1 + k of plane p at complex element i paired_planes + p (fftmatvec/fno/_dft.py: PairedChain, the
-// channel product's complex GEMM reading and writing it in place). A block writes (reads) its
-// plane's modes a pair at a time, planes apart: the neighbouring planes' blocks, running at the
-// same time, fill the rest of each sector.
+// i = j m1 + k of plane p at complex element i paired_planes + p (fftmatvec/fno/_dft.py:
+// PairedChain, the channel product's complex GEMM reading and writing it in place). A block
+// writes (reads) its plane's modes a pair at a time, planes apart: the neighbouring planes'
+// blocks, running at the same time, fill the rest of each sector.
 //
 // * fno_plane_rfft: the real FFT of each row (rfft_rows), its first m1 bins times s1[k] into the
 //   shared columns T (m1 rows of n0 + 1, the + 1 against bank conflicts), then the complex FFT

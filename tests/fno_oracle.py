@@ -46,6 +46,25 @@ def rand_case(rng, shape, cout, n_modes):
     return x, w, rng.standard_normal(cout)
 
 
+def cupy_dft_error(rng, shape, cout, n_modes):
+    """The CuPy float32 DFT path on a fresh random case against the dense float64 reference:
+    max |error| / max |exact|. The chains are made anew (the plan of the moment read) and
+    dropped after."""
+    from fftmatvec import backend
+    from fftmatvec.fno import spectral_conv
+
+    cp = backend.cupy
+    x, w, b = rand_case(rng, shape, cout, n_modes)
+    want = dense_reference(x, w, n_modes, b)
+    clear_chains()
+    try:
+        got = spectral_conv(cp.asarray(x, dtype=np.float32), cp.asarray(w.astype(np.complex64)),
+                            n_modes, cp.asarray(b, dtype=np.float32), method="dft")
+    finally:
+        clear_chains()
+    return float(np.abs(cp.asnumpy(got) - want).max() / np.abs(want).max())
+
+
 def neuralop_spectral_conv():
     """neuraloperator's ``SpectralConv`` class; the test is skipped where it does not import."""
     try:

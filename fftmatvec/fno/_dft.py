@@ -30,9 +30,10 @@ is added to ``y``.
 A one-axis layer can keep its modes modes-major and split instead, ``(2, M, B, C)``
 (:class:`SplitChain`): the analysis ``F^T @ x^T`` writes that layout, the channel product runs on
 it as real batched GEMMs (:func:`mode_product_split`), and the synthesis ``Y^T @ A`` reads it:
-no permute of the modes. Or, where the row FFT kernels run its four transforms, modes-major in
-complex pairs, ``(M, B, C)`` complex (:class:`PairedChain`): the kernels write and read that
-layout, and the channel product is the one batched complex GEMM on it, in place.
+no permute of the modes. Or, where the row FFT kernels of a one-axis layer or the plane kernels
+of a two-axis one run its four transforms, modes-major in complex pairs, ``(M, B, C)`` complex
+(:class:`PairedChain`): the kernels write and read that layout, and the channel product is the
+one batched complex GEMM on it, in place.
 
 The backward is the same chain with the transposed matrices: the analysis structure with
 ``(A^T, R_a^T)`` maps ``dL/dy`` to the modes, the synthesis structure with ``(L_a^T, F^T)`` maps
@@ -542,7 +543,7 @@ class PairedChain:
         (``product``: :class:`._product.ModeProduct`) where the planner gave one and it takes
         the arrays."""
         if self._product is not None and self._product.takes(X, W):
-            return self._product(X, W)
+            return self._product.run(X, W)
         return mode_product_paired(X, W)
 
     def _to_modes(self, name, a, out):

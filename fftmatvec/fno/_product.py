@@ -20,6 +20,7 @@ from collections import OrderedDict
 import numpy as np
 
 from .. import backend, kernels
+from ._rows import _ALIGN, _data_ptr, _is_torch, _raw_stream, keep_launch
 
 #: Rows a thread holds, by kernel (``fno_modes_cgemm_f32_b<NB>``): the smallest tile that holds
 #: the batch, larger batches in tiles of the largest.
@@ -31,9 +32,6 @@ THREADS = 256
 #: Shared memory a block asks for at most (two chunks of its modes' rows): fewer modes a block
 #: where ``O`` is small.
 SMEM_BUDGET = 48 * 1024
-#: The launches kept per product (one per (M, B, C, O)).
-MAX_LAUNCHES = 16
-_ALIGN = 16  # the kernel reads and writes 16 bytes at a time
 
 
 def supported(cin: int, cout: int) -> bool:
@@ -53,20 +51,12 @@ def launch_shape(M: int, B: int, C: int, O: int) -> tuple:
     return tile, mpb, grid, (mpb * tpm,), mpb * per_mode
 
 
-def _is_torch(a) -> bool:
-    return type(a).__module__.startswith("torch")
-
-
-def _data_ptr(a) -> int:
-    return a.data_ptr() if _is_torch(a) else a.data.ptr
-
-
 class ModeProduct:
     """``Y[m] = X[m] W[m]`` on device ``device_id``: ``X`` ``(M, B, C)`` and ``W`` ``(M, C, O)``
     complex64, contiguous (CuPy arrays or PyTorch tensors on that device, on their current
     stream) -> a new ``Y`` ``(M, B, O)``. ``C`` and ``O`` even (:func:`supported`); a call
     that the kernel cannot take (other shapes or dtypes, arrays not 16-byte aligned) raises
-    ValueError; :meth:`takes` says beforehand."""
+    ValueError; :meth:`takes` says beforehand, and :meth:`run` then runs it unchecked."""
 
     def __init__(self, device_id: int):
         cp = backend.cupy
@@ -101,12 +91,8 @@ class ModeProduct:
             return hit
         tile, _, grid, block, smem = launch_shape(M, B, C, O)
         args = (None, None, None, np.int32(M), np.int32(B), np.int32(C), np.int32(O))
-        launch = kernels.PackedLaunch(self._fns[tile], grid, block, smem, args)
-        with self._lock:
-            self._launches[key] = launch
-            while len(self._launches) > MAX_LAUNCHES:
-                self._launches.popitem(last=False)
-        return launch
+        return keep_launch(self._launches, self._lock, key,
+                           kernels.PackedLaunch(self._fns[tile], grid, block, smem, args))
 
     def __call__(self, X, W):
         if not self.takes(X, W):
@@ -114,12 +100,14 @@ class ModeProduct:
                 f"fno_modes_cgemm: expected contiguous, 16-byte aligned complex64 X (M, B, C) "
                 f"and W (M, C, O) on device {self.device_id}, C and O even and O / 2 <= "
                 f"{THREADS}, got {X.dtype} {tuple(X.shape)} and {W.dtype} {tuple(W.shape)}")
+        return self.run(X, W)
+
+    def run(self, X, W):
+        """The product of ``X`` and ``W`` that :meth:`takes` accepted, unchecked."""
         (M, B, C), O = X.shape, W.shape[2]
         cp = backend.cupy
         if _is_torch(X):
             import torch
-
-            from ._rows import _raw_stream
 
             Y = torch.empty((M, B, O), dtype=X.dtype, device=X.device)
             if Y.numel():

@@ -251,13 +251,8 @@ class LastAxis:
         hit = self._launches.get(rows)  # a dict lookup is atomic: no lock for a hit
         if hit is not None:
             return hit
-        launch = kernels.PackedLaunch(self._fn, self._grid(rows), (self.threads,), self.smem,
-                                      self._args(rows))
-        with self._lock:
-            self._launches[rows] = launch
-            while len(self._launches) > MAX_LAUNCHES:
-                self._launches.popitem(last=False)
-        return launch
+        return keep_launch(self._launches, self._lock, rows, kernels.PackedLaunch(
+            self._fn, self._grid(rows), (self.threads,), self.smem, self._args(rows)))
 
     def _grid(self, rows: int):
         return (-(-rows // self.rows_per_block),)
@@ -265,7 +260,7 @@ class LastAxis:
     def _args(self, rows: int):
         return (None, None, self.twiddles, self.scale, np.int64(rows)) + self._geometry
 
-    modes_major = paired = False  # (a Plane's spectral side is in rows)
+    modes_major = paired = False  # (the spectral side in rows, where not set)
 
     def _out_shape(self, rows: int) -> tuple:
         width = self.shape[1]  # 2 m of the forward's modes, L of the inverse's rows
@@ -352,6 +347,16 @@ class LastAxis:
             raise ValueError(f"{self.name}: out must be contiguous float32 of shape "
                              f"{want}, {_ALIGN}-byte aligned, got {out.dtype} "
                              f"{tuple(out.shape)}")
+
+
+def keep_launch(launches, lock, key, launch):
+    """``launch`` kept in ``launches`` (an OrderedDict, under ``lock``) for ``key``, the oldest
+    dropped beyond :data:`MAX_LAUNCHES`; returned."""
+    with lock:
+        launches[key] = launch
+        while len(launches) > MAX_LAUNCHES:
+            launches.popitem(last=False)
+    return launch
 
 
 def _raw_stream(torch, device) -> int:
@@ -584,13 +589,12 @@ class Plane(LastAxis):
         self._lock = threading.Lock()
 
     def _grid(self, rows: int):
-        return (rows,)  # a block a plane (the paired layout's kernels count the planes by it)
+        return (rows,)  # a block a plane
 
     def _args(self, rows: int):
         # paired_planes: the planes apart that a plane's pairs of modes lie (0: in rows); the
         # pass form's paired kernels index them in 32 bits
-        if self.paired and rows * (self.shape[1] if self.kind == "r2c" else self.shape[0]) \
-                >= 2**32:
+        if self.paired and rows * self.modes[0] * self.modes[1] >= 2**31:
             raise ValueError(f"{self.name}: {rows} planes of {self.modes[0]} x "
                              f"{self.modes[1]} modes paired are 2^31 complex values or more")
         pairs = (np.int32(rows if self.paired else 0),)

@@ -253,11 +253,10 @@ def fno_chain(batch: int, cin: int, cout: int, spatial, modes, dtype, device_id:
     transforms on the row kernels (:func:`fno_rows`), the last two axes on the plane kernels
     (:func:`fno_plane`), the layout of the modes (``"paired"``: :func:`fno_paired`, all four
     transforms of the layer on the row kernels of its one axis or the plane kernels of its
-    two; ``"split"``: :func:`fno_split`; else
-    ``"interleaved"``; :data:`fftmatvec.fno._dft.LAYOUTS`) and the kernels' form
-    (:func:`fno_variant`) and whether the paired modes' forward channel product runs on the
-    package's kernel (:func:`fno_product`); the kernels only where ``kernels`` (float32 on a
-    GPU); ``tuned``:
+    two; ``"split"``: :func:`fno_split`; else ``"interleaved"``;
+    :data:`fftmatvec.fno._dft.LAYOUTS`), the kernels' form (:func:`fno_variant`) and whether
+    the paired modes' forward channel product runs on the package's kernel
+    (:func:`fno_product`); the kernels only where ``kernels`` (float32 on a GPU); ``tuned``:
     the plan of the layer's FNO tuning table entry (pairs ``(key, value)``), which
     ``FFTMATVEC_PLAN`` overrides key by key."""
     rows = fno_rows(spatial[-1], modes[-1], dtype, device_id, tuned) if kernels else frozenset()
