@@ -26,7 +26,9 @@ times, so that a drift of the host or the device reaches them all alike) of
   its warp form (``dft-split-warp``); on a GPU the kernels in their pass form (``dft-passes``: ``fno_warp=0``)
   and their warp form (``dft-warp``: ``fno_warp=1``, where they have one),
   on layers whose graphs hold their whole chains, the graphs with the ends outside
-  (``dft-ends``: no copy of ``x`` in or of ``y`` out), and ``method="fft"`` (full FFTs), and
+  (``dft-ends``: no copy of ``x`` in or of ``y`` out), on layers whose graphs may hold only
+  the middles, the whole chains (``dft-whole``: ``fno_ends=0``), and ``method="fft"`` (full
+  FFTs), and
   the method ``"auto"`` picks;
 * with ``--tuned``: the layer as users get it, every choice left to it, reading the FNO tuning
   tables (``tuned``; the other columns take the built-in rules: the tables are off for them);
@@ -229,6 +231,9 @@ def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls, rounds=
     if device.type == "cuda" and not (_graphs.ends_outside((B, C) + grid, 4, C)
                                       and _graphs.ends_outside((B, C) + grid, 4, C, False)):
         impls["dft-ends"] = _ends_outside(dft)
+    if device.type == "cuda" and _graphs.ends_outside((B, C) + grid, 4, C, False):
+        # the whole chains in the graphs, x copied in and y cloned out
+        impls["dft-whole"] = _planned(dft, "fno_ends=0")
     if tables is not False:
         impls["tuned"] = _with_tables(tuned, tables)
     x = torch.randn((B, C) + grid, device=device)
@@ -430,8 +435,8 @@ def main():
     extra = [args.sixteen] if args.sixteen else []
     cols = ["eager", "nop", "fft", "dft-gemm", "dft-noplane", "dft-nosplit", "dft-split",
             "dft-rows", "dft-nopaired", "dft-noproduct", "dft-nofast", "dft-passes", "dft-warp",
-            "dft-split-warp", "dft-nograph", "dft-graph", "dft-ends", "dft"] + extra + (
-                ["tuned"] if args.tuned else [])
+            "dft-split-warp", "dft-nograph", "dft-graph", "dft-ends", "dft-whole", "dft"] + extra
+    cols += ["tuned"] if args.tuned else []
     print(f"{'case':>30} {'pass':>7} {'auto':>4} {'floor us':>9} "
           + " ".join(f"{c + ' us':>{max(10, len(c) + 3)}}" for c in cols)
           + f" {'eager/dft':>9} {'nop/dft':>8} {'floor/dft':>9} {'dft-fft':>8}"

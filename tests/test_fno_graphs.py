@@ -702,6 +702,63 @@ def test_fast_path_of_a_forward_without_gradients(cache, ends, monkeypatch, shap
 
 @pytest.mark.gpu
 @cuda
+@pytest.mark.parametrize("shape,n_modes", GPU_CASES)
+def test_bound_ends(cache, ends, monkeypatch, shape, n_modes):
+    """Where the ends run outside the graph on the package's kernels, their launches are bound
+    (:func:`fftmatvec.fno._torch_dft.bound_ends`; in the fast path, once:
+    :class:`~fftmatvec.fno._torch_dft.BoundEnds`): the outputs and gradients are the eager
+    chain's for fresh inputs, one call's output is not the next one's, and an input or output
+    gradient the kernels cannot read in place (misaligned, or strided) takes the unbound
+    steps, right too."""
+    from fftmatvec.fno import _torch_dft
+
+    layer = _layer(shape[1], 6, n_modes, device="cuda")
+    eager = _twin(layer, graphs=False)
+    made, bound = [], _torch_dft.bound_ends
+    monkeypatch.setattr(_torch_dft, "bound_ends", lambda *a: made.append(bound(*a)) or made[-1])
+    g_shape = (shape[0], 6) + shape[2:]
+    for g in (torch.randn(g_shape, device="cuda"),
+              torch.randn(g_shape[:-1] + (2 * g_shape[-1],), device="cuda")[..., ::2]):
+        x = torch.randn(shape, device="cuda")
+        got = []
+        for f in (layer, eager):
+            made.clear()
+            f.zero_grad(set_to_none=True)
+            xg = x.clone().requires_grad_(True)
+            y = f(xg)
+            y.backward(g)  # g itself, strided or not, reaches the backward
+            got.append([y.detach(), xg.grad, f.weight.grad, f.bias.grad])
+            if f is layer and ends == "ends" and len(shape) == 3:
+                # the row kernels take the 1-D layer's ends: the forward's and the backward's
+                # launches bound, the backward's only where it reads g in place
+                assert len(made) == 2 and made[0] is not None
+                assert (made[1] is not None) == g.is_contiguous()
+        _close(got[0], got[1], 1e-6)
+    with torch.no_grad():
+        layer(torch.randn(shape, device="cuda"))
+        (hit,) = _graphs.FAST.values()
+        chain = hit.chain
+        bindable = ends == "ends" and chain.end_kernels() is not None
+        assert (hit.bound is not None) == bindable
+        if ends == "ends" and len(shape) == 3:  # the row kernels take the 1-D layer's ends
+            assert hit.bound is not None
+        x1, x2 = torch.randn(shape, device="cuda"), torch.randn(shape, device="cuda")
+        y1 = layer(x1)
+        keep = y1.clone()
+        y2 = layer(x2)
+        assert _rel(y1, eager(x1)) < 1e-6 and _rel(y2, eager(x2)) < 1e-6
+        assert torch.equal(y1, keep)
+        flat = torch.empty(x1.numel() + 1, device="cuda")
+        misaligned = flat[1:].view(shape)
+        misaligned.copy_(torch.randn(shape, device="cuda"))
+        strided = torch.randn(shape[:-1] + (2 * shape[-1],), device="cuda")[..., ::2]
+        for x in (misaligned, strided):
+            assert _rel(layer(x), eager(x)) < 1e-6
+        assert len(_graphs.FAST) == 1 and next(iter(_graphs.FAST.values())) is hit
+
+
+@pytest.mark.gpu
+@cuda
 def test_cuda_graphs_outputs_do_not_alias(cache, ends):
     """Calling twice and keeping the first result: it is unchanged (forward and gradient)."""
     layer = _layer(8, 8, (12, 12), device="cuda")
@@ -951,6 +1008,10 @@ def test_auto_captures_only_layers_whose_input_and_output_fit():
     assert ends((1, 1, edge // 8 + 1), 4, 1, training=False)
     assert not ends((1, 1, edge // 8 + 1), 4, 1, training=True)
     assert ends((32, 64, 64, 64), 4, 64, training=False)
+    # in training too where the ends are the package's kernels (bound launches)
+    assert ends((32, 64, 64, 64), 4, 64, True, kernel_ends=True)
+    assert ends((1, 1, edge // 8 + 1), 4, 1, True, kernel_ends=True)
+    assert not ends((1, 1, edge // 8), 4, 1, True, kernel_ends=True)
 
 
 @pytest.mark.parametrize("shape,n_modes", [((2, 3, 16), 8), ((2, 3, 12, 10), (6, 8)),

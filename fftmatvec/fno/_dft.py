@@ -325,6 +325,23 @@ class Chain:
     # for a CUDA graph of the chain's middle whose ends run outside it (``out``: that step's
     # rows written into the graph's input buffer).
 
+    def end_kernels(self, adjoint=False):
+        """The kernels (:mod:`._rows`) of the forward's first and last steps (with
+        ``adjoint``, the backward's: the synthesis's adjoint's first, the analysis's adjoint's
+        last), whose launches a replay may bind (:func:`._torch_dft.bound_ends`), or None where
+        either is a GEMM."""
+        first, last = ("synT", "AT"), ("anaT", "FT")
+        if not adjoint:
+            first, last = ("ana", "F"), ("syn", "A")
+        kernels = []
+        for plane, name in (first, last):
+            k = self.plane.get(plane)
+            if k is None:
+                k = getattr(self, name)
+                k = k if callable(k) else None
+            kernels.append(k)
+        return None if None in kernels else tuple(kernels)
+
     def analysis_start(self, x, out=None):
         return analysis_start(x, self.F, self.plane.get("ana"), out, self._matmul)
 
@@ -452,6 +469,12 @@ class SplitChain:
     def constant_mode(self, Y):
         """The real parts of mode 0 in the modes ``Y`` ``(2, M, B, O)``: a view ``(B, O)``."""
         return Y[0, 0]
+
+    def end_kernels(self, adjoint=False):
+        """As :meth:`Chain.end_kernels`."""
+        names = ("AT", "FT") if adjoint else ("F", "A")
+        kernels = tuple(self._kernels.get(n) for n in names)
+        return None if None in kernels else kernels
 
     def analysis_start(self, x, out=None):
         return self._to_modes("F", self.FT, x, out)
@@ -583,6 +606,12 @@ class PairedChain:
         """The real parts of the mode constant over the grid in the complex modes ``Y`` ``(M,
         B, O)``: a view ``(B, O)`` (:attr:`bias_mode` not None)."""
         return self._ops.as_real(Y)[self.bias_mode, :, :, 0]
+
+    def end_kernels(self, adjoint=False):
+        """As :meth:`Chain.end_kernels`."""
+        names = ("AT", "FT") if adjoint else ("F", "A")
+        kernels = tuple(self._kernels.get(n) for n in names)
+        return None if None in kernels else kernels
 
     def analysis_start(self, x, out=None):
         return self._to_modes("F", x, out)

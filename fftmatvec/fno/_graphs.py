@@ -95,11 +95,14 @@ def _layer_bytes(x_shape, itemsize: int, cout: int) -> int:
     return itemsize * per * (int(x_shape[1]) + int(cout))
 
 
-def ends_outside(x_shape, itemsize: int, cout: int, training: bool = True) -> bool:
+def ends_outside(x_shape, itemsize: int, cout: int, training: bool = True,
+                 kernel_ends: bool = False) -> bool:
     """Whether a graph of the layer holds only its chain's middle: above
     :data:`ENDS_MIN_BYTES` where gradients are wanted (``training``), else above
-    :data:`ENDS_MIN_BYTES_INFERENCE`."""
-    limit = ENDS_MIN_BYTES if training else ENDS_MIN_BYTES_INFERENCE
+    :data:`ENDS_MIN_BYTES_INFERENCE`; where the ends are the package's kernels, their launches
+    bound (``kernel_ends``: :func:`fftmatvec.fno._torch_dft.bound_ends`), above
+    :data:`ENDS_MIN_BYTES_INFERENCE` in training too."""
+    limit = ENDS_MIN_BYTES if training and not kernel_ends else ENDS_MIN_BYTES_INFERENCE
     return len(x_shape) >= 2 and _layer_bytes(x_shape, itemsize, cout) > limit
 
 
@@ -391,6 +394,20 @@ class Captured:
                          self.slot(i).lend(token) if w is LEND else
                          end(o) if i == 0 and end is not None else o.clone()
                          for i, (o, w) in enumerate(zip(self.outputs, wanted)))
+
+    def run_between(self, before, after):
+        """``before()``, the replay and ``after()`` in turn, lent outputs vacated first:
+        ``after()``'s value, or None once released. For a forward whose ends are bound
+        launches (:class:`fftmatvec.fno._torch_dft.BoundEnds`): ``before`` writes the input
+        buffer, ``after`` reads the output buffer."""
+        with self._lock:
+            if self.graph is None:
+                return None
+            for s in self._slots.values():
+                s.vacate()
+            before()
+            self.graph.replay()
+            return after()
 
     def release(self):
         import torch

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import threading
 
+from .. import backend
 from ..gpu.plan import mode as plan_mode
 from ..gpu.plan import plan_key
 from ..gpu.planner import fno_ends
-from . import _dft, _graphs, _tuning
+from . import _dft, _graphs, _rows, _tuning
 
 def _torch():
     import torch
@@ -249,8 +251,53 @@ def _stream(torch, device):
     return get(device.index)[0]
 
 
+def bound_ends(torch, kernels, a, out_shape):
+    """The ends of a replay (``(start, end)``, as :func:`_replay` takes them) as launches of
+    the chain's end kernels ``kernels`` (:meth:`._dft.Chain.end_kernels`, None: none):
+    ``start(buf)`` transforms ``a`` into the graph's input buffer, ``end(T)`` the graph's
+    output into a new float32 array of ``out_shape``. None where the kernels cannot read ``a``
+    in place (not float32, contiguous, aligned and non-empty). The steps they stand for
+    (:func:`forward_start`, :func:`forward_end` and the backward's) view and check their
+    arrays and enter the GEMMs' precision, which costs a small layer's host more than the
+    launches; the caller checks that nothing else is left to them (a late bias, a cast)."""
+    if kernels is None or a.dtype != torch.float32 or not a.is_contiguous() or not a.numel():
+        return None
+    ptr = a.data_ptr()
+    if ptr % _rows._ALIGN:
+        return None
+    first, last = kernels
+    device = a.device
+    stream = _rows._raw_stream(torch, device)
+    rows = a.numel() // first.shape[0]
+
+    def start(buf):
+        # the device's context current on this thread (autograd's threads select the device
+        # without one), as the kernels' own calls set it
+        backend.cupy.cuda.runtime.setDevice(device.index)
+        first._launch(rows)(stream, ptr, buf.data_ptr())
+
+    def end(T):
+        if not T.is_contiguous() or T.data_ptr() % _rows._ALIGN:
+            return last(T).reshape(out_shape)
+        y = torch.empty(out_shape, dtype=torch.float32, device=device)
+        last._launch(T.numel() // last.shape[0])(stream, T.data_ptr(), y.data_ptr())
+        return y
+
+    return start, end
+
+
+def kernel_ends(torch, chain, x_dtype, cdtype, bias, training):
+    """Whether the ends that a replay runs outside its graph are the package's kernels, their
+    launches bound (:func:`bound_ends`): float32, no bias added after the synthesis, and where
+    ``training`` the backward's ends as well."""
+    return (x_dtype == cdtype == torch.float32
+            and (bias is None or chain.bias_mode is not None)
+            and chain.end_kernels() is not None
+            and (not training or chain.end_kernels(adjoint=True) is not None))
+
+
 def _replay(torch, key, device, cdtype, chain, fn, args, wanted, ends, token=None,
-            replayed=None):
+            replayed=None, bound=False):
     """Replay the graph of ``key``, capturing ``fn(*inputs)`` on a miss (a failed capture
     raises: :func:`fftmatvec.fno._graphs.explained`). ``args``: the chain's inputs
     (:class:`._graphs.Borrowed` for one read in place); with ``ends`` (``(start, end)``,
@@ -258,7 +305,8 @@ def _replay(torch, key, device, cdtype, chain, fn, args, wanted, ends, token=Non
     ``start(buffer)`` (args[0] computes it at the capture) and its first output read by
     ``end(buffer)``, both outside the graph, in the layer's GEMM precision. ``wanted`` and
     ``token``: as :meth:`._graphs.Captured.run` takes them; ``replayed(entry)`` is called
-    after a replay of the graph ``entry``."""
+    after a replay of the graph ``entry``; ``bound``: the ends are :func:`bound_ends`, which
+    run no GEMM."""
     precision = functools.partial(gemm_precision, cdtype, device.type)
     start, end = ends or (None, None)
     borrowed = tuple(a.tensor for a in args if isinstance(a, _graphs.Borrowed))
@@ -273,7 +321,7 @@ def _replay(torch, key, device, cdtype, chain, fn, args, wanted, ends, token=Non
     entry = _graphs.CACHE.get(key, _graphs.explained(capture))
     feed = tuple(None if (i == 0 and start is not None) or isinstance(a, _graphs.Borrowed)
                  else a for i, a in enumerate(args))
-    with precision() if start is not None else contextlib.nullcontext():
+    with precision() if start is not None and not bound else contextlib.nullcontext():
         out = entry.run(feed, wanted, start=start, end=end, token=token)
     if out is not None and replayed is not None:
         replayed(entry)
@@ -294,16 +342,20 @@ def _replay_forward(torch, ctx, x, weight, bias, token):
     y_shape = _y_shape(x_shape, weight.shape)
     fast = getattr(_PENDING, "key", None) if token is None else None
     replayed = None if fast is None else (
-        lambda entry: _remember(fast, (entry, chain, cdtype, y_shape, outside)))
+        lambda entry: _remember(fast, FastReplay(torch, entry, chain, cdtype, y_shape, outside,
+                                                 x, bias)))
     if not outside:
         return _replay(torch, key, x.device, cdtype, chain,
                        lambda xs: forward_chain(xs, weight, bias, chain, cdtype), (x,),
                        wanted, None, token, replayed)
-    ends = (lambda buf: forward_start(x, chain, cdtype, buf),
-            lambda T: forward_end(T, chain, y_shape, bias, cdtype, x.dtype))
+    bound = bound_ends(torch, chain.end_kernels(), x, y_shape) if (
+        cdtype == torch.float32 and (bias is None or chain.bias_mode is not None)) else None
+    ends = bound or (lambda buf: forward_start(x, chain, cdtype, buf),
+                     lambda T: forward_end(T, chain, y_shape, bias, cdtype, x.dtype))
     return _replay(torch, key, x.device, cdtype, chain,
                    lambda h: forward_middle(h, x_shape, weight, bias, chain, cdtype),
-                   (lambda: forward_start(x, chain, cdtype),), wanted, ends, token, replayed)
+                   (lambda: forward_start(x, chain, cdtype),), wanted, ends, token, replayed,
+                   bound is not None)
 
 
 # ---- the fast path of a forward without gradients ------------------------------------------
@@ -347,27 +399,110 @@ def fast_key(torch, x, weight, n_modes, bias, method, compute_dtype, graphs):
 
 def fast_forward(torch, key, x, bias):
     """The output of the call of signature ``key`` (:func:`fast_key`) from the graph that
-    served it last, or None (no such graph, or one released since; now no replay
-    (:func:`._graphs.replayable`), forward-mode AD or a functorch transform): ``x`` copied into
-    the graph or transformed into its input buffer, the replay, the output cloned or
-    transformed out, as :func:`_replay_forward` runs them."""
+    served it last (:class:`FastReplay`), or None (no such graph, or one released since; now
+    no replay (:func:`._graphs.replayable`), forward-mode AD or a functorch transform)."""
     hit = _graphs.FAST.get(key)
     if hit is None or not _graphs.replayable(torch, x) or (
             torch._C._are_functorch_transforms_active()
             or torch.autograd.forward_ad._current_level >= 0):
         return None
-    entry, chain, cdtype, y_shape, outside = hit
-    if not outside:
-        out = entry.run((x,), _INFERENCE)
-    else:
-        with gemm_precision(cdtype, "cuda"):
-            out = entry.run((None,), _INFERENCE,
-                            start=lambda buf: forward_start(x, chain, cdtype, buf),
-                            end=lambda T: forward_end(T, chain, y_shape, bias, cdtype, x.dtype))
+    out = hit(torch, x, bias)
     if out is None:  # released (evicted, cleared): the full path captures it again
         _graphs.FAST.pop(key, None)
-        return None
-    return out[0]
+    return out
+
+
+class FastReplay:
+    """The replay of a forward without gradients, kept under its call's signature
+    (:func:`fast_key`): ``x`` copied into the graph or transformed into its input buffer, the
+    replay, the output cloned or transformed out, as :func:`_replay_forward` runs them; where
+    the chain's ends are the package's kernels, through their launches bound once
+    (:class:`BoundEnds`)."""
+
+    __slots__ = ("entry", "chain", "cdtype", "y_shape", "outside", "bound")
+
+    def __init__(self, torch, entry, chain, cdtype, y_shape, outside, x, bias):
+        self.entry, self.chain, self.cdtype = entry, chain, cdtype
+        self.y_shape, self.outside = y_shape, outside
+        self.bound = BoundEnds.of(torch, entry, chain, cdtype, y_shape, x, bias) if (
+            outside) else None
+
+    def __call__(self, torch, x, bias):
+        """The output ``y``, or None once the graph is released."""
+        if self.bound is not None:
+            y = self.bound(torch, x)
+            if y is not False:
+                return y
+        entry, chain, cdtype = self.entry, self.chain, self.cdtype
+        if not self.outside:
+            out = entry.run((x,), _INFERENCE)
+        else:
+            y_shape = self.y_shape
+            with gemm_precision(cdtype, "cuda"):
+                out = entry.run((None,), _INFERENCE,
+                                start=lambda buf: forward_start(x, chain, cdtype, buf),
+                                end=lambda T: forward_end(T, chain, y_shape, bias, cdtype,
+                                                          x.dtype))
+        return None if out is None else out[0]
+
+
+class BoundEnds:
+    """A forward's replay whose first and last steps, outside the graph, are the package's
+    kernels (:meth:`._dft.Chain.end_kernels`) in float32: their launches
+    (:class:`fftmatvec.kernels.PackedLaunch`) looked up once, the graph's buffers' addresses
+    bound, so that a call only allocates ``y``, sets two pointers per launch and replays. The
+    steps :func:`forward_start` and :func:`forward_end` take otherwise (views, checks, the
+    precision's context, the kernels' own checks) cost a small layer's host more than the
+    launches."""
+
+    __slots__ = ("entry", "y_shape", "device_id", "start", "end", "buf_in", "buf_out")
+
+    @classmethod
+    def of(cls, torch, entry, chain, cdtype, y_shape, x, bias):
+        """The bound ends of the replay of ``entry`` for inputs like ``x``, or None where they
+        are not both kernels, the computation is not float32, the bias is added after the
+        synthesis (:func:`._dft.late_bias`) or the buffers are not as the kernels take them."""
+        kernels = chain.end_kernels()
+        if (kernels is None or cdtype != torch.float32 or x.dtype != torch.float32
+                or (bias is not None and chain.bias_mode is None)):
+            return None
+        start, end = kernels
+        buf_in, buf_out = entry.inputs[0], entry.outputs[0]
+        try:
+            rows_in = start._rows_of(x.reshape(-1, start.shape[0]))
+            rows_out = end._rows_of(buf_out)
+        except (RuntimeError, ValueError):
+            return None
+        if (tuple(buf_in.shape) != start._out_shape(rows_in)
+                or math.prod(end._out_shape(rows_out)) != math.prod(y_shape)
+                or not (buf_in.is_contiguous() and buf_out.is_contiguous())
+                or (buf_in.data_ptr() | buf_out.data_ptr()) % _rows._ALIGN):
+            return None
+        self = cls()
+        self.entry, self.y_shape, self.device_id = entry, tuple(y_shape), x.device.index
+        self.start, self.end = start._launch(rows_in), end._launch(rows_out)
+        self.buf_in, self.buf_out = buf_in.data_ptr(), buf_out.data_ptr()
+        return self
+
+    def __call__(self, torch, x):
+        """``y``, None once the graph is released, or False for an ``x`` the kernels do not
+        read in place (not contiguous or not aligned: :class:`FastReplay`'s own steps)."""
+        ptr = x.data_ptr()
+        if ptr % _rows._ALIGN or not x.is_contiguous():
+            return False
+        stream = _rows._raw_stream(torch, x.device)
+        y = torch.empty(self.y_shape, dtype=torch.float32, device=x.device)
+
+        def before():
+            # the device's context current on this thread (as the kernels' own calls set it)
+            backend.cupy.cuda.runtime.setDevice(self.device_id)
+            self.start(stream, ptr, self.buf_in)
+
+        def after():
+            self.end(stream, self.buf_out, y.data_ptr())
+            return y
+
+        return self.entry.run_between(before, after)
 
 
 def full_call(key, call, *args):
@@ -420,12 +555,17 @@ def _replay_backward_of(torch, ctx, g, xs, weight, needs, borrowed=None):
         return _replay(torch, key, g.device, cdtype, chain,
                        lambda gs, xs: backward_chain(gs, xs, weight, chain, cdtype, needs, meta),
                        (g, xs), needs, None)
-    ends = (lambda buf: backward_start(g, chain, cdtype, buf),
-            lambda gT: backward_end(gT, g_shape, chain, meta))
+    bound = None
+    if cdtype == torch.float32 and meta[0] == torch.float32:  # (x_shape: dL/dx's, if needed)
+        x_shape = (g_shape[0], meta[1][0]) + g_shape[2:]
+        bound = bound_ends(torch, chain.end_kernels(adjoint=True), g, x_shape)
+    ends = bound or (lambda buf: backward_start(g, chain, cdtype, buf),
+                     lambda gT: backward_end(gT, g_shape, chain, meta))
     out = _replay(torch, key, g.device, cdtype, chain,
                   lambda gs, xs: backward_middle(gs, g_shape, xs, weight, chain, cdtype, needs,
                                                  meta),
-                  (lambda: backward_start(g, chain, cdtype), xs), needs, ends)
+                  (lambda: backward_start(g, chain, cdtype), xs), needs, ends,
+                  bound=bound is not None)
     if out is not None and needs[2] and chain.bias_mode is None:
         with gemm_precision(cdtype, g.device.type):
             out = out[:2] + (bias_grad(g, chain, meta),)
@@ -453,7 +593,8 @@ def _forward(torch, ctx, x, weight, bias, modes, cdtype, graphs, token, tuned=()
     ctx.chain, ctx.cdtype = chain, cdtype
     if graphs:
         ctx.outside = fno_ends(tuple(x.shape), x.element_size(), weight.shape[1], tuned,
-                               training)
+                               training, kernel_ends(torch, chain, x.dtype, cdtype, bias,
+                                                     training))
         ctx.problem = (_graphs.problem_key(x.shape, x.dtype, x.device, cdtype, modes, weight,
                                            bias), chain.rows, chain.forms)
         out = _replay_forward(torch, ctx, x, weight, bias, token)

@@ -366,12 +366,14 @@ def fno_variant(spatial, modes, rows, plane, device_id: int, tuned=()) -> str:
     return "warp"
 
 
-def fno_ends(x_shape, itemsize: int, cout: int, tuned=(), training: bool = True) -> bool:
+def fno_ends(x_shape, itemsize: int, cout: int, tuned=(), training: bool = True,
+             kernel_ends: bool = False) -> bool:
     """Whether the CUDA graphs of an FNO layer (input ``x_shape`` of ``itemsize`` bytes an
     element, ``cout`` output channels) hold only its chains' middles, the first and the last
     step run outside them (:func:`fftmatvec.fno._graphs.ends_outside`: by default above
     :data:`~fftmatvec.fno._graphs.ENDS_MIN_BYTES` of input and output where gradients are
-    wanted, ``training``, else above :data:`~fftmatvec.fno._graphs.ENDS_MIN_BYTES_INFERENCE`);
+    wanted, ``training``, unless the ends are the package's kernels (``kernel_ends``), else
+    above :data:`~fftmatvec.fno._graphs.ENDS_MIN_BYTES_INFERENCE`);
     plan key ``fno_ends``: ``0`` the whole chains in the graphs, ``1`` the middles at any size;
     ``tuned`` as for :func:`fno_rows`. One decision serves the forward and the backward (the
     backward's input and output are the forward's output and input in size)."""
@@ -379,7 +381,7 @@ def fno_ends(x_shape, itemsize: int, cout: int, tuned=(), training: bool = True)
     if mode == "auto":
         from ..fno._graphs import ends_outside
 
-        return ends_outside(x_shape, itemsize, cout, training)
+        return ends_outside(x_shape, itemsize, cout, training, kernel_ends)
     return mode == "1"
 
 
