@@ -1008,8 +1008,10 @@ def test_auto_captures_only_layers_whose_input_and_output_fit():
     assert ends((1, 1, edge // 8 + 1), 4, 1, training=False)
     assert not ends((1, 1, edge // 8 + 1), 4, 1, training=True)
     assert ends((32, 64, 64, 64), 4, 64, training=False)
-    # in training too where the ends are the package's kernels (bound launches)
-    assert ends((32, 64, 64, 64), 4, 64, True, kernel_ends=True)
+    # in training too for a one-axis layer whose ends are the package's kernels (bound)
+    assert ends((1024, 64, 128), 4, 64, True, kernel_ends=True)
+    assert not ends((1024, 64, 128), 4, 64, True, kernel_ends=False)
+    assert not ends((32, 64, 64, 64), 4, 64, True, kernel_ends=True)
     assert ends((1, 1, edge // 8 + 1), 4, 1, True, kernel_ends=True)
     assert not ends((1, 1, edge // 8), 4, 1, True, kernel_ends=True)
 

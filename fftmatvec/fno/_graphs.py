@@ -99,10 +99,17 @@ def ends_outside(x_shape, itemsize: int, cout: int, training: bool = True,
                  kernel_ends: bool = False) -> bool:
     """Whether a graph of the layer holds only its chain's middle: above
     :data:`ENDS_MIN_BYTES` where gradients are wanted (``training``), else above
-    :data:`ENDS_MIN_BYTES_INFERENCE`; where the ends are the package's kernels, their launches
-    bound (``kernel_ends``: :func:`fftmatvec.fno._torch_dft.bound_ends`), above
-    :data:`ENDS_MIN_BYTES_INFERENCE` in training too."""
-    limit = ENDS_MIN_BYTES if training and not kernel_ends else ENDS_MIN_BYTES_INFERENCE
+    :data:`ENDS_MIN_BYTES_INFERENCE`; for one-axis layers whose ends are the package's kernels,
+    their launches bound (``kernel_ends``: :func:`fftmatvec.fno._torch_dft.bound_ends`), above
+    :data:`ENDS_MIN_BYTES_INFERENCE` in training too.
+
+    The ends bound, on H100 machines (forty-fourth run, forward+backward, µs, the ends outside
+    against the whole chain, in one call each): (64, 64, 4096) 467, 469, 526, 720 against 657,
+    660, 694, 763; (1024, 64, 128) 487, 437, 610, 745 against 521, 508, 660, 716. The two-axis
+    layers' plane kernels did not gain: (32, 64, 64^2) 491, 348, 591, 757 against 412, 371,
+    529, 673."""
+    limit = ENDS_MIN_BYTES_INFERENCE if not training or (
+        kernel_ends and len(x_shape) == 3) else ENDS_MIN_BYTES
     return len(x_shape) >= 2 and _layer_bytes(x_shape, itemsize, cout) > limit
 
 

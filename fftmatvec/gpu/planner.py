@@ -372,8 +372,8 @@ def fno_ends(x_shape, itemsize: int, cout: int, tuned=(), training: bool = True,
     element, ``cout`` output channels) hold only its chains' middles, the first and the last
     step run outside them (:func:`fftmatvec.fno._graphs.ends_outside`: by default above
     :data:`~fftmatvec.fno._graphs.ENDS_MIN_BYTES` of input and output where gradients are
-    wanted, ``training``, unless the ends are the package's kernels (``kernel_ends``), else
-    above :data:`~fftmatvec.fno._graphs.ENDS_MIN_BYTES_INFERENCE`);
+    wanted, ``training``, unless a one-axis layer's ends are the package's kernels
+    (``kernel_ends``), else above :data:`~fftmatvec.fno._graphs.ENDS_MIN_BYTES_INFERENCE`);
     plan key ``fno_ends``: ``0`` the whole chains in the graphs, ``1`` the middles at any size;
     ``tuned`` as for :func:`fno_rows`. One decision serves the forward and the backward (the
     backward's input and output are the forward's output and input in size)."""
