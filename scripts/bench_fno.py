@@ -19,14 +19,15 @@ times, so that a drift of the host or the device reaches them all alike) of
   kernels too (``dft-rows``: ``fno_rows=1``), with the modes permuted where the row kernels
   would pair them (``dft-nopaired``: ``fno_paired=0``), with the paired modes' forward
   product on cuBLAS rather than the package's kernel (``dft-noproduct``: ``fno_product=0``),
-  with every forward on the full path rather than its graph replayed at once (``dft-nofast``:
-  ``fno_fast=0``; the other plans' columns take the full path too, their plan being no
-  signature's),
+  with every call on the full path rather than its graph replayed at once or its plan taken
+  (``dft-nofast``: ``fno_fast=0``; the other plans' columns take the full path too, their
+  plan being no signature's),
   and the split modes with every kernel in
   its warp form (``dft-split-warp``); on a GPU the kernels in their pass form (``dft-passes``: ``fno_warp=0``)
   and their warp form (``dft-warp``: ``fno_warp=1``, where they have one),
   on layers whose graphs hold their whole chains, the graphs with the ends outside
-  (``dft-ends``: no copy of ``x`` in or of ``y`` out), on layers whose graphs may hold only
+  (``dft-ends``: ``fno_ends=1``, no copy of ``x`` in or of ``y`` out), on layers whose
+  graphs may hold only
   the middles, the whole chains (``dft-whole``: ``fno_ends=0``), and ``method="fft"`` (full
   FFTs), and
   the method ``"auto"`` picks;
@@ -159,22 +160,6 @@ def _planned(layer, plan):
     return run
 
 
-def _ends_outside(layer):
-    """``layer`` with its graphs holding only the chains' middles whatever its size
-    (``_graphs.ENDS_MIN_BYTES`` and ``ENDS_MIN_BYTES_INFERENCE`` 0 during the call: the ends
-    outside, no copy in or out)."""
-
-    def run(x):
-        old = _graphs.ENDS_MIN_BYTES, _graphs.ENDS_MIN_BYTES_INFERENCE
-        _graphs.ENDS_MIN_BYTES = _graphs.ENDS_MIN_BYTES_INFERENCE = 0
-        try:
-            return layer(x)
-        finally:
-            _graphs.ENDS_MIN_BYTES, _graphs.ENDS_MIN_BYTES_INFERENCE = old
-
-    return run
-
-
 def _with_tables(layer, tables):
     """``layer`` reading the FNO tuning tables ``tables`` (the raw value of
     ``FFTMATVEC_FNO_TUNING_PATH`` at the start, None where unset) during the call."""
@@ -230,7 +215,7 @@ def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls, rounds=
             impls["dft-split-warp"] = _planned(dft, "fno_split=1,fno_rows=1,fno_warp=1")
     if device.type == "cuda" and not (_graphs.ends_outside((B, C) + grid, 4, C)
                                       and _graphs.ends_outside((B, C) + grid, 4, C, False)):
-        impls["dft-ends"] = _ends_outside(dft)
+        impls["dft-ends"] = _planned(dft, "fno_ends=1")
     if device.type == "cuda" and _graphs.ends_outside((B, C) + grid, 4, C, False):
         # the whole chains in the graphs, x copied in and y cloned out
         impls["dft-whole"] = _planned(dft, "fno_ends=0")

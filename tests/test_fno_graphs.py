@@ -79,6 +79,7 @@ def cache(monkeypatch):
     fresh = GraphCache()
     monkeypatch.setattr(_graphs, "CACHE", fresh)
     monkeypatch.setattr(_graphs, "FAST", {})
+    monkeypatch.setattr(_graphs, "FAST_TRAINING", {})
     yield fresh
     fresh.clear()
 
@@ -698,6 +699,59 @@ def test_fast_path_of_a_forward_without_gradients(cache, ends, monkeypatch, shap
         assert _rel(layer(x), eager(x)) < 1e-6 and layer_calls() == 3
     y = layer(x.clone().requires_grad_(True))
     assert layer_calls() == 4 and y.requires_grad
+
+
+@pytest.mark.gpu
+@cuda
+@pytest.mark.parametrize("shape,n_modes", GPU_CASES)
+def test_fast_path_of_a_training_call(cache, ends, monkeypatch, shape, n_modes):
+    """A call with gradients wanted whose signature was planned before takes that plan
+    (:class:`fftmatvec.fno._torch_dft.TrainingPlan`) without the call's checks and planning:
+    the full path is not called, and the output and gradients are the eager chain's for new
+    values of ``x`` and of the weight. Which inputs want gradients, a new ``FFTMATVEC_PLAN``, a
+    new weight tensor and released graphs make new signatures or take the full path."""
+    from fftmatvec.fno import _torch as layer_module
+    from fftmatvec.fno import clear_graphs
+
+    layer = _layer(shape[1], 6, n_modes, device="cuda")
+    eager = _twin(layer, graphs=False)
+    g = torch.randn((shape[0], 6) + shape[2:], device="cuda")
+    _step(layer, torch.randn(shape, device="cuda"), g)
+    assert len(_graphs.FAST_TRAINING) == 1 and not _graphs.FAST
+    full, calls = layer_module._spectral_conv_torch, []
+
+    def counted(*args):
+        calls.append(args[7] is not False)  # the layer's calls, not its eager twin's
+        return full(*args)
+
+    monkeypatch.setattr(layer_module, "_spectral_conv_torch", counted)
+
+    def layer_calls():
+        return sum(calls)
+
+    x = torch.randn(shape, device="cuda")
+    _close(_step(layer, x, g), _step(eager, x, g), 1e-6)
+    assert layer_calls() == 0
+    with torch.no_grad():
+        layer.weight.mul_(0.5)
+        eager.weight.mul_(0.5)
+    _close(_step(layer, x, g), _step(eager, x, g), 1e-6)
+    assert layer_calls() == 0
+    # a step with no gradient for x: another signature, planned once
+    for n in (1, 1):
+        _close(_step(layer, x, g, need_x=False), _step(eager, x, g, need_x=False), 1e-6)
+        assert layer_calls() == n
+    monkeypatch.setenv("FFTMATVEC_PLAN", "fno_warp=0")
+    _close(_step(layer, x, g), _step(eager, x, g), 1e-6)
+    assert layer_calls() == 2
+    monkeypatch.delenv("FFTMATVEC_PLAN")
+    layer.weight = torch.nn.Parameter(layer.weight.detach().clone())
+    _close(_step(layer, x, g), _step(eager, x, g), 1e-6)
+    assert layer_calls() == 3
+    clear_graphs()
+    assert not _graphs.FAST_TRAINING
+    _close(_step(layer, x, g), _step(eager, x, g), 1e-6)
+    assert layer_calls() == 4
 
 
 @pytest.mark.gpu

@@ -270,6 +270,9 @@ CACHE = GraphCache()
 #: checks and planning (:func:`fftmatvec.fno._torch_dft.fast_forward`). Cleared with the
 #: graphs; the oldest out past :data:`FAST_MAX`.
 FAST: dict = {}
+#: Calls with gradients wanted whose forward replayed a graph, by their call's signature: the
+#: planning the next such call takes (:class:`fftmatvec.fno._torch_dft.TrainingPlan`).
+FAST_TRAINING: dict = {}
 FAST_MAX = 64
 
 # one capture at a time in the process (a CUDA-graph restriction); one side stream per device,
@@ -284,6 +287,7 @@ def clear_graphs():
     The memory goes back to PyTorch's caching allocator (``torch.cuda.empty_cache()`` returns
     it to the device); the next call of a layer captures its graph again."""
     FAST.clear()
+    FAST_TRAINING.clear()
     CACHE.clear()
 
 

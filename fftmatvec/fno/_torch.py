@@ -14,7 +14,7 @@ from . import _tuning
 from ._graphs import check_option
 from ._modes import check_bias, check_shapes, hermitian_weights, kept_modes, mode_indices
 from ._reference import METHODS, resolve_method
-from ._torch_dft import dft_spectral_conv, fast_forward, fast_key, full_call
+from ._torch_dft import dft_spectral_conv, fast_forward, fast_key, fast_training, full_call
 
 
 def _torch():
@@ -222,11 +222,12 @@ def spectral_conv_torch(x, weight, n_modes, bias=None, method="auto", compute_dt
     torch = _torch()
     if torch.compiler.is_compiling():
         return _opaque(torch)(x, weight, n_modes, bias, method, compute_dtype, graphs)
-    # a forward without gradients whose signature replayed a graph: that replay, at once
+    # a forward without gradients whose signature replayed a graph: that replay, at once; a
+    # call with gradients wanted whose signature was planned: the Function with that plan
     key = fast_key(torch, x, weight, n_modes, bias, method, compute_dtype, graphs) if (
         torch.is_tensor(x) and torch.is_tensor(weight)) else None
     if key is not None:
-        y = fast_forward(torch, key, x, bias)
+        y = (fast_forward if key[-1] is None else fast_training)(torch, key, x, weight, bias)
         if y is not None:
             return y
     return full_call(key, _spectral_conv_torch, torch, x, weight, n_modes, bias, method,

@@ -342,8 +342,8 @@ def _replay_forward(torch, ctx, x, weight, bias, token):
     y_shape = _y_shape(x_shape, weight.shape)
     fast = getattr(_PENDING, "key", None) if token is None else None
     replayed = None if fast is None else (
-        lambda entry: _remember(fast, FastReplay(torch, entry, chain, cdtype, y_shape, outside,
-                                                 x, bias)))
+        lambda entry: _remember(_graphs.FAST, fast, FastReplay(
+            torch, entry, chain, cdtype, y_shape, outside, x, bias)))
     if not outside:
         return _replay(torch, key, x.device, cdtype, chain,
                        lambda xs: forward_chain(xs, weight, bias, chain, cdtype), (x,),
@@ -365,16 +365,18 @@ def _replay_forward(torch, ctx, x, weight, bias, token):
 # signature replayed a graph before replays it again after one lookup of that signature
 # (fast_key: everything those steps read), running only the replay and the chain's ends.
 
-_PENDING = threading.local()  # the signature a full call records its replay under
+# the signature a full call keeps its replay (key) or its planning (training) under
+_PENDING = threading.local()
 _INFERENCE = (True, False)  # the forward graph's outputs wanted: y, not the modes
 
 
 def fast_key(torch, x, weight, n_modes, bias, method, compute_dtype, graphs):
-    """The signature of a layer call that :func:`fast_forward` may serve, or None: a plain
-    CUDA tensor ``x``, no gradient wanted, graphs allowed, ``n_modes`` an int or a tuple;
-    what the call's checks and plan read: the shapes, dtypes and devices, where the weight and
-    the bias lie, the options, the current stream, ``FFTMATVEC_PLAN`` and the tuning tables'
-    state."""
+    """The signature of a layer call that :func:`fast_forward` (its last item None: no
+    gradient wanted) or :func:`fast_training` may serve, or None: a plain CUDA tensor ``x``,
+    graphs allowed, ``n_modes`` an int or a tuple; what the call's checks and plan read: the
+    shapes, dtypes and devices, where the weight and the bias lie, the options, the current
+    stream, ``FFTMATVEC_PLAN``, the tuning tables' state and, with gradients wanted, which
+    inputs want them and whether the weight and the bias are leaves."""
     if not (graphs is True or type(graphs) is str and graphs == "auto"):
         return None
     if type(x) is not torch.Tensor or not x.is_cuda:
@@ -387,17 +389,19 @@ def fast_key(torch, x, weight, n_modes, bias, method, compute_dtype, graphs):
         return None
     if bias is not None and not torch.is_tensor(bias):
         return None
+    grad = None  # a forward alone; with gradients wanted, what decides the graphs' use
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or (
             bias is not None and bias.requires_grad)):
-        return None
+        grad = (x.requires_grad, weight.requires_grad, weight.is_leaf, weight.device,
+                None if bias is None else (bias.requires_grad, bias.is_leaf, bias.device))
     state = _tuning._state
     return (x.shape, x.dtype, x.device, type(weight), _graphs.tensor_key(weight),
             type(bias), _graphs.tensor_key(bias), n_modes, method, compute_dtype, graphs,
             _stream(torch, x.device), plan_key(), _tuning._env(), state["off"],
-            state["generation"])
+            state["generation"], grad)
 
 
-def fast_forward(torch, key, x, bias):
+def fast_forward(torch, key, x, weight, bias):
     """The output of the call of signature ``key`` (:func:`fast_key`) from the graph that
     served it last (:class:`FastReplay`), or None (no such graph, or one released since; now
     no replay (:func:`._graphs.replayable`), forward-mode AD or a functorch transform)."""
@@ -507,26 +511,28 @@ class BoundEnds:
 
 def full_call(key, call, *args):
     """``call(*args)``, the full path of a call of signature ``key`` (:func:`fast_key`; None:
-    none), whose forward graph's replay, if any, is then remembered under ``key``."""
+    none), whose forward graph's replay (no gradient wanted) or planning (gradients wanted) is
+    then kept under ``key``."""
     if key is None:
         return call(*args)
-    _PENDING.key = key
+    which = "key" if key[-1] is None else "training"
+    setattr(_PENDING, which, key)
     try:
         return call(*args)
     finally:
-        _PENDING.key = None
+        setattr(_PENDING, which, None)
 
 
-def _remember(key, hit):
-    """Keep ``hit`` for the signature ``key``, unless plan ``fno_fast=0`` (every call on the
-    full path: the benchmark's comparison)."""
+def _remember(store, key, hit):
+    """Keep ``hit`` in ``store`` (:data:`._graphs.FAST` or :data:`._graphs.FAST_TRAINING`) for
+    the signature ``key``, unless plan ``fno_fast=0`` (every call on the full path: the
+    benchmark's comparison)."""
     if plan_mode(None, "fno_fast") == "0":
         return
-    fast = _graphs.FAST
-    fast[key] = hit
-    while len(fast) > _graphs.FAST_MAX:
+    store[key] = hit
+    while len(store) > _graphs.FAST_MAX:
         try:  # the oldest out (another thread may be at it too)
-            fast.pop(next(iter(fast)), None)
+            store.pop(next(iter(store)), None)
         except (RuntimeError, StopIteration):
             break
 
@@ -582,13 +588,23 @@ def _eager_backward(torch, ctx, g, Xs, weight, needs):
 
 
 def _forward(torch, ctx, x, weight, bias, modes, cdtype, graphs, token, tuned=(),
-             training=True):
+             training=True, plan=None):
     """``(y, Xs)``, from the forward graph where ``graphs`` (``Xs`` None there unless a
     ``token`` is given: :func:`_replay_forward`), else from the eager chain; sets
     ``ctx.chain``, ``ctx.cdtype`` and, with graphs, ``ctx.problem`` and ``ctx.outside``
     (whether the graphs hold the chains' middles: :func:`fftmatvec.gpu.planner.fno_ends`,
     for a forward with a backward to come where ``training``), what the backward and the
-    replay read."""
+    replay read: from ``plan`` where given (:class:`TrainingPlan`, a training call's fast
+    path), else planned here, and kept for the fast path of the training call being made, if
+    any (:func:`full_call`)."""
+    if plan is not None:
+        chain = ctx.chain = plan.chain
+        ctx.cdtype, ctx.outside, ctx.problem = cdtype, plan.outside, plan.problem
+        out = _replay_forward(torch, ctx, x, weight, bias, token)
+        if out is not None:
+            return out
+        with gemm_precision(cdtype, x.device.type):
+            return forward_chain(x, weight, bias, chain, cdtype)
     chain = chain_for(x, cdtype, modes, weight.shape[1], tuned)
     ctx.chain, ctx.cdtype = chain, cdtype
     if graphs:
@@ -599,9 +615,26 @@ def _forward(torch, ctx, x, weight, bias, modes, cdtype, graphs, token, tuned=()
                                            bias), chain.rows, chain.forms)
         out = _replay_forward(torch, ctx, x, weight, bias, token)
         if out is not None:
+            pending = getattr(_PENDING, "training", None) if training else None
+            if pending is not None:
+                _remember(_graphs.FAST_TRAINING, pending, TrainingPlan(
+                    modes, cdtype, graphs, tuned, chain, ctx.outside, ctx.problem))
             return out
     with gemm_precision(cdtype, x.device.type):
         return forward_chain(x, weight, bias, chain, cdtype)
+
+
+class TrainingPlan:
+    """What a call with gradients wanted planned, kept under its signature (:func:`fast_key`)
+    for the next such call (:func:`fast_training`): the arguments of the autograd Function
+    (``modes``, ``cdtype``, ``graphs``, ``tuned``) and of its forward's replay (``chain``,
+    ``outside``, ``problem``: :func:`_forward`)."""
+
+    __slots__ = ("modes", "cdtype", "graphs", "tuned", "chain", "outside", "problem")
+
+    def __init__(self, modes, cdtype, graphs, tuned, chain, outside, problem):
+        self.modes, self.cdtype, self.graphs, self.tuned = modes, cdtype, graphs, tuned
+        self.chain, self.outside, self.problem = chain, outside, problem
 
 
 class _Call:
@@ -623,13 +656,14 @@ def _function():
         :class:`._graphs.Slot`)."""
 
         @staticmethod
-        def forward(ctx, x, weight, bias, modes, cdtype, graphs, grad, tuned):
+        def forward(ctx, x, weight, bias, modes, cdtype, graphs, grad, tuned, plan):
             bias_meta = None if bias is None else (tuple(bias.shape), bias.dtype)
             ctx.meta = (x.dtype, tuple(weight.shape), weight.dtype, bias_meta)
             ctx.modes = modes
             ctx.graphs = graphs
             token = torch.empty(0) if grad and ctx.needs_input_grad[1] else None
-            y, Xs = _forward(torch, ctx, x, weight, bias, modes, cdtype, graphs, token, tuned)
+            y, Xs = _forward(torch, ctx, x, weight, bias, modes, cdtype, graphs, token, tuned,
+                             plan=plan)
             ctx.lent = Xs if isinstance(Xs, _graphs.Lent) else None
             # x itself for a backward under create_graph=True (reference_grads), as a
             # convolution keeps its input
@@ -647,14 +681,14 @@ def _function():
                 from ._torch import reference_grads
 
                 return reference_grads(torch, x, weight, ctx.modes, g, needs, ctx.meta[3]) + (
-                    None,) * 5
+                    None,) * 6
             Xs = ctx.lent or Xs
             out = None
             if ctx.graphs and _graphs.replayable(torch, g):
                 out = _replay_backward(torch, ctx, g, Xs, weight, needs)
             if out is None:
                 out = _eager_backward(torch, ctx, g, Xs, weight, needs)
-            return out + (None,) * 5
+            return out + (None,) * 6
 
     return _DftSpectralConvFn
 
@@ -678,4 +712,18 @@ def dft_spectral_conv(x, weight, bias, modes, cdtype, graphs="auto", tuned=()):
                         tuned, training=False)[0]
     if _FN is None:
         _FN = _function()
-    return _FN.apply(x, weight, bias, tuple(modes), cdtype, use, use, tuned)
+    return _FN.apply(x, weight, bias, tuple(modes), cdtype, use, use, tuned, None)
+
+
+def fast_training(torch, key, x, weight, bias):
+    """The output of a call with gradients wanted of signature ``key`` (:func:`fast_key`)
+    whose planning a full call kept (:class:`TrainingPlan`): the autograd Function applied
+    with it, skipping the call's checks and planning; or None (none kept; now no replay,
+    forward-mode AD or a functorch transform)."""
+    plan = _graphs.FAST_TRAINING.get(key)
+    if plan is None or _FN is None or not _graphs.replayable(torch, x) or (
+            torch._C._are_functorch_transforms_active()
+            or torch.autograd.forward_ad._current_level >= 0):
+        return None
+    return _FN.apply(x, weight, bias, plan.modes, plan.cdtype, plan.graphs, plan.graphs,
+                     plan.tuned, plan)

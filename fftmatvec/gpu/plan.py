@@ -49,8 +49,9 @@ PLAN_KEYS = {
     "fno_product": "the paired modes' forward channel product on the package's kernel for "
                    "small batches, not cuBLAS",
     "fno_warp": "the FNO layer's row and plane kernels in their warp form, not their pass form",
-    "fno_fast": "an FNO forward without gradients whose signature replayed a graph replays it "
-                "at once, without the call's checks and planning",
+    "fno_fast": "an FNO call whose signature replayed a graph before replays it at once "
+                "(a forward without gradients) or takes its plan (a training call), without "
+                "the call's checks and planning",
     "fno_ends": "the FNO layer's CUDA graphs hold its chains' middles, the first and last steps "
                 "outside (no copy of the input in or of the output out)",
 }
