@@ -27,10 +27,8 @@ times, so that a drift of the host or the device reaches them all alike) of
   and their warp form (``dft-warp``: ``fno_warp=1``, where they have one),
   on layers whose graphs hold their whole chains, the graphs with the ends outside
   (``dft-ends``: ``fno_ends=1``, no copy of ``x`` in or of ``y`` out), on layers whose
-  graphs may hold only
-  the middles, the whole chains (``dft-whole``: ``fno_ends=0``), and ``method="fft"`` (full
-  FFTs), and
-  the method ``"auto"`` picks;
+  graphs may hold only the middles, the whole chains (``dft-whole``: ``fno_ends=0``), and
+  ``method="fft"`` (full FFTs), and the method ``"auto"`` picks;
 * with ``--tuned``: the layer as users get it, every choice left to it, reading the FNO tuning
   tables (``tuned``; the other columns take the built-in rules: the tables are off for them);
 * with ``--sixteen bfloat16`` (or ``float16``): ours, DFT path, 16-bit input and storage;
