@@ -495,14 +495,14 @@ class BoundEnds:
         if ptr % _rows._ALIGN or not x.is_contiguous():
             return False
         stream = _rows._raw_stream(torch, x.device)
-        y = torch.empty(self.y_shape, dtype=torch.float32, device=x.device)
 
         def before():
             # the device's context current on this thread (as the kernels' own calls set it)
             backend.cupy.cuda.runtime.setDevice(self.device_id)
             self.start(stream, ptr, self.buf_in)
 
-        def after():
+        def after():  # y allocated once the device has work: the allocation overlaps it
+            y = torch.empty(self.y_shape, dtype=torch.float32, device=x.device)
             self.end(stream, self.buf_out, y.data_ptr())
             return y
 
