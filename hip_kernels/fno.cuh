@@ -882,3 +882,205 @@ __device__ __forceinline__ void fno_modes_cgemm_body(const float2* __restrict__ 
     if (b0 + b < B)
       y[(i64)b * tpm] = make_float4(acc0[b].x, acc0[b].y, acc1[b].x, acc1[b].y);
 }
+
+// ---- the planes' direct form: truncated DFTs as sums, any plane size, few modes ------------
+// fno_plane_rdft_f32 / fno_plane_irdft_f32 take the same transforms as the plane kernels above
+// (fftmatvec/fno/_rows.py: Plane), as sums over the points rather than FFTs: a plane of n0 x n1
+// points keeping m0 x m1 modes costs n0 m1 (n1 + 2 m0) complex multiply-adds, fewer than the
+// FFTs' passes where the modes are few, and the lengths need no small factors (85 = 5 x 17).
+// A block takes FNO_DIRECT_PLANES planes (pb) in shared memory; its threads take a row or a
+// column each, every lane of a warp reading the same twiddle (a broadcast) from the tables of
+// e^{-2 pi i c / n1} (tw1) and e^{-2 pi i r / n0} (tw0), indexed by the products mod n.
+// m0, m1 <= FNO_DIRECT_MAX_MODES (the accumulators live in registers).
+#define FNO_DIRECT_MAX_MODES 16
+#define FNO_DIRECT_THREADS 256
+
+// the index of mode i = j m1 + k of plane p: paired planes apart, or in the plane's row
+__device__ __forceinline__ i64 fno_direct_re(i64 p, int i, int M, int paired_planes) {
+  return paired_planes ? (i64)i * 2 * paired_planes + 2 * p : p * 2 * M + i;
+}
+
+// out[mode (j, k) of plane p] = s0 s1[k] sum_{r, c} x[p][r][c] e^{-2 pi i (bins[j] r / n0 + k c / n1)}
+__device__ __forceinline__ void fno_plane_rdft_body(
+    const float* __restrict__ x, float* __restrict__ out, const float2* __restrict__ tw1,
+    const float2* __restrict__ tw0, const float* __restrict__ s1, const int* __restrict__ bins,
+    float s0, int n0, int n1, int m0, int m1, int pb, i64 planes, int paired_planes) {
+  constexpr int MM = FNO_DIRECT_MAX_MODES;
+  const i64 p0 = (i64)blockIdx.x * pb;
+  const int nb = (int)(planes - p0 < pb ? planes - p0 : pb);
+  const int xs_row = n1 + 1;           // rows padded: a warp's rows in distinct banks
+  const int zs_plane = n0 * m1 + 1;    // planes padded likewise (float2)
+  float2* t1 = reinterpret_cast<float2*>(fftmatvec_dynamic_smem);
+  float2* t0 = t1 + n1;
+  float2* zs = t0 + n0;                             // [plane][r][k]
+  float* xs = reinterpret_cast<float*>(zs + (i64)pb * zs_plane);  // [plane][r][c]
+  int* bs = reinterpret_cast<int*>(xs + (i64)pb * n0 * xs_row);  // the kept bins
+  for (int i = threadIdx.x; i < n1; i += blockDim.x) t1[i] = tw1[i];
+  for (int i = threadIdx.x; i < n0; i += blockDim.x) t0[i] = tw0[i];
+  for (int i = threadIdx.x; i < m0; i += blockDim.x) bs[i] = bins[i];
+  const float* xp = x + p0 * n0 * n1;
+  const int rows = nb * n0;
+  // the planes' rows, 32 threads a row (coalesced, no division by n1)
+  for (int row = (int)threadIdx.x / 32; row < rows; row += (int)blockDim.x / 32)
+    for (int c = (int)threadIdx.x % 32; c < n1; c += 32)
+      xs[row * xs_row + c] = __ldg(xp + (i64)row * n1 + c);
+  __syncthreads();
+  // the last axis: Z[p][r][k] = sum_c x[p][r][c] e^{-2 pi i k c / n1}, a thread a row
+  for (int row = threadIdx.x; row < rows; row += blockDim.x) {
+    float2 acc[MM];
+#pragma unroll
+    for (int k = 0; k < MM; ++k) acc[k] = make_c(0.f, 0.f);
+    const float* xr = xs + row * xs_row;
+    for (int c = 0; c < n1; ++c) {
+      const float v = xr[c];
+      int idx = 0;
+#pragma unroll
+      for (int k = 0; k < MM; ++k) {
+        if (k < m1) {
+          const float2 w = t1[idx];
+          acc[k].x = fmaf(v, w.x, acc[k].x);
+          acc[k].y = fmaf(v, w.y, acc[k].y);
+          idx += c;
+          idx -= idx >= n1 ? n1 : 0;
+        }
+      }
+    }
+    const int pl = row / n0, r = row - pl * n0;
+    float2* z = zs + pl * zs_plane + r * m1;
+#pragma unroll
+    for (int k = 0; k < MM; ++k)
+      if (k < m1) z[k] = acc[k];
+  }
+  __syncthreads();
+  // the first axis at the kept bins, a thread a mode of a plane (two sums, even and odd
+  // rows, for the FMAs' latency); paired: the planes fastest, so that a warp writes each
+  // mode's planes side by side
+  const int M = m0 * m1;
+  for (int task = threadIdx.x; task < nb * M; task += blockDim.x) {
+    const int pl = paired_planes ? task % nb : task / M;
+    const int i = paired_planes ? task / nb : task % M;
+    const int j = i / m1, k = i - j * m1, b = bs[j];
+    const float2* z = zs + pl * zs_plane + k;
+    float2 acc0 = make_c(0.f, 0.f), acc1 = make_c(0.f, 0.f);
+    int idx = 0;  // b r mod n0
+    int r = 0;
+    for (; r + 1 < n0; r += 2) {
+      const float2 v0 = z[r * m1], w0 = t0[idx];
+      idx += b;
+      idx -= idx >= n0 ? n0 : 0;
+      const float2 v1 = z[(r + 1) * m1], w1 = t0[idx];
+      idx += b;
+      idx -= idx >= n0 ? n0 : 0;
+      acc0.x = fmaf(v0.x, w0.x, fmaf(-v0.y, w0.y, acc0.x));
+      acc0.y = fmaf(v0.x, w0.y, fmaf(v0.y, w0.x, acc0.y));
+      acc1.x = fmaf(v1.x, w1.x, fmaf(-v1.y, w1.y, acc1.x));
+      acc1.y = fmaf(v1.x, w1.y, fmaf(v1.y, w1.x, acc1.y));
+    }
+    if (r < n0) {
+      const float2 v0 = z[r * m1], w0 = t0[idx];
+      acc0.x = fmaf(v0.x, w0.x, fmaf(-v0.y, w0.y, acc0.x));
+      acc0.y = fmaf(v0.x, w0.y, fmaf(v0.y, w0.x, acc0.y));
+    }
+    const float s = s0 * __ldg(s1 + k);
+    const i64 at = fno_direct_re(p0 + pl, i, M, paired_planes);
+    const float re = s * (acc0.x + acc1.x), im = s * (acc0.y + acc1.y);
+    if (paired_planes) {
+      *reinterpret_cast<float2*>(out + at) = make_c(re, im);
+    } else {
+      out[at] = re;
+      out[at + M] = im;
+    }
+  }
+}
+
+// out[p][r][c] = sum_{k < m1} w_k Re(W[r][k] e^{2 pi i k c / n1}), W[r][k] = s0 s1[k]
+// sum_j y[mode (j, k) of plane p] e^{2 pi i bins[j] r / n0}; w_k 1 at the DC and Nyquist bins
+// (their imaginary parts dropped), 2 elsewhere: the inverse real FFT of the kept bins.
+__device__ __forceinline__ void fno_plane_irdft_body(
+    const float* __restrict__ y, float* __restrict__ out, const float2* __restrict__ tw1,
+    const float2* __restrict__ tw0, const float* __restrict__ s1, const int* __restrict__ bins,
+    float s0, int n0, int n1, int m0, int m1, int pb, i64 planes, int paired_planes) {
+  constexpr int MM = FNO_DIRECT_MAX_MODES;
+  const i64 p0 = (i64)blockIdx.x * pb;
+  const int nb = (int)(planes - p0 < pb ? planes - p0 : pb);
+  const int M = m0 * m1;
+  const int ws_plane = n0 * m1 + 1;
+  float2* t1 = reinterpret_cast<float2*>(fftmatvec_dynamic_smem);
+  float2* t0 = t1 + n1;
+  float2* ys = t0 + n0;                         // [plane][j][k], scaled by s0 s1[k]
+  float2* ws = ys + (i64)pb * (M + 1);          // [plane][r][k]
+  int* bs = reinterpret_cast<int*>(ws + (i64)pb * ws_plane);  // the kept bins
+  for (int i = threadIdx.x; i < n1; i += blockDim.x) t1[i] = tw1[i];
+  for (int i = threadIdx.x; i < n0; i += blockDim.x) t0[i] = tw0[i];
+  for (int i = threadIdx.x; i < m0; i += blockDim.x) bs[i] = bins[i];
+  for (int e = threadIdx.x; e < nb * M; e += blockDim.x) {
+    const int pl = paired_planes ? e % nb : e / M, i = paired_planes ? e / nb : e % M;
+    const i64 at = fno_direct_re(p0 + pl, i, M, paired_planes);
+    const float s = s0 * __ldg(s1 + i % m1);
+    const float re = __ldg(y + at), im = __ldg(y + at + (paired_planes ? 1 : M));
+    ys[pl * (M + 1) + i] = make_c(s * re, s * im);
+  }
+  __syncthreads();
+  // the first axis: W[p][r][k] = sum_j Y[p][j][k] e^{+2 pi i bins[j] r / n0}, a thread a row
+  const int rows = nb * n0;
+  for (int row = threadIdx.x; row < rows; row += blockDim.x) {
+    const int pl = row / n0, r = row - pl * n0;
+    float2 acc[MM];
+#pragma unroll
+    for (int k = 0; k < MM; ++k) acc[k] = make_c(0.f, 0.f);
+    const float2* yp = ys + pl * (M + 1);
+    for (int j = 0; j < m0; ++j) {
+      const float2 w = t0[(bs[j] * r) % n0];  // e^{-i t}: conjugated (n0 < 46341)
+      const float2* yj = yp + j * m1;
+#pragma unroll
+      for (int k = 0; k < MM; ++k) {
+        if (k < m1) {
+          const float2 v = yj[k];
+          acc[k].x = fmaf(v.x, w.x, fmaf(v.y, w.y, acc[k].x));
+          acc[k].y = fmaf(v.y, w.x, fmaf(-v.x, w.y, acc[k].y));
+        }
+      }
+    }
+    float2* wr = ws + pl * ws_plane + r * m1;
+#pragma unroll
+    for (int k = 0; k < MM; ++k)
+      if (k < m1) wr[k] = acc[k];
+  }
+  __syncthreads();
+  // the last axis: a thread a column c, its twiddles of the kept bins in registers, down the
+  // rows (a warp's lanes on one row read the same W: a broadcast)
+  const int groups = (int)blockDim.x / n1 > 0 ? (int)blockDim.x / n1 : 1;
+  const int c = (int)threadIdx.x % n1, g = (int)threadIdx.x / n1;
+  if (g >= groups) return;
+  float2 tc[MM];
+  int idx = 0;
+#pragma unroll
+  for (int k = 0; k < MM; ++k) {
+    if (k < m1) {
+      const float wk = (k == 0 || 2 * k == n1) ? 1.f : 2.f;
+      const float2 w = t1[idx];  // (cos, -sin) of 2 pi k c / n1
+      tc[k] = make_c(wk * w.x, wk * w.y);
+      idx += c;
+      idx -= idx >= n1 ? n1 : 0;
+    }
+  }
+  float* op = out + p0 * n0 * n1;
+  int pl = g / n0, r = g - pl * n0;  // of row, stepped without dividing
+  for (int row = g; row < rows; row += groups) {
+    const float2* wr = ws + pl * ws_plane + r * m1;
+    r += groups;
+    while (r >= n0) {
+      r -= n0;
+      ++pl;
+    }
+    float v = 0.f;
+#pragma unroll
+    for (int k = 0; k < MM; ++k) {
+      if (k < m1) {
+        const float2 w = wr[k];
+        v = fmaf(w.x, tc[k].x, fmaf(w.y, tc[k].y, v));  // Re(W e^{+i t})
+      }
+    }
+    op[(i64)row * n1 + c] = v;
+  }
+}
