@@ -204,25 +204,6 @@ FFTMATVEC_ROWFFT_FAMILIES(f32, float, c64, float2)
       int B, int C, int O) {                                                                   \
     fno_modes_cgemm_body<NB, UR>(X, W, Y, M, B, C, O);                                         \
   }
-// fno_plane_rdft_f32, fno_plane_irdft_f32: the planes' direct form (truncated DFTs as sums,
-// any plane size, at most FNO_DIRECT_MAX_MODES modes an axis), pb planes a block.
-#define FFTMATVEC_FNO_PLANE_DIRECT                                                              \
-  extern "C" __global__ void __launch_bounds__(FNO_DIRECT_THREADS) fno_plane_rdft_f32(          \
-      const float* __restrict__ x, float* __restrict__ out, const float2* __restrict__ tw1,      \
-      const float2* __restrict__ tw0, const float* __restrict__ s1,                              \
-      const int* __restrict__ bins, float s0, int n0, int n1, int m0, int m1, int pb,            \
-      i64 planes, int paired_planes) {                                                         \
-    fno_plane_rdft_body(x, out, tw1, tw0, s1, bins, s0, n0, n1, m0, m1, pb, planes,             \
-                        paired_planes);                                                        \
-  }                                                                                              \
-  extern "C" __global__ void __launch_bounds__(FNO_DIRECT_THREADS) fno_plane_irdft_f32(         \
-      const float* __restrict__ y, float* __restrict__ out, const float2* __restrict__ tw1,      \
-      const float2* __restrict__ tw0, const float* __restrict__ s1,                              \
-      const int* __restrict__ bins, float s0, int n0, int n1, int m0, int m1, int pb,            \
-      i64 planes, int paired_planes) {                                                         \
-    fno_plane_irdft_body(y, out, tw1, tw0, s1, bins, s0, n0, n1, m0, m1, pb, planes,            \
-                         paired_planes);                                                       \
-  }
 // fno_rfft_f32_w<P>, fno_irfft_f32_w<P>: the last axis in the warp form, rows of 64 P reals.
 #define FFTMATVEC_FNO_ROWFFT_WARP(P)                                                            \
   extern "C" __global__ void FNO_ROW_WARP_BOUNDS fno_rfft_f32_w##P(                             \
@@ -266,7 +247,6 @@ FFTMATVEC_FNO_PLANE_WARP_AHEAD_ROWS(1)
 FFTMATVEC_FNO_PLANE_WARP_AHEAD_ROWS(2)
 FFTMATVEC_FNO_MODES_CGEMM(8, 2)
 FFTMATVEC_FNO_MODES_CGEMM(16, 4)
-FFTMATVEC_FNO_PLANE_DIRECT
 #endif
 
 // ---- stages 3-5 of an adjoint in one kernel (fused.cuh) -------------------------------------

@@ -678,8 +678,7 @@ def make_chain(ops, spatial, modes, device_id, rows=frozenset(), plane=frozenset
                layout="interleaved", variant="auto", product=False):
     """The chain of a layer as the planner chose it (:func:`fftmatvec.gpu.planner.fno_chain`):
     its row kernels ``rows`` (:func:`._rows.last_axis_set`) and plane kernels ``plane``
-    (:func:`._rows.plane_set`) on device ``device_id`` in form ``variant`` (``"direct"``: the
-    planes' direct form, the rows' kernels as ``"auto"``), its modes in
+    (:func:`._rows.plane_set`) on device ``device_id`` in form ``variant``, its modes in
     ``layout`` (:data:`LAYOUTS`): :class:`SplitChain`, :class:`PairedChain` or
     :class:`Chain`; ``product``: the paired modes' forward channel product on the package's
     kernel (:class:`._product.ModeProduct`)."""
@@ -692,9 +691,9 @@ def make_chain(ops, spatial, modes, device_id, rows=frozenset(), plane=frozenset
         from ._rows import PAIRED, last_axis_set, plane_set
 
         major = {"interleaved": False, "split": True, "paired": PAIRED}[layout]
-        if rows:  # (the direct form is the planes')
+        if rows:
             last = last_axis_set(spatial[-1], modes[-1], device_id, rows, modes_major=major,
-                                 variant="auto" if variant == "direct" else variant)
+                                 variant=variant)
         if plane:
             kernel_plane = plane_set(spatial[-2:], modes[-2:], device_id, plane,
                                      variant=variant,

@@ -604,122 +604,6 @@ class Plane(LastAxis):
             + self._geometry + pairs
 
 
-#: The planes' direct form (``hip_kernels/fno.cuh``: ``fno_plane_rdft_f32``,
-#: ``fno_plane_irdft_f32``): the truncated transforms as sums over the points, any plane size,
-#: at most this many modes an axis (``FNO_DIRECT_MAX_MODES``), rows of at most
-#: :data:`DIRECT_THREADS` points.
-DIRECT_MAX_MODES = 16
-#: Threads of a direct-form block (``FNO_DIRECT_THREADS``).
-DIRECT_THREADS = 256
-#: Planes a direct-form block takes, the most (fewer where two blocks would not fit a
-#: multiprocessor's shared memory).
-DIRECT_PLANES = 4
-
-
-def direct_bytes(kind: str, n0: int, n1: int, m0: int, m1: int, planes: int) -> int:
-    """Dynamic shared memory of a direct-form block of ``planes`` planes: the twiddles of both
-    axes, then (``r2c``) the planes' transformed rows and the planes themselves (rows padded)
-    and the kept bins, or (``c2r``) the modes and the transformed columns."""
-    twiddles = 8 * (n0 + n1)
-    if kind == "r2c":
-        return twiddles + 8 * planes * (n0 * m1 + 1) + 4 * planes * n0 * (n1 + 1) + 4 * m0
-    return twiddles + 8 * planes * (m0 * m1 + 1) + 8 * planes * (n0 * m1 + 1) + 4 * m0
-
-
-def direct_planes(kind: str, n0: int, n1: int, m0: int, m1: int, smem_sm: int,
-                  smem_per_block: int) -> int:
-    """Planes a direct-form block takes: :data:`DIRECT_PLANES`, halved until two blocks fit
-    ``smem_sm`` bytes and one ``smem_per_block``; 0 where not even one plane fits."""
-    pb = DIRECT_PLANES
-    while pb > 1 and 2 * direct_bytes(kind, n0, n1, m0, m1, pb) > smem_sm:
-        pb //= 2
-    while pb >= 1 and direct_bytes(kind, n0, n1, m0, m1, pb) > smem_per_block:
-        pb //= 2
-    return pb
-
-
-def direct_supported(n0: int, n1: int, m0: int, m1: int, smem_per_block: int,
-                     smem_sm: int | None = None) -> bool:
-    """Whether the direct form takes a plane of ``n0 x n1`` points keeping ``m0 x m1`` modes:
-    at most :data:`DIRECT_MAX_MODES` an axis, rows of at most :data:`DIRECT_THREADS` points,
-    columns of fewer than 46341, a plane of each kind fitting a block."""
-    if not (1 <= m0 <= min(n0, DIRECT_MAX_MODES) and 1 <= m1 <= min(n1 // 2 + 1,
-                                                                   DIRECT_MAX_MODES)):
-        return False
-    if n1 > DIRECT_THREADS or n0 * n0 >= 2**31:  # (bins times rows in 32 bits)
-        return False
-    sm = 2 * smem_per_block if smem_sm is None else smem_sm
-    return all(direct_planes(k, n0, n1, m0, m1, sm, smem_per_block) >= 1
-               for k in ("r2c", "c2r"))
-
-
-class DirectPlane(LastAxis):
-    """The transforms of :class:`Plane` in the direct form: each axis's truncated DFT as sums
-    over its points (``hip_kernels/fno.cuh``: ``fno_plane_rdft_f32``, ``fno_plane_irdft_f32``),
-    for planes of any size keeping few modes (:func:`direct_supported`), where the FFTs' passes
-    cost more than the ``n0 m1 (n1 + 2 m0)`` multiply-adds a plane, or cannot take the lengths
-    (85 = 5 x 17). The same arguments, layouts and call as :class:`Plane`; ``planes``
-    overrides the planes a block takes (:func:`direct_planes`)."""
-
-    variant = "direct"
-
-    def __init__(self, kind: str, n0: int, n1: int, m0: int, m1: int, bins, s0: float, s1,
-                 device_id: int, modes_major: bool | str = False, planes: int | None = None):
-        if kind not in ("r2c", "c2r"):
-            raise ValueError(f"kind must be 'r2c' or 'c2r', got {kind!r}")
-        if modes_major not in (False, PAIRED):
-            raise ValueError(f"modes_major must be False or {PAIRED!r} for a plane, got "
-                             f"{modes_major!r}")
-        n0, n1, m0, m1 = int(n0), int(n1), int(m0), int(m1)
-        bins = np.asarray(bins, dtype=np.int64)
-        if bins.shape != (m0,) or bins.min() < 0 or bins.max() >= n0 \
-                or np.unique(bins).size != m0:
-            raise ValueError(f"bins must be {m0} distinct bins of an axis of {n0}, got {bins}")
-        cp = backend.cupy
-        with cp.cuda.Device(device_id):
-            smem_sm, smem_limit = backend.shared_memory_limits()
-            if not direct_supported(n0, n1, m0, m1, smem_limit, smem_sm):
-                raise ValueError(f"no direct-form FNO plane kernel for {n0} x {n1} points "
-                                 f"keeping {m0} x {m1} modes (at most {DIRECT_MAX_MODES} modes "
-                                 f"an axis, rows of at most {DIRECT_THREADS} points)")
-            pb = direct_planes(kind, n0, n1, m0, m1, smem_sm, smem_limit)
-            if planes is not None:
-                pb = int(planes)
-                if pb < 1 or direct_bytes(kind, n0, n1, m0, m1, pb) > smem_limit:
-                    raise ValueError(f"planes: {planes} planes a block do not fit {smem_limit} "
-                                     "bytes of shared memory")
-            self.smem = direct_bytes(kind, n0, n1, m0, m1, pb)
-            name = "fno_plane_rdft_f32" if kind == "r2c" else "fno_plane_irdft_f32"
-            self._fn = kernels.get_function(name, self.smem)
-            self.twiddles = cp.asarray(np.exp(-2j * np.pi * np.arange(n1) / n1)
-                                       .astype(np.complex64))
-            self.twiddles0 = cp.asarray(np.exp(-2j * np.pi * np.arange(n0) / n0)
-                                        .astype(np.complex64))
-            s1 = np.broadcast_to(np.asarray(s1, dtype=np.float64), (m1,))
-            self.scale = cp.asarray(s1.astype(np.float32))
-            self.table = cp.asarray(bins.astype(np.int32))
-        self.kind, self.device_id, self.name = kind, int(device_id), name
-        self.L, self.m = n1, m1
-        self.plane, self.modes = (n0, n1), (m0, m1)
-        self.planes_per_block = pb
-        self.threads = DIRECT_THREADS
-        width = (n0 * n1, 2 * m0 * m1)
-        self.shape = width if kind == "r2c" else width[::-1]
-        self.modes_major = self.paired = modes_major == PAIRED
-        self._geometry = (np.float32(s0), np.int32(n0), np.int32(n1), np.int32(m0),
-                          np.int32(m1), np.int32(pb))
-        self._launches: OrderedDict = OrderedDict()
-        self._lock = threading.Lock()
-
-    def _grid(self, rows: int):
-        return (-(-rows // self.planes_per_block),)
-
-    def _args(self, rows: int):
-        # paired_planes: the planes apart that a plane's pairs of modes lie (0: in rows)
-        return (None, None, self.twiddles, self.twiddles0, self.scale, self.table) \
-            + self._geometry + (np.int64(rows), np.int32(rows if self.paired else 0))
-
-
 def plane_set(plane, modes, device_id: int, kinds=("r2c", "c2r"), variant: str = "auto",
               modes_major: bool | str = False) -> dict:
     """The plane transforms of ``kinds`` for the last two axes ``plane = (n0, n1)`` keeping
@@ -728,8 +612,7 @@ def plane_set(plane, modes, device_id: int, kinds=("r2c", "c2r"), variant: str =
     ``1 / n0``, ``1 / n1``) and ``synT`` (the adjoint of the synthesis: the output bins, 1,
     ``c_k``); ``c2r`` gives ``syn`` (the synthesis: the output bins, 1, 1) and ``anaT`` (the
     adjoint of the analysis: the analysis frequencies, ``1 / n0``, ``1 / (n1 c_k)``);
-    ``variant`` and ``modes_major`` as :class:`Plane` takes them, or ``variant="direct"``:
-    :class:`DirectPlane`."""
+    ``variant`` and ``modes_major`` as :class:`Plane` takes them."""
     from ._modes import hermitian_weights, mode_indices
 
     (n0, n1), (m0, m1) = plane, modes
@@ -739,9 +622,6 @@ def plane_set(plane, modes, device_id: int, kinds=("r2c", "c2r"), variant: str =
     out = {}
 
     def make(kind, bins, s0, s1):
-        if variant == "direct":
-            return DirectPlane(kind, n0, n1, m0, m1, bins, s0, s1, device_id,
-                               modes_major=modes_major)
         return Plane(kind, n0, n1, m0, m1, bins, s0, s1, device_id, variant=variant,
                      modes_major=modes_major)
 

@@ -29,8 +29,9 @@ from .rules import (_REAL_SUFFIX, ASYNC_DEFAULTS, ASYNC_FEW, ASYNC_FEW_ROWS, ASY
                     ROW_FFT_MIN_BLOCKS_PER_SM, TILES, WIDE_DEFAULTS, WIDE_MIN_BLOCKS_PER_SM,
                     WIDE_MIN_FILL, XREG_GEMV_KB, XREG_MAX_ND, XREG_MIN_KB, XREG_ND, XREG_TILES,
                     _BATCH_SIZES, _STAGED_J)
-from .rules import (FNO_PAIRED, FNO_PAIRED_PLANE, FNO_PLANE_MIN_FRACTION, FNO_PLANE_WARP_MIN_FRACTION, FNO_PRODUCT_MAX_BATCH,
-                    FNO_ROWS_C2R_WARP, FNO_ROWS_R2C_MIN, FNO_SPLIT_WITH_ROW_KERNELS)
+from .rules import (FNO_PAIRED, FNO_PAIRED_PLANE, FNO_PLANE_MIN_FRACTION,
+                    FNO_PLANE_WARP_MIN_FRACTION, FNO_PRODUCT_MAX_BATCH, FNO_ROWS_C2R_WARP,
+                    FNO_ROWS_R2C_MIN, FNO_SPLIT_WITH_ROW_KERNELS)
 from .stage3 import _Launch
 
 
@@ -204,77 +205,46 @@ def fno_plane(spatial, modes, dtype, device_id: int, tuned=()) -> frozenset:
     if mode == "0":
         return frozenset()
     return _fno_plane(tuple(int(n) for n in spatial), tuple(int(m) for m in modes),
-                      np.dtype(dtype).str, int(device_id), mode, _fno_mode("fno_direct", tuned))
+                      np.dtype(dtype).str, int(device_id), mode)
 
 
-def fno_plane_auto(spatial, modes, warp: bool = False, direct: bool = False) -> frozenset:
+def fno_plane_auto(spatial, modes, warp: bool = False) -> frozenset:
     """The steps of :func:`fno_plane` by default: both, where the layer has two or more axes and
     the first axis of the plane keeps at least
     :data:`~fftmatvec.gpu.rules.FNO_PLANE_MIN_FRACTION` of its frequencies, or
     :data:`~fftmatvec.gpu.rules.FNO_PLANE_WARP_MIN_FRACTION` where the kernels' warp form
-    takes the plane (``warp``), or at any fraction in the direct form (``direct``: its sums
-    cost in proportion to the modes)."""
+    takes the plane (``warp``)."""
     least = FNO_PLANE_WARP_MIN_FRACTION if warp else FNO_PLANE_MIN_FRACTION
-    if len(spatial) < 2 or (modes[-2] < least * spatial[-2] and not direct):
+    if len(spatial) < 2 or modes[-2] < least * spatial[-2]:
         return frozenset()
     return frozenset({"r2c", "c2r"})
 
 
 @functools.lru_cache(maxsize=256)
-def _fno_plane(spatial: tuple, modes: tuple, dtype: str, device_id: int, mode: str,
-               direct_mode: str = "auto") -> frozenset:
-    """:func:`fno_plane` for a ``mode`` of ``"auto"`` or ``"1"`` and ``fno_direct``'s
-    ``direct_mode``, once per layer shape."""
-    why, warp, direct = _fno_plane_why(spatial, modes, dtype, device_id, direct_mode)
+def _fno_plane(spatial: tuple, modes: tuple, dtype: str, device_id: int, mode: str) -> frozenset:
+    """:func:`fno_plane` for a ``mode`` of ``"auto"`` or ``"1"``, once per layer shape."""
+    why, warp = _fno_plane_why(spatial, modes, dtype, device_id)
     if unavailable("fno_plane", mode, "the FNO plane kernels cannot run this layer", why):
         return frozenset()
-    return (frozenset({"r2c", "c2r"}) if mode == "1"
-            else fno_plane_auto(spatial, modes, warp, direct))
+    return frozenset({"r2c", "c2r"}) if mode == "1" else fno_plane_auto(spatial, modes, warp)
 
 
-def _fno_plane_why(spatial: tuple, modes: tuple, dtype, device_id: int,
-                   direct_mode: str = "auto"):
-    """``(why, warp, direct)``: why the plane kernels cannot take the last two axes of a layer
-    computing in ``dtype`` on device ``device_id`` (None where they can), whether their warp
-    form takes the plane, and whether they take it in the direct form (``direct_mode``, plan
-    ``fno_direct``'s mode: :func:`fno_direct`)."""
+def _fno_plane_why(spatial: tuple, modes: tuple, dtype, device_id: int):
+    """``(why, warp)``: why the plane kernels cannot take the last two axes of a layer
+    computing in ``dtype`` on device ``device_id`` (None where they can), and whether their
+    warp form takes the plane."""
     why = "the layer has one axis" if len(spatial) < 2 else _fno_kernels_why(dtype)
-    warp = direct = False
+    warp = False
     if why is None:
         from ..fno import _rows
 
-        with backend.cupy.cuda.Device(device_id):
-            smem_sm, smem = backend.shared_memory_limits()
-        plane, kept = tuple(spatial[-2:]), tuple(modes[-2:])
-        fft = _rows.plane_supported(*plane, *kept, smem)
-        direct = direct_mode == "1" and _rows.direct_supported(*plane, *kept, smem, smem_sm)
-        warp = not direct and _rows.warp_supported(*plane, *kept, smem)
-        if not (fft or direct):
-            why = (f"they take no plane of {plane[0]} x {plane[1]} points keeping "
-                   f"{kept[0]} x {kept[1]} modes (5-smooth complex lengths, a row and a "
-                   f"column fitting {smem} bytes of shared memory, or in the direct form at "
-                   f"most {_rows.DIRECT_MAX_MODES} modes an axis and rows of at most "
-                   f"{_rows.DIRECT_THREADS} points)")
-    return why, warp, direct
-
-
-def fno_direct(spatial, modes, dtype, device_id: int, tuned=()) -> bool:
-    """Whether the FNO layer's plane kernels (:func:`fno_plane`) run in their direct form
-    (:class:`fftmatvec.fno._rows.DirectPlane`: truncated DFTs as sums, any plane size, at most
-    :data:`~fftmatvec.fno._rows.DIRECT_MAX_MODES` modes an axis): not by default (on an H100
-    it was 2-9x slower than the FFT forms and the GEMMs); plan key ``fno_direct``: ``1``
-    wherever it takes the plane (an error elsewhere); ``tuned`` as for :func:`fno_rows`."""
-    mode = _fno_mode("fno_direct", tuned)
-    if mode == "0":
-        return False
-    why, _, direct = _fno_plane_why(tuple(int(n) for n in spatial),
-                                    tuple(int(m) for m in modes), dtype, device_id, mode)
-    if mode == "1" and why is None and not direct:
-        why = (f"the direct form takes at most {16} modes an axis and rows "
-               f"of at most 256 points, got {tuple(spatial[-2:])} keeping {tuple(modes[-2:])}")
-    if unavailable("fno_direct", mode, "the planes' direct form cannot serve this layer", why):
-        return False
-    return direct
+        smem = _block_smem(device_id)
+        warp = _rows.warp_supported(*spatial[-2:], *modes[-2:], smem)
+        if not _rows.plane_supported(*spatial[-2:], *modes[-2:], smem):
+            why = (f"they take no plane of {spatial[-2]} x {spatial[-1]} points keeping "
+                   f"{modes[-2]} x {modes[-1]} modes (5-smooth complex lengths, a row and a "
+                   f"column fitting {smem} bytes of shared memory)")
+    return why, warp
 
 
 def fno_chain(batch: int, cin: int, cout: int, spatial, modes, dtype, device_id: int,
@@ -301,9 +271,7 @@ def fno_chain(batch: int, cin: int, cout: int, spatial, modes, dtype, device_id:
         layout = "split" if split else "interleaved"
         plane = fno_plane(spatial, modes, dtype, device_id, tuned) if kernels and not split \
             else frozenset()
-    direct = bool(plane) and fno_direct(spatial, modes, dtype, device_id, tuned)
-    variant = ("direct" if direct else
-               fno_variant(spatial, modes, rows, plane, device_id, tuned) if kernels else "auto")
+    variant = fno_variant(spatial, modes, rows, plane, device_id, tuned) if kernels else "auto"
     product = fno_product(batch, cin, cout, layout, kernels, tuned)
     return rows, plane, layout, variant, product
 
@@ -365,9 +333,8 @@ def fno_paired(spatial, modes, dtype, device_id: int, kernels: bool, tuned=()) -
     elif d == 1:  # ``kernels``: the layer computes in float32
         why = _fno_rows_why(spatial[0], modes[0], np.float32, int(device_id))
     else:
-        why, warp, direct = _fno_plane_why(spatial, modes, np.float32, int(device_id),
-                                           _fno_mode("fno_direct", tuned))
-        if why is None and mode == "auto" and not fno_plane_auto(spatial, modes, warp, direct):
+        why, warp = _fno_plane_why(spatial, modes, np.float32, int(device_id))
+        if why is None and mode == "auto" and not fno_plane_auto(spatial, modes, warp):
             return False  # the plane on GEMMs, as fno_plane takes it
     return not unavailable("fno_paired", mode, "the paired modes cannot serve this layer", why)
 
