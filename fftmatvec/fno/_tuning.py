@@ -546,6 +546,7 @@ def _builtin_twin(torch, x, w, bias, batch, cin, cout, spatial, modes, compute_d
     from ..gpu.planner import fno_ends
     from ._graphs import wanted
     from ._reference import resolve_method
+    from ._torch_dft import chain_for, kernel_ends
 
     if compute_dtype in ("bfloat16", "float16"):
         method = "dft"
@@ -556,7 +557,10 @@ def _builtin_twin(torch, x, w, bias, batch, cin, cout, spatial, modes, compute_d
     with torch.set_grad_enabled(grad), _plan_env({}):
         if not wanted(torch, "auto", x, w, bias):
             return "dft", False, {}
-        ends = fno_ends(tuple(x.shape), x.element_size(), cout, training=grad)
+        cd = getattr(torch, compute_dtype)
+        bound = kernel_ends(torch, chain_for(x, cd, modes, cout), x.dtype, cd, bias, grad)
+        ends = fno_ends(tuple(x.shape), x.element_size(), cout, training=grad,
+                        kernel_ends=bound)
     return "dft", True, {"fno_ends": "1" if ends else "0"}
 
 
