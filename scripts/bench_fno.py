@@ -20,9 +20,8 @@ times, so that a drift of the host or the device reaches them all alike) of
   would pair them (``dft-nopaired``: ``fno_paired=0``), with the paired modes' forward
   product on cuBLAS rather than the package's kernel (``dft-noproduct``: ``fno_product=0``),
   with every call on the full path rather than its graph replayed at once or its plan taken
-  (``dft-nofast``: ``fno_fast=0``; the other plans' columns take the full path too, their
-  plan being no signature's),
-  and the split modes with every kernel in
+  (``dft-nofast``: ``fno_fast=0``; the other plans' columns take the fast paths under their
+  own plan's signatures), and the split modes with every kernel in
   its warp form (``dft-split-warp``); on a GPU the kernels in their pass form (``dft-passes``: ``fno_warp=0``)
   and their warp form (``dft-warp``: ``fno_warp=1``, where they have one),
   on layers whose graphs hold their whole chains, the graphs with the ends outside
@@ -204,7 +203,7 @@ def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls, rounds=
         impls["dft-nopaired"] = _planned(dft, "fno_paired=0")
         # the paired modes' forward product on cuBLAS, not the package's kernel
         impls["dft-noproduct"] = _planned(dft, "fno_product=0")
-    if device.type == "cuda":  # every forward on the full path, none replayed at once
+    if device.type == "cuda":  # every call on the full path: no fast path
         impls["dft-nofast"] = _planned(dft, "fno_fast=0")
     if device.type == "cuda":  # the kernels in their pass form, in their warp form
         impls["dft-passes"] = _planned(dft, "fno_warp=0")

@@ -73,6 +73,21 @@ def _close(got, want, tol):
             assert _rel(a, b) < tol
 
 
+def _full_calls(monkeypatch):
+    """A function counting the layer's calls that took the full path since now (graphs not
+    False: not its eager twin's)."""
+    from fftmatvec.fno import _torch as layer_module
+
+    full, calls = layer_module._spectral_conv_torch, []
+
+    def counted(*args):
+        calls.append(args[7] is not False)
+        return full(*args)
+
+    monkeypatch.setattr(layer_module, "_spectral_conv_torch", counted)
+    return lambda: sum(calls)
+
+
 @pytest.fixture
 def cache(monkeypatch):
     """A fresh process cache for the test, released after it."""
@@ -661,7 +676,6 @@ def test_fast_path_of_a_forward_without_gradients(cache, ends, monkeypatch, shap
     chain's for new values of ``x`` written in place and a weight updated in place. A new
     ``FFTMATVEC_PLAN``, a new weight tensor, a call with gradients and released graphs take
     the full path."""
-    from fftmatvec.fno import _torch as layer_module
     from fftmatvec.fno import clear_graphs
 
     layer = _layer(shape[1], 6, n_modes, device="cuda")
@@ -670,16 +684,7 @@ def test_fast_path_of_a_forward_without_gradients(cache, ends, monkeypatch, shap
     with torch.no_grad():
         y0 = layer(x)
     assert len(_graphs.FAST) == 1
-    full, calls = layer_module._spectral_conv_torch, []
-
-    def counted(*args):
-        calls.append(args[7] is not False)  # the layer's calls, not its eager twin's
-        return full(*args)
-
-    monkeypatch.setattr(layer_module, "_spectral_conv_torch", counted)
-
-    def layer_calls():
-        return sum(calls)
+    layer_calls = _full_calls(monkeypatch)
 
     with torch.no_grad():
         assert torch.equal(layer(x), y0) and layer_calls() == 0
@@ -710,7 +715,6 @@ def test_fast_path_of_a_training_call(cache, ends, monkeypatch, shape, n_modes):
     the full path is not called, and the output and gradients are the eager chain's for new
     values of ``x`` and of the weight. Which inputs want gradients, a new ``FFTMATVEC_PLAN``, a
     new weight tensor and released graphs make new signatures or take the full path."""
-    from fftmatvec.fno import _torch as layer_module
     from fftmatvec.fno import clear_graphs
 
     layer = _layer(shape[1], 6, n_modes, device="cuda")
@@ -718,16 +722,7 @@ def test_fast_path_of_a_training_call(cache, ends, monkeypatch, shape, n_modes):
     g = torch.randn((shape[0], 6) + shape[2:], device="cuda")
     _step(layer, torch.randn(shape, device="cuda"), g)
     assert len(_graphs.FAST_TRAINING) == 1 and not _graphs.FAST
-    full, calls = layer_module._spectral_conv_torch, []
-
-    def counted(*args):
-        calls.append(args[7] is not False)  # the layer's calls, not its eager twin's
-        return full(*args)
-
-    monkeypatch.setattr(layer_module, "_spectral_conv_torch", counted)
-
-    def layer_calls():
-        return sum(calls)
+    layer_calls = _full_calls(monkeypatch)
 
     x = torch.randn(shape, device="cuda")
     _close(_step(layer, x, g), _step(eager, x, g), 1e-6)
@@ -792,7 +787,7 @@ def test_bound_ends(cache, ends, monkeypatch, shape, n_modes):
         layer(torch.randn(shape, device="cuda"))
         (hit,) = _graphs.FAST.values()
         chain = hit.chain
-        bindable = ends == "ends" and chain.end_kernels() is not None
+        bindable = ends == "ends" and chain.forward_ends is not None
         assert (hit.bound is not None) == bindable
         if ends == "ends" and len(shape) == 3:  # the row kernels take the 1-D layer's ends
             assert hit.bound is not None

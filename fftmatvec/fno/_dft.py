@@ -288,6 +288,11 @@ def mode_product_adjoint(ops, gY, Xs, Wv, need_x=True, need_w=True):
     return gXs, gWv
 
 
+#: The plane kernels' transforms (:func:`._rows.plane_set`) by the names of the last axis's
+#: transforms they stand for (:func:`._rows.last_axis_set`).
+PLANE_NAMES = {"ana": "F", "syn": "A", "synT": "AT", "anaT": "FT"}
+
+
 class Chain:
     """The matrices of one (spatial, modes) problem in one precision on one device.
 
@@ -318,29 +323,14 @@ class Chain:
         # the matrices and steps the kernels replace, and the form each kernel runs in
         self.rows = tuple(sorted(last)) + tuple(f"plane:{k}" for k in sorted(self.plane))
         self.forms = _forms({**last, **self.plane})
+        self.forward_ends, self.backward_ends = _end_kernels(
+            {**last, **{PLANE_NAMES[k]: t for k, t in self.plane.items()}})
         self.bias_mode = bias_mode(sp, md)
         self._matmul = ops.matmul
 
     # Each of the four transforms also in two parts, its first (or last) step and the rest,
     # for a CUDA graph of the chain's middle whose ends run outside it (``out``: that step's
     # rows written into the graph's input buffer).
-
-    def end_kernels(self, adjoint=False):
-        """The kernels (:mod:`._rows`) of the forward's first and last steps (with
-        ``adjoint``, the backward's: the synthesis's adjoint's first, the analysis's adjoint's
-        last), whose launches a replay may bind (:func:`._torch_dft.bound_ends`), or None where
-        either is a GEMM."""
-        first, last = ("synT", "AT"), ("anaT", "FT")
-        if not adjoint:
-            first, last = ("ana", "F"), ("syn", "A")
-        kernels = []
-        for plane, name in (first, last):
-            k = self.plane.get(plane)
-            if k is None:
-                k = getattr(self, name)
-                k = k if callable(k) else None
-            kernels.append(k)
-        return None if None in kernels else tuple(kernels)
 
     def analysis_start(self, x, out=None):
         return analysis_start(x, self.F, self.plane.get("ana"), out, self._matmul)
@@ -411,6 +401,20 @@ def mode_product_complex_adjoint(ops, gY, Xc, Wc, need_x=True, need_w=True):
     return gX, gW
 
 
+def _end_kernels(kernels) -> tuple:
+    """``(forward_ends, backward_ends)`` of a chain whose kernels (:mod:`._rows`) replace the
+    transforms named in ``kernels`` (``F``, ``A``, ``AT``, ``FT``; a plane's by those names):
+    the kernels of the forward's first and last steps (the analysis's first, the synthesis's
+    last) and of the backward's (the synthesis's adjoint's first, the analysis's adjoint's
+    last), whose launches a replay may bind (:func:`._torch_dft.bound_ends`); None for a
+    direction where either step is a GEMM."""
+    def pair(first, last):
+        pair = kernels.get(first), kernels.get(last)
+        return None if None in pair else pair
+
+    return pair("F", "A"), pair("AT", "FT")
+
+
 def _forms(kernels) -> tuple:
     """The form of each kernel of a chain (``variant``: pass or warp form), by the name of what
     it replaces: with :attr:`Chain.rows` what tells two chains of one layer apart."""
@@ -444,6 +448,7 @@ class SplitChain:
         self.A = ops.matrix(synthesis_last(n, m))
         self.rows = ("split",) + tuple(sorted(self._kernels))
         self.forms = _forms(self._kernels)
+        self.forward_ends, self.backward_ends = _end_kernels(self._kernels)
         self.plane = {}
         self.bias_mode = 0
         self._matmul = ops.matmul
@@ -469,12 +474,6 @@ class SplitChain:
     def constant_mode(self, Y):
         """The real parts of mode 0 in the modes ``Y`` ``(2, M, B, O)``: a view ``(B, O)``."""
         return Y[0, 0]
-
-    def end_kernels(self, adjoint=False):
-        """As :meth:`Chain.end_kernels`."""
-        names = ("AT", "FT") if adjoint else ("F", "A")
-        kernels = tuple(self._kernels.get(n) for n in names)
-        return None if None in kernels else kernels
 
     def analysis_start(self, x, out=None):
         return self._to_modes("F", self.FT, x, out)
@@ -537,8 +536,6 @@ class PairedChain:
 
     split = False
     paired = True
-    #: The plane kernels' transforms (:func:`._rows.plane_set`) by the row kernels' names.
-    PLANE_NAMES = {"ana": "F", "syn": "A", "synT": "AT", "anaT": "FT"}
 
     def __init__(self, ops, spatial, modes, last_axis=None, plane=None, product=None):
         sp, md = tuple(spatial), tuple(modes)
@@ -548,12 +545,13 @@ class PairedChain:
                              f"{'the plane kernels' if plane else 'the row kernels'}")
         self.spatial, self.modes = sp, md
         last, plane = dict(last_axis or {}), dict(plane or {})
-        self._kernels = {**last, **{self.PLANE_NAMES[k]: t for k, t in plane.items()}}
+        self._kernels = {**last, **{PLANE_NAMES[k]: t for k, t in plane.items()}}
         # the GEMMs of the transforms that no kernel replaces
         self._gemms = Chain(ops, sp, md) if len(self._kernels) < 4 else None
         self.rows = (("paired",) + tuple(sorted(last))
                      + tuple(f"plane:{k}" for k in sorted(plane)))
         self.forms = _forms({**last, **plane})
+        self.forward_ends, self.backward_ends = _end_kernels(self._kernels)
         self.plane = plane
         self.bias_mode = bias_mode(sp, md)
         self._M = math.prod(md)
@@ -606,12 +604,6 @@ class PairedChain:
         """The real parts of the mode constant over the grid in the complex modes ``Y`` ``(M,
         B, O)``: a view ``(B, O)`` (:attr:`bias_mode` not None)."""
         return self._ops.as_real(Y)[self.bias_mode, :, :, 0]
-
-    def end_kernels(self, adjoint=False):
-        """As :meth:`Chain.end_kernels`."""
-        names = ("AT", "FT") if adjoint else ("F", "A")
-        kernels = tuple(self._kernels.get(n) for n in names)
-        return None if None in kernels else kernels
 
     def analysis_start(self, x, out=None):
         return self._to_modes("F", x, out)

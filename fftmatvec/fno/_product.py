@@ -20,7 +20,7 @@ from collections import OrderedDict
 import numpy as np
 
 from .. import backend, kernels
-from ._rows import _ALIGN, _data_ptr, _is_torch, _raw_stream, keep_launch
+from ._rows import _ALIGN, _data_ptr, _is_torch, _raw_stream, cached_launch
 
 #: Rows a thread holds, by kernel (``fno_modes_cgemm_f32_b<NB>``): the smallest tile that holds
 #: the batch, larger batches in tiles of the largest.
@@ -85,14 +85,12 @@ class ModeProduct:
         return ok and _data_ptr(X) % _ALIGN == 0 and _data_ptr(W) % _ALIGN == 0
 
     def _launch(self, M, B, C, O):
-        key = (M, B, C, O)
-        hit = self._launches.get(key)
-        if hit is not None:
-            return hit
-        tile, _, grid, block, smem = launch_shape(M, B, C, O)
-        args = (None, None, None, np.int32(M), np.int32(B), np.int32(C), np.int32(O))
-        return keep_launch(self._launches, self._lock, key,
-                           kernels.PackedLaunch(self._fns[tile], grid, block, smem, args))
+        def make():
+            tile, _, grid, block, smem = launch_shape(M, B, C, O)
+            args = (None, None, None, np.int32(M), np.int32(B), np.int32(C), np.int32(O))
+            return kernels.PackedLaunch(self._fns[tile], grid, block, smem, args)
+
+        return cached_launch(self._launches, self._lock, (M, B, C, O), make)
 
     def __call__(self, X, W):
         if not self.takes(X, W):

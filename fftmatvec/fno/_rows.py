@@ -248,10 +248,7 @@ class LastAxis:
         self._lock = threading.Lock()
 
     def _launch(self, rows: int):
-        hit = self._launches.get(rows)  # a dict lookup is atomic: no lock for a hit
-        if hit is not None:
-            return hit
-        return keep_launch(self._launches, self._lock, rows, kernels.PackedLaunch(
+        return cached_launch(self._launches, self._lock, rows, lambda: kernels.PackedLaunch(
             self._fn, self._grid(rows), (self.threads,), self.smem, self._args(rows)))
 
     def _grid(self, rows: int):
@@ -349,9 +346,13 @@ class LastAxis:
                              f"{tuple(out.shape)}")
 
 
-def keep_launch(launches, lock, key, launch):
-    """``launch`` kept in ``launches`` (an OrderedDict, under ``lock``) for ``key``, the oldest
-    dropped beyond :data:`MAX_LAUNCHES`; returned."""
+def cached_launch(launches, lock, key, make):
+    """The launch kept in ``launches`` (an OrderedDict, written under ``lock``) for ``key``, or
+    ``make()`` kept there, the oldest dropped beyond :data:`MAX_LAUNCHES`."""
+    hit = launches.get(key)  # a dict lookup is atomic: no lock for a hit
+    if hit is not None:
+        return hit
+    launch = make()
     with lock:
         launches[key] = launch
         while len(launches) > MAX_LAUNCHES:

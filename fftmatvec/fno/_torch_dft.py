@@ -253,10 +253,11 @@ def _stream(torch, device):
 
 def bound_ends(torch, kernels, a, out_shape):
     """The ends of a replay (``(start, end)``, as :func:`_replay` takes them) as launches of
-    the chain's end kernels ``kernels`` (:meth:`._dft.Chain.end_kernels`, None: none):
-    ``start(buf)`` transforms ``a`` into the graph's input buffer, ``end(T)`` the graph's
-    output into a new float32 array of ``out_shape``. None where the kernels cannot read ``a``
-    in place (not float32, contiguous, aligned and non-empty). The steps they stand for
+    the chain's end kernels ``kernels`` (:attr:`._dft.Chain.forward_ends` or
+    ``backward_ends``, None: none): ``start(buf)`` transforms ``a`` into the graph's input
+    buffer, ``end(T)`` the graph's output into a new float32 array of ``out_shape``. None
+    where the kernels cannot read ``a`` in place (not float32, contiguous, aligned and
+    non-empty). The steps they stand for
     (:func:`forward_start`, :func:`forward_end` and the backward's) view and check their
     arrays and enter the GEMMs' precision, which costs a small layer's host more than the
     launches; the caller checks that nothing else is left to them (a late bias, a cast)."""
@@ -286,14 +287,22 @@ def bound_ends(torch, kernels, a, out_shape):
     return start, end
 
 
+def forward_kernels(torch, chain, x_dtype, cdtype, bias):
+    """The kernels of the forward's ends (:attr:`._dft.Chain.forward_ends`) where their
+    launches may stand for :func:`forward_start` and :func:`forward_end` (:func:`bound_ends`):
+    float32 in and out, no bias added after the synthesis (:func:`._dft.late_bias`); else
+    None."""
+    if x_dtype == cdtype == torch.float32 and (bias is None or chain.bias_mode is not None):
+        return chain.forward_ends
+    return None
+
+
 def kernel_ends(torch, chain, x_dtype, cdtype, bias, training):
     """Whether the ends that a replay runs outside its graph are the package's kernels, their
-    launches bound (:func:`bound_ends`): float32, no bias added after the synthesis, and where
-    ``training`` the backward's ends as well."""
-    return (x_dtype == cdtype == torch.float32
-            and (bias is None or chain.bias_mode is not None)
-            and chain.end_kernels() is not None
-            and (not training or chain.end_kernels(adjoint=True) is not None))
+    launches bound (:func:`bound_ends`): the forward's (:func:`forward_kernels`), and where
+    ``training`` the backward's as well."""
+    return (forward_kernels(torch, chain, x_dtype, cdtype, bias) is not None
+            and (not training or chain.backward_ends is not None))
 
 
 def _replay(torch, key, device, cdtype, chain, fn, args, wanted, ends, token=None,
@@ -348,8 +357,8 @@ def _replay_forward(torch, ctx, x, weight, bias, token):
         return _replay(torch, key, x.device, cdtype, chain,
                        lambda xs: forward_chain(xs, weight, bias, chain, cdtype), (x,),
                        wanted, None, token, replayed)
-    bound = bound_ends(torch, chain.end_kernels(), x, y_shape) if (
-        cdtype == torch.float32 and (bias is None or chain.bias_mode is not None)) else None
+    bound = bound_ends(torch, forward_kernels(torch, chain, x.dtype, cdtype, bias), x,
+                       y_shape)
     ends = bound or (lambda buf: forward_start(x, chain, cdtype, buf),
                      lambda T: forward_end(T, chain, y_shape, bias, cdtype, x.dtype))
     return _replay(torch, key, x.device, cdtype, chain,
@@ -358,12 +367,13 @@ def _replay_forward(torch, ctx, x, weight, bias, token):
                    bound is not None)
 
 
-# ---- the fast path of a forward without gradients ------------------------------------------
+# ---- the fast paths of a call whose signature was seen ---------------------------------------
 # A small layer's device waits for its host: on an H100 machine a forward's first kernel
 # launched 100-155 µs into the call (forty-third run), after the call's checks, its plan's
 # lookups, the graph's key and about 150 Python calls. A forward without gradients whose
 # signature replayed a graph before replays it again after one lookup of that signature
-# (fast_key: everything those steps read), running only the replay and the chain's ends.
+# (fast_key: everything those steps read), running only the replay and the chain's ends; a
+# call with gradients wanted takes the plan its signature's first call made (TrainingPlan).
 
 # the signature a full call keeps its replay (key) or its planning (training) under
 _PENDING = threading.local()
@@ -401,14 +411,21 @@ def fast_key(torch, x, weight, n_modes, bias, method, compute_dtype, graphs):
             state["generation"], grad)
 
 
+def _fast_now(torch, x):
+    """Whether a call kept under its signature may take its fast path now: a graph may replay
+    (:func:`._graphs.replayable`), and no functorch transform or forward-mode AD is active
+    (which the full path hands to the reference)."""
+    return _graphs.replayable(torch, x) and not (
+        torch._C._are_functorch_transforms_active()
+        or torch.autograd.forward_ad._current_level >= 0)
+
+
 def fast_forward(torch, key, x, weight, bias):
     """The output of the call of signature ``key`` (:func:`fast_key`) from the graph that
     served it last (:class:`FastReplay`), or None (no such graph, or one released since; now
     no replay (:func:`._graphs.replayable`), forward-mode AD or a functorch transform)."""
     hit = _graphs.FAST.get(key)
-    if hit is None or not _graphs.replayable(torch, x) or (
-            torch._C._are_functorch_transforms_active()
-            or torch.autograd.forward_ad._current_level >= 0):
+    if hit is None or not _fast_now(torch, x):
         return None
     out = hit(torch, x, bias)
     if out is None:  # released (evicted, cleared): the full path captures it again
@@ -452,7 +469,7 @@ class FastReplay:
 
 class BoundEnds:
     """A forward's replay whose first and last steps, outside the graph, are the package's
-    kernels (:meth:`._dft.Chain.end_kernels`) in float32: their launches
+    kernels in float32 (:func:`forward_kernels`): their launches
     (:class:`fftmatvec.kernels.PackedLaunch`) looked up once, the graph's buffers' addresses
     bound, so that a call only allocates ``y``, sets two pointers per launch and replays. The
     steps :func:`forward_start` and :func:`forward_end` take otherwise (views, checks, the
@@ -466,9 +483,8 @@ class BoundEnds:
         """The bound ends of the replay of ``entry`` for inputs like ``x``, or None where they
         are not both kernels, the computation is not float32, the bias is added after the
         synthesis (:func:`._dft.late_bias`) or the buffers are not as the kernels take them."""
-        kernels = chain.end_kernels()
-        if (kernels is None or cdtype != torch.float32 or x.dtype != torch.float32
-                or (bias is not None and chain.bias_mode is None)):
+        kernels = forward_kernels(torch, chain, x.dtype, cdtype, bias)
+        if kernels is None:
             return None
         start, end = kernels
         buf_in, buf_out = entry.inputs[0], entry.outputs[0]
@@ -564,7 +580,7 @@ def _replay_backward_of(torch, ctx, g, xs, weight, needs, borrowed=None):
     bound = None
     if cdtype == torch.float32 and meta[0] == torch.float32:  # (x_shape: dL/dx's, if needed)
         x_shape = (g_shape[0], meta[1][0]) + g_shape[2:]
-        bound = bound_ends(torch, chain.end_kernels(adjoint=True), g, x_shape)
+        bound = bound_ends(torch, chain.backward_ends, g, x_shape)
     ends = bound or (lambda buf: backward_start(g, chain, cdtype, buf),
                      lambda gT: backward_end(gT, g_shape, chain, meta))
     out = _replay(torch, key, g.device, cdtype, chain,
@@ -721,9 +737,7 @@ def fast_training(torch, key, x, weight, bias):
     with it, skipping the call's checks and planning; or None (none kept; now no replay,
     forward-mode AD or a functorch transform)."""
     plan = _graphs.FAST_TRAINING.get(key)
-    if plan is None or _FN is None or not _graphs.replayable(torch, x) or (
-            torch._C._are_functorch_transforms_active()
-            or torch.autograd.forward_ad._current_level >= 0):
+    if plan is None or _FN is None or not _fast_now(torch, x):
         return None
     return _FN.apply(x, weight, bias, plan.modes, plan.cdtype, plan.graphs, plan.graphs,
                      plan.tuned, plan)
