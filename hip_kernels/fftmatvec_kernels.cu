@@ -216,23 +216,21 @@ FFTMATVEC_ROWFFT_FAMILIES(f32, float, c64, float2)
       const float* __restrict__ scale, i64 rows, int m, int rpb, int modes_major) {            \
     fno_irfft_warp_body<P>(y, out, tw, scale, rows, m, rpb, modes_major);                      \
   }
-// fno_rfft_long_f32_w<P>, fno_irfft_long_f32_w<P>: long rows, L = 64 P R (R >= 2), one block a
-// row (tw unused: the twiddles are computed).
-#define FFTMATVEC_FNO_ROWFFT_LONG(P)                                                            \
-  extern "C" __global__ void FNO_ROW_WARP_BOUNDS fno_rfft_long_f32_w##P(                        \
+// fno_rfft_cols_f32, fno_irfft_cols_f32: long rows in the column form, L = 64 R, rpb rows a
+// block of rpb R threads (tw: the host's table of w^{n1 k}, (R, m) forward, (m, R) inverse).
+#define FFTMATVEC_FNO_ROWFFT_COLS                                                              \
+  extern "C" __global__ void FNO_COLS_BOUNDS(2) fno_rfft_cols_f32(                              \
       const float* __restrict__ x, float* __restrict__ out, const float2* __restrict__ tw,      \
-      const float* __restrict__ scale, i64 rows, int L, int m, int modes_major) {              \
-    fno_rfft_long_body<P>(x, out, scale, rows, L, m, modes_major);                             \
+      const float* __restrict__ scale, i64 rows, int R, int m, int rpb, int modes_major) {     \
+    fno_rfft_cols_body(x, out, tw, scale, rows, R, m, rpb, modes_major);                       \
   }                                                                                            \
-  extern "C" __global__ void FNO_ROW_WARP_BOUNDS fno_irfft_long_f32_w##P(                       \
+  extern "C" __global__ void FNO_COLS_BOUNDS(3) fno_irfft_cols_f32(                             \
       const float* __restrict__ y, float* __restrict__ out, const float2* __restrict__ tw,      \
-      const float* __restrict__ scale, i64 rows, int L, int m, int modes_major) {              \
-    fno_irfft_long_body<P>(y, out, scale, rows, L, m, modes_major);                            \
+      const float* __restrict__ scale, i64 rows, int R, int m, int rpb, int modes_major) {     \
+    fno_irfft_cols_body(y, out, tw, scale, rows, R, m, rpb, modes_major);                      \
   }
 #if FFTMATVEC_IN_SECTION(ROWFFT_F32_C64)
-FFTMATVEC_FNO_ROWFFT_LONG(1)
-FFTMATVEC_FNO_ROWFFT_LONG(2)
-FFTMATVEC_FNO_ROWFFT_LONG(4)
+FFTMATVEC_FNO_ROWFFT_COLS
 FFTMATVEC_FNO_ROWFFT(8)
 FFTMATVEC_FNO_ROWFFT(10)
 FFTMATVEC_FNO_ROWFFT_WARP(1)

@@ -665,124 +665,240 @@ __device__ __forceinline__ void fno_irfft_warp_body(const float* __restrict__ y,
   }
 }
 
-// ---- long rows in the warp form: L = 64 P R reals, R >= 2 (LastAxis, variant "warp") -------
-// A row as R columns of 64 P values, n = n1 + R n2: X[k] = sum_{n1} e^{-2 pi i k n1 / L} C_{n1}[k]
-// with C_{n1} the real FFT of column n1 (a group's, as a row of the warp form), for the kept bins
-// k < m <= 32 P + 1, which the columns' FFTs hold as they are. The inverse runs it backwards:
-// column n1 is the inverse real FFT of X[k] e^{2 pi i k n1 / L}, its bin 32 P doubled (it is the
-// column's Nyquist bin, not the row's: the row needs 2 Re of it, a column's inverse takes Re).
-// One block a row, the row in shared memory as 64 P rows of R + 1 values (a column's lanes on
-// distinct banks but two), then the columns' kept bins; the twiddles of the sums computed.
-#define FNO_LONG_SPLIT 8
+// ---- long rows in the column form: L = 64 R reals (LastAxis, variant "columns") -------------
+// Sample n = n1 + R n2 of a row (n1 < R, n2 < 64). Thread n1 of the row's R holds column n1
+// (x[n1 + R n2], n2 < 64; a warp's loads of one n2 are consecutive values) in registers and
+// takes its real FFT there, C_{n1}[q] for q <= 32 (the packed z[j] = x[2j] + i x[2j + 1], a
+// 32-point FFT in registers, the split), C_{n1}[64 - q] = conj C_{n1}[q]. The kept bins are
+// X[k] = sum_{n1} w^{n1 k} C_{n1}[k mod 64] (w = e^{-2 pi i / L}; k < m), the columns' bins
+// through shared memory, the twiddles tw[n1 m + k] = w^{n1 k} a table of the host's (exact,
+// rounded once; every FNO_COLS_SEED-th read, products between). The inverse runs it
+// backwards: thread n1 sums D_{n1}[q] = sum of X[k] w^{-n1 k} over the bins k = q (mod 64) of
+// the Hermitian spectrum (tw[k R + n1] = w^{-n1 k}; the kept bins, scaled, through shared
+// memory), and the inverse real FFT of D_{n1} (64 points) is column n1. A thread's work on the
+// bins is m complex products each way, whatever L; no shuffles, one pass through shared memory.
+// rpb rows a block of rpb R threads, their kept bins staged (BinStage) so that the spectral
+// side moves in whole runs of its layout.
+// Launch bounds: on NVIDIA, registers for B blocks of the most threads a multiprocessor: the
+// forward two (96 registers; at three, 80, it ran up to 26 % slower on an H100), the inverse
+// three (80; 4-10 % faster than at two, 128 registers, on rows of 1024-4096 points)
+// (docs/history.md, forty-fifth run).
+#define FNO_COLS_THREADS 256
+#if defined(FFTMATVEC_HIP)
+#define FNO_COLS_BOUNDS(B) __launch_bounds__(FNO_COLS_THREADS)
+#else
+#define FNO_COLS_BOUNDS(B) __launch_bounds__(FNO_COLS_THREADS, B)
+#endif
 
-template <int P>
-__device__ __forceinline__ void fno_rfft_long_body(const float* __restrict__ x,
-                                                   float* __restrict__ out,
-                                                   const float* __restrict__ scale, i64 rows,
-                                                   int L, int m, int modes_major) {
-  constexpr int N1 = 32 * P, NC = 64 * P;
-  const int R = L / NC, rp = R + 1;
-  float* S = reinterpret_cast<float*>(fftmatvec_dynamic_smem);       // NC rows of rp
-  float2* Y = reinterpret_cast<float2*>(S + NC * rp);                 // Y[n1 m + k]
-  float2* part = Y + R * m;                                           // FNO_LONG_SPLIT x m
-  const Lanes32<-1> lanes;
-  const int lane = lanes.lane, group = (int)(threadIdx.x >> 5), groups = (int)(blockDim.x >> 5);
-  const i64 row = blockIdx.x;
-  const float* xr = x + row * L;
-  {
-    RowCursor at(R);  // at.r = n2, at.c = n1 of n = threadIdx.x, threadIdx.x + blockDim.x, ...
-    for (int n = threadIdx.x; n < L; n += blockDim.x, at.next()) S[at.r * rp + at.c] = xr[n];
-  }
-  float2 twr[P], spw[P];
-#pragma unroll
-  for (int k2 = 0; k2 < P; ++k2) {
-    twr[k2] = unit_root(lane * k2, N1, -1);
-    spw[k2] = unit_root(P * lane + k2, NC, -1);
-  }
-  __syncthreads();
-  for (int n1 = group; n1 < R; n1 += groups) {
-    float2 v[P];
-#pragma unroll
-    for (int p = 0; p < P; ++p) {
-      const int j = lane + 32 * p;
-      v[p] = make_c(S[2 * j * rp + n1], S[(2 * j + 1) * rp + n1]);
-    }
-    warp_row_rfft<P>(v, lanes, twr, spw, [&](int k, float2 b) {
-      if (k < m) Y[n1 * m + k] = b;
-    });
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < FNO_LONG_SPLIT * m; i += blockDim.x) {
-    const int s = i / m, k = i - s * m;
-    float2 acc = make_c(0.f, 0.f);
-    for (int n1 = s; n1 < R; n1 += FNO_LONG_SPLIT)
-      acc = c_add(acc, c_mul(Y[n1 * m + k], unit_root(k * n1, L, -1)));
-    part[i] = acc;
-  }
-  __syncthreads();
-  for (int k = threadIdx.x; k < m; k += blockDim.x) {
-    float2 acc = part[k];
-#pragma unroll
-    for (int s = 1; s < FNO_LONG_SPLIT; ++s) acc = c_add(acc, part[s * m + k]);
-    acc = c_scale(acc, scale[k]);
-    if (modes_major == FNO_PAIRED) {
-      *reinterpret_cast<float2*>(out + ((i64)k * rows + row) * 2) = acc;
-    } else if (modes_major) {
-      out[(i64)k * rows + row] = acc.x;
-      out[(i64)(m + k) * rows + row] = acc.y;
-    } else {
-      out[row * 2 * m + k] = acc.x;
-      out[row * 2 * m + m + k] = acc.y;
-    }
-  }
+// cos(2 pi j / 64), j <= 16
+__host__ __device__ constexpr float cos64(int j) {
+  constexpr float t[17] = {1.000000000e+00f, 9.951847196e-01f, 9.807852507e-01f,
+                           9.569403529e-01f, 9.238795042e-01f, 8.819212914e-01f,
+                           8.314695954e-01f, 7.730104327e-01f, 7.071067691e-01f,
+                           6.343932748e-01f, 5.555702448e-01f, 4.713967443e-01f,
+                           3.826834261e-01f, 2.902846634e-01f, 1.950903237e-01f,
+                           9.801714122e-02f, 0.0f};
+  return t[j];
 }
 
-template <int P>
-__device__ __forceinline__ void fno_irfft_long_body(const float* __restrict__ y,
+// v exp(S 2 pi i j / 64); constants where j is (the loops below unrolled), the products by 1
+// and +-i left out
+template <int S>
+__device__ __forceinline__ float2 twiddle64(float2 v, int j) {
+  j &= 63;
+  if (j == 0) return v;
+  if (j == 16) return c_muli<S>(v);
+  if (j == 32) return make_c(-v.x, -v.y);
+  if (j == 48) return c_muli<-S>(v);
+  const int r = j & 15;
+  const float c = cos64(r), s = cos64(16 - r);  // cos and sin of 2 pi r / 64
+  const int quarter = j >> 4;
+  const float re = quarter == 0 ? c : quarter == 1 ? -s : quarter == 2 ? -c : s;
+  const float im = quarter == 0 ? s : quarter == 1 ? c : quarter == 2 ? -s : -c;
+  return c_mul(v, make_c(re, S > 0 ? im : -im));
+}
+
+__host__ __device__ constexpr int bitrev5(int k) {
+  return ((k & 1) << 4) | ((k & 2) << 2) | (k & 4) | ((k & 8) >> 2) | ((k & 16) >> 4);
+}
+
+// The FFT (sign S) of N <= 64 complex values in registers, radix 2, decimation in frequency:
+// afterwards v[bit reversal of k] holds bin k.
+template <int N, int S, int H = N / 2>
+__device__ __forceinline__ void reg_fft(float2 (&v)[N]) {
+#pragma unroll
+  for (int b = 0; b < N; b += 2 * H) {
+#pragma unroll
+    for (int j = 0; j < H; ++j) {
+      const float2 a = v[b + j], c = v[b + j + H];
+      v[b + j] = c_add(a, c);
+      v[b + j + H] = twiddle64<S>(c_sub(a, c), j * (32 / H));
+    }
+  }
+  if constexpr (H > 1) reg_fft<N, S, H / 2>(v);
+}
+
+// The twiddles of the sums over columns (bins) are read from the table every FNO_COLS_SEED
+// terms, multiplied by the step's between: the table's reads an eighth, the products' rounding
+// at most seven steps deep.
+#define FNO_COLS_SEED 8
+
+// Threads that sum one bin of a row over its R columns in the forward: up to 8 (a power of
+// two) while a block of rows of R threads has as many for its m bins a row
+// (fftmatvec/fno/_rows.py: cols_parts).
+__device__ __forceinline__ int fno_cols_parts(int R, int m) {
+  int parts = 1;
+  while (parts < 8 && 2 * parts * m <= R) parts *= 2;
+  return parts;
+}
+
+__device__ __forceinline__ void fno_rfft_cols_body(const float* __restrict__ x,
+                                                   float* __restrict__ out,
+                                                   const float2* __restrict__ tw,
+                                                   const float* __restrict__ scale, i64 rows,
+                                                   int R, int m, int rpb, int modes_major) {
+  const i64 L = 64 * (i64)R;
+  float2* cs = reinterpret_cast<float2*>(fftmatvec_dynamic_smem);  // [rpb R][33]
+  const BinStage st{reinterpret_cast<float*>(cs + rpb * R * 33), m, rpb + 1, modes_major};
+  const i64 row0 = (i64)blockIdx.x * rpb;
+  const int nrow = (int)(rows - row0 < rpb ? rows - row0 : rpb);
+  const int r = (int)threadIdx.x / R, n1 = (int)threadIdx.x - r * R;
+  if (r < nrow) {
+    const float* xc = x + (row0 + r) * L + n1;
+    float2 v[32];
+#pragma unroll
+    for (int j = 0; j < 32; ++j) v[j] = make_c(xc[(2 * j) * R], xc[(2 * j + 1) * R]);
+    reg_fft<32, -1>(v);
+    // the split: C[q] = E + w64^{-q} O, E = (Z[q] + conj Z[32 - q]) / 2,
+    // O = -i (Z[q] - conj Z[32 - q]) / 2 (Z[32] = Z[0])
+    float2* c = cs + threadIdx.x * 33;
+    c[0] = make_c(v[0].x + v[0].y, 0.f);
+    c[32] = make_c(v[0].x - v[0].y, 0.f);
+    // and C[32 - q] = conj(E - w64^{-q} O): the pair from one E and one product
+#pragma unroll
+    for (int q = 1; q <= 16; ++q) {
+      const float2 a = v[bitrev5(q)], b = c_conj(v[bitrev5(32 - q)]);
+      const float2 e = c_scale(c_add(a, b), 0.5f);
+      const float2 t = twiddle64<-1>(c_muli<-1>(c_scale(c_sub(a, b), 0.5f)), q);
+      c[q] = c_add(e, t);
+      if (q < 16) c[32 - q] = c_conj(c_sub(e, t));
+    }
+  }
+  __syncthreads();
+  // bin k of row rr: sum_{n1} w^{n1 k} C_{n1}[k mod 64], times scale[k], into the stage; each
+  // sum in `parts` strided parts where the block has threads to spare (fno_cols_parts), the
+  // parts through shared memory after the stage
+  const int items = nrow * m, parts = fno_cols_parts(R, m);
+  float2* part = reinterpret_cast<float2*>(st.s + 2 * m * (rpb + 1));
+  for (int i = threadIdx.x; i < items * parts; i += blockDim.x) {
+    const int p = i / items, it = i - p * items, rr = it / m, k = it - rr * m;
+    int q = k & 63;
+    // C[q] = conj C[64 - q]: for those bins the sum of conj(C w'), w' = conj w, conjugated
+    const float sg = q > 32 ? -1.f : 1.f;
+    if (q > 32) q = 64 - q;
+    const float2* c = cs + rr * R * 33 + q;
+    const float2* t = tw + k;
+    // w^{n1 k} from the table every FNO_COLS_SEED columns, by products with w^{parts k} between
+    float2 step = t[(i64)parts * m];
+    step.y *= sg;
+    float2 acc[2] = {make_c(0.f, 0.f), make_c(0.f, 0.f)};
+    for (int n0 = p; n0 < R; n0 += FNO_COLS_SEED * parts) {
+      float2 w = t[(i64)n0 * m];
+      w.y *= sg;
+#pragma unroll
+      for (int j = 0; j < FNO_COLS_SEED; ++j) {
+        const int n1 = n0 + j * parts;
+        if (n1 < R) cfma(acc[j & 1], c[n1 * 33], w);
+        w = c_mul(w, step);
+      }
+    }
+    float2 b = c_add(acc[0], acc[1]);
+    b.y *= sg;
+    if (parts > 1) {
+      part[i] = b;
+    } else {
+      st.s[st.re(rr, k)] = b.x * scale[k];
+      st.s[st.im(rr, k)] = b.y * scale[k];
+    }
+  }
+  if (parts > 1) {
+    __syncthreads();
+    for (int it = threadIdx.x; it < items; it += blockDim.x) {
+      const int rr = it / m, k = it - rr * m;
+      float2 b = part[it];
+      for (int p = 1; p < parts; ++p) b = c_add(b, part[p * items + it]);
+      st.s[st.re(rr, k)] = b.x * scale[k];
+      st.s[st.im(rr, k)] = b.y * scale[k];
+    }
+  }
+  __syncthreads();
+  st.store(out, rows, row0, nrow);
+}
+
+__device__ __forceinline__ void fno_irfft_cols_body(const float* __restrict__ y,
                                                     float* __restrict__ out,
+                                                    const float2* __restrict__ tw,
                                                     const float* __restrict__ scale, i64 rows,
-                                                    int L, int m, int modes_major) {
-  constexpr int N1 = 32 * P, NC = 64 * P;
-  const int R = L / NC, rp = R + 1;
-  float* S = reinterpret_cast<float*>(fftmatvec_dynamic_smem);       // NC rows of rp
-  float2* X = reinterpret_cast<float2*>(S + NC * rp);                 // the m bins, scaled
-  const Lanes32<1> lanes;
-  const int lane = lanes.lane, group = (int)(threadIdx.x >> 5), groups = (int)(blockDim.x >> 5);
-  const i64 row = blockIdx.x;
-  for (int k = threadIdx.x; k < m; k += blockDim.x) {
-    if (modes_major == FNO_PAIRED) {
-      X[k] = c_scale(*reinterpret_cast<const float2*>(y + ((i64)k * rows + row) * 2), scale[k]);
-      continue;
-    }
-    const float re = modes_major ? y[(i64)k * rows + row] : y[row * 2 * m + k];
-    const float im = modes_major ? y[(i64)(m + k) * rows + row] : y[row * 2 * m + m + k];
-    X[k] = c_scale(make_c(re, im), scale[k]);
-  }
-  float2 twr[P], ctw[P];
-#pragma unroll
-  for (int k2 = 0; k2 < P; ++k2) {
-    twr[k2] = unit_root(lane * k2, N1, 1);
-    ctw[k2] = unit_root(lane + 32 * k2, NC, 1);
+                                                    int R, int m, int rpb, int modes_major) {
+  const i64 L = 64 * (i64)R;
+  float2* xs = reinterpret_cast<float2*>(fftmatvec_dynamic_smem);  // [rpb][m], scaled
+  const BinStage st{reinterpret_cast<float*>(xs + rpb * m), m, rpb + 1, modes_major};
+  const i64 row0 = (i64)blockIdx.x * rpb;
+  const int nrow = (int)(rows - row0 < rpb ? rows - row0 : rpb);
+  const int r = (int)threadIdx.x / R, n1 = (int)threadIdx.x - r * R;
+  st.load(y, rows, row0, nrow);
+  __syncthreads();
+  // the kept bins times scale[k], the imaginary parts of DC and Nyquist dropped
+  for (int i = threadIdx.x; i < nrow * m; i += blockDim.x) {
+    const int rr = i / m, k = i - rr * m;
+    float2 b = c_scale(make_c(st.s[st.re(rr, k)], st.s[st.im(rr, k)]), scale[k]);
+    if (k == 0 || 2 * (i64)k == L) b.y = 0.f;
+    xs[i] = b;
   }
   __syncthreads();
-  for (int n1 = group; n1 < R; n1 += groups) {
-    float2 v[P];
-    // the column's Nyquist bin doubled (see above); its DC bin is the row's
-    warp_row_irfft<P>(v, lanes, twr, ctw, [&](int k) {
-      const float2 z = k < m ? c_mul(X[k], unit_root(k * n1, L, 1)) : make_c(0.f, 0.f);
-      return k == N1 ? c_scale(z, 2.f) : z;
-    });
+  if (r >= nrow) return;
+  // D[q] (q <= 32): a = X[k] w^{-n1 k} goes to D[k mod 64], conj a to D[-k mod 64] (the bin
+  // L - k; none for DC and Nyquist), where that is at most 32
+  float2 d[33];
 #pragma unroll
-    for (int k2 = 0; k2 < P; ++k2) {
-      const int j = P * lane + k2;
-      S[2 * j * rp + n1] = v[k2].x;
-      S[(2 * j + 1) * rp + n1] = v[k2].y;
+  for (int q = 0; q <= 32; ++q) d[q] = make_c(0.f, 0.f);
+  const float2* xr = xs + r * m;
+  // w^{-n1 k} from the table every FNO_COLS_SEED bins, by products with w^{-n1} between
+  const float2 step = tw[(i64)(m > 1) * R + n1];
+  float2 w = step;
+  for (int k0 = 0; k0 < m; k0 += 64) {
+#pragma unroll
+    for (int q = 0; q < 64; ++q) {
+      const int k = k0 + q;
+      if (k < m) {
+        w = q % FNO_COLS_SEED == 0 ? tw[(i64)k * R + n1] : c_mul(w, step);
+        const float2 a = c_mul(xr[k], w);
+        if (q <= 32) d[q] = c_add(d[q], a);
+        if ((q == 0 ? k0 > 0 : q >= 32) && 2 * (i64)k != L)
+          d[(64 - q) & 63] = c_add(d[(64 - q) & 63], c_conj(a));
+      }
     }
   }
-  __syncthreads();
-  float* orow = out + row * L;
-  RowCursor at(R);
-  for (int n = threadIdx.x; n < L; n += blockDim.x, at.next()) orow[n] = S[at.r * rp + at.c];
+  // the packed spectrum Z[q] = E + i O, E = D[q] + conj D[32 - q],
+  // O = (D[q] - conj D[32 - q]) w64^{q}; its inverse FFT z[j] = y[2j] + i y[2j + 1]
+  float2 v[32];
+  v[0] = make_c(d[0].x + d[32].x, d[0].x - d[32].x);
+  // (and Z[32 - q] = conj(E - i t), t = (D[q] - conj D[32 - q]) w64^{q}: one product a pair)
+#pragma unroll
+  for (int q = 1; q <= 16; ++q) {
+    const float2 a = d[q], b = c_conj(d[32 - q]);
+    const float2 e = c_add(a, b), t = c_muli<1>(twiddle64<1>(c_sub(a, b), q));
+    v[q] = c_add(e, t);
+    if (q < 16) v[32 - q] = c_conj(c_sub(e, t));
+  }
+  reg_fft<32, 1>(v);
+  float* o = out + (row0 + r) * L + n1;
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+    const float2 z = v[bitrev5(j)];
+    o[(2 * j) * R] = z.x;
+    o[(2 * j + 1) * R] = z.y;
+  }
 }
 
 // ---- the paired modes' channel product for small batches (fftmatvec/fno/_product.py) --------

@@ -16,7 +16,7 @@ GEMM of the first) in the same run. With ``--forms``, the plane kernels' two for
 each other on a few planes (:data:`FORMS`), and the warp form's r2c with its rows loaded
 ahead. With ``--row-forms``, the last axis's kernels of every size in both forms and both
 layouts of the spectral side (rows, and modes-major as the split modes take it), the warp form
-over its rows per block (long rows, a row a block, once), against the GEMMs they replace in
+over its rows per block where it takes the axis, against the GEMMs they replace in
 the same layout. With ``--products``, the channel product of every size in three layouts of the
 modes: interleaved ``(B, C, 2, M)`` (the permutes and the complex GEMM of
 ``_dft.mode_product_complex``), split ``(2, M, B, C)`` (the weight split and four real GEMMs of
@@ -24,11 +24,15 @@ modes: interleaved ``(B, C, 2, M)`` (the permutes and the complex GEMM of
 imaginary parts: one real GEMM a mode with the weight as the real ``(2C, 2O)`` block matrix, built
 in the call), to see what a layout the kernels could write would gain; and the complex
 modes-major ``(M, B, C)`` that the paired chain keeps, its product on cuBLAS (``complex``) and on
-the package's kernel (``kernel``: ``fftmatvec/fno/_product.py``).
+the package's kernel (``kernel``: ``fftmatvec/fno/_product.py``). With ``--long-rows``, rows
+of 1024-16384 points (:data:`LONG_ROWS`) in every form of the last axis's kernels that takes
+them (the pass form, the column form), against the GEMM and the
+device's copy bandwidth measured in the same run.
 
 Usage::
 
-    python scripts/bench_fno_rows.py [--reps N] [--plane | --forms | --row-forms | --products]
+    python scripts/bench_fno_rows.py [--reps N] [--plane | --forms | --row-forms | --long-rows |
+                                      --products]
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ import torch
 from bench_fno import SIZES
 from fftmatvec.fno import _dft, kept_modes
 from fftmatvec.fno._rows import (PLANE_AHEAD_ROWS, LastAxis, Plane, plane_supported,
-                                 row_warp_shape, row_warp_supported, supported, warp_supported)
+                                 row_warp_supported, supported, warp_supported)
 
 RPB = (1, 2, 4, 8, 16, 32, 64)
 PLANE_THREADS = (128, 256)
@@ -177,8 +181,7 @@ def row_forms(reps, dev):
                 tw = [float("nan")] * len(WARP_RPB)
                 differ = float("nan")
                 if row_warp_supported(L, mm, 227 * 1024):
-                    long = row_warp_shape(L, mm)[1] > 1  # a row a block: no rows to sweep
-                    for i, r in enumerate(WARP_RPB[:1] if long else WARP_RPB):
+                    for i, r in enumerate(WARP_RPB):
                         w = LastAxis(kind, L, mm, np.ones(mm), dev.index, rows_per_block=r,
                                      modes_major=major, variant="warp")
                         tw[i] = timed(lambda w=w: w(inp), reps)
@@ -189,6 +192,76 @@ def row_forms(reps, dev):
                 print(f"{str((B, C, grid, m)):>28} {kind:>4} {layout:>6} {t_gemm:7.1f} "
                       f"{t_pass:7.1f} " + " ".join(f"{v:6.1f}" for v in tw)
                       + f" {gbs:9.0f} {differ:8.1e}", flush=True)
+
+
+#: (L, m) for --long-rows: 2^26 bytes of rows each; the benchmark's 4096-point axis, shorter
+#: and longer rows, a few bins and many, a length whose complex FFT is not 5-smooth (1088)
+LONG_ROWS = [(4096, 64), (4096, 16), (4096, 129), (2048, 64), (1024, 64), (1024, 33),
+             (8192, 64), (16384, 64), (1088, 40)]
+
+
+#: rows per block of the column form swept by --long-rows
+COLS_RPB = (1, 2, 4, 8)
+
+
+def long_rows(reps, dev):
+    """Long rows in both forms of the last axis's kernels that take them (passes, columns; the
+    column form over its rows per block), rows and paired layouts, against the GEMM (rows layout)
+    in the same run: the median time of a launch (µs), the bandwidth of the best form over the
+    bytes in and out, the device's copy bandwidth over the same bytes as a fraction, and the
+    largest difference of the column form to the float64 matrix over its largest value."""
+    buf = torch.empty(2 ** 26 // 4, device=dev)
+    t_copy = timed(lambda: buf.clone(), reps)  # 2^27 bytes moved
+    copy_gbs = 2 ** 27 / t_copy / 1e3
+    print(f"copy bandwidth {copy_gbs:.0f} GB/s")
+    print(f"{'L':>6} {'m':>4} {'rows':>6} {'kind':>4} {'layout':>6} {'gemm':>7} {'passes':>7} "
+          f"{'columns':>7} " + " ".join(f"{'c' + str(r):>6}" for r in COLS_RPB)
+          + f" {'best GB/s':>9} {'of copy':>7} {'error':>8}")
+    for L, m in LONG_ROWS:
+        n_rows = 2 ** 24 // L
+        x = torch.randn(n_rows, L, device=dev)
+        F = _dft.analysis_last(L, m)
+        A = _dft.synthesis_last(L, m)
+        Ft = torch.as_tensor(F, dtype=torch.float32, device=dev)
+        At = torch.as_tensor(A, dtype=torch.float32, device=dev)
+        for layout in ("rows", "paired"):
+            major = "paired" if layout == "paired" else False
+            s = torch.randn(n_rows, 2 * m, device=dev)
+            Y = s.reshape(-1, 2, m).permute(2, 0, 1).reshape(m, -1).contiguous() if major else s
+            for kind, inp in (("r2c", x), ("c2r", Y)):
+                t_gemm = float("nan")
+                if not major:
+                    t_gemm = timed((lambda: x @ Ft) if kind == "r2c" else (lambda: s @ At), reps)
+                us = {}
+                for variant in ("passes", "columns"):
+                    try:
+                        t = LastAxis(kind, L, m, np.ones(m), dev.index, modes_major=major,
+                                     variant=variant)
+                    except ValueError:  # the form does not take the axis
+                        continue
+                    us[variant] = timed(lambda t=t: t(inp), reps)
+                    if variant == "columns":
+                        for r in COLS_RPB:  # its rows per block swept
+                            c = LastAxis(kind, L, m, np.ones(m), dev.index, modes_major=major,
+                                         variant=variant, rows_per_block=r)
+                            if c.rows_per_block == r:
+                                us[f"c{r}"] = timed(lambda c=c: c(inp), reps)
+                        got = t(inp).double().cpu().numpy()
+                        if kind == "r2c":  # scale 1, F's is 1 / L
+                            want = x.double().cpu().numpy() @ F * L
+                            if major:
+                                want = want.reshape(-1, 2, m).transpose(2, 0, 1).reshape(m, -1)
+                        else:
+                            want = s.double().cpu().numpy() @ A
+                        err = np.abs(got - want).max() / np.abs(want).max()
+                best = min(us.values(), default=float("nan"))
+                gbs = 4 * n_rows * (L + 2 * m) / best / 1e3
+                print(f"{L:>6} {m:>4} {n_rows:>6} {kind:>4} {layout:>6} {t_gemm:7.1f} "
+                      + " ".join(f"{us.get(v, float('nan')):7.1f}"
+                                 for v in ("passes", "columns")) + " "
+                      + " ".join(f"{us.get(f'c{r}', float('nan')):6.1f}" for r in COLS_RPB)
+                      + f" {gbs:9.0f} {gbs / copy_gbs:7.2f} "
+                      + (f"{err:8.1e}" if "columns" in us else f"{'':>8}"), flush=True)
 
 
 def paired_weight(Wc):
@@ -286,6 +359,8 @@ def main():
                       help="the plane kernels' warp form against their pass form")
     what.add_argument("--row-forms", dest="what", action="store_const", const=row_forms,
                       help="the last axis's kernels, both forms and layouts, against the GEMMs")
+    what.add_argument("--long-rows", dest="what", action="store_const", const=long_rows,
+                      help="long rows in both forms of the last axis's kernels")
     what.add_argument("--products", dest="what", action="store_const", const=products,
                       help="the channel product in three layouts of the modes")
     args = ap.parse_args()

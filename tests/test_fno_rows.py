@@ -9,6 +9,7 @@ import pytest
 
 from fftmatvec import FFTMatvecValueError, backend
 from fftmatvec.fno import _dft, kept_modes, spectral_conv
+from fftmatvec.gpu import rowfft as _rowfft
 from fftmatvec.gpu.planner import fno_rows, fno_rows_auto
 
 from fno_oracle import assert_grads_close as _assert_grads_close
@@ -24,7 +25,8 @@ gpu = pytest.mark.skipif(not backend.gpu_available(), reason="no GPU (CuPy missi
 # powers of two and not, one bin, a few, and every bin up to Nyquist
 LENGTHS = [(2, 1), (8, 5), (10, 3), (30, 16), (45, 23), (64, 9), (75, 12), (90, 46), (128, 33),
            (250, 17), (256, 129), (4096, 33), (1, 1), (15, 8), (64, 33), (128, 65), (256, 1),
-           (192, 9), (512, 100), (1024, 65), (4096, 129)]
+           (192, 9), (512, 100), (1024, 65), (4096, 129), (1088, 40), (1088, 545), (2048, 64),
+           (16384, 70)]
 
 
 def _matrix(kind, L, m):
@@ -48,7 +50,11 @@ def test_auto_rule():
     where their warp form takes the axis: rows of 128 or 256 points."""
     assert fno_rows_auto(256, 33) == {"r2c", "c2r"}
     assert fno_rows_auto(128, 33) == {"r2c", "c2r"}
-    assert fno_rows_auto(4096, 33) == {"r2c"}       # long rows: the GEMMs invert them
+    assert fno_rows_auto(4096, 33) == {"r2c", "c2r"}  # long rows: the column form both ways
+    assert fno_rows_auto(4096, 16) == {"r2c", "c2r"}  # (the GEMM's flops per byte below 16)
+    assert fno_rows_auto(4096, 16, warp=False) == set()
+    assert fno_rows_auto(4096, 200) == {"r2c"}        # past COLS_AUTO_MAX_BINS: the pass form
+    assert fno_rows_auto(1088, 40) == {"r2c", "c2r"}
     assert fno_rows_auto(128, 9) == {"c2r"} and fno_rows_auto(256, 17) == {"c2r"}
     assert fno_rows_auto(128, 33, smem_per_block=64) == {"r2c"}   # its block does not fit
     for n, m in ((64, 9), (85, 7), (96, 9)):
@@ -79,9 +85,10 @@ def test_default_rows_on_the_device(monkeypatch):
     monkeypatch.delenv("FFTMATVEC_PLAN", raising=False)
     dev = backend.cupy.cuda.Device().id
     assert fno_rows(128, 33, np.float32, dev) == {"r2c", "c2r"}
-    assert fno_rows(4096, 33, np.float32, dev) == {"r2c"}
+    assert fno_rows(4096, 33, np.float32, dev) == {"r2c", "c2r"}
     monkeypatch.setenv("FFTMATVEC_PLAN", "fno_warp=0")
     assert fno_rows(128, 33, np.float32, dev) == {"r2c"}
+    assert fno_rows(4096, 33, np.float32, dev) == {"r2c"}
     monkeypatch.setenv("FFTMATVEC_PLAN", "fno_warp=0,fno_rows=1")
     assert fno_rows(128, 33, np.float32, dev) == {"r2c", "c2r"}
 
@@ -102,6 +109,10 @@ def _set(L, m, variant, modes_major=False):
     dev = cp.cuda.Device().id
     if variant == "warp" and not _rows.row_warp_supported(L, m, 48 * 1024):
         pytest.skip(f"no warp form for L = {L}")
+    if variant == "columns" and not _rows.row_cols_supported(L, m, 48 * 1024):
+        pytest.skip(f"no column form for L = {L}")
+    if variant == "passes" and not _rowfft.supported(L, np.float32, 48 * 1024):
+        pytest.skip(f"no pass form for L = {L}")
     ts = _rows.last_axis_set(L, m, dev, modes_major=modes_major, variant=variant)
     assert all(t.variant == variant for t in ts.values())
     return ts
@@ -109,7 +120,7 @@ def _set(L, m, variant, modes_major=False):
 
 @gpu
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["passes", "warp"])
+@pytest.mark.parametrize("variant", ["passes", "warp", "columns"])
 @pytest.mark.parametrize("L,m", LENGTHS)
 @pytest.mark.parametrize("kind", ["F", "A", "AT", "FT"])
 def test_last_axis_matches_its_matrix(rng, kind, L, m, variant):
@@ -142,7 +153,7 @@ def _in_layout(s, layout, m):
 @gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", [True, "paired"])
-@pytest.mark.parametrize("variant", ["passes", "warp"])
+@pytest.mark.parametrize("variant", ["passes", "warp", "columns"])
 @pytest.mark.parametrize("L,m", LENGTHS)
 @pytest.mark.parametrize("kind", ["F", "A", "AT", "FT"])
 def test_last_axis_modes_major_matches_its_matrix(rng, kind, L, m, variant, layout):
@@ -185,16 +196,27 @@ def test_last_axis_checks_its_arguments():
     with pytest.raises(ValueError, match="no FNO row kernel for L = 85"):
         LastAxis("r2c", 85, 7, np.ones(7), dev)
     with pytest.raises(ValueError, match="no warp-form FNO row kernel for L = 4096 keeping "
-                                         "m = 1000"):
-        LastAxis("c2r", 4096, 1000, np.ones(1000), dev, variant="warp")
+                                         "m = 33 bins \\(rows of 64, 128 or 256"):
+        LastAxis("c2r", 4096, 33, np.ones(33), dev, variant="warp")
     with pytest.raises(ValueError, match="variant must be one of"):
         LastAxis("c2r", 128, 33, np.ones(33), dev, variant="shuffles")
-    assert LastAxis("c2r", 4096, 33, np.ones(33), dev).variant == "passes"
+    with pytest.raises(ValueError, match="no column-form FNO row kernel for L = 128"):
+        LastAxis("r2c", 128, 33, np.ones(33), dev, variant="columns")
+    with pytest.raises(ValueError, match="no pass-form FNO row kernel for L = 1088"):
+        LastAxis("r2c", 1088, 40, np.ones(40), dev, variant="passes")
     from fftmatvec.fno import _rows
 
-    for kind, L, m in (("r2c", 128, 33), ("c2r", 128, 33), ("c2r", 64, 9), ("r2c", 4096, 33)):
-        assert LastAxis(kind, L, m, np.ones(m), dev).variant == \
-            ("warp" if _rows.row_warp_auto(kind, L, m) else "passes"), (kind, L, m)
+    # the column form by default where it takes the axis (rows of 64 R points, 16 <= R <= 256)
+    # and ROW_COLS_AUTO; the only form of 1088 points (544 = 32 x 17 complex values)
+    assert LastAxis("c2r", 1088, 40, np.ones(40), dev).variant == "columns"
+    for kind, L, m in (("r2c", 128, 33), ("c2r", 128, 33), ("c2r", 64, 9), ("r2c", 4096, 33),
+                       ("c2r", 4096, 33), ("r2c", 512, 100), ("r2c", 4096, 200)):
+        want = ("columns" if _rows.row_cols_auto(L, m) else "warp"
+                if _rows.row_warp_auto(kind, L, m) else "passes")
+        assert LastAxis(kind, L, m, np.ones(m), dev).variant == want, (kind, L, m)
+    assert _rows.row_cols_auto(4096, 33) and not _rows.row_cols_auto(512, 100)
+    assert not _rows.row_cols_auto(4096, 200)          # past COLS_AUTO_MAX_BINS
+    assert LastAxis("r2c", 1088, 300, np.ones(300), dev).variant == "columns"  # the only form
     t = LastAxis("r2c", 64, 9, np.ones(9), dev)
     with pytest.raises(ValueError, match="rows of 64 values"):
         t(cp.zeros((3, 63), dtype=np.float32))
@@ -341,16 +363,12 @@ def test_row_warp_rule():
         assert not _rows.row_warp_supported(L, L // 2 + 2, smem)
     for L in (32, 62, 66, 96, 255, 85, 250):
         assert not _rows.row_warp_supported(L, 5, smem), L
-    # long rows: R >= 2 columns of 64 P points, the largest P keeping the bins in a column's
-    # half spectrum
-    assert _rows.row_warp_shape(4096, 33) == (4, 16)
-    assert _rows.row_warp_shape(4096, 129) == (4, 16)
-    assert _rows.row_warp_shape(4096, 130) is None
-    assert _rows.row_warp_shape(192, 9) == (1, 3)
-    assert _rows.row_warp_shape(128, 65) == (2, 1) and _rows.row_warp_shape(64, 33) == (1, 1)
-    assert _rows.row_warp_supported(4096, 33, smem) and _rows.row_warp_supported(512, 5, smem)
-    assert _rows.long_bytes(4096, 33) == 4 * 256 * 17 + 8 * 33 * (16 + _rows.LONG_SPLIT)
-    assert not _rows.row_warp_supported(4096, 33, _rows.long_bytes(4096, 33) - 1)
+    # rows of 64 P points; longer ones take the column form
+    assert _rows.row_warp_p(128, 65) == 2 and _rows.row_warp_p(64, 33) == 1
+    assert _rows.row_warp_p(256, 1) == 4 and _rows.row_warp_p(256, 130) is None
+    for L in (192, 512, 4096):
+        assert _rows.row_warp_p(L, 9) is None and not _rows.row_warp_supported(L, 9, smem), L
+    assert not _rows.row_warp_supported(128, 33, _rows.row_warp_bytes(33, 1) - 1)
     assert _rows.row_warp_rows(33, None, smem) == _rows.ROW_WARP_ROWS == 64
     assert _rows.row_warp_rows(65, None, smem) == 32
     assert _rows.row_warp_rows(129, None, smem) == 16
@@ -358,6 +376,42 @@ def test_row_warp_rule():
     assert _rows.row_warp_rows(129, 64, smem) == 32            # asked for: only what fits
     assert _rows.row_warp_bytes(129, 32) <= smem < _rows.row_warp_bytes(129, 64)
     assert _rows.row_warp_rows(129, 64, 2048) == 1
+
+
+def test_row_cols_rule():
+    """The column form takes rows of 64 R points, 16 <= R <= 256 (not only 5-smooth R), any
+    kept bins up to Nyquist; a block holds 256 threads of columns, fewer rows where its
+    shared memory does not fit; its twiddle table is w^(n1 k), exact, transposed and
+    conjugated for the inverse."""
+    from fftmatvec.fno import _rows
+
+    smem = 48 * 1024
+    assert _rows.row_cols_shape(4096, 64) == 64 and _rows.row_cols_shape(1088, 545) == 17
+    assert _rows.row_cols_shape(1024, 1) == 16 and _rows.row_cols_shape(16384, 8193) == 256
+    for L, m in ((960, 9), (4100, 9), (32768, 9), (4096, 2050), (4096, 0)):
+        assert _rows.row_cols_shape(L, m) is None, (L, m)
+    assert _rows.cols_bytes("r2c", 64, 64, 4) == 8 * 4 * 64 * 33 + 8 * 64 * 5
+    assert _rows.cols_bytes("c2r", 64, 64, 4) == 8 * 4 * 64 + 8 * 64 * 5
+    # COLS_BLOCK_THREADS (128) of rows by default, fewer rows where they do not fit
+    assert _rows.cols_rows("c2r", 64, 64, smem) == 2 and _rows.cols_rows("c2r", 16, 64, smem) == 8
+    assert _rows.cols_rows("r2c", 256, 64, smem) == 1
+    assert _rows.cols_rows("r2c", 17, 40, 227 * 1024) == 7    # 119 threads
+    assert _rows.cols_rows("r2c", 16, 64, smem) == 8
+    assert _rows.cols_rows("r2c", 16, 64, _rows.cols_bytes("r2c", 16, 64, 8) - 1) == 7
+    assert _rows.cols_rows("r2c", 64, 64, 20000) == 1
+    assert not _rows.row_cols_supported(4096, 64, _rows.cols_bytes("r2c", 64, 64, 1) - 1)
+    assert _rows.supported(1088, 40, smem)                    # the column form's alone
+    L, m = 1088, 40
+    tw = _rows.cols_twiddles("r2c", L, m)
+    n1, k = np.arange(17)[:, None], np.arange(m)[None, :]
+    assert tw.dtype == np.complex64 and tw.shape == (17, m)
+    assert np.abs(tw - np.exp(-2j * np.pi * n1 * k / L)).max() < 1e-7
+    inv = _rows.cols_twiddles("c2r", L, m)
+    assert np.array_equal(inv, np.conj(tw).T) and inv.flags.c_contiguous  # (m, R) in memory
+    # the forward's sums in parts where a row's threads outnumber its bins
+    assert _rows.cols_parts(64, 64) == 1 and _rows.cols_parts(64, 16) == 4
+    assert _rows.cols_parts(256, 64) == 4 and _rows.cols_parts(256, 1) == 8
+    assert _rows.cols_bytes("r2c", 256, 64, 1) == 8 * 256 * 33 + 8 * 64 * 2 + 8 * 4 * 64
 
 
 def test_output_shapes_of_rows_and_planes():
@@ -408,7 +462,7 @@ def test_variant_plan(monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape,cout,n_modes,plan", [
     ((3, 4, 128), 3, 64, "fno_rows=1,fno_split=1"), ((2, 3, 64), 2, 17, "fno_rows=1,fno_split=0"),
-    ((2, 3, 4096), 3, 64, "fno_rows=1,fno_split=1"), ((3, 2, 512), 2, 40, "fno_rows=1,fno_split=0"),
+    ((2, 3, 256), 3, 100, "fno_rows=1,fno_split=1"), ((3, 2, 256), 2, 40, "fno_rows=1,fno_split=0"),
     ((2, 3, 32, 64), 2, (8, 33), "fno_plane=1")])
 def test_torch_layer_in_the_warp_form(monkeypatch, rng, shape, cout, n_modes, plan):
     """Plan fno_warp=1 (the row kernels both ways, or the planes): the layer's output and
@@ -430,6 +484,33 @@ def test_torch_layer_in_the_warp_form(monkeypatch, rng, shape, cout, n_modes, pl
         x4096 = torch.randn(2, 3, 4096, device=xt.device)
         with pytest.raises(FFTMatvecValueError, match="fno_warp=1.*4096 points keeping 200"):
             _torch_dft.chain_for(x4096, torch.float32, (200,), 3)
+    finally:
+        monkeypatch.delenv("FFTMATVEC_PLAN", raising=False)
+        _clear_chains()
+    _assert_grads_close(got, want)
+
+
+@cuda
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,cout,n_modes,plan", [
+    ((2, 3, 4096), 3, 64, ""), ((2, 3, 4096), 3, 64, "fno_rows=1,fno_split=1"),
+    ((3, 2, 1088), 2, 40, "fno_rows=1,fno_split=0"), ((2, 2, 3, 2048), 3, (3, 100), "fno_plane=0")])
+def test_torch_layer_in_the_column_form(monkeypatch, rng, shape, cout, n_modes, plan):
+    """Long last axes (rows of 64 R points) take the column form of the row kernels by default,
+    in every layout of the modes: the layer's output and gradients within 1e-5 of the GEMM
+    chain."""
+    from fftmatvec.fno import _torch_dft
+
+    _, (xt, wt, bt), modes = _cuda_case(rng, shape, cout, n_modes)
+    try:
+        monkeypatch.setenv("FFTMATVEC_PLAN", plan)
+        _clear_chains()
+        got = _layer_grads(xt, wt, bt, n_modes, True)
+        chain = _torch_dft.chain_for(xt, torch.float32, modes, cout)
+        assert chain.forms and all(f == "columns" for _, f in chain.forms), chain.forms
+        monkeypatch.setenv("FFTMATVEC_PLAN", "fno_rows=0,fno_plane=0,fno_split=0")
+        _clear_chains()
+        want = _layer_grads(xt, wt, bt, n_modes, True)
     finally:
         monkeypatch.delenv("FFTMATVEC_PLAN", raising=False)
         _clear_chains()

@@ -49,9 +49,100 @@ _ALIGN = 16
 
 
 def supported(n_last: int, m_last: int, smem_per_block: int) -> bool:
-    """Whether the kernels take a last axis of ``n_last`` points keeping ``m_last`` bins."""
+    """Whether the kernels take a last axis of ``n_last`` points keeping ``m_last`` bins: in
+    the pass form (a 5-smooth complex length that fits a block) or the column form
+    (:func:`row_cols_supported`)."""
     return (1 <= m_last <= n_last // 2 + 1
-            and _rowfft.supported(n_last, _F32, smem_per_block))
+            and (_rowfft.supported(n_last, _F32, smem_per_block)
+                 or row_cols_supported(n_last, m_last, smem_per_block)))
+
+
+#: The column form of the last axis's kernels (``hip_kernels/fno.cuh``: ``fno_rfft_cols_f32``):
+#: a row of ``L = 64 R`` points as ``R`` columns of :data:`COLS_POINTS` (``x[n1 + R n2]``), a
+#: thread a column, its real FFT in registers, the kept bins summed over the columns with a
+#: table of twiddles; for ``COLS_MIN_R <= R <= COLS_THREADS`` (a warp's loads of a row at least
+#: ``4 COLS_MIN_R`` contiguous bytes), any ``R`` (not only 5-smooth ones), any kept bins.
+COLS_POINTS = 64
+COLS_MIN_R = 16
+COLS_THREADS = 256
+#: Threads of a column-form block by default: ``COLS_BLOCK_THREADS // R`` rows, at least one.
+#: On an H100 (docs/benchmarks.md, forty-fifth run; ``scripts/bench_fno_rows.py --long-rows``)
+#: blocks of 128 threads were the fastest or within 1 % of them forward, within 5 % inverse;
+#: blocks of 256 ran up to 15 % slower.
+COLS_BLOCK_THREADS = 128
+#: Whether ``variant="auto"`` takes the column form where it exists, for at most
+#: :data:`COLS_AUTO_MAX_BINS` kept bins (a thread's sums cost ``m`` products, where the pass
+#: form's cost does not grow with ``m``). On an H100 (forty-fifth run) it ran rows of 1024-16384
+#: points keeping 16-129 bins in 0.22-0.78 of the pass form's time forward, 0.19-0.76 inverse.
+ROW_COLS_AUTO = True
+COLS_AUTO_MAX_BINS = 129
+
+
+def row_cols_shape(n_last: int, m_last: int):
+    """``R`` of the column form for a last axis of ``n_last`` points keeping ``m_last`` bins
+    (rows of ``64 R`` points), None where it takes none."""
+    if n_last % COLS_POINTS or not 1 <= m_last <= n_last // 2 + 1:
+        return None
+    R = n_last // COLS_POINTS
+    return R if COLS_MIN_R <= R <= COLS_THREADS else None
+
+
+def cols_parts(R: int, m: int) -> int:
+    """Threads that sum one kept bin of a row over its ``R`` columns in the forward column
+    form: up to 8 (a power of two) while the row's ``R`` threads hold as many for its ``m``
+    bins (``hip_kernels/fno.cuh``: ``fno_cols_parts``)."""
+    parts = 1
+    while parts < 8 and 2 * parts * m <= R:
+        parts *= 2
+    return parts
+
+
+def cols_bytes(kind: str, R: int, m: int, rows_per_block: int) -> int:
+    """Dynamic shared memory of a column-form block of ``rows_per_block`` rows: the forward's
+    columns' 33 bins a column (complex), the inverse's scaled kept bins, then the kept bins
+    staged in either layout (``2 m`` columns of ``rows_per_block + 1``), then the forward's
+    parts of its sums (:func:`cols_parts`, where more than one)."""
+    rpb = rows_per_block
+    if kind == "c2r":
+        return 8 * rpb * m + 4 * 2 * m * (rpb + 1)
+    parts = cols_parts(R, m)
+    return (8 * rpb * R * (COLS_POINTS // 2 + 1) + 4 * 2 * m * (rpb + 1)
+            + (8 * parts * rpb * m if parts > 1 else 0))
+
+
+def cols_rows(kind: str, R: int, m: int, smem_per_block: int) -> int:
+    """Rows a column-form block transforms: as many as :data:`COLS_BLOCK_THREADS` threads hold
+    (a thread a column), fewer while its shared memory passes ``smem_per_block``."""
+    rpb = max(1, COLS_BLOCK_THREADS // R)
+    while rpb > 1 and cols_bytes(kind, R, m, rpb) > smem_per_block:
+        rpb -= 1
+    return rpb
+
+
+def row_cols_supported(n_last: int, m_last: int, smem_per_block: int) -> bool:
+    """Whether the column form takes a last axis of ``n_last`` points keeping ``m_last`` bins
+    (:func:`row_cols_shape`), a block of one row fitting both ways."""
+    R = row_cols_shape(n_last, m_last)
+    return R is not None and all(cols_bytes(kind, R, m_last, 1) <= smem_per_block
+                                 for kind in ("r2c", "c2r"))
+
+
+def row_cols_auto(n_last: int, m_last: int) -> bool:
+    """Whether ``variant="auto"`` takes the column form for a last axis of ``n_last`` points
+    keeping ``m_last`` bins, where it exists (:data:`ROW_COLS_AUTO`,
+    :data:`COLS_AUTO_MAX_BINS`)."""
+    return (ROW_COLS_AUTO and m_last <= COLS_AUTO_MAX_BINS
+            and row_cols_shape(n_last, m_last) is not None)
+
+
+def cols_twiddles(kind: str, n_last: int, m_last: int):
+    """The column form's table of ``w^(n1 k)``, ``w = exp(-2 pi i / L)`` (``n1 < R``, ``k <
+    m``), exact in float64 and rounded once: ``(R, m)`` for the forward (``"r2c"``), the
+    conjugates ``(m, R)`` for the inverse, as complex64."""
+    R = n_last // COLS_POINTS
+    n1, k = np.arange(R)[:, None], np.arange(m_last)[None, :]
+    w = np.exp(-2j * np.pi * ((n1 * k) % n_last) / n_last)
+    return np.ascontiguousarray(w if kind == "r2c" else np.conj(w).T, dtype=np.complex64)
 
 
 #: The warp form of the last axis's kernels (``hip_kernels/fno.cuh``: ``fno_rfft_f32_w<P>``):
@@ -68,8 +159,7 @@ ROW_WARP_MAX_BYTES = 24 * 1024
 #: (forty-first run, µs, warp form against pass form) the forward ran 12-35 % faster on rows of
 #: 64-256 points ((1024, 64, 128) keeping 33 bins 31 against 35, 256 points keeping 33 293
 #: against 455) and the inverse 27-54 % on rows of 128 and 256 (39 against 54, 377 against
-#: 709); the inverse of 64-point rows ran slower (88 against 54), and so did the long rows'
-#: forms (4096 points: 107 against 68 forward, 90 against 81 inverse).
+#: 709); the inverse of 64-point rows ran slower (88 against 54).
 ROW_WARP_AUTO = True
 #: The shortest rows whose inverse transform takes the warp form by default.
 ROW_WARP_C2R_MIN = 128
@@ -78,10 +168,9 @@ ROW_WARP_C2R_MIN = 128
 def row_warp_auto(kind: str, n_last: int, m_last: int) -> bool:
     """Whether ``variant="auto"`` takes the warp form for the ``kind`` transform of a last axis
     of ``n_last`` points keeping ``m_last`` bins, where it exists (:data:`ROW_WARP_AUTO`): rows
-    of ``64 P`` points, not long rows, and for the inverse (``"c2r"``) rows of at least
+    of ``64 P`` points, and for the inverse (``"c2r"``) rows of at least
     :data:`ROW_WARP_C2R_MIN` points."""
-    shape = row_warp_shape(n_last, m_last)
-    return (ROW_WARP_AUTO and shape is not None and shape[1] == 1
+    return (ROW_WARP_AUTO and row_warp_p(n_last, m_last) is not None
             and (kind == "r2c" or n_last >= ROW_WARP_C2R_MIN))
 
 
@@ -103,40 +192,21 @@ def row_warp_rows(m: int, rows_per_block: int | None, smem_per_block: int) -> in
     return max(1, rpb)
 
 
-#: The long rows' warp form (``fno_rfft_long_f32_w<P>``): a row of ``L = 64 P R`` points as
-#: ``R >= 2`` columns of ``64 P``, each column's FFT a group's, summed over the columns for the
-#: kept bins (at most ``32 P + 1``), a row a block; the partial sums of a bin in this many parts.
-LONG_SPLIT = 8
-
-
-def row_warp_shape(n_last: int, m_last: int):
-    """``(P, R)`` of the warp form for a last axis of ``n_last`` points keeping ``m_last`` bins:
-    rows of ``64 P`` points (``R = 1``), or long rows of ``R >= 2`` columns of ``64 P``, the
-    largest ``P`` of 4, 2, 1 that divides the row and keeps the bins within a column's half
-    spectrum; None where there is none."""
-    if n_last < 64 or not 1 <= m_last <= n_last // 2 + 1:
+def row_warp_p(n_last: int, m_last: int):
+    """``P`` of the warp form for a last axis of ``n_last = 64 P`` points (P = 1, 2, 4) keeping
+    ``m_last`` bins, None where it takes none. (Longer rows take the column form: a warp form
+    of them, a row's columns of ``64 P`` points a group's, ran 1.6-3.4x slower than the column
+    form and slower than the pass form; docs/history.md, forty-fifth run.)"""
+    if n_last not in (64, 128, 256) or not 1 <= m_last <= n_last // 2 + 1:
         return None
-    for P in (4, 2, 1):
-        if n_last % (64 * P) == 0 and m_last <= 32 * P + 1:
-            return P, n_last // (64 * P)
-    return None
-
-
-def long_bytes(n_last: int, m_last: int) -> int:
-    """Dynamic shared memory of a long-row block (either direction): the row as ``64 P`` rows of
-    ``R + 1`` values, then the columns' kept bins and the sums' parts (the forward's)."""
-    P, R = row_warp_shape(n_last, m_last)
-    return 4 * 64 * P * (R + 1) + 8 * m_last * (R + LONG_SPLIT)
+    return n_last // 64
 
 
 def row_warp_supported(n_last: int, m_last: int, smem_per_block: int) -> bool:
     """Whether the warp form takes a last axis of ``n_last`` points keeping ``m_last`` bins
-    (:func:`row_warp_shape`), a block's shared memory fitting."""
-    shape = row_warp_shape(n_last, m_last)
-    if shape is None:
-        return False
-    need = row_warp_bytes(m_last, 1) if shape[1] == 1 else long_bytes(n_last, m_last)
-    return need <= smem_per_block
+    (:func:`row_warp_p`), a block's shared memory fitting."""
+    return (row_warp_p(n_last, m_last) is not None
+            and row_warp_bytes(m_last, 1) <= smem_per_block)
 
 
 def _is_torch(a) -> bool:
@@ -182,7 +252,7 @@ class LastAxis:
     the pass form (the rows' FFTs in shared-memory passes), ``"auto"`` the warp form where it
     takes the axis and :func:`row_warp_auto` says so, else the pass form. ``rows_per_block``:
     rows a block transforms (the defaults: :data:`ROWS_BYTES` of rows for the pass form,
-    :data:`ROW_WARP_ROWS` for the warp form; long rows take one).
+    :data:`ROW_WARP_ROWS` for the warp form, :func:`cols_rows` for the column form).
     """
 
     def __init__(self, kind: str, L: int, m: int, scale, device_id: int,
@@ -199,45 +269,58 @@ class LastAxis:
             smem_limit = backend.shared_memory_limits()[1]
             if not supported(L, m, smem_limit):
                 raise ValueError(f"no FNO row kernel for L = {L} keeping m = {m} bins")
-            warp = _warp_form(variant, row_warp_supported(L, m, smem_limit),
-                              row_warp_auto(kind, L, m),
-                              f"row kernel for L = {L} keeping m = {m} bins (rows of 64 P R "
-                              "points keeping at most 32 P + 1, P = 1, 2, 4)")
-            n = _rowfft.complex_length(L)
-            rads = _rowfft.radices(n, _rowfft.MAX_RADIX[_F32, kind])
-            family = min(f for f in _rowfft.FAMILIES if f >= max(rads, default=2))
+            has_cols = row_cols_supported(L, m, smem_limit)
+            if variant == "columns" and not has_cols:
+                raise ValueError(f"no column-form FNO row kernel for L = {L} keeping m = {m} "
+                                 f"bins (rows of 64 R points, {COLS_MIN_R} <= R <= "
+                                 f"{COLS_THREADS})")
+            passes_ok = _rowfft.supported(L, _F32, smem_limit)
+            cols = has_cols and (variant == "columns" or (
+                variant == "auto" and (row_cols_auto(L, m) or not passes_ok)))
+            if variant == "passes" and not passes_ok:
+                raise ValueError(f"no pass-form FNO row kernel for L = {L} (a 5-smooth complex "
+                                 "length that fits a block)")
+            warp = not cols and _warp_form(
+                variant, row_warp_supported(L, m, smem_limit), row_warp_auto(kind, L, m),
+                f"row kernel for L = {L} keeping m = {m} bins (rows of 64, 128 or 256 points)")
             verb = "rfft" if kind == "r2c" else "irfft"
-            long = False
-            if warp:
-                P, R = row_warp_shape(L, m)
-                long = R > 1
-                if long:  # a row a block
-                    rpb, self.smem = 1, long_bytes(L, m)
-                    name = f"fno_{verb}_long_f32_w{P}"
-                else:
-                    rpb = row_warp_rows(m, rows_per_block, smem_limit)
-                    self.smem = row_warp_bytes(m, rpb)
-                    name = f"fno_{verb}_f32_w{P}"
+            rads = ()
+            if not cols:
+                n = _rowfft.complex_length(L)
+                rads = _rowfft.radices(n, _rowfft.MAX_RADIX[_F32, kind])
+                family = min(f for f in _rowfft.FAMILIES if f >= max(rads, default=2))
+            if cols:  # rows_per_block within the threads of a block
+                R = L // COLS_POINTS
+                rpb = cols_rows(kind, R, m, smem_limit)
+                if rows_per_block:
+                    rpb = max(1, min(int(rows_per_block), COLS_THREADS // R))
+                self.smem, name = cols_bytes(kind, R, m, rpb), f"fno_{verb}_cols_f32"
+            elif warp:
+                rpb = row_warp_rows(m, rows_per_block, smem_limit)
+                self.smem = row_warp_bytes(m, rpb)
+                name = f"fno_{verb}_f32_w{row_warp_p(L, m)}"
             else:
                 n_bytes = n * 8
                 rpb = int(rows_per_block or max(1, ROWS_BYTES // n_bytes))
                 rpb = max(1, min(rpb, smem_limit // _rowfft.block_bytes(L, _F32)))
                 self.smem = _rowfft.block_bytes(L, _F32, rpb)
                 name = f"fno_{verb}_f32_r{family}"
-            self.twiddles = _rowfft.twiddles(n, np.complex64, rads)
+            self.twiddles = cp.asarray(cols_twiddles(kind, L, m)) if cols else \
+                _rowfft.twiddles(n, np.complex64, rads)
             self.scale = cp.asarray(np.asarray(scale, dtype=np.float64).astype(np.float32))
             if self.scale.shape != (m,):
                 raise ValueError(f"scale must hold {m} values, got shape {self.scale.shape}")
             self._fn = kernels.get_function(name, self.smem)
         self.kind, self.L, self.m, self.device_id = kind, int(L), int(m), int(device_id)
         self.rows_per_block, self.radices, self.name = rpb, rads, name
-        self.variant = "warp" if warp else "passes"
-        self.threads = ROW_WARP_THREADS if warp else _rowfft.THREADS
+        self.variant = "columns" if cols else "warp" if warp else "passes"
+        self.threads = (rpb * (L // COLS_POINTS) if cols else ROW_WARP_THREADS if warp
+                        else _rowfft.THREADS)
         self.shape = (self.L, 2 * self.m) if kind == "r2c" else (2 * self.m, self.L)
         self.modes_major, self.paired = bool(modes_major), modes_major == PAIRED
         layout = np.int32(_PAIRED_CODE if self.paired else int(self.modes_major))
-        if long:
-            self._geometry = (np.int32(L), np.int32(m), layout)
+        if cols:
+            self._geometry = (np.int32(L // COLS_POINTS), np.int32(m), np.int32(rpb), layout)
         elif warp:
             self._geometry = (np.int32(m), np.int32(rpb), layout)
         else:
@@ -451,7 +534,7 @@ def plane_supported(n0: int, n1: int, m0: int, m1: int, smem_per_block: int) -> 
 #: (the last axis's real length over 2) and columns of these many points.
 WARP_ROWS = (32, 64, 128)
 WARP_COLUMNS = (32, 64, 128, 256)
-VARIANTS = ("auto", "passes", "warp")
+VARIANTS = ("auto", "passes", "warp", "columns")
 #: The warp form's r2c plane kernels with their rows loaded ahead (``_w<P>x<Q>a``) exist for
 #: rows of these many 32-value groups P (P = 4 spilled); taken by default where
 #: :data:`PLANE_AHEAD`, off until timed against the plain ones (``bench_fno_rows.py --forms``).

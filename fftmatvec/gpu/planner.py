@@ -31,7 +31,7 @@ from .rules import (_REAL_SUFFIX, ASYNC_DEFAULTS, ASYNC_FEW, ASYNC_FEW_ROWS, ASY
                     _BATCH_SIZES, _STAGED_J)
 from .rules import (FNO_PAIRED, FNO_PAIRED_PLANE, FNO_PLANE_MIN_FRACTION,
                     FNO_PLANE_WARP_MIN_FRACTION, FNO_PRODUCT_MAX_BATCH, FNO_ROWS_C2R_WARP,
-                    FNO_ROWS_R2C_MIN, FNO_SPLIT_WITH_ROW_KERNELS)
+                    FNO_ROWS_COLS, FNO_ROWS_R2C_MIN, FNO_SPLIT_WITH_ROW_KERNELS)
 from .stage3 import _Launch
 
 
@@ -140,7 +140,9 @@ def fno_rows_auto(n_last: int, m_last: int, smem_per_block: int = 48 * 1024,
     per byte pass :data:`~fftmatvec.gpu.rules.FNO_ROWS_R2C_MIN`; the inverse ones where their
     warp form takes the axis by default (:func:`fftmatvec.fno._rows.row_warp_auto`, a block's
     ``smem_per_block`` bytes of shared memory fitting, ``warp``: the kernels not held to their
-    pass form by plan ``fno_warp=0``): :data:`~fftmatvec.gpu.rules.FNO_ROWS_C2R_WARP`."""
+    pass form by plan ``fno_warp=0``): :data:`~fftmatvec.gpu.rules.FNO_ROWS_C2R_WARP`; both
+    where their column form takes the axis by default (:func:`fftmatvec.fno._rows.row_cols_auto`,
+    fitting, ``warp``): :data:`~fftmatvec.gpu.rules.FNO_ROWS_COLS`."""
     from ..fno import _rows
 
     dense = n_last * m_last / (n_last + 2 * m_last)
@@ -148,6 +150,9 @@ def fno_rows_auto(n_last: int, m_last: int, smem_per_block: int = 48 * 1024,
     if (FNO_ROWS_C2R_WARP and warp and _rows.row_warp_auto("c2r", n_last, m_last)
             and _rows.row_warp_supported(n_last, m_last, smem_per_block)):
         out.add("c2r")
+    if (FNO_ROWS_COLS and warp and _rows.row_cols_auto(n_last, m_last)
+            and _rows.row_cols_supported(n_last, m_last, smem_per_block)):
+        out |= {"r2c", "c2r"}
     return frozenset(out)
 
 
@@ -189,7 +194,8 @@ def _fno_rows_why(n_last: int, m_last: int, dtype, device_id: int) -> str | None
         smem = _block_smem(device_id)
         if not _rows.supported(n_last, m_last, smem):
             why = (f"the row kernels take no last axis of {n_last} points keeping {m_last} "
-                   f"bins (a 5-smooth complex length that fits {smem} bytes of shared memory)")
+                   f"bins (a 5-smooth complex length that fits {smem} bytes of shared memory, "
+                   f"or 64 R points, {_rows.COLS_MIN_R} <= R <= {_rows.COLS_THREADS})")
     return why
 
 
@@ -361,7 +367,7 @@ def fno_variant(spatial, modes, rows, plane, device_id: int, tuned=()) -> str:
                    f"columns of {_rows.WARP_COLUMNS})")
         elif not plane and not _rows.row_warp_supported(spatial[-1], modes[-1], smem):
             why = (f"the last axis of {spatial[-1]} points keeping {modes[-1]} bins has none "
-                   "(rows of 64 P R points keeping at most 32 P + 1, P = 1, 2, 4)")
+                   "(rows of 64, 128 or 256 points)")
     unavailable("fno_warp", mode, "the kernels' warp form cannot serve this layer", why)
     return "warp"
 

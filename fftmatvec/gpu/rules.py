@@ -226,6 +226,13 @@ FNO_ROWS_R2C_MIN = 16.0
 # in 161 against 234 and 256 keeping 33 in 377 against 687; on 64-point rows (88 against 28)
 # and the 4096-point ones (90 against 77) the GEMMs keep them.
 FNO_ROWS_C2R_WARP = True
+# Both transforms take the row kernels by default where their column form takes the axis by
+# default (fftmatvec/fno/_rows.py: row_cols_auto: rows of 64 R points, 16 <= R <= 256, keeping
+# at most 129 bins). On an H100 (docs/benchmarks.md, forty-fifth run, scripts/bench_fno_rows.py
+# --long-rows, µs, the column form against the GEMM) it took 4096-point rows keeping 16, 64
+# and 129 bins in 31 / 31, 36 / 39 and 54 / 63 (forward / inverse) against 47 / 50, 101 / 119
+# and 300 / 209, and 1024-point rows keeping 33 in 36 / 41 against 100 / 78.
+FNO_ROWS_COLS = True
 # The FNO layer's last two axes as one kernel a plane (fftmatvec/fno/_rows.py: Plane), both
 # ways, by default where the first of them keeps at least this fraction of its frequencies.
 # On an H200 (docs/benchmarks.md, thirty-eighth run; forward / inverse, the plane kernel against
