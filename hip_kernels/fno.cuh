@@ -722,8 +722,8 @@ __host__ __device__ constexpr int bitrev5(int k) {
   return ((k & 1) << 4) | ((k & 2) << 2) | (k & 4) | ((k & 8) >> 2) | ((k & 16) >> 4);
 }
 
-// The FFT (sign S) of N <= 64 complex values in registers, radix 2, decimation in frequency:
-// afterwards v[bit reversal of k] holds bin k.
+// The FFT (sign S) of N <= 64 complex values (a power of two) in registers, radix 2, decimation
+// in frequency: afterwards v[bit reversal of k] holds bin k.
 template <int N, int S, int H = N / 2>
 __device__ __forceinline__ void reg_fft(float2 (&v)[N]) {
 #pragma unroll
