@@ -152,9 +152,8 @@ def section_of(name: str) -> str:
     if name.startswith("irfft_unpad_") and len(parts) >= 7:  # irfft_unpad_<C>_<F>_<s5>_<out>_r<M>
         return f"ROWFFT_{parts[3]}_{parts[2]}".upper()
     if name.startswith(("fno_rfft_f32_", "fno_irfft_f32_", "fno_rfft_cols_f32",
-                        "fno_irfft_cols_f32", "fno_plane_rfft_f32_", "fno_plane_irfft_f32_",
-                        "fno_plane_rfft_cols_f32", "fno_plane_irfft_cols_f32",
-                        "fno_modes_cgemm_f32_")):
+                        "fno_irfft_cols_f32", "fno_plane_rfft_f32_",
+                        "fno_plane_irfft_f32_", "fno_modes_cgemm_f32_")):
         # the FNO's float32 rows and planes, and its paired modes' product
         return "ROWFFT_F32_C64"
     if name.startswith("sbgemv_irfft_") and len(parts) >= 6:  # sbgemv_irfft_<S>_<C>_<F>_...

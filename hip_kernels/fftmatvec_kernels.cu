@@ -217,33 +217,17 @@ FFTMATVEC_ROWFFT_FAMILIES(f32, float, c64, float2)
     fno_irfft_warp_body<P>(y, out, tw, scale, rows, m, rpb, modes_major);                      \
   }
 // fno_rfft_cols_f32, fno_irfft_cols_f32: long rows in the column form, L = 64 R, rpb rows a
-// block of rpb R threads (tw: the host's table of w^{n1 k}, (R, m) forward, (m, R) inverse);
-// fno_plane_rfft_cols_f32, fno_plane_irfft_cols_f32: planes of 64 x R points the same way, ppb
-// planes a block (bins: the first axis's bin of each mode; inv: the mode of each bin, -1 none).
+// block of rpb R threads (tw: the host's table of w^{n1 k}, (R, m) forward, (m, R) inverse).
 #define FFTMATVEC_FNO_ROWFFT_COLS                                                              \
   extern "C" __global__ void FNO_COLS_BOUNDS(2) fno_rfft_cols_f32(                              \
       const float* __restrict__ x, float* __restrict__ out, const float2* __restrict__ tw,      \
       const float* __restrict__ scale, i64 rows, int R, int m, int rpb, int modes_major) {     \
-    fno_rfft_cols_body(x, out, tw, scale, nullptr, 1.f, rows, R, m, m, rpb, modes_major);      \
+    fno_rfft_cols_body(x, out, tw, scale, rows, R, m, rpb, modes_major);                       \
   }                                                                                            \
   extern "C" __global__ void FNO_COLS_BOUNDS(3) fno_irfft_cols_f32(                             \
       const float* __restrict__ y, float* __restrict__ out, const float2* __restrict__ tw,      \
       const float* __restrict__ scale, i64 rows, int R, int m, int rpb, int modes_major) {     \
-    fno_irfft_cols_body<false>(y, out, tw, scale, nullptr, 1.f, rows, R, m, m, rpb,            \
-                               modes_major);                                                   \
-  }                                                                                            \
-  extern "C" __global__ void FNO_COLS_BOUNDS(2) fno_plane_rfft_cols_f32(                        \
-      const float* __restrict__ x, float* __restrict__ out, const float2* __restrict__ tw,      \
-      const float* __restrict__ scale, const int* __restrict__ bins, float s0, i64 planes,     \
-      int R, int m0, int m1, int ppb, int modes_major) {                                       \
-    fno_rfft_cols_body(x, out, tw, scale, bins, s0, planes, R, m0 * m1, m1, ppb, modes_major); \
-  }                                                                                            \
-  extern "C" __global__ void FNO_COLS_BOUNDS(2) fno_plane_irfft_cols_f32(                       \
-      const float* __restrict__ y, float* __restrict__ out, const float2* __restrict__ tw,      \
-      const float* __restrict__ scale, const int* __restrict__ inv, float s0, i64 planes,      \
-      int R, int m0, int m1, int ppb, int modes_major) {                                       \
-    fno_irfft_cols_body<true>(y, out, tw, scale, inv, s0, planes, R, m0 * m1, m1, ppb,        \
-                              modes_major);                                                    \
+    fno_irfft_cols_body(y, out, tw, scale, rows, R, m, rpb, modes_major);                      \
   }
 #if FFTMATVEC_IN_SECTION(ROWFFT_F32_C64)
 FFTMATVEC_FNO_ROWFFT_COLS

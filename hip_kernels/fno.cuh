@@ -752,17 +752,11 @@ __device__ __forceinline__ int fno_cols_parts(int R, int m) {
   return parts;
 }
 
-// Rows (qmap null, mt = m, s0 = 1): bin k of a row from the columns' bin k mod 64, twiddle
-// column k, scale[k]. Planes of 64 x R points (a row of 64 R values: the plane's columns are
-// the row's): mode k = j mt + k1 from the columns' bin qmap[j] (the first axis's bin of mode
-// j), twiddle column k1 (tw = w^{n1 k1}, w = e^{-2 pi i / R}), scale s0 scale[k1].
 __device__ __forceinline__ void fno_rfft_cols_body(const float* __restrict__ x,
                                                    float* __restrict__ out,
                                                    const float2* __restrict__ tw,
-                                                   const float* __restrict__ scale,
-                                                   const int* __restrict__ qmap, float s0,
-                                                   i64 rows, int R, int m, int mt, int rpb,
-                                                   int modes_major) {
+                                                   const float* __restrict__ scale, i64 rows,
+                                                   int R, int m, int rpb, int modes_major) {
   const i64 L = 64 * (i64)R;
   float2* cs = reinterpret_cast<float2*>(fftmatvec_dynamic_smem);  // [rpb R][33]
   const BinStage st{reinterpret_cast<float*>(cs + rpb * R * 33), m, rpb + 1, modes_major};
@@ -798,19 +792,18 @@ __device__ __forceinline__ void fno_rfft_cols_body(const float* __restrict__ x,
   float2* part = reinterpret_cast<float2*>(st.s + 2 * m * (rpb + 1));
   for (int i = threadIdx.x; i < items * parts; i += blockDim.x) {
     const int p = i / items, it = i - p * items, rr = it / m, k = it - rr * m;
-    const int j0 = k / mt, k1 = k - j0 * mt;
-    int q = qmap ? qmap[j0] & 63 : k & 63;
+    int q = k & 63;
     // C[q] = conj C[64 - q]: for those bins the sum of conj(C w'), w' = conj w, conjugated
     const float sg = q > 32 ? -1.f : 1.f;
     if (q > 32) q = 64 - q;
     const float2* c = cs + rr * R * 33 + q;
-    const float2* t = tw + k1;
+    const float2* t = tw + k;
     // w^{n1 k} from the table every FNO_COLS_SEED columns, by products with w^{parts k} between
-    float2 step = t[(i64)parts * mt];
+    float2 step = t[(i64)parts * m];
     step.y *= sg;
     float2 acc[2] = {make_c(0.f, 0.f), make_c(0.f, 0.f)};
     for (int n0 = p; n0 < R; n0 += FNO_COLS_SEED * parts) {
-      float2 w = t[(i64)n0 * mt];
+      float2 w = t[(i64)n0 * m];
       w.y *= sg;
 #pragma unroll
       for (int j = 0; j < FNO_COLS_SEED; ++j) {
@@ -824,9 +817,8 @@ __device__ __forceinline__ void fno_rfft_cols_body(const float* __restrict__ x,
     if (parts > 1) {
       part[i] = b;
     } else {
-      const float sk = s0 * scale[k1];
-      st.s[st.re(rr, k)] = b.x * sk;
-      st.s[st.im(rr, k)] = b.y * sk;
+      st.s[st.re(rr, k)] = b.x * scale[k];
+      st.s[st.im(rr, k)] = b.y * scale[k];
     }
   }
   if (parts > 1) {
@@ -835,29 +827,19 @@ __device__ __forceinline__ void fno_rfft_cols_body(const float* __restrict__ x,
       const int rr = it / m, k = it - rr * m;
       float2 b = part[it];
       for (int p = 1; p < parts; ++p) b = c_add(b, part[p * items + it]);
-      const float sk = s0 * scale[k % mt];
-      st.s[st.re(rr, k)] = b.x * sk;
-      st.s[st.im(rr, k)] = b.y * sk;
+      st.s[st.re(rr, k)] = b.x * scale[k];
+      st.s[st.im(rr, k)] = b.y * scale[k];
     }
   }
   __syncthreads();
   st.store(out, rows, row0, nrow);
 }
 
-// PLANE false, rows (qmap null, mt = m, s0 = 1). PLANE true, planes of 64 x R points: mode
-// k = j mt + k1 at the first axis's bin f with qmap[f] = j (-1: none), twiddle column k1
-// (tw[k1 R + n1] = w^{-n1 k1}, w = e^{-2 pi i / R}), scale s0 scale[k1]; the host's scale holds
-// the last axis's Hermitian weight over 2 (c_k / 2: 1/2 for its DC and Nyquist bins, 1 else),
-// and every mode goes to D[f] and, conjugated, to D[-f] (the real part of the inverse over
-// the first axis, which the last axis's inverse real FFT takes of its DC and Nyquist bins).
-template <bool PLANE>
 __device__ __forceinline__ void fno_irfft_cols_body(const float* __restrict__ y,
                                                     float* __restrict__ out,
                                                     const float2* __restrict__ tw,
-                                                    const float* __restrict__ scale,
-                                                    const int* __restrict__ qmap, float s0,
-                                                    i64 rows, int R, int m, int mt, int rpb,
-                                                    int modes_major) {
+                                                    const float* __restrict__ scale, i64 rows,
+                                                    int R, int m, int rpb, int modes_major) {
   const i64 L = 64 * (i64)R;
   float2* xs = reinterpret_cast<float2*>(fftmatvec_dynamic_smem);  // [rpb][m], scaled
   const BinStage st{reinterpret_cast<float*>(xs + rpb * m), m, rpb + 1, modes_major};
@@ -866,11 +848,11 @@ __device__ __forceinline__ void fno_irfft_cols_body(const float* __restrict__ y,
   const int r = (int)threadIdx.x / R, n1 = (int)threadIdx.x - r * R;
   st.load(y, rows, row0, nrow);
   __syncthreads();
-  // the kept bins times their scale; a row's imaginary parts of DC and Nyquist dropped
+  // the kept bins times scale[k], the imaginary parts of DC and Nyquist dropped
   for (int i = threadIdx.x; i < nrow * m; i += blockDim.x) {
     const int rr = i / m, k = i - rr * m;
-    float2 b = c_scale(make_c(st.s[st.re(rr, k)], st.s[st.im(rr, k)]), s0 * scale[k % mt]);
-    if (!PLANE && (k == 0 || 2 * (i64)k == L)) b.y = 0.f;
+    float2 b = c_scale(make_c(st.s[st.re(rr, k)], st.s[st.im(rr, k)]), scale[k]);
+    if (k == 0 || 2 * (i64)k == L) b.y = 0.f;
     xs[i] = b;
   }
   __syncthreads();
@@ -882,23 +864,9 @@ __device__ __forceinline__ void fno_irfft_cols_body(const float* __restrict__ y,
   for (int q = 0; q <= 32; ++q) d[q] = make_c(0.f, 0.f);
   const float2* xr = xs + r * m;
   // w^{-n1 k} from the table every FNO_COLS_SEED bins, by products with w^{-n1} between
-  const float2 step = tw[(i64)(mt > 1) * R + n1];
+  const float2 step = tw[(i64)(m > 1) * R + n1];
   float2 w = step;
-  if constexpr (PLANE) {
-#pragma unroll
-    for (int f = 0; f < 64; ++f) {
-      const int j = qmap[f];
-      if (j < 0) continue;
-      const float2* xj = xr + j * mt;
-      for (int k1 = 0; k1 < mt; ++k1) {
-        w = k1 % FNO_COLS_SEED == 0 ? tw[(i64)k1 * R + n1] : c_mul(w, step);
-        const float2 a = c_mul(xj[k1], w);
-        if (f <= 32) d[f] = c_add(d[f], a);
-        if (f == 0 || f >= 32) d[(64 - f) & 63] = c_add(d[(64 - f) & 63], c_conj(a));
-      }
-    }
-  }
-  for (int k0 = 0; !PLANE && k0 < m; k0 += 64) {
+  for (int k0 = 0; k0 < m; k0 += 64) {
 #pragma unroll
     for (int q = 0; q < 64; ++q) {
       const int k = k0 + q;

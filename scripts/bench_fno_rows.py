@@ -13,8 +13,8 @@ analysis) and inverse (``c2r``, the synthesis), over its threads, rows per step 
 axis and columns per step of the first (the pass form), and in the warp form where it takes the
 plane, against the chain's steps it replaces (the last axis as the planner runs it, then the
 GEMM of the first) in the same run. With ``--forms``, the plane kernels' two forms against
-each other on a few planes (:data:`FORMS`), the warp form's r2c with its rows loaded ahead,
-and the column form where it takes the plane (a first axis of 64 points). With ``--row-forms``, the last axis's kernels of every size in both forms and both
+each other on a few planes (:data:`FORMS`), and the warp form's r2c with its rows loaded
+ahead. With ``--row-forms``, the last axis's kernels of every size in both forms and both
 layouts of the spectral side (rows, and modes-major as the split modes take it), the warp form
 over its rows per block where it takes the axis, against the GEMMs they replace in
 the same layout. With ``--products``, the channel product of every size in three layouts of the
@@ -125,11 +125,9 @@ def forms(reps, dev):
     """The plane kernels' two forms against each other, each direction: the median time of a
     launch over 2^28 bytes of planes, and the largest difference of their outputs over the
     largest value (both are tested against NumPy's float64 FFTs in tests/test_fno_plane.py)."""
-    from fftmatvec.fno._rows import plane_cols_supported
-
     rng = np.random.default_rng(5)
     print(f"{'planes':>18} {'modes':>9} {'kind':>4} {'passes':>8} {'warp':>8} {'speed-up':>8} "
-          f"{'differ':>8} {'ahead':>8} {'differ':>8} {'columns':>8} {'differ':>8}")
+          f"{'differ':>8} {'ahead':>8} {'differ':>8}")
     for P, n0, n1, m0, m1 in FORMS:
         bins = rng.permutation(n0)[:m0]
         s1 = rng.uniform(0.5, 2.0, m1)
@@ -139,19 +137,16 @@ def forms(reps, dev):
             if kind == "r2c" and n1 // 64 in PLANE_AHEAD_ROWS:  # the warp form, rows ahead
                 ts["ahead"] = Plane(kind, n0, n1, m0, m1, bins, 0.75, s1, dev.index,
                                     variant="warp", ahead=True)
-            if plane_cols_supported(n0, n1, m0, m1, 227 * 1024):
-                ts["columns"] = Plane(kind, n0, n1, m0, m1, bins, 0.75, s1, dev.index,
-                                      variant="columns")
             x = torch.randn(P, ts["warp"].shape[0], device=dev)
             outs = {v: t(x) for v, t in ts.items()}
             scale = outs["passes"].abs().max()
             differ = {v: float((o - outs["passes"]).abs().max() / scale) for v, o in outs.items()}
             us = {v: timed(lambda t=t: t(x), reps) for v, t in ts.items()}
-            more = " ".join(f"{us[v]:8.1f} {differ[v]:8.1e}" if v in us
-                            else f"{'':>8} {'':>8}" for v in ("ahead", "columns"))
+            ahead = (f"{us['ahead']:8.1f} {differ['ahead']:8.1e}" if "ahead" in us
+                     else f"{'':>8} {'':>8}")
             print(f"{P:>7} x {str((n0, n1)):>10} {str((m0, m1)):>9} {kind:>4} "
                   f"{us['passes']:8.1f} {us['warp']:8.1f} {us['passes'] / us['warp']:7.2f}x "
-                  f"{differ['warp']:8.1e} {more}", flush=True)
+                  f"{differ['warp']:8.1e} {ahead}", flush=True)
 
 
 #: rows per block of the warp form swept by --row-forms

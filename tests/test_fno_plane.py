@@ -26,29 +26,13 @@ PLANES = [(64, 64, 16, 9), (128, 128, 16, 9), (12, 10, 6, 5), (45, 30, 12, 16),
           (256, 256, 64, 33), (9, 15, 3, 1),
           # the warp form's: every mode and the Nyquist bin, rows of 64 complex values kept to
           # Nyquist, non-square planes, one mode
-          (32, 64, 32, 33), (64, 128, 20, 65), (256, 64, 12, 5), (32, 256, 3, 40), (128, 64, 1, 1),
-          # the column form's: a last axis of 17 or 85 points (no other form takes 85), every
-          # mode of the first axis, the Nyquist bin of a 256-point last axis, one mode
-          (64, 17, 5, 9), (64, 85, 12, 7), (64, 32, 64, 17), (64, 256, 8, 129), (64, 16, 1, 1)]
+          (32, 64, 32, 33), (64, 128, 20, 65), (256, 64, 12, 5), (32, 256, 3, 40), (128, 64, 1, 1)]
 
 
 def _warp_plane(n0, n1, m0, m1):
     from fftmatvec.fno._rows import warp_supported
 
     return warp_supported(n0, n1, m0, m1, 48 * 1024)
-
-
-def _form_skip(variant, n0, n1, m0, m1):
-    """Skip a form that does not take the plane."""
-    from fftmatvec.fno._rows import plane_cols_supported, plane_supported
-
-    if variant == "columns":
-        if not plane_cols_supported(n0, n1, m0, m1, 227 * 1024):
-            pytest.skip("no column form for this plane")
-    elif not plane_supported(n0, n1, m0, m1, 48 * 1024):
-        pytest.skip("no FFT form for this plane")
-    elif variant != "passes" and not _warp_plane(n0, n1, m0, m1):
-        pytest.skip("no warp form for this plane")
 
 
 def test_auto_rule():
@@ -129,19 +113,18 @@ def _fft_c2r(v, n0, n1, m0, m1, bins, s0, s1):
 @pytest.mark.parametrize("n0,n1,m0,m1", PLANES)
 @pytest.mark.parametrize("kind", ["r2c", "c2r"])
 @pytest.mark.parametrize("threads", [None, 128, 256])
-@pytest.mark.parametrize("variant", ["passes", "warp", "ahead", "columns"])
+@pytest.mark.parametrize("variant", ["passes", "warp", "ahead"])
 @pytest.mark.parametrize("layout", [False, "paired"])
 def test_plane_matches_numpy_fft(rng, kind, n0, n1, m0, m1, threads, variant, layout):
     """Each direction, with bins scattered over the first axis and scales of both axes, equals
     NumPy's float64 FFTs within float32 rounding, on every element of a poisoned output; with
-    the default threads and with both of the sweep's; in the three forms of the kernels, and the
+    the default threads and with both of the sweep's; in both forms of the kernels, and the
     warp form's r2c with its rows loaded ahead; the spectral side a plane's modes in a row, or
     modes-major in complex pairs (``"paired"``)."""
     from fftmatvec.fno._rows import PLANE_AHEAD_ROWS, Plane
 
-    _form_skip("warp" if variant == "ahead" else variant, n0, n1, m0, m1)
-    if variant == "columns" and threads is not None:
-        pytest.skip("the column form takes a thread a column")
+    if variant != "passes" and not _warp_plane(n0, n1, m0, m1):
+        pytest.skip("no warp form for this plane")
     if variant == "ahead" and (kind != "r2c" or n1 // 64 not in PLANE_AHEAD_ROWS):
         pytest.skip("no rows loaded ahead for this kernel")
     cp = backend.cupy
@@ -213,21 +196,12 @@ def test_plane_checks_its_arguments():
     with pytest.raises(ValueError, match="no warp-form FNO plane kernel for 16 x 16"):
         Plane("r2c", 16, 16, 4, 5, np.arange(4), 1.0, 1.0, dev, variant="warp")
     with pytest.raises(ValueError, match="multiple of 32 for the warp form, got 100"):
-        Plane("c2r", 64, 64, 4, 5, np.arange(4), 1.0, 1.0, dev, threads=100, variant="warp")
+        Plane("c2r", 64, 64, 4, 5, np.arange(4), 1.0, 1.0, dev, threads=100)
     with pytest.raises(ValueError, match="ahead: the c2r plane kernel"):
-        Plane("c2r", 64, 64, 4, 5, np.arange(4), 1.0, 1.0, dev, ahead=True, variant="warp")
+        Plane("c2r", 64, 64, 4, 5, np.arange(4), 1.0, 1.0, dev, ahead=True)
     with pytest.raises(ValueError, match="ahead: the r2c plane kernel of 64 x 256"):
-        Plane("r2c", 64, 256, 4, 5, np.arange(4), 1.0, 1.0, dev, ahead=True, variant="warp")
-    with pytest.raises(ValueError, match="no column-form FNO plane kernel for 128 x 64"):
-        Plane("r2c", 128, 64, 4, 5, np.arange(4), 1.0, 1.0, dev, variant="columns")
-    from fftmatvec.fno import _rows
-
-    # the column form by default for planes of 64 x 16-256 points (PLANE_COLS_AUTO), the only
-    # form of 64 x 85; else the warp form where it takes the plane, else the pass form
-    cols = "columns" if _rows.PLANE_COLS_AUTO else "warp"
-    assert Plane("r2c", 64, 64, 4, 5, np.arange(4), 1.0, 1.0, dev).variant == cols
-    assert Plane("c2r", 64, 85, 4, 5, np.arange(4), 1.0, 1.0, dev).variant == "columns"
-    assert Plane("r2c", 128, 64, 4, 5, np.arange(4), 1.0, 1.0, dev).variant == "warp"
+        Plane("r2c", 64, 256, 4, 5, np.arange(4), 1.0, 1.0, dev, ahead=True)
+    assert Plane("r2c", 64, 64, 4, 5, np.arange(4), 1.0, 1.0, dev).variant == "warp"
     assert Plane("r2c", 60, 64, 4, 5, np.arange(4), 1.0, 1.0, dev).variant == "passes"
     with pytest.raises(ValueError, match="modes_major must be False or 'paired' for a plane"):
         Plane("r2c", 16, 16, 4, 5, np.arange(4), 1.0, 1.0, dev, modes_major=True)

@@ -135,12 +135,11 @@ def row_cols_auto(n_last: int, m_last: int) -> bool:
             and row_cols_shape(n_last, m_last) is not None)
 
 
-def cols_twiddles(kind: str, n_last: int, m_last: int, R: int | None = None):
+def cols_twiddles(kind: str, n_last: int, m_last: int):
     """The column form's table of ``w^(n1 k)``, ``w = exp(-2 pi i / L)`` (``n1 < R``, ``k <
-    m``; rows of ``L = n_last`` points, ``R = L / 64``; a plane's last axis of ``R = n_last``),
-    exact in float64 and rounded once: ``(R, m)`` for the forward (``"r2c"``), the conjugates
-    ``(m, R)`` for the inverse, as complex64."""
-    R = n_last // COLS_POINTS if R is None else R
+    m``), exact in float64 and rounded once: ``(R, m)`` for the forward (``"r2c"``), the
+    conjugates ``(m, R)`` for the inverse, as complex64."""
+    R = n_last // COLS_POINTS
     n1, k = np.arange(R)[:, None], np.arange(m_last)[None, :]
     w = np.exp(-2j * np.pi * ((n1 * k) % n_last) / n_last)
     return np.ascontiguousarray(w if kind == "r2c" else np.conj(w).T, dtype=np.complex64)
@@ -557,21 +556,6 @@ def warp_supported(n0: int, n1: int, m0: int, m1: int, smem_per_block: int) -> b
             and warp_bytes(n0, m0, m1) <= smem_per_block)
 
 
-def plane_cols_supported(n0: int, n1: int, m0: int, m1: int, smem_per_block: int) -> bool:
-    """Whether the column form takes a plane of ``n0 x n1`` points keeping ``m0 x m1`` modes: a
-    first axis of :data:`COLS_POINTS` (a thread's column), a last axis of ``COLS_MIN_R`` to
-    ``COLS_THREADS`` points (the plane's threads), a block of one plane fitting both ways."""
-    if n0 != COLS_POINTS or not COLS_MIN_R <= n1 <= COLS_THREADS:
-        return False
-    if not (1 <= m0 <= n0 and 1 <= m1 <= n1 // 2 + 1):
-        return False
-    return all(cols_bytes(kind, n1, m0 * m1, 1) <= smem_per_block for kind in ("r2c", "c2r"))
-
-
-#: Whether ``variant="auto"`` takes the planes' column form where it exists.
-PLANE_COLS_AUTO = True
-
-
 class Plane(LastAxis):
     """The truncated transforms of the last two axes, ``n0 x n1`` points, of a stack of planes
     in one kernel, keeping ``m0`` modes of the first axis (at the FFT bins ``bins``) and the
@@ -620,15 +604,6 @@ class Plane(LastAxis):
         cp = backend.cupy
         with cp.cuda.Device(device_id):
             smem_sm, smem_limit = backend.shared_memory_limits()
-            has_cols = plane_cols_supported(n0, n1, m0, m1, smem_limit)
-            if variant == "columns" and not has_cols:
-                raise ValueError(f"no column-form FNO plane kernel for {n0} x {n1} points "
-                                 f"keeping {m0} x {m1} modes (a first axis of {COLS_POINTS} "
-                                 f"points, a last one of {COLS_MIN_R} to {COLS_THREADS})")
-            if has_cols and (variant == "columns" or (variant == "auto" and PLANE_COLS_AUTO)):
-                self._init_cols(kind, n0, n1, m0, m1, bins, s0, s1, device_id, smem_limit,
-                                modes_major)
-                return
             if not plane_supported(n0, n1, m0, m1, smem_limit):
                 raise ValueError(f"no FNO plane kernel for {n0} x {n1} points keeping "
                                  f"{m0} x {m1} modes")
@@ -697,47 +672,7 @@ class Plane(LastAxis):
         self._launches: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
 
-    def _init_cols(self, kind, n0, n1, m0, m1, bins, s0, s1, device_id, smem_limit,
-                   modes_major):
-        """The column form (``hip_kernels/fno.cuh``: ``fno_plane_rfft_cols_f32``): a plane of
-        ``64 x n1`` points as a row of the last axis's column form (its columns the plane's),
-        ``n1`` threads a plane, the kept modes summed over the columns; the inverse's scale
-        holds the last axis's Hermitian weights over 2 (``hermitian_weights``)."""
-        from ._modes import hermitian_weights
-
-        cp = backend.cupy
-        M = m0 * m1
-        ppb = cols_rows(kind, n1, M, smem_limit)
-        self.smem = cols_bytes(kind, n1, M, ppb)
-        self.twiddles = cp.asarray(cols_twiddles(kind, n1, m1, R=n1))
-        s1 = np.broadcast_to(np.asarray(s1, dtype=np.float64), (m1,))
-        if kind == "c2r":
-            s1 = s1 * hermitian_weights(n1, m1) / 2
-        self.scale = cp.asarray(s1.astype(np.float32))
-        if kind == "r2c":
-            table = bins
-        else:  # the mode of each bin of the first axis, -1 for none
-            table = np.full(n0, -1, dtype=np.int64)
-            table[bins] = np.arange(m0)
-        self.table = cp.asarray(table.astype(np.int32))
-        name = f"fno_plane_{'rfft' if kind == 'r2c' else 'irfft'}_cols_f32"
-        self._fn = kernels.get_function(name, self.smem)
-        self.kind, self.device_id, self.name = kind, int(device_id), name
-        self.L, self.m = n1, m1
-        self.plane, self.modes = (n0, n1), (m0, m1)
-        self.rows_per_block, self.columns, self.radices = ppb, 0, ((), ())
-        self.variant, self.ahead = "columns", False
-        self.threads = ppb * n1
-        width = (n0 * n1, 2 * M)
-        self.shape = width if kind == "r2c" else width[::-1]
-        self.modes_major = self.paired = modes_major == PAIRED
-        self._geometry = (np.float32(s0),)
-        self._launches: OrderedDict = OrderedDict()
-        self._lock = threading.Lock()
-
     def _grid(self, rows: int):
-        if self.variant == "columns":
-            return (-(-rows // self.rows_per_block),)
         return (rows,)  # a block a plane
 
     def _args(self, rows: int):
@@ -747,11 +682,6 @@ class Plane(LastAxis):
             raise ValueError(f"{self.name}: {rows} planes of {self.modes[0]} x "
                              f"{self.modes[1]} modes paired are 2^31 complex values or more")
         pairs = (np.int32(rows if self.paired else 0),)
-        if self.variant == "columns":
-            (n0, n1), (m0, m1) = self.plane, self.modes
-            return (None, None, self.twiddles, self.scale, self.table) + self._geometry + (
-                np.int64(rows), np.int32(n1), np.int32(m0), np.int32(m1),
-                np.int32(self.rows_per_block), np.int32(_PAIRED_CODE if self.paired else 0))
         if self.variant == "warp":
             return (None, None, self.twiddles, self.scale, self.table) + self._geometry + pairs
         return (None, None, self.twiddles, self.twiddles0, self.scale, self.table) \
