@@ -223,6 +223,28 @@ def _check_variant(variant):
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
 
 
+def _row_form(kind: str, L: int, m: int, variant: str, smem_limit: int) -> str:
+    """The form of a last axis's kernel (``"columns"``, ``"warp"`` or ``"passes"``) for
+    ``variant``: the one asked for (an error where it does not take the axis); for ``"auto"``
+    the column form where :func:`row_cols_auto` says so or no other form takes the axis, else
+    the warp form where :func:`row_warp_auto` says so, else the pass form."""
+    has_cols = row_cols_supported(L, m, smem_limit)
+    if variant == "columns" and not has_cols:
+        raise ValueError(f"no column-form FNO row kernel for L = {L} keeping m = {m} bins "
+                         f"(rows of 64 R points, {COLS_MIN_R} <= R <= {COLS_THREADS})")
+    passes_ok = _rowfft.supported(L, _F32, smem_limit)
+    if variant == "passes" and not passes_ok:
+        raise ValueError(f"no pass-form FNO row kernel for L = {L} (a 5-smooth complex "
+                         "length that fits a block)")
+    if has_cols and (variant == "columns" or (
+            variant == "auto" and (row_cols_auto(L, m) or not passes_ok))):
+        return "columns"
+    warp = _warp_form(variant, row_warp_supported(L, m, smem_limit), row_warp_auto(kind, L, m),
+                      f"row kernel for L = {L} keeping m = {m} bins (rows of 64, 128 or 256 "
+                      "points)")
+    return "warp" if warp else "passes"
+
+
 def _warp_form(variant: str, has_warp: bool, auto: bool, missing: str) -> bool:
     """Whether a kernel runs in its warp form for ``variant``: ``"warp"`` (an error naming
     ``missing`` where the kernel has none), ``"passes"`` never, ``"auto"`` where it has one
@@ -269,64 +291,47 @@ class LastAxis:
             smem_limit = backend.shared_memory_limits()[1]
             if not supported(L, m, smem_limit):
                 raise ValueError(f"no FNO row kernel for L = {L} keeping m = {m} bins")
-            has_cols = row_cols_supported(L, m, smem_limit)
-            if variant == "columns" and not has_cols:
-                raise ValueError(f"no column-form FNO row kernel for L = {L} keeping m = {m} "
-                                 f"bins (rows of 64 R points, {COLS_MIN_R} <= R <= "
-                                 f"{COLS_THREADS})")
-            passes_ok = _rowfft.supported(L, _F32, smem_limit)
-            cols = has_cols and (variant == "columns" or (
-                variant == "auto" and (row_cols_auto(L, m) or not passes_ok)))
-            if variant == "passes" and not passes_ok:
-                raise ValueError(f"no pass-form FNO row kernel for L = {L} (a 5-smooth complex "
-                                 "length that fits a block)")
-            warp = not cols and _warp_form(
-                variant, row_warp_supported(L, m, smem_limit), row_warp_auto(kind, L, m),
-                f"row kernel for L = {L} keeping m = {m} bins (rows of 64, 128 or 256 points)")
+            form = _row_form(kind, L, m, variant, smem_limit)
             verb = "rfft" if kind == "r2c" else "irfft"
+            layout = np.int32(_PAIRED_CODE if modes_major == PAIRED else int(bool(modes_major)))
             rads = ()
-            if not cols:
+            if form == "columns":  # rows_per_block within the threads of a block
+                R = L // COLS_POINTS
+                rpb = (max(1, min(int(rows_per_block), COLS_THREADS // R)) if rows_per_block
+                       else cols_rows(kind, R, m, smem_limit))
+                self.smem, name = cols_bytes(kind, R, m, rpb), f"fno_{verb}_cols_f32"
+                self.twiddles = cp.asarray(cols_twiddles(kind, L, m))
+                self.threads = rpb * R
+                self._geometry = (np.int32(R), np.int32(m), np.int32(rpb), layout)
+            else:
                 n = _rowfft.complex_length(L)
                 rads = _rowfft.radices(n, _rowfft.MAX_RADIX[_F32, kind])
-                family = min(f for f in _rowfft.FAMILIES if f >= max(rads, default=2))
-            if cols:  # rows_per_block within the threads of a block
-                R = L // COLS_POINTS
-                rpb = cols_rows(kind, R, m, smem_limit)
-                if rows_per_block:
-                    rpb = max(1, min(int(rows_per_block), COLS_THREADS // R))
-                self.smem, name = cols_bytes(kind, R, m, rpb), f"fno_{verb}_cols_f32"
-            elif warp:
-                rpb = row_warp_rows(m, rows_per_block, smem_limit)
-                self.smem = row_warp_bytes(m, rpb)
-                name = f"fno_{verb}_f32_w{row_warp_p(L, m)}"
-            else:
-                n_bytes = n * 8
-                rpb = int(rows_per_block or max(1, ROWS_BYTES // n_bytes))
-                rpb = max(1, min(rpb, smem_limit // _rowfft.block_bytes(L, _F32)))
-                self.smem = _rowfft.block_bytes(L, _F32, rpb)
-                name = f"fno_{verb}_f32_r{family}"
-            self.twiddles = cp.asarray(cols_twiddles(kind, L, m)) if cols else \
-                _rowfft.twiddles(n, np.complex64, rads)
+                self.twiddles = _rowfft.twiddles(n, np.complex64, rads)
+                if form == "warp":
+                    rpb = row_warp_rows(m, rows_per_block, smem_limit)
+                    self.smem = row_warp_bytes(m, rpb)
+                    name = f"fno_{verb}_f32_w{row_warp_p(L, m)}"
+                    self.threads = ROW_WARP_THREADS
+                    self._geometry = (np.int32(m), np.int32(rpb), layout)
+                else:
+                    family = min(f for f in _rowfft.FAMILIES if f >= max(rads, default=2))
+                    rpb = int(rows_per_block or max(1, ROWS_BYTES // (n * 8)))
+                    rpb = max(1, min(rpb, smem_limit // _rowfft.block_bytes(L, _F32)))
+                    self.smem = _rowfft.block_bytes(L, _F32, rpb)
+                    name = f"fno_{verb}_f32_r{family}"
+                    self.threads = _rowfft.THREADS
+                    self._geometry = (np.int32(L), np.int32(m), np.int32(rpb),
+                                      np.uint64(_rowfft.packed_radices(rads)),
+                                      np.int32(len(rads)), layout)
             self.scale = cp.asarray(np.asarray(scale, dtype=np.float64).astype(np.float32))
             if self.scale.shape != (m,):
                 raise ValueError(f"scale must hold {m} values, got shape {self.scale.shape}")
             self._fn = kernels.get_function(name, self.smem)
         self.kind, self.L, self.m, self.device_id = kind, int(L), int(m), int(device_id)
         self.rows_per_block, self.radices, self.name = rpb, rads, name
-        self.variant = "columns" if cols else "warp" if warp else "passes"
-        self.threads = (rpb * (L // COLS_POINTS) if cols else ROW_WARP_THREADS if warp
-                        else _rowfft.THREADS)
+        self.variant = form
         self.shape = (self.L, 2 * self.m) if kind == "r2c" else (2 * self.m, self.L)
         self.modes_major, self.paired = bool(modes_major), modes_major == PAIRED
-        layout = np.int32(_PAIRED_CODE if self.paired else int(self.modes_major))
-        if cols:
-            self._geometry = (np.int32(L // COLS_POINTS), np.int32(m), np.int32(rpb), layout)
-        elif warp:
-            self._geometry = (np.int32(m), np.int32(rpb), layout)
-        else:
-            self._geometry = (np.int32(L), np.int32(m), np.int32(rpb),
-                              np.uint64(_rowfft.packed_radices(rads)), np.int32(len(rads)),
-                              layout)
         self._launches: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
 
