@@ -153,8 +153,9 @@ def section_of(name: str) -> str:
         return f"ROWFFT_{parts[3]}_{parts[2]}".upper()
     if name.startswith(("fno_rfft_f32_", "fno_irfft_f32_", "fno_rfft_cols_f32",
                         "fno_irfft_cols_f32", "fno_plane_rfft_f32_",
-                        "fno_plane_irfft_f32_", "fno_modes_cgemm_f32_")):
-        # the FNO's float32 rows and planes, and its paired modes' product
+                        "fno_plane_irfft_f32_", "fno_modes_cgemm_f32_",
+                        "fno_layer1d_f32_")):
+        # the FNO's float32 rows and planes, its paired modes' product, its one-kernel layer
         return "ROWFFT_F32_C64"
     if name.startswith("sbgemv_irfft_") and len(parts) >= 6:  # sbgemv_irfft_<S>_<C>_<F>_...
         return f"FUSED_{parts[2]}_{parts[3]}_{parts[4]}".upper()
@@ -361,6 +362,23 @@ class PackedLaunch:
                 slot.value = p
             self._launch(self._ptr, *self._dims, self._shared_mem, stream_ptr,
                          ctypes.addressof(self._params), 0)
+
+
+def set_carveout(fn, nbytes: int) -> None:
+    """Ask for a shared-memory carveout of ``fn`` (from :func:`get_function`) that holds
+    ``nbytes`` for one block, rather than the most: the rest of the multiprocessor's memory
+    stays L1 cache. CUDA only (HIP has no carveout)."""
+    if backend.is_hip():
+        return
+    cp = backend.cupy
+    per_sm = backend.shared_memory_limits()[0]
+    percent = min(100, -(-100 * int(nbytes) // per_sm))
+    if hasattr(type(fn), "max_dynamic_shared_size_bytes"):  # cupy.RawKernel
+        fn.preferred_shared_memory_carveout = percent
+    else:
+        drv = cp.cuda.driver
+        drv.funcSetAttribute(fn.ptr, drv.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                             percent)
 
 
 def _allow_shared_mem(cp, fn, nbytes: int) -> None:

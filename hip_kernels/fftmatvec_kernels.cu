@@ -204,6 +204,16 @@ FFTMATVEC_ROWFFT_FAMILIES(f32, float, c64, float2)
       int B, int C, int O) {                                                                   \
     fno_modes_cgemm_body<NB, UR>(X, W, Y, M, B, C, O);                                         \
   }
+// fno_layer1d_f32_w<P>_c<CQ>_r<RB>: a one-axis layer in one kernel, rows of 64 P reals, 64 CQ
+// channels in and out, NB batch rows a block, RB of them a group's item (fno.cuh:
+// fno_layer1d_body).
+#define FFTMATVEC_FNO_LAYER1D(P, CQ, RB)                                                        \
+  extern "C" __global__ void FNO_L1_BOUNDS(P, CQ, RB) fno_layer1d_f32_w##P##_c##CQ##_r##RB(    \
+      const float* __restrict__ x, const float2* __restrict__ W, const float* __restrict__ bias, \
+      float* __restrict__ y, const float2* __restrict__ tw, const float* __restrict__ sa,       \
+      const float* __restrict__ ss, int B, int m, int NB) {                                    \
+    fno_layer1d_body<P, CQ, RB>(x, W, bias, y, tw, sa, ss, B, m, NB);                          \
+  }
 // fno_rfft_f32_w<P>, fno_irfft_f32_w<P>: the last axis in the warp form, rows of 64 P reals.
 #define FFTMATVEC_FNO_ROWFFT_WARP(P)                                                            \
   extern "C" __global__ void FNO_ROW_WARP_BOUNDS fno_rfft_f32_w##P(                             \
@@ -245,6 +255,15 @@ FFTMATVEC_FNO_PLANE_WARP_AHEAD_ROWS(1)
 FFTMATVEC_FNO_PLANE_WARP_AHEAD_ROWS(2)
 FFTMATVEC_FNO_MODES_CGEMM(8, 2)
 FFTMATVEC_FNO_MODES_CGEMM(16, 4)
+FFTMATVEC_FNO_LAYER1D(1, 1, 4)
+FFTMATVEC_FNO_LAYER1D(1, 1, 8)
+FFTMATVEC_FNO_LAYER1D(1, 2, 4)
+FFTMATVEC_FNO_LAYER1D(2, 1, 4)
+FFTMATVEC_FNO_LAYER1D(2, 1, 8)
+FFTMATVEC_FNO_LAYER1D(2, 2, 4)
+FFTMATVEC_FNO_LAYER1D(4, 1, 4)
+FFTMATVEC_FNO_LAYER1D(4, 1, 8)
+FFTMATVEC_FNO_LAYER1D(4, 2, 4)
 #endif
 
 // ---- stages 3-5 of an adjoint in one kernel (fused.cuh) -------------------------------------

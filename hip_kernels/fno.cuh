@@ -998,3 +998,141 @@ __device__ __forceinline__ void fno_modes_cgemm_body(const float2* __restrict__ 
     if (b0 + b < B)
       y[(i64)b * tpm] = make_float4(acc0[b].x, acc0[b].y, acc1[b].x, acc1[b].y);
 }
+
+// ---- a one-axis layer in one kernel (fftmatvec/fno/_fused1d.py) -------------------------------
+// y = S(X W + b), X = F x, for a one-axis layer whose rows hold L = 64 P points (the warp form's
+// rows) and C = O = 64 CQ channels: where the paired chain runs the analysis's row kernel, the
+// complex GEMM of the modes and the synthesis's row kernel, each through global memory (the
+// (1024, 64, 128, 64) forward: 33 + 38 + 33 µs on an H100), a block takes NB batch rows (a
+// multiple of 4) from x to y, its modes in shared memory between:
+// 1. the real FFTs of its NB C rows (the warp form's), the kept bins k < m times sa[k] into
+//    S[k kp + b C + c] (kp = NB C + 1, odd: a row's bins on distinct banks);
+// 2. the channel product, a group of 32 lanes an item (mode k, RB batch rows b = RB h ..
+//    RB h + RB - 1; RB = NB: the weight read once a block), lane l the output channels
+//    2 l + {0, 1} + 64 q: X read from S (one address a group), the weight W[k][c][o] (the
+//    layer's modes-major weight, read in place) in 16-byte loads from global memory, the items
+//    of one mode (where RB < NB) on neighbouring groups (its second read from L1);
+//    the bias added to the real part of mode 0, the product written over the item's inputs
+//    (the group alone reads them);
+// 3. the inverse real FFTs of the NB O output rows from S times ss[k] (zero from m; the
+//    imaginary parts of DC and Nyquist dropped), written to y.
+// One block a multiprocessor (S is NB C m complex values: 135 KB at NB = 8, C = 64, m = 33),
+// blockDim.x a multiple of 32 that the host sizes to the items. Float32 throughout: the same
+// sums as the chain's, in another order.
+// Threads a block at most (fftmatvec/fno/_fused1d.py: MAX_THREADS), by P, CQ and RB: with
+// items of 4 rows, 22 groups for 64 channels (their registers: 80 on sm_90; 20 for rows of 256
+// points, which spilled at 80), 16 for 128 (104-127 registers); with items of 8 rows (twice the
+// sums a lane), 20 groups (96 registers; 16 for rows of 256 points).
+#define FNO_L1_BOUNDS(P, CQ, RB) __launch_bounds__(FNO_L1_THREADS_##P##_##CQ##_##RB, 1)
+#define FNO_L1_THREADS_1_1_8 640
+#define FNO_L1_THREADS_2_1_8 640
+#define FNO_L1_THREADS_4_1_8 512
+#define FNO_L1_THREADS_1_1_4 FNO_L1_THREADS_1_1
+#define FNO_L1_THREADS_2_1_4 FNO_L1_THREADS_2_1
+#define FNO_L1_THREADS_4_1_4 FNO_L1_THREADS_4_1
+#define FNO_L1_THREADS_1_2_4 FNO_L1_THREADS_1_2
+#define FNO_L1_THREADS_2_2_4 FNO_L1_THREADS_2_2
+#define FNO_L1_THREADS_4_2_4 FNO_L1_THREADS_4_2
+#define FNO_L1_THREADS_1_1 704
+#define FNO_L1_THREADS_2_1 704
+#define FNO_L1_THREADS_4_1 640
+#define FNO_L1_THREADS_1_2 512
+#define FNO_L1_THREADS_2_2 512
+#define FNO_L1_THREADS_4_2 512
+// A group's lanes past their reads of shared memory before any writes over them: a warp
+// barrier on NVIDIA (its lanes may diverge), a wavefront's (which runs in lock step) on AMD.
+#if defined(FFTMATVEC_HIP)
+#define FNO_L1_SYNC_GROUP() __builtin_amdgcn_wave_barrier()
+#else
+#define FNO_L1_SYNC_GROUP() asm volatile("bar.warp.sync -1;" ::: "memory")
+#endif
+
+template <int P, int CQ, int RB>
+__device__ __forceinline__ void fno_layer1d_body(
+    const float* __restrict__ x, const float2* __restrict__ W, const float* __restrict__ bias,
+    float* __restrict__ y, const float2* __restrict__ tw, const float* __restrict__ sa,
+    const float* __restrict__ ss, int B, int m, int NB) {
+  constexpr int C = 64 * CQ, N1 = 32 * P, L = 2 * N1;
+  float2* S = reinterpret_cast<float2*>(fftmatvec_dynamic_smem);
+  const int kp = NB * C + 1;
+  const int lane = (int)(threadIdx.x & 31u), group = (int)(threadIdx.x >> 5),
+            groups = (int)(blockDim.x >> 5);
+  const int b0 = (int)blockIdx.x * NB, nb = B - b0 < NB ? B - b0 : NB;
+  {  // 1. the analysis: z[n] = x[2n] + i x[2n + 1], its FFT, the kept bins into S
+    const Lanes32<-1> lanes;
+    float2 twr[P], spw[P];
+#pragma unroll
+    for (int k2 = 0; k2 < P; ++k2) {
+      twr[k2] = unit_root(lane * k2, N1, -1);
+      spw[k2] = split_twiddle<P>(tw, P * lane + k2);
+    }
+    warp_rows_rfft<P, FNO_WARP_AHEAD(P)>(x + (i64)b0 * C * L, group, groups, nb * C, lanes,
+                                         twr, spw, [&](int r, int k, float2 v) {
+                                           if (k < m) S[k * kp + r] = c_scale(v, sa[k]);
+                                         });
+  }
+  __syncthreads();
+  // 2. the channel product, item (k, h): mode k of batch rows RB h .. RB h + RB - 1
+  const int NH = NB / RB;
+  for (int it = group; it < m * NH; it += groups) {
+    const int k = it / NH, h = it % NH;
+    float2* xs = S + k * kp + RB * h * C;
+    const float4* w = reinterpret_cast<const float4*>(W + (i64)k * C * C) + lane;
+    float2 a0[CQ][RB], a1[CQ][RB];
+#pragma unroll
+    for (int q = 0; q < CQ; ++q)
+#pragma unroll
+      for (int j = 0; j < RB; ++j) a0[q][j] = a1[q][j] = make_c(0.f, 0.f);
+#pragma unroll 4
+    for (int c = 0; c < C; ++c) {
+      float4 wc[CQ];
+#pragma unroll
+      for (int q = 0; q < CQ; ++q) wc[q] = __ldg(w + c * (C / 2) + 32 * q);
+#pragma unroll
+      for (int j = 0; j < RB; ++j) {
+        const float2 xv = xs[j * C + c];
+#pragma unroll
+        for (int q = 0; q < CQ; ++q) fno_cmac2(a0[q][j], a1[q][j], xv, wc[q]);
+      }
+    }
+    if (k == 0 && bias != nullptr) {
+#pragma unroll
+      for (int q = 0; q < CQ; ++q) {
+        const float2 bq = *reinterpret_cast<const float2*>(bias + 2 * lane + 64 * q);
+#pragma unroll
+        for (int j = 0; j < RB; ++j) {
+          a0[q][j].x += bq.x;
+          a1[q][j].x += bq.y;
+        }
+      }
+    }
+    FNO_L1_SYNC_GROUP();  // every lane's reads of the item's inputs done
+#pragma unroll
+    for (int q = 0; q < CQ; ++q)
+#pragma unroll
+      for (int j = 0; j < RB; ++j) {
+        xs[j * C + 2 * lane + 64 * q] = a0[q][j];
+        xs[j * C + 2 * lane + 1 + 64 * q] = a1[q][j];
+      }
+  }
+  __syncthreads();
+  {  // 3. the synthesis: the packed spectrum of ss[k] S[k][r], its inverse FFT, the row of y
+    const Lanes32<1> lanes;
+    float2 twr[P], ctw[P];
+#pragma unroll
+    for (int k2 = 0; k2 < P; ++k2) {
+      twr[k2] = unit_root(lane * k2, N1, 1);
+      ctw[k2] = c_conj(split_twiddle<P>(tw, lane + 32 * k2));
+    }
+    for (int r = group; r < nb * C; r += groups) {
+      float2 v[P];
+      warp_row_irfft<P>(v, lanes, twr, ctw, [&](int k) {
+        return k < m ? c_scale(S[k * kp + r], ss[k]) : make_c(0.f, 0.f);
+      });
+      float* orow = y + ((i64)b0 * C + r) * L;
+#pragma unroll
+      for (int k2 = 0; k2 < P; ++k2)
+        *reinterpret_cast<float2*>(orow + 2 * (P * lane + k2)) = v[k2];
+    }
+  }
+}

@@ -19,6 +19,8 @@ times, so that a drift of the host or the device reaches them all alike) of
   kernels too (``dft-rows``: ``fno_rows=1``), with the modes permuted where the row kernels
   would pair them (``dft-nopaired``: ``fno_paired=0``), with the paired modes' forward
   product on cuBLAS rather than the package's kernel (``dft-noproduct``: ``fno_product=0``),
+  one-axis layers' forwards on the paired chain rather than the one-kernel layer
+  (``dft-nofused``: ``fno_fused=0``),
   with every call on the full path rather than its graph replayed at once or its plan taken
   (``dft-nofast``: ``fno_fast=0``; the other plans' columns take the fast paths under their
   own plan's signatures), and the split modes with every kernel in
@@ -198,6 +200,8 @@ def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls, rounds=
         impls["dft-split"] = _planned(dft, "fno_split=1")
         if device.type == "cuda":  # every transform of the axis on the row kernels
             impls["dft-rows"] = _planned(dft, "fno_rows=1")
+            # a forward without gradients on the paired chain, not the one-kernel layer
+            impls["dft-nofused"] = _planned(dft, "fno_fused=0")
     if device.type == "cuda" and len(grid) <= 2:
         # the modes permuted around the complex GEMM, not paired by the row or plane kernels
         impls["dft-nopaired"] = _planned(dft, "fno_paired=0")
@@ -416,7 +420,8 @@ def main():
     print(f"device: {name}, copy bandwidth {bw / 1e9:.0f} GB/s, torch {torch.__version__}")
     extra = [args.sixteen] if args.sixteen else []
     cols = ["eager", "nop", "fft", "dft-gemm", "dft-noplane", "dft-nosplit", "dft-split",
-            "dft-rows", "dft-nopaired", "dft-noproduct", "dft-nofast", "dft-passes", "dft-warp",
+            "dft-rows", "dft-nopaired", "dft-noproduct", "dft-nofused", "dft-nofast", "dft-passes",
+            "dft-warp",
             "dft-split-warp", "dft-nograph", "dft-graph", "dft-ends", "dft-whole", "dft"] + extra
     cols += ["tuned"] if args.tuned else []
     print(f"{'case':>30} {'pass':>7} {'auto':>4} {'floor us':>9} "

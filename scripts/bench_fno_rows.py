@@ -27,12 +27,16 @@ modes-major ``(M, B, C)`` that the paired chain keeps, its product on cuBLAS (``
 the package's kernel (``kernel``: ``fftmatvec/fno/_product.py``). With ``--long-rows``, rows
 of 1024-16384 points (:data:`LONG_ROWS`) in every form of the last axis's kernels that takes
 them (the pass form, the column form), against the GEMM and the
-device's copy bandwidth measured in the same run.
+device's copy bandwidth measured in the same run. With ``--fused``, a one-axis layer's forward
+in one kernel (``fftmatvec/fno/_fused1d.py``) against the paired chain's three launches it
+replaces (the analysis's row kernel, cuBLAS's batched complex GEMM, the synthesis's row kernel,
+timed alone and in turn) over batches of :data:`FUSED_LAYERS`, with the floor (``x`` and ``y``
+once, the weight once, over a device copy's bandwidth in the same run).
 
 Usage::
 
     python scripts/bench_fno_rows.py [--reps N] [--plane | --forms | --row-forms | --long-rows |
-                                      --products]
+                                      --products | --fused]
 """
 
 from __future__ import annotations
@@ -204,15 +208,19 @@ LONG_ROWS = [(4096, 64), (4096, 16), (4096, 129), (2048, 64), (1024, 64), (1024,
 COLS_RPB = (1, 2, 4, 8)
 
 
+def copy_bandwidth(dev, reps):
+    """GB/s of a 64 MiB device copy (2^27 bytes moved)."""
+    buf = torch.empty(2 ** 26 // 4, device=dev)
+    return 2 ** 27 / timed(lambda: buf.clone(), reps) / 1e3
+
+
 def long_rows(reps, dev):
     """Long rows in both forms of the last axis's kernels that take them (passes, columns; the
     column form over its rows per block), rows and paired layouts, against the GEMM (rows layout)
     in the same run: the median time of a launch (µs), the bandwidth of the best form over the
     bytes in and out, the device's copy bandwidth over the same bytes as a fraction, and the
     largest difference of the column form to the float64 matrix over its largest value."""
-    buf = torch.empty(2 ** 26 // 4, device=dev)
-    t_copy = timed(lambda: buf.clone(), reps)  # 2^27 bytes moved
-    copy_gbs = 2 ** 27 / t_copy / 1e3
+    copy_gbs = copy_bandwidth(dev, reps)
     print(f"copy bandwidth {copy_gbs:.0f} GB/s")
     print(f"{'L':>6} {'m':>4} {'rows':>6} {'kind':>4} {'layout':>6} {'gemm':>7} {'passes':>7} "
           f"{'columns':>7} " + " ".join(f"{'c' + str(r):>6}" for r in COLS_RPB)
@@ -324,6 +332,62 @@ def products(reps, dev):
               f"{differ[2]:10.1e}", flush=True)
 
 
+#: (C, L, m, batches) of ``--fused``: the benchmark's one-axis layer first
+FUSED_LAYERS = [(64, 128, 33, (1024, 512, 128, 64)), (64, 64, 17, (2048, 256)),
+                (64, 256, 65, (512, 128)), (128, 128, 33, (512, 128))]
+#: (rows an item, threads) of the kernel timed beside its default for blocks of 8 batch rows
+FUSED_VARIANTS = [(4, 704), (4, 544), (8, 640), (8, 544), (8, 352)]
+
+
+def fused(reps, dev):
+    """The one-kernel layer against the chain's three launches, µs a forward."""
+    from fftmatvec.fno._fused1d import Layer1d, launch_shape
+    from fftmatvec.fno._rows import last_axis_set
+
+    copy_gbs = copy_bandwidth(dev, reps)
+    print(f"copy bandwidth {copy_gbs:.0f} GB/s")
+    print(f"{'B':>6} {'C':>4} {'L':>4} {'m':>3} {'NB':>3} {'RB':>2} {'thr':>4} {'r2c':>7} "
+          f"{'cgemm':>7} "
+          f"{'c2r':>7} {'chain':>7} {'fused':>7} {'chain/fused':>11} {'floor':>7} "
+          f"{'floor/fused':>11} {'differ':>8}")
+    for C, L, m, batches in FUSED_LAYERS:
+        rows = last_axis_set(L, m, dev.index, modes_major="paired")
+        layer = Layer1d(L, m, C, rows["F"], rows["A"], dev.index)
+        W = torch.randn(m, C, C, dtype=torch.complex64, device=dev) / C
+        b = torch.randn(C, device=dev)
+        for B in batches:
+            x = torch.randn(B, C, L, device=dev)
+            H = rows["F"](x.reshape(-1, L))
+            Xc = torch.view_as_complex(H.reshape(m, B, C, 2))
+            Y = Xc @ W
+            Yr = torch.view_as_real(Y).reshape(m, -1)
+
+            def chain():
+                Yc = torch.view_as_complex(rows["F"](x.reshape(-1, L)).reshape(m, B, C, 2)) @ W
+                Yc.real[0] += b
+                return rows["A"](torch.view_as_real(Yc).reshape(m, -1)).reshape(B, C, L)
+
+            want = chain()
+            got = layer(x, W, b)
+            differ = float((got - want).abs().max() / want.abs().max())
+            us = [timed(lambda: rows["F"](x.reshape(-1, L)), reps), timed(lambda: Xc @ W, reps),
+                  timed(lambda: rows["A"](Yr), reps), timed(chain, reps),
+                  timed(lambda: layer(x, W, b), reps)]
+            floor = (2 * x.numel() * 4 + W.numel() * 8) / copy_gbs / 1e3
+            nb, rb, _, block, _ = launch_shape(B, L, C, m, layer.smem_limit)
+            print(f"{B:6d} {C:4d} {L:4d} {m:3d} {nb:3d} {rb:2d} {block[0]:4d} "
+                  + " ".join(f"{u:7.1f}" for u in us)
+                  + f" {us[3] / us[4]:11.2f} {floor:7.1f} {floor / us[4]:11.2f} {differ:8.1e}",
+                  flush=True)
+            if C == 64 and nb == 8:  # the kernel's other shapes: rows an item, threads
+                for rb_, threads in FUSED_VARIANTS:
+                    other = Layer1d(L, m, C, rows["F"], rows["A"], dev.index, rb_, threads)
+                    t = timed(lambda: other(x, W, b), reps)
+                    d = float((other(x, W, b) - want).abs().max() / want.abs().max())
+                    print(f"{'':>21} {rb_:2d} {threads:4d} {'':>39} {t:7.1f} {us[3] / t:11.2f} "
+                          f"{'':>7} {floor / t:11.2f} {d:8.1e}", flush=True)
+
+
 def rows(reps, dev):
     """The last axis's kernels (pass form) over their rows per block against the GEMMs."""
     print(f"{'case':>28} {'kind':>4} {'gemm':>7} " + " ".join(f"rpb{r:>3}" for r in RPB)
@@ -363,6 +427,8 @@ def main():
                       help="long rows in both forms of the last axis's kernels")
     what.add_argument("--products", dest="what", action="store_const", const=products,
                       help="the channel product in three layouts of the modes")
+    what.add_argument("--fused", dest="what", action="store_const", const=fused,
+                      help="a one-axis layer's forward in one kernel against the chain")
     args = ap.parse_args()
     torch.backends.cuda.matmul.fp32_precision = "ieee"
     dev = torch.device("cuda", torch.cuda.current_device())

@@ -367,7 +367,7 @@ def paired_on_gemms(monkeypatch):
     from fno_oracle import clear_chains
 
     monkeypatch.setattr(planner, "fno_chain",
-                        lambda *a, **k: (frozenset(), frozenset(), "paired", "auto", False))
+                        lambda *a, **k: (frozenset(), frozenset(), "paired", "auto", False, False))
     clear_chains()
     yield
     monkeypatch.undo()

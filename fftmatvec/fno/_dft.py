@@ -303,6 +303,7 @@ class Chain:
     and their adjoints (:func:`._rows.plane_set`)."""
 
     split = paired = False
+    fused = None  # (PairedChain: a one-axis layer's forward in one kernel)
 
     def __init__(self, ops, spatial, modes, last_axis=None, plane=None):
         sp, md = tuple(spatial), tuple(modes)
@@ -437,6 +438,7 @@ class SplitChain:
     matrices on the other side."""
 
     split, paired = True, False
+    fused = None  # (PairedChain: a one-axis layer's forward in one kernel)
 
     def __init__(self, ops, spatial, modes, last_axis=None):
         (n,), (m,) = tuple(spatial), tuple(modes)
@@ -537,7 +539,8 @@ class PairedChain:
     split = False
     paired = True
 
-    def __init__(self, ops, spatial, modes, last_axis=None, plane=None, product=None):
+    def __init__(self, ops, spatial, modes, last_axis=None, plane=None, product=None,
+                 fused=None):
         sp, md = tuple(spatial), tuple(modes)
         if len(sp) > 2 or (plane and len(sp) != 2) or (last_axis and len(sp) != 1):
             raise ValueError(f"the paired modes take one axis on the row kernels or two on the "
@@ -558,6 +561,7 @@ class PairedChain:
         self._ops = ops
         self._product = product
         self.product = product is not None
+        self.fused = fused
 
     def mode_product(self, X, W):
         """``Y = X W`` per mode (:func:`mode_product_paired`), on the package's kernel
@@ -667,17 +671,23 @@ LAYOUTS = ("interleaved", "split", "paired")
 
 
 def make_chain(ops, spatial, modes, device_id, rows=frozenset(), plane=frozenset(),
-               layout="interleaved", variant="auto", product=False):
+               layout="interleaved", variant="auto", product=False, fused=False,
+               channels=None):
     """The chain of a layer as the planner chose it (:func:`fftmatvec.gpu.planner.fno_chain`):
     its row kernels ``rows`` (:func:`._rows.last_axis_set`) and plane kernels ``plane``
     (:func:`._rows.plane_set`) on device ``device_id`` in form ``variant``, its modes in
     ``layout`` (:data:`LAYOUTS`): :class:`SplitChain`, :class:`PairedChain` or
     :class:`Chain`; ``product``: the paired modes' forward channel product on the package's
-    kernel (:class:`._product.ModeProduct`)."""
+    kernel (:class:`._product.ModeProduct`); ``fused``: a forward without gradients of a
+    one-axis layer of ``channels`` channels in and out in one kernel
+    (:class:`._fused1d.Layer1d`)."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     if product and layout != "paired":
         raise ValueError(f"the channel product's kernel takes the paired modes, got {layout!r}")
+    if fused and not (layout == "paired" and "r2c" in rows and "c2r" in rows and channels):
+        raise ValueError("the one-kernel layer takes a one-axis layer on the paired modes, "
+                         "both transforms on the row kernels, its channels given")
     last = kernel_plane = None
     if rows or plane:
         from ._rows import PAIRED, last_axis_set, plane_set
@@ -697,7 +707,13 @@ def make_chain(ops, spatial, modes, device_id, rows=frozenset(), plane=frozenset
             from ._product import ModeProduct
 
             product = ModeProduct(device_id)
-        return PairedChain(ops, spatial, modes, last, kernel_plane, product or None)
+        if fused:
+            from ._fused1d import Layer1d
+
+            fused = Layer1d(spatial[-1], modes[-1], int(channels), last["F"], last["A"],
+                            device_id)
+        return PairedChain(ops, spatial, modes, last, kernel_plane, product or None,
+                           fused or None)
     return Chain(ops, spatial, modes, last, kernel_plane)
 
 

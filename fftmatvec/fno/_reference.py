@@ -86,10 +86,10 @@ def _xp_ops(xp, dtype):
 
 @functools.lru_cache(maxsize=64)
 def _xp_chain(module_name, device, dtype, spatial, modes, rows=frozenset(), plane=frozenset(),
-              layout="interleaved", variant="auto", product=False):
+              layout="interleaved", variant="auto", product=False, fused=False, channels=None):
     xp = backend.cupy if module_name == "cupy" else np
     return _dft.make_chain(_xp_ops(xp, np.dtype(dtype)), spatial, modes, device, rows, plane,
-                           layout, variant, product)
+                           layout, variant, product, fused, channels)
 
 
 def _dft_conv(xp, x, weight, modes, bias):
@@ -103,13 +103,16 @@ def _dft_conv(xp, x, weight, modes, bias):
     spatial = tuple(x.shape[2:])
     choice = fno_chain(x.shape[0], x.shape[1], weight.shape[1], spatial, modes, real, device,
                        kernels=name == "cupy" and real == np.float32)
-    chain = _xp_chain(name, device, real.str, spatial, tuple(modes), *choice)
+    chain = _xp_chain(name, device, real.str, spatial, tuple(modes), *choice,
+                      channels=x.shape[1] if choice[5] else None)
     ops = _xp_ops(xp, real)
     w = xp.asarray(weight)
     C, O = w.shape[:2]
     cplx = np.complex64 if real == np.float32 else np.complex128
     wmm = xp.ascontiguousarray(w.reshape(C, O, -1).transpose(2, 0, 1), dtype=cplx)
     b = None if bias is None else xp.asarray(bias, dtype=real).reshape(-1)
+    if chain.fused is not None and chain.fused.takes(x, wmm, b):  # one kernel
+        return chain.fused.run(x, wmm, b)
     y, _ = _dft.forward(ops, chain, x, wmm, b)
     return y
 

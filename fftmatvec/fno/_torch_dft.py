@@ -103,11 +103,11 @@ def modes_major_complex(gw, shape, dtype):
 
 @functools.lru_cache(maxsize=64)
 def _chain(device, dtype_name, spatial, modes, rows=frozenset(), plane=frozenset(),
-           layout="interleaved", variant="auto", product=False):
+           layout="interleaved", variant="auto", product=False, fused=False, channels=None):
     torch = _torch()
     dev = torch.device(device)
     return _dft.make_chain(_ops(getattr(torch, dtype_name), dev), spatial, modes, dev.index,
-                           rows, plane, layout, variant, product)
+                           rows, plane, layout, variant, product, fused, channels)
 
 
 def chain_for(x, dtype, modes, cout=None, tuned=()):
@@ -132,7 +132,8 @@ def _planned_chain(device, dtype, spatial, modes, plan, channels, tuned=()):
     name = str(dtype).rsplit(".", 1)[-1]
     kernels = device.type == "cuda" and name == "float32"
     choice = fno_chain(*channels, spatial, modes, name, device.index, kernels, tuned)
-    return _chain(str(device), name, spatial, modes, *choice)
+    return _chain(str(device), name, spatial, modes, *choice,
+                  channels=channels[1] if choice[5] else None)
 
 
 # The chains in three parts: the first step and the last, and the middle; a CUDA graph of the
@@ -622,6 +623,10 @@ def _forward(torch, ctx, x, weight, bias, modes, cdtype, graphs, token, tuned=()
         with gemm_precision(cdtype, x.device.type):
             return forward_chain(x, weight, bias, chain, cdtype)
     chain = chain_for(x, cdtype, modes, weight.shape[1], tuned)
+    if not training and chain.fused is not None:
+        y = _fused_forward(torch, chain.fused, x, weight, bias, cdtype)
+        if y is not None:
+            return y, None
     ctx.chain, ctx.cdtype = chain, cdtype
     if graphs:
         ctx.outside = fno_ends(tuple(x.shape), x.element_size(), weight.shape[1], tuned,
@@ -638,6 +643,47 @@ def _forward(torch, ctx, x, weight, bias, modes, cdtype, graphs, token, tuned=()
             return out
     with gemm_precision(cdtype, x.device.type):
         return forward_chain(x, weight, bias, chain, cdtype)
+
+
+def _fused_forward(torch, fused, x, weight, bias, cdtype):
+    """``y`` of a forward without gradients from the one-kernel layer ``fused``
+    (:class:`._fused1d.Layer1d`), or None where it does not take the call (16-bit storage, an
+    input not contiguous or aligned). Where it reads the weight and the bias in place, it is
+    kept under the call's signature for the forward's fast path (:class:`FusedForward`)."""
+    if cdtype != torch.float32 or x.dtype != torch.float32:
+        return None
+    W = weight_view(weight, cdtype)
+    if not W.is_contiguous():  # a weight passed in another layout: read from a copy
+        W = W.contiguous()
+    b = None if bias is None else bias.reshape(-1)
+    if b is not None and (b.dtype != torch.float32 or not b.is_contiguous()):
+        b = b.to(torch.float32).contiguous()
+    if not fused.takes(x, W, b):
+        return None
+    y = fused.run(x, W, b)
+    key = getattr(_PENDING, "key", None)
+    if key is not None and W.data_ptr() == weight.data_ptr() and (
+            b is None or b.data_ptr() == bias.data_ptr()):
+        _remember(_graphs.FAST, key, FusedForward(fused, W, b))
+    return y
+
+
+class FusedForward:
+    """A forward without gradients on the one-kernel layer (:class:`._fused1d.Layer1d`), kept
+    under its call's signature (:func:`fast_key`, which holds the weight's and the bias's
+    addresses and layouts: their in-place updates are read, a new one is a new signature):
+    one launch after the lookup."""
+
+    __slots__ = ("fused", "W", "b")
+
+    def __init__(self, fused, W, b):
+        self.fused, self.W, self.b = fused, W, b
+
+    def __call__(self, torch, x, bias):
+        """``y``, or None for an ``x`` the kernel does not read in place (the full path)."""
+        if not x.is_contiguous() or x.data_ptr() % 16:
+            return None
+        return self.fused.run(x, self.W, self.b)
 
 
 class TrainingPlan:

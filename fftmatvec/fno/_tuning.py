@@ -57,7 +57,7 @@ KIND = "fno"
 ENV = "FFTMATVEC_FNO_TUNING_PATH"
 #: the plan keys of the FNO layer (:data:`fftmatvec.gpu.plan.PLAN_KEYS`)
 FNO_KEYS = ("fno_rows", "fno_plane", "fno_split", "fno_warp", "fno_paired", "fno_product",
-            "fno_ends")
+            "fno_fused", "fno_ends")
 DTYPES = ("float32", "float64", "bfloat16", "float16")
 METHODS = ("dft", "fft")
 GRAPHS = ("auto", True, False)
@@ -362,7 +362,7 @@ def candidates(device, batch, cin, cout, spatial, modes, dtype, compute_dtype):
     sixteen = compute_dtype in ("bfloat16", "float16")
     cuda = device.type == "cuda"
     kernels = cuda and compute_dtype == "float32"
-    chain_keys = FNO_KEYS[:6]
+    chain_keys = FNO_KEYS[:7]
     if kernels:
         plans = [{}] + [{k: v} for k in chain_keys for v in ("0", "1")] + [
             {"fno_plane": "1", "fno_warp": "1"}, {"fno_rows": "1", "fno_warp": "1"},

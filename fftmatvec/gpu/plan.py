@@ -48,6 +48,8 @@ PLAN_KEYS = {
                   "row or plane kernels, not permuted",
     "fno_product": "the paired modes' forward channel product on the package's kernel for "
                    "small batches, not cuBLAS",
+    "fno_fused": "a one-axis FNO layer's forward without gradients as one kernel (the "
+                 "transforms and the channel product), not the paired chain's three launches",
     "fno_warp": "the FNO layer's row and plane kernels in their warp form, not their pass form",
     "fno_fast": "an FNO call whose signature replayed a graph before replays it at once "
                 "(a forward without gradients) or takes its plan (a training call), without "

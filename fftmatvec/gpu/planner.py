@@ -29,7 +29,8 @@ from .rules import (_REAL_SUFFIX, ASYNC_DEFAULTS, ASYNC_FEW, ASYNC_FEW_ROWS, ASY
                     ROW_FFT_MIN_BLOCKS_PER_SM, TILES, WIDE_DEFAULTS, WIDE_MIN_BLOCKS_PER_SM,
                     WIDE_MIN_FILL, XREG_GEMV_KB, XREG_MAX_ND, XREG_MIN_KB, XREG_ND, XREG_TILES,
                     _BATCH_SIZES, _STAGED_J)
-from .rules import (FNO_PAIRED, FNO_PAIRED_PLANE, FNO_PLANE_MIN_FRACTION,
+from .rules import (FNO_FUSED, FNO_FUSED_MIN_BLOCKS_PER_SM, FNO_PAIRED, FNO_PAIRED_PLANE,
+                    FNO_PLANE_MIN_FRACTION,
                     FNO_PLANE_WARP_MIN_FRACTION, FNO_PRODUCT_MAX_BATCH, FNO_ROWS_C2R_WARP,
                     FNO_ROWS_COLS, FNO_ROWS_R2C_MIN, FNO_SPLIT_WITH_ROW_KERNELS)
 from .stage3 import _Launch
@@ -255,14 +256,16 @@ def _fno_plane_why(spatial: tuple, modes: tuple, dtype, device_id: int):
 
 def fno_chain(batch: int, cin: int, cout: int, spatial, modes, dtype, device_id: int,
               kernels: bool, tuned=()):
-    """The FNO layer's DFT chain, ``(rows, plane, layout, variant, product)``: the last axis's
+    """The FNO layer's DFT chain, ``(rows, plane, layout, variant, product, fused)``: the last
+    axis's
     transforms on the row kernels (:func:`fno_rows`), the last two axes on the plane kernels
     (:func:`fno_plane`), the layout of the modes (``"paired"``: :func:`fno_paired`, all four
     transforms of the layer on the row kernels of its one axis or the plane kernels of its
     two; ``"split"``: :func:`fno_split`; else ``"interleaved"``;
-    :data:`fftmatvec.fno._dft.LAYOUTS`), the kernels' form (:func:`fno_variant`) and whether
+    :data:`fftmatvec.fno._dft.LAYOUTS`), the kernels' form (:func:`fno_variant`), whether
     the paired modes' forward channel product runs on the package's kernel
-    (:func:`fno_product`); the kernels only where ``kernels`` (float32 on a GPU); ``tuned``:
+    (:func:`fno_product`) and whether a forward without gradients runs as one kernel
+    (:func:`fno_fused`); the kernels only where ``kernels`` (float32 on a GPU); ``tuned``:
     the plan of the layer's FNO tuning table entry (pairs ``(key, value)``), which
     ``FFTMATVEC_PLAN`` overrides key by key."""
     rows = fno_rows(spatial[-1], modes[-1], dtype, device_id, tuned) if kernels else frozenset()
@@ -279,7 +282,57 @@ def fno_chain(batch: int, cin: int, cout: int, spatial, modes, dtype, device_id:
             else frozenset()
     variant = fno_variant(spatial, modes, rows, plane, device_id, tuned) if kernels else "auto"
     product = fno_product(batch, cin, cout, layout, kernels, tuned)
-    return rows, plane, layout, variant, product
+    fused = fno_fused(batch, cin, cout, spatial, modes, layout, variant, kernels, device_id,
+                      tuned)
+    return rows, plane, layout, variant, product, fused
+
+
+def fno_fused(batch: int, cin: int, cout: int, spatial, modes, layout: str, variant: str,
+              kernels: bool, device_id: int, tuned=()) -> bool:
+    """Whether a forward without gradients of the FNO layer runs as one kernel
+    (:class:`fftmatvec.fno._fused1d.Layer1d`: the analysis, the channel product and the
+    synthesis between one read of ``x`` and one write of ``y``): by default
+    (:data:`~fftmatvec.gpu.rules.FNO_FUSED`) for one-axis layers on the paired modes
+    (``layout``) whose rows, channels and kept bins the kernel takes
+    (:func:`fftmatvec.fno._fused1d.supported`), the row kernels not forced into their pass form
+    (``variant``), float32 on a GPU (``kernels``), where the batch gives at least
+    :data:`~fftmatvec.gpu.rules.FNO_FUSED_MIN_BLOCKS_PER_SM` blocks a multiprocessor; plan key
+    ``fno_fused``: ``0`` never, ``1`` every layer it takes (an error elsewhere); ``tuned`` as
+    for :func:`fno_rows`. Training keeps the chain (its backward reads the modes)."""
+    mode = _fno_mode("fno_fused", tuned)
+    if mode == "0" or (mode == "auto" and not FNO_FUSED):
+        return False
+    spatial, modes = tuple(int(n) for n in spatial), tuple(int(m) for m in modes)
+    if len(spatial) != 1 or layout != "paired":
+        why = (f"it takes one-axis layers on the paired modes, got {len(spatial)} axes, "
+               f"{layout} modes")
+    elif not kernels:
+        why = "the kernel runs float32 layers on a GPU"
+    elif variant == "passes":
+        why = "plan fno_warp=0 keeps the row kernels' pass form"
+    else:
+        from ..fno import _fused1d
+
+        smem = _block_smem(device_id)
+        why = None
+        if not _fused1d.supported(spatial[0], modes[0], cin, cout, smem):
+            channels = " or ".join(map(str, _fused1d.CHANNELS))
+            why = (f"it takes rows of 64, 128 or 256 points and {channels} channels in and out,"
+                   f" {_fused1d.MIN_BATCH_ROWS} batch rows' modes fitting "
+                   f"{smem} bytes of shared memory; got {spatial[0]} points keeping {modes[0]} "
+                   f"bins, {cin} and {cout} channels")
+        elif mode == "auto":
+            nb = _fused1d.batch_rows(cin, modes[0], smem)
+            if -(-batch // nb) < FNO_FUSED_MIN_BLOCKS_PER_SM * _sm_count(device_id):
+                return False
+    return not unavailable("fno_fused", mode, "the one-kernel layer cannot serve this layer", why)
+
+
+@functools.lru_cache(maxsize=16)
+def _sm_count(device_id: int) -> int:
+    """The multiprocessors of device ``device_id``."""
+    props = backend.cupy.cuda.runtime.getDeviceProperties(device_id)
+    return int(props["multiProcessorCount"])
 
 
 def fno_product(batch: int, cin: int, cout: int, layout: str, kernels: bool, tuned=()) -> bool:

@@ -289,6 +289,14 @@ FNO_PAIRED_PLANE = True
 # 15 / 26, and it lost with larger batches ((2112, 32, 64, 64) 82 / 63, (64, 1024, 64, 64) 67 /
 # 60; the 1-D layers' (33, 1024, 64, 64) 45 / 39).
 FNO_PRODUCT_MAX_BATCH = 16
+# A one-axis FNO layer's forward without gradients as one kernel (fftmatvec/fno/_fused1d.py:
+# the row kernels' analysis, the channel product and the synthesis between one read of x and
+# one write of y, the modes in shared memory), where it takes the layer (rows of 64-256 points,
+# 64 or 128 channels in and out) and the batch gives every multiprocessor a block
+# (FNO_FUSED_MIN_BLOCKS_PER_SM: blocks of at most 8 batch rows, one a multiprocessor; below,
+# most multiprocessors would idle).
+FNO_FUSED = True
+FNO_FUSED_MIN_BLOCKS_PER_SM = 0.5
 # Stages 3-5 of a one-vector adjoint as one kernel (hip_kernels/fused.cuh: its sums never go
 # through memory, the stage-3 output the inverse FFT would read back). By default for complex128
 # and complex64 storage with at most FUSED_MAX_ND sensors and FUSED_THREADS frequencies, where the
