@@ -5,6 +5,8 @@ paired chain, and on the forward's fast path."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -12,6 +14,7 @@ from fftmatvec import FFTMatvecValueError, backend
 from fftmatvec.fno._fused1d import (CHANNELS, MAX_BATCH_ROWS, MAX_THREADS, batch_rows,
                                     launch_shape, smem_bytes, supported)
 from fftmatvec.gpu.planner import fno_fused
+from fftmatvec.gpu.rules import FNO_FUSED_MIN_FILL
 
 from fno_oracle import clear_chains, dense_reference
 
@@ -73,14 +76,19 @@ def test_fused_rule_on_the_device(monkeypatch):
     monkeypatch.delenv("FFTMATVEC_PLAN", raising=False)
     dev = backend.cupy.cuda.Device().id
     assert fno_fused(1024, 64, 64, (128,), (33,), "paired", "auto", True, dev)
-    assert not fno_fused(8, 64, 64, (128,), (33,), "paired", "auto", True, dev)  # one block
+    sms = _sm_count(dev)
+    # blocks of 8 batch rows: a wave filled to FNO_FUSED_MIN_FILL, or not
+    full = 8 * math.ceil(FNO_FUSED_MIN_FILL * sms)
+    assert fno_fused(full, 64, 64, (128,), (33,), "paired", "auto", True, dev)
+    assert not fno_fused(full - 8, 64, 64, (128,), (33,), "paired", "auto", True, dev)
+    assert fno_fused(8 * (sms + full // 8), 64, 64, (128,), (33,), "paired", "auto", True, dev)
+    assert not fno_fused(8 * (sms + 1), 64, 64, (128,), (33,), "paired", "auto", True, dev)
     assert not fno_fused(1024, 64, 32, (128,), (33,), "paired", "auto", True, dev)
     assert not fno_fused(64, 64, 64, (4096,), (33,), "paired", "auto", True, dev)
     monkeypatch.setenv("FFTMATVEC_PLAN", "fno_fused=1")
     assert fno_fused(8, 64, 64, (128,), (33,), "paired", "auto", True, dev)
     with pytest.raises(FFTMatvecValueError, match="fno_fused=1.*got 4096 points"):
         fno_fused(64, 64, 64, (4096,), (33,), "paired", "auto", True, dev)
-    assert _sm_count(dev) > 0
 
 
 # (B, C, L, m): the benchmark's layer, every row length and channel count, the most modes that

@@ -15,7 +15,7 @@ multiprocessor: 76 µs for that forward (docs/benchmarks.md, forty-sixth run). A
 steps run one after the other (one block a multiprocessor, its registers and shared memory
 allowing no second), so the kernel's time is a block's: the row FFTs' shuffles and the
 product's float32 FMAs (20-25 µs of them at the peak rate), whatever the batch (64 to 1024
-rows: 69-76 µs).
+rows: 67-76 µs).
 
 It takes rows of 64, 128 or 256 points, ``C = O`` of 64 or 128 channels, and as many kept bins
 as a block's shared memory holds for ``NB >= 4`` batch rows (``NB C m`` complex values: 135 KB

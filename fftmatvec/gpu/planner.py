@@ -29,7 +29,7 @@ from .rules import (_REAL_SUFFIX, ASYNC_DEFAULTS, ASYNC_FEW, ASYNC_FEW_ROWS, ASY
                     ROW_FFT_MIN_BLOCKS_PER_SM, TILES, WIDE_DEFAULTS, WIDE_MIN_BLOCKS_PER_SM,
                     WIDE_MIN_FILL, XREG_GEMV_KB, XREG_MAX_ND, XREG_MIN_KB, XREG_ND, XREG_TILES,
                     _BATCH_SIZES, _STAGED_J)
-from .rules import (FNO_FUSED, FNO_FUSED_MIN_BLOCKS_PER_SM, FNO_PAIRED, FNO_PAIRED_PLANE,
+from .rules import (FNO_FUSED, FNO_FUSED_MIN_FILL, FNO_PAIRED, FNO_PAIRED_PLANE,
                     FNO_PLANE_MIN_FRACTION,
                     FNO_PLANE_WARP_MIN_FRACTION, FNO_PRODUCT_MAX_BATCH, FNO_ROWS_C2R_WARP,
                     FNO_ROWS_COLS, FNO_ROWS_R2C_MIN, FNO_SPLIT_WITH_ROW_KERNELS)
@@ -295,8 +295,9 @@ def fno_fused(batch: int, cin: int, cout: int, spatial, modes, layout: str, vari
     (:data:`~fftmatvec.gpu.rules.FNO_FUSED`) for one-axis layers on the paired modes
     (``layout``) whose rows, channels and kept bins the kernel takes
     (:func:`fftmatvec.fno._fused1d.supported`), the row kernels not forced into their pass form
-    (``variant``), float32 on a GPU (``kernels``), where the batch gives at least
-    :data:`~fftmatvec.gpu.rules.FNO_FUSED_MIN_BLOCKS_PER_SM` blocks a multiprocessor; plan key
+    (``variant``), float32 on a GPU (``kernels``), where its blocks fill at least
+    :data:`~fftmatvec.gpu.rules.FNO_FUSED_MIN_FILL` of the waves they take (the kernel's
+    time is a wave's, the chain's grows with the batch); plan key
     ``fno_fused``: ``0`` never, ``1`` every layer it takes (an error elsewhere); ``tuned`` as
     for :func:`fno_rows`. Training keeps the chain (its backward reads the modes)."""
     mode = _fno_mode("fno_fused", tuned)
@@ -323,7 +324,8 @@ def fno_fused(batch: int, cin: int, cout: int, spatial, modes, layout: str, vari
                    f"bins, {cin} and {cout} channels")
         elif mode == "auto":
             nb = _fused1d.batch_rows(cin, modes[0], smem)
-            if -(-batch // nb) < FNO_FUSED_MIN_BLOCKS_PER_SM * _sm_count(device_id):
+            blocks, sms = -(-batch // nb), _sm_count(device_id)
+            if blocks < FNO_FUSED_MIN_FILL * sms * -(-blocks // sms):
                 return False
     return not unavailable("fno_fused", mode, "the one-kernel layer cannot serve this layer", why)
 

@@ -292,11 +292,18 @@ FNO_PRODUCT_MAX_BATCH = 16
 # A one-axis FNO layer's forward without gradients as one kernel (fftmatvec/fno/_fused1d.py:
 # the row kernels' analysis, the channel product and the synthesis between one read of x and
 # one write of y, the modes in shared memory), where it takes the layer (rows of 64-256 points,
-# 64 or 128 channels in and out) and the batch gives every multiprocessor a block
-# (FNO_FUSED_MIN_BLOCKS_PER_SM: blocks of at most 8 batch rows, one a multiprocessor; below,
-# most multiprocessors would idle).
+# 64 or 128 channels in and out) and its blocks (of at most 8 batch rows, one a multiprocessor)
+# fill at least FNO_FUSED_MIN_FILL of the waves they take: a block's three steps run in turn,
+# so the kernel's time is a wave's whatever its blocks, where the chain's three launches take
+# time in proportion to the batch. On an H100 (forty-sixth run, bench_fno_rows.py --fused, µs,
+# the kernel against the three launches timed alone): 128 blocks on 132 multiprocessors (0.97)
+# (1024, 64, 128) keeping 33 bins 75 against 114, (512, 64, 256) keeping 65 85 against 115,
+# (512, 128, 128) keeping 33 115 against 137; 256 blocks (0.97) (2048, 64, 64) keeping 17 83
+# against 123; 64 blocks (0.48) (512, 64, 128) keeping 33 68 against 54; 32 blocks (0.24)
+# 74 against 47 ((128, 64, 256) keeping 65), 100 against 48 ((128, 128, 128)) and 39 against 47
+# ((256, 64, 64) keeping 17, a short block).
 FNO_FUSED = True
-FNO_FUSED_MIN_BLOCKS_PER_SM = 0.5
+FNO_FUSED_MIN_FILL = 0.75
 # Stages 3-5 of a one-vector adjoint as one kernel (hip_kernels/fused.cuh: its sums never go
 # through memory, the stage-3 output the inverse FFT would read back). By default for complex128
 # and complex64 storage with at most FUSED_MAX_ND sensors and FUSED_THREADS frequencies, where the
