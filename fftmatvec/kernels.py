@@ -370,12 +370,15 @@ def set_carveout(fn, nbytes: int) -> None:
     stays L1 cache. CUDA only (HIP has no carveout)."""
     if backend.is_hip():
         return
-    cp = backend.cupy
     per_sm = backend.shared_memory_limits()[0]
-    percent = min(100, -(-100 * int(nbytes) // per_sm))
+    _carveout(backend.cupy, fn, min(100, -(-100 * int(nbytes) // per_sm)))
+
+
+def _carveout(cp, fn, percent: int) -> None:
+    """The preferred shared-memory carveout of ``fn``, in percent of the multiprocessor's."""
     if hasattr(type(fn), "max_dynamic_shared_size_bytes"):  # cupy.RawKernel
         fn.preferred_shared_memory_carveout = percent
-    else:
+    else:  # a bare cupy.cuda.Function
         drv = cp.cuda.driver
         drv.funcSetAttribute(fn.ptr, drv.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
                              percent)
@@ -387,11 +390,10 @@ def _allow_shared_mem(cp, fn, nbytes: int) -> None:
     default carveout can halve them)."""
     if hasattr(type(fn), "max_dynamic_shared_size_bytes"):  # cupy.RawKernel
         fn.max_dynamic_shared_size_bytes = nbytes
-        fn.preferred_shared_memory_carveout = 100
     else:  # a bare cupy.cuda.Function
         drv = cp.cuda.driver
         drv.funcSetAttribute(fn.ptr, drv.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
-        drv.funcSetAttribute(fn.ptr, drv.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100)
+    _carveout(cp, fn, 100)
 
 
 def prebuilt_code_objects() -> list[str]:

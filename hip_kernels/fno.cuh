@@ -347,6 +347,30 @@ __device__ __forceinline__ float2 split_twiddle(const float2* __restrict__ tw1, 
   return make_c(-t.x, t.y);
 }
 
+// The twiddles of a group's real FFT of a row of 64 P reals (warp_row_rfft): twr, group_fft's,
+// and spw[k2] = split_twiddle<P>(tw, P lane + k2).
+template <int P>
+__device__ __forceinline__ void warp_rfft_twiddles(const float2* __restrict__ tw, int lane,
+                                                   float2 (&twr)[P], float2 (&spw)[P]) {
+#pragma unroll
+  for (int k2 = 0; k2 < P; ++k2) {
+    twr[k2] = unit_root(lane * k2, 32 * P, -1);
+    spw[k2] = split_twiddle<P>(tw, P * lane + k2);
+  }
+}
+
+// The twiddles of its inverse (warp_row_irfft): twr, group_fft's, and
+// ctw[k2] = conj(split_twiddle<P>(tw, lane + 32 k2)).
+template <int P>
+__device__ __forceinline__ void warp_irfft_twiddles(const float2* __restrict__ tw, int lane,
+                                                    float2 (&twr)[P], float2 (&ctw)[P]) {
+#pragma unroll
+  for (int k2 = 0; k2 < P; ++k2) {
+    twr[k2] = unit_root(lane * k2, 32 * P, 1);
+    ctw[k2] = c_conj(split_twiddle<P>(tw, lane + 32 * k2));
+  }
+}
+
 // Rows a group loads before it transforms the first of them, in the warp form's real FFTs (R of
 // the kernels' templates): 8 P values a lane in flight rather than P, where a group's FFT of a
 // row is short against the latency of its loads.
@@ -444,11 +468,7 @@ __device__ __forceinline__ void fno_plane_rfft_warp_body(
   const Lanes32<-1> lanes;
   const int lane = lanes.lane, group = (int)(threadIdx.x >> 5), groups = (int)(blockDim.x >> 5);
   float2 twr[P], sp[P];  // the columns' twiddles are made after the rows, to spare registers
-#pragma unroll
-  for (int k2 = 0; k2 < P; ++k2) {
-    twr[k2] = unit_root(lane * k2, N1, -1);
-    sp[k2] = split_twiddle<P>(tw1, P * lane + k2);
-  }
+  warp_rfft_twiddles<P>(tw1, lane, twr, sp);
   const i64 plane = blockIdx.x;
   const float* xp = x + plane * (i64)(N0 * 2 * N1);
   // the rows: z[n] = x[2n] + i x[2n + 1], its FFT Z, the real FFT's bins k < m1 into T[k][row]
@@ -530,11 +550,7 @@ __device__ __forceinline__ void fno_plane_irfft_warp_body(
   // the rows: the packed spectrum Z[k] = E + i O of X[k] = T[k][r] (k < m1, zero above; the
   // imaginary parts of DC and Nyquist dropped), its inverse FFT z, y[2m] + i y[2m + 1] = z[m]
   float2 twr[P], ctw[P];
-#pragma unroll
-  for (int k2 = 0; k2 < P; ++k2) {
-    twr[k2] = unit_root(lane * k2, N1, 1);
-    ctw[k2] = c_conj(split_twiddle<P>(tw1, lane + 32 * k2));
-  }
+  warp_irfft_twiddles<P>(tw1, lane, twr, ctw);
   float* op = out + plane * (i64)(N0 * 2 * N1);
   for (int r = group; r < N0; r += groups) {
     const int sr = (r % Q) * 32 + r / Q;
@@ -613,11 +629,7 @@ __device__ __forceinline__ void fno_rfft_warp_body(const float* __restrict__ x,
   const i64 row0 = (i64)blockIdx.x * rpb;
   const int nrow = (int)(rows - row0 < rpb ? rows - row0 : rpb);
   float2 twr[P], spw[P];
-#pragma unroll
-  for (int k2 = 0; k2 < P; ++k2) {
-    twr[k2] = unit_root(lane * k2, N1, -1);
-    spw[k2] = split_twiddle<P>(tw, P * lane + k2);
-  }
+  warp_rfft_twiddles<P>(tw, lane, twr, spw);
   // z[n] = x[2n] + i x[2n + 1], its FFT Z, the real FFT's bins k < m times scale[k] into S
   warp_rows_rfft<P, FNO_WARP_AHEAD(P)>(x + row0 * L, group, groups, nrow, lanes, twr, spw,
                                        [&](int r, int k, float2 b) {
@@ -645,11 +657,7 @@ __device__ __forceinline__ void fno_irfft_warp_body(const float* __restrict__ y,
   const int nrow = (int)(rows - row0 < rpb ? rows - row0 : rpb);
   st.load(y, rows, row0, nrow);
   float2 twr[P], ctw[P];
-#pragma unroll
-  for (int k2 = 0; k2 < P; ++k2) {
-    twr[k2] = unit_root(lane * k2, N1, 1);
-    ctw[k2] = c_conj(split_twiddle<P>(tw, lane + 32 * k2));
-  }
+  warp_irfft_twiddles<P>(tw, lane, twr, ctw);
   __syncthreads();
   // the packed spectrum Z[k] = E + i O of X[k] = scale[k] (bin k of S; zero from m, the
   // imaginary parts of DC and Nyquist dropped), its inverse FFT z, y[2n] + i y[2n + 1] = z[n]
@@ -1061,11 +1069,7 @@ __device__ __forceinline__ void fno_layer1d_body(
   {  // 1. the analysis: z[n] = x[2n] + i x[2n + 1], its FFT, the kept bins into S
     const Lanes32<-1> lanes;
     float2 twr[P], spw[P];
-#pragma unroll
-    for (int k2 = 0; k2 < P; ++k2) {
-      twr[k2] = unit_root(lane * k2, N1, -1);
-      spw[k2] = split_twiddle<P>(tw, P * lane + k2);
-    }
+    warp_rfft_twiddles<P>(tw, lane, twr, spw);
     warp_rows_rfft<P, FNO_WARP_AHEAD(P)>(x + (i64)b0 * C * L, group, groups, nb * C, lanes,
                                          twr, spw, [&](int r, int k, float2 v) {
                                            if (k < m) S[k * kp + r] = c_scale(v, sa[k]);
@@ -1119,11 +1123,7 @@ __device__ __forceinline__ void fno_layer1d_body(
   {  // 3. the synthesis: the packed spectrum of ss[k] S[k][r], its inverse FFT, the row of y
     const Lanes32<1> lanes;
     float2 twr[P], ctw[P];
-#pragma unroll
-    for (int k2 = 0; k2 < P; ++k2) {
-      twr[k2] = unit_root(lane * k2, N1, 1);
-      ctw[k2] = c_conj(split_twiddle<P>(tw, lane + 32 * k2));
-    }
+    warp_irfft_twiddles<P>(tw, lane, twr, ctw);
     for (int r = group; r < nb * C; r += groups) {
       float2 v[P];
       warp_row_irfft<P>(v, lanes, twr, ctw, [&](int k) {

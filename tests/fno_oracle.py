@@ -130,3 +130,19 @@ def assert_grads_close(got, want, case=None, n_modes=None, tol=1e-5):
         x, w, b = case
         assert trel(got[0].double().cpu(),
                     torch.as_tensor(dense_reference(x, w, n_modes, b))) < tol
+
+
+def on_poisoned_side_stream(fn, shape, dtype):
+    """``fn()`` (a kernel call returning a new CUDA tensor of ``shape`` and ``dtype``) on a
+    side stream right after a block of that size was filled with NaN and freed, so that the
+    caching allocator hands the poisoned block to the call's output; its result on the host
+    (NumPy) once the stream is done."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        torch.full(shape, float("nan"), dtype=dtype, device="cuda")
+        out = fn()
+    stream.synchronize()
+    return out.cpu().numpy()

@@ -13,7 +13,7 @@ from fftmatvec.gpu.planner import fno_chain, fno_product
 from fftmatvec.gpu.rules import FNO_PRODUCT_MAX_BATCH
 
 from fno_oracle import assert_grads_close, clear_chains, cuda_case, cupy_dft_error
-from fno_oracle import layer_grads
+from fno_oracle import layer_grads, on_poisoned_side_stream
 
 gpu = pytest.mark.skipif(not backend.gpu_available(), reason="no GPU (CuPy missing or no device)")
 
@@ -92,14 +92,7 @@ def test_product_matches_numpy(rng, M, B, C, O, kind):
             pytest.skip("no CUDA device for PyTorch")
         X = torch.tensor(Xh, dtype=torch.complex64, device="cuda")
         W = torch.tensor(Wh, dtype=torch.complex64, device="cuda")
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            # a poisoned block of the output's size, freed: the allocator hands it out again
-            torch.full((M, B, O), float("nan"), dtype=torch.complex64, device="cuda")
-            Y = product(X, W)
-        stream.synchronize()
-        got = Y.cpu().numpy()
+        got = on_poisoned_side_stream(lambda: product(X, W), (M, B, O), torch.complex64)
     else:
         X, W = cp.asarray(Xh, dtype=np.complex64), cp.asarray(Wh, dtype=np.complex64)
         cp.full(M * B * O, np.nan, dtype=np.complex64)  # freed: the pool hands it out again

@@ -681,7 +681,7 @@ class FusedForward:
 
     def __call__(self, torch, x, bias):
         """``y``, or None for an ``x`` the kernel does not read in place (the full path)."""
-        if not x.is_contiguous() or x.data_ptr() % 16:
+        if not x.is_contiguous() or x.data_ptr() % _rows._ALIGN:
             return None
         return self.fused.run(x, self.W, self.b)
 
