@@ -153,7 +153,8 @@ def section_of(name: str) -> str:
         return f"ROWFFT_{parts[3]}_{parts[2]}".upper()
     if name.startswith(("fno_rfft_f32_", "fno_irfft_f32_", "fno_rfft_cols_f32",
                         "fno_irfft_cols_f32", "fno_plane_rfft_f32_",
-                        "fno_plane_irfft_f32_", "fno_modes_cgemm_f32_",
+                        "fno_plane_irfft_f32_", "fno_plane_rdft_f32", "fno_plane_irdft_f32",
+                        "fno_modes_cgemm_f32_",
                         "fno_layer1d_f32_")):
         # the FNO's float32 rows and planes, its paired modes' product, its one-kernel layer
         return "ROWFFT_F32_C64"

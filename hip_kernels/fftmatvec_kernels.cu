@@ -214,6 +214,19 @@ FFTMATVEC_ROWFFT_FAMILIES(f32, float, c64, float2)
       const float* __restrict__ ss, int B, int m, int NB) {                                    \
     fno_layer1d_body<P, CQ, RB>(x, W, bias, y, tw, sa, ss, B, m, NB);                          \
   }
+// fno_plane_rdft_f32_b<MB>, fno_plane_irdft_f32_b<MB>: the planes' direct form (truncated DFTs
+// as register-tiled sums, any plane size, at most MB bins of the last axis), a block a plane.
+#define FFTMATVEC_FNO_PLANE_DIRECT(MB)                                                          \
+  extern "C" __global__ void FNO_DIRECT_BOUNDS(MB) fno_plane_rdft_f32_b##MB(                     \
+      const float* __restrict__ x, float* __restrict__ out, const float4* __restrict__ T1,      \
+      const float4* __restrict__ T0, int n0, int n1, int m0, int m1, int paired_planes) {      \
+    fno_plane_rdft_body<MB>(x, out, T1, T0, n0, n1, m0, m1, paired_planes);                    \
+  }                                                                                            \
+  extern "C" __global__ void FNO_DIRECT_BOUNDS(MB) fno_plane_irdft_f32_b##MB(                     \
+      const float* __restrict__ y, float* __restrict__ out, const float4* __restrict__ T0,      \
+      const float2* __restrict__ U, int n0, int n1, int m0, int m1, int paired_planes) {       \
+    fno_plane_irdft_body<MB>(y, out, T0, U, n0, n1, m0, m1, paired_planes);                    \
+  }
 // fno_rfft_f32_w<P>, fno_irfft_f32_w<P>: the last axis in the warp form, rows of 64 P reals.
 #define FFTMATVEC_FNO_ROWFFT_WARP(P)                                                            \
   extern "C" __global__ void FNO_ROW_WARP_BOUNDS fno_rfft_f32_w##P(                             \
@@ -264,6 +277,10 @@ FFTMATVEC_FNO_LAYER1D(2, 2, 4)
 FFTMATVEC_FNO_LAYER1D(4, 1, 4)
 FFTMATVEC_FNO_LAYER1D(4, 1, 8)
 FFTMATVEC_FNO_LAYER1D(4, 2, 4)
+FFTMATVEC_FNO_PLANE_DIRECT(4)
+FFTMATVEC_FNO_PLANE_DIRECT(8)
+FFTMATVEC_FNO_PLANE_DIRECT(12)
+FFTMATVEC_FNO_PLANE_DIRECT(16)
 #endif
 
 // ---- stages 3-5 of an adjoint in one kernel (fused.cuh) -------------------------------------

@@ -1136,3 +1136,245 @@ __device__ __forceinline__ void fno_layer1d_body(
     }
   }
 }
+// ---- the planes' direct form: truncated DFTs as register-tiled sums, any plane size ---------
+// fno_plane_rdft_f32_b<MB> / fno_plane_irdft_f32_b<MB> take the transforms of the plane kernels
+// above (fftmatvec/fno/_rows.py: Plane; here DirectPlane) as sums over the points rather than
+// FFTs: a plane of n0 x n1 points keeping m0 x m1 modes costs n0 m1 (n1 + 2 m0) complex
+// multiply-adds, which the FFTs' passes do not undercut where the modes are few, and the lengths
+// need no small factors (85 = 5 x 17). One block a plane, FNO_DIRECT_THREADS threads, up to MB
+// bins of the last axis (m1 <= MB, MB a multiple of 4) in each thread's registers.
+// The host's tables carry the scales and the zeros past m1, so that no sum tests a bound:
+//   r2c: T1[c][k] = s1[k] e^{-2 pi i k c / n1} (k < MB, zero from m1), T0[j][r] = s0
+//        e^{-2 pi i bins[j] r / n0} (rows of n0p = n0 | 1 values: odd, a warp's modes on
+//        distinct banks);
+//   c2r: T0[j][r] = s0 e^{+2 pi i bins[j] r / n0} (rows of n0p), U[k][c] = w_k s1[k]
+//        e^{+2 pi i k c / n1} (w_k 1 at the DC and Nyquist bins, 2 elsewhere, zero from m1: the
+//        real inverse FFT's Hermitian sum, the imaginary parts of the DC and Nyquist bins
+//        dropped by U's real values there).
+// r2c: the plane into shared memory (rows of n1 | 1 values; 8 loads in flight a thread); the
+// rows' sums Z[k][r] = sum_c x[r][c] T1[c][k], a thread a row and a part of its points (the
+// threads' parts summed through shared memory), every lane of a part reading the same twiddles
+// (16-byte broadcasts); then the modes' sums sum_r Z[k][r] T0[j][r], a thread a mode and a part
+// of the rows, written out. c2r: the modes into shared memory; W[r][k] = sum_j Y[j][k] T0[j][r],
+// a thread a (row, bin); then out[r][c] = sum_k Re(W[r][k] U[k][c]), a thread a column (its
+// U[.][c] in registers) and every G-th row (G = threads / n1), the lanes of a row reading the same
+// W (a broadcast) and writing consecutive points.
+// Launch bounds: registers for four blocks a multiprocessor on NVIDIA (64 a thread), three for
+// 12 and 16 bins (85: the r2c's sums of 16 bins spilled at 64).
+#define FNO_DIRECT_THREADS 256
+#define FNO_DIRECT_MIN_BLOCKS_4 4
+#define FNO_DIRECT_MIN_BLOCKS_8 4
+#define FNO_DIRECT_MIN_BLOCKS_12 3
+#define FNO_DIRECT_MIN_BLOCKS_16 3
+#if defined(FFTMATVEC_HIP)
+#define FNO_DIRECT_BOUNDS(MB) __launch_bounds__(FNO_DIRECT_THREADS)
+#else
+#define FNO_DIRECT_BOUNDS(MB) __launch_bounds__(FNO_DIRECT_THREADS, FNO_DIRECT_MIN_BLOCKS_##MB)
+#endif
+
+// float2 offsets rounded up to 16 bytes
+__device__ __forceinline__ int fno_direct_align(int n) { return (n + 1) & ~1; }
+
+// parts a sum of n terms is cut into where n tasks leave threads idle
+__device__ __forceinline__ int fno_direct_parts(int n, int threads) {
+  return n <= threads ? threads / n : 1;
+}
+
+// the index of mode i of plane p: paired planes apart (a float2 each), or in the plane's row
+__device__ __forceinline__ void fno_direct_store(float* __restrict__ out, i64 p, int i, int M,
+                                                 int paired_planes, float2 v) {
+  if (paired_planes) {
+    reinterpret_cast<float2*>(out)[(i64)i * paired_planes + p] = v;
+  } else {
+    out[p * 2 * M + i] = v.x;
+    out[p * 2 * M + M + i] = v.y;
+  }
+}
+
+template <int MB>
+__device__ __forceinline__ void fno_plane_rdft_body(
+    const float* __restrict__ x, float* __restrict__ out, const float4* __restrict__ T1g,
+    const float4* __restrict__ T0g, int n0, int n1, int m0, int m1, int paired_planes) {
+  static_assert(MB % 4 == 0, "MB: a multiple of 4");
+  const int T = (int)blockDim.x, t = (int)threadIdx.x;
+  const int ld = n1 | 1, n0p = n0 | 1;
+  const int P1 = fno_direct_parts(n0, T), CL = (n1 + P1 - 1) / P1;
+  const int M = m0 * m1, P2 = fno_direct_parts(M, T), RL = (n0 + P2 - 1) / P2;
+  float* A = reinterpret_cast<float*>(fftmatvec_dynamic_smem);
+  const int a_floats =
+      2 * fno_direct_align(max(max((n0 * ld + 1) / 2, (P1 - 1) * n0 * MB), (P2 - 1) * M));
+  float2* T1 = reinterpret_cast<float2*>(A + a_floats);  // [c][MB]
+  float2* T0 = T1 + n1 * MB;                              // [j][n0p]
+  float2* Z = T0 + fno_direct_align(m0 * n0p);            // [k][n0p], k < m1
+  // (A: the plane, then the rows' and the modes' partial sums; fno/_rows.py: direct_bytes)
+  const i64 plane = blockIdx.x;
+  // the tables (16-byte copies) and the plane, 8 loads in flight a thread
+  for (int i = t; i < n1 * MB / 2; i += T) reinterpret_cast<float4*>(T1)[i] = __ldg(T1g + i);
+  for (int i = t; i < fno_direct_align(m0 * n0p) / 2; i += T)
+    reinterpret_cast<float4*>(T0)[i] = __ldg(T0g + i);
+  {
+    const float* xp = x + plane * n0 * n1;
+    const int total = n0 * n1, q = T / n1, rem = T % n1;
+    int row = t / n1, col = t % n1;
+    for (int e0 = t; e0 < total; e0 += 8 * T) {
+      float v[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) v[u] = e0 + u * T < total ? __ldg(xp + e0 + u * T) : 0.f;
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        if (e0 + u * T < total) A[row * ld + col] = v[u];
+        col += rem;
+        row += q;
+        if (col >= n1) {
+          col -= n1;
+          ++row;
+        }
+      }
+    }
+  }
+  __syncthreads();
+  // the rows: Z[k][r] = sum_c x[r][c] T1[c][k], task (r, part): the part's points of row r
+  float2 acc[MB];
+  const int tasks = n0 * P1;
+  for (int task = t; task < tasks; task += T) {  // one task a thread where P1 > 1
+    const int r = task % n0, part = task / n0;
+    const int c0 = part * CL, c1 = min(n1, c0 + CL);
+#pragma unroll
+    for (int k = 0; k < MB; ++k) acc[k] = make_c(0.f, 0.f);
+    const float* xr = A + r * ld;
+#pragma unroll 1
+    for (int c = c0; c < c1; ++c) {
+      const float v = xr[c];
+      const float4* tw = reinterpret_cast<const float4*>(T1 + c * MB);
+#pragma unroll
+      for (int k = 0; k < MB; k += 2) {
+        const float4 w = tw[k / 2];
+        acc[k].x = fmaf(v, w.x, acc[k].x);
+        acc[k].y = fmaf(v, w.y, acc[k].y);
+        acc[k + 1].x = fmaf(v, w.z, acc[k + 1].x);
+        acc[k + 1].y = fmaf(v, w.w, acc[k + 1].y);
+      }
+    }
+    if (P1 == 1) {
+#pragma unroll
+      for (int k = 0; k < MB; ++k)
+        if (k < m1) Z[k * n0p + r] = acc[k];
+    }
+  }
+  if (P1 > 1) {  // the parts' sums: parts 1.. through A (the plane read), summed by part 0
+    const int r = t % n0, part = t / n0;
+    float2* S = reinterpret_cast<float2*>(A);  // [part - 1][k][r]
+    __syncthreads();
+    if (t < tasks && part > 0) {
+#pragma unroll
+      for (int k = 0; k < MB; ++k)
+        if (k < m1) S[((part - 1) * MB + k) * n0 + r] = acc[k];
+    }
+    __syncthreads();
+    if (part == 0) {
+      for (int p = 1; p < P1; ++p)
+#pragma unroll
+        for (int k = 0; k < MB; ++k)
+          if (k < m1) acc[k] = c_add(acc[k], S[((p - 1) * MB + k) * n0 + r]);
+#pragma unroll
+      for (int k = 0; k < MB; ++k)
+        if (k < m1) Z[k * n0p + r] = acc[k];
+    }
+  }
+  __syncthreads();
+  // the columns at the kept bins: mode i = j m1 + k = sum_r Z[k][r] T0[j][r], task (i, part)
+  float2 a = make_c(0.f, 0.f);
+  for (int task = t; task < M * P2; task += T) {
+    const int i = task % M, part = task / M, j = i / m1, k = i - j * m1;
+    const float2* zk = Z + k * n0p;
+    const float2* tj = T0 + j * n0p;
+    float2 b = make_c(0.f, 0.f);
+    a = make_c(0.f, 0.f);
+    const int r1 = min(n0, part * RL + RL);
+    int r = part * RL;
+    for (; r + 1 < r1; r += 2) {
+      const float2 z0 = zk[r], w0 = tj[r], z1 = zk[r + 1], w1 = tj[r + 1];
+      a.x = fmaf(z0.x, w0.x, fmaf(-z0.y, w0.y, a.x));
+      a.y = fmaf(z0.x, w0.y, fmaf(z0.y, w0.x, a.y));
+      b.x = fmaf(z1.x, w1.x, fmaf(-z1.y, w1.y, b.x));
+      b.y = fmaf(z1.x, w1.y, fmaf(z1.y, w1.x, b.y));
+    }
+    if (r < r1) {
+      const float2 z0 = zk[r], w0 = tj[r];
+      a.x = fmaf(z0.x, w0.x, fmaf(-z0.y, w0.y, a.x));
+      a.y = fmaf(z0.x, w0.y, fmaf(z0.y, w0.x, a.y));
+    }
+    a = c_add(a, b);
+    if (P2 == 1) fno_direct_store(out, plane, i, M, paired_planes, a);
+  }
+  if (P2 > 1) {  // the parts' sums through A (free since the rows' sums)
+    const int i = t % M, part = t / M;
+    float2* S = reinterpret_cast<float2*>(A);  // [part - 1][i]
+    if (t < M * P2 && part > 0) S[(part - 1) * M + i] = a;
+    __syncthreads();
+    if (part == 0) {
+      for (int p = 1; p < P2; ++p) a = c_add(a, S[(p - 1) * M + i]);
+      fno_direct_store(out, plane, i, M, paired_planes, a);
+    }
+  }
+}
+
+template <int MB>
+__device__ __forceinline__ void fno_plane_irdft_body(
+    const float* __restrict__ y, float* __restrict__ out, const float4* __restrict__ T0g,
+    const float2* __restrict__ U, int n0, int n1, int m0, int m1, int paired_planes) {
+  static_assert(MB % 4 == 0, "MB: a multiple of 4");
+  const int T = (int)blockDim.x, t = (int)threadIdx.x;
+  const int n0p = n0 | 1, M = m0 * m1;
+  float2* T0 = reinterpret_cast<float2*>(fftmatvec_dynamic_smem);  // [j][n0p]
+  float2* Ys = T0 + fno_direct_align(m0 * n0p);                     // [j][k]
+  float2* W = Ys + fno_direct_align(M);                             // [r][MB]
+  const i64 plane = blockIdx.x;
+  for (int i = t; i < fno_direct_align(m0 * n0p) / 2; i += T)
+    reinterpret_cast<float4*>(T0)[i] = __ldg(T0g + i);
+  for (int i = t; i < M; i += T) {
+    float2 v;
+    if (paired_planes) {
+      v = __ldg(reinterpret_cast<const float2*>(y) + (i64)i * paired_planes + plane);
+    } else {
+      v = make_c(__ldg(y + plane * 2 * M + i), __ldg(y + plane * 2 * M + M + i));
+    }
+    Ys[i] = v;
+  }
+  __syncthreads();
+  // the columns: W[r][k] = sum_j Y[j][k] T0[j][r] (zero from m1: U is zero there, W must be
+  // finite)
+  for (int o = t; o < n0 * MB; o += T) {
+    const int r = o / MB, k = o % MB;
+    float2 a = make_c(0.f, 0.f);
+    if (k < m1) {
+      for (int j = 0; j < m0; ++j) {
+        const float2 v = Ys[j * m1 + k], w = T0[j * n0p + r];
+        a.x = fmaf(v.x, w.x, fmaf(-v.y, w.y, a.x));
+        a.y = fmaf(v.x, w.y, fmaf(v.y, w.x, a.y));
+      }
+    }
+    W[o] = a;
+  }
+  __syncthreads();
+  // the rows: out[r][c] = sum_k Re(W[r][k] U[k][c]), task (c, g): rows g, g + G, ...
+  const int G = fno_direct_parts(n1, T);
+  float* op = out + plane * n0 * n1;
+  for (int task = t; task < n1 * G; task += T) {
+    const int c = task % n1, g = task / n1;
+    float2 u[MB];
+#pragma unroll
+    for (int k = 0; k < MB; ++k) u[k] = __ldg(U + k * n1 + c);
+    for (int r = g; r < n0; r += G) {
+      const float4* wr = reinterpret_cast<const float4*>(W + r * MB);
+      float v0 = 0.f, v1 = 0.f;
+#pragma unroll
+      for (int k = 0; k < MB; k += 2) {
+        const float4 w = wr[k / 2];
+        v0 = fmaf(w.x, u[k].x, fmaf(-w.y, u[k].y, v0));
+        v1 = fmaf(w.z, u[k + 1].x, fmaf(-w.w, u[k + 1].y, v1));
+      }
+      op[(i64)r * n1 + c] = v0 + v1;
+    }
+  }
+}

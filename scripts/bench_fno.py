@@ -21,6 +21,8 @@ times, so that a drift of the host or the device reaches them all alike) of
   product on cuBLAS rather than the package's kernel (``dft-noproduct``: ``fno_product=0``),
   one-axis layers' forwards on the paired chain rather than the one-kernel layer
   (``dft-nofused``: ``fno_fused=0``),
+  with the planes in their direct form (``dft-direct``: ``fno_plane=1,fno_direct=1``, where it
+  takes them) and never in it (``dft-nodirect``: ``fno_direct=0``),
   with every call on the full path rather than its graph replayed at once or its plan taken
   (``dft-nofast``: ``fno_fast=0``; the other plans' columns take the fast paths under their
   own plan's signatures), and the split modes with every kernel in
@@ -207,6 +209,10 @@ def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls, rounds=
         impls["dft-nopaired"] = _planned(dft, "fno_paired=0")
         # the paired modes' forward product on cuBLAS, not the package's kernel
         impls["dft-noproduct"] = _planned(dft, "fno_product=0")
+    if device.type == "cuda" and len(grid) >= 2:
+        # the planes' direct form (sums over the points) where it takes the plane, and not
+        impls["dft-direct"] = _planned(dft, "fno_plane=1,fno_direct=1")
+        impls["dft-nodirect"] = _planned(dft, "fno_direct=0")
     if device.type == "cuda":  # every call on the full path: no fast path
         impls["dft-nofast"] = _planned(dft, "fno_fast=0")
     if device.type == "cuda":  # the kernels in their pass form, in their warp form
@@ -420,7 +426,8 @@ def main():
     print(f"device: {name}, copy bandwidth {bw / 1e9:.0f} GB/s, torch {torch.__version__}")
     extra = [args.sixteen] if args.sixteen else []
     cols = ["eager", "nop", "fft", "dft-gemm", "dft-noplane", "dft-nosplit", "dft-split",
-            "dft-rows", "dft-nopaired", "dft-noproduct", "dft-nofused", "dft-nofast", "dft-passes",
+            "dft-rows", "dft-nopaired", "dft-noproduct", "dft-nofused", "dft-direct",
+            "dft-nodirect", "dft-nofast", "dft-passes",
             "dft-warp",
             "dft-split-warp", "dft-nograph", "dft-graph", "dft-ends", "dft-whole", "dft"] + extra
     cols += ["tuned"] if args.tuned else []

@@ -31,12 +31,17 @@ device's copy bandwidth measured in the same run. With ``--fused``, a one-axis l
 in one kernel (``fftmatvec/fno/_fused1d.py``) against the paired chain's three launches it
 replaces (the analysis's row kernel, cuBLAS's batched complex GEMM, the synthesis's row kernel,
 timed alone and in turn) over batches of :data:`FUSED_LAYERS`, with the floor (``x`` and ``y``
-once, the weight once, over a device copy's bandwidth in the same run).
+once, the weight once, over a device copy's bandwidth in the same run). With ``--direct``,
+the planes' direct form (:class:`fftmatvec.fno._rows.DirectPlane`) on the planes of
+:data:`DIRECT_FORMS` (the benchmark's two-axis layers' planes), both directions, against the
+FFT forms' warp or pass kernel where they take the plane and the chain's GEMMs of both axes
+(the analysis and the synthesis as :class:`fftmatvec.fno._dft.Chain` runs them), with the
+floor (the plane read or written once over the copy's bandwidth).
 
 Usage::
 
     python scripts/bench_fno_rows.py [--reps N] [--plane | --forms | --row-forms | --long-rows |
-                                      --products | --fused]
+                                      --products | --fused | --direct]
 """
 
 from __future__ import annotations
@@ -335,8 +340,10 @@ def products(reps, dev):
 #: (C, L, m, batches) of ``--fused``: the benchmark's one-axis layer first
 FUSED_LAYERS = [(64, 128, 33, (1024, 512, 128, 64)), (64, 64, 17, (2048, 256)),
                 (64, 256, 65, (512, 128)), (128, 128, 33, (512, 128))]
-#: (rows an item, threads) of the kernel timed beside its default for blocks of 8 batch rows
-FUSED_VARIANTS = [(4, 704), (4, 544), (8, 640), (8, 544), (8, 352)]
+#: (batch rows a block, rows an item, threads) of the kernel timed beside its default for blocks
+#: of 8 batch rows (4 batch rows a block: two or three blocks a multiprocessor)
+FUSED_VARIANTS = [(8, 4, 704), (8, 4, 544), (8, 8, 640), (8, 8, 544), (8, 8, 352),
+                  (4, 4, 256), (4, 4, 320), (4, 4, 384), (4, 4, 512)]
 
 
 def fused(reps, dev):
@@ -380,12 +387,50 @@ def fused(reps, dev):
                   + f" {us[3] / us[4]:11.2f} {floor:7.1f} {floor / us[4]:11.2f} {differ:8.1e}",
                   flush=True)
             if C == 64 and nb == 8:  # the kernel's other shapes: rows an item, threads
-                for rb_, threads in FUSED_VARIANTS:
-                    other = Layer1d(L, m, C, rows["F"], rows["A"], dev.index, rb_, threads)
+                for nb_, rb_, threads in FUSED_VARIANTS:
+                    other = Layer1d(L, m, C, rows["F"], rows["A"], dev.index, rb_, threads, nb_)
                     t = timed(lambda: other(x, W, b), reps)
                     d = float((other(x, W, b) - want).abs().max() / want.abs().max())
-                    print(f"{'':>21} {rb_:2d} {threads:4d} {'':>39} {t:7.1f} {us[3] / t:11.2f} "
+                    print(f"{'':>17} {nb_:3d} {rb_:2d} {threads:4d} {'':>39} {t:7.1f} "
+                          f"{us[3] / t:11.2f} "
                           f"{'':>7} {floor / t:11.2f} {d:8.1e}", flush=True)
+
+
+#: (planes, n0, n1, m0, m1) of ``--direct``: the planes of the benchmark's layers (20, 32,
+#: 85², 12), (32, 64, 64², 16), (32, 64, 128², 16), (4, 32, 64³, 16), and 85² at 16x the batch
+DIRECT_FORMS = [(640, 85, 85, 12, 7), (10240, 85, 85, 12, 7), (2048, 64, 64, 16, 9),
+                (2048, 128, 128, 16, 9), (8192, 64, 64, 16, 9)]
+
+
+def direct(reps, dev):
+    """The planes' direct form against the FFT forms and the GEMMs, µs a launch."""
+    from fftmatvec.fno._rows import plane_set
+    from fftmatvec.fno._torch_dft import _ops
+
+    copy_gbs = copy_bandwidth(dev, reps)
+    print(f"copy bandwidth {copy_gbs:.0f} GB/s")
+    print(f"{'planes':>18} {'modes':>8} {'kind':>4} {'gemms':>7} {'fft':>7} {'direct':>7} "
+          f"{'floor':>7} {'floor/direct':>12} {'differ':>8}")
+    for P, n0, n1, m0, m1 in DIRECT_FORMS:
+        chain = _dft.Chain(_ops(torch.float32, dev), (n0, n1), (m0, m1))
+        fft = None
+        if plane_supported(n0, n1, m0, m1, 227 * 1024):
+            fft = plane_set((n0, n1), (m0, m1), dev.index)
+        ours = plane_set((n0, n1), (m0, m1), dev.index, variant="direct")
+        x = torch.randn(1, P, n0, n1, device=dev)
+        Y = torch.randn(1, P, 2, m0 * m1, device=dev)
+        for kind, name, inp, step in (("r2c", "ana", x, chain.analysis),
+                                      ("c2r", "syn", Y, chain.synthesis)):
+            flat = inp.reshape(P, -1)
+            t_gemm = timed(lambda: step(inp), reps)
+            t_fft = timed(lambda: fft[name](flat), reps) if fft else float("nan")
+            t_dir = timed(lambda: ours[name](flat), reps)
+            want = step(inp).reshape(P, -1)
+            differ = float((ours[name](flat) - want).abs().max() / want.abs().max())
+            floor = 4 * P * n0 * n1 / copy_gbs / 1e3
+            print(f"{P:>7} x {str((n0, n1)):>10} {str((m0, m1)):>8} {kind:>4} {t_gemm:7.1f} "
+                  f"{t_fft:7.1f} {t_dir:7.1f} {floor:7.1f} {floor / t_dir:12.2f} "
+                  f"{differ:8.1e}", flush=True)
 
 
 def rows(reps, dev):
@@ -427,6 +472,8 @@ def main():
                       help="long rows in both forms of the last axis's kernels")
     what.add_argument("--products", dest="what", action="store_const", const=products,
                       help="the channel product in three layouts of the modes")
+    what.add_argument("--direct", dest="what", action="store_const", const=direct,
+                      help="the planes' direct form against the FFT forms and the GEMMs")
     what.add_argument("--fused", dest="what", action="store_const", const=fused,
                       help="a one-axis layer's forward in one kernel against the chain")
     args = ap.parse_args()

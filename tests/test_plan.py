@@ -188,4 +188,5 @@ def test_old_switch_names_are_gone():
     assert set(PLAN_KEYS) == {"graphs", "fft_callbacks", "row_fft", "fused_adjoint", "mma",
                               "xreg", "staged", "async", "dmma_c64", "scale_pass",
                               "fno_rows", "fno_plane", "fno_split", "fno_warp", "fno_paired",
-                              "fno_product", "fno_fused", "fno_fast", "fno_ends"}
+                              "fno_product", "fno_fused", "fno_fast", "fno_ends",
+                              "fno_direct"}

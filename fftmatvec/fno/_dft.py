@@ -675,7 +675,8 @@ def make_chain(ops, spatial, modes, device_id, rows=frozenset(), plane=frozenset
                channels=None):
     """The chain of a layer as the planner chose it (:func:`fftmatvec.gpu.planner.fno_chain`):
     its row kernels ``rows`` (:func:`._rows.last_axis_set`) and plane kernels ``plane``
-    (:func:`._rows.plane_set`) on device ``device_id`` in form ``variant``, its modes in
+    (:func:`._rows.plane_set`) on device ``device_id`` in form ``variant`` (``"direct"``: the
+    planes' direct form, the rows' kernels as ``"auto"``), its modes in
     ``layout`` (:data:`LAYOUTS`): :class:`SplitChain`, :class:`PairedChain` or
     :class:`Chain`; ``product``: the paired modes' forward channel product on the package's
     kernel (:class:`._product.ModeProduct`); ``fused``: a forward without gradients of a
@@ -693,9 +694,9 @@ def make_chain(ops, spatial, modes, device_id, rows=frozenset(), plane=frozenset
         from ._rows import PAIRED, last_axis_set, plane_set
 
         major = {"interleaved": False, "split": True, "paired": PAIRED}[layout]
-        if rows:
+        if rows:  # (the direct form is the planes')
             last = last_axis_set(spatial[-1], modes[-1], device_id, rows, modes_major=major,
-                                 variant=variant)
+                                 variant="auto" if variant == "direct" else variant)
         if plane:
             kernel_plane = plane_set(spatial[-2:], modes[-2:], device_id, plane,
                                      variant=variant,

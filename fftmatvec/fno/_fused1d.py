@@ -81,13 +81,14 @@ def item_rows(C: int, nb: int) -> int:
 
 
 def launch_shape(B: int, L: int, C: int, m: int, smem_per_block: int, rb: int | None = None,
-                 threads: int | None = None) -> tuple:
+                 threads: int | None = None, nb: int | None = None) -> tuple:
     """``(batch rows a block, rows an item, grid, threads, shared memory)``: the kernel's most
     threads (or ``threads``, at most those), whatever the items (``m NB / RB``). On an
     H100 (docs/benchmarks.md, forty-sixth run) the most threads ran 6-14 % faster than the
     fewest groups that take the items in as few rounds (20 groups against 17 at ``m = 33``):
-    the row FFTs, latency-bound, want the groups."""
-    nb = batch_rows(C, m, smem_per_block)
+    the row FFTs, latency-bound, want the groups. ``nb``: the batch rows a block, fewer than
+    :func:`batch_rows` gives (a multiple of 4)."""
+    nb = min(nb, batch_rows(C, m, smem_per_block)) if nb else batch_rows(C, m, smem_per_block)
     rb = min(rb or item_rows(C, nb), nb)
     most = MAX_THREADS[row_warp_p(L, m), C // 64, rb] // 32
     groups = max(1, min(most, threads // 32 if threads else most))
@@ -107,7 +108,8 @@ class Layer1d:
     stream); a new ``y`` ``(B, C, L)``. :meth:`takes` says whether a call is one it takes."""
 
     def __init__(self, L: int, m: int, C: int, analysis, synthesis, device_id: int,
-                 item_rows: int | None = None, threads: int | None = None):
+                 item_rows: int | None = None, threads: int | None = None,
+                 batch_rows: int | None = None):
         cp = backend.cupy
         with cp.cuda.Device(device_id):
             self.smem_limit = backend.shared_memory_limits()[1]
@@ -115,14 +117,20 @@ class Layer1d:
                 raise ValueError(f"no one-kernel FNO layer for L = {L} keeping m = {m} bins "
                                  f"with {C} channels")
             P, CQ = row_warp_p(L, m), C // 64
-            nb, rb, _, _, smem = launch_shape(1, L, C, m, self.smem_limit, item_rows, threads)
+            if batch_rows is not None and (batch_rows % 4 or batch_rows < MIN_BATCH_ROWS):
+                raise ValueError(f"batch_rows must be a multiple of 4 from {MIN_BATCH_ROWS}, "
+                                 f"got {batch_rows}")
+            nb, rb, _, _, smem = launch_shape(1, L, C, m, self.smem_limit, item_rows, threads,
+                                              batch_rows)
             self.name = f"fno_layer1d_f32_w{P}_c{CQ}_r{rb}"
             self._fn = kernels.get_function(self.name, smem)
-            # the shared memory it needs, not the most: the rest stays L1, where a mode's
-            # weight read by one group is found by the next
-            kernels.set_carveout(self._fn, smem)
+            # the shared memory its blocks need (as many as fit a multiprocessor), not the
+            # most: the rest stays L1, where a mode's weight read by one group is found by the
+            # next
+            per_sm = backend.shared_memory_limits()[0]
+            kernels.set_carveout(self._fn, max(1, per_sm // (smem + 1024)) * (smem + 1024))
         self.L, self.m, self.C, self.device_id = int(L), int(m), int(C), int(device_id)
-        self.item_rows, self.threads = rb, threads
+        self.item_rows, self.threads, self.batch_rows = rb, threads, nb
         self.twiddles = analysis.twiddles
         self.analysis_scale, self.synthesis_scale = analysis.scale, synthesis.scale
         self._launches: OrderedDict = OrderedDict()
@@ -132,7 +140,7 @@ class Layer1d:
         def make():
             nb, _, grid, block, smem = launch_shape(B, self.L, self.C, self.m,
                                                     self.smem_limit, self.item_rows,
-                                                    self.threads)
+                                                    self.threads, self.batch_rows)
             args = (None, None, None, None, self.twiddles, self.analysis_scale,
                     self.synthesis_scale, np.int32(B), np.int32(self.m), np.int32(nb))
             return kernels.PackedLaunch(self._fn, grid, block, smem, args)

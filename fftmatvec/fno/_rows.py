@@ -693,6 +693,131 @@ class Plane(LastAxis):
             + self._geometry + pairs
 
 
+#: The planes' direct form (``hip_kernels/fno.cuh``: ``fno_plane_rdft_f32_b<MB>``,
+#: ``fno_plane_irdft_f32_b<MB>``): the truncated transforms as register-tiled sums over the
+#: points, any plane size, a block a plane, the last axis's kept bins in registers: at most
+#: the largest of :data:`DIRECT_BINS` (``MB``, the kernels' templates).
+DIRECT_BINS = (4, 8, 12, 16)
+DIRECT_MAX_MODES = DIRECT_BINS[-1]
+#: Kept modes of the first axis, at most (its table ``m0 x n0`` in shared memory).
+DIRECT_MAX_MODES0 = 64
+#: Threads of a direct-form block (``FNO_DIRECT_THREADS``).
+DIRECT_THREADS = 256
+
+
+def _align2(n: int) -> int:
+    return n + (n & 1)
+
+
+def _parts(n: int, threads: int = DIRECT_THREADS) -> int:
+    """Parts a sum over ``n`` tasks is cut into (``fno_direct_parts``)."""
+    return threads // n if n <= threads else 1
+
+
+def direct_bins(m1: int):
+    """``MB``: the fewest bins of :data:`DIRECT_BINS` that hold ``m1`` (None past them)."""
+    return next((b for b in DIRECT_BINS if b >= m1), None)
+
+
+def direct_bytes(kind: str, n0: int, n1: int, m0: int, m1: int) -> int:
+    """Dynamic shared memory of a direct-form block (one plane), as ``fno.cuh`` lays it out:
+    ``r2c`` the plane (rows of ``n1 | 1``; then the parts' partial sums), the tables ``T1``
+    and ``T0`` and the rows' sums; ``c2r`` the table ``T0``, the modes and the columns' sums."""
+    mb, n0p, M = direct_bins(m1), n0 | 1, m0 * m1
+    if kind == "r2c":
+        a2 = max((n0 * (n1 | 1) + 1) // 2, (_parts(n0) - 1) * n0 * mb, (_parts(M) - 1) * M)
+        return 8 * (_align2(a2) + n1 * mb + _align2(m0 * n0p) + m1 * n0p)
+    return 8 * (_align2(m0 * n0p) + _align2(M) + n0 * mb)
+
+
+def direct_supported(n0: int, n1: int, m0: int, m1: int, smem_per_block: int,
+                     smem_sm: int | None = None) -> bool:
+    """Whether the direct form takes a plane of ``n0 x n1`` points keeping ``m0 x m1`` modes:
+    at most :data:`DIRECT_MAX_MODES` bins of the last axis and :data:`DIRECT_MAX_MODES0` modes
+    of the first, a plane of each kind fitting a block (``smem_sm``: unused, kept for the
+    planner's call)."""
+    if not (1 <= m0 <= min(n0, DIRECT_MAX_MODES0)
+            and 1 <= m1 <= min(n1 // 2 + 1, DIRECT_MAX_MODES)):
+        return False
+    if n0 * n1 >= 2**31:
+        return False
+    return all(direct_bytes(k, n0, n1, m0, m1) <= smem_per_block for k in ("r2c", "c2r"))
+
+
+class DirectPlane(LastAxis):
+    """The transforms of :class:`Plane` in the direct form: each axis's truncated DFT as sums
+    over its points (``hip_kernels/fno.cuh``: ``fno_plane_rdft_f32_b<MB>``,
+    ``fno_plane_irdft_f32_b<MB>``), for planes of any size keeping few modes
+    (:func:`direct_supported`): ``n0 m1 (n1 + 2 m0)`` complex multiply-adds a plane, the
+    lengths needing no small factors (85 = 5 x 17). The same arguments, layouts and call as
+    :class:`Plane`; the scales and the bins are folded into the kernels' twiddle tables."""
+
+    variant = "direct"
+
+    def __init__(self, kind: str, n0: int, n1: int, m0: int, m1: int, bins, s0: float, s1,
+                 device_id: int, modes_major: bool | str = False):
+        if kind not in ("r2c", "c2r"):
+            raise ValueError(f"kind must be 'r2c' or 'c2r', got {kind!r}")
+        if modes_major not in (False, PAIRED):
+            raise ValueError(f"modes_major must be False or {PAIRED!r} for a plane, got "
+                             f"{modes_major!r}")
+        n0, n1, m0, m1 = int(n0), int(n1), int(m0), int(m1)
+        bins = np.asarray(bins, dtype=np.int64)
+        if bins.shape != (m0,) or bins.min() < 0 or bins.max() >= n0 \
+                or np.unique(bins).size != m0:
+            raise ValueError(f"bins must be {m0} distinct bins of an axis of {n0}, got {bins}")
+        cp = backend.cupy
+        with cp.cuda.Device(device_id):
+            smem_sm, smem_limit = backend.shared_memory_limits()
+            if not direct_supported(n0, n1, m0, m1, smem_limit):
+                raise ValueError(f"no direct-form FNO plane kernel for {n0} x {n1} points "
+                                 f"keeping {m0} x {m1} modes (at most {DIRECT_MAX_MODES} bins "
+                                 f"of the last axis, {DIRECT_MAX_MODES0} modes of the first, "
+                                 f"a plane fitting {smem_limit} bytes of shared memory)")
+            mb = direct_bins(m1)
+            self.smem = direct_bytes(kind, n0, n1, m0, m1)
+            name = (f"fno_plane_{'rdft' if kind == 'r2c' else 'irdft'}_f32_b{mb}")
+            self._fn = kernels.get_function(name, self.smem)
+            sign = -1.0 if kind == "r2c" else 1.0
+            s1 = np.broadcast_to(np.asarray(s1, dtype=np.float64), (m1,))
+            n0p = n0 | 1
+            t0 = np.zeros((_align2(m0 * n0p),), dtype=np.complex128)
+            t0[:m0 * n0p].reshape(m0, n0p)[:, :n0] = float(s0) * np.exp(
+                sign * 2j * np.pi * np.outer(bins, np.arange(n0)) / n0)
+            k, c = np.arange(m1), np.arange(n1)
+            if kind == "r2c":  # T1[c][k] = s1[k] e^{-2 pi i k c / n1}, zero from m1
+                t1 = np.zeros((n1, mb), dtype=np.complex128)
+                t1[:, :m1] = s1 * np.exp(-2j * np.pi * np.outer(c, k) / n1)
+            else:  # U[k][c] = w_k s1[k] e^{+2 pi i k c / n1}, w_k the Hermitian sum's
+                w = np.where((k == 0) | (2 * k == n1), 1.0, 2.0)
+                t1 = np.zeros((mb, n1), dtype=np.complex128)
+                t1[:m1] = (w * s1)[:, None] * np.exp(2j * np.pi * np.outer(k, c) / n1)
+            self.table0 = cp.asarray(t0.astype(np.complex64))
+            self.table1 = cp.asarray(t1.astype(np.complex64))
+        self.kind, self.device_id, self.name = kind, int(device_id), name
+        self.L, self.m = n1, m1
+        self.plane, self.modes = (n0, n1), (m0, m1)
+        self.threads = DIRECT_THREADS
+        width = (n0 * n1, 2 * m0 * m1)
+        self.shape = width if kind == "r2c" else width[::-1]
+        self.modes_major = self.paired = modes_major == PAIRED
+        tables = (self.table1, self.table0) if kind == "r2c" else (self.table0, self.table1)
+        self._tables_geometry = tables + (np.int32(n0), np.int32(n1), np.int32(m0),
+                                          np.int32(m1))
+        self._launches: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _grid(self, rows: int):
+        return (rows,)  # a block a plane
+
+    def _args(self, rows: int):
+        # paired_planes: the planes apart that a plane's pairs of modes lie (0: in rows)
+        if self.paired and rows * self.modes[0] * self.modes[1] >= 2**31:
+            raise ValueError(f"{self.name}: {rows} planes of {self.modes[0]} x "
+                             f"{self.modes[1]} modes paired are 2^31 complex values or more")
+        return (None, None) + self._tables_geometry + (np.int32(rows if self.paired else 0),)
+
+
 def plane_set(plane, modes, device_id: int, kinds=("r2c", "c2r"), variant: str = "auto",
               modes_major: bool | str = False) -> dict:
     """The plane transforms of ``kinds`` for the last two axes ``plane = (n0, n1)`` keeping
@@ -701,7 +826,8 @@ def plane_set(plane, modes, device_id: int, kinds=("r2c", "c2r"), variant: str =
     ``1 / n0``, ``1 / n1``) and ``synT`` (the adjoint of the synthesis: the output bins, 1,
     ``c_k``); ``c2r`` gives ``syn`` (the synthesis: the output bins, 1, 1) and ``anaT`` (the
     adjoint of the analysis: the analysis frequencies, ``1 / n0``, ``1 / (n1 c_k)``);
-    ``variant`` and ``modes_major`` as :class:`Plane` takes them."""
+    ``variant`` and ``modes_major`` as :class:`Plane` takes them, or ``variant="direct"``:
+    :class:`DirectPlane`."""
     from ._modes import hermitian_weights, mode_indices
 
     (n0, n1), (m0, m1) = plane, modes
@@ -711,6 +837,9 @@ def plane_set(plane, modes, device_id: int, kinds=("r2c", "c2r"), variant: str =
     out = {}
 
     def make(kind, bins, s0, s1):
+        if variant == "direct":
+            return DirectPlane(kind, n0, n1, m0, m1, bins, s0, s1, device_id,
+                               modes_major=modes_major)
         return Plane(kind, n0, n1, m0, m1, bins, s0, s1, device_id, variant=variant,
                      modes_major=modes_major)
 

@@ -54,6 +54,8 @@ PLAN_KEYS = {
     "fno_fast": "an FNO call whose signature replayed a graph before replays it at once "
                 "(a forward without gradients) or takes its plan (a training call), without "
                 "the call's checks and planning",
+    "fno_direct": "the FNO layer's plane kernels in their direct form (truncated DFTs as "
+                  "register-tiled sums, any plane size, at most 16 bins of the last axis)",
     "fno_ends": "the FNO layer's CUDA graphs hold its chains' middles, the first and last steps "
                 "outside (no copy of the input in or of the output out)",
 }

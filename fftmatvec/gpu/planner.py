@@ -29,7 +29,7 @@ from .rules import (_REAL_SUFFIX, ASYNC_DEFAULTS, ASYNC_FEW, ASYNC_FEW_ROWS, ASY
                     ROW_FFT_MIN_BLOCKS_PER_SM, TILES, WIDE_DEFAULTS, WIDE_MIN_BLOCKS_PER_SM,
                     WIDE_MIN_FILL, XREG_GEMV_KB, XREG_MAX_ND, XREG_MIN_KB, XREG_ND, XREG_TILES,
                     _BATCH_SIZES, _STAGED_J)
-from .rules import (FNO_FUSED, FNO_FUSED_MIN_FILL, FNO_PAIRED, FNO_PAIRED_PLANE,
+from .rules import (FNO_DIRECT, FNO_FUSED, FNO_FUSED_MIN_FILL, FNO_PAIRED, FNO_PAIRED_PLANE,
                     FNO_PLANE_MIN_FRACTION,
                     FNO_PLANE_WARP_MIN_FRACTION, FNO_PRODUCT_MAX_BATCH, FNO_ROWS_C2R_WARP,
                     FNO_ROWS_COLS, FNO_ROWS_R2C_MIN, FNO_SPLIT_WITH_ROW_KERNELS)
@@ -212,46 +212,83 @@ def fno_plane(spatial, modes, dtype, device_id: int, tuned=()) -> frozenset:
     if mode == "0":
         return frozenset()
     return _fno_plane(tuple(int(n) for n in spatial), tuple(int(m) for m in modes),
-                      np.dtype(dtype).str, int(device_id), mode)
+                      np.dtype(dtype).str, int(device_id), mode, _fno_mode("fno_direct", tuned))
 
 
-def fno_plane_auto(spatial, modes, warp: bool = False) -> frozenset:
+def fno_plane_auto(spatial, modes, warp: bool = False, direct: bool = False) -> frozenset:
     """The steps of :func:`fno_plane` by default: both, where the layer has two or more axes and
     the first axis of the plane keeps at least
     :data:`~fftmatvec.gpu.rules.FNO_PLANE_MIN_FRACTION` of its frequencies, or
     :data:`~fftmatvec.gpu.rules.FNO_PLANE_WARP_MIN_FRACTION` where the kernels' warp form
-    takes the plane (``warp``)."""
+    takes the plane (``warp``), or at any fraction in the direct form (``direct``: its sums
+    cost in proportion to the modes)."""
     least = FNO_PLANE_WARP_MIN_FRACTION if warp else FNO_PLANE_MIN_FRACTION
-    if len(spatial) < 2 or modes[-2] < least * spatial[-2]:
+    if len(spatial) < 2 or (modes[-2] < least * spatial[-2] and not direct):
         return frozenset()
     return frozenset({"r2c", "c2r"})
 
 
 @functools.lru_cache(maxsize=256)
-def _fno_plane(spatial: tuple, modes: tuple, dtype: str, device_id: int, mode: str) -> frozenset:
-    """:func:`fno_plane` for a ``mode`` of ``"auto"`` or ``"1"``, once per layer shape."""
-    why, warp = _fno_plane_why(spatial, modes, dtype, device_id)
+def _fno_plane(spatial: tuple, modes: tuple, dtype: str, device_id: int, mode: str,
+               direct_mode: str = "auto") -> frozenset:
+    """:func:`fno_plane` for a ``mode`` of ``"auto"`` or ``"1"`` and ``fno_direct``'s
+    ``direct_mode``, once per layer shape."""
+    why, warp, direct = _fno_plane_why(spatial, modes, dtype, device_id, direct_mode)
     if unavailable("fno_plane", mode, "the FNO plane kernels cannot run this layer", why):
         return frozenset()
-    return frozenset({"r2c", "c2r"}) if mode == "1" else fno_plane_auto(spatial, modes, warp)
+    return (frozenset({"r2c", "c2r"}) if mode == "1"
+            else fno_plane_auto(spatial, modes, warp, direct))
 
 
-def _fno_plane_why(spatial: tuple, modes: tuple, dtype, device_id: int):
-    """``(why, warp)``: why the plane kernels cannot take the last two axes of a layer
-    computing in ``dtype`` on device ``device_id`` (None where they can), and whether their
-    warp form takes the plane."""
+def _fno_plane_why(spatial: tuple, modes: tuple, dtype, device_id: int,
+                   direct_mode: str = "auto"):
+    """``(why, warp, direct)``: why the plane kernels cannot take the last two axes of a layer
+    computing in ``dtype`` on device ``device_id`` (None where they can), whether their warp
+    form takes the plane, and whether they take it in the direct form (``direct_mode``, plan
+    ``fno_direct``'s mode: :func:`fno_direct`; by default where the FFT forms cannot, as
+    :data:`~fftmatvec.gpu.rules.FNO_DIRECT` says)."""
     why = "the layer has one axis" if len(spatial) < 2 else _fno_kernels_why(dtype)
-    warp = False
+    warp = direct = False
     if why is None:
         from ..fno import _rows
 
         smem = _block_smem(device_id)
-        warp = _rows.warp_supported(*spatial[-2:], *modes[-2:], smem)
-        if not _rows.plane_supported(*spatial[-2:], *modes[-2:], smem):
-            why = (f"they take no plane of {spatial[-2]} x {spatial[-1]} points keeping "
-                   f"{modes[-2]} x {modes[-1]} modes (5-smooth complex lengths, a row and a "
-                   f"column fitting {smem} bytes of shared memory)")
-    return why, warp
+        plane, kept = tuple(spatial[-2:]), tuple(modes[-2:])
+        fft = _rows.plane_supported(*plane, *kept, smem)
+        if direct_mode == "1" or (direct_mode == "auto" and FNO_DIRECT and not fft):
+            direct = _rows.direct_supported(*plane, *kept, smem)
+        warp = not direct and _rows.warp_supported(*plane, *kept, smem)
+        if not (fft or direct):
+            why = (f"they take no plane of {plane[0]} x {plane[1]} points keeping "
+                   f"{kept[0]} x {kept[1]} modes (5-smooth complex lengths, a row and a "
+                   f"column fitting {smem} bytes of shared memory, or in the direct form at "
+                   f"most {_rows.DIRECT_MAX_MODES} bins of the last axis and "
+                   f"{_rows.DIRECT_MAX_MODES0} modes of the first)")
+    return why, warp, direct
+
+
+def fno_direct(spatial, modes, dtype, device_id: int, tuned=()) -> bool:
+    """Whether the FNO layer's plane kernels (:func:`fno_plane`) run in their direct form
+    (:class:`fftmatvec.fno._rows.DirectPlane`: truncated DFTs as register-tiled sums, any plane
+    size, at most :data:`~fftmatvec.fno._rows.DIRECT_MAX_MODES` bins of the last axis): by
+    default (:data:`~fftmatvec.gpu.rules.FNO_DIRECT`) where it takes a plane that the FFT forms
+    cannot (lengths with prime factors past 5: 85 = 5 x 17); plan key ``fno_direct``: ``0``
+    never, ``1`` wherever it takes the plane (an error elsewhere); ``tuned`` as for
+    :func:`fno_rows`."""
+    mode = _fno_mode("fno_direct", tuned)
+    if mode == "0":
+        return False
+    why, _, direct = _fno_plane_why(tuple(int(n) for n in spatial),
+                                    tuple(int(m) for m in modes), dtype, device_id, mode)
+    if mode == "1" and why is None and not direct:
+        from ..fno import _rows
+
+        why = (f"the direct form takes at most {_rows.DIRECT_MAX_MODES} bins of the last axis "
+               f"and {_rows.DIRECT_MAX_MODES0} modes of the first, a plane fitting a block; got "
+               f"{tuple(spatial[-2:])} keeping {tuple(modes[-2:])}")
+    if unavailable("fno_direct", mode, "the planes' direct form cannot serve this layer", why):
+        return False
+    return direct
 
 
 def fno_chain(batch: int, cin: int, cout: int, spatial, modes, dtype, device_id: int,
@@ -280,7 +317,9 @@ def fno_chain(batch: int, cin: int, cout: int, spatial, modes, dtype, device_id:
         layout = "split" if split else "interleaved"
         plane = fno_plane(spatial, modes, dtype, device_id, tuned) if kernels and not split \
             else frozenset()
-    variant = fno_variant(spatial, modes, rows, plane, device_id, tuned) if kernels else "auto"
+    direct = bool(plane) and fno_direct(spatial, modes, dtype, device_id, tuned)
+    variant = ("direct" if direct else
+               fno_variant(spatial, modes, rows, plane, device_id, tuned) if kernels else "auto")
     product = fno_product(batch, cin, cout, layout, kernels, tuned)
     fused = fno_fused(batch, cin, cout, spatial, modes, layout, variant, kernels, device_id,
                       tuned)
@@ -394,8 +433,9 @@ def fno_paired(spatial, modes, dtype, device_id: int, kernels: bool, tuned=()) -
     elif d == 1:  # ``kernels``: the layer computes in float32
         why = _fno_rows_why(spatial[0], modes[0], np.float32, int(device_id))
     else:
-        why, warp = _fno_plane_why(spatial, modes, np.float32, int(device_id))
-        if why is None and mode == "auto" and not fno_plane_auto(spatial, modes, warp):
+        why, warp, direct = _fno_plane_why(spatial, modes, np.float32, int(device_id),
+                                           _fno_mode("fno_direct", tuned))
+        if why is None and mode == "auto" and not fno_plane_auto(spatial, modes, warp, direct):
             return False  # the plane on GEMMs, as fno_plane takes it
     return not unavailable("fno_paired", mode, "the paired modes cannot serve this layer", why)
 

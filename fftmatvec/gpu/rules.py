@@ -250,6 +250,11 @@ FNO_PLANE_MIN_FRACTION = 0.25
 # thirty-eighth run: the two runs on the same kind of device, not yet one run; bench_fno's
 # dft-noplane column is the chain).
 FNO_PLANE_WARP_MIN_FRACTION = 0.125
+# The FNO plane kernels' direct form (fftmatvec/fno/_rows.py: DirectPlane, the truncated DFTs
+# of both axes as register-tiled sums, a block a plane) by default for the planes whose lengths
+# the FFT forms cannot take (a prime factor past 5: 85 = 5 x 17), which otherwise run a GEMM an
+# axis. Plan fno_direct=1 forces it where it takes the plane, fno_direct=0 keeps the GEMMs.
+FNO_DIRECT = True
 # The one-axis FNO layers' split modes (fftmatvec/fno/_dft.py: SplitChain) by default also where
 # the row kernels take the last axis (writing and reading the modes modes-major). Off: on an H100
 # (docs/benchmarks.md, forty-first run; bench_fno.py's dft-split column against dft, µs) the
