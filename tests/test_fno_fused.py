@@ -37,6 +37,9 @@ def test_launch_shapes():
         threads, most = block[0], MAX_THREADS[L // 64, C // 64, rb]
         assert threads % 32 == 0 and threads == most  # the kernel's most threads
         assert launch_shape(B, L, C, m, H100_SMEM, rb, 256)[3] == (256,)
+        four = launch_shape(B, L, C, m, H100_SMEM, 4, 320, 4)  # blocks of 4 batch rows
+        assert four[:2] == (4, 4) and four[3] == (320,) and four[4] == smem_bytes(C, m, 4)
+        assert four[2][0] == -(-B // 4)
     assert batch_rows(64, 33, H100_SMEM) == 8 and batch_rows(128, 33, H100_SMEM) == 4
     assert batch_rows(64, 129, H100_SMEM) is None  # 4 rows of 129 modes: 265 KB
     assert supported(128, 33, 64, 64, H100_SMEM) and supported(256, 33, 128, 128, 200 * 1024)
@@ -98,13 +101,14 @@ FUSED_CASES = [(1024, 64, 128, 33), (19, 64, 64, 33), (6, 64, 256, 65), (5, 128,
                (8, 64, 64, 1)]
 
 
-def _kernel(L, m, C, rb=None):
+def _kernel(L, m, C, rb=None, nb=None, threads=None):
     from fftmatvec.fno._fused1d import Layer1d
     from fftmatvec.fno._rows import last_axis_set
 
     dev = backend.cupy.cuda.Device().id
     rows = last_axis_set(L, m, dev, modes_major="paired")
-    return Layer1d(L, m, C, rows["F"], rows["A"], dev, item_rows=rb)
+    return Layer1d(L, m, C, rows["F"], rows["A"], dev, item_rows=rb, batch_rows=nb,
+                   threads=threads)
 
 
 def _case(rng, B, C, L, m, bias=True):
@@ -118,15 +122,19 @@ def _case(rng, B, C, L, m, bias=True):
 @pytest.mark.gpu
 @pytest.mark.parametrize("B,C,L,m", FUSED_CASES)
 @pytest.mark.parametrize("kind", ["cupy", "torch"])
-@pytest.mark.parametrize("rb", [None, 4])
-def test_fused_matches_dense_reference(rng, B, C, L, m, kind, rb):
+@pytest.mark.parametrize("shape", [None, (4, 8, None), (4, 4, 320)])
+def test_fused_matches_dense_reference(rng, B, C, L, m, kind, shape):
     """The kernel's ``y`` within float32 accuracy of the float64 definition on the full grid,
     on every element of an output poisoned before it is written; with and without a bias; with
-    the default items and with items of four batch rows."""
+    the default blocks and items, with items of four batch rows, and with blocks of four batch
+    rows (several a multiprocessor) of 320 threads."""
     cp = backend.cupy
-    fused = _kernel(L, m, C, rb)
-    if rb is not None and fused.item_rows == _kernel(L, m, C).item_rows:
-        pytest.skip("the default items are of four rows here")
+    rb, nb, threads = shape or (None, None, None)
+    fused = _kernel(L, m, C, rb, nb, threads)
+    default = _kernel(L, m, C)
+    if shape is not None and (fused.item_rows, fused.batch_rows) == (
+            default.item_rows, default.batch_rows):
+        pytest.skip("the default blocks and items are these here")
     for bias in (True, False):
         x, w, b, want = _case(rng, B, C, L, m, bias)
         wmm = np.ascontiguousarray(w.transpose(2, 0, 1))
