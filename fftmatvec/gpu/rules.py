@@ -253,7 +253,13 @@ FNO_PLANE_WARP_MIN_FRACTION = 0.125
 # The FNO plane kernels' direct form (fftmatvec/fno/_rows.py: DirectPlane, the truncated DFTs
 # of both axes as register-tiled sums, a block a plane) by default for the planes whose lengths
 # the FFT forms cannot take (a prime factor past 5: 85 = 5 x 17), which otherwise run a GEMM an
-# axis. Plan fno_direct=1 forces it where it takes the plane, fno_direct=0 keeps the GEMMs.
+# axis. On an H100 (docs/benchmarks.md, forty-seventh run; bench_fno_rows.py --direct, µs a
+# launch, direct against the chain's GEMMs of both axes): 640 planes of 85² keeping 12 x 7
+# modes r2c 20 against 40, c2r 14 against 42 (10240 planes: 253 / 321, 163 / 653); the (20, 32,
+# 85², 12) layer's forward 75 against 129 µs (bench_fno.py dft / dft-nodirect), forward+backward
+# 297 against 323. Where the FFT forms take the plane they are faster: 2048 planes of 64²
+# keeping 16 x 9 r2c 56 against the warp form's 32, c2r 35 against 30; of 128², 183 / 94 and
+# 92 / 79. Plan fno_direct=1 forces it where it takes the plane, fno_direct=0 keeps the GEMMs.
 FNO_DIRECT = True
 # The one-axis FNO layers' split modes (fftmatvec/fno/_dft.py: SplitChain) by default also where
 # the row kernels take the last axis (writing and reading the modes modes-major). Off: on an H100
