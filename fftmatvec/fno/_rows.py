@@ -730,12 +730,10 @@ def direct_bytes(kind: str, n0: int, n1: int, m0: int, m1: int) -> int:
     return 8 * (_align2(m0 * n0p) + _align2(M) + n0 * mb)
 
 
-def direct_supported(n0: int, n1: int, m0: int, m1: int, smem_per_block: int,
-                     smem_sm: int | None = None) -> bool:
+def direct_supported(n0: int, n1: int, m0: int, m1: int, smem_per_block: int) -> bool:
     """Whether the direct form takes a plane of ``n0 x n1`` points keeping ``m0 x m1`` modes:
     at most :data:`DIRECT_MAX_MODES` bins of the last axis and :data:`DIRECT_MAX_MODES0` modes
-    of the first, a plane of each kind fitting a block (``smem_sm``: unused, kept for the
-    planner's call)."""
+    of the first, a plane of each kind fitting a block's ``smem_per_block`` bytes."""
     if not (1 <= m0 <= min(n0, DIRECT_MAX_MODES0)
             and 1 <= m1 <= min(n1 // 2 + 1, DIRECT_MAX_MODES)):
         return False
@@ -749,8 +747,10 @@ class DirectPlane(LastAxis):
     over its points (``hip_kernels/fno.cuh``: ``fno_plane_rdft_f32_b<MB>``,
     ``fno_plane_irdft_f32_b<MB>``), for planes of any size keeping few modes
     (:func:`direct_supported`): ``n0 m1 (n1 + 2 m0)`` complex multiply-adds a plane, the
-    lengths needing no small factors (85 = 5 x 17). The same arguments, layouts and call as
-    :class:`Plane`; the scales and the bins are folded into the kernels' twiddle tables."""
+    lengths needing no small factors (85 = 5 x 17). :class:`Plane`'s arguments (but the pass
+    and warp forms' shapes), layouts and call; the scales and the bins are folded into the
+    kernels' twiddle tables (float64 on the host, the angles reduced in integers, rounded
+    once)."""
 
     variant = "direct"
 
@@ -768,7 +768,7 @@ class DirectPlane(LastAxis):
             raise ValueError(f"bins must be {m0} distinct bins of an axis of {n0}, got {bins}")
         cp = backend.cupy
         with cp.cuda.Device(device_id):
-            smem_sm, smem_limit = backend.shared_memory_limits()
+            smem_limit = backend.shared_memory_limits()[1]
             if not direct_supported(n0, n1, m0, m1, smem_limit):
                 raise ValueError(f"no direct-form FNO plane kernel for {n0} x {n1} points "
                                  f"keeping {m0} x {m1} modes (at most {DIRECT_MAX_MODES} bins "
@@ -783,15 +783,15 @@ class DirectPlane(LastAxis):
             n0p = n0 | 1
             t0 = np.zeros((_align2(m0 * n0p),), dtype=np.complex128)
             t0[:m0 * n0p].reshape(m0, n0p)[:, :n0] = float(s0) * np.exp(
-                sign * 2j * np.pi * np.outer(bins, np.arange(n0)) / n0)
+                sign * 2j * np.pi * (np.outer(bins, np.arange(n0)) % n0) / n0)
             k, c = np.arange(m1), np.arange(n1)
             if kind == "r2c":  # T1[c][k] = s1[k] e^{-2 pi i k c / n1}, zero from m1
                 t1 = np.zeros((n1, mb), dtype=np.complex128)
-                t1[:, :m1] = s1 * np.exp(-2j * np.pi * np.outer(c, k) / n1)
+                t1[:, :m1] = s1 * np.exp(-2j * np.pi * (np.outer(c, k) % n1) / n1)
             else:  # U[k][c] = w_k s1[k] e^{+2 pi i k c / n1}, w_k the Hermitian sum's
                 w = np.where((k == 0) | (2 * k == n1), 1.0, 2.0)
                 t1 = np.zeros((mb, n1), dtype=np.complex128)
-                t1[:m1] = (w * s1)[:, None] * np.exp(2j * np.pi * np.outer(k, c) / n1)
+                t1[:m1] = (w * s1)[:, None] * np.exp(2j * np.pi * (np.outer(k, c) % n1) / n1)
             self.table0 = cp.asarray(t0.astype(np.complex64))
             self.table1 = cp.asarray(t1.astype(np.complex64))
         self.kind, self.device_id, self.name = kind, int(device_id), name

@@ -206,8 +206,9 @@ def fno_plane(spatial, modes, dtype, device_id: int, tuned=()) -> frozenset:
     ``{"r2c", "c2r"}`` (the forward transforms: the analysis and the adjoint of the synthesis;
     the inverse ones: the synthesis and the adjoint of the analysis). By default
     :func:`fno_plane_auto` where the kernels take the plane (two or more axes, float32 on a
-    GPU, 5-smooth complex lengths that fit a block); plan key ``fno_plane``: ``0`` none, ``1``
-    both, an error where the kernels cannot; ``tuned`` as for :func:`fno_rows`."""
+    GPU, 5-smooth complex lengths that fit a block, or other lengths in the direct form:
+    :func:`fno_direct`); plan key ``fno_plane``: ``0`` none, ``1`` both, an error where the
+    kernels cannot; ``tuned`` as for :func:`fno_rows`."""
     mode = _fno_mode("fno_plane", tuned)
     if mode == "0":
         return frozenset()
