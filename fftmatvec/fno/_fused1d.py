@@ -100,7 +100,10 @@ class Layer1d:
     layer's forward in one launch, for rows of ``L`` points keeping ``m`` bins and ``C``
     channels in and out (:func:`supported`). ``analysis``, ``synthesis``: the chain's row
     kernels it stands for (:class:`._rows.LastAxis`, ``F`` and ``A`` of
-    :func:`._rows.last_axis_set`), whose twiddles and scales it reads.
+    :func:`._rows.last_axis_set`), whose twiddles and scales it reads. ``item_rows``,
+    ``threads`` and ``batch_rows`` override the launch's shape (:func:`launch_shape`), for the
+    benchmark's sweeps (blocks of 4 batch rows, several a multiprocessor, were slower where
+    blocks of 8 fill the multiprocessors: docs/benchmarks.md, forty-seventh run).
 
     Called as ``layer(x, W, bias)``: ``x`` ``(B, C, L)`` float32, ``W`` the modes-major
     weight ``(m, C, C)`` complex64, ``bias`` ``(C,)`` float32 or None, contiguous and 16-byte
