@@ -1160,7 +1160,8 @@ __device__ __forceinline__ void fno_layer1d_body(
 // U[.][c] in registers) and every G-th row (G = threads / n1), the lanes of a row reading the same
 // W (a broadcast) and writing consecutive points.
 // Launch bounds: registers for four blocks a multiprocessor on NVIDIA (64 a thread), three for
-// 12 and 16 bins (85: the r2c's sums of 16 bins spilled at 64).
+// 12 and 16 bins (the r2c's sums of 12 and 16 bins spilled at 64; its loop over a row's points
+// stays rolled, which spilled at 80 unrolled).
 #define FNO_DIRECT_THREADS 256
 #define FNO_DIRECT_MIN_BLOCKS_4 4
 #define FNO_DIRECT_MIN_BLOCKS_8 4
