@@ -108,6 +108,47 @@ def _fft_c2r(v, n0, n1, m0, m1, bins, s0, s1):
     return (np.fft.irfft(W, n=n1, axis=-1) * n1).reshape(v.shape[0], -1)
 
 
+def _check_against_numpy(rng, t, kind, n0, n1, m0, m1, bins, s0, s1, layout):
+    """The plane transform ``t`` against NumPy's float64 FFTs on 1, 5 and 67 planes, in the
+    spectral layout ``layout``, every element of a poisoned output written."""
+    cp = backend.cupy
+    ref = _fft_r2c if kind == "r2c" else _fft_c2r
+    M = m0 * m1
+
+    def paired(v):  # (planes, 2 M) -> (M, 2 planes): mode i of plane p at [i, 2p], [i, 2p + 1]
+        return np.ascontiguousarray(v.reshape(-1, 2, M).transpose(2, 0, 1)).reshape(M, -1)
+
+    for planes in (1, 5, 67):
+        a = rng.standard_normal((planes, t.shape[0]))
+        want = ref(a, n0, n1, m0, m1, bins, s0, s1)
+        if layout and kind == "r2c":
+            want = paired(want)
+        elif layout:
+            a = paired(a)
+        out = cp.full(want.shape, np.nan, dtype=np.float32)
+        got = t(cp.asarray(a, dtype=np.float32), out=out)
+        assert got is out
+        err = np.abs(cp.asnumpy(got) - want).max() / np.abs(want).max()
+        assert err < 2e-6 * max(1.0, np.log2(n0 * n1)), (kind, n0, n1, m0, m1, planes, err)
+
+
+def _check_chain_steps(rng, kernels, n0, n1, m0, m1):
+    """``kernels`` (plane_set's four transforms) against the float64 DFT products of the
+    chain's steps they stand for."""
+    cp = backend.cupy
+    chain = _dft.Chain(_reference._xp_ops(np, np.dtype(np.float64)), (n0, n1), (m0, m1))
+    B, C = 2, 3
+    x = rng.standard_normal((B, C, n0, n1))
+    Y = rng.standard_normal((B, C, 2, m0 * m1))
+    steps = {"ana": (x, chain.analysis), "synT": (x, chain.synthesis_adjoint),
+             "syn": (Y, chain.synthesis), "anaT": (Y, chain.analysis_adjoint)}
+    for name, (a, step) in steps.items():
+        want = step(a).reshape(B * C, -1)
+        got = cp.asnumpy(kernels[name](cp.asarray(a.reshape(B * C, -1), dtype=np.float32)))
+        err = np.abs(got - want).max() / np.abs(want).max()
+        assert err < 2e-6 * max(1.0, np.log2(n0 * n1)), (name, err)
+
+
 @gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize("n0,n1,m0,m1", PLANES)
@@ -135,24 +176,7 @@ def test_plane_matches_numpy_fft(rng, kind, n0, n1, m0, m1, threads, variant, la
               modes_major=layout)
     assert t.variant == ("warp" if variant == "ahead" else variant)
     assert t.ahead is (variant == "ahead") and t.name.endswith("a") is (variant == "ahead")
-    ref = _fft_r2c if kind == "r2c" else _fft_c2r
-    M = m0 * m1
-
-    def paired(v):  # (planes, 2 M) -> (M, 2 planes): mode i of plane p at [i, 2p], [i, 2p + 1]
-        return np.ascontiguousarray(v.reshape(-1, 2, M).transpose(2, 0, 1)).reshape(M, -1)
-
-    for planes in (1, 5, 67):
-        a = rng.standard_normal((planes, t.shape[0]))
-        want = ref(a, n0, n1, m0, m1, bins, s0, s1)
-        if layout and kind == "r2c":
-            want = paired(want)
-        elif layout:
-            a = paired(a)
-        out = cp.full(want.shape, np.nan, dtype=np.float32)
-        got = t(cp.asarray(a, dtype=np.float32), out=out)
-        assert got is out
-        err = np.abs(cp.asnumpy(got) - want).max() / np.abs(want).max()
-        assert err < 2e-6 * max(1.0, np.log2(n0 * n1)), (kind, n0, n1, m0, m1, planes, err)
+    _check_against_numpy(rng, t, kind, n0, n1, m0, m1, bins, s0, s1, layout)
 
 
 @gpu
@@ -163,19 +187,8 @@ def test_plane_set_matches_the_chain_steps(rng, n0, n1, m0, m1):
     adjoints: equal to the float64 DFT products of a chain without them."""
     from fftmatvec.fno._rows import plane_set
 
-    cp = backend.cupy
-    chain = _dft.Chain(_reference._xp_ops(np, np.dtype(np.float64)), (n0, n1), (m0, m1))
-    kernels = plane_set((n0, n1), (m0, m1), cp.cuda.Device().id)
-    B, C = 2, 3
-    x = rng.standard_normal((B, C, n0, n1))
-    Y = rng.standard_normal((B, C, 2, m0 * m1))
-    steps = {"ana": (x, chain.analysis), "synT": (x, chain.synthesis_adjoint),
-             "syn": (Y, chain.synthesis), "anaT": (Y, chain.analysis_adjoint)}
-    for name, (a, step) in steps.items():
-        want = step(a).reshape(B * C, -1)
-        got = cp.asnumpy(kernels[name](cp.asarray(a.reshape(B * C, -1), dtype=np.float32)))
-        err = np.abs(got - want).max() / np.abs(want).max()
-        assert err < 2e-6 * max(1.0, np.log2(n0 * n1)), (name, err)
+    kernels = plane_set((n0, n1), (m0, m1), backend.cupy.cuda.Device().id)
+    _check_chain_steps(rng, kernels, n0, n1, m0, m1)
 
 
 # (n0, n1, m0, m1) of the direct form: lengths with prime factors past 5 (85 = 5 x 17, 17,
@@ -236,24 +249,7 @@ def test_direct_plane_matches_numpy_fft(rng, kind, n0, n1, m0, m1, layout):
                     modes_major=layout)
     assert t.variant == "direct" and t.name.startswith(
         "fno_plane_rdft" if kind == "r2c" else "fno_plane_irdft")
-    ref = _fft_r2c if kind == "r2c" else _fft_c2r
-    M = m0 * m1
-
-    def paired(v):  # (planes, 2 M) -> (M, 2 planes)
-        return np.ascontiguousarray(v.reshape(-1, 2, M).transpose(2, 0, 1)).reshape(M, -1)
-
-    for planes in (1, 5, 67):
-        a = rng.standard_normal((planes, t.shape[0]))
-        want = ref(a, n0, n1, m0, m1, bins, s0, s1)
-        if layout and kind == "r2c":
-            want = paired(want)
-        elif layout:
-            a = paired(a)
-        out = cp.full(want.shape, np.nan, dtype=np.float32)
-        got = t(cp.asarray(a, dtype=np.float32), out=out)
-        assert got is out
-        err = np.abs(cp.asnumpy(got) - want).max() / np.abs(want).max()
-        assert err < 2e-6 * max(1.0, np.log2(n0 * n1)), (kind, n0, n1, m0, m1, planes, err)
+    _check_against_numpy(rng, t, kind, n0, n1, m0, m1, bins, s0, s1, layout)
 
 
 @gpu
@@ -263,20 +259,9 @@ def test_direct_plane_set_matches_the_chain_steps(rng, n0, n1, m0, m1):
     """plane_set's four transforms in the direct form stand for the chain's steps."""
     from fftmatvec.fno._rows import DirectPlane, plane_set
 
-    cp = backend.cupy
-    chain = _dft.Chain(_reference._xp_ops(np, np.dtype(np.float64)), (n0, n1), (m0, m1))
-    kernels = plane_set((n0, n1), (m0, m1), cp.cuda.Device().id, variant="direct")
+    kernels = plane_set((n0, n1), (m0, m1), backend.cupy.cuda.Device().id, variant="direct")
     assert all(isinstance(k, DirectPlane) for k in kernels.values())
-    B, C = 2, 3
-    x = rng.standard_normal((B, C, n0, n1))
-    Y = rng.standard_normal((B, C, 2, m0 * m1))
-    steps = {"ana": (x, chain.analysis), "synT": (x, chain.synthesis_adjoint),
-             "syn": (Y, chain.synthesis), "anaT": (Y, chain.analysis_adjoint)}
-    for name, (a, step) in steps.items():
-        want = step(a).reshape(B * C, -1)
-        got = cp.asnumpy(kernels[name](cp.asarray(a.reshape(B * C, -1), dtype=np.float32)))
-        err = np.abs(got - want).max() / np.abs(want).max()
-        assert err < 2e-6 * max(1.0, np.log2(n0 * n1)), (name, err)
+    _check_chain_steps(rng, kernels, n0, n1, m0, m1)
 
 
 @gpu

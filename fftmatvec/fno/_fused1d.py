@@ -115,7 +115,7 @@ class Layer1d:
                  batch_rows: int | None = None):
         cp = backend.cupy
         with cp.cuda.Device(device_id):
-            self.smem_limit = backend.shared_memory_limits()[1]
+            per_sm, self.smem_limit = backend.shared_memory_limits()
             if not supported(L, m, C, C, self.smem_limit):
                 raise ValueError(f"no one-kernel FNO layer for L = {L} keeping m = {m} bins "
                                  f"with {C} channels")
@@ -130,7 +130,6 @@ class Layer1d:
             # the shared memory its blocks need (as many as fit a multiprocessor), not the
             # most: the rest stays L1, where a mode's weight read by one group is found by the
             # next
-            per_sm = backend.shared_memory_limits()[0]
             kernels.set_carveout(self._fn, max(1, per_sm // (smem + 1024)) * (smem + 1024))
         self.L, self.m, self.C, self.device_id = int(L), int(m), int(C), int(device_id)
         self.item_rows, self.threads, self.batch_rows = rb, threads, nb

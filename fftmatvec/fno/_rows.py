@@ -561,6 +561,24 @@ def warp_supported(n0: int, n1: int, m0: int, m1: int, smem_per_block: int) -> b
             and warp_bytes(n0, m0, m1) <= smem_per_block)
 
 
+def _check_kind_layout(kind: str, modes_major) -> None:
+    """A plane transform's kind and spectral layout (:class:`Plane`, :class:`DirectPlane`)."""
+    if kind not in ("r2c", "c2r"):
+        raise ValueError(f"kind must be 'r2c' or 'c2r', got {kind!r}")
+    if modes_major not in (False, PAIRED):
+        raise ValueError(f"modes_major must be False or {PAIRED!r} for a plane, got "
+                         f"{modes_major!r}")
+
+
+def _plane_bins(n0: int, m0: int, bins):
+    """``bins`` as int64, checked: ``m0`` distinct bins of an axis of ``n0``."""
+    bins = np.asarray(bins, dtype=np.int64)
+    if bins.shape != (m0,) or bins.min() < 0 or bins.max() >= n0 \
+            or np.unique(bins).size != m0:
+        raise ValueError(f"bins must be {m0} distinct bins of an axis of {n0}, got {bins}")
+    return bins
+
+
 class Plane(LastAxis):
     """The truncated transforms of the last two axes, ``n0 x n1`` points, of a stack of planes
     in one kernel, keeping ``m0`` modes of the first axis (at the FFT bins ``bins``) and the
@@ -593,19 +611,12 @@ class Plane(LastAxis):
                  device_id: int, rows_per_block: int | None = None, columns: int | None = None,
                  threads: int | None = None, variant: str = "auto", ahead: bool | None = None,
                  modes_major: bool | str = False):
-        if kind not in ("r2c", "c2r"):
-            raise ValueError(f"kind must be 'r2c' or 'c2r', got {kind!r}")
-        if modes_major not in (False, PAIRED):
-            raise ValueError(f"modes_major must be False or {PAIRED!r} for a plane, got "
-                             f"{modes_major!r}")
+        n0, n1, m0, m1 = int(n0), int(n1), int(m0), int(m1)
+        _check_kind_layout(kind, modes_major)
         _check_variant(variant)
         if threads is not None and not 1 <= int(threads) <= PLANE_THREADS:
             raise ValueError(f"threads must be in [1, {PLANE_THREADS}], got {threads}")
-        n0, n1, m0, m1 = int(n0), int(n1), int(m0), int(m1)
-        bins = np.asarray(bins, dtype=np.int64)
-        if bins.shape != (m0,) or bins.min() < 0 or bins.max() >= n0 \
-                or np.unique(bins).size != m0:
-            raise ValueError(f"bins must be {m0} distinct bins of an axis of {n0}, got {bins}")
+        bins = _plane_bins(n0, m0, bins)
         cp = backend.cupy
         with cp.cuda.Device(device_id):
             smem_sm, smem_limit = backend.shared_memory_limits()
@@ -680,13 +691,16 @@ class Plane(LastAxis):
     def _grid(self, rows: int):
         return (rows,)  # a block a plane
 
-    def _args(self, rows: int):
-        # paired_planes: the planes apart that a plane's pairs of modes lie (0: in rows); the
-        # pass form's paired kernels index them in 32 bits
+    def _paired_planes(self, rows: int):
+        """The kernels' ``paired_planes``: the planes apart that a plane's pairs of modes lie
+        (0: in rows); the pass form's paired kernels index them in 32 bits."""
         if self.paired and rows * self.modes[0] * self.modes[1] >= 2**31:
             raise ValueError(f"{self.name}: {rows} planes of {self.modes[0]} x "
                              f"{self.modes[1]} modes paired are 2^31 complex values or more")
-        pairs = (np.int32(rows if self.paired else 0),)
+        return np.int32(rows if self.paired else 0)
+
+    def _args(self, rows: int):
+        pairs = (self._paired_planes(rows),)
         if self.variant == "warp":
             return (None, None, self.twiddles, self.scale, self.table) + self._geometry + pairs
         return (None, None, self.twiddles, self.twiddles0, self.scale, self.table) \
@@ -756,16 +770,9 @@ class DirectPlane(LastAxis):
 
     def __init__(self, kind: str, n0: int, n1: int, m0: int, m1: int, bins, s0: float, s1,
                  device_id: int, modes_major: bool | str = False):
-        if kind not in ("r2c", "c2r"):
-            raise ValueError(f"kind must be 'r2c' or 'c2r', got {kind!r}")
-        if modes_major not in (False, PAIRED):
-            raise ValueError(f"modes_major must be False or {PAIRED!r} for a plane, got "
-                             f"{modes_major!r}")
         n0, n1, m0, m1 = int(n0), int(n1), int(m0), int(m1)
-        bins = np.asarray(bins, dtype=np.int64)
-        if bins.shape != (m0,) or bins.min() < 0 or bins.max() >= n0 \
-                or np.unique(bins).size != m0:
-            raise ValueError(f"bins must be {m0} distinct bins of an axis of {n0}, got {bins}")
+        _check_kind_layout(kind, modes_major)
+        bins = _plane_bins(n0, m0, bins)
         cp = backend.cupy
         with cp.cuda.Device(device_id):
             smem_limit = backend.shared_memory_limits()[1]
@@ -807,15 +814,11 @@ class DirectPlane(LastAxis):
         self._launches: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
 
-    def _grid(self, rows: int):
-        return (rows,)  # a block a plane
+    _grid = Plane._grid  # a block a plane
+    _paired_planes = Plane._paired_planes
 
     def _args(self, rows: int):
-        # paired_planes: the planes apart that a plane's pairs of modes lie (0: in rows)
-        if self.paired and rows * self.modes[0] * self.modes[1] >= 2**31:
-            raise ValueError(f"{self.name}: {rows} planes of {self.modes[0]} x "
-                             f"{self.modes[1]} modes paired are 2^31 complex values or more")
-        return (None, None) + self._tables_geometry + (np.int32(rows if self.paired else 0),)
+        return (None, None) + self._tables_geometry + (self._paired_planes(rows),)
 
 
 def plane_set(plane, modes, device_id: int, kinds=("r2c", "c2r"), variant: str = "auto",
