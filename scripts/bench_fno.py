@@ -18,7 +18,8 @@ times, so that a drift of the host or the device reaches them all alike) of
   or split (``dft-split``: ``fno_split=1``), with the inverse transforms of the axis on the row
   kernels too (``dft-rows``: ``fno_rows=1``), with the modes permuted where the row kernels
   would pair them (``dft-nopaired``: ``fno_paired=0``), with the paired modes' forward
-  product on cuBLAS rather than the package's kernel (``dft-noproduct``: ``fno_product=0``),
+  product on cuBLAS rather than the package's kernel (``dft-noproduct``: ``fno_product=0``)
+  and on the package's kernel whatever the batch (``dft-product``: ``fno_product=1``),
   one-axis layers' forwards on the paired chain rather than the one-kernel layer
   (``dft-nofused``: ``fno_fused=0``),
   with the planes in their direct form (``dft-direct``: ``fno_plane=1,fno_direct=1``, where it
@@ -209,6 +210,7 @@ def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls, rounds=
         impls["dft-nopaired"] = _planned(dft, "fno_paired=0")
         # the paired modes' forward product on cuBLAS, not the package's kernel
         impls["dft-noproduct"] = _planned(dft, "fno_product=0")
+        impls["dft-product"] = _planned(dft, "fno_product=1")
     if device.type == "cuda" and len(grid) >= 2:
         # the planes' direct form (sums over the points) where it takes the plane, and not
         impls["dft-direct"] = _planned(dft, "fno_plane=1,fno_direct=1")
@@ -426,7 +428,7 @@ def main():
     print(f"device: {name}, copy bandwidth {bw / 1e9:.0f} GB/s, torch {torch.__version__}")
     extra = [args.sixteen] if args.sixteen else []
     cols = ["eager", "nop", "fft", "dft-gemm", "dft-noplane", "dft-nosplit", "dft-split",
-            "dft-rows", "dft-nopaired", "dft-noproduct", "dft-nofused", "dft-direct",
+            "dft-rows", "dft-nopaired", "dft-noproduct", "dft-product", "dft-nofused", "dft-direct",
             "dft-nodirect", "dft-nofast", "dft-passes",
             "dft-warp",
             "dft-split-warp", "dft-nograph", "dft-graph", "dft-ends", "dft-whole", "dft"] + extra
