@@ -162,8 +162,8 @@ FFTMATVEC_ROWFFT_FAMILIES(f32, float, c64, float2)
   FFTMATVEC_FNO_PLANE_AS(M, p, true)
 // fno_plane_rfft_f32_w<P>x<Q>, fno_plane_irfft_f32_w<P>x<Q>: the warp form, rows of 32 P complex
 // values (P = 1, 2, 4: rows of 64 to 256 reals), columns of 32 Q (Q = 1, 2, 4, 8);
-// fno_plane_rfft_f32_w<P>x<Q>a (P = 1, 2; rows of 256 reals spill with it): its rows loaded
-// FNO_WARP_AHEAD(P) at a time.
+// fno_plane_rfft_f32_w<P>x<Q>a (P = 1, 2; rows of 256 reals spill with it, those of 64 spill 16
+// bytes on sm_90): its rows loaded FNO_WARP_AHEAD(P) at a time.
 #define FFTMATVEC_FNO_PLANE_WARP_AHEAD(P, Q)                                                    \
   extern "C" __global__ void FNO_WARP_BOUNDS(Q) fno_plane_rfft_f32_w##P##x##Q##a(              \
       const float* __restrict__ x, float* __restrict__ out, const float2* __restrict__ tw1,      \

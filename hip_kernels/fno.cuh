@@ -294,6 +294,10 @@ __device__ __forceinline__ float2 shfl_xor_c(float2 v, int mask) {
 }
 
 // The 32-point FFT across a group's lanes (sign S): lane l gives element l and gets bin l.
+// Each stage is the same instructions on every lane (no branch on the lane's half, whose two
+// sides every lane issued): the lane's value times sg (-1 on the upper half of a butterfly, where
+// o - v is wanted, +1 on the lower, where v + o) plus its partner's o, then times w[s] (the
+// twiddle on the upper half, exactly 1 on the lower): the same sums, bit for bit.
 template <int S>
 struct Lanes32 {
   float2 w[4];  // the twiddles of the stages combining 32, 16, 8 and 4 values (2: none)
@@ -304,7 +308,7 @@ struct Lanes32 {
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
       const int h = 16 >> s;
-      w[s] = unit_root(lane & (h - 1), 2 * h, S);
+      w[s] = (lane & h) ? unit_root(lane & (h - 1), 2 * h, S) : make_c(1.f, 0.f);
     }
   }
   __device__ __forceinline__ float2 fft(float2 v) const {
@@ -312,12 +316,9 @@ struct Lanes32 {
     for (int s = 0; s < 5; ++s) {
       const int h = 16 >> s;
       const float2 o = shfl_xor_c(v, h);
-      if (lane & h) {
-        v = c_sub(o, v);
-        if (s < 4) v = c_mul(v, w[s]);
-      } else {
-        v = c_add(v, o);
-      }
+      const float sg = (lane & h) ? -1.f : 1.f;
+      v = make_c(fmaf(sg, v.x, o.x), fmaf(sg, v.y, o.y));
+      if (s < 4) v = c_mul(v, w[s]);
     }
     return shfl_c(v, rev);  // after the stages lane j holds bin brev(j)
   }

@@ -541,7 +541,8 @@ WARP_ROWS = (32, 64, 128)
 WARP_COLUMNS = (32, 64, 128, 256)
 VARIANTS = ("auto", "passes", "warp", "columns")
 #: The warp form's r2c plane kernels with their rows loaded ahead (``_w<P>x<Q>a``) exist for
-#: rows of these many 32-value groups P (P = 4 spilled); taken by default where
+#: rows of these many 32-value groups P (P = 4 spilled; P = 1 spills 16 bytes on sm_90 since
+#: the lanes' butterflies lost their branch); taken by default where
 #: :data:`PLANE_AHEAD`, off until timed against the plain ones (``bench_fno_rows.py --forms``).
 PLANE_AHEAD_ROWS = (1, 2)
 PLANE_AHEAD = False
