@@ -930,12 +930,16 @@ __device__ __forceinline__ void fno_irfft_cols_body(const float* __restrict__ y,
 #define FNO_PRODUCT_BOUNDS(NB) __launch_bounds__(256, FNO_PRODUCT_MIN_BLOCKS_##NB)
 #endif
 
+// acc += x w, complex, each part's imaginary-by-imaginary (or cross) term added first
+__device__ __forceinline__ void fno_cmac(float2& acc, float2 x, float2 w) {
+  acc.x = fmaf(x.x, w.x, fmaf(-x.y, w.y, acc.x));
+  acc.y = fmaf(x.x, w.y, fmaf(x.y, w.x, acc.y));
+}
+
 // acc0 += x (w.x, w.y), acc1 += x (w.z, w.w): two output columns of one row, complex
 __device__ __forceinline__ void fno_cmac2(float2& acc0, float2& acc1, float2 x, float4 w) {
-  acc0.x = fmaf(x.x, w.x, fmaf(-x.y, w.y, acc0.x));
-  acc0.y = fmaf(x.x, w.y, fmaf(x.y, w.x, acc0.y));
-  acc1.x = fmaf(x.x, w.z, fmaf(-x.y, w.w, acc1.x));
-  acc1.y = fmaf(x.x, w.w, fmaf(x.y, w.z, acc1.y));
+  fno_cmac(acc0, x, make_c(w.x, w.y));
+  fno_cmac(acc1, x, make_c(w.z, w.w));
 }
 
 template <int NB, int UR>
@@ -1182,6 +1186,13 @@ __device__ __forceinline__ int fno_direct_parts(int n, int threads) {
   return n <= threads ? threads / n : 1;
 }
 
+// n (even) complex values of a host table into shared memory, in 16-byte copies by the block
+__device__ __forceinline__ void fno_direct_copy(float2* __restrict__ dst,
+                                                const float4* __restrict__ src, int n) {
+  for (int i = (int)threadIdx.x; i < n / 2; i += (int)blockDim.x)
+    reinterpret_cast<float4*>(dst)[i] = __ldg(src + i);
+}
+
 // the index of mode i of plane p: paired planes apart (a float2 each), or in the plane's row
 __device__ __forceinline__ void fno_direct_store(float* __restrict__ out, i64 p, int i, int M,
                                                  int paired_planes, float2 v) {
@@ -1211,9 +1222,8 @@ __device__ __forceinline__ void fno_plane_rdft_body(
   // (A: the plane, then the rows' and the modes' partial sums; fno/_rows.py: direct_bytes)
   const i64 plane = blockIdx.x;
   // the tables (16-byte copies) and the plane, 8 loads in flight a thread
-  for (int i = t; i < n1 * MB / 2; i += T) reinterpret_cast<float4*>(T1)[i] = __ldg(T1g + i);
-  for (int i = t; i < fno_direct_align(m0 * n0p) / 2; i += T)
-    reinterpret_cast<float4*>(T0)[i] = __ldg(T0g + i);
+  fno_direct_copy(T1, T1g, n1 * MB);
+  fno_direct_copy(T0, T0g, fno_direct_align(m0 * n0p));
   {
     const float* xp = x + plane * n0 * n1;
     const int total = n0 * n1, q = T / n1, rem = T % n1;
@@ -1294,18 +1304,12 @@ __device__ __forceinline__ void fno_plane_rdft_body(
     a = make_c(0.f, 0.f);
     const int r1 = min(n0, part * RL + RL);
     int r = part * RL;
-    for (; r + 1 < r1; r += 2) {
+    for (; r + 1 < r1; r += 2) {  // (both pairs' loads before their sums)
       const float2 z0 = zk[r], w0 = tj[r], z1 = zk[r + 1], w1 = tj[r + 1];
-      a.x = fmaf(z0.x, w0.x, fmaf(-z0.y, w0.y, a.x));
-      a.y = fmaf(z0.x, w0.y, fmaf(z0.y, w0.x, a.y));
-      b.x = fmaf(z1.x, w1.x, fmaf(-z1.y, w1.y, b.x));
-      b.y = fmaf(z1.x, w1.y, fmaf(z1.y, w1.x, b.y));
+      fno_cmac(a, z0, w0);
+      fno_cmac(b, z1, w1);
     }
-    if (r < r1) {
-      const float2 z0 = zk[r], w0 = tj[r];
-      a.x = fmaf(z0.x, w0.x, fmaf(-z0.y, w0.y, a.x));
-      a.y = fmaf(z0.x, w0.y, fmaf(z0.y, w0.x, a.y));
-    }
+    if (r < r1) fno_cmac(a, zk[r], tj[r]);
     a = c_add(a, b);
     if (P2 == 1) fno_direct_store(out, plane, i, M, paired_planes, a);
   }
@@ -1332,8 +1336,7 @@ __device__ __forceinline__ void fno_plane_irdft_body(
   float2* Ys = T0 + fno_direct_align(m0 * n0p);                     // [j][k]
   float2* W = Ys + fno_direct_align(M);                             // [r][MB]
   const i64 plane = blockIdx.x;
-  for (int i = t; i < fno_direct_align(m0 * n0p) / 2; i += T)
-    reinterpret_cast<float4*>(T0)[i] = __ldg(T0g + i);
+  fno_direct_copy(T0, T0g, fno_direct_align(m0 * n0p));
   for (int i = t; i < M; i += T) {
     float2 v;
     if (paired_planes) {
@@ -1350,11 +1353,7 @@ __device__ __forceinline__ void fno_plane_irdft_body(
     const int r = o / MB, k = o % MB;
     float2 a = make_c(0.f, 0.f);
     if (k < m1) {
-      for (int j = 0; j < m0; ++j) {
-        const float2 v = Ys[j * m1 + k], w = T0[j * n0p + r];
-        a.x = fmaf(v.x, w.x, fmaf(-v.y, w.y, a.x));
-        a.y = fmaf(v.x, w.y, fmaf(v.y, w.x, a.y));
-      }
+      for (int j = 0; j < m0; ++j) fno_cmac(a, Ys[j * m1 + k], T0[j * n0p + r]);
     }
     W[o] = a;
   }
