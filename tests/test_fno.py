@@ -211,6 +211,25 @@ def test_torch_layer_pickles_and_copies():
         assert torch.equal(other(x), want)
 
 
+def test_torch_layer_pickles_without_its_memo():
+    """A layer's memo of its forwards (launches, graphs: not picklable) is left out of its
+    pickle and its deep copies; a layer pickled before the memo existed loads with one."""
+    import copy
+    import pickle
+
+    from fftmatvec.fno import SpectralConv
+
+    layer = SpectralConv(3, 4, (6, 8), method="dft")
+    x = torch.randn(2, 3, 12, 10)
+    want = layer(x)
+    layer._fast[x.shape] = lambda *args: None  # stands for a kept launch
+    old = SpectralConv.__new__(SpectralConv)  # unpickled from a state without the memo
+    old.__setstate__({k: v for k, v in layer.__dict__.items() if k != "_fast"})
+    for other in (pickle.loads(pickle.dumps(layer)), copy.deepcopy(layer), old):
+        assert other._fast == {} and torch.equal(other(x), want)
+    assert x.shape in layer._fast
+
+
 def test_numpy_api_does_not_import_torch():
     import subprocess
     import sys

@@ -709,6 +709,78 @@ def test_fast_path_of_a_forward_without_gradients(cache, ends, monkeypatch, shap
 @pytest.mark.gpu
 @cuda
 @pytest.mark.parametrize("shape,n_modes", GPU_CASES)
+def test_layer_memo_of_forwards(cache, ends, monkeypatch, shape, n_modes):
+    """A layer's forward without gradients like one before is served from the layer's memo
+    (:class:`fftmatvec.fno._torch_dft.LayerFast`), by input shape: neither the module's steps
+    nor the function are called, and the output is the eager chain's for new values of ``x``
+    and of the weight. Another stream, options, plan, weight tensor or ``weight.data``,
+    released graphs and a call with gradients take the full way, right too."""
+    from fftmatvec.fno import _layer as layer_module
+    from fftmatvec.fno._torch_dft import LayerFast
+
+    layer = _layer(shape[1], 6, n_modes, device="cuda")
+    eager = _twin(layer, graphs=False)
+    full, calls = layer_module.spectral_conv_torch, []
+
+    def counted(*args, **kwargs):
+        calls.append(args[1] is not eager.weight)  # the layer's, not its eager twin's
+        return full(*args, **kwargs)
+
+    monkeypatch.setattr(layer_module, "spectral_conv_torch", counted)
+
+    def check(x, full_calls):
+        assert _rel(layer(x), eager(x)) < 1e-6 and sum(calls) == full_calls
+
+    x = torch.randn(shape, device="cuda")
+    other = torch.randn((shape[0] + 1,) + shape[1:], device="cuda")
+    with torch.no_grad():
+        check(x, 1)
+        assert list(layer._fast) == [x.shape]
+        assert isinstance(layer._fast[x.shape], LayerFast)
+        x.copy_(torch.randn_like(x))
+        check(x, 1)
+        layer.weight.mul_(0.5)  # read in place
+        eager.weight.mul_(0.5)
+        check(x, 1)
+        check(other, 2)  # another shape: a second entry
+        check(x, 2)
+        check(other, 2)
+        assert len(layer._fast) == 2
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            check(x, 3)
+            check(x, 3)
+        torch.cuda.current_stream().wait_stream(side)
+        check(x, 4)  # one entry a shape: back on the first stream, the full way once
+        check(x, 4)
+        layer.weight.data = layer.weight.data.clone()  # the same parameter, new storage
+        check(x, 5)
+        check(x, 5)
+        layer.weight = torch.nn.Parameter(layer.weight.detach().clone())
+        check(x, 6)
+        layer.graphs = False  # an option changed: the full way, every call
+        check(x, 7)
+        check(x, 8)
+        layer.graphs = "auto"
+        check(x, 9)
+        check(x, 9)
+        monkeypatch.setenv("FFTMATVEC_PLAN", "fno_warp=0")
+        check(x, 10)
+        check(x, 10)
+        monkeypatch.delenv("FFTMATVEC_PLAN")
+        check(x, 11)
+        clear_graphs()
+        check(x, 12)
+        check(x, 12)
+    y = layer(x.clone().requires_grad_(True))
+    assert sum(calls) == 13 and y.requires_grad
+    assert _rel(y, eager(x)) < 1e-6
+
+
+@pytest.mark.gpu
+@cuda
+@pytest.mark.parametrize("shape,n_modes", GPU_CASES)
 def test_fast_path_of_a_training_call(cache, ends, monkeypatch, shape, n_modes):
     """A call with gradients wanted whose signature was planned before takes that plan
     (:class:`fftmatvec.fno._torch_dft.TrainingPlan`) without the call's checks and planning:

@@ -181,6 +181,18 @@ class Layer1d:
                 f"{None if bias is None else (bias.dtype, tuple(bias.shape))}")
         return self.run(x, W, bias)
 
+    def run_torch(self, torch, x, w_ptr: int, b_ptr: int):
+        """:meth:`run` of a torch ``x`` that :meth:`takes` accepted with a weight and a bias at
+        ``w_ptr`` and ``b_ptr`` (0: none): the forward's fast path
+        (:class:`fftmatvec.fno._torch_dft.FusedForward`), its launch looked up directly."""
+        y = torch.empty_like(x)
+        B = x.shape[0]
+        if B:
+            launch = self._launches.get(B) or self._launch(B)
+            backend.cupy.cuda.runtime.setDevice(self.device_id)  # see run
+            launch(_raw_stream(torch, x.device), x.data_ptr(), w_ptr, b_ptr, y.data_ptr())
+        return y
+
     def run(self, x, W, bias=None):
         """``y`` of a call that :meth:`takes` accepted, unchecked."""
         B = x.shape[0]

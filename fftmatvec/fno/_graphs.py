@@ -274,6 +274,9 @@ FAST: dict = {}
 #: planning the next such call takes (:class:`fftmatvec.fno._torch_dft.TrainingPlan`).
 FAST_TRAINING: dict = {}
 FAST_MAX = 64
+#: Counts :func:`clear_graphs`'s calls: a layer's memo of its forwards
+#: (:class:`fftmatvec.fno._torch_dft.LayerFast`) keeps what ``FAST`` held before the last.
+EPOCH = [0]
 
 # one capture at a time in the process (a CUDA-graph restriction); one side stream per device,
 # for the warm-up and the capture both (cuBLAS keeps a workspace per stream)
@@ -286,6 +289,7 @@ def clear_graphs():
 
     The memory goes back to PyTorch's caching allocator (``torch.cuda.empty_cache()`` returns
     it to the device); the next call of a layer captures its graph again."""
+    EPOCH[0] += 1
     FAST.clear()
     FAST_TRAINING.clear()
     CACHE.clear()

@@ -10,6 +10,7 @@ from .._errors import FFTMatvecTypeError, FFTMatvecValueError
 from ._graphs import check_option
 from ._modes import kept_modes
 from ._torch import _check_method, _compute_dtype, _positive_int, spectral_conv_torch
+from ._torch_dft import layer_forward, remember_layer_forward
 
 __all__ = ["SpectralConv"]
 
@@ -98,6 +99,17 @@ class SpectralConv(torch.nn.Module):
         d = len(self.modes)
         self.bias = (torch.nn.Parameter(std * torch.randn(
             (out_channels,) + (1,) * d, dtype=real, device=device)) if bias else None)
+        self._fast = {}  # forwards without gradients kept by input shape (forward)
+
+    def __getstate__(self):  # pickled and deep-copied without the memo (launches, graphs)
+        state = super().__getstate__()
+        state["_fast"] = {}
+        return state
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        if "_fast" not in self.__dict__:  # pickled before the memo
+            self._fast = {}
 
     def extra_repr(self):
         extra = "".join(f", {k}={v!r}" for k, v, default in (
@@ -129,6 +141,12 @@ class SpectralConv(torch.nn.Module):
         fits, ``min`` of the two a axis: centred on the axes with both signs (its first
         ``start // 2`` entries left out, ``start`` the count left out), the first ones on the
         last."""
+        compiling = torch.compiler.is_compiling()  # (dynamo folds the memo's steps away)
+        if not compiling and output_shape is None and self._fast:
+            # a forward without gradients like one before: its kept launch or replay
+            y = layer_forward(torch, self, x)
+            if y is not None:
+                return y
         _same_grid(x, output_shape)
         weight, n_modes, modes = self.weight, self._n_modes, self.modes
         spatial = tuple(x.shape[2:])
@@ -136,9 +154,11 @@ class SpectralConv(torch.nn.Module):
                 n < m for n, m in zip(spatial[:-1], modes[:-1]))):
             slices, n_modes = _fitting(spatial, modes)
             weight = weight[(slice(None), slice(None)) + slices]
-        return spectral_conv_torch(x, weight, n_modes, self.bias,
-                                   method=self.method, compute_dtype=self.compute_dtype,
-                                   graphs=self.graphs)
+        y = spectral_conv_torch(x, weight, n_modes, self.bias, method=self.method,
+                                compute_dtype=self.compute_dtype, graphs=self.graphs)
+        if not compiling and weight is self.weight:
+            remember_layer_forward(torch, self, x, n_modes)
+        return y
 
     def transform(self, x, output_shape=None):
         """neuraloperator's resampling of a skip connection onto the output grid: ``x`` itself,

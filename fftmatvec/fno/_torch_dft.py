@@ -434,6 +434,107 @@ def fast_forward(torch, key, x, weight, bias):
     return out
 
 
+#: Input shapes whose forwards a layer keeps in its memo (:class:`LayerFast`), the oldest out
+#: beyond.
+LAYER_FAST_MAX = 8
+
+
+def _stream_id(torch, index):
+    """:func:`_stream` of the CUDA device ``index``."""
+    return torch._C._cuda_getCurrentStream(index)[0]
+
+
+class LayerFast:
+    """A :class:`~fftmatvec.fno.SpectralConv`'s forward without gradients for one input shape,
+    as :func:`fast_forward` served it: the hit and its signature (:func:`fast_key`) kept as the
+    values a call compares with its own, so that the layer's next such call finds the hit
+    without building and hashing the signature, and without the module's and the function's
+    steps before it (on the device's host about half the host time of a small layer's forward
+    before its first launch: docs/benchmarks.md, forty-ninth run). The comparisons are the
+    signature's items one by one, and :func:`_fast_now`; any that differs, or a released hit,
+    takes the layer's full call."""
+
+    __slots__ = ("dtype", "index", "wtype", "wkey", "btype", "bkey", "options", "stream",
+                 "plan", "env", "off", "generation", "epoch", "hit")
+
+    def __init__(self, key, hit):
+        (_, self.dtype, device, self.wtype, self.wkey, self.btype, self.bkey, n_modes, method,
+         compute_dtype, graphs, self.stream, self.plan, self.env, self.off, self.generation,
+         grad) = key
+        if grad is not None or device.type != "cuda":
+            raise ValueError("a layer's memo keeps forwards without gradients on CUDA tensors")
+        self.index, self.options = device.index, (n_modes, method, compute_dtype, graphs)
+        self.epoch, self.hit = _graphs.EPOCH[0], hit
+
+    @classmethod
+    def of(cls, torch, x, weight, n_modes, bias, method, compute_dtype, graphs):
+        """The memo entry of a forward without gradients just served (its signature's hit in
+        :data:`._graphs.FAST`), or None."""
+        key = fast_key(torch, x, weight, n_modes, bias, method, compute_dtype, graphs)
+        if key is None or key[-1] is not None:
+            return None
+        hit = _graphs.FAST.get(key)
+        return None if hit is None else cls(key, hit)
+
+    def __call__(self, torch, layer, x):
+        """The output of ``layer(x)`` (``x`` a plain tensor of the entry's shape) from the kept
+        hit, or None where the call is not the one kept (or its hit was released)."""
+        w, b = layer.weight, layer.bias
+        state = _tuning._state
+        if (x.dtype is not self.dtype or not x.is_cuda or x.get_device() != self.index
+                or (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad
+                                                 or (b is not None and b.requires_grad)))
+                or type(w) is not self.wtype or type(b) is not self.btype
+                or _graphs.tensor_key(w) != self.wkey or _graphs.tensor_key(b) != self.bkey
+                or (layer._n_modes, layer.method, layer.compute_dtype, layer.graphs)
+                != self.options
+                or _stream_id(torch, self.index) != self.stream or plan_key() != self.plan
+                or _tuning._env() != self.env or state["off"] != self.off
+                or state["generation"] != self.generation or _graphs.EPOCH[0] != self.epoch
+                or not _fast_now(torch, x)):
+            return None
+        return self.hit(torch, x, b)
+
+
+def layer_forward(torch, layer, x):
+    """``layer(x)`` from the layer's memo (:class:`LayerFast`), or None (``x`` not a plain
+    tensor). Not called under ``torch.compile`` tracing."""
+    if type(x) is not torch.Tensor:
+        return None
+    fast = layer._fast.get(x.shape)
+    if fast is None:
+        return None
+    y = fast(torch, layer, x)
+    if y is None:
+        layer._fast.pop(x.shape, None)
+    return y
+
+
+def remember_layer_forward(torch, layer, x, n_modes):
+    """After a call of ``layer`` on ``x`` that took the full way (the module's steps, then
+    :func:`fftmatvec.fno._torch.spectral_conv_torch`): keep its forward in the layer's memo
+    where it was one without gradients that a fast path kept (:data:`._graphs.FAST`). Costs a
+    call only where ``FAST`` holds anything and no gradient is wanted. Not called under
+    ``torch.compile`` tracing."""
+    if not _graphs.FAST or type(x) is not torch.Tensor or not x.is_cuda:
+        return
+    w, b = layer.weight, layer.bias
+    if torch.is_grad_enabled() and (
+            x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)):
+        return
+    fast = LayerFast.of(torch, x, w, n_modes, b, layer.method, layer.compute_dtype,
+                        layer.graphs)
+    if fast is None:
+        return
+    memo = layer._fast
+    memo[x.shape] = fast
+    while len(memo) > LAYER_FAST_MAX:
+        try:
+            memo.pop(next(iter(memo)), None)
+        except (RuntimeError, StopIteration):
+            break
+
+
 class FastReplay:
     """The replay of a forward without gradients, kept under its call's signature
     (:func:`fast_key`): ``x`` copied into the graph or transformed into its input buffer, the
@@ -674,16 +775,17 @@ class FusedForward:
     addresses and layouts: their in-place updates are read, a new one is a new signature):
     one launch after the lookup."""
 
-    __slots__ = ("fused", "W", "b")
+    __slots__ = ("fused", "W", "b", "w_ptr", "b_ptr")
 
     def __init__(self, fused, W, b):
-        self.fused, self.W, self.b = fused, W, b
+        self.fused, self.W, self.b = fused, W, b  # (held: the addresses are theirs)
+        self.w_ptr, self.b_ptr = W.data_ptr(), 0 if b is None else b.data_ptr()
 
     def __call__(self, torch, x, bias):
         """``y``, or None for an ``x`` the kernel does not read in place (the full path)."""
         if not x.is_contiguous() or x.data_ptr() % _rows._ALIGN:
             return None
-        return self.fused.run(x, self.W, self.b)
+        return self.fused.run_torch(torch, x, self.w_ptr, self.b_ptr)
 
 
 class TrainingPlan:
