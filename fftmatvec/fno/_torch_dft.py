@@ -439,11 +439,6 @@ def fast_forward(torch, key, x, weight, bias):
 LAYER_FAST_MAX = 8
 
 
-def _stream_id(torch, index):
-    """:func:`_stream` of the CUDA device ``index``."""
-    return torch._C._cuda_getCurrentStream(index)[0]
-
-
 class LayerFast:
     """A :class:`~fftmatvec.fno.SpectralConv`'s forward without gradients for one input shape,
     as :func:`fast_forward` served it: the hit and its signature (:func:`fast_key`) kept as the
@@ -488,7 +483,7 @@ class LayerFast:
                 or _graphs.tensor_key(w) != self.wkey or _graphs.tensor_key(b) != self.bkey
                 or (layer._n_modes, layer.method, layer.compute_dtype, layer.graphs)
                 != self.options
-                or _stream_id(torch, self.index) != self.stream or plan_key() != self.plan
+                or _stream(torch, x.device) != self.stream or plan_key() != self.plan
                 or _tuning._env() != self.env or state["off"] != self.off
                 or state["generation"] != self.generation or _graphs.EPOCH[0] != self.epoch
                 or not _fast_now(torch, x)):
