@@ -139,6 +139,10 @@ class Layer1d:
         self._lock = threading.Lock()
 
     def _launch(self, B: int):
+        hit = self._launches.get(B)  # (a dict lookup is atomic: a hit takes no closure)
+        if hit is not None:
+            return hit
+
         def make():
             nb, _, grid, block, smem = launch_shape(B, self.L, self.C, self.m,
                                                     self.smem_limit, self.item_rows,
@@ -183,13 +187,14 @@ class Layer1d:
 
     def run_torch(self, torch, x, w_ptr: int, b_ptr: int):
         """:meth:`run` of a torch ``x`` that :meth:`takes` accepted with a weight and a bias at
-        ``w_ptr`` and ``b_ptr`` (0: none): the forward's fast path
-        (:class:`fftmatvec.fno._torch_dft.FusedForward`), its launch looked up directly."""
+        ``w_ptr`` and ``b_ptr`` (0: none; the forward's fast path,
+        :class:`fftmatvec.fno._torch_dft.FusedForward`, keeps them)."""
         y = torch.empty_like(x)
         B = x.shape[0]
         if B:
-            launch = self._launches.get(B) or self._launch(B)
-            backend.cupy.cuda.runtime.setDevice(self.device_id)  # see run
+            launch = self._launch(B)
+            # the device's primary context current on this thread (see _rows.LastAxis._torch_call)
+            backend.cupy.cuda.runtime.setDevice(self.device_id)
             launch(_raw_stream(torch, x.device), x.data_ptr(), w_ptr, b_ptr, y.data_ptr())
         return y
 
@@ -200,13 +205,7 @@ class Layer1d:
         if _is_torch(x):
             import torch
 
-            y = torch.empty(x.shape, dtype=torch.float32, device=x.device)
-            if B:
-                stream = _raw_stream(torch, x.device)
-                cp.cuda.runtime.setDevice(self.device_id)  # see _rows.LastAxis._torch_call
-                self._launch(B)(stream, x.data_ptr(), W.data_ptr(),
-                                0 if bias is None else bias.data_ptr(), y.data_ptr())
-            return y
+            return self.run_torch(torch, x, W.data_ptr(), 0 if bias is None else bias.data_ptr())
         with cp.cuda.Device(self.device_id):
             y = cp.empty(x.shape, dtype=np.float32)
             if B:

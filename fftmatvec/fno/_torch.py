@@ -14,7 +14,8 @@ from . import _tuning
 from ._graphs import check_option
 from ._modes import check_bias, check_shapes, hermitian_weights, kept_modes, mode_indices
 from ._reference import METHODS, resolve_method
-from ._torch_dft import dft_spectral_conv, fast_forward, fast_key, fast_training, full_call
+from ._torch_dft import (dft_spectral_conv, fast_forward, fast_key, fast_training, full_call,
+                         grad_wanted)
 
 
 def _torch():
@@ -300,8 +301,7 @@ def _spectral_conv_torch(torch, x, weight, n_modes, bias, method, compute_dtype,
 
 def _tuned(torch, x, weight, bias, modes, cd):
     """The :class:`._tuning.Choice` of the FNO tuning tables for this call, or None."""
-    grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or (
-        bias is not None and bias.requires_grad))
+    grad = grad_wanted(torch, x, weight, bias)
     B, C = x.shape[:2]
     return _tuning.lookup(x.device, B, C, weight.shape[1], tuple(x.shape[2:]), modes,
                           _NAMES[x.dtype], _NAMES[cd], grad)

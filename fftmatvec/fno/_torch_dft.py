@@ -381,6 +381,13 @@ _PENDING = threading.local()
 _INFERENCE = (True, False)  # the forward graph's outputs wanted: y, not the modes
 
 
+def grad_wanted(torch, x, weight, bias) -> bool:
+    """Whether a call records a gradient: grad mode on and ``x``, the weight or the bias
+    (None: none) requiring one."""
+    return torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or (
+        bias is not None and bias.requires_grad))
+
+
 def fast_key(torch, x, weight, n_modes, bias, method, compute_dtype, graphs):
     """The signature of a layer call that :func:`fast_forward` (its last item None: no
     gradient wanted) or :func:`fast_training` may serve, or None: a plain CUDA tensor ``x``,
@@ -401,8 +408,7 @@ def fast_key(torch, x, weight, n_modes, bias, method, compute_dtype, graphs):
     if bias is not None and not torch.is_tensor(bias):
         return None
     grad = None  # a forward alone; with gradients wanted, what decides the graphs' use
-    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or (
-            bias is not None and bias.requires_grad)):
+    if grad_wanted(torch, x, weight, bias):
         grad = (x.requires_grad, weight.requires_grad, weight.is_leaf, weight.device,
                 None if bias is None else (bias.requires_grad, bias.is_leaf, bias.device))
     state = _tuning._state
@@ -477,8 +483,7 @@ class LayerFast:
         w, b = layer.weight, layer.bias
         state = _tuning._state
         if (x.dtype is not self.dtype or not x.is_cuda or x.get_device() != self.index
-                or (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad
-                                                 or (b is not None and b.requires_grad)))
+                or grad_wanted(torch, x, w, b)
                 or type(w) is not self.wtype or type(b) is not self.btype
                 or _graphs.tensor_key(w) != self.wkey or _graphs.tensor_key(b) != self.bkey
                 or (layer._n_modes, layer.method, layer.compute_dtype, layer.graphs)
@@ -514,8 +519,7 @@ def remember_layer_forward(torch, layer, x, n_modes):
     if not _graphs.FAST or type(x) is not torch.Tensor or not x.is_cuda:
         return
     w, b = layer.weight, layer.bias
-    if torch.is_grad_enabled() and (
-            x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)):
+    if grad_wanted(torch, x, w, b):
         return
     fast = LayerFast.of(torch, x, w, n_modes, b, layer.method, layer.compute_dtype,
                         layer.graphs)
@@ -863,8 +867,7 @@ def dft_spectral_conv(x, weight, bias, modes, cdtype, graphs="auto", tuned=()):
     ``tuned``: the plan of the layer's FNO tuning table entry (:func:`chain_for`)."""
     global _FN
     torch = _torch()
-    training = torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in (x, weight, bias))
+    training = grad_wanted(torch, x, weight, bias)
     use = _graphs.wanted(torch, graphs, x, weight, bias, training)
     if not training:
         return _forward(torch, _Call(), x, weight, bias, tuple(modes), cdtype, use, None,
