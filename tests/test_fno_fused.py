@@ -237,6 +237,16 @@ def test_layer_on_the_fused_kernel(torch, monkeypatch, rng, B, C, L, m):
     y.sum().backward()
     assert Xg.grad is not None and layer.weight.grad is not None
     assert np.abs(y.detach().cpu().numpy() - want2).max() / np.abs(want2).max() < 1e-5
+    # a new weight tensor after fast calls: the memo's launch (queued before its last checks,
+    # reading the weight it holds) is dropped, the full path reads the new one, then the memo
+    want3 = dense_reference(x, w, n_modes, b + 1.0)
+    with torch.no_grad():
+        for _ in range(2):
+            layer(X)
+        layer.weight = torch.nn.Parameter(2 * layer.weight.detach())  # w again
+        for _ in range(3):
+            got = layer(X).cpu().numpy()
+            assert np.abs(got - want3).max() / np.abs(want3).max() < 1e-5
     # CuPy
     cp = backend.cupy
     yc = spectral_conv(cp.asarray(x, dtype=np.float32), cp.asarray(0.5 * w, dtype=np.complex64),

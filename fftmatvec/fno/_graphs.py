@@ -412,15 +412,17 @@ class Captured:
 
     def run_between(self, before, after):
         """``before()``, the replay and ``after()`` in turn, lent outputs vacated first:
-        ``after()``'s value, or None once released. For a forward whose ends are bound
-        launches (:class:`fftmatvec.fno._torch_dft.BoundEnds`): ``before`` writes the input
-        buffer, ``after`` reads the output buffer."""
+        ``after()``'s value, or None once released or where ``before()`` returns False (no
+        replay then). For a forward whose ends are bound launches
+        (:class:`fftmatvec.fno._torch_dft.BoundEnds`): ``before`` writes the input buffer,
+        ``after`` reads the output buffer."""
         with self._lock:
             if self.graph is None:
                 return None
             for s in self._slots.values():
                 s.vacate()
-            before()
+            if before() is False:
+                return None
             self.graph.replay()
             return after()
 

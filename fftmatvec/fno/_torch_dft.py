@@ -480,20 +480,26 @@ class LayerFast:
     def __call__(self, torch, layer, x):
         """The output of ``layer(x)`` (``x`` a plain tensor of the entry's shape) from the kept
         hit, or None where the call is not the one kept (or its hit was released)."""
+        if (x.dtype is not self.dtype or not x.is_cuda or x.get_device() != self.index
+                or _stream(torch, x.device) != self.stream or not _fast_now(torch, x)):
+            return None
+        return self.hit(torch, x, layer.bias, lambda: self.holds(torch, layer, x))
+
+    def holds(self, torch, layer, x):
+        """The rest of the call's checks: those the first launch does not need (what it reads
+        is ``x``, on the kept stream, outside a capture: :meth:`__call__` checks that first),
+        made while the device runs it; a launch whose call then fails them wrote only the
+        hit's own buffers or a ``y`` that is dropped."""
         w, b = layer.weight, layer.bias
         state = _tuning._state
-        if (x.dtype is not self.dtype or not x.is_cuda or x.get_device() != self.index
-                or grad_wanted(torch, x, w, b)
-                or type(w) is not self.wtype or type(b) is not self.btype
-                or _graphs.tensor_key(w) != self.wkey or _graphs.tensor_key(b) != self.bkey
-                or (layer._n_modes, layer.method, layer.compute_dtype, layer.graphs)
-                != self.options
-                or _stream(torch, x.device) != self.stream or plan_key() != self.plan
-                or _tuning._env() != self.env or state["off"] != self.off
-                or state["generation"] != self.generation or _graphs.EPOCH[0] != self.epoch
-                or not _fast_now(torch, x)):
-            return None
-        return self.hit(torch, x, b)
+        return not (grad_wanted(torch, x, w, b)
+                    or type(w) is not self.wtype or type(b) is not self.btype
+                    or _graphs.tensor_key(w) != self.wkey or _graphs.tensor_key(b) != self.bkey
+                    or (layer._n_modes, layer.method, layer.compute_dtype, layer.graphs)
+                    != self.options or plan_key() != self.plan
+                    or _tuning._env() != self.env or state["off"] != self.off
+                    or state["generation"] != self.generation
+                    or _graphs.EPOCH[0] != self.epoch)
 
 
 def layer_forward(torch, layer, x):
@@ -549,12 +555,16 @@ class FastReplay:
         self.bound = BoundEnds.of(torch, entry, chain, cdtype, y_shape, x, bias) if (
             outside) else None
 
-    def __call__(self, torch, x, bias):
-        """The output ``y``, or None once the graph is released."""
+    def __call__(self, torch, x, bias, holds=None):
+        """The output ``y``, or None once the graph is released or where ``holds()`` (the
+        rest of a layer's memo's checks, :class:`LayerFast`; None: none) is false: called
+        once the first kernel is queued where the ends are bound launches, else first."""
         if self.bound is not None:
-            y = self.bound(torch, x)
+            y = self.bound(torch, x, holds)
             if y is not False:
                 return y
+        if holds is not None and not holds():
+            return None
         entry, chain, cdtype = self.entry, self.chain, self.cdtype
         if not self.outside:
             out = entry.run((x,), _INFERENCE)
@@ -605,9 +615,11 @@ class BoundEnds:
         self.buf_in, self.buf_out = buf_in.data_ptr(), buf_out.data_ptr()
         return self
 
-    def __call__(self, torch, x):
-        """``y``, None once the graph is released, or False for an ``x`` the kernels do not
-        read in place (not contiguous or not aligned: :class:`FastReplay`'s own steps)."""
+    def __call__(self, torch, x, holds=None):
+        """``y``, None once the graph is released or where ``holds()`` is false after the
+        first launch (its output then left in the graph's input buffer, not replayed), or
+        False for an ``x`` the kernels do not read in place (not contiguous or not aligned:
+        :class:`FastReplay`'s own steps)."""
         ptr = x.data_ptr()
         if ptr % _rows._ALIGN or not x.is_contiguous():
             return False
@@ -617,6 +629,7 @@ class BoundEnds:
             # the device's context current on this thread (as the kernels' own calls set it)
             backend.cupy.cuda.runtime.setDevice(self.device_id)
             self.start(stream, ptr, self.buf_in)
+            return holds is None or holds()
 
         def after():  # y allocated once the device has work: the allocation overlaps it
             y = torch.empty(self.y_shape, dtype=torch.float32, device=x.device)
@@ -780,11 +793,14 @@ class FusedForward:
         self.fused, self.W, self.b = fused, W, b  # (held: the addresses are theirs)
         self.w_ptr, self.b_ptr = W.data_ptr(), 0 if b is None else b.data_ptr()
 
-    def __call__(self, torch, x, bias):
-        """``y``, or None for an ``x`` the kernel does not read in place (the full path)."""
+    def __call__(self, torch, x, bias, holds=None):
+        """``y``, or None for an ``x`` the kernel does not read in place (the full path) or
+        where ``holds()`` is false after the launch (its ``y`` dropped: the weight and the
+        bias it read are the ones held here)."""
         if not x.is_contiguous() or x.data_ptr() % _rows._ALIGN:
             return None
-        return self.fused.run_torch(torch, x, self.w_ptr, self.b_ptr)
+        y = self.fused.run_torch(torch, x, self.w_ptr, self.b_ptr)
+        return y if holds is None or holds() else None
 
 
 class TrainingPlan:
