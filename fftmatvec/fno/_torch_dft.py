@@ -481,19 +481,20 @@ class LayerFast:
         """The output of ``layer(x)`` (``x`` a plain tensor of the entry's shape) from the kept
         hit, or None where the call is not the one kept (or its hit was released)."""
         if (x.dtype is not self.dtype or not x.is_cuda or x.get_device() != self.index
+                or grad_wanted(torch, x, layer.weight, layer.bias)
                 or _stream(torch, x.device) != self.stream or not _fast_now(torch, x)):
             return None
-        return self.hit(torch, x, layer.bias, lambda: self.holds(torch, layer, x))
+        return self.hit(torch, x, layer.bias, lambda: self.holds(layer))
 
-    def holds(self, torch, layer, x):
-        """The rest of the call's checks: those the first launch does not need (what it reads
-        is ``x``, on the kept stream, outside a capture: :meth:`__call__` checks that first),
-        made while the device runs it; a launch whose call then fails them wrote only the
-        hit's own buffers or a ``y`` that is dropped."""
+    def holds(self, layer):
+        """The rest of the call's checks, made while the device runs the first launch: those
+        it does not need (it reads ``x``, on the kept stream, outside a capture) and that a
+        call rarely fails (:meth:`__call__` checks those, and whether a gradient is wanted,
+        which a model switching between training and evaluation fails often). A launch whose
+        call then fails them wrote only the hit's own buffer or a ``y`` that is dropped."""
         w, b = layer.weight, layer.bias
         state = _tuning._state
-        return not (grad_wanted(torch, x, w, b)
-                    or type(w) is not self.wtype or type(b) is not self.btype
+        return not (type(w) is not self.wtype or type(b) is not self.btype
                     or _graphs.tensor_key(w) != self.wkey or _graphs.tensor_key(b) != self.bkey
                     or (layer._n_modes, layer.method, layer.compute_dtype, layer.graphs)
                     != self.options or plan_key() != self.plan
