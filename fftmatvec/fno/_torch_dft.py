@@ -452,8 +452,9 @@ class LayerFast:
     without building and hashing the signature, and without the module's and the function's
     steps before it (on the device's host about half the host time of a small layer's forward
     before its first launch: docs/benchmarks.md, forty-ninth run). The comparisons are the
-    signature's items one by one, and :func:`_fast_now`; any that differs, or a released hit,
-    takes the layer's full call."""
+    signature's items one by one, and :func:`_fast_now`: those the first launch needs before
+    it, the rest (:meth:`holds`) while the device runs it (3-4 µs off a small forward:
+    fiftieth run); any that differs, or a released hit, takes the layer's full call."""
 
     __slots__ = ("dtype", "index", "wtype", "wkey", "btype", "bkey", "options", "stream",
                  "plan", "env", "off", "generation", "epoch", "hit")
