@@ -144,6 +144,13 @@ def replayable(torch, t):
                 or (t.is_cuda and torch.cuda.is_current_stream_capturing()))
 
 
+def grad_wanted(torch, x, weight, bias) -> bool:
+    """Whether a call records a gradient: grad mode on and ``x``, the weight or the bias
+    (None: none) requiring one."""
+    return torch.is_grad_enabled() and (x.requires_grad or (
+        weight is not None and weight.requires_grad) or (bias is not None and bias.requires_grad))
+
+
 def wanted(torch, graphs, x, weight, bias, training=None):
     """The option to replay graphs with (``"auto"`` or ``True``), or ``False`` for the eager
     chain: on CPU tensors, under ``torch.compile`` or ``torch.jit`` tracing, while the current
@@ -166,8 +173,7 @@ def wanted(torch, graphs, x, weight, bias, training=None):
     if not replayable(torch, x):
         return False
     if training is None:  # gradients wanted: the forward of a training step
-        training = torch.is_grad_enabled() and any(
-            t is not None and t.requires_grad for t in (x, weight, bias))
+        training = grad_wanted(torch, x, weight, bias)
     if (graphs == "auto" and weight is not None and weight.dim() >= 2
             and not auto_fits(tuple(x.shape), x.element_size(), weight.shape[1], training)):
         return False

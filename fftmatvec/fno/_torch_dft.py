@@ -22,6 +22,7 @@ from ..gpu.plan import mode as plan_mode
 from ..gpu.plan import plan_key
 from ..gpu.planner import fno_ends
 from . import _dft, _graphs, _rows, _tuning
+from ._graphs import grad_wanted
 
 def _torch():
     import torch
@@ -379,13 +380,6 @@ def _replay_forward(torch, ctx, x, weight, bias, token):
 # the signature a full call keeps its replay (key) or its planning (training) under
 _PENDING = threading.local()
 _INFERENCE = (True, False)  # the forward graph's outputs wanted: y, not the modes
-
-
-def grad_wanted(torch, x, weight, bias) -> bool:
-    """Whether a call records a gradient: grad mode on and ``x``, the weight or the bias
-    (None: none) requiring one."""
-    return torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or (
-        bias is not None and bias.requires_grad))
 
 
 def fast_key(torch, x, weight, n_modes, bias, method, compute_dtype, graphs):
