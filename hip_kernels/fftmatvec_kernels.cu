@@ -125,8 +125,8 @@ FFTMATVEC_ROWFFT_FAMILIES(f32, float, c64, float2)
 // ---- the FNO layer's last-axis transforms (fno.cuh) -----------------------------------------
 // fno_rfft_f32_r<M>, fno_irfft_f32_r<M>: float32 rows, truncated to m bins, the spectral side
 // in rows or modes-major (modes_major), in the row FFTs' section of float32 FFTs. The inverse
-// kernels here and below take the layer's bias (null: none) on the constant mode of each row
-// (plane) of channels rows (planes) (fno.cuh: fno_bias_of).
+// kernels here and below (but the planes' pass form) take the layer's bias (null: none) on the
+// constant mode of each row (plane) of channels rows (planes) (fno.cuh: fno_bias_of).
 #define FFTMATVEC_FNO_ROWFFT(M)                                                                 \
   extern "C" __global__ void ROWFFT_BOUNDS fno_rfft_f32_r##M(                                   \
       const float* __restrict__ x, float* __restrict__ out, const float2* __restrict__ tw,      \
@@ -157,11 +157,9 @@ FFTMATVEC_ROWFFT_FAMILIES(f32, float, c64, float2)
       const float* __restrict__ y, float* __restrict__ out, const float2* __restrict__ tw1,      \
       const float2* __restrict__ tw0, const float* __restrict__ s1,                              \
       const int* __restrict__ inv0, float s0, int n0, int n1, int m0, int m1, int rpb, int g,    \
-      unsigned long long rad1, int np1, unsigned long long rad0, int np0, int paired_planes,     \
-      const float* __restrict__ bias, int channels, int bias_mode) {                            \
+      unsigned long long rad1, int np1, unsigned long long rad0, int np0, int paired_planes) {   \
     fno_plane_irfft_body<M, PAIRED>(y, out, tw1, tw0, s1, inv0, s0, n0, n1, m0, m1, rpb, g,     \
-                                    rad1, np1, rad0, np0, paired_planes, bias, channels,        \
-                                    bias_mode);                                                 \
+                                    rad1, np1, rad0, np0, paired_planes);                       \
   }
 #define FFTMATVEC_FNO_PLANE(M)            \
   FFTMATVEC_FNO_PLANE_AS(M, , false)      \

@@ -159,10 +159,12 @@ __device__ __forceinline__ void fno_irfft_body(const float* __restrict__ y,
 //   and Nyquist bins dropped.
 // Both unnormalised but for the scales, which give the analysis (1 / n, the analysis
 // frequencies), the synthesis (1, the output bins) and their adjoints (the host's Plane).
-// The inverse kernels (all three forms) take the layer's bias as the rows' do: where bias is not
-// null, bias[p % channels] is added to the real part of mode bias_mode (i = j m1 + k, the mode
-// constant over the plane: the output bin 0 of both axes) of plane p as it is loaded, before
-// its scales.
+// The warp and direct forms' inverse kernels take the layer's bias as the rows' do: where bias
+// is not null, bias[p % channels] is added to the real part of mode bias_mode (i = j m1 + k, the
+// mode constant over the plane: the output bin 0 of both axes) of plane p as it is loaded,
+// before its scales. This pass form's does not: every way of adding it in its loads spilled
+// the AMD kernel's scalar registers (the host adds the bias before it: fftmatvec/fno/_rows.py,
+// Plane.bias_mode None).
 // The twiddles: tw1 the table of the rows' real FFT, tw0 that of a complex FFT of length n0
 // (rowfft.cuh: its passes from tw0 + n0 / 2 + 1). Shared memory: T, then the rows' two buffers
 // of rpb rows of nc1 + 1 values, which the columns' two buffers of g rows of n0 share.
@@ -232,8 +234,7 @@ __device__ __forceinline__ void fno_plane_irfft_body(
     const float* __restrict__ y, float* __restrict__ out, const float2* __restrict__ tw1,
     const float2* __restrict__ tw0, const float* __restrict__ s1, const int* __restrict__ inv0,
     float s0, int n0, int n1, int m0, int m1, int rpb, int g, unsigned long long rad1, int np1,
-    unsigned long long rad0, int np0, int paired_planes, const float* __restrict__ bias,
-    int channels, int bias_mode) {
+    unsigned long long rad0, int np0, int paired_planes) {
   const int nc1 = n1 % 2 == 0 ? n1 / 2 : n1, nf1 = n1 / 2 + 1, n0p = n0 + 1, M = m0 * m1;
   float2* T = reinterpret_cast<float2*>(fftmatvec_dynamic_smem);
   float2* a = T + m1 * n0p;
@@ -241,22 +242,14 @@ __device__ __forceinline__ void fno_plane_irfft_body(
   const i64 plane = blockIdx.x;
   const float* yp = y + plane * 2 * M;
   const float2* y2 = reinterpret_cast<const float2*>(y);  // PAIRED: as the forward's
-  const int bm = bias != nullptr ? bias_mode : -1;  // the mode that takes the bias, if any
-  const float bp = fno_bias_of(bias, plane, channels);
   for (int k0 = 0; k0 < m1; k0 += g) {
     const int ng = m1 - k0 < g ? m1 - k0 : g;
     auto load = [&](int r, int m) {
       const int j = inv0[m];
       if (j < 0) return make_c(0.f, 0.f);
       const int at = j * m1 + k0 + r;
-      float2 v;
-      if constexpr (PAIRED) {
-        v = y2[at * paired_planes + (int)plane];
-      } else {
-        v = make_c(yp[at], yp[M + at]);
-      }
-      if (at == bm) v.x += bp;
-      return c_scale(v, s0);
+      if constexpr (PAIRED) return c_scale(y2[at * paired_planes + (int)plane], s0);
+      return make_c(yp[at] * s0, yp[M + at] * s0);
     };
     const float2* Z = fft_rows_loaded<MAXR, 1, float2>(load, a, a + g * n0, tw0 + n0 / 2 + 1,
                                                        n0, ng, rad0, np0);

@@ -352,15 +352,25 @@ class LastAxis:
                 self._args(rows) + self._bias_args(channels)))
 
     def _bias_args(self, channels: int) -> tuple:
-        """The bias's arguments of a ``c2r`` kernel after its others: its pointer (given at
-        each launch), its number of values, and a plane's mode that takes it; none for
-        ``r2c``."""
-        if self.kind != "c2r":
-            return ()
-        if not self.planar:
+        """The bias's arguments of a ``c2r`` kernel after its others (:attr:`bias_args`): its
+        pointer (given at each launch), its number of values, and a plane's mode that takes
+        it; none for ``r2c`` and the planes' pass form."""
+        if self.bias_args == "rows":
             return (None, np.int32(channels))
-        return (None, np.int32(channels),
-                np.int32(-1 if self.bias_mode is None else self.bias_mode))
+        if self.bias_args == "plane":
+            return (None, np.int32(channels),
+                    np.int32(-1 if self.bias_mode is None else self.bias_mode))
+        return ()
+
+    @property
+    def bias_args(self):
+        """The bias's arguments the kernel takes: ``"rows"`` (pointer, values), ``"plane"``
+        (pointer, values, mode), or None (``r2c``; the planes' pass form)."""
+        if self.kind != "c2r":
+            return None
+        if not self.planar:
+            return "rows"
+        return None if self.variant == "passes" else "plane"
 
     planar = False  # (a plane's c2r kernels take the mode's index as well: Plane)
 
@@ -455,7 +465,7 @@ class LastAxis:
 
     def _bias_ptr(self, bias) -> tuple:
         """The bias's pointer as a ``c2r`` launch takes it (0: none); none for ``r2c``."""
-        if self.kind != "c2r":
+        if self.bias_args is None:
             return ()
         return (0 if bias is None else _data_ptr(bias),)
 
@@ -680,9 +690,11 @@ class Plane(LastAxis):
     planes)`` (mode ``i = j m1 + k`` of plane ``p`` at ``[i, 2p]`` and ``[i, 2p + 1]``), the
     layout of :class:`._dft.PairedChain`, as :class:`LastAxis` takes it.
 
-    ``kind="c2r"`` takes a bias as :class:`LastAxis` does, ``bias[p % O]`` added to the real
-    part of plane ``p``'s mode :attr:`bias_mode` (``j m1``, ``bins[j] == 0``: the mode constant
-    over the plane; None where no kept mode lies there) before its scales.
+    ``kind="c2r"`` in the warp form takes a bias as :class:`LastAxis` does, ``bias[p % O]``
+    added to the real part of plane ``p``'s mode :attr:`bias_mode` (``j m1``, ``bins[j] ==
+    0``: the mode constant over the plane; None where no kept mode lies there) before its
+    scales; the pass form takes none (:attr:`bias_mode` None: in its loads the bias spilled the
+    AMD kernel's scalar registers), and a chain ending on it adds the bias before it.
     """
 
     planar = True
@@ -758,7 +770,7 @@ class Plane(LastAxis):
         width = (n0 * n1, 2 * m0 * m1)
         self.shape = width if kind == "r2c" else width[::-1]
         self.modes_major = self.paired = modes_major == PAIRED
-        self.bias_mode = _plane_bias_mode(kind, bins, m1)
+        self.bias_mode = _plane_bias_mode(kind, bins, m1) if warp else None
         if warp:
             self._geometry = (np.float32(s0), np.int32(m0), np.int32(m1))
         else:
