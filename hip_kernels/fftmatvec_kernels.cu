@@ -124,7 +124,9 @@ FFTMATVEC_ROWFFT_FAMILIES(f32, float, c64, float2)
 
 // ---- the FNO layer's last-axis transforms (fno.cuh) -----------------------------------------
 // fno_rfft_f32_r<M>, fno_irfft_f32_r<M>: float32 rows, truncated to m bins, the spectral side
-// in rows or modes-major (modes_major), in the row FFTs' section of float32 FFTs.
+// in rows or modes-major (modes_major), in the row FFTs' section of float32 FFTs. The inverse
+// kernels here and below (but the planes' pass form) take the layer's bias (null: none) on the
+// constant mode of each row (plane) of channels rows (planes) (fno.cuh: fno_bias_of).
 #define FFTMATVEC_FNO_ROWFFT(M)                                                                 \
   extern "C" __global__ void ROWFFT_BOUNDS fno_rfft_f32_r##M(                                   \
       const float* __restrict__ x, float* __restrict__ out, const float2* __restrict__ tw,      \
@@ -135,8 +137,10 @@ FFTMATVEC_ROWFFT_FAMILIES(f32, float, c64, float2)
   extern "C" __global__ void ROWFFT_BOUNDS fno_irfft_f32_r##M(                                  \
       const float* __restrict__ y, float* __restrict__ out, const float2* __restrict__ tw,      \
       const float* __restrict__ scale, i64 rows, int L, int m, int rpb,                        \
-      unsigned long long radices, int npass, int modes_major) {                                \
-    fno_irfft_body<M>(y, out, tw, scale, rows, L, m, rpb, radices, npass, modes_major);        \
+      unsigned long long radices, int npass, int modes_major, const float* __restrict__ bias,  \
+      int channels) {                                                                          \
+    fno_irfft_body<M>(y, out, tw, scale, rows, L, m, rpb, radices, npass, modes_major, bias,   \
+                      channels);                                                               \
   }
 // fno_plane_rfft_f32_r<M>[p], fno_plane_irfft_f32_r<M>[p]: the last two axes of a plane at
 // once, the modes in the chain's rows or (p) paired planes apart (paired_planes).
@@ -182,8 +186,9 @@ FFTMATVEC_ROWFFT_FAMILIES(f32, float, c64, float2)
   extern "C" __global__ void FNO_WARP_BOUNDS(Q) fno_plane_irfft_f32_w##P##x##Q(                \
       const float* __restrict__ y, float* __restrict__ out, const float2* __restrict__ tw1,      \
       const float* __restrict__ s1, const int* __restrict__ inv0, float s0, int m0, int m1,      \
-      int paired_planes) {                                                                     \
-    fno_plane_irfft_warp_body<P, Q>(y, out, tw1, s1, inv0, s0, m0, m1, paired_planes);           \
+      int paired_planes, const float* __restrict__ bias, int channels, int bias_mode) {        \
+    fno_plane_irfft_warp_body<P, Q>(y, out, tw1, s1, inv0, s0, m0, m1, paired_planes, bias,      \
+                                    channels, bias_mode);                                        \
   }
 #define FFTMATVEC_FNO_PLANE_WARP_ROWS(P)                                                        \
   FFTMATVEC_FNO_PLANE_WARP(P, 1)                                                                 \
@@ -225,8 +230,10 @@ FFTMATVEC_ROWFFT_FAMILIES(f32, float, c64, float2)
   }                                                                                            \
   extern "C" __global__ void FNO_DIRECT_BOUNDS(MB) fno_plane_irdft_f32_b##MB(                     \
       const float* __restrict__ y, float* __restrict__ out, const float4* __restrict__ T0,      \
-      const float2* __restrict__ U, int n0, int n1, int m0, int m1, int paired_planes) {       \
-    fno_plane_irdft_body<MB>(y, out, T0, U, n0, n1, m0, m1, paired_planes);                    \
+      const float2* __restrict__ U, int n0, int n1, int m0, int m1, int paired_planes,         \
+      const float* __restrict__ bias, int channels, int bias_mode) {                           \
+    fno_plane_irdft_body<MB>(y, out, T0, U, n0, n1, m0, m1, paired_planes, bias, channels,     \
+                             bias_mode);                                                       \
   }
 // fno_rfft_f32_w<P>, fno_irfft_f32_w<P>: the last axis in the warp form, rows of 64 P reals.
 #define FFTMATVEC_FNO_ROWFFT_WARP(P)                                                            \
@@ -237,8 +244,9 @@ FFTMATVEC_ROWFFT_FAMILIES(f32, float, c64, float2)
   }                                                                                            \
   extern "C" __global__ void FNO_ROW_WARP_BOUNDS fno_irfft_f32_w##P(                            \
       const float* __restrict__ y, float* __restrict__ out, const float2* __restrict__ tw,      \
-      const float* __restrict__ scale, i64 rows, int m, int rpb, int modes_major) {            \
-    fno_irfft_warp_body<P>(y, out, tw, scale, rows, m, rpb, modes_major);                      \
+      const float* __restrict__ scale, i64 rows, int m, int rpb, int modes_major,              \
+      const float* __restrict__ bias, int channels) {                                          \
+    fno_irfft_warp_body<P>(y, out, tw, scale, rows, m, rpb, modes_major, bias, channels);      \
   }
 // fno_rfft_cols_f32, fno_irfft_cols_f32: long rows in the column form, L = 64 R, rpb rows a
 // block of rpb R threads (tw: the host's table of w^{n1 k}, (R, m) forward, (m, R) inverse).
@@ -250,8 +258,9 @@ FFTMATVEC_ROWFFT_FAMILIES(f32, float, c64, float2)
   }                                                                                            \
   extern "C" __global__ void FNO_COLS_BOUNDS(3) fno_irfft_cols_f32(                             \
       const float* __restrict__ y, float* __restrict__ out, const float2* __restrict__ tw,      \
-      const float* __restrict__ scale, i64 rows, int R, int m, int rpb, int modes_major) {     \
-    fno_irfft_cols_body(y, out, tw, scale, rows, R, m, rpb, modes_major);                      \
+      const float* __restrict__ scale, i64 rows, int R, int m, int rpb, int modes_major,       \
+      const float* __restrict__ bias, int channels) {                                          \
+    fno_irfft_cols_body(y, out, tw, scale, rows, R, m, rpb, modes_major, bias, channels);      \
   }
 #if FFTMATVEC_IN_SECTION(ROWFFT_F32_C64)
 FFTMATVEC_FNO_ROWFFT_COLS

@@ -9,6 +9,13 @@
 // its analysis; c_k the Hermitian weight), applied on the way out of the forward transform and
 // on the way into the inverse one. The inverse drops the imaginary parts of the DC and Nyquist
 // bins, as a real inverse FFT does. Only float32, the layer's compute precision on a GPU.
+//
+// The inverse kernels (and the planes' below) take the layer's bias: where bias is not null,
+// bias[r % channels] is added to the real part of bin 0 of row r (r = b O + o: the rows of y in
+// (batch, channel) order, channels = O) as it is loaded, before its scale, so that y is exactly
+// the synthesis of the modes with the bias added to their constant mode (the chain's forward
+// end: fftmatvec/fno/_dft.py, PairedChain.end_bias), with no pass of its own. A null bias (the
+// backward's uses of the kernels, the chains whose middle adds it) adds nothing.
 #pragma once
 #include "rowfft.cuh"
 // cp.async for the channel product below (NVIDIA sm_80 and newer: FFTMATVEC_MMA)
@@ -25,6 +32,12 @@
 // (as columns of the split layout) so that consecutive threads write (or read) consecutive
 // values of one bin.
 #define FNO_PAIRED 2
+
+// The bias of row (or plane) r of channels (0 where bias is null): what the inverse kernels add
+// to the real part of the constant mode.
+__device__ __forceinline__ float fno_bias_of(const float* __restrict__ bias, i64 r, int channels) {
+  return bias != nullptr ? bias[r % channels] : 0.f;
+}
 
 // out = s[k] (Re, Im) of bin k < m of the unnormalised real FFT of each row of x (rows, L).
 template <int MAXR>
@@ -83,7 +96,8 @@ __device__ __forceinline__ void fno_irfft_body(const float* __restrict__ y,
                                                const float2* __restrict__ tw,
                                                const float* __restrict__ scale, i64 rows, int L,
                                                int m, int rpb, unsigned long long radices,
-                                               int npass, int modes_major) {
+                                               int npass, int modes_major,
+                                               const float* __restrict__ bias, int channels) {
   const int n = L % 2 == 0 ? L / 2 : L, nf = L / 2 + 1;
   float2* a = reinterpret_cast<float2*>(fftmatvec_dynamic_smem);
   float2* b = a + rpb * (n + 1);
@@ -97,7 +111,8 @@ __device__ __forceinline__ void fno_irfft_body(const float* __restrict__ y,
       if (at.c < m) {
         const float s = scale[at.c];
         const float* sr = src + at.r * 2 * m;
-        v = make_c(sr[at.c] * s, sr[m + at.c] * s);
+        const float re = at.c == 0 ? sr[0] + fno_bias_of(bias, row0 + at.r, channels) : sr[at.c];
+        v = make_c(re * s, sr[m + at.c] * s);
       }
       b[i] = v;  // rows of nf values, as irfft_rows reads them
     }
@@ -106,13 +121,14 @@ __device__ __forceinline__ void fno_irfft_body(const float* __restrict__ y,
     for (int i = threadIdx.x; i < nrow * nf; i += blockDim.x, at.next()) {
       float2 v = make_c(0.f, 0.f);
       if (at.r < m && modes_major == FNO_PAIRED) {
-        const float2 p =
-            *reinterpret_cast<const float2*>(y + ((i64)at.r * rows + row0 + at.c) * 2);
+        float2 p = *reinterpret_cast<const float2*>(y + ((i64)at.r * rows + row0 + at.c) * 2);
+        if (at.r == 0) p.x += fno_bias_of(bias, row0 + at.c, channels);
         v = c_scale(p, scale[at.r]);
       } else if (at.r < m) {
         const float s = scale[at.r];
         const float* sr = y + (i64)at.r * rows + row0 + at.c;
-        v = make_c(sr[0] * s, sr[(i64)m * rows] * s);
+        const float re = at.r == 0 ? sr[0] + fno_bias_of(bias, row0 + at.c, channels) : sr[0];
+        v = make_c(re * s, sr[(i64)m * rows] * s);
       }
       b[at.c * nf + at.r] = v;
     }
@@ -143,6 +159,12 @@ __device__ __forceinline__ void fno_irfft_body(const float* __restrict__ y,
 //   and Nyquist bins dropped.
 // Both unnormalised but for the scales, which give the analysis (1 / n, the analysis
 // frequencies), the synthesis (1, the output bins) and their adjoints (the host's Plane).
+// The warp and direct forms' inverse kernels take the layer's bias as the rows' do: where bias
+// is not null, bias[p % channels] is added to the real part of mode bias_mode (i = j m1 + k, the
+// mode constant over the plane: the output bin 0 of both axes) of plane p as it is loaded,
+// before its scales. This pass form's does not: every way of adding it in its loads spilled
+// the AMD kernel's scalar registers (the host adds the bias before it: fftmatvec/fno/_rows.py,
+// Plane.bias_mode None).
 // The twiddles: tw1 the table of the rows' real FFT, tw0 that of a complex FFT of length n0
 // (rowfft.cuh: its passes from tw0 + n0 / 2 + 1). Shared memory: T, then the rows' two buffers
 // of rpb rows of nc1 + 1 values, which the columns' two buffers of g rows of n0 share.
@@ -510,7 +532,7 @@ template <int P, int Q>
 __device__ __forceinline__ void fno_plane_irfft_warp_body(
     const float* __restrict__ y, float* __restrict__ out, const float2* __restrict__ tw1,
     const float* __restrict__ s1, const int* __restrict__ inv0, float s0, int m0, int m1,
-    int paired_planes) {
+    int paired_planes, const float* __restrict__ bias, int channels, int bias_mode) {
   constexpr int N1 = 32 * P, N0 = 32 * Q, n0p = N0 + 1;
   const int M = m0 * m1;
   float2* T = reinterpret_cast<float2*>(fftmatvec_dynamic_smem);
@@ -521,16 +543,18 @@ __device__ __forceinline__ void fno_plane_irfft_warp_body(
 #pragma unroll
   for (int k2 = 0; k2 < Q; ++k2) twc[k2] = unit_root(lane * k2, N0, 1);
   const i64 plane = blockIdx.x;
+  const int bm = bias != nullptr ? bias_mode : -1;  // the mode that takes the bias, if any
+  const float bp = fno_bias_of(bias, plane, channels);
   if (paired_planes > 0) {  // mode i at y2[i planes]
     const float2* y2 = reinterpret_cast<const float2*>(y) + plane;
     for (int i = threadIdx.x; i < M; i += blockDim.x) {
       const float2 v = y2[(i64)i * paired_planes];
-      O[i] = v.x;
+      O[i] = i == bm ? v.x + bp : v.x;
       O[M + i] = v.y;
     }
   } else {
     const float* yp = y + plane * 2 * M;
-    for (int i = threadIdx.x; i < 2 * M; i += blockDim.x) O[i] = yp[i];
+    for (int i = threadIdx.x; i < 2 * M; i += blockDim.x) O[i] = i == bm ? yp[i] + bp : yp[i];
   }
   __syncthreads();
   // the kept columns: the modes at their bins (zero elsewhere), the inverse FFT, times s1[k],
@@ -649,7 +673,9 @@ __device__ __forceinline__ void fno_irfft_warp_body(const float* __restrict__ y,
                                                     float* __restrict__ out,
                                                     const float2* __restrict__ tw,
                                                     const float* __restrict__ scale, i64 rows,
-                                                    int m, int rpb, int modes_major) {
+                                                    int m, int rpb, int modes_major,
+                                                    const float* __restrict__ bias,
+                                                    int channels) {
   constexpr int N1 = 32 * P, L = 2 * N1;
   const BinStage st{reinterpret_cast<float*>(fftmatvec_dynamic_smem), m, rpb + 1, modes_major};
   const Lanes32<1> lanes;
@@ -660,6 +686,11 @@ __device__ __forceinline__ void fno_irfft_warp_body(const float* __restrict__ y,
   float2 twr[P], ctw[P];
   warp_irfft_twiddles<P>(tw, lane, twr, ctw);
   __syncthreads();
+  if (bias != nullptr) {  // (the same for the whole block) the bias on each row's bin 0 in S
+    for (int r = threadIdx.x; r < nrow; r += blockDim.x)
+      st.s[st.re(r, 0)] += fno_bias_of(bias, row0 + r, channels);
+    __syncthreads();
+  }
   // the packed spectrum Z[k] = E + i O of X[k] = scale[k] (bin k of S; zero from m, the
   // imaginary parts of DC and Nyquist dropped), its inverse FFT z, y[2n] + i y[2n + 1] = z[n]
   for (int r = group; r < nrow; r += groups) {
@@ -848,7 +879,9 @@ __device__ __forceinline__ void fno_irfft_cols_body(const float* __restrict__ y,
                                                     float* __restrict__ out,
                                                     const float2* __restrict__ tw,
                                                     const float* __restrict__ scale, i64 rows,
-                                                    int R, int m, int rpb, int modes_major) {
+                                                    int R, int m, int rpb, int modes_major,
+                                                    const float* __restrict__ bias,
+                                                    int channels) {
   const i64 L = 64 * (i64)R;
   float2* xs = reinterpret_cast<float2*>(fftmatvec_dynamic_smem);  // [rpb][m], scaled
   const BinStage st{reinterpret_cast<float*>(xs + rpb * m), m, rpb + 1, modes_major};
@@ -857,10 +890,13 @@ __device__ __forceinline__ void fno_irfft_cols_body(const float* __restrict__ y,
   const int r = (int)threadIdx.x / R, n1 = (int)threadIdx.x - r * R;
   st.load(y, rows, row0, nrow);
   __syncthreads();
-  // the kept bins times scale[k], the imaginary parts of DC and Nyquist dropped
+  // the kept bins times scale[k] (the bias on bin 0's real part first), the imaginary parts of
+  // DC and Nyquist dropped
   for (int i = threadIdx.x; i < nrow * m; i += blockDim.x) {
     const int rr = i / m, k = i - rr * m;
-    float2 b = c_scale(make_c(st.s[st.re(rr, k)], st.s[st.im(rr, k)]), scale[k]);
+    const float re = k == 0 ? st.s[st.re(rr, 0)] + fno_bias_of(bias, row0 + rr, channels)
+                            : st.s[st.re(rr, k)];
+    float2 b = c_scale(make_c(re, st.s[st.im(rr, k)]), scale[k]);
     if (k == 0 || 2 * (i64)k == L) b.y = 0.f;
     xs[i] = b;
   }
@@ -1234,7 +1270,8 @@ __device__ __forceinline__ void fno_layer1d_body(
 // rows' sums Z[k][r] = sum_c x[r][c] T1[c][k], a thread a row and a part of its points (the
 // threads' parts summed through shared memory), every lane of a part reading the same twiddles
 // (16-byte broadcasts); then the modes' sums sum_r Z[k][r] T0[j][r], a thread a mode and a part
-// of the rows, written out. c2r: the modes into shared memory; W[r][k] = sum_j Y[j][k] T0[j][r],
+// of the rows, written out. c2r: the modes into shared memory (the bias on mode bias_mode, as
+// the plane kernels above take it); W[r][k] = sum_j Y[j][k] T0[j][r],
 // a thread a (row, bin); then out[r][c] = sum_k Re(W[r][k] U[k][c]), a thread a column (its
 // U[.][c] in registers) and every G-th row (G = threads / n1), the lanes of a row reading the same
 // W (a broadcast) and writing consecutive points.
@@ -1402,7 +1439,8 @@ __device__ __forceinline__ void fno_plane_rdft_body(
 template <int MB>
 __device__ __forceinline__ void fno_plane_irdft_body(
     const float* __restrict__ y, float* __restrict__ out, const float4* __restrict__ T0g,
-    const float2* __restrict__ U, int n0, int n1, int m0, int m1, int paired_planes) {
+    const float2* __restrict__ U, int n0, int n1, int m0, int m1, int paired_planes,
+    const float* __restrict__ bias, int channels, int bias_mode) {
   static_assert(MB % 4 == 0, "MB: a multiple of 4");
   const int T = (int)blockDim.x, t = (int)threadIdx.x;
   const int n0p = n0 | 1, M = m0 * m1;
@@ -1411,6 +1449,7 @@ __device__ __forceinline__ void fno_plane_irdft_body(
   float2* W = Ys + fno_direct_align(M);                             // [r][MB]
   const i64 plane = blockIdx.x;
   fno_direct_copy(T0, T0g, fno_direct_align(m0 * n0p));
+  const int bm = bias != nullptr ? bias_mode : -1;  // the mode that takes the bias, if any
   for (int i = t; i < M; i += T) {
     float2 v;
     if (paired_planes) {
@@ -1418,6 +1457,7 @@ __device__ __forceinline__ void fno_plane_irdft_body(
     } else {
       v = make_c(__ldg(y + plane * 2 * M + i), __ldg(y + plane * 2 * M + M + i));
     }
+    if (i == bm) v.x += fno_bias_of(bias, plane, channels);  // (the scales are in T0 and U)
     Ys[i] = v;
   }
   __syncthreads();

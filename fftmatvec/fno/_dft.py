@@ -25,7 +25,9 @@ No full-size spectrum is formed. For ``x`` of shape ``(B, C, N_0, ..., N_{d-1})`
 
 The bias rides on the mode whose output bins are all zero (a constant over the grid), so it costs
 no pass over ``y``; where an odd axis keeps fewer than 3 modes there is no such mode and the bias
-is added to ``y``.
+is added to ``y``. Where the synthesis's last step is a kernel of the paired modes
+(:attr:`PairedChain.end_bias`), that kernel adds it to the constant mode as it loads it
+(:func:`kernel_bias`), and the channel product's output is left as it is.
 
 A one-axis layer can keep its modes modes-major and split instead, ``(2, M, B, C)``
 (:class:`SplitChain`): the analysis ``F^T @ x^T`` writes that layout, the channel product runs on
@@ -304,6 +306,7 @@ class Chain:
 
     split = paired = False
     fused = None  # (PairedChain: a one-axis layer's forward in one kernel)
+    end_bias = False  # (PairedChain: the bias added by the synthesis's end kernel)
 
     def __init__(self, ops, spatial, modes, last_axis=None, plane=None):
         sp, md = tuple(spatial), tuple(modes)
@@ -439,6 +442,7 @@ class SplitChain:
 
     split, paired = True, False
     fused = None  # (PairedChain: a one-axis layer's forward in one kernel)
+    end_bias = False  # (PairedChain: the bias added by the synthesis's end kernel)
 
     def __init__(self, ops, spatial, modes, last_axis=None):
         (n,), (m,) = tuple(spatial), tuple(modes)
@@ -534,7 +538,14 @@ class PairedChain:
     out of) the layout (the chain on the CPU, for its tests). ``product``: the forward's
     channel product on the package's kernel for small batches
     (:class:`._product.ModeProduct`, :meth:`mode_product`). The same protocol as
-    :class:`Chain`."""
+    :class:`Chain`.
+
+    ``end_bias``: whether the synthesis's last step is a kernel that adds the bias to the
+    constant mode as it loads it (the row and plane kernels' inverse transforms,
+    :meth:`._rows.LastAxis.takes_bias`, at the chain's :attr:`bias_mode`): a forward whose
+    bias that kernel takes (:func:`kernel_bias`) hands it to :meth:`synthesis_end`, and the
+    channel product's output is left without it, so that a small layer runs no kernel of its
+    own for the bias."""
 
     split = False
     paired = True
@@ -557,6 +568,9 @@ class PairedChain:
         self.forward_ends, self.backward_ends = _end_kernels(self._kernels)
         self.plane = plane
         self.bias_mode = bias_mode(sp, md)
+        end = self._kernels.get("A")
+        self.end_bias = (self.bias_mode is not None and end is not None
+                         and getattr(end, "bias_mode", None) == self.bias_mode)
         self._M = math.prod(md)
         self._ops = ops
         self._product = product
@@ -586,13 +600,16 @@ class PairedChain:
         out.reshape(M, B * C, 2)[...] = self._ops.view(X.reshape(B * C, 2, M), (2, 0, 1))
         return out
 
-    def _to_rows(self, name, T, shape):
+    def _to_rows(self, name, T, shape, bias=None):
         """The modes ``(M, 2 B O)`` to ``shape`` ``(B, O, *spatial)``: the kernel replacing the
         transform ``name`` (``A`` the synthesis, ``FT`` the analysis's adjoint), or a permute
-        and its GEMMs."""
+        and its GEMMs; ``bias`` (``(O,)``, :func:`kernel_bias`) added by the kernel to the
+        constant mode."""
         kernel = self._kernels.get(name)
         if kernel is not None:
-            return kernel(T).reshape(shape)
+            return (kernel(T) if bias is None else kernel(T, bias=bias)).reshape(shape)
+        if bias is not None:
+            raise ValueError(f"no kernel of the chain's {name} step takes the bias")
         Y = self._ops.perm(T.reshape(self._M, -1, 2), (1, 2, 0))
         Y = Y.reshape(shape[0], shape[1], 2, self._M)
         gemms = self._gemms
@@ -618,8 +635,9 @@ class PairedChain:
     def synthesis_front(self, Y):
         return self._pairs(Y)
 
-    def synthesis_end(self, T, shape):
-        return self._to_rows("A", T, shape)
+    def synthesis_end(self, T, shape, bias=None):
+        """The synthesis's last step; ``bias`` where its kernel adds it (:attr:`end_bias`)."""
+        return self._to_rows("A", T, shape, bias)
 
     def synthesis_adjoint_start(self, g, out=None):
         return self._to_modes("AT", g, out)
@@ -636,9 +654,9 @@ class PairedChain:
     def analysis(self, x):
         return self.analysis_rest(self.analysis_start(x), tuple(x.shape))
 
-    def synthesis(self, Y):
+    def synthesis(self, Y, bias=None):
         shape = (Y.shape[1], Y.shape[2]) + self.spatial
-        return self.synthesis_end(self.synthesis_front(Y), shape)
+        return self.synthesis_end(self.synthesis_front(Y), shape, bias)
 
     def synthesis_adjoint(self, g):
         """``S^T g``: the gradient on the modes ``(M, B, O)`` (complex) of ``dL/dy``."""
@@ -776,7 +794,8 @@ def mode_product_split_adjoint(ops, gY, X, Ws, need_x=True, need_w=True):
 def modes_step(ops, chain, X, W, bias):
     """The channel product of the analysis's modes ``X`` ``(B, C, 2, M)``: ``Y`` ``(B, O, 2,
     M)``, the bias added to its constant mode where the layer keeps one (else the caller adds
-    it to the output: :func:`late_bias`), and the modes-major input the backward reads.
+    it to the output: :func:`late_bias`), and the modes-major input the backward reads. A
+    caller whose synthesis's end kernel adds the bias (:func:`kernel_bias`) passes None.
 
     ``W``: the weight, modes-major: complex ``(M, C, O)`` for the complex channel product
     (:func:`mode_product_complex`, which then gives ``Xc`` ``(M, B, C)``), or the complex weight
@@ -801,6 +820,17 @@ def modes_step(ops, chain, X, W, bias):
     return Y, Xs
 
 
+def kernel_bias(chain, bias):
+    """``bias`` ``(O,)`` where the chain's synthesis's end kernel adds it to the constant mode
+    (:attr:`PairedChain.end_bias`, and the kernel takes the array as it is:
+    :meth:`._rows.LastAxis.takes_bias`, contiguous float32 on its device, read in place), else
+    None: then :func:`modes_step` adds it (or :func:`late_bias`). One rule for every path of a
+    chain (eager, in a CUDA graph, outside one), so that the bias is added once."""
+    if bias is None or not chain.end_bias:
+        return None
+    return bias if chain._kernels["A"].takes_bias(bias) else None
+
+
 def late_bias(chain, y, bias):
     """``y`` with the bias added where :func:`modes_step` could not (no constant mode)."""
     if bias is None or chain.bias_mode is not None:
@@ -810,6 +840,11 @@ def late_bias(chain, y, bias):
 
 def forward(ops, chain, x, W, bias):
     """The layer's output ``(B, O, *spatial)`` and the modes-major input the backward reads
-    (:func:`modes_step`)."""
+    (:func:`modes_step`); the bias added by the synthesis's kernel where it takes it
+    (:func:`kernel_bias`), else by :func:`modes_step` or :func:`late_bias`."""
+    end = kernel_bias(chain, bias)
+    if end is not None:  # the synthesis's kernel adds it
+        Y, Xs = modes_step(ops, chain, chain.analysis(x), W, None)
+        return chain.synthesis(Y, end), Xs
     Y, Xs = modes_step(ops, chain, chain.analysis(x), W, bias)
     return late_bias(chain, chain.synthesis(Y), bias), Xs

@@ -275,6 +275,12 @@ class LastAxis:
     takes the axis and :func:`row_warp_auto` says so, else the pass form. ``rows_per_block``:
     rows a block transforms (the defaults: :data:`ROWS_BYTES` of rows for the pass form,
     :data:`ROW_WARP_ROWS` for the warp form, :func:`cols_rows` for the column form).
+
+    ``kind="c2r"`` also takes a bias (:meth:`__call__`): ``bias[r % O]`` added to the real
+    part of bin 0 of row ``r`` (``O`` the bias's values: rows in (batch, channel) order) before
+    its scale, as the chain's middle would add it to the constant mode
+    (:attr:`._dft.PairedChain.end_bias`); :attr:`bias_mode`, the flat index of the mode that
+    takes it (0 here; None for ``r2c``).
     """
 
     def __init__(self, kind: str, L: int, m: int, scale, device_id: int,
@@ -332,12 +338,41 @@ class LastAxis:
         self.variant = form
         self.shape = (self.L, 2 * self.m) if kind == "r2c" else (2 * self.m, self.L)
         self.modes_major, self.paired = bool(modes_major), modes_major == PAIRED
+        self.bias_mode = 0 if kind == "c2r" else None
         self._launches: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
 
-    def _launch(self, rows: int):
-        return cached_launch(self._launches, self._lock, rows, lambda: kernels.PackedLaunch(
-            self._fn, self._grid(rows), (self.threads,), self.smem, self._args(rows)))
+    def _launch(self, rows: int, channels: int = 1):
+        """The packed launch for ``rows`` rows (planes): pointers ``(in, out)``, and for
+        ``c2r`` ``(in, out, bias)`` (0: no bias) with ``channels`` the bias's values (1 without
+        one), kept per ``(rows, channels)``."""
+        return cached_launch(
+            self._launches, self._lock, (rows, channels), lambda: kernels.PackedLaunch(
+                self._fn, self._grid(rows), (self.threads,), self.smem,
+                self._args(rows) + self._bias_args(channels)))
+
+    def _bias_args(self, channels: int) -> tuple:
+        """The bias's arguments of a ``c2r`` kernel after its others (:attr:`bias_args`): its
+        pointer (given at each launch), its number of values, and a plane's mode that takes
+        it; none for ``r2c`` and the planes' pass form."""
+        if self.bias_args == "rows":
+            return (None, np.int32(channels))
+        if self.bias_args == "plane":
+            return (None, np.int32(channels),
+                    np.int32(-1 if self.bias_mode is None else self.bias_mode))
+        return ()
+
+    @property
+    def bias_args(self):
+        """The bias's arguments the kernel takes: ``"rows"`` (pointer, values), ``"plane"``
+        (pointer, values, mode), or None (``r2c``; the planes' pass form)."""
+        if self.kind != "c2r":
+            return None
+        if not self.planar:
+            return "rows"
+        return None if self.variant == "passes" else "plane"
+
+    planar = False  # (a plane's c2r kernels take the mode's index as well: Plane)
 
     def _grid(self, rows: int):
         return (-(-rows // self.rows_per_block),)
@@ -370,16 +405,19 @@ class LastAxis:
             raise ValueError(f"{self.name}: expected {what}, got shape {tuple(a.shape)}")
         return int(rows)
 
-    def __call__(self, a, out=None):
+    def __call__(self, a, out=None, bias=None):
         """The transform of the rows of ``a`` (of its columns: the spectral side modes-major),
-        into ``out`` where given (else a new array)."""
+        into ``out`` where given (else a new array); ``bias`` (``c2r`` only; None: none): ``O``
+        float32 values, ``O`` dividing the rows, contiguous on the same device, read in place,
+        ``bias[r % O]`` added to the real part of bin 0 (of mode :attr:`bias_mode`) of row
+        (plane) ``r`` before its scale."""
         rows = self._rows_of(a)
         if _is_torch(a):
             import torch
 
             if torch.compiler.is_compiling():  # a graph break, not a traced launch
-                return _outside_compile()(self._torch_call, a, out, rows)
-            return self._torch_call(a, out, rows)
+                return _outside_compile()(self._torch_call, a, out, rows, bias)
+            return self._torch_call(a, out, rows, bias)
         cp = backend.cupy
         if a.dtype != _F32 or a.device.id != self.device_id:
             raise ValueError(f"{self.name}: expected a float32 array on device "
@@ -387,15 +425,51 @@ class LastAxis:
         a = cp.ascontiguousarray(a)
         if _data_ptr(a) % _ALIGN:  # the kernels load rows as pairs of values
             a = a.copy()
+        channels = self._check_bias(bias, rows)
         with cp.cuda.Device(self.device_id):
             if out is None:
                 out = cp.empty(self._out_shape(rows), dtype=_F32)
             self._check_out(out, rows, _F32)
             if rows:
-                self._launch(rows)(cp.cuda.get_current_stream().ptr, a.data.ptr, out.data.ptr)
+                self._launch(rows, channels)(cp.cuda.get_current_stream().ptr, a.data.ptr,
+                                             out.data.ptr, *self._bias_ptr(bias))
         return out
 
-    def _torch_call(self, a, out, rows):
+    def takes_bias(self, bias) -> bool:
+        """Whether :meth:`__call__` takes ``bias`` (the rows aside): an inverse transform
+        whose modes hold the constant one (:attr:`bias_mode`), ``bias`` 1-D, non-empty,
+        contiguous float32 on this device (a CuPy array or a CUDA tensor), read in place."""
+        if self.bias_mode is None or getattr(bias, "ndim", None) != 1 or not bias.shape[0]:
+            return False
+        if _is_torch(bias):
+            import torch
+
+            return (bias.dtype is torch.float32 and bias.is_cuda and bias.is_contiguous()
+                    and bias.device.index == self.device_id)
+        cp = backend.cupy
+        return (isinstance(bias, cp.ndarray) and bias.dtype == _F32 and bias.flags.c_contiguous
+                and bias.device.id == self.device_id)
+
+    def _check_bias(self, bias, rows) -> int:
+        """The bias's number of values (1 for none); ValueError where this transform does not
+        take it as given (:meth:`takes_bias`, its size dividing the ``rows``)."""
+        if bias is None:
+            return 1
+        if not self.takes_bias(bias) or rows % bias.shape[0]:
+            raise ValueError(f"{self.name}: the bias must be 1-D contiguous float32 on device "
+                             f"{self.device_id}, its size dividing the {rows} rows, for an "
+                             f"inverse transform keeping the constant mode; got "
+                             f"{getattr(bias, 'dtype', type(bias).__name__)} "
+                             f"{tuple(getattr(bias, 'shape', ()))} for a {self.kind} transform")
+        return int(bias.shape[0])
+
+    def _bias_ptr(self, bias) -> tuple:
+        """The bias's pointer as a ``c2r`` launch takes it (0: none); none for ``r2c``."""
+        if self.bias_args is None:
+            return ()
+        return (0 if bias is None else _data_ptr(bias),)
+
+    def _torch_call(self, a, out, rows, bias=None):
         """The PyTorch side of :meth:`__call__`: on the tensor's current stream, with the
         device's context current (the backward runs on autograd's own threads). Every step
         here is host time on a small layer's path (a launch in a layer's call cost 30-40 µs of
@@ -412,6 +486,7 @@ class LastAxis:
         if ptr % _ALIGN:  # the kernels load rows as pairs of values
             a = a.clone()
             ptr = a.data_ptr()
+        channels = self._check_bias(bias, rows)
         if out is None:  # contiguous and aligned by the caching allocator
             out = torch.empty(self._out_shape(rows), dtype=torch.float32, device=dev)
         else:
@@ -421,7 +496,7 @@ class LastAxis:
             # the device's primary context current on this thread: PyTorch's autograd threads
             # select the device without making a context current, which a driver launch needs
             backend.cupy.cuda.runtime.setDevice(self.device_id)
-            self._launch(rows)(stream, ptr, out.data_ptr())
+            self._launch(rows, channels)(stream, ptr, out.data_ptr(), *self._bias_ptr(bias))
         return out
 
     def _check_out(self, out, rows, dtype):
@@ -571,6 +646,14 @@ def _check_kind_layout(kind: str, modes_major) -> None:
                          f"{modes_major!r}")
 
 
+def _plane_bias_mode(kind: str, bins, m1: int):
+    """The flat index ``j m1`` of a plane's mode at bin 0 of both axes (``bins[j] == 0``), the
+    mode constant over the plane that a ``c2r`` kernel adds the bias to; None for ``r2c`` or
+    where no kept mode of the first axis lies at bin 0."""
+    hit = np.flatnonzero(bins == 0)
+    return int(hit[0]) * m1 if kind == "c2r" and hit.size else None
+
+
 def _plane_bins(n0: int, m0: int, bins):
     """``bins`` as int64, checked: ``m0`` distinct bins of an axis of ``n0``."""
     bins = np.asarray(bins, dtype=np.int64)
@@ -606,7 +689,15 @@ class Plane(LastAxis):
     ``modes_major="paired"``: the spectral side modes-major in complex pairs, ``(m0 m1, 2
     planes)`` (mode ``i = j m1 + k`` of plane ``p`` at ``[i, 2p]`` and ``[i, 2p + 1]``), the
     layout of :class:`._dft.PairedChain`, as :class:`LastAxis` takes it.
+
+    ``kind="c2r"`` in the warp form takes a bias as :class:`LastAxis` does, ``bias[p % O]``
+    added to the real part of plane ``p``'s mode :attr:`bias_mode` (``j m1``, ``bins[j] ==
+    0``: the mode constant over the plane; None where no kept mode lies there) before its
+    scales; the pass form takes none (:attr:`bias_mode` None: in its loads the bias spilled the
+    AMD kernel's scalar registers), and a chain ending on it adds the bias before it.
     """
+
+    planar = True
 
     def __init__(self, kind: str, n0: int, n1: int, m0: int, m1: int, bins, s0: float, s1,
                  device_id: int, rows_per_block: int | None = None, columns: int | None = None,
@@ -679,6 +770,7 @@ class Plane(LastAxis):
         width = (n0 * n1, 2 * m0 * m1)
         self.shape = width if kind == "r2c" else width[::-1]
         self.modes_major = self.paired = modes_major == PAIRED
+        self.bias_mode = _plane_bias_mode(kind, bins, m1) if warp else None
         if warp:
             self._geometry = (np.float32(s0), np.int32(m0), np.int32(m1))
         else:
@@ -765,9 +857,10 @@ class DirectPlane(LastAxis):
     lengths needing no small factors (85 = 5 x 17). :class:`Plane`'s arguments (but the pass
     and warp forms' shapes), layouts and call; the scales and the bins are folded into the
     kernels' twiddle tables (float64 on the host, the angles reduced in integers, rounded
-    once)."""
+    once); the bias as :class:`Plane` takes it."""
 
     variant = "direct"
+    planar = True
 
     def __init__(self, kind: str, n0: int, n1: int, m0: int, m1: int, bins, s0: float, s1,
                  device_id: int, modes_major: bool | str = False):
@@ -809,6 +902,7 @@ class DirectPlane(LastAxis):
         width = (n0 * n1, 2 * m0 * m1)
         self.shape = width if kind == "r2c" else width[::-1]
         self.modes_major = self.paired = modes_major == PAIRED
+        self.bias_mode = _plane_bias_mode(kind, bins, m1)
         tables = (self.table1, self.table0) if kind == "r2c" else (self.table0, self.table1)
         self._tables_geometry = tables + (np.int32(n0), np.int32(n1), np.int32(m0),
                                           np.int32(m1))

@@ -146,21 +146,41 @@ def forward_start(x, chain, cdtype, out=None):
     return chain.analysis_start(x.to(cdtype), out)
 
 
+def end_bias(chain, bias):
+    """The bias ``(O,)`` (a view of ``bias``: its address) where the synthesis's last step, a
+    kernel, adds it to the constant mode (:func:`._dft.kernel_bias`: a paired chain's row or
+    plane kernel, ``bias`` contiguous float32 on its device), else None: the middle adds it
+    (:func:`forward_middle`) or :func:`forward_end` after the synthesis. A function of the
+    chain and of the bias's dtype, layout and device alone, which the graphs' keys hold
+    (:func:`._graphs.problem_key`; :func:`_forward` puts the answer in as well), so that a
+    graph's middle and the ends run outside it agree on who adds it: every path adds it
+    once."""
+    if bias is None or not chain.end_bias or not bias.is_contiguous():
+        return None
+    return _dft.kernel_bias(chain, bias.reshape(-1))
+
+
 def forward_middle(H, x_shape, weight, bias, chain, cdtype):
     """From the first step's rows ``H`` to the rows the synthesis's last step reads, and the
     modes-major input ``Xs`` the backward reads: complex ``(M, B, Cin)``, or real ``(M, 2B,
     Cin)`` for 16-bit storage (:func:`complex_product`), or on the split modes
-    (:class:`._dft.SplitChain`) ``H`` itself seen as ``(2, M, B, Cin)``."""
+    (:class:`._dft.SplitChain`) ``H`` itself seen as ``(2, M, B, Cin)``. The bias is added to
+    the constant mode unless the last step's kernel adds it (:func:`end_bias`)."""
     ops = _ops(cdtype, H.device)
-    b = None if bias is None else bias.reshape(-1).to(cdtype)
+    b = None if bias is None or end_bias(chain, bias) is not None else (
+        bias.reshape(-1).to(cdtype))
     X = chain.analysis_rest(H, x_shape)
     Y, Xs = _dft.modes_step(ops, chain, X, weight_view(weight, cdtype), b)
     return chain.synthesis_front(Y), Xs
 
 
 def forward_end(T, chain, y_shape, bias, cdtype, x_dtype):
-    """The synthesis's last step from the rows ``T``, the bias where no mode took it: ``y``
-    ``y_shape`` in ``x_dtype``."""
+    """The synthesis's last step from the rows ``T``, its kernel adding the bias where it takes
+    it (:func:`end_bias`), else the bias where no mode took it: ``y`` ``y_shape`` in
+    ``x_dtype``."""
+    end = end_bias(chain, bias)
+    if end is not None:
+        return chain.synthesis_end(T, y_shape, end).to(x_dtype)
     b = None if bias is None else bias.reshape(-1).to(cdtype)
     return _dft.late_bias(chain, chain.synthesis_end(T, y_shape), b).to(x_dtype)
 
@@ -253,11 +273,12 @@ def _stream(torch, device):
     return get(device.index)[0]
 
 
-def bound_ends(torch, kernels, a, out_shape):
+def bound_ends(torch, kernels, a, out_shape, bias=None):
     """The ends of a replay (``(start, end)``, as :func:`_replay` takes them) as launches of
     the chain's end kernels ``kernels`` (:attr:`._dft.Chain.forward_ends` or
     ``backward_ends``, None: none): ``start(buf)`` transforms ``a`` into the graph's input
-    buffer, ``end(T)`` the graph's output into a new float32 array of ``out_shape``. None
+    buffer, ``end(T)`` the graph's output into a new float32 array of ``out_shape``, adding
+    ``bias`` (the forward's, where its kernel takes it: :func:`end_bias`; None: none). None
     where the kernels cannot read ``a`` in place (not float32, contiguous, aligned and
     non-empty). The steps they stand for
     (:func:`forward_start`, :func:`forward_end` and the backward's) view and check their
@@ -279,11 +300,14 @@ def bound_ends(torch, kernels, a, out_shape):
         backend.cupy.cuda.runtime.setDevice(device.index)
         first._launch(rows)(stream, ptr, buf.data_ptr())
 
+    channels, bias_ptr = (1, 0) if bias is None else (bias.shape[0], bias.data_ptr())
+
     def end(T):
         if not T.is_contiguous() or T.data_ptr() % _rows._ALIGN:
-            return last(T).reshape(out_shape)
+            return last(T, bias=bias).reshape(out_shape)
         y = torch.empty(out_shape, dtype=torch.float32, device=device)
-        last._launch(T.numel() // last.shape[0])(stream, T.data_ptr(), y.data_ptr())
+        last._launch(T.numel() // last.shape[0], channels)(stream, T.data_ptr(), y.data_ptr(),
+                                                            bias_ptr)
         return y
 
     return start, end
@@ -360,7 +384,7 @@ def _replay_forward(torch, ctx, x, weight, bias, token):
                        lambda xs: forward_chain(xs, weight, bias, chain, cdtype), (x,),
                        wanted, None, token, replayed)
     bound = bound_ends(torch, forward_kernels(torch, chain, x.dtype, cdtype, bias), x,
-                       y_shape)
+                       y_shape, end_bias(chain, bias))
     ends = bound or (lambda buf: forward_start(x, chain, cdtype, buf),
                      lambda T: forward_end(T, chain, y_shape, bias, cdtype, x.dtype))
     return _replay(torch, key, x.device, cdtype, chain,
@@ -556,7 +580,7 @@ class FastReplay:
         rest of a layer's memo's checks, :class:`LayerFast`; None: none) is false: called
         once the first kernel is queued where the ends are bound launches, else first."""
         if self.bound is not None:
-            y = self.bound(torch, x, holds)
+            y = self.bound(torch, x, bias, holds)
             if y is not False:
                 return y
         if holds is not None and not holds():
@@ -578,12 +602,14 @@ class BoundEnds:
     """A forward's replay whose first and last steps, outside the graph, are the package's
     kernels in float32 (:func:`forward_kernels`): their launches
     (:class:`fftmatvec.kernels.PackedLaunch`) looked up once, the graph's buffers' addresses
-    bound, so that a call only allocates ``y``, sets two pointers per launch and replays. The
+    bound, so that a call only allocates ``y``, sets the launches' pointers and replays. The
     steps :func:`forward_start` and :func:`forward_end` take otherwise (views, checks, the
     precision's context, the kernels' own checks) cost a small layer's host more than the
-    launches."""
+    launches. Where the synthesis's kernel adds the bias (:func:`end_bias`, decided once: the
+    signature holds the bias's address and layout), each call hands it the call's bias's
+    address."""
 
-    __slots__ = ("entry", "y_shape", "device_id", "start", "end", "buf_in", "buf_out")
+    __slots__ = ("entry", "y_shape", "device_id", "start", "end", "buf_in", "buf_out", "bias")
 
     @classmethod
     def of(cls, torch, entry, chain, cdtype, y_shape, x, bias):
@@ -605,17 +631,21 @@ class BoundEnds:
                 or not (buf_in.is_contiguous() and buf_out.is_contiguous())
                 or (buf_in.data_ptr() | buf_out.data_ptr()) % _rows._ALIGN):
             return None
+        b = end_bias(chain, bias)
         self = cls()
         self.entry, self.y_shape, self.device_id = entry, tuple(y_shape), x.device.index
-        self.start, self.end = start._launch(rows_in), end._launch(rows_out)
+        self.bias = b is not None
+        self.start = start._launch(rows_in)
+        self.end = end._launch(rows_out, 1 if b is None else b.shape[0])
         self.buf_in, self.buf_out = buf_in.data_ptr(), buf_out.data_ptr()
         return self
 
-    def __call__(self, torch, x, holds=None):
+    def __call__(self, torch, x, bias, holds=None):
         """``y``, None once the graph is released or where ``holds()`` is false after the
         first launch (its output then left in the graph's input buffer, not replayed), or
         False for an ``x`` the kernels do not read in place (not contiguous or not aligned:
-        :class:`FastReplay`'s own steps)."""
+        :class:`FastReplay`'s own steps). ``bias``: the call's, of the signature's address
+        and layout (its values read in place by the last launch, where it adds it)."""
         ptr = x.data_ptr()
         if ptr % _rows._ALIGN or not x.is_contiguous():
             return False
@@ -629,7 +659,8 @@ class BoundEnds:
 
         def after():  # y allocated once the device has work: the allocation overlaps it
             y = torch.empty(self.y_shape, dtype=torch.float32, device=x.device)
-            self.end(stream, self.buf_out, y.data_ptr())
+            # (the bias read after holds(): the call's is then the signature's)
+            self.end(stream, self.buf_out, y.data_ptr(), bias.data_ptr() if self.bias else 0)
             return y
 
         return self.entry.run_between(before, after)
@@ -741,8 +772,11 @@ def _forward(torch, ctx, x, weight, bias, modes, cdtype, graphs, token, tuned=()
         ctx.outside = fno_ends(tuple(x.shape), x.element_size(), weight.shape[1], tuned,
                                training, kernel_ends(torch, chain, x.dtype, cdtype, bias,
                                                      training))
+        # (end_bias: whether the middle leaves the bias to the synthesis's kernel; the key's
+        # other items decide it, and it is in the key so that no graph is shared across it)
         ctx.problem = (_graphs.problem_key(x.shape, x.dtype, x.device, cdtype, modes, weight,
-                                           bias), chain.rows, chain.forms)
+                                           bias), chain.rows, chain.forms,
+                       end_bias(chain, bias) is not None)
         out = _replay_forward(torch, ctx, x, weight, bias, token)
         if out is not None:
             pending = getattr(_PENDING, "training", None) if training else None
