@@ -1208,6 +1208,31 @@ __device__ __forceinline__ void fno_l1_synthesis(const float2* S, float* __restr
   }
 }
 
+// the two halves of fno_layer1d_body's pipeline (gp > 0), RB batch rows each
+template <int P, int CQ, int RB>
+__device__ __forceinline__ void fno_layer1d_halves(
+    float2* S, const float* __restrict__ xb, const float2* __restrict__ W,
+    const float* __restrict__ bias, float* __restrict__ yb, const float2* __restrict__ tw,
+    const float* __restrict__ sa, const float* __restrict__ ss, int kp, int m, int nb, int gp,
+    int lane, int group, int groups) {
+  constexpr int C = 64 * CQ;
+  const int ra = (nb < RB ? nb : RB) * C;  // the first half's rows
+  fno_l1_analysis<P>(S, xb, tw, sa, kp, m, 0, ra, group, groups, lane);
+  __syncthreads();
+  if (group < gp)
+    fno_l1_product<CQ, RB>(S, W, bias, kp, m, 0, 1, group, gp, lane);
+  else
+    fno_l1_analysis<P>(S, xb, tw, sa, kp, m, ra, nb * C, group - gp, groups - gp, lane);
+  __syncthreads();
+  if (group < gp) {
+    if (nb > RB) fno_l1_product<CQ, RB>(S, W, bias, kp, m, 1, 1, group, gp, lane);
+  } else {
+    fno_l1_synthesis<P>(S, yb, tw, ss, kp, m, 0, ra, group - gp, groups - gp, lane);
+  }
+  __syncthreads();
+  fno_l1_synthesis<P>(S, yb, tw, ss, kp, m, ra, nb * C, group, groups, lane);
+}
+
 // gp = 0: the three steps one after the other, every group on each. gp > 0 (NB = 2 RB): the
 // block's two halves of RB batch rows in a pipeline, so that the memory-bound FFTs of one half
 // run beside the FMA-bound product of the other: A's analysis (every group); A's product (gp
@@ -1227,7 +1252,7 @@ __device__ __forceinline__ void fno_layer1d_body(
   const float* xb = x + (i64)b0 * C * L;
   float* yb = y + (i64)b0 * C * L;
   if (pf) fno_l1_prefetch(xb, (unsigned)nb * C * L * 4u);
-  if (gp <= 0) {
+  if (RB != 4 || gp <= 0) {  // (the pipeline's items are 4 rows: none compiled for 8)
     fno_l1_analysis<P>(S, xb, tw, sa, kp, m, 0, nb * C, group, groups, lane);
     __syncthreads();
     fno_l1_product<CQ, RB>(S, W, bias, kp, m, 0, NB / RB, group, groups, lane);
@@ -1235,22 +1260,10 @@ __device__ __forceinline__ void fno_layer1d_body(
     fno_l1_synthesis<P>(S, yb, tw, ss, kp, m, 0, nb * C, group, groups, lane);
     return;
   }
-  const int ra = (nb < RB ? nb : RB) * C;  // the first half's rows
-  fno_l1_analysis<P>(S, xb, tw, sa, kp, m, 0, ra, group, groups, lane);
-  __syncthreads();
-  if (group < gp)
-    fno_l1_product<CQ, RB>(S, W, bias, kp, m, 0, 1, group, gp, lane);
-  else
-    fno_l1_analysis<P>(S, xb, tw, sa, kp, m, ra, nb * C, group - gp, groups - gp, lane);
-  __syncthreads();
-  if (group < gp) {
-    if (nb > RB) fno_l1_product<CQ, RB>(S, W, bias, kp, m, 1, 1, group, gp, lane);
-  } else {
-    fno_l1_synthesis<P>(S, yb, tw, ss, kp, m, 0, ra, group - gp, groups - gp, lane);
-  }
-  __syncthreads();
-  fno_l1_synthesis<P>(S, yb, tw, ss, kp, m, ra, nb * C, group, groups, lane);
+  if constexpr (RB == 4) fno_layer1d_halves<P, CQ, RB>(S, xb, W, bias, yb, tw, sa, ss, kp, m,
+                                                       nb, gp, lane, group, groups);
 }
+
 // ---- the planes' direct form: truncated DFTs as register-tiled sums, any plane size ---------
 // fno_plane_rdft_f32_b<MB> / fno_plane_irdft_f32_b<MB> take the transforms of the plane kernels
 // above (fftmatvec/fno/_rows.py: Plane; here DirectPlane) as sums over the points rather than
