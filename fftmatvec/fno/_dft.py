@@ -568,8 +568,10 @@ class PairedChain:
         self.forward_ends, self.backward_ends = _end_kernels(self._kernels)
         self.plane = plane
         self.bias_mode = bias_mode(sp, md)
+        from ..gpu import rules
+
         end = self._kernels.get("A")
-        self.end_bias = (self.bias_mode is not None and end is not None
+        self.end_bias = (rules.FNO_END_BIAS and self.bias_mode is not None and end is not None
                          and getattr(end, "bias_mode", None) == self.bias_mode)
         self._M = math.prod(md)
         self._ops = ops
