@@ -20,6 +20,19 @@ from fno_oracle import dense_reference, rand_case
 gpu = pytest.mark.skipif(not backend.gpu_available(), reason="no GPU (CuPy missing or no device)")
 
 
+@pytest.fixture(autouse=True)
+def _end_bias_rule(monkeypatch):
+    """The rule on (:data:`fftmatvec.gpu.rules.FNO_END_BIAS`), whatever its default: these
+    tests are of the kernels that add the bias; the chains built under another setting
+    dropped before and after."""
+    from fftmatvec.gpu import rules
+
+    monkeypatch.setattr(rules, "FNO_END_BIAS", True)
+    _clear_chains()
+    yield
+    _clear_chains()
+
+
 def _case(rng, shape, cout, n_modes):
     """A random case ``(x, w, b)`` (float64, complex128) whose bias is as large as the
     spectral part of the output: a bias added twice or never moves the output by about its
@@ -103,6 +116,26 @@ def test_chain_hands_the_bias_to_its_synthesis_kernel(rng, monkeypatch, takes, w
     moved = with_bias and takes
     assert (kernel.got[-1] is b) if moved else kernel.got[-1] is None
     assert seen[-1] is (None if moved else b)
+
+
+def test_end_bias_rule_off(rng, monkeypatch):
+    """With the rule off (:data:`fftmatvec.gpu.rules.FNO_END_BIAS`) a chain whose synthesis's
+    kernel takes the bias leaves it to the channel product: the kernel is handed none, the
+    output the dense float64 reference's."""
+    from fftmatvec.gpu import rules
+
+    monkeypatch.setattr(rules, "FNO_END_BIAS", False)
+    shape, cout, n_modes = (3, 4, 24), 5, 13
+    x, w, b = _case(rng, shape, cout, n_modes)
+    (m,) = kept_modes(n_modes)
+    kernel = _Synthesis(shape[-1], m)
+    chain = _dft.PairedChain(_reference._xp_ops(np, np.dtype(np.float64)), shape[2:], (m,),
+                             last_axis={"A": kernel})
+    assert not chain.end_bias and _dft.kernel_bias(chain, b) is None
+    seen = _spy_modes_step(monkeypatch)
+    y, _ = _dft.forward(chain._ops, chain, x, np.ascontiguousarray(w.transpose(2, 0, 1)), b)
+    assert _err(y, dense_reference(x, w, n_modes, b)) < 1e-12
+    assert kernel.got[-1] is None and seen[-1] is b
 
 
 @pytest.mark.parametrize("contiguous", [True, False])
