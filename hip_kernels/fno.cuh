@@ -1111,8 +1111,11 @@ __device__ __forceinline__ void fno_l1_prefetch(const void* p, unsigned nbytes) 
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(g), "r"(n) : "memory");
   }
 #else
-  for (unsigned off = threadIdx.x * 128u; off < nbytes; off += blockDim.x * 128u)
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(c + off));
+  for (unsigned off = threadIdx.x * 128u; off < nbytes; off += blockDim.x * 128u) {
+    unsigned long long g;
+    asm volatile("cvta.to.global.u64 %0, %1;" : "=l"(g) : "l"(c + off));
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(g));
+  }
 #endif
 #else
   (void)p;
