@@ -38,6 +38,27 @@ def dense_reference(x, w, n_modes, bias):
     return y + bias.reshape((1, -1) + (1,) * d)
 
 
+def plane_r2c(a, n0, n1, m0, m1, bins, s0, s1):
+    """A plane kernel's forward transform (``fftmatvec.fno._rows.Plane``, ``r2c``) in
+    float64: ``a`` ``(P, n0 n1)``."""
+    X = np.fft.fft(np.fft.rfft(a.reshape(-1, n0, n1), axis=-1), axis=-2)
+    Z = X[:, bins, :m1] * (s0 * np.asarray(s1))
+    return np.concatenate([Z.real, Z.imag], axis=1).reshape(a.shape[0], -1)
+
+
+def plane_c2r(v, n0, n1, m0, m1, bins, s0, s1):
+    """A plane kernel's inverse transform (``c2r``) in float64: ``v`` ``(P, 2 m0 m1)``."""
+    v = v.reshape(-1, 2, m0, m1)
+    Z = np.zeros((v.shape[0], n0, n1 // 2 + 1), dtype=complex)
+    Z[:, bins, :m1] = s0 * (v[:, 0] + 1j * v[:, 1])
+    W = np.fft.ifft(Z, axis=-2) * n0
+    W[..., :m1] *= np.asarray(s1)
+    W[..., 0] = W[..., 0].real
+    if n1 % 2 == 0:
+        W[..., n1 // 2] = W[..., n1 // 2].real
+    return (np.fft.irfft(W, n=n1, axis=-1) * n1).reshape(v.shape[0], -1)
+
+
 def rand_case(rng, shape, cout, n_modes):
     x = rng.standard_normal(shape)
     modes = kept_modes(n_modes)

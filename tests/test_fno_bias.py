@@ -16,6 +16,7 @@ from fftmatvec.fno import _dft, _reference, kept_modes
 
 from fno_oracle import clear_chains as _clear_chains
 from fno_oracle import dense_reference, rand_case
+from fno_oracle import plane_c2r as _plane_c2r
 
 gpu = pytest.mark.skipif(not backend.gpu_available(), reason="no GPU (CuPy missing or no device)")
 
@@ -252,19 +253,6 @@ def test_row_kernels_check_the_bias():
     assert ts["F"].bias_mode is None and not ts["F"].takes_bias(ok)
     with pytest.raises(ValueError, match="bias"):
         ts["F"](cp.zeros((6, 64), dtype=np.float32), bias=ok)
-
-
-def _plane_c2r(v, n0, n1, m0, m1, bins, s0, s1):
-    """A plane kernel's inverse transform in float64: ``v`` ``(P, 2 m0 m1)``."""
-    v = v.reshape(-1, 2, m0, m1)
-    Z = np.zeros((v.shape[0], n0, n1 // 2 + 1), dtype=complex)
-    Z[:, bins, :m1] = s0 * (v[:, 0] + 1j * v[:, 1])
-    W = np.fft.ifft(Z, axis=-2) * n0
-    W[..., :m1] *= np.asarray(s1)
-    W[..., 0] = W[..., 0].real
-    if n1 % 2 == 0:
-        W[..., n1 // 2] = W[..., n1 // 2].real
-    return (np.fft.irfft(W, n=n1, axis=-1) * n1).reshape(v.shape[0], -1)
 
 
 # (variant, n0, n1, m0, m1): the forms that take the bias (not the pass form), the bin 0 of the

@@ -113,6 +113,24 @@ def _kernel(L, m, C, rb=None, nb=None, threads=None, pipeline=0, prefetch=False)
                    threads=threads, pipeline=pipeline, prefetch=prefetch)
 
 
+def _cupy_run(fused, x, wmm, b):
+    """The kernel's ``y`` (NumPy) of CuPy copies of ``x``, the modes-major weight ``wmm`` and
+    ``b`` (None: no bias), its output taken from a pool that held NaNs."""
+    cp = backend.cupy
+    X = cp.asarray(x, dtype=np.float32)
+    W = cp.asarray(wmm, dtype=np.complex64)
+    bc = None if b is None else cp.asarray(b, dtype=np.float32)
+    cp.full(x.size, np.nan, dtype=np.float32)  # freed: the pool hands it out again
+    return cp.asnumpy(fused(X, W, bc))
+
+
+def _assert_close(got, want, case):
+    """``got`` of ``want``'s shape, every element written, within float32 accuracy."""
+    assert got.shape == want.shape and np.isfinite(got).all()
+    err = np.abs(got - want).max() / np.abs(want).max()
+    assert err < 1e-5, case + (err,)
+
+
 def _case(rng, B, C, L, m, bias=True):
     x = rng.standard_normal((B, C, L))
     w = (rng.standard_normal((C, C, m)) + 1j * rng.standard_normal((C, C, m))) / C
@@ -130,7 +148,6 @@ def test_fused_matches_dense_reference(rng, B, C, L, m, kind, shape):
     on every element of an output poisoned before it is written; with and without a bias; with
     the default blocks and items, with items of four batch rows, and with blocks of four batch
     rows (several a multiprocessor) of 320 threads."""
-    cp = backend.cupy
     rb, nb, threads = shape or (None, None, None)
     fused = _kernel(L, m, C, rb, nb, threads)
     default = _kernel(L, m, C)
@@ -149,14 +166,8 @@ def test_fused_matches_dense_reference(rng, B, C, L, m, kind, shape):
             bt = torch.tensor(b, dtype=torch.float32, device="cuda") if bias else None
             got = on_poisoned_side_stream(lambda: fused(X, W, bt), (B, C, L), torch.float32)
         else:
-            X = cp.asarray(x, dtype=np.float32)
-            W = cp.asarray(wmm, dtype=np.complex64)
-            bc = cp.asarray(b, dtype=np.float32) if bias else None
-            cp.full(B * C * L, np.nan, dtype=np.float32)  # freed: the pool hands it out again
-            got = cp.asnumpy(fused(X, W, bc))
-        assert got.shape == (B, C, L) and np.isfinite(got).all()
-        err = np.abs(got - want).max() / np.abs(want).max()
-        assert err < 1e-5, (B, C, L, m, bias, err)
+            got = _cupy_run(fused, x, wmm, b if bias else None)
+        _assert_close(got, want, (B, C, L, m, bias))
 
 
 def test_pipeline_shapes(monkeypatch):
@@ -209,7 +220,6 @@ def test_pipelined_and_prefetching_blocks(rng, B, C, L, m, pipeline, prefetch):
     accuracy of the float64 definition, every element of a poisoned output written, with and
     without a bias, where the block holds two halves (one batch row of the last block in the
     first half, or none in the second)."""
-    cp = backend.cupy
     shape = pipeline_shape(C, m, backend.shared_memory_limits()[1], L)
     if pipeline and shape is None:
         with pytest.raises(ValueError, match="a pipeline of two halves needs items of half"):
@@ -220,15 +230,9 @@ def test_pipelined_and_prefetching_blocks(rng, B, C, L, m, pipeline, prefetch):
     assert not pipeline or (fused.batch_rows, fused.item_rows) == (8, 4)
     for bias in (True, False):
         x, w, b, want = _case(rng, B, C, L, m, bias)
-        wmm = np.ascontiguousarray(w.transpose(2, 0, 1))
-        X = cp.asarray(x, dtype=np.float32)
-        W = cp.asarray(wmm, dtype=np.complex64)
-        bc = cp.asarray(b, dtype=np.float32) if bias else None
-        cp.full(B * C * L, np.nan, dtype=np.float32)  # freed: the pool hands it out again
-        got = cp.asnumpy(fused(X, W, bc))
-        assert got.shape == (B, C, L) and np.isfinite(got).all()
-        err = np.abs(got - want).max() / np.abs(want).max()
-        assert err < 1e-5, (B, C, L, m, bias, err)
+        got = _cupy_run(fused, x, np.ascontiguousarray(w.transpose(2, 0, 1)),
+                        b if bias else None)
+        _assert_close(got, want, (B, C, L, m, bias))
 
 
 @gpu

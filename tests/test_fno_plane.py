@@ -16,6 +16,8 @@ from fno_oracle import clear_chains as _clear_chains
 from fno_oracle import cuda_case as _cuda_case
 from fno_oracle import cupy_dft_error
 from fno_oracle import layer_grads as _layer_grads
+from fno_oracle import plane_c2r as _fft_c2r
+from fno_oracle import plane_r2c as _fft_r2c
 
 gpu = pytest.mark.skipif(not backend.gpu_available(), reason="no GPU (CuPy missing or no device)")
 
@@ -86,26 +88,6 @@ def test_no_plane_in_float64_or_one_axis(monkeypatch):
         fno_plane((128,), (33,), np.float32, 0)
     monkeypatch.setenv("FFTMATVEC_PLAN", "fno_plane=0")
     assert not fno_plane((64, 64), (16, 9), np.float32, 0)
-
-
-def _fft_r2c(a, n0, n1, m0, m1, bins, s0, s1):
-    """The plane kernel's forward transform in float64: ``a`` ``(P, n0 n1)``."""
-    X = np.fft.fft(np.fft.rfft(a.reshape(-1, n0, n1), axis=-1), axis=-2)
-    Z = X[:, bins, :m1] * (s0 * np.asarray(s1))
-    return np.concatenate([Z.real, Z.imag], axis=1).reshape(a.shape[0], -1)
-
-
-def _fft_c2r(v, n0, n1, m0, m1, bins, s0, s1):
-    """The plane kernel's inverse transform in float64: ``v`` ``(P, 2 m0 m1)``."""
-    v = v.reshape(-1, 2, m0, m1)
-    Z = np.zeros((v.shape[0], n0, n1 // 2 + 1), dtype=complex)
-    Z[:, bins, :m1] = s0 * (v[:, 0] + 1j * v[:, 1])
-    W = np.fft.ifft(Z, axis=-2) * n0
-    W[..., :m1] *= np.asarray(s1)
-    W[..., 0] = W[..., 0].real
-    if n1 % 2 == 0:
-        W[..., n1 // 2] = W[..., n1 // 2].real
-    return (np.fft.irfft(W, n=n1, axis=-1) * n1).reshape(v.shape[0], -1)
 
 
 def _check_against_numpy(rng, t, kind, n0, n1, m0, m1, bins, s0, s1, layout):

@@ -90,10 +90,10 @@ def pipelines(nb: int, rb: int, groups: int, most: int) -> bool:
 def pipeline_shape(C: int, m: int, smem_per_block: int, L: int):
     """``(batch rows a block, groups a block)`` of a pipelined block (items of 4 batch rows),
     or None where a block holds no two halves."""
-    nb = batch_rows(C, m, smem_per_block)
-    if nb is None or nb != 8 or row_warp_p(L, m) is None:
+    nb, P = batch_rows(C, m, smem_per_block), row_warp_p(L, m)
+    if nb != 8 or P is None:
         return None
-    return nb, MAX_THREADS[row_warp_p(L, m), C // 64, 4] // 32
+    return nb, MAX_THREADS[P, C // 64, 4] // 32
 
 
 def launch_shape(B: int, L: int, C: int, m: int, smem_per_block: int, rb: int | None = None,
