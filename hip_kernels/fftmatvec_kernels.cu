@@ -210,15 +210,14 @@ FFTMATVEC_ROWFFT_FAMILIES(f32, float, c64, float2)
     fno_modes_cgemm_body<NB, UR>(X, W, Y, M, B, C, O);                                         \
   }
 // fno_layer1d_f32_w<P>_c<CQ>_r<RB>: a one-axis layer in one kernel, rows of 64 P reals, 64 CQ
-// channels in and out, NB batch rows a block, RB of them a group's item; gp groups on the
-// products of a pipeline of two halves (0: none), pf the block's x prefetched into L2 (fno.cuh:
+// channels in and out, NB batch rows a block, RB of them a group's item (fno.cuh:
 // fno_layer1d_body).
 #define FFTMATVEC_FNO_LAYER1D(P, CQ, RB)                                                        \
   extern "C" __global__ void FNO_L1_BOUNDS(P, CQ, RB) fno_layer1d_f32_w##P##_c##CQ##_r##RB(    \
       const float* __restrict__ x, const float2* __restrict__ W, const float* __restrict__ bias, \
       float* __restrict__ y, const float2* __restrict__ tw, const float* __restrict__ sa,       \
-      const float* __restrict__ ss, int B, int m, int NB, int gp, int pf) {                    \
-    fno_layer1d_body<P, CQ, RB>(x, W, bias, y, tw, sa, ss, B, m, NB, gp, pf);                  \
+      const float* __restrict__ ss, int B, int m, int NB) {                                    \
+    fno_layer1d_body<P, CQ, RB>(x, W, bias, y, tw, sa, ss, B, m, NB);                          \
   }
 // fno_plane_rdft_f32_b<MB>, fno_plane_irdft_f32_b<MB>: the planes' direct form (truncated DFTs
 // as register-tiled sums, any plane size, at most MB bins of the last axis), a block a plane.

@@ -1096,58 +1096,31 @@ __device__ __forceinline__ void fno_modes_cgemm_body(const float2* __restrict__ 
 #define FNO_L1_SYNC_GROUP() asm volatile("bar.warp.sync -1;" ::: "memory")
 #endif
 
-// The block's x (nbytes from p, 16-byte aligned, a multiple of 16) asked into L2 at the start,
-// so that its rows' loads, each group's a few rows at a time, find it there rather than wait on
-// memory one group's loads at a time: one bulk prefetch a thread of 16 KB chunks on sm_90, a line
-// a thread-step below; none on AMD.
-__device__ __forceinline__ void fno_l1_prefetch(const void* p, unsigned nbytes) {
-#if !defined(FFTMATVEC_HIP) && defined(__CUDA_ARCH__)
-  const char* c = reinterpret_cast<const char*>(p);
-#if __CUDA_ARCH__ >= 900
-  for (unsigned off = threadIdx.x * 16384u; off < nbytes; off += blockDim.x * 16384u) {
-    const unsigned n = nbytes - off < 16384u ? nbytes - off : 16384u;
-    unsigned long long g;
-    asm volatile("cvta.to.global.u64 %0, %1;" : "=l"(g) : "l"(c + off));
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(g), "r"(n) : "memory");
+template <int P, int CQ, int RB>
+__device__ __forceinline__ void fno_layer1d_body(
+    const float* __restrict__ x, const float2* __restrict__ W, const float* __restrict__ bias,
+    float* __restrict__ y, const float2* __restrict__ tw, const float* __restrict__ sa,
+    const float* __restrict__ ss, int B, int m, int NB) {
+  constexpr int C = 64 * CQ, N1 = 32 * P, L = 2 * N1;
+  float2* S = reinterpret_cast<float2*>(fftmatvec_dynamic_smem);
+  const int kp = NB * C + 1;
+  const int lane = (int)(threadIdx.x & 31u), group = (int)(threadIdx.x >> 5),
+            groups = (int)(blockDim.x >> 5);
+  const int b0 = (int)blockIdx.x * NB, nb = B - b0 < NB ? B - b0 : NB;
+  {  // 1. the analysis: z[n] = x[2n] + i x[2n + 1], its FFT, the kept bins into S
+    const Lanes32<-1> lanes;
+    float2 twr[P], spw[P];
+    warp_rfft_twiddles<P>(tw, lane, twr, spw);
+    warp_rows_rfft<P, FNO_WARP_AHEAD(P)>(x + (i64)b0 * C * L, group, groups, nb * C, lanes,
+                                         twr, spw, [&](int r, int k, float2 v) {
+                                           if (k < m) S[k * kp + r] = c_scale(v, sa[k]);
+                                         });
   }
-#else
-  for (unsigned off = threadIdx.x * 128u; off < nbytes; off += blockDim.x * 128u) {
-    unsigned long long g;
-    asm volatile("cvta.to.global.u64 %0, %1;" : "=l"(g) : "l"(c + off));
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(g));
-  }
-#endif
-#else
-  (void)p;
-  (void)nbytes;
-#endif
-}
-
-// Step 1 on the block's rows r0 .. r1 - 1 (of its NB C), group g of gs: their real FFTs, the
-// kept bins times sa[k] into S[k kp + r].
-template <int P>
-__device__ __forceinline__ void fno_l1_analysis(float2* S, const float* __restrict__ xb,
-                                                const float2* __restrict__ tw,
-                                                const float* __restrict__ sa, int kp, int m,
-                                                int r0, int r1, int g, int gs, int lane) {
-  const Lanes32<-1> lanes;
-  float2 twr[P], spw[P];
-  warp_rfft_twiddles<P>(tw, lane, twr, spw);
-  warp_rows_rfft<P, FNO_WARP_AHEAD(P)>(xb + (i64)r0 * 64 * P, g, gs, r1 - r0, lanes, twr, spw,
-                                       [&](int r, int k, float2 v) {
-                                         if (k < m) S[k * kp + r0 + r] = c_scale(v, sa[k]);
-                                       });
-}
-
-// Step 2 on the items (k, h), k < m, h = h0 .. h0 + nh - 1 (RB batch rows RB h .. RB h + RB - 1),
-// group g of gs taking every gs-th: the product written over the item's inputs.
-template <int CQ, int RB>
-__device__ __forceinline__ void fno_l1_product(float2* S, const float2* __restrict__ W,
-                                               const float* __restrict__ bias, int kp, int m,
-                                               int h0, int nh, int g, int gs, int lane) {
-  constexpr int C = 64 * CQ;
-  for (int it = g; it < m * nh; it += gs) {
-    const int k = it / nh, h = h0 + it % nh;
+  __syncthreads();
+  // 2. the channel product, item (k, h): mode k of batch rows RB h .. RB h + RB - 1
+  const int NH = NB / RB;
+  for (int it = group; it < m * NH; it += groups) {
+    const int k = it / NH, h = it % NH;
     float2* xs = S + k * kp + RB * h * C;
     const float4* w = reinterpret_cast<const float4*>(W + (i64)k * C * C) + lane;
     float2 a0[CQ][RB], a1[CQ][RB];
@@ -1187,86 +1160,23 @@ __device__ __forceinline__ void fno_l1_product(float2* S, const float2* __restri
         xs[j * C + 2 * lane + 1 + 64 * q] = a1[q][j];
       }
   }
-}
-
-// Step 3 on the block's output rows r0 .. r1 - 1, group g of gs: the packed spectrum of
-// ss[k] S[k][r], its inverse FFT, the row of y.
-template <int P>
-__device__ __forceinline__ void fno_l1_synthesis(const float2* S, float* __restrict__ yb,
-                                                 const float2* __restrict__ tw,
-                                                 const float* __restrict__ ss, int kp, int m,
-                                                 int r0, int r1, int g, int gs, int lane) {
-  const Lanes32<1> lanes;
-  float2 twr[P], ctw[P];
-  warp_irfft_twiddles<P>(tw, lane, twr, ctw);
-  for (int r = r0 + g; r < r1; r += gs) {
-    float2 v[P];
-    warp_row_irfft<P>(v, lanes, twr, ctw, [&](int k) {
-      return k < m ? c_scale(S[k * kp + r], ss[k]) : make_c(0.f, 0.f);
-    });
-    float* orow = yb + (i64)r * 64 * P;
+  __syncthreads();
+  {  // 3. the synthesis: the packed spectrum of ss[k] S[k][r], its inverse FFT, the row of y
+    const Lanes32<1> lanes;
+    float2 twr[P], ctw[P];
+    warp_irfft_twiddles<P>(tw, lane, twr, ctw);
+    for (int r = group; r < nb * C; r += groups) {
+      float2 v[P];
+      warp_row_irfft<P>(v, lanes, twr, ctw, [&](int k) {
+        return k < m ? c_scale(S[k * kp + r], ss[k]) : make_c(0.f, 0.f);
+      });
+      float* orow = y + ((i64)b0 * C + r) * L;
 #pragma unroll
-    for (int k2 = 0; k2 < P; ++k2)
-      *reinterpret_cast<float2*>(orow + 2 * (P * lane + k2)) = v[k2];
+      for (int k2 = 0; k2 < P; ++k2)
+        *reinterpret_cast<float2*>(orow + 2 * (P * lane + k2)) = v[k2];
+    }
   }
 }
-
-// the two halves of fno_layer1d_body's pipeline (gp > 0), RB batch rows each
-template <int P, int CQ, int RB>
-__device__ __forceinline__ void fno_layer1d_halves(
-    float2* S, const float* __restrict__ xb, const float2* __restrict__ W,
-    const float* __restrict__ bias, float* __restrict__ yb, const float2* __restrict__ tw,
-    const float* __restrict__ sa, const float* __restrict__ ss, int kp, int m, int nb, int gp,
-    int lane, int group, int groups) {
-  constexpr int C = 64 * CQ;
-  const int ra = (nb < RB ? nb : RB) * C;  // the first half's rows
-  fno_l1_analysis<P>(S, xb, tw, sa, kp, m, 0, ra, group, groups, lane);
-  __syncthreads();
-  if (group < gp)
-    fno_l1_product<CQ, RB>(S, W, bias, kp, m, 0, 1, group, gp, lane);
-  else
-    fno_l1_analysis<P>(S, xb, tw, sa, kp, m, ra, nb * C, group - gp, groups - gp, lane);
-  __syncthreads();
-  if (group < gp) {
-    if (nb > RB) fno_l1_product<CQ, RB>(S, W, bias, kp, m, 1, 1, group, gp, lane);
-  } else {
-    fno_l1_synthesis<P>(S, yb, tw, ss, kp, m, 0, ra, group - gp, groups - gp, lane);
-  }
-  __syncthreads();
-  fno_l1_synthesis<P>(S, yb, tw, ss, kp, m, ra, nb * C, group, groups, lane);
-}
-
-// gp = 0: the three steps one after the other, every group on each. gp > 0 (NB = 2 RB): the
-// block's two halves of RB batch rows in a pipeline, so that the memory-bound FFTs of one half
-// run beside the FMA-bound product of the other: A's analysis (every group); A's product (gp
-// groups) beside B's analysis (the rest); B's product beside A's synthesis; B's synthesis
-// (every group). pf: the block's x prefetched into L2 first (fno_l1_prefetch).
-template <int P, int CQ, int RB>
-__device__ __forceinline__ void fno_layer1d_body(
-    const float* __restrict__ x, const float2* __restrict__ W, const float* __restrict__ bias,
-    float* __restrict__ y, const float2* __restrict__ tw, const float* __restrict__ sa,
-    const float* __restrict__ ss, int B, int m, int NB, int gp, int pf) {
-  constexpr int C = 64 * CQ, L = 64 * P;
-  float2* S = reinterpret_cast<float2*>(fftmatvec_dynamic_smem);
-  const int kp = NB * C + 1;
-  const int lane = (int)(threadIdx.x & 31u), group = (int)(threadIdx.x >> 5),
-            groups = (int)(blockDim.x >> 5);
-  const int b0 = (int)blockIdx.x * NB, nb = B - b0 < NB ? B - b0 : NB;
-  const float* xb = x + (i64)b0 * C * L;
-  float* yb = y + (i64)b0 * C * L;
-  if (pf) fno_l1_prefetch(xb, (unsigned)nb * C * L * 4u);
-  if (RB != 4 || gp <= 0) {  // (the pipeline's items are 4 rows: none compiled for 8)
-    fno_l1_analysis<P>(S, xb, tw, sa, kp, m, 0, nb * C, group, groups, lane);
-    __syncthreads();
-    fno_l1_product<CQ, RB>(S, W, bias, kp, m, 0, NB / RB, group, groups, lane);
-    __syncthreads();
-    fno_l1_synthesis<P>(S, yb, tw, ss, kp, m, 0, nb * C, group, groups, lane);
-    return;
-  }
-  if constexpr (RB == 4) fno_layer1d_halves<P, CQ, RB>(S, xb, W, bias, yb, tw, sa, ss, kp, m,
-                                                       nb, gp, lane, group, groups);
-}
-
 // ---- the planes' direct form: truncated DFTs as register-tiled sums, any plane size ---------
 // fno_plane_rdft_f32_b<MB> / fno_plane_irdft_f32_b<MB> take the transforms of the plane kernels
 // above (fftmatvec/fno/_rows.py: Plane; here DirectPlane) as sums over the points rather than

@@ -205,9 +205,6 @@ def bench_case(B, C, grid, m, device, timed, bw, reps, sixteen, nop_cls, rounds=
             impls["dft-rows"] = _planned(dft, "fno_rows=1")
             # a forward without gradients on the paired chain, not the one-kernel layer
             impls["dft-nofused"] = _planned(dft, "fno_fused=0")
-            # the one-kernel layer's blocks as two halves in a pipeline; their x prefetched
-            impls["dft-pipeline"] = _planned(dft, "fno_pipeline=1")
-            impls["dft-prefetch"] = _planned(dft, "fno_prefetch=1")
     if device.type == "cuda" and len(grid) <= 2:
         # the modes permuted around the complex GEMM, not paired by the row or plane kernels
         impls["dft-nopaired"] = _planned(dft, "fno_paired=0")
@@ -431,8 +428,7 @@ def main():
     print(f"device: {name}, copy bandwidth {bw / 1e9:.0f} GB/s, torch {torch.__version__}")
     extra = [args.sixteen] if args.sixteen else []
     cols = ["eager", "nop", "fft", "dft-gemm", "dft-noplane", "dft-nosplit", "dft-split",
-            "dft-rows", "dft-nopaired", "dft-noproduct", "dft-product", "dft-nofused", "dft-pipeline",
-            "dft-prefetch", "dft-direct",
+            "dft-rows", "dft-nopaired", "dft-noproduct", "dft-product", "dft-nofused", "dft-direct",
             "dft-nodirect", "dft-nofast", "dft-passes",
             "dft-warp",
             "dft-split-warp", "dft-nograph", "dft-graph", "dft-ends", "dft-whole", "dft"] + extra

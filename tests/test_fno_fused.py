@@ -12,10 +12,8 @@ import pytest
 
 from fftmatvec import FFTMatvecValueError, backend
 from fftmatvec.fno._fused1d import (CHANNELS, MAX_BATCH_ROWS, MAX_THREADS, batch_rows,
-                                    launch_shape, pipeline_shape, pipelines, smem_bytes,
-                                    supported)
-from fftmatvec.gpu import planner
-from fftmatvec.gpu.planner import fno_fused, fno_fused_shape
+                                    launch_shape, smem_bytes, supported)
+from fftmatvec.gpu.planner import fno_fused
 from fftmatvec.gpu.rules import FNO_FUSED_MIN_FILL
 
 from fno_oracle import clear_chains, dense_reference, on_poisoned_side_stream
@@ -103,14 +101,14 @@ FUSED_CASES = [(1024, 64, 128, 33), (19, 64, 64, 33), (6, 64, 256, 65), (5, 128,
                (8, 64, 64, 1)]
 
 
-def _kernel(L, m, C, rb=None, nb=None, threads=None, pipeline=0, prefetch=False):
+def _kernel(L, m, C, rb=None, nb=None, threads=None):
     from fftmatvec.fno._fused1d import Layer1d
     from fftmatvec.fno._rows import last_axis_set
 
     dev = backend.cupy.cuda.Device().id
     rows = last_axis_set(L, m, dev, modes_major="paired")
     return Layer1d(L, m, C, rows["F"], rows["A"], dev, item_rows=rb, batch_rows=nb,
-                   threads=threads, pipeline=pipeline, prefetch=prefetch)
+                   threads=threads)
 
 
 def _cupy_run(fused, x, wmm, b):
@@ -170,71 +168,6 @@ def test_fused_matches_dense_reference(rng, B, C, L, m, kind, shape):
         _assert_close(got, want, (B, C, L, m, bias))
 
 
-def test_pipeline_shapes(monkeypatch):
-    """The two halves of a block in a pipeline: blocks of 8 batch rows in items of 4, some
-    groups left to the transforms; the planner's choice by its plan keys (off the device where
-    nothing needs its shared memory)."""
-    assert pipelines(8, 4, 11, 22) and pipelines(8, 4, 1, 22) and pipelines(8, 4, 21, 22)
-    for nb, rb, groups in [(8, 8, 11), (4, 4, 11), (8, 4, 22), (8, 4, 0)]:
-        assert not pipelines(nb, rb, groups, 22), (nb, rb, groups)
-    assert pipeline_shape(64, 33, H100_SMEM, 128) == (8, MAX_THREADS[2, 1, 4] // 32)
-    assert pipeline_shape(64, 33, H100_SMEM, 256) == (8, MAX_THREADS[4, 1, 4] // 32)
-    assert pipeline_shape(128, 33, H100_SMEM, 128) is None  # blocks of 4 batch rows
-    assert pipeline_shape(64, 65, H100_SMEM, 128) is None
-    monkeypatch.setenv("FFTMATVEC_PLAN", "fno_pipeline=0,fno_prefetch=0")
-    assert fno_fused_shape(64, (128,), (33,), -1) == (0, False)
-    monkeypatch.setenv("FFTMATVEC_PLAN", "fno_pipeline=0,fno_prefetch=1")
-    assert fno_fused_shape(64, (128,), (33,), -1) == (0, True)
-    monkeypatch.setattr(planner, "FNO_PREFETCH", True)
-    monkeypatch.delenv("FFTMATVEC_PLAN")
-    monkeypatch.setattr(planner, "FNO_PIPELINE", False)
-    assert fno_fused_shape(64, (128,), (33,), -1) == (0, True)
-
-
-@gpu
-@pytest.mark.gpu
-def test_pipeline_rule_on_the_device(monkeypatch):
-    """Plan ``fno_pipeline=1``: the rule's groups where a block holds two halves, an error that
-    says why elsewhere; by default (``FNO_PIPELINE`` on) the blocks that hold two halves."""
-    dev = backend.cupy.cuda.Device().id
-    groups = planner.FNO_PIPELINE_GROUPS
-    monkeypatch.setenv("FFTMATVEC_PLAN", "fno_pipeline=1")
-    assert fno_fused_shape(64, (128,), (33,), dev)[0] == groups
-    with pytest.raises(FFTMatvecValueError, match="fno_pipeline=1.*no two halves of 4 batch "
-                                                  "rows: 128 channels keeping 33 bins"):
-        fno_fused_shape(128, (128,), (33,), dev)
-    monkeypatch.delenv("FFTMATVEC_PLAN")
-    monkeypatch.setattr(planner, "FNO_PIPELINE", True)
-    assert fno_fused_shape(64, (64,), (17,), dev)[0] == groups
-    assert fno_fused_shape(128, (128,), (33,), dev)[0] == 0
-
-
-@gpu
-@pytest.mark.gpu
-@pytest.mark.parametrize("B,C,L,m", FUSED_CASES)
-@pytest.mark.parametrize("pipeline,prefetch", [(11, False), (11, True), (0, True), (1, False),
-                                               (19, True)])
-def test_pipelined_and_prefetching_blocks(rng, B, C, L, m, pipeline, prefetch):
-    """The block's two halves in a pipeline (its products on ``pipeline`` groups, the rest on
-    the other half's transforms), and the block's ``x`` asked into L2 first: within float32
-    accuracy of the float64 definition, every element of a poisoned output written, with and
-    without a bias, where the block holds two halves (one batch row of the last block in the
-    first half, or none in the second)."""
-    shape = pipeline_shape(C, m, backend.shared_memory_limits()[1], L)
-    if pipeline and shape is None:
-        with pytest.raises(ValueError, match="a pipeline of two halves needs items of half"):
-            _kernel(L, m, C, pipeline=pipeline, prefetch=prefetch)
-        return
-    fused = _kernel(L, m, C, pipeline=pipeline, prefetch=prefetch)
-    assert (fused.pipeline, fused.prefetch) == (pipeline, prefetch)
-    assert not pipeline or (fused.batch_rows, fused.item_rows) == (8, 4)
-    for bias in (True, False):
-        x, w, b, want = _case(rng, B, C, L, m, bias)
-        got = _cupy_run(fused, x, np.ascontiguousarray(w.transpose(2, 0, 1)),
-                        b if bias else None)
-        _assert_close(got, want, (B, C, L, m, bias))
-
-
 @gpu
 @pytest.mark.gpu
 def test_fused_refuses_what_it_cannot_take():
@@ -260,14 +193,6 @@ def test_fused_refuses_what_it_cannot_take():
 
         rows = last_axis_set(128, 33, 0, modes_major="paired")
         Layer1d(128, 33, 32, rows["F"], rows["A"], 0)
-    with pytest.raises(ValueError, match="a pipeline of two halves needs items of half a "
-                                         "block's batch rows and fewer product groups than "
-                                         "the block's 22: got 8 batch rows, items of 4, 22"):
-        _kernel(128, 33, 64, pipeline=22)
-    with pytest.raises(ValueError, match="got 8 batch rows, items of 8, 11 groups"):
-        _kernel(128, 33, 64, rb=8, pipeline=11)
-    with pytest.raises(ValueError, match="got 4 batch rows, items of 4, 11 groups"):
-        _kernel(128, 33, 128, pipeline=11)
 
 
 @pytest.fixture
@@ -283,18 +208,13 @@ def torch():
 @gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize("B,C,L,m", [(256, 64, 128, 33), (64, 128, 64, 17), (40, 64, 256, 65)])
-@pytest.mark.parametrize("shaped", [False, True])
-def test_layer_on_the_fused_kernel(torch, monkeypatch, rng, B, C, L, m, shaped):
+def test_layer_on_the_fused_kernel(torch, monkeypatch, rng, B, C, L, m):
     """``SpectralConv`` and ``spectral_conv`` (CuPy) under plan ``fno_fused=1`` against the
     paired chain (``fno_fused=0``) and the float64 definition; the forward's fast path (the
     second call) reads the weight's and the bias's in-place updates; a call with gradients
-    wanted keeps the chain. ``shaped``: the rules' pipeline and prefetch on (the kernel's
-    pipelined blocks where they hold two halves)."""
+    wanted keeps the chain."""
     from fftmatvec.fno import SpectralConv, _graphs, clear_graphs, spectral_conv
     from fftmatvec.fno._torch_dft import FusedForward
-
-    monkeypatch.setattr(planner, "FNO_PIPELINE", shaped)
-    monkeypatch.setattr(planner, "FNO_PREFETCH", shaped)
 
     n_modes = 2 * m - 1  # m kept bins
     x, w, b, want = _case(rng, B, C, L, m)
@@ -311,11 +231,7 @@ def test_layer_on_the_fused_kernel(torch, monkeypatch, rng, B, C, L, m, shaped):
         with torch.no_grad():
             outs[mode] = [layer(X).cpu().numpy() for _ in range(3)]  # full, fast, fast
         if mode == "1":
-            hits = [h for h in _graphs.FAST.values() if isinstance(h, FusedForward)]
-            assert hits
-            halves = pipeline_shape(C, m, backend.shared_memory_limits()[1], L) is not None
-            want_shape = (planner.FNO_PIPELINE_GROUPS if shaped and halves else 0, shaped)
-            assert all((h.fused.pipeline, h.fused.prefetch) == want_shape for h in hits)
+            assert any(isinstance(h, FusedForward) for h in _graphs.FAST.values())
     for got in outs["1"] + outs["0"]:
         assert np.abs(got - want).max() / np.abs(want).max() < 1e-5
     assert np.abs(outs["1"][0] - outs["0"][0]).max() / np.abs(want).max() < 1e-5

@@ -189,4 +189,4 @@ def test_old_switch_names_are_gone():
                               "xreg", "staged", "async", "dmma_c64", "scale_pass",
                               "fno_rows", "fno_plane", "fno_split", "fno_warp", "fno_paired",
                               "fno_product", "fno_fused", "fno_fast", "fno_ends",
-                              "fno_direct", "fno_pipeline", "fno_prefetch"}
+                              "fno_direct"}

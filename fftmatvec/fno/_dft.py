@@ -701,8 +701,7 @@ def make_chain(ops, spatial, modes, device_id, rows=frozenset(), plane=frozenset
     :class:`Chain`; ``product``: the paired modes' forward channel product on the package's
     kernel (:class:`._product.ModeProduct`); ``fused``: a forward without gradients of a
     one-axis layer of ``channels`` channels in and out in one kernel
-    (:class:`._fused1d.Layer1d`; ``(pipeline, prefetch)`` as
-    :func:`fftmatvec.gpu.planner.fno_fused_shape` gives them, or True for neither)."""
+    (:class:`._fused1d.Layer1d`)."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     if product and layout != "paired":
@@ -732,9 +731,8 @@ def make_chain(ops, spatial, modes, device_id, rows=frozenset(), plane=frozenset
         if fused:
             from ._fused1d import Layer1d
 
-            pipeline, prefetch = fused if isinstance(fused, tuple) else (0, False)
             fused = Layer1d(spatial[-1], modes[-1], int(channels), last["F"], last["A"],
-                            device_id, pipeline=pipeline, prefetch=prefetch)
+                            device_id)
         return PairedChain(ops, spatial, modes, last, kernel_plane, product or None,
                            fused or None)
     return Chain(ops, spatial, modes, last, kernel_plane)

@@ -80,22 +80,6 @@ def item_rows(C: int, nb: int) -> int:
     return 8 if ITEM_ROWS_8 and C == 64 and nb == 8 else 4
 
 
-def pipelines(nb: int, rb: int, groups: int, most: int) -> bool:
-    """Whether a block of ``nb`` batch rows in items of ``rb``, ``most`` groups of 32 lanes,
-    runs its two halves in a pipeline with ``groups`` of them on the products: the items half
-    its rows, some groups left for the other half's transforms."""
-    return nb == 2 * rb and 0 < groups < most
-
-
-def pipeline_shape(C: int, m: int, smem_per_block: int, L: int):
-    """``(batch rows a block, groups a block)`` of a pipelined block (items of 4 batch rows),
-    or None where a block holds no two halves."""
-    nb, P = batch_rows(C, m, smem_per_block), row_warp_p(L, m)
-    if nb != 8 or P is None:
-        return None
-    return nb, MAX_THREADS[P, C // 64, 4] // 32
-
-
 def launch_shape(B: int, L: int, C: int, m: int, smem_per_block: int, rb: int | None = None,
                  threads: int | None = None, nb: int | None = None) -> tuple:
     """``(batch rows a block, rows an item, grid, threads, shared memory)``: the kernel's most
@@ -119,11 +103,7 @@ class Layer1d:
     :func:`._rows.last_axis_set`), whose twiddles and scales it reads. ``item_rows``,
     ``threads`` and ``batch_rows`` override the launch's shape (:func:`launch_shape`), for the
     benchmark's sweeps (blocks of 4 batch rows, several a multiprocessor, were slower where
-    blocks of 8 fill the multiprocessors: docs/benchmarks.md, forty-seventh run). ``pipeline``:
-    groups on the products where the block's two halves run in a pipeline (items of half its
-    batch rows: :func:`pipelines`; 0: none), ``prefetch``: the block's ``x`` asked into L2
-    first (sm_90's bulk prefetch, line prefetches on older NVIDIA GPUs, nothing on AMD); the
-    planner chooses both (:func:`fftmatvec.gpu.planner.fno_fused_shape`).
+    blocks of 8 fill the multiprocessors: docs/benchmarks.md, forty-seventh run).
 
     Called as ``layer(x, W, bias)``: ``x`` ``(B, C, L)`` float32, ``W`` the modes-major
     weight ``(m, C, C)`` complex64, ``bias`` ``(C,)`` float32 or None, contiguous and 16-byte
@@ -132,7 +112,7 @@ class Layer1d:
 
     def __init__(self, L: int, m: int, C: int, analysis, synthesis, device_id: int,
                  item_rows: int | None = None, threads: int | None = None,
-                 batch_rows: int | None = None, pipeline: int = 0, prefetch: bool = False):
+                 batch_rows: int | None = None):
         cp = backend.cupy
         with cp.cuda.Device(device_id):
             per_sm, self.smem_limit = backend.shared_memory_limits()
@@ -143,15 +123,8 @@ class Layer1d:
             if batch_rows is not None and (batch_rows % 4 or batch_rows < MIN_BATCH_ROWS):
                 raise ValueError(f"batch_rows must be a multiple of 4 from {MIN_BATCH_ROWS}, "
                                  f"got {batch_rows}")
-            pipeline = int(pipeline)
-            rows = 4 if pipeline and item_rows is None else item_rows
-            nb, rb, _, block, smem = launch_shape(1, L, C, m, self.smem_limit, rows, threads,
-                                                  batch_rows)
-            if pipeline and not pipelines(nb, rb, pipeline, block[0] // 32):
-                raise ValueError(f"a pipeline of two halves needs items of half a block's "
-                                 f"batch rows and fewer product groups than the block's "
-                                 f"{block[0] // 32}: got {nb} batch rows, items of {rb}, "
-                                 f"{pipeline} groups")
+            nb, rb, _, _, smem = launch_shape(1, L, C, m, self.smem_limit, item_rows, threads,
+                                              batch_rows)
             self.name = f"fno_layer1d_f32_w{P}_c{CQ}_r{rb}"
             self._fn = kernels.get_function(self.name, smem)
             # the shared memory its blocks need (as many as fit a multiprocessor), not the
@@ -160,7 +133,6 @@ class Layer1d:
             kernels.set_carveout(self._fn, max(1, per_sm // (smem + 1024)) * (smem + 1024))
         self.L, self.m, self.C, self.device_id = int(L), int(m), int(C), int(device_id)
         self.item_rows, self.threads, self.batch_rows = rb, threads, nb
-        self.pipeline, self.prefetch = pipeline, bool(prefetch)
         self.twiddles = analysis.twiddles
         self.analysis_scale, self.synthesis_scale = analysis.scale, synthesis.scale
         self._launches: OrderedDict = OrderedDict()
@@ -176,8 +148,7 @@ class Layer1d:
                                                     self.smem_limit, self.item_rows,
                                                     self.threads, self.batch_rows)
             args = (None, None, None, None, self.twiddles, self.analysis_scale,
-                    self.synthesis_scale, np.int32(B), np.int32(self.m), np.int32(nb),
-                    np.int32(self.pipeline), np.int32(self.prefetch))
+                    self.synthesis_scale, np.int32(B), np.int32(self.m), np.int32(nb))
             return kernels.PackedLaunch(self._fn, grid, block, smem, args)
 
         return cached_launch(self._launches, self._lock, B, make)

@@ -300,14 +300,15 @@ def bound_ends(torch, kernels, a, out_shape, bias=None):
         backend.cupy.cuda.runtime.setDevice(device.index)
         first._launch(rows)(stream, ptr, buf.data_ptr())
 
-    channels, bias_ptr = (1, 0) if bias is None else (bias.shape[0], bias.data_ptr())
+    channels = 1 if bias is None else bias.shape[0]
+    ends_bias = last._bias_ptr(bias)  # (none where the kernel takes no bias: a plane's pass form)
 
     def end(T):
         if not T.is_contiguous() or T.data_ptr() % _rows._ALIGN:
             return last(T, bias=bias).reshape(out_shape)
         y = torch.empty(out_shape, dtype=torch.float32, device=device)
         last._launch(T.numel() // last.shape[0], channels)(stream, T.data_ptr(), y.data_ptr(),
-                                                            bias_ptr)
+                                                            *ends_bias)
         return y
 
     return start, end
@@ -634,7 +635,9 @@ class BoundEnds:
         b = end_bias(chain, bias)
         self = cls()
         self.entry, self.y_shape, self.device_id = entry, tuple(y_shape), x.device.index
-        self.bias = b is not None
+        # None: a kernel that takes no bias pointer (a plane's pass form); else whether the
+        # call's bias is handed to it (False: a null one)
+        self.bias = None if end.bias_args is None else b is not None
         self.start = start._launch(rows_in)
         self.end = end._launch(rows_out, 1 if b is None else b.shape[0])
         self.buf_in, self.buf_out = buf_in.data_ptr(), buf_out.data_ptr()
@@ -660,7 +663,10 @@ class BoundEnds:
         def after():  # y allocated once the device has work: the allocation overlaps it
             y = torch.empty(self.y_shape, dtype=torch.float32, device=x.device)
             # (the bias read after holds(): the call's is then the signature's)
-            self.end(stream, self.buf_out, y.data_ptr(), bias.data_ptr() if self.bias else 0)
+            if self.bias is None:
+                self.end(stream, self.buf_out, y.data_ptr())
+            else:
+                self.end(stream, self.buf_out, y.data_ptr(), bias.data_ptr() if self.bias else 0)
             return y
 
         return self.entry.run_between(before, after)

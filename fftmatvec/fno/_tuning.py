@@ -57,7 +57,7 @@ KIND = "fno"
 ENV = "FFTMATVEC_FNO_TUNING_PATH"
 #: the plan keys of the FNO layer (:data:`fftmatvec.gpu.plan.PLAN_KEYS`)
 FNO_KEYS = ("fno_rows", "fno_plane", "fno_split", "fno_warp", "fno_paired", "fno_product",
-            "fno_fused", "fno_pipeline", "fno_prefetch", "fno_direct", "fno_ends")
+            "fno_fused", "fno_direct", "fno_ends")
 DTYPES = ("float32", "float64", "bfloat16", "float16")
 METHODS = ("dft", "fft")
 GRAPHS = ("auto", True, False)

@@ -50,9 +50,6 @@ PLAN_KEYS = {
                    "small batches, not cuBLAS",
     "fno_fused": "a one-axis FNO layer's forward without gradients as one kernel (the "
                  "transforms and the channel product), not the paired chain's three launches",
-    "fno_pipeline": "the one-kernel FNO layer's blocks as two halves in a pipeline, the "
-                    "transforms of one beside the channel product of the other",
-    "fno_prefetch": "the one-kernel FNO layer's blocks ask their input into L2 at their start",
     "fno_warp": "the FNO layer's row and plane kernels in their warp form, not their pass form",
     "fno_fast": "an FNO call whose signature replayed a graph before replays it at once "
                 "(a forward without gradients) or takes its plan (a training call), without "

@@ -30,7 +30,7 @@ from .rules import (_REAL_SUFFIX, ASYNC_DEFAULTS, ASYNC_FEW, ASYNC_FEW_ROWS, ASY
                     WIDE_MIN_FILL, XREG_GEMV_KB, XREG_MAX_ND, XREG_MIN_KB, XREG_ND, XREG_TILES,
                     _BATCH_SIZES, _STAGED_J)
 from .rules import (FNO_DIRECT, FNO_FUSED, FNO_FUSED_MIN_FILL, FNO_PAIRED, FNO_PAIRED_PLANE,
-                    FNO_PIPELINE, FNO_PIPELINE_GROUPS, FNO_PLANE_MIN_FRACTION, FNO_PREFETCH,
+                    FNO_PLANE_MIN_FRACTION,
                     FNO_PLANE_WARP_MIN_FRACTION, FNO_PRODUCT_MAX_BATCH, FNO_ROWS_C2R_WARP,
                     FNO_ROWS_COLS, FNO_ROWS_R2C_MIN, FNO_SPLIT_WITH_ROW_KERNELS)
 from .stage3 import _Launch
@@ -303,8 +303,7 @@ def fno_chain(batch: int, cin: int, cout: int, spatial, modes, dtype, device_id:
     :data:`fftmatvec.fno._dft.LAYOUTS`), the kernels' form (:func:`fno_variant`), whether
     the paired modes' forward channel product runs on the package's kernel
     (:func:`fno_product`) and whether a forward without gradients runs as one kernel
-    (:func:`fno_fused`: False, or the kernel's ``(pipeline, prefetch)``,
-    :func:`fno_fused_shape`); the kernels only where ``kernels`` (float32 on a GPU); ``tuned``:
+    (:func:`fno_fused`); the kernels only where ``kernels`` (float32 on a GPU); ``tuned``:
     the plan of the layer's FNO tuning table entry (pairs ``(key, value)``), which
     ``FFTMATVEC_PLAN`` overrides key by key."""
     rows = fno_rows(spatial[-1], modes[-1], dtype, device_id, tuned) if kernels else frozenset()
@@ -325,41 +324,7 @@ def fno_chain(batch: int, cin: int, cout: int, spatial, modes, dtype, device_id:
     product = fno_product(batch, cin, cout, layout, kernels, tuned)
     fused = fno_fused(batch, cin, cout, spatial, modes, layout, variant, kernels, device_id,
                       tuned)
-    if fused:
-        fused = fno_fused_shape(cin, spatial, modes, device_id, tuned)
     return rows, plane, layout, variant, product, fused
-
-
-def fno_fused_shape(channels: int, spatial, modes, device_id: int, tuned=()) -> tuple:
-    """``(pipeline, prefetch)`` of a one-kernel layer (:func:`fno_fused`) of ``channels``
-    channels in and out, as :class:`fftmatvec.fno._fused1d.Layer1d` takes them: the groups on
-    the products where its blocks run their two halves in a pipeline (0: none), and whether its
-    blocks ask their input into L2 first. Plan key ``fno_pipeline``: by default
-    (:data:`~fftmatvec.gpu.rules.FNO_PIPELINE`) on
-    :data:`~fftmatvec.gpu.rules.FNO_PIPELINE_GROUPS` groups where a block holds two halves of
-    4 batch rows (:func:`fftmatvec.fno._fused1d.pipeline_shape`), ``1`` there (an error
-    elsewhere), ``0`` never; plan key ``fno_prefetch``: by default
-    :data:`~fftmatvec.gpu.rules.FNO_PREFETCH`, ``1`` always, ``0`` never (AMD GPUs, which do
-    not run the kernel, prefetch nothing). ``tuned`` as for :func:`fno_rows`."""
-    from ..fno import _fused1d
-
-    mode = _fno_mode("fno_pipeline", tuned)
-    groups = 0
-    if mode == "1" or (mode == "auto" and FNO_PIPELINE):
-        shape = _fused1d.pipeline_shape(int(channels), int(modes[-1]), _block_smem(device_id),
-                                        int(spatial[-1]))
-        why = None
-        if shape is None:
-            why = (f"its blocks hold no two halves of 4 batch rows: {channels} channels keeping "
-                   f"{modes[-1]} bins")
-        elif not 0 < FNO_PIPELINE_GROUPS < shape[1]:
-            why = (f"FNO_PIPELINE_GROUPS = {FNO_PIPELINE_GROUPS} leaves none of a block's "
-                   f"{shape[1]} groups to the transforms")
-        if not unavailable("fno_pipeline", mode, "the one-kernel layer cannot pipeline its "
-                                                 "blocks", why):
-            groups = FNO_PIPELINE_GROUPS
-    prefetch = _fno_mode("fno_prefetch", tuned)
-    return groups, prefetch == "1" or (prefetch == "auto" and FNO_PREFETCH)
 
 
 def fno_fused(batch: int, cin: int, cout: int, spatial, modes, layout: str, variant: str,

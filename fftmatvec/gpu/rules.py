@@ -321,17 +321,6 @@ FNO_FUSED_MIN_FILL = 0.75
 # PairedChain.end_bias, kernel_bias). Off by default until its GPU tests (tests/test_fno_bias.py)
 # have run on the device; with it off the kernels are handed a null bias.
 FNO_END_BIAS = False
-# The one-kernel layer's block of 8 batch rows as two halves in a pipeline (hip_kernels/fno.cuh:
-# fno_layer1d_body, gp > 0): A's analysis; A's product on FNO_PIPELINE_GROUPS groups beside B's
-# analysis on the rest; B's product beside A's synthesis; B's synthesis; so that the
-# memory-bound transforms of one half run beside the FMA-bound product of the other (the
-# sequential block leaves the memory idle through its product, every block at once). Off by
-# default until measured on the device.
-FNO_PIPELINE = False
-FNO_PIPELINE_GROUPS = 11
-# The one-kernel layer's blocks ask their x into L2 at their start (fno_l1_prefetch): off by
-# default until measured on the device.
-FNO_PREFETCH = False
 # Stages 3-5 of a one-vector adjoint as one kernel (hip_kernels/fused.cuh: its sums never go
 # through memory, the stage-3 output the inverse FFT would read back). By default for complex128
 # and complex64 storage with at most FUSED_MAX_ND sensors and FUSED_THREADS frequencies, where the
