@@ -4,8 +4,8 @@
 import numpy as np
 import pytest
 
-from fftmatvec import BlockToeplitz, io
-from fftmatvec._errors import FFTMatvecError, FFTMatvecTypeError, FFTMatvecValueError
+from fftmatvec import BlockToeplitz
+from fftmatvec._errors import FFTMatvecTypeError, FFTMatvecValueError
 
 
 @pytest.fixture
