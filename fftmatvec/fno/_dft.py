@@ -50,6 +50,7 @@ import math
 
 import numpy as np
 
+from ..gpu import rules
 from ._modes import hermitian_weights, mode_indices
 
 #: ``method="auto"`` takes the DFT products while their flops are at most this many times an
@@ -568,8 +569,6 @@ class PairedChain:
         self.forward_ends, self.backward_ends = _end_kernels(self._kernels)
         self.plane = plane
         self.bias_mode = bias_mode(sp, md)
-        from ..gpu import rules
-
         end = self._kernels.get("A")
         self.end_bias = (rules.FNO_END_BIAS and self.bias_mode is not None and end is not None
                          and getattr(end, "bias_mode", None) == self.bias_mode)
