@@ -4,7 +4,8 @@ transform of the modes with the bias on their constant mode, and the layer on ev
 (eager, CUDA graphs of the whole chain or of its middle, bound ends, the fast paths and the
 layer's memo after in-place updates, training then evaluation, no bias, a bias the kernels do
 not take, CuPy) against the dense float64 reference, so that a bias added twice, or never, is
-seen. Without a GPU, the chain's rule runs with a stand-in kernel on the CPU."""
+seen. Without a GPU, the chain's rule runs with a stand-in kernel on the CPU, and the bound
+ends' launches with stand-in kernels that refuse a pointer too many or too few."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from fftmatvec import backend
-from fftmatvec.fno import _dft, _reference, kept_modes
+from fftmatvec.fno import _dft, _reference, _rows, kept_modes
 
 from fno_oracle import clear_chains as _clear_chains
 from fno_oracle import dense_reference, rand_case
@@ -182,6 +183,94 @@ def test_chains_without_a_synthesis_kernel_keep_the_bias():
     assert _dft.kernel_bias(_dft.PairedChain(ops, (16,), (8,)), b) is None
     no_constant = _dft.PairedChain(ops, (9, 16), (2, 8))
     assert no_constant.bias_mode is None and not no_constant.end_bias
+
+
+class _EndKernel:
+    """A stand-in on the CPU for a chain's end kernel on the bound launches' path: its
+    launches take as many pointers as the real kernel's packed arguments leave open (the two
+    arrays', and the bias's where it takes one: :attr:`._rows.LastAxis.bias_args`, read by
+    the package's own ``_bias_args``) and refuse any other count, as
+    :class:`fftmatvec.kernels.PackedLaunch` does; the pointers of each launch in
+    ``launched``."""
+
+    bias_mode = 0
+    _bias_ptr = _rows.LastAxis._bias_ptr
+
+    def __init__(self, kind, bias_args, width):
+        self.kind, self.bias_args, self.shape, self.launched = kind, bias_args, (width, width), []
+
+    def takes_bias(self, bias):
+        return self.bias_args is not None and getattr(bias, "ndim", 0) == 1
+
+    def _launch(self, rows, channels=1):
+        slots = 2 + sum(a is None for a in _rows.LastAxis._bias_args(self, channels))
+
+        def launch(stream, *ptrs):
+            if len(ptrs) != slots:
+                raise TypeError(f"this launch takes {slots} pointers, got {len(ptrs)}")
+            self.launched.append(ptrs)
+
+        return launch
+
+    def _rows_of(self, a):
+        return a.numel() // self.shape[0]
+
+    def _out_shape(self, rows):
+        return (rows, self.shape[1])
+
+
+class _Entry:
+    """A stand-in for a captured graph whose ends run outside it (:class:`._graphs.Captured`):
+    its buffers, and ``run_between`` without the replay."""
+
+    def __init__(self, buf_in, buf_out):
+        self.inputs, self.outputs = (buf_in,), (buf_out,)
+
+    def run_between(self, before, after):
+        return None if before() is False else after()
+
+
+@pytest.mark.parametrize("bias_args", ["rows", "plane", None])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_bound_ends_hand_each_launch_its_pointers(monkeypatch, bias_args, with_bias):
+    """The ends of a replay bound as launches (:func:`fftmatvec.fno._torch_dft.bound_ends`,
+    the graphs' in training; :class:`~fftmatvec.fno._torch_dft.BoundEnds`, the forward's
+    fast path) hand the synthesis's launch the pointers its kernel takes: the arrays', and the
+    bias's where the kernel takes one (0 without a bias), none where it takes none (the planes'
+    pass form). On the CPU, with stand-in kernels: no GPU test is needed to see a pointer
+    too many."""
+    torch = pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    from fftmatvec.fno import _torch_dft
+
+    monkeypatch.setattr(_rows, "_raw_stream", lambda torch, device: 0)
+    runtime = SimpleNamespace(setDevice=lambda index: None)
+    monkeypatch.setattr(backend, "cupy", SimpleNamespace(cuda=SimpleNamespace(runtime=runtime)))
+    n, O = 8, 2
+    first, last = _EndKernel("r2c", None, n), _EndKernel("c2r", bias_args, n)
+    x = torch.randn(3, O, n)
+    bias = torch.randn(O) if with_bias else None
+    buf_in, buf_out = torch.empty(3 * O, n), torch.empty(3 * O, n)
+    takes = bias_args is not None
+    want_bias = (bias.data_ptr() if with_bias else 0,) if takes else ()
+
+    start, end = _torch_dft.bound_ends(torch, (first, last), x, x.shape, bias)
+    start(buf_in)
+    y = end(buf_out)
+    assert tuple(y.shape) == tuple(x.shape)
+    assert first.launched == [(x.data_ptr(), buf_in.data_ptr())]
+    assert last.launched == [(buf_out.data_ptr(), y.data_ptr()) + want_bias]
+
+    chain = SimpleNamespace(forward_ends=(first, last), bias_mode=0, end_bias=True,
+                            _kernels={"A": last})
+    bound = _torch_dft.BoundEnds.of(torch, _Entry(buf_in, buf_out), chain, torch.float32,
+                                    x.shape, x, bias)
+    assert bound is not None
+    y = bound(torch, x, bias)
+    assert tuple(y.shape) == tuple(x.shape)
+    assert first.launched[-1] == (x.data_ptr(), buf_in.data_ptr())
+    assert last.launched[-1] == (buf_out.data_ptr(), y.data_ptr()) + want_bias
 
 
 # ------------------------------------------------------------------- the kernels (CuPy) --
