@@ -428,9 +428,8 @@ def main():
     print(f"device: {name}, copy bandwidth {bw / 1e9:.0f} GB/s, torch {torch.__version__}")
     extra = [args.sixteen] if args.sixteen else []
     cols = ["eager", "nop", "fft", "dft-gemm", "dft-noplane", "dft-nosplit", "dft-split",
-            "dft-rows", "dft-nopaired", "dft-noproduct", "dft-product", "dft-nofused", "dft-direct",
-            "dft-nodirect", "dft-nofast", "dft-passes",
-            "dft-warp",
+            "dft-rows", "dft-nopaired", "dft-noproduct", "dft-product", "dft-nofused",
+            "dft-direct", "dft-nodirect", "dft-nofast", "dft-passes", "dft-warp",
             "dft-split-warp", "dft-nograph", "dft-graph", "dft-ends", "dft-whole", "dft"] + extra
     cols += ["tuned"] if args.tuned else []
     print(f"{'case':>30} {'pass':>7} {'auto':>4} {'floor us':>9} "

@@ -610,7 +610,8 @@ class BoundEnds:
     signature holds the bias's address and layout), each call hands it the call's bias's
     address."""
 
-    __slots__ = ("entry", "y_shape", "device_id", "start", "end", "buf_in", "buf_out", "bias")
+    __slots__ = ("entry", "y_shape", "device_id", "start", "end", "end_kernel", "buf_in",
+                 "buf_out", "bias")
 
     @classmethod
     def of(cls, torch, entry, chain, cdtype, y_shape, x, bias):
@@ -635,9 +636,8 @@ class BoundEnds:
         b = end_bias(chain, bias)
         self = cls()
         self.entry, self.y_shape, self.device_id = entry, tuple(y_shape), x.device.index
-        # None: a kernel that takes no bias pointer (a plane's pass form); else whether the
-        # call's bias is handed to it (False: a null one)
-        self.bias = None if end.bias_args is None else b is not None
+        self.bias = b is not None  # whether the call's bias is handed to the end kernel
+        self.end_kernel = end  # (its bias pointer as it takes it: none for a plane's pass form)
         self.start = start._launch(rows_in)
         self.end = end._launch(rows_out, 1 if b is None else b.shape[0])
         self.buf_in, self.buf_out = buf_in.data_ptr(), buf_out.data_ptr()
@@ -663,10 +663,8 @@ class BoundEnds:
         def after():  # y allocated once the device has work: the allocation overlaps it
             y = torch.empty(self.y_shape, dtype=torch.float32, device=x.device)
             # (the bias read after holds(): the call's is then the signature's)
-            if self.bias is None:
-                self.end(stream, self.buf_out, y.data_ptr())
-            else:
-                self.end(stream, self.buf_out, y.data_ptr(), bias.data_ptr() if self.bias else 0)
+            self.end(stream, self.buf_out, y.data_ptr(),
+                     *self.end_kernel._bias_ptr(bias if self.bias else None))
             return y
 
         return self.entry.run_between(before, after)
