@@ -263,3 +263,60 @@ def test_layer_on_the_fused_kernel(torch, monkeypatch, rng, B, C, L, m):
     yc = spectral_conv(cp.asarray(x, dtype=np.float32), cp.asarray(0.5 * w, dtype=np.complex64),
                        n_modes, bias=cp.asarray(b + 1.0, dtype=np.float32))
     assert np.abs(cp.asnumpy(yc) - want2).max() / np.abs(want2).max() < 1e-5
+
+
+@gpu
+@pytest.mark.gpu
+def test_fast_path_spare_outputs(torch, monkeypatch, rng):
+    """The forward's fast path on the one-kernel layer writes a spare output made after the
+    previous call's launch: every call returns its own tensor (outputs the caller still holds
+    are not written again, each the float64 definition's for its input), a spare made in
+    inference mode is a normal tensor returned outside it, and none is kept above
+    ``SPARE_MAX_BYTES``."""
+    from fftmatvec.fno import SpectralConv, _graphs, _torch_dft, clear_graphs
+
+    B, C, L, m = 64, 64, 128, 33
+    n_modes = 2 * m - 1
+    _, w, b, _ = _case(rng, B, C, L, m)
+    layer = SpectralConv(C, C, n_modes, method="dft").cuda()
+    with torch.no_grad():
+        layer.weight.copy_(torch.tensor(w, dtype=torch.complex64))
+        layer.bias.copy_(torch.tensor(b, dtype=torch.float32).reshape(layer.bias.shape))
+    monkeypatch.setenv("FFTMATVEC_PLAN", "fno_fused=1")
+    clear_graphs()
+    inputs = [rng.standard_normal((B, C, L)) for _ in range(3)]
+    wants = [dense_reference(x, w, n_modes, b) for x in inputs]
+    X = torch.empty((B, C, L), device="cuda")
+
+    def call(i):
+        X.copy_(torch.tensor(inputs[i], dtype=torch.float32))
+        return layer(X)
+
+    def fused_hits():
+        return [h for h in _graphs.FAST.values() if isinstance(h, _torch_dft.FusedForward)]
+
+    with torch.no_grad():
+        outs = [call(i % 3) for i in range(7)]
+    assert len({y.data_ptr() for y in outs}) == len(outs)
+    for i, y in enumerate(outs):
+        want = wants[i % 3]
+        assert np.abs(y.cpu().numpy() - want).max() / np.abs(want).max() < 1e-5
+    (hit,) = fused_hits()
+    assert len(hit.spares) == 1
+    with torch.inference_mode():
+        y = call(1)
+        assert not hit.spares[0].is_inference()
+    assert np.abs(y.cpu().numpy() - wants[1]).max() / np.abs(wants[1]).max() < 1e-5
+    with torch.no_grad():
+        y = call(2)  # the spare made in inference mode
+    assert not y.is_inference()
+    y.add_(0.0)  # a normal tensor: updated in place outside inference mode
+    assert np.abs(y.cpu().numpy() - wants[2]).max() / np.abs(wants[2]).max() < 1e-5
+    monkeypatch.setattr(_torch_dft, "SPARE_MAX_BYTES", X.numel() * 4 - 1)
+    clear_graphs()
+    with torch.no_grad():
+        outs = [call(i) for i in range(3)]
+    (hit,) = fused_hits()
+    assert not hit.spares
+    for y, want in zip(outs, wants):
+        assert np.abs(y.cpu().numpy() - want).max() / np.abs(want).max() < 1e-5

@@ -134,6 +134,7 @@ class Layer1d:
         self.L, self.m, self.C, self.device_id = int(L), int(m), int(C), int(device_id)
         self.item_rows, self.threads, self.batch_rows = rb, threads, nb
         self.twiddles = analysis.twiddles
+        self._set_device = cp.cuda.runtime.setDevice
         self.analysis_scale, self.synthesis_scale = analysis.scale, synthesis.scale
         self._launches: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
@@ -185,17 +186,21 @@ class Layer1d:
                 f"{None if bias is None else (bias.dtype, tuple(bias.shape))}")
         return self.run(x, W, bias)
 
-    def run_torch(self, torch, x, w_ptr: int, b_ptr: int):
+    def run_torch(self, torch, x, w_ptr: int, b_ptr: int, stream: int | None = None, y=None):
         """:meth:`run` of a torch ``x`` that :meth:`takes` accepted with a weight and a bias at
         ``w_ptr`` and ``b_ptr`` (0: none; the forward's fast path,
-        :class:`fftmatvec.fno._torch_dft.FusedForward`, keeps them)."""
-        y = torch.empty_like(x)
+        :class:`fftmatvec.fno._torch_dft.FusedForward`, keeps them), on the stream of handle
+        ``stream`` (None: the current one), into ``y`` (None: a new one; else a tensor like
+        ``x``)."""
+        if y is None:
+            y = torch.empty_like(x)
         B = x.shape[0]
         if B:
             launch = self._launch(B)
             # the device's primary context current on this thread (see _rows.LastAxis._torch_call)
-            backend.cupy.cuda.runtime.setDevice(self.device_id)
-            launch(_raw_stream(torch, x.device), x.data_ptr(), w_ptr, b_ptr, y.data_ptr())
+            self._set_device(self.device_id)
+            launch(_raw_stream(torch, x.device) if stream is None else stream, x.data_ptr(),
+                   w_ptr, b_ptr, y.data_ptr())
         return y
 
     def run(self, x, W, bias=None):

@@ -10,7 +10,7 @@ from .._errors import FFTMatvecTypeError, FFTMatvecValueError
 from ._graphs import check_option
 from ._modes import kept_modes
 from ._torch import _check_method, _compute_dtype, _positive_int, spectral_conv_torch
-from ._torch_dft import layer_forward, remember_layer_forward
+from ._torch_dft import layer_forward, layer_params, remember_layer_forward
 
 __all__ = ["SpectralConv"]
 
@@ -148,15 +148,16 @@ class SpectralConv(torch.nn.Module):
             if y is not None:
                 return y
         _same_grid(x, output_shape)
-        weight, n_modes, modes = self.weight, self._n_modes, self.modes
+        weight, bias = layer_params(self)
+        own, n_modes, modes = weight, self._n_modes, self.modes
         spatial = tuple(x.shape[2:])
         if len(spatial) == len(modes) and (spatial[-1] // 2 + 1 < modes[-1] or any(
                 n < m for n, m in zip(spatial[:-1], modes[:-1]))):
             slices, n_modes = _fitting(spatial, modes)
             weight = weight[(slice(None), slice(None)) + slices]
-        y = spectral_conv_torch(x, weight, n_modes, self.bias, method=self.method,
+        y = spectral_conv_torch(x, weight, n_modes, bias, method=self.method,
                                 compute_dtype=self.compute_dtype, graphs=self.graphs)
-        if not compiling and weight is self.weight:
+        if not compiling and weight is own:
             remember_layer_forward(torch, self, x, n_modes)
         return y
 

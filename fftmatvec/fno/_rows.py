@@ -527,10 +527,15 @@ def _raw_stream(torch, device) -> int:
     """The current stream's handle on the CUDA ``device``, without the ``torch.cuda.Stream``
     that ``torch.cuda.current_stream`` builds (about 10 µs of the host on an H200 machine, twice
     a forward whose kernels run outside its graph)."""
+    return raw_stream_at(torch, device.index)
+
+
+def raw_stream_at(torch, index: int) -> int:
+    """:func:`_raw_stream` of the CUDA device of index ``index``."""
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
     if raw is None:  # pragma: no cover - older PyTorch
-        return torch.cuda.current_stream(device).cuda_stream
-    return raw(device.index)
+        return torch.cuda.current_stream(index).cuda_stream
+    return raw(index)
 
 
 _OUTSIDE = None

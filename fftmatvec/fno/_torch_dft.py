@@ -441,9 +441,22 @@ def _fast_now(torch, x):
     """Whether a call kept under its signature may take its fast path now: a graph may replay
     (:func:`._graphs.replayable`), and no functorch transform or forward-mode AD is active
     (which the full path hands to the reference)."""
-    return _graphs.replayable(torch, x) and not (
-        torch._C._are_functorch_transforms_active()
-        or torch.autograd.forward_ad._current_level >= 0)
+    return _graphs.replayable(torch, x) and not _transformed(torch)
+
+
+def _transformed(torch):
+    """Whether a functorch transform or forward-mode AD is active."""
+    return (torch._C._are_functorch_transforms_active()
+            or torch.autograd.forward_ad._current_level >= 0)
+
+
+def layer_params(layer):
+    """``(layer.weight, layer.bias)`` read from the module's own dictionaries. Python reaches
+    ``torch.nn.Module.__getattr__``, which finds a parameter, only after its own lookup has
+    failed: about 1 µs of the host a read, three of them before the memo's launch."""
+    params = layer._parameters
+    return (params["weight"] if "weight" in params else layer.weight,
+            params["bias"] if "bias" in params else layer.bias)
 
 
 def fast_forward(torch, key, x, weight, bias):
@@ -471,20 +484,23 @@ class LayerFast:
     without building and hashing the signature, and without the module's and the function's
     steps before it (on the device's host about half the host time of a small layer's forward
     before its first launch: docs/benchmarks.md, forty-ninth run). The comparisons are the
-    signature's items one by one, and :func:`_fast_now`: those the first launch needs before
+    signature's items one by one, and what :func:`_fast_now` asks that the module's forward
+    has not (it is not compiling, ``x`` is a plain tensor): those the first launch needs before
     it, the rest (:meth:`holds`) while the device runs it (3-4 µs off a small forward:
-    fiftieth run); any that differs, or a released hit, takes the layer's full call."""
+    fiftieth run); any that differs, or a released hit, takes the layer's full call. The
+    current stream is compared by its handle, which the hit's launches then take."""
 
     __slots__ = ("dtype", "index", "wtype", "wkey", "btype", "bkey", "options", "stream",
                  "plan", "env", "off", "generation", "epoch", "hit")
 
-    def __init__(self, key, hit):
+    def __init__(self, key, hit, stream):
         (_, self.dtype, device, self.wtype, self.wkey, self.btype, self.bkey, n_modes, method,
-         compute_dtype, graphs, self.stream, self.plan, self.env, self.off, self.generation,
+         compute_dtype, graphs, _, self.plan, self.env, self.off, self.generation,
          grad) = key
         if grad is not None or device.type != "cuda":
             raise ValueError("a layer's memo keeps forwards without gradients on CUDA tensors")
         self.index, self.options = device.index, (n_modes, method, compute_dtype, graphs)
+        self.stream = stream  # the handle of the signature's stream
         self.epoch, self.hit = _graphs.EPOCH[0], hit
 
     @classmethod
@@ -495,16 +511,21 @@ class LayerFast:
         if key is None or key[-1] is not None:
             return None
         hit = _graphs.FAST.get(key)
-        return None if hit is None else cls(key, hit)
+        return None if hit is None else cls(key, hit, _rows._raw_stream(torch, x.device))
 
     def __call__(self, torch, layer, x):
-        """The output of ``layer(x)`` (``x`` a plain tensor of the entry's shape) from the kept
-        hit, or None where the call is not the one kept (or its hit was released)."""
+        """The output of ``layer(x)`` (``x`` a plain tensor of the entry's shape, outside
+        ``torch.compile`` tracing) from the kept hit, or None where the call is not the one
+        kept (or its hit was released)."""
+        w, b = layer_params(layer)
         if (x.dtype is not self.dtype or not x.is_cuda or x.get_device() != self.index
-                or grad_wanted(torch, x, layer.weight, layer.bias)
-                or _stream(torch, x.device) != self.stream or not _fast_now(torch, x)):
+                or grad_wanted(torch, x, w, b) or torch.jit.is_tracing()
+                or torch.cuda.is_current_stream_capturing() or _transformed(torch)):
             return None
-        return self.hit(torch, x, layer.bias, lambda: self.holds(layer))
+        stream = _rows.raw_stream_at(torch, self.index)
+        if stream != self.stream:
+            return None
+        return self.hit(torch, x, b, lambda: self.holds(layer), stream)
 
     def holds(self, layer):
         """The rest of the call's checks, made while the device runs the first launch: those
@@ -512,7 +533,7 @@ class LayerFast:
         call rarely fails (:meth:`__call__` checks those, and whether a gradient is wanted,
         which a model switching between training and evaluation fails often). A launch whose
         call then fails them wrote only the hit's own buffer or a ``y`` that is dropped."""
-        w, b = layer.weight, layer.bias
+        w, b = layer_params(layer)
         state = _tuning._state
         return not (type(w) is not self.wtype or type(b) is not self.btype
                     or _graphs.tensor_key(w) != self.wkey or _graphs.tensor_key(b) != self.bkey
@@ -545,7 +566,7 @@ def remember_layer_forward(torch, layer, x, n_modes):
     ``torch.compile`` tracing."""
     if not _graphs.FAST or type(x) is not torch.Tensor or not x.is_cuda:
         return
-    w, b = layer.weight, layer.bias
+    w, b = layer_params(layer)
     if grad_wanted(torch, x, w, b):
         return
     fast = LayerFast.of(torch, x, w, n_modes, b, layer.method, layer.compute_dtype,
@@ -576,12 +597,13 @@ class FastReplay:
         self.bound = BoundEnds.of(torch, entry, chain, cdtype, y_shape, x, bias) if (
             outside) else None
 
-    def __call__(self, torch, x, bias, holds=None):
+    def __call__(self, torch, x, bias, holds=None, stream=None):
         """The output ``y``, or None once the graph is released or where ``holds()`` (the
         rest of a layer's memo's checks, :class:`LayerFast`; None: none) is false: called
-        once the first kernel is queued where the ends are bound launches, else first."""
+        once the first kernel is queued where the ends are bound launches, else first.
+        ``stream``: the current stream's handle on ``x``'s device (None: looked up)."""
         if self.bound is not None:
-            y = self.bound(torch, x, bias, holds)
+            y = self.bound(torch, x, bias, holds, stream)
             if y is not False:
                 return y
         if holds is not None and not holds():
@@ -643,16 +665,18 @@ class BoundEnds:
         self.buf_in, self.buf_out = buf_in.data_ptr(), buf_out.data_ptr()
         return self
 
-    def __call__(self, torch, x, bias, holds=None):
+    def __call__(self, torch, x, bias, holds=None, stream=None):
         """``y``, None once the graph is released or where ``holds()`` is false after the
         first launch (its output then left in the graph's input buffer, not replayed), or
         False for an ``x`` the kernels do not read in place (not contiguous or not aligned:
         :class:`FastReplay`'s own steps). ``bias``: the call's, of the signature's address
-        and layout (its values read in place by the last launch, where it adds it)."""
+        and layout (its values read in place by the last launch, where it adds it);
+        ``stream``: the current stream's handle (None: looked up)."""
         ptr = x.data_ptr()
         if ptr % _rows._ALIGN or not x.is_contiguous():
             return False
-        stream = _rows._raw_stream(torch, x.device)
+        if stream is None:
+            stream = _rows._raw_stream(torch, x.device)
 
         def before():
             # the device's context current on this thread (as the kernels' own calls set it)
@@ -811,29 +835,55 @@ def _fused_forward(torch, fused, x, weight, bias, cdtype):
     key = getattr(_PENDING, "key", None)
     if key is not None and W.data_ptr() == weight.data_ptr() and (
             b is None or b.data_ptr() == bias.data_ptr()):
-        _remember(_graphs.FAST, key, FusedForward(fused, W, b))
+        _remember(_graphs.FAST, key, FusedForward(fused, W, b, x))
     return y
+
+
+#: The largest output (bytes) of which a one-axis forward's fast path keeps a spare
+#: (:class:`FusedForward`).
+SPARE_MAX_BYTES = 64 * 2**20
 
 
 class FusedForward:
     """A forward without gradients on the one-kernel layer (:class:`._fused1d.Layer1d`), kept
     under its call's signature (:func:`fast_key`, which holds the weight's and the bias's
     addresses and layouts: their in-place updates are read, a new one is a new signature):
-    one launch after the lookup."""
+    one launch after the lookup.
 
-    __slots__ = ("fused", "W", "b", "w_ptr", "b_ptr")
+    The launch writes a spare output allocated after the previous call's launch, and the next
+    spare is allocated after this one's, while the device runs it: the allocation (1.6-3 µs
+    of the host, docs/benchmarks.md, forty-ninth and fiftieth runs) is then not between the
+    call and its launch. A spare is made on the signature's stream and device, which the
+    signature's calls run on, and is held until the hit is dropped
+    (:func:`fftmatvec.fno.clear_graphs`, :data:`._graphs.FAST_MAX`); none for outputs above
+    :data:`SPARE_MAX_BYTES`."""
 
-    def __init__(self, fused, W, b):
+    __slots__ = ("fused", "W", "b", "w_ptr", "b_ptr", "spares", "keep_spare")
+
+    def __init__(self, fused, W, b, x):
         self.fused, self.W, self.b = fused, W, b  # (held: the addresses are theirs)
         self.w_ptr, self.b_ptr = W.data_ptr(), 0 if b is None else b.data_ptr()
+        self.spares = []  # (a list: its pop and append are atomic, no two calls share one)
+        self.keep_spare = x.numel() * x.element_size() <= SPARE_MAX_BYTES  # (y is x's size)
 
-    def __call__(self, torch, x, bias, holds=None):
+    def __call__(self, torch, x, bias, holds=None, stream=None):
         """``y``, or None for an ``x`` the kernel does not read in place (the full path) or
         where ``holds()`` is false after the launch (its ``y`` dropped: the weight and the
-        bias it read are the ones held here)."""
+        bias it read are the ones held here). ``stream``: the current stream's handle on
+        ``x``'s device (None: looked up)."""
         if not x.is_contiguous() or x.data_ptr() % _rows._ALIGN:
             return None
-        y = self.fused.run_torch(torch, x, self.w_ptr, self.b_ptr)
+        try:
+            y = self.spares.pop()
+        except IndexError:
+            y = None
+        y = self.fused.run_torch(torch, x, self.w_ptr, self.b_ptr, stream, y)
+        if self.keep_spare and not self.spares:
+            # a normal tensor, whatever the mode (an inference tensor's uses are restricted
+            # outside inference mode, where a later call may return it)
+            with torch.inference_mode(False) if torch.is_inference_mode_enabled() else (
+                    contextlib.nullcontext()):
+                self.spares.append(torch.empty(x.shape, dtype=x.dtype, device=x.device))
         return y if holds is None or holds() else None
 
 
