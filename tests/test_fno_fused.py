@@ -314,6 +314,7 @@ def test_fast_path_spare_outputs(torch, monkeypatch, rng):
     assert np.abs(y.cpu().numpy() - wants[2]).max() / np.abs(wants[2]).max() < 1e-5
     monkeypatch.setattr(_torch_dft, "SPARE_MAX_BYTES", X.numel() * 4 - 1)
     clear_graphs()
+    assert not hit.spares  # released
     with torch.no_grad():
         outs = [call(i) for i in range(3)]
     (hit,) = fused_hits()

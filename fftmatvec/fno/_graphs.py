@@ -296,6 +296,10 @@ def clear_graphs():
     The memory goes back to PyTorch's caching allocator (``torch.cuda.empty_cache()`` returns
     it to the device); the next call of a layer captures its graph again."""
     EPOCH[0] += 1
+    for hit in list(FAST.values()):  # what a fast path holds besides graphs (spare outputs)
+        release = getattr(hit, "release", None)
+        if release is not None:
+            release()
     FAST.clear()
     FAST_TRAINING.clear()
     CACHE.clear()

@@ -854,9 +854,9 @@ class FusedForward:
     spare is allocated after this one's, while the device runs it: the allocation (1.6-3 µs
     of the host, docs/benchmarks.md, forty-ninth and fiftieth runs) is then not between the
     call and its launch. A spare is made on the signature's stream and device, which the
-    signature's calls run on, and is held until the hit is dropped
-    (:func:`fftmatvec.fno.clear_graphs`, :data:`._graphs.FAST_MAX`); none for outputs above
-    :data:`SPARE_MAX_BYTES`."""
+    signature's calls run on, and is held until :func:`fftmatvec.fno.clear_graphs` or until
+    the hit is dropped (from :data:`._graphs.FAST` and the layers' memos); none for outputs
+    above :data:`SPARE_MAX_BYTES`."""
 
     __slots__ = ("fused", "W", "b", "w_ptr", "b_ptr", "spares", "keep_spare")
 
@@ -885,6 +885,10 @@ class FusedForward:
                     contextlib.nullcontext()):
                 self.spares.append(torch.empty(x.shape, dtype=x.dtype, device=x.device))
         return y if holds is None or holds() else None
+
+    def release(self):
+        """Drop the spare output (:func:`fftmatvec.fno.clear_graphs`)."""
+        self.spares.clear()
 
 
 class TrainingPlan:
