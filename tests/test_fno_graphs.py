@@ -880,6 +880,80 @@ def test_bound_ends(cache, ends, monkeypatch, shape, n_modes):
 
 @pytest.mark.gpu
 @cuda
+@pytest.mark.parametrize("shape,n_modes", GPU_CASES)
+def test_bound_training_replays(cache, ends, monkeypatch, shape, n_modes):
+    """A training call's replays with bound ends, bound once per plan
+    (:meth:`fftmatvec.fno._torch_dft.TrainingPlan.forward`, ``backward``): from the plan's
+    second call on no call binds its ends again, and every step's output and gradients are
+    the eager chain's for fresh inputs; two forwards before their backwards (the lent input
+    copied out and put back), a step without ``dL/dx``, a strided ``dL/dy``, an in-place
+    update of the weight and the bias, and released graphs stay right."""
+    from fftmatvec.fno import _torch_dft
+
+    layer = _layer(shape[1], 6, n_modes, device="cuda")
+    eager = _twin(layer, graphs=False)
+    made, bound = [], _torch_dft.bound_ends
+    monkeypatch.setattr(_torch_dft, "bound_ends", lambda *a: made.append(bound(*a)) or made[-1])
+    g_shape = (shape[0], 6) + shape[2:]
+
+    def fresh():
+        return torch.randn(shape, device="cuda"), torch.randn(g_shape, device="cuda")
+
+    for i in range(4):
+        made.clear()
+        x, g = fresh()
+        _close(_step(layer, x, g), _step(eager, x, g), 1e-6)
+        if i >= 2:  # the first call planned, the second bound: none binds from here
+            (plan,) = _graphs.FAST_TRAINING.values()
+            kinds = {k[0] for k in plan.bound}
+            # a direction bound skips its ends' binding; the whole chains in the graphs bind
+            # none
+            assert len(made) == (0 if ends == "whole" else 2 - len(kinds))
+            if ends == "whole":
+                assert not kinds
+            elif len(shape) == 3:  # the row kernels take the 1-D layer's ends both ways
+                assert kinds == {"forward", "backward"}
+    with torch.no_grad():  # an optimiser's step: read in place by the bound launches
+        for p in (layer, eager):
+            p.weight.mul_(0.5)
+            p.bias.add_(1.0)
+    x, g = fresh()
+    _close(_step(layer, x, g), _step(eager, x, g), 1e-6)
+    # two forwards, then their backwards in turn: the second replay copies the first's lent
+    # input out, its backward puts it back
+    (x1, g1), (x2, g2) = fresh(), fresh()
+    got, want = [], []
+    for f, out in ((layer, got), (eager, want)):
+        f.zero_grad(set_to_none=True)
+        a, b = x1.clone().requires_grad_(True), x2.clone().requires_grad_(True)
+        y1, y2 = f(a), f(b)
+        y2.backward(g2)
+        w2 = f.weight.grad.clone()
+        f.zero_grad(set_to_none=True)
+        y1.backward(g1)
+        out += [y1.detach(), y2.detach(), a.grad, b.grad, w2, f.weight.grad, f.bias.grad]
+    _close(got, want, 1e-6)
+    for _ in range(2):  # no dL/dx: another signature, planned, then bound
+        x, g = fresh()
+        _close(_step(layer, x, g, need_x=False), _step(eager, x, g, need_x=False), 1e-6)
+    x = torch.randn(shape, device="cuda")
+    strided = torch.randn(g_shape[:-1] + (2 * g_shape[-1],), device="cuda")[..., ::2]
+    got = []
+    for f in (layer, eager):
+        f.zero_grad(set_to_none=True)
+        xg = x.clone().requires_grad_(True)
+        f(xg).backward(strided)
+        got.append([xg.grad, f.weight.grad, f.bias.grad])
+    _close(got[0], got[1], 1e-6)
+    for plan in _graphs.FAST_TRAINING.values():
+        for hit in plan.bound.values():
+            hit.entry.release()  # as an eviction releases them: the replays' own steps
+    x, g = fresh()
+    _close(_step(layer, x, g), _step(eager, x, g), 1e-6)
+
+
+@pytest.mark.gpu
+@cuda
 def test_cuda_graphs_outputs_do_not_alias(cache, ends):
     """Calling twice and keeping the first result: it is unchanged (forward and gradient)."""
     layer = _layer(8, 8, (12, 12), device="cuda")

@@ -364,7 +364,7 @@ def _replay(torch, key, device, cdtype, chain, fn, args, wanted, ends, token=Non
     return out
 
 
-def _replay_forward(torch, ctx, x, weight, bias, token):
+def _replay_forward(torch, ctx, x, weight, bias, token, plan=None):
     """``(y, Xs)`` from the forward graph: ``Xs`` None, or with a ``token`` (a tensor the
     backward saves) the modes-major input left in the graph's buffer and lent
     (:class:`._graphs.Lent`). Where ``ctx.outside`` (:func:`fftmatvec.gpu.planner.fno_ends`),
@@ -386,6 +386,8 @@ def _replay_forward(torch, ctx, x, weight, bias, token):
                        wanted, None, token, replayed)
     bound = bound_ends(torch, forward_kernels(torch, chain, x.dtype, cdtype, bias), x,
                        y_shape, end_bias(chain, bias))
+    if plan is not None and bound is not None:  # a training call's: its replay bound once
+        replayed = functools.partial(plan.bind_forward, torch, x, bias, y_shape)
     ends = bound or (lambda buf: forward_start(x, chain, cdtype, buf),
                      lambda T: forward_end(T, chain, y_shape, bias, cdtype, x.dtype))
     return _replay(torch, key, x.device, cdtype, chain,
@@ -693,6 +695,93 @@ class BoundEnds:
 
         return self.entry.run_between(before, after)
 
+    def train(self, torch, x, bias, token, stream):
+        """``(y, Xs)`` of a training call's forward (:meth:`TrainingPlan.forward`): as
+        :meth:`__call__`, the modes-major input left in the graph's buffer and lent for the
+        backward where a ``token`` is given (else None), as :meth:`._graphs.Captured.run`
+        lends it; None once the graph is released or for an ``x`` the kernels do not read in
+        place."""
+        ptr = x.data_ptr()
+        if ptr % _rows._ALIGN or not x.is_contiguous():
+            return None
+        entry = self.entry
+
+        def before():
+            backend.cupy.cuda.runtime.setDevice(self.device_id)
+            self.start(stream, ptr, self.buf_in)
+
+        def after():
+            y = torch.empty(self.y_shape, dtype=torch.float32, device=x.device)
+            self.end(stream, self.buf_out, y.data_ptr(),
+                     *self.end_kernel._bias_ptr(bias if self.bias else None))
+            lent = None if token is None or entry.outputs[1] is None else (
+                entry.slot(1).lend(token))
+            return y, lent
+
+        return entry.run_between(before, after)
+
+
+class BoundBackward:
+    """A training call's backward replay whose first and last steps, outside the graph, are
+    the package's kernels in float32 (:attr:`._dft.Chain.backward_ends`), bound once as
+    :class:`BoundEnds` binds a forward's: a call launches the first step from ``dL/dy`` into
+    the graph's input buffer, replays, launches the last step into a new ``dL/dx`` (where
+    wanted) and clones the weight's and the bias's gradients out (where wanted), as
+    :func:`_replay_backward_of` runs them through :func:`bound_ends` and
+    :meth:`._graphs.Captured.run`. For a graph that copies no argument in (the modes-major
+    input read in the forward graph's buffer, or not read)."""
+
+    __slots__ = ("entry", "device_id", "x_shape", "needs", "start", "buf_in", "end",
+                 "buf_out", "end_args")
+
+    @classmethod
+    def of(cls, torch, entry, kernels, g, x_shape, needs):
+        """The bound replay of ``entry`` for ``dL/dy`` like ``g`` (float32, contiguous,
+        aligned), or None where its buffers are not as the kernels take them."""
+        if (kernels is None or g.dtype != torch.float32 or not g.is_contiguous()
+                or not g.numel() or entry.graph is None):
+            return None
+        first, last = kernels
+        buf_in, T = entry.inputs[0], entry.outputs[0]
+        if buf_in is None or not buf_in.is_contiguous() or buf_in.data_ptr() % _rows._ALIGN:
+            return None
+        self = cls()
+        self.entry, self.device_id = entry, g.device.index
+        self.x_shape, self.needs = tuple(x_shape), tuple(bool(n) for n in needs)
+        self.start = first._launch(g.numel() // first.shape[0])
+        self.buf_in = buf_in.data_ptr()
+        self.end = self.buf_out = None
+        self.end_args = ()
+        if self.needs[0]:
+            if T is None or not T.is_contiguous() or T.data_ptr() % _rows._ALIGN:
+                return None
+            self.end = last._launch(T.numel() // last.shape[0], 1)
+            self.buf_out, self.end_args = T.data_ptr(), tuple(last._bias_ptr(None))
+        return self
+
+    def __call__(self, torch, g, stream):
+        """``(dL/dx, dL/dW, dL/db)`` (None where not wanted), or None once the graph is
+        released or for a ``g`` the kernel does not read in place."""
+        ptr = g.data_ptr()
+        if ptr % _rows._ALIGN or not g.is_contiguous():
+            return None
+        entry, needs = self.entry, self.needs
+
+        def before():
+            backend.cupy.cuda.runtime.setDevice(self.device_id)
+            self.start(stream, ptr, self.buf_in)
+
+        def after():
+            gx = None
+            if self.end is not None:
+                gx = torch.empty(self.x_shape, dtype=torch.float32, device=g.device)
+                self.end(stream, self.buf_out, gx.data_ptr(), *self.end_args)
+            outs = entry.outputs
+            return (gx,) + tuple(None if not w or o is None else o.clone()
+                                 for o, w in zip(outs[1:], needs[1:]))
+
+        return entry.run_between(before, after)
+
 
 def full_call(key, call, *args):
     """``call(*args)``, the full path of a call of signature ``key`` (:func:`fast_key`; None:
@@ -738,25 +827,37 @@ def _replay_backward(torch, ctx, g, Xs, weight, needs):
 
 def _replay_backward_of(torch, ctx, g, xs, weight, needs, borrowed=None):
     chain, cdtype, meta = ctx.chain, ctx.cdtype, ctx.meta
-    g_shape = tuple(g.shape)
-    outside = ctx.outside
-    key = _graphs.backward_key((ctx.problem, outside), _stream(torch, g.device), needs,
-                               g.dtype, borrowed)
-    if not outside:
-        return _replay(torch, key, g.device, cdtype, chain,
-                       lambda gs, xs: backward_chain(gs, xs, weight, chain, cdtype, needs, meta),
-                       (g, xs), needs, None)
-    bound = None
-    if cdtype == torch.float32 and meta[0] == torch.float32:  # (x_shape: dL/dx's, if needed)
-        x_shape = (g_shape[0], meta[1][0]) + g_shape[2:]
-        bound = bound_ends(torch, chain.backward_ends, g, x_shape)
-    ends = bound or (lambda buf: backward_start(g, chain, cdtype, buf),
-                     lambda gT: backward_end(gT, g_shape, chain, meta))
-    out = _replay(torch, key, g.device, cdtype, chain,
-                  lambda gs, xs: backward_middle(gs, g_shape, xs, weight, chain, cdtype, needs,
-                                                 meta),
-                  (lambda: backward_start(g, chain, cdtype), xs), needs, ends,
-                  bound=bound is not None)
+    outside, plan = ctx.outside, getattr(ctx, "plan", None)
+    ends32 = outside and cdtype == torch.float32 and meta[0] == torch.float32
+    stream = out = replayed = None
+    if ends32 and plan is not None and g.dtype == torch.float32 and (
+            xs is None or isinstance(xs, _graphs.Borrowed)):
+        # a training call's, no argument copied into its graph: its replay bound once
+        stream = _rows._raw_stream(torch, g.device)
+        out = plan.backward(torch, g, stream, needs, borrowed)
+    if out is None:
+        g_shape = tuple(g.shape)
+        key = _graphs.backward_key((ctx.problem, outside), _stream(torch, g.device), needs,
+                                   g.dtype, borrowed)
+        if not outside:
+            return _replay(torch, key, g.device, cdtype, chain,
+                           lambda gs, xs: backward_chain(gs, xs, weight, chain, cdtype, needs,
+                                                         meta),
+                           (g, xs), needs, None)
+        bound = None
+        if ends32:  # (x_shape: dL/dx's, if needed)
+            x_shape = (g_shape[0], meta[1][0]) + g_shape[2:]
+            bound = bound_ends(torch, chain.backward_ends, g, x_shape)
+            if bound is not None and stream is not None:
+                replayed = functools.partial(plan.bind_backward, torch, g, x_shape, stream,
+                                             needs, borrowed)
+        ends = bound or (lambda buf: backward_start(g, chain, cdtype, buf),
+                         lambda gT: backward_end(gT, g_shape, chain, meta))
+        out = _replay(torch, key, g.device, cdtype, chain,
+                      lambda gs, xs: backward_middle(gs, g_shape, xs, weight, chain, cdtype,
+                                                     needs, meta),
+                      (lambda: backward_start(g, chain, cdtype), xs), needs, ends,
+                      replayed=replayed, bound=bound is not None)
     if out is not None and needs[2] and chain.bias_mode is None:
         with gemm_precision(cdtype, g.device.type):
             out = out[:2] + (bias_grad(g, chain, meta),)
@@ -785,7 +886,10 @@ def _forward(torch, ctx, x, weight, bias, modes, cdtype, graphs, token, tuned=()
     if plan is not None:
         chain = ctx.chain = plan.chain
         ctx.cdtype, ctx.outside, ctx.problem = cdtype, plan.outside, plan.problem
-        out = _replay_forward(torch, ctx, x, weight, bias, token)
+        ctx.plan = plan  # (the backward's bound replay is kept there too)
+        out = plan.forward(torch, x, bias, token)
+        if out is None:
+            out = _replay_forward(torch, ctx, x, weight, bias, token, plan)
         if out is not None:
             return out
         with gemm_precision(cdtype, x.device.type):
@@ -897,11 +1001,44 @@ class TrainingPlan:
     (``modes``, ``cdtype``, ``graphs``, ``tuned``) and of its forward's replay (``chain``,
     ``outside``, ``problem``: :func:`_forward`)."""
 
-    __slots__ = ("modes", "cdtype", "graphs", "tuned", "chain", "outside", "problem")
+    __slots__ = ("modes", "cdtype", "graphs", "tuned", "chain", "outside", "problem", "bound")
 
     def __init__(self, modes, cdtype, graphs, tuned, chain, outside, problem):
         self.modes, self.cdtype, self.graphs, self.tuned = modes, cdtype, graphs, tuned
         self.chain, self.outside, self.problem = chain, outside, problem
+        # the replays with bound ends that the plan's calls made, bound once: by ("forward",
+        # stream) and ("backward", stream, needs, borrowed) (stream: the raw handle; borrowed:
+        # as the backward graph's key holds it)
+        self.bound = {}
+
+    def forward(self, torch, x, bias, token):
+        """``(y, Xs)`` from the forward bound for the current stream
+        (:meth:`BoundEnds.train`), or None (none bound yet, its graph released, an ``x`` not
+        read in place: the replay's own steps, :func:`_replay_forward`)."""
+        if not self.bound:
+            return None
+        stream = _rows._raw_stream(torch, x.device)
+        hit = self.bound.get(("forward", stream))
+        return None if hit is None else hit.train(torch, x, bias, token, stream)
+
+    def bind_forward(self, torch, x, bias, y_shape, entry):
+        """After a replay of the forward graph ``entry`` with bound ends for ``x``: keep it
+        bound for the plan's next calls on this stream."""
+        hit = BoundEnds.of(torch, entry, self.chain, self.cdtype, y_shape, x, bias)
+        if hit is not None:
+            self.bound[("forward", _rows._raw_stream(torch, x.device))] = hit
+
+    def backward(self, torch, g, stream, needs, borrowed):
+        """``(dL/dx, dL/dW, dL/db)`` from the backward bound for ``stream``, ``needs`` and
+        ``borrowed`` (:class:`BoundBackward`), or None."""
+        hit = self.bound.get(("backward", stream, needs, borrowed))
+        return None if hit is None else hit(torch, g, stream)
+
+    def bind_backward(self, torch, g, x_shape, stream, needs, borrowed, entry):
+        """After a replay of the backward graph ``entry`` with bound ends: keep it bound."""
+        hit = BoundBackward.of(torch, entry, self.chain.backward_ends, g, x_shape, needs)
+        if hit is not None:
+            self.bound[("backward", stream, needs, borrowed)] = hit
 
 
 class _Call:
