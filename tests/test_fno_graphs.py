@@ -878,6 +878,24 @@ def test_bound_ends(cache, ends, monkeypatch, shape, n_modes):
         assert len(_graphs.FAST) == 1 and next(iter(_graphs.FAST.values())) is hit
 
 
+def test_training_plan_keeps_few_bound_replays(monkeypatch):
+    """A training plan keeps at most ``BOUND_MAX`` bound replays: a backward graph captured
+    again (evicted) lends another buffer, a new key, and the old bindings are dropped rather
+    than kept for ever; a key bound again replaces its binding."""
+    monkeypatch.setattr(_torch_dft.BoundBackward, "of", classmethod(lambda cls, *a: object()))
+    plan = _torch_dft.TrainingPlan((4,), torch.float32, "auto", (), types.SimpleNamespace(
+        backward_ends=None), True, None)
+    needs = (True, True, True)
+    for borrowed in range(3 * _torch_dft.BOUND_MAX):
+        plan.bind_backward(torch, None, (2, 3, 8), 1, needs, borrowed, None)
+        assert 1 <= len(plan.bound) <= _torch_dft.BOUND_MAX
+        assert ("backward", 1, needs, borrowed) in plan.bound
+    first = plan.bound[("backward", 1, needs, borrowed)]
+    plan.bind_backward(torch, None, (2, 3, 8), 1, needs, borrowed, None)
+    assert plan.bound[("backward", 1, needs, borrowed)] is not first
+    assert len(plan.bound) <= _torch_dft.BOUND_MAX
+
+
 @pytest.mark.gpu
 @cuda
 @pytest.mark.parametrize("shape,n_modes", GPU_CASES)

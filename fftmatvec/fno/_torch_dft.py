@@ -995,6 +995,10 @@ class FusedForward:
         self.spares.clear()
 
 
+#: The bound replays a training plan keeps (:attr:`TrainingPlan.bound`), all dropped beyond.
+BOUND_MAX = 8
+
+
 class TrainingPlan:
     """What a call with gradients wanted planned, kept under its signature (:func:`fast_key`)
     for the next such call (:func:`fast_training`): the arguments of the autograd Function
@@ -1026,7 +1030,7 @@ class TrainingPlan:
         bound for the plan's next calls on this stream."""
         hit = BoundEnds.of(torch, entry, self.chain, self.cdtype, y_shape, x, bias)
         if hit is not None:
-            self.bound[("forward", _rows._raw_stream(torch, x.device))] = hit
+            self._keep(("forward", _rows._raw_stream(torch, x.device)), hit)
 
     def backward(self, torch, g, stream, needs, borrowed):
         """``(dL/dx, dL/dW, dL/db)`` from the backward bound for ``stream``, ``needs`` and
@@ -1038,7 +1042,14 @@ class TrainingPlan:
         """After a replay of the backward graph ``entry`` with bound ends: keep it bound."""
         hit = BoundBackward.of(torch, entry, self.chain.backward_ends, g, x_shape, needs)
         if hit is not None:
-            self.bound[("backward", stream, needs, borrowed)] = hit
+            self._keep(("backward", stream, needs, borrowed), hit)
+
+    def _keep(self, key, hit):
+        # at most BOUND_MAX: a graph captured again (evicted, cleared) lends another buffer,
+        # a new key; the bindings of released graphs go with the rest
+        if key not in self.bound and len(self.bound) >= BOUND_MAX:
+            self.bound.clear()
+        self.bound[key] = hit
 
 
 class _Call:
