@@ -235,10 +235,10 @@ class _Entry:
 def test_bound_ends_hand_each_launch_its_pointers(monkeypatch, bias_args, with_bias):
     """The ends of a replay bound as launches (:func:`fftmatvec.fno._torch_dft.bound_ends`,
     the graphs' in training; :class:`~fftmatvec.fno._torch_dft.BoundEnds`, the forward's
-    fast path) hand the synthesis's launch the pointers its kernel takes: the arrays', and the
-    bias's where the kernel takes one (0 without a bias), none where it takes none (the planes'
-    pass form). On the CPU, with stand-in kernels: no GPU test is needed to see a pointer
-    too many."""
+    fast path, and its training form) hand the synthesis's launch the pointers its kernel
+    takes: the arrays', and the bias's where the kernel takes one (0 without a bias), none
+    where it takes none (the planes' pass form). On the CPU, with stand-in kernels: no GPU
+    test is needed to see a pointer too many."""
     torch = pytest.importorskip("torch")
     from types import SimpleNamespace
 
@@ -269,6 +269,10 @@ def test_bound_ends_hand_each_launch_its_pointers(monkeypatch, bias_args, with_b
     assert bound is not None
     y = bound(torch, x, bias)
     assert tuple(y.shape) == tuple(x.shape)
+    assert first.launched[-1] == (x.data_ptr(), buf_in.data_ptr())
+    assert last.launched[-1] == (buf_out.data_ptr(), y.data_ptr()) + want_bias
+    y, lent = bound.train(torch, x, bias, None, 0)  # a training call's, nothing lent
+    assert tuple(y.shape) == tuple(x.shape) and lent is None
     assert first.launched[-1] == (x.data_ptr(), buf_in.data_ptr())
     assert last.launched[-1] == (buf_out.data_ptr(), y.data_ptr()) + want_bias
 

@@ -674,11 +674,26 @@ class BoundEnds:
         :class:`FastReplay`'s own steps). ``bias``: the call's, of the signature's address
         and layout (its values read in place by the last launch, where it adds it);
         ``stream``: the current stream's handle (None: looked up)."""
-        ptr = x.data_ptr()
-        if ptr % _rows._ALIGN or not x.is_contiguous():
+        if x.data_ptr() % _rows._ALIGN or not x.is_contiguous():
             return False
         if stream is None:
             stream = _rows._raw_stream(torch, x.device)
+        return self._run(torch, x, bias, stream, holds)
+
+    def train(self, torch, x, bias, token, stream):
+        """``(y, Xs)`` of a training call's forward (:meth:`TrainingPlan.forward`): as
+        :meth:`__call__`, the modes-major input left in the graph's buffer and lent for the
+        backward where a ``token`` is given (else None), as :meth:`._graphs.Captured.run`
+        lends it; None once the graph is released or for an ``x`` the kernels do not read in
+        place."""
+        if x.data_ptr() % _rows._ALIGN or not x.is_contiguous():
+            return None
+        return self._run(torch, x, bias, stream, lend=True, token=token)
+
+    def _run(self, torch, x, bias, stream, holds=None, lend=False, token=None):
+        """The first launch, the replay and the last launch (:meth:`._graphs.Captured.
+        run_between`): ``y``, or with ``lend`` ``(y, Xs)``."""
+        entry, ptr = self.entry, x.data_ptr()
 
         def before():
             # the device's context current on this thread (as the kernels' own calls set it)
@@ -691,32 +706,10 @@ class BoundEnds:
             # (the bias read after holds(): the call's is then the signature's)
             self.end(stream, self.buf_out, y.data_ptr(),
                      *self.end_kernel._bias_ptr(bias if self.bias else None))
-            return y
-
-        return self.entry.run_between(before, after)
-
-    def train(self, torch, x, bias, token, stream):
-        """``(y, Xs)`` of a training call's forward (:meth:`TrainingPlan.forward`): as
-        :meth:`__call__`, the modes-major input left in the graph's buffer and lent for the
-        backward where a ``token`` is given (else None), as :meth:`._graphs.Captured.run`
-        lends it; None once the graph is released or for an ``x`` the kernels do not read in
-        place."""
-        ptr = x.data_ptr()
-        if ptr % _rows._ALIGN or not x.is_contiguous():
-            return None
-        entry = self.entry
-
-        def before():
-            backend.cupy.cuda.runtime.setDevice(self.device_id)
-            self.start(stream, ptr, self.buf_in)
-
-        def after():
-            y = torch.empty(self.y_shape, dtype=torch.float32, device=x.device)
-            self.end(stream, self.buf_out, y.data_ptr(),
-                     *self.end_kernel._bias_ptr(bias if self.bias else None))
-            lent = None if token is None or entry.outputs[1] is None else (
-                entry.slot(1).lend(token))
-            return y, lent
+            if not lend:
+                return y
+            return y, (None if token is None or entry.outputs[1] is None
+                       else entry.slot(1).lend(token))
 
         return entry.run_between(before, after)
 
