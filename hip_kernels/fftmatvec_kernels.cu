@@ -248,21 +248,28 @@ FFTMATVEC_ROWFFT_FAMILIES(f32, float, c64, float2)
     fno_irfft_warp_body<P>(y, out, tw, scale, rows, m, rpb, modes_major, bias, channels);      \
   }
 // fno_rfft_cols_f32, fno_irfft_cols_f32: long rows in the column form, L = 64 R, rpb rows a
-// block of rpb R threads (tw: the host's table of w^{n1 k}, (R, m) forward, (m, R) inverse).
+// block of rpb R threads (tw: the host's table of w^{n1 k}, (R, m) forward, (m, R) inverse);
+// fno_irfft_cols_f32_r<RC>: the inverse for R = RC only (fno.cuh).
 #define FFTMATVEC_FNO_ROWFFT_COLS                                                              \
   extern "C" __global__ void FNO_COLS_BOUNDS(2) fno_rfft_cols_f32(                              \
       const float* __restrict__ x, float* __restrict__ out, const float2* __restrict__ tw,      \
       const float* __restrict__ scale, i64 rows, int R, int m, int rpb, int modes_major) {     \
     fno_rfft_cols_body(x, out, tw, scale, rows, R, m, rpb, modes_major);                       \
   }                                                                                            \
-  extern "C" __global__ void FNO_COLS_BOUNDS(3) fno_irfft_cols_f32(                             \
+  FFTMATVEC_FNO_IRFFT_COLS(, 0)
+#define FFTMATVEC_FNO_IRFFT_COLS(SUFFIX, RC)                                                   \
+  extern "C" __global__ void FNO_COLS_BOUNDS(3) fno_irfft_cols_f32##SUFFIX(                     \
       const float* __restrict__ y, float* __restrict__ out, const float2* __restrict__ tw,      \
       const float* __restrict__ scale, i64 rows, int R, int m, int rpb, int modes_major,       \
       const float* __restrict__ bias, int channels) {                                          \
-    fno_irfft_cols_body(y, out, tw, scale, rows, R, m, rpb, modes_major, bias, channels);      \
+    fno_irfft_cols_body<RC>(y, out, tw, scale, rows, R, m, rpb, modes_major, bias, channels);  \
   }
 #if FFTMATVEC_IN_SECTION(ROWFFT_F32_C64)
 FFTMATVEC_FNO_ROWFFT_COLS
+FFTMATVEC_FNO_IRFFT_COLS(_r16, 16)
+FFTMATVEC_FNO_IRFFT_COLS(_r32, 32)
+FFTMATVEC_FNO_IRFFT_COLS(_r64, 64)
+FFTMATVEC_FNO_IRFFT_COLS(_r128, 128)
 FFTMATVEC_FNO_ROWFFT(8)
 FFTMATVEC_FNO_ROWFFT(10)
 FFTMATVEC_FNO_ROWFFT_WARP(1)

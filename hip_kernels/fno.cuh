@@ -723,6 +723,11 @@ __device__ __forceinline__ void fno_irfft_warp_body(const float* __restrict__ y,
 // forward two (96 registers; at three, 80, it ran up to 26 % slower on an H100), the inverse
 // three (80; 4-10 % faster than at two, 128 registers, on rows of 1024-4096 points)
 // (docs/history.md, forty-fifth run).
+// The inverse also with R a template argument RC (16, 32, 64, 128: rows of 1024-8192 points; 0:
+// R read at run time): a thread's 64 stores R apart then take their offsets in the instruction,
+// where a run-time R costs a 64-bit address sum each; 4-12 % faster on an H100 (docs/history.md,
+// fifty-fourth run). The forward so built ran 1-37 % slower (its registers 96 -> 80, its sums
+// another schedule) and reads R at run time.
 #define FNO_COLS_THREADS 256
 #if defined(FFTMATVEC_HIP)
 #define FNO_COLS_BOUNDS(B) __launch_bounds__(FNO_COLS_THREADS)
@@ -875,13 +880,15 @@ __device__ __forceinline__ void fno_rfft_cols_body(const float* __restrict__ x,
   st.store(out, rows, row0, nrow);
 }
 
+template <int RC>
 __device__ __forceinline__ void fno_irfft_cols_body(const float* __restrict__ y,
                                                     float* __restrict__ out,
                                                     const float2* __restrict__ tw,
                                                     const float* __restrict__ scale, i64 rows,
-                                                    int R, int m, int rpb, int modes_major,
+                                                    int R_, int m, int rpb, int modes_major,
                                                     const float* __restrict__ bias,
                                                     int channels) {
+  const int R = RC > 0 ? RC : R_;
   const i64 L = 64 * (i64)R;
   float2* xs = reinterpret_cast<float2*>(fftmatvec_dynamic_smem);  // [rpb][m], scaled
   const BinStage st{reinterpret_cast<float*>(xs + rpb * m), m, rpb + 1, modes_major};
@@ -1054,17 +1061,19 @@ __device__ __forceinline__ void fno_modes_cgemm_body(const float2* __restrict__ 
 // complex GEMM of the modes and the synthesis's row kernel, each through global memory (the
 // (1024, 64, 128, 64) forward: 33 + 38 + 33 µs on an H100), a block takes NB batch rows (a
 // multiple of 4) from x to y, its modes in shared memory between:
-// 1. the real FFTs of its NB C rows (the warp form's), the kept bins k < m times sa[k] into
+// 1. the real FFTs of its NB C rows (the warp form's), the kept bins k < m into
 //    S[k kp + b C + c] (kp = NB C + 1, odd: a row's bins on distinct banks);
 // 2. the channel product, a group of 32 lanes an item (mode k, RB batch rows b = RB h ..
 //    RB h + RB - 1; RB = NB: the weight read once a block), lane l the output channels
-//    2 l + {0, 1} + 64 q: X read from S (one address a group), the weight W[k][c][o] (the
-//    layer's modes-major weight, read in place) in 16-byte loads from global memory, the items
-//    of one mode (where RB < NB) on neighbouring groups (its second read from L1);
-//    the bias added to the real part of mode 0, the product written over the item's inputs
-//    (the group alone reads them);
-// 3. the inverse real FFTs of the NB O output rows from S times ss[k] (zero from m; the
-//    imaginary parts of DC and Nyquist dropped), written to y.
+//    2 l + {0, 1} + 64 q: X read from S two channels at a time (one address a group:
+//    fno_layer1d_product), the weight W[k][c][o] (the layer's modes-major weight, read in
+//    place) in 16-byte loads from global memory, the items of one mode (where RB < NB) on
+//    neighbouring groups (its second read from L1); the sums times both steps' scales of the
+//    mode, sa[k] ss[k] (once an item, not once a row's bin in each step), the bias times ss[0]
+//    added to the real part of mode 0, the product written over the item's inputs (the group
+//    alone reads them);
+// 3. the inverse real FFTs of the NB O output rows from S (zero from m; the imaginary parts of
+//    DC and Nyquist dropped), written to y.
 // One block a multiprocessor (S is NB C m complex values: 135 KB at NB = 8, C = 64, m = 33),
 // blockDim.x a multiple of 32 that the host sizes to the items. Float32 throughout: the same
 // sums as the chain's, in another order.
@@ -1096,6 +1105,49 @@ __device__ __forceinline__ void fno_modes_cgemm_body(const float2* __restrict__ 
 #define FNO_L1_SYNC_GROUP() asm volatile("bar.warp.sync -1;" ::: "memory")
 #endif
 
+// The channel product of one item of fno_layer1d_body: a0, a1 += the RB rows xs[j C + c]
+// (c < C) times the weight columns of this lane, w[c C / 2 + 32 q] (two complex values each).
+// The inputs are read two columns at a time in 16-byte reads (one address a group: half the
+// shared-memory reads of one a column), from c = 0 where xs is 16-byte aligned (ODD false),
+// else one column, then pairs from c = 1, then the last one.
+template <int CQ, int RB, bool ODD>
+__device__ __forceinline__ void fno_layer1d_product(const float2* __restrict__ xs,
+                                                    const float4* __restrict__ w,
+                                                    float2 (&a0)[CQ][RB], float2 (&a1)[CQ][RB]) {
+  constexpr int C = 64 * CQ;
+  auto one = [&](int c) {
+    float4 wc[CQ];
+#pragma unroll
+    for (int q = 0; q < CQ; ++q) wc[q] = __ldg(w + c * (C / 2) + 32 * q);
+#pragma unroll
+    for (int j = 0; j < RB; ++j) {
+      const float2 xv = xs[j * C + c];
+#pragma unroll
+      for (int q = 0; q < CQ; ++q) fno_cmac2(a0[q][j], a1[q][j], xv, wc[q]);
+    }
+  };
+  if (ODD) one(0);
+#pragma unroll 2
+  for (int c = ODD ? 1 : 0; c < (ODD ? C - 1 : C); c += 2) {
+    float4 wc0[CQ], wc1[CQ];
+#pragma unroll
+    for (int q = 0; q < CQ; ++q) {
+      wc0[q] = __ldg(w + c * (C / 2) + 32 * q);
+      wc1[q] = __ldg(w + (c + 1) * (C / 2) + 32 * q);
+    }
+#pragma unroll
+    for (int j = 0; j < RB; ++j) {
+      const float4 xv = *reinterpret_cast<const float4*>(xs + j * C + c);
+#pragma unroll
+      for (int q = 0; q < CQ; ++q) {
+        fno_cmac2(a0[q][j], a1[q][j], make_c(xv.x, xv.y), wc0[q]);
+        fno_cmac2(a0[q][j], a1[q][j], make_c(xv.z, xv.w), wc1[q]);
+      }
+    }
+  }
+  if (ODD) one(C - 1);
+}
+
 template <int P, int CQ, int RB>
 __device__ __forceinline__ void fno_layer1d_body(
     const float* __restrict__ x, const float2* __restrict__ W, const float* __restrict__ bias,
@@ -1113,7 +1165,7 @@ __device__ __forceinline__ void fno_layer1d_body(
     warp_rfft_twiddles<P>(tw, lane, twr, spw);
     warp_rows_rfft<P, FNO_WARP_AHEAD(P)>(x + (i64)b0 * C * L, group, groups, nb * C, lanes,
                                          twr, spw, [&](int r, int k, float2 v) {
-                                           if (k < m) S[k * kp + r] = c_scale(v, sa[k]);
+                                           if (k < m) S[k * kp + r] = v;
                                          });
   }
   __syncthreads();
@@ -1128,26 +1180,28 @@ __device__ __forceinline__ void fno_layer1d_body(
     for (int q = 0; q < CQ; ++q)
 #pragma unroll
       for (int j = 0; j < RB; ++j) a0[q][j] = a1[q][j] = make_c(0.f, 0.f);
-#pragma unroll 4
-    for (int c = 0; c < C; ++c) {
-      float4 wc[CQ];
+    // (kp odd: the item's inputs 16-byte aligned for an even k, from c = 1 for an odd one)
+    if (k & 1)
+      fno_layer1d_product<CQ, RB, true>(xs, w, a0, a1);
+    else
+      fno_layer1d_product<CQ, RB, false>(xs, w, a0, a1);
+    // both steps' scales of mode k here (sa[k] ss[k]) rather than on every row's bins
+    const float sk = sa[k] * ss[k];
 #pragma unroll
-      for (int q = 0; q < CQ; ++q) wc[q] = __ldg(w + c * (C / 2) + 32 * q);
+    for (int q = 0; q < CQ; ++q)
 #pragma unroll
       for (int j = 0; j < RB; ++j) {
-        const float2 xv = xs[j * C + c];
-#pragma unroll
-        for (int q = 0; q < CQ; ++q) fno_cmac2(a0[q][j], a1[q][j], xv, wc[q]);
+        a0[q][j] = c_scale(a0[q][j], sk);
+        a1[q][j] = c_scale(a1[q][j], sk);
       }
-    }
-    if (k == 0 && bias != nullptr) {
+    if (k == 0 && bias != nullptr) {  // the bias on the real part of mode 0, times ss[0]
 #pragma unroll
       for (int q = 0; q < CQ; ++q) {
         const float2 bq = *reinterpret_cast<const float2*>(bias + 2 * lane + 64 * q);
 #pragma unroll
         for (int j = 0; j < RB; ++j) {
-          a0[q][j].x += bq.x;
-          a1[q][j].x += bq.y;
+          a0[q][j].x = fmaf(bq.x, ss[0], a0[q][j].x);
+          a1[q][j].x = fmaf(bq.y, ss[0], a1[q][j].x);
         }
       }
     }
@@ -1168,7 +1222,7 @@ __device__ __forceinline__ void fno_layer1d_body(
     for (int r = group; r < nb * C; r += groups) {
       float2 v[P];
       warp_row_irfft<P>(v, lanes, twr, ctw, [&](int k) {
-        return k < m ? c_scale(S[k * kp + r], ss[k]) : make_c(0.f, 0.f);
+        return k < m ? S[k * kp + r] : make_c(0.f, 0.f);
       });
       float* orow = y + ((i64)b0 * C + r) * L;
 #pragma unroll

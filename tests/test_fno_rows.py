@@ -26,7 +26,7 @@ gpu = pytest.mark.skipif(not backend.gpu_available(), reason="no GPU (CuPy missi
 LENGTHS = [(2, 1), (8, 5), (10, 3), (30, 16), (45, 23), (64, 9), (75, 12), (90, 46), (128, 33),
            (250, 17), (256, 129), (4096, 33), (1, 1), (15, 8), (64, 33), (128, 65), (256, 1),
            (192, 9), (512, 100), (1024, 65), (4096, 129), (1088, 40), (1088, 545), (2048, 64),
-           (16384, 70)]
+           (8192, 40), (16384, 70)]
 
 
 def _matrix(kind, L, m):
@@ -409,6 +409,13 @@ def test_row_cols_rule():
     inv = _rows.cols_twiddles("c2r", L, m)
     assert np.array_equal(inv, np.conj(tw).T) and inv.flags.c_contiguous  # (m, R) in memory
     # the forward's sums in parts where a row's threads outnumber its bins
+    # R fixed in the inverse kernel for rows of 1024-8192 points, read at run time for the
+    # others and by the forward
+    assert _rows.cols_kernel("r2c", 64) == "fno_rfft_cols_f32"
+    assert _rows.cols_kernel("c2r", 64) == "fno_irfft_cols_f32_r64"
+    assert _rows.cols_kernel("c2r", 16) == "fno_irfft_cols_f32_r16"
+    assert _rows.cols_kernel("c2r", 17) == "fno_irfft_cols_f32"
+    assert _rows.cols_kernel("r2c", 256) == "fno_rfft_cols_f32"
     assert _rows.cols_parts(64, 64) == 1 and _rows.cols_parts(64, 16) == 4
     assert _rows.cols_parts(256, 64) == 4 and _rows.cols_parts(256, 1) == 8
     assert _rows.cols_bytes("r2c", 256, 64, 1) == 8 * 256 * 33 + 8 * 64 * 2 + 8 * 4 * 64

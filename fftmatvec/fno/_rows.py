@@ -65,6 +65,11 @@ def supported(n_last: int, m_last: int, smem_per_block: int) -> bool:
 COLS_POINTS = 64
 COLS_MIN_R = 16
 COLS_THREADS = 256
+#: The ``R`` that the column form's inverse kernel is also built for with ``R`` fixed
+#: (``fno_irfft_cols_f32_r<R>``: the offsets of a thread's stores in the instructions, rather
+#: than an address sum each; 4-12 % faster on an H100, docs/history.md, fifty-fourth run); other
+#: ``R``, and the forward (slower so built), take the kernels that read ``R`` at run time.
+COLS_FIXED_R = (16, 32, 64, 128)
 #: Threads of a column-form block by default: ``COLS_BLOCK_THREADS // R`` rows, at least one.
 #: On an H100 (docs/benchmarks.md, forty-fifth run; ``scripts/bench_fno_rows.py --long-rows``)
 #: blocks of 128 threads were the fastest or within 1 % of them forward, within 5 % inverse;
@@ -85,6 +90,15 @@ def row_cols_shape(n_last: int, m_last: int):
         return None
     R = n_last // COLS_POINTS
     return R if COLS_MIN_R <= R <= COLS_THREADS else None
+
+
+def cols_kernel(kind: str, R: int) -> str:
+    """The column form's kernel for ``kind`` (``"r2c"`` or ``"c2r"``) and rows of ``64 R``
+    points: the inverse built for that ``R`` where it is one of :data:`COLS_FIXED_R`, else the
+    kernel that reads ``R`` at run time."""
+    if kind == "r2c":
+        return "fno_rfft_cols_f32"
+    return "fno_irfft_cols_f32" + (f"_r{R}" if R in COLS_FIXED_R else "")
 
 
 def cols_parts(R: int, m: int) -> int:
@@ -305,7 +319,7 @@ class LastAxis:
                 R = L // COLS_POINTS
                 rpb = (max(1, min(int(rows_per_block), COLS_THREADS // R)) if rows_per_block
                        else cols_rows(kind, R, m, smem_limit))
-                self.smem, name = cols_bytes(kind, R, m, rpb), f"fno_{verb}_cols_f32"
+                self.smem, name = cols_bytes(kind, R, m, rpb), cols_kernel(kind, R)
                 self.twiddles = cp.asarray(cols_twiddles(kind, L, m))
                 self.threads = rpb * R
                 self._geometry = (np.int32(R), np.int32(m), np.int32(rpb), layout)
