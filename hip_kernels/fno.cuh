@@ -1101,15 +1101,24 @@ __device__ __forceinline__ void fno_modes_cgemm_body(const float2* __restrict__ 
 // barrier on NVIDIA (its lanes may diverge), a wavefront's (which runs in lock step) on AMD.
 #if defined(FFTMATVEC_HIP)
 #define FNO_L1_SYNC_GROUP() __builtin_amdgcn_wave_barrier()
+#define FNO_L1_FOLD false
+#define FNO_L1_PAIRS false
 #else
 #define FNO_L1_SYNC_GROUP() asm volatile("bar.warp.sync -1;" ::: "memory")
+#define FNO_L1_FOLD true
+#define FNO_L1_PAIRS true
 #endif
+// FNO_L1_PAIRS, FNO_L1_FOLD: the product's inputs read two channels at a time
+// (fno_layer1d_product) and both steps' scales applied once a mode in the product (NVIDIA), or
+// a channel at a time and the scales on each row's bins in the analysis and the synthesis (AMD,
+// where the pairs' registers spilled on gfx90a and the kernel serves no layer: a block's 64 KB
+// of shared memory hold none of these).
 
 // The channel product of one item of fno_layer1d_body: a0, a1 += the RB rows xs[j C + c]
 // (c < C) times the weight columns of this lane, w[c C / 2 + 32 q] (two complex values each).
 // The inputs are read two columns at a time in 16-byte reads (one address a group: half the
 // shared-memory reads of one a column), from c = 0 where xs is 16-byte aligned (ODD false),
-// else one column, then pairs from c = 1, then the last one.
+// else one column, then pairs from c = 1, then the last one; on AMD one column at a time.
 template <int CQ, int RB, bool ODD>
 __device__ __forceinline__ void fno_layer1d_product(const float2* __restrict__ xs,
                                                     const float4* __restrict__ w,
@@ -1126,6 +1135,11 @@ __device__ __forceinline__ void fno_layer1d_product(const float2* __restrict__ x
       for (int q = 0; q < CQ; ++q) fno_cmac2(a0[q][j], a1[q][j], xv, wc[q]);
     }
   };
+  if (!FNO_L1_PAIRS) {  // (AMD: one channel a read)
+#pragma unroll 4
+    for (int c = 0; c < C; ++c) one(c);
+    return;
+  }
   if (ODD) one(0);
 #pragma unroll 2
   for (int c = ODD ? 1 : 0; c < (ODD ? C - 1 : C); c += 2) {
@@ -1165,7 +1179,8 @@ __device__ __forceinline__ void fno_layer1d_body(
     warp_rfft_twiddles<P>(tw, lane, twr, spw);
     warp_rows_rfft<P, FNO_WARP_AHEAD(P)>(x + (i64)b0 * C * L, group, groups, nb * C, lanes,
                                          twr, spw, [&](int r, int k, float2 v) {
-                                           if (k < m) S[k * kp + r] = v;
+                                           if (k < m)
+                                             S[k * kp + r] = FNO_L1_FOLD ? v : c_scale(v, sa[k]);
                                          });
   }
   __syncthreads();
@@ -1181,27 +1196,29 @@ __device__ __forceinline__ void fno_layer1d_body(
 #pragma unroll
       for (int j = 0; j < RB; ++j) a0[q][j] = a1[q][j] = make_c(0.f, 0.f);
     // (kp odd: the item's inputs 16-byte aligned for an even k, from c = 1 for an odd one)
-    if (k & 1)
-      fno_layer1d_product<CQ, RB, true>(xs, w, a0, a1);
-    else
+    if (!FNO_L1_PAIRS || !(k & 1))
       fno_layer1d_product<CQ, RB, false>(xs, w, a0, a1);
-    // both steps' scales of mode k here (sa[k] ss[k]) rather than on every row's bins
-    const float sk = sa[k] * ss[k];
+    else
+      fno_layer1d_product<CQ, RB, true>(xs, w, a0, a1);
+    if (FNO_L1_FOLD) {  // both steps' scales of mode k here (sa[k] ss[k]), not on each bin
+      const float sk = sa[k] * ss[k];
 #pragma unroll
-    for (int q = 0; q < CQ; ++q)
+      for (int q = 0; q < CQ; ++q)
 #pragma unroll
-      for (int j = 0; j < RB; ++j) {
-        a0[q][j] = c_scale(a0[q][j], sk);
-        a1[q][j] = c_scale(a1[q][j], sk);
-      }
-    if (k == 0 && bias != nullptr) {  // the bias on the real part of mode 0, times ss[0]
+        for (int j = 0; j < RB; ++j) {
+          a0[q][j] = c_scale(a0[q][j], sk);
+          a1[q][j] = c_scale(a1[q][j], sk);
+        }
+    }
+    if (k == 0 && bias != nullptr) {  // the bias on the real part of mode 0 (times ss[0])
+      const float s0 = FNO_L1_FOLD ? ss[0] : 1.f;
 #pragma unroll
       for (int q = 0; q < CQ; ++q) {
         const float2 bq = *reinterpret_cast<const float2*>(bias + 2 * lane + 64 * q);
 #pragma unroll
         for (int j = 0; j < RB; ++j) {
-          a0[q][j].x = fmaf(bq.x, ss[0], a0[q][j].x);
-          a1[q][j].x = fmaf(bq.y, ss[0], a1[q][j].x);
+          a0[q][j].x = fmaf(bq.x, s0, a0[q][j].x);
+          a1[q][j].x = fmaf(bq.y, s0, a1[q][j].x);
         }
       }
     }
@@ -1222,7 +1239,8 @@ __device__ __forceinline__ void fno_layer1d_body(
     for (int r = group; r < nb * C; r += groups) {
       float2 v[P];
       warp_row_irfft<P>(v, lanes, twr, ctw, [&](int k) {
-        return k < m ? S[k * kp + r] : make_c(0.f, 0.f);
+        return k < m ? (FNO_L1_FOLD ? S[k * kp + r] : c_scale(S[k * kp + r], ss[k]))
+                     : make_c(0.f, 0.f);
       });
       float* orow = y + ((i64)b0 * C + r) * L;
 #pragma unroll
