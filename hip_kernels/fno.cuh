@@ -726,8 +726,8 @@ __device__ __forceinline__ void fno_irfft_warp_body(const float* __restrict__ y,
 // The inverse also with R a template argument RC (16, 32, 64, 128: rows of 1024-8192 points; 0:
 // R read at run time): a thread's 64 stores R apart then take their offsets in the instruction,
 // where a run-time R costs a 64-bit address sum each; 4-12 % faster on an H100 (docs/history.md,
-// fifty-fourth run). The forward so built ran 1-37 % slower (its registers 96 -> 80, its sums
-// another schedule) and reads R at run time.
+// fifty-fourth run). The forward so built ran 1-37 % slower, 12-30 % with only its loads'
+// offsets fixed, slower again at fewer blocks a multiprocessor: it reads R at run time.
 #define FNO_COLS_THREADS 256
 #if defined(FFTMATVEC_HIP)
 #define FNO_COLS_BOUNDS(B) __launch_bounds__(FNO_COLS_THREADS)

@@ -408,7 +408,6 @@ def test_row_cols_rule():
     assert np.abs(tw - np.exp(-2j * np.pi * n1 * k / L)).max() < 1e-7
     inv = _rows.cols_twiddles("c2r", L, m)
     assert np.array_equal(inv, np.conj(tw).T) and inv.flags.c_contiguous  # (m, R) in memory
-    # the forward's sums in parts where a row's threads outnumber its bins
     # R fixed in the inverse kernel for rows of 1024-8192 points, read at run time for the
     # others and by the forward
     assert _rows.cols_kernel("r2c", 64) == "fno_rfft_cols_f32"
@@ -416,6 +415,7 @@ def test_row_cols_rule():
     assert _rows.cols_kernel("c2r", 16) == "fno_irfft_cols_f32_r16"
     assert _rows.cols_kernel("c2r", 17) == "fno_irfft_cols_f32"
     assert _rows.cols_kernel("r2c", 256) == "fno_rfft_cols_f32"
+    # the forward's sums in parts where a row's threads outnumber its bins
     assert _rows.cols_parts(64, 64) == 1 and _rows.cols_parts(64, 16) == 4
     assert _rows.cols_parts(256, 64) == 4 and _rows.cols_parts(256, 1) == 8
     assert _rows.cols_bytes("r2c", 256, 64, 1) == 8 * 256 * 33 + 8 * 64 * 2 + 8 * 4 * 64
