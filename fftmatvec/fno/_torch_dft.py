@@ -273,6 +273,12 @@ def _stream(torch, device):
     return get(device.index)[0]
 
 
+def _in_place(t) -> bool:
+    """Whether the package's kernels read (or write) the tensor ``t`` in place: contiguous and
+    16-byte aligned (they move rows as pairs of values)."""
+    return t.is_contiguous() and not t.data_ptr() % _rows._ALIGN
+
+
 def bound_ends(torch, kernels, a, out_shape, bias=None):
     """The ends of a replay (``(start, end)``, as :func:`_replay` takes them) as launches of
     the chain's end kernels ``kernels`` (:attr:`._dft.Chain.forward_ends` or
@@ -284,11 +290,9 @@ def bound_ends(torch, kernels, a, out_shape, bias=None):
     (:func:`forward_start`, :func:`forward_end` and the backward's) view and check their
     arrays and enter the GEMMs' precision, which costs a small layer's host more than the
     launches; the caller checks that nothing else is left to them (a late bias, a cast)."""
-    if kernels is None or a.dtype != torch.float32 or not a.is_contiguous() or not a.numel():
+    if kernels is None or a.dtype != torch.float32 or not a.numel() or not _in_place(a):
         return None
     ptr = a.data_ptr()
-    if ptr % _rows._ALIGN:
-        return None
     first, last = kernels
     device = a.device
     stream = _rows._raw_stream(torch, device)
@@ -304,7 +308,7 @@ def bound_ends(torch, kernels, a, out_shape, bias=None):
     ends_bias = last._bias_ptr(bias)  # (none where the kernel takes no bias: a plane's pass form)
 
     def end(T):
-        if not T.is_contiguous() or T.data_ptr() % _rows._ALIGN:
+        if not _in_place(T):
             return last(T, bias=bias).reshape(out_shape)
         y = torch.empty(out_shape, dtype=torch.float32, device=device)
         last._launch(T.numel() // last.shape[0], channels)(stream, T.data_ptr(), y.data_ptr(),
@@ -654,8 +658,7 @@ class BoundEnds:
             return None
         if (tuple(buf_in.shape) != start._out_shape(rows_in)
                 or math.prod(end._out_shape(rows_out)) != math.prod(y_shape)
-                or not (buf_in.is_contiguous() and buf_out.is_contiguous())
-                or (buf_in.data_ptr() | buf_out.data_ptr()) % _rows._ALIGN):
+                or not (_in_place(buf_in) and _in_place(buf_out))):
             return None
         b = end_bias(chain, bias)
         self = cls()
@@ -674,7 +677,7 @@ class BoundEnds:
         :class:`FastReplay`'s own steps). ``bias``: the call's, of the signature's address
         and layout (its values read in place by the last launch, where it adds it);
         ``stream``: the current stream's handle (None: looked up)."""
-        if x.data_ptr() % _rows._ALIGN or not x.is_contiguous():
+        if not _in_place(x):
             return False
         if stream is None:
             stream = _rows._raw_stream(torch, x.device)
@@ -686,7 +689,7 @@ class BoundEnds:
         backward where a ``token`` is given (else None), as :meth:`._graphs.Captured.run`
         lends it; None once the graph is released or for an ``x`` the kernels do not read in
         place."""
-        if x.data_ptr() % _rows._ALIGN or not x.is_contiguous():
+        if not _in_place(x):
             return None
         return self._run(torch, x, bias, stream, lend=True, token=token)
 
@@ -736,7 +739,7 @@ class BoundBackward:
             return None
         first, last = kernels
         buf_in, T = entry.inputs[0], entry.outputs[0]
-        if buf_in is None or not buf_in.is_contiguous() or buf_in.data_ptr() % _rows._ALIGN:
+        if buf_in is None or not _in_place(buf_in):
             return None
         self = cls()
         self.entry, self.device_id = entry, g.device.index
@@ -746,7 +749,7 @@ class BoundBackward:
         self.end = self.buf_out = None
         self.end_args = ()
         if self.needs[0]:
-            if T is None or not T.is_contiguous() or T.data_ptr() % _rows._ALIGN:
+            if T is None or not _in_place(T):
                 return None
             self.end = last._launch(T.numel() // last.shape[0], 1)
             self.buf_out, self.end_args = T.data_ptr(), tuple(last._bias_ptr(None))
@@ -755,10 +758,9 @@ class BoundBackward:
     def __call__(self, torch, g, stream):
         """``(dL/dx, dL/dW, dL/db)`` (None where not wanted), or None once the graph is
         released or for a ``g`` the kernel does not read in place."""
-        ptr = g.data_ptr()
-        if ptr % _rows._ALIGN or not g.is_contiguous():
+        if not _in_place(g):
             return None
-        entry, needs = self.entry, self.needs
+        entry, needs, ptr = self.entry, self.needs, g.data_ptr()
 
         def before():
             backend.cupy.cuda.runtime.setDevice(self.device_id)
@@ -968,7 +970,7 @@ class FusedForward:
         where ``holds()`` is false after the launch (its ``y`` dropped: the weight and the
         bias it read are the ones held here). ``stream``: the current stream's handle on
         ``x``'s device (None: looked up)."""
-        if not x.is_contiguous() or x.data_ptr() % _rows._ALIGN:
+        if not _in_place(x):
             return None
         try:
             y = self.spares.pop()
