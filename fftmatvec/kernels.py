@@ -323,10 +323,16 @@ class PackedLaunch:
 
     ``args`` are the kernel's arguments in order: a NumPy scalar (int64, int32, uint64, float32
     or float64), a device array (its pointer, fixed), or ``None`` for a pointer given at each
-    call. A call writes those pointers into the packed argument block and hands it to the
-    driver in one launch: a few microseconds of host time, where converting the arguments at
-    every call takes tens (and with a short stage before it, the device waits for them).
+    call. A call writes those pointers into the packed argument block (one ctypes array, set
+    in one slice assignment) and hands it to the driver, the launch's other arguments bound
+    beforehand: about 4 µs of host time on an H100 machine's host, of which 1.3 µs were the
+    wrapper's before it was so packed (docs/benchmarks.md, fifty-fifth run), where converting
+    the arguments at every call takes tens (and with a short stage before it, the device waits
+    for them).
     """
+
+    __slots__ = ("_fn", "_ptr", "_dims", "_shared_mem", "_values", "_ptrs", "_n", "_params",
+                 "_addr", "_go", "_lock")
 
     def __init__(self, fn, grid, block, shared_mem: int, args):
         cp = backend.cupy
@@ -334,13 +340,16 @@ class PackedLaunch:
         self._ptr = getattr(fn, "kernel", fn).ptr  # a RawKernel's function, or a bare Function
         self._dims = (tuple(grid) + (1, 1))[:3] + (tuple(block) + (1, 1))[:3]
         self._shared_mem = int(shared_mem)
-        self._launch = cp.cuda.driver.launchKernel
-        values, self._slots = [], []
+        self._n = sum(a is None for a in args)
+        # the pointers given at each call, side by side (the packed block points into them)
+        self._ptrs = (ctypes.c_uint64 * max(self._n, 1))()
+        base, slot, values, addresses = ctypes.addressof(self._ptrs), 0, [], []
         for a in args:
             if a is None:
-                v = ctypes.c_uint64(0)
-                self._slots.append(v)
-            elif isinstance(a, cp.ndarray):
+                addresses.append(base + 8 * slot)
+                slot += 1
+                continue
+            if isinstance(a, cp.ndarray):
                 v = ctypes.c_uint64(a.data.ptr)
             elif isinstance(a, np.generic) and a.dtype in _CTYPES:  # its width is explicit
                 v = _CTYPES[a.dtype](a.item())
@@ -349,20 +358,23 @@ class PackedLaunch:
                                 f"NumPy scalar of {sorted(str(d) for d in _CTYPES)}, got "
                                 f"{type(a).__name__}")
             values.append(v)
+            addresses.append(ctypes.addressof(v))
         self._values = values  # the packed block points into these: keep them alive
-        self._params = (ctypes.c_void_p * max(len(values), 1))(
-            *[ctypes.addressof(v) for v in values])
+        self._params = (ctypes.c_void_p * max(len(addresses), 1))(*addresses)
+        self._addr = ctypes.addressof(self._params)
+        # the driver call with all but the stream and the packed block bound
+        self._go = functools.partial(cp.cuda.driver.launchKernel, self._ptr, *self._dims,
+                                     self._shared_mem)
         self._lock = threading.Lock()
 
     def __call__(self, stream_ptr: int, *ptrs: int) -> None:
         """Launch on the stream ``stream_ptr``, with ``ptrs`` in the ``None`` slots, in order."""
-        if len(ptrs) != len(self._slots):
-            raise TypeError(f"this launch takes {len(self._slots)} pointers, got {len(ptrs)}")
+        if len(ptrs) != self._n:
+            raise TypeError(f"this launch takes {self._n} pointers, got {len(ptrs)}")
         with self._lock:  # the driver copies the arguments at launch: set and launch together
-            for slot, p in zip(self._slots, ptrs):
-                slot.value = p
-            self._launch(self._ptr, *self._dims, self._shared_mem, stream_ptr,
-                         ctypes.addressof(self._params), 0)
+            if ptrs:
+                self._ptrs[:] = ptrs
+            self._go(stream_ptr, self._addr, 0)
 
 
 def set_carveout(fn, nbytes: int) -> None:

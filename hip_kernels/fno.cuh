@@ -1071,7 +1071,12 @@ __device__ __forceinline__ void fno_modes_cgemm_body(const float2* __restrict__ 
 //    neighbouring groups (its second read from L1); the sums times both steps' scales of the
 //    mode, sa[k] ss[k] (once an item, not once a row's bin in each step), the bias times ss[0]
 //    added to the real part of mode 0, the product written over the item's inputs (the group
-//    alone reads them);
+//    alone reads them). The items go to the groups in turn, and a group to the scheduler of
+//    its number mod 4: where the items are not a multiple of 4 (33 modes of 8 rows), one
+//    scheduler would issue one item more than the others, so the last (items mod 4) are split
+//    into quarters of RB / 4 rows, a quarter each scheduler (FNO_L1_BALANCE, where the groups
+//    are a multiple of 4): the (1024, 64, 128, 64) kernel 67.2-67.7 -> 66.2-66.5 µs on an
+//    H100 (docs/benchmarks.md, fifty-fifth run);
 // 3. the inverse real FFTs of the NB O output rows from S (zero from m; the imaginary parts of
 //    DC and Nyquist dropped), written to y.
 // One block a multiprocessor (S is NB C m complex values: 135 KB at NB = 8, C = 64, m = 33),
@@ -1103,16 +1108,19 @@ __device__ __forceinline__ void fno_modes_cgemm_body(const float2* __restrict__ 
 #define FNO_L1_SYNC_GROUP() __builtin_amdgcn_wave_barrier()
 #define FNO_L1_FOLD false
 #define FNO_L1_PAIRS false
+#define FNO_L1_BALANCE false
 #else
 #define FNO_L1_SYNC_GROUP() asm volatile("bar.warp.sync -1;" ::: "memory")
 #define FNO_L1_FOLD true
 #define FNO_L1_PAIRS true
+#define FNO_L1_BALANCE true
 #endif
 // FNO_L1_PAIRS, FNO_L1_FOLD: the product's inputs read two channels at a time
 // (fno_layer1d_product) and both steps' scales applied once a mode in the product (NVIDIA), or
 // a channel at a time and the scales on each row's bins in the analysis and the synthesis (AMD,
 // where the pairs' registers spilled on gfx90a and the kernel serves no layer: a block's 64 KB
-// of shared memory hold none of these).
+// of shared memory hold none of these). FNO_L1_BALANCE: the last items in quarters (NVIDIA,
+// whose multiprocessors have 4 schedulers; off on AMD, for the same reason).
 
 // The channel product of one item of fno_layer1d_body: a0, a1 += the RB rows xs[j C + c]
 // (c < C) times the weight columns of this lane, w[c C / 2 + 32 q] (two complex values each).
@@ -1162,6 +1170,58 @@ __device__ __forceinline__ void fno_layer1d_product(const float2* __restrict__ x
   if (ODD) one(C - 1);
 }
 
+// One item of fno_layer1d_body's channel product: mode k of the RJ batch rows at xs (RJ C
+// complex values), the product of this lane's two output columns (a group of 32 lanes), both
+// steps' scales (FNO_L1_FOLD), the bias on mode 0, written over the inputs.
+template <int CQ, int RJ>
+__device__ __forceinline__ void fno_layer1d_item(float2* xs, const float2* __restrict__ W,
+                                                 const float* __restrict__ bias,
+                                                 const float* __restrict__ sa,
+                                                 const float* __restrict__ ss, int k, int lane) {
+  constexpr int C = 64 * CQ;
+  const float4* w = reinterpret_cast<const float4*>(W + (i64)k * C * C) + lane;
+  float2 a0[CQ][RJ], a1[CQ][RJ];
+#pragma unroll
+  for (int q = 0; q < CQ; ++q)
+#pragma unroll
+    for (int j = 0; j < RJ; ++j) a0[q][j] = a1[q][j] = make_c(0.f, 0.f);
+  // (kp odd: the item's inputs 16-byte aligned for an even k, from c = 1 for an odd one)
+  if (!FNO_L1_PAIRS || !(k & 1))
+    fno_layer1d_product<CQ, RJ, false>(xs, w, a0, a1);
+  else
+    fno_layer1d_product<CQ, RJ, true>(xs, w, a0, a1);
+  if (FNO_L1_FOLD) {  // both steps' scales of mode k here (sa[k] ss[k]), not on each bin
+    const float sk = sa[k] * ss[k];
+#pragma unroll
+    for (int q = 0; q < CQ; ++q)
+#pragma unroll
+      for (int j = 0; j < RJ; ++j) {
+        a0[q][j] = c_scale(a0[q][j], sk);
+        a1[q][j] = c_scale(a1[q][j], sk);
+      }
+  }
+  if (k == 0 && bias != nullptr) {  // the bias on the real part of mode 0 (times ss[0])
+    const float s0 = FNO_L1_FOLD ? ss[0] : 1.f;
+#pragma unroll
+    for (int q = 0; q < CQ; ++q) {
+      const float2 bq = *reinterpret_cast<const float2*>(bias + 2 * lane + 64 * q);
+#pragma unroll
+      for (int j = 0; j < RJ; ++j) {
+        a0[q][j].x = fmaf(bq.x, s0, a0[q][j].x);
+        a1[q][j].x = fmaf(bq.y, s0, a1[q][j].x);
+      }
+    }
+  }
+  FNO_L1_SYNC_GROUP();  // every lane's reads of the item's inputs done
+#pragma unroll
+  for (int q = 0; q < CQ; ++q)
+#pragma unroll
+    for (int j = 0; j < RJ; ++j) {
+      xs[j * C + 2 * lane + 64 * q] = a0[q][j];
+      xs[j * C + 2 * lane + 1 + 64 * q] = a1[q][j];
+    }
+}
+
 template <int P, int CQ, int RB>
 __device__ __forceinline__ void fno_layer1d_body(
     const float* __restrict__ x, const float2* __restrict__ W, const float* __restrict__ bias,
@@ -1184,52 +1244,19 @@ __device__ __forceinline__ void fno_layer1d_body(
                                          });
   }
   __syncthreads();
-  // 2. the channel product, item (k, h): mode k of batch rows RB h .. RB h + RB - 1
-  const int NH = NB / RB;
-  for (int it = group; it < m * NH; it += groups) {
-    const int k = it / NH, h = it % NH;
-    float2* xs = S + k * kp + RB * h * C;
-    const float4* w = reinterpret_cast<const float4*>(W + (i64)k * C * C) + lane;
-    float2 a0[CQ][RB], a1[CQ][RB];
-#pragma unroll
-    for (int q = 0; q < CQ; ++q)
-#pragma unroll
-      for (int j = 0; j < RB; ++j) a0[q][j] = a1[q][j] = make_c(0.f, 0.f);
-    // (kp odd: the item's inputs 16-byte aligned for an even k, from c = 1 for an odd one)
-    if (!FNO_L1_PAIRS || !(k & 1))
-      fno_layer1d_product<CQ, RB, false>(xs, w, a0, a1);
-    else
-      fno_layer1d_product<CQ, RB, true>(xs, w, a0, a1);
-    if (FNO_L1_FOLD) {  // both steps' scales of mode k here (sa[k] ss[k]), not on each bin
-      const float sk = sa[k] * ss[k];
-#pragma unroll
-      for (int q = 0; q < CQ; ++q)
-#pragma unroll
-        for (int j = 0; j < RB; ++j) {
-          a0[q][j] = c_scale(a0[q][j], sk);
-          a1[q][j] = c_scale(a1[q][j], sk);
-        }
+  // 2. the channel product, item (k, h): mode k of batch rows RB h .. RB h + RB - 1; where the
+  // items do not fill the 4 schedulers evenly (FNO_L1_BALANCE), the last T mod 4 in quarters
+  const int NH = NB / RB, T = m * NH;
+  const int r4 = FNO_L1_BALANCE && !(groups & 3) ? T & 3 : 0, full = T - r4;
+  for (int it = group; it < full + 4 * r4; it += groups) {
+    if (it < full) {
+      const int k = it / NH;
+      fno_layer1d_item<CQ, RB>(S + k * kp + RB * (it % NH) * C, W, bias, sa, ss, k, lane);
+    } else if constexpr (FNO_L1_BALANCE) {
+      const int u = full + (it - full) / 4, k = u / NH;
+      fno_layer1d_item<CQ, RB / 4>(S + k * kp + (RB * (u % NH) + RB / 4 * ((it - full) & 3)) * C,
+                                   W, bias, sa, ss, k, lane);
     }
-    if (k == 0 && bias != nullptr) {  // the bias on the real part of mode 0 (times ss[0])
-      const float s0 = FNO_L1_FOLD ? ss[0] : 1.f;
-#pragma unroll
-      for (int q = 0; q < CQ; ++q) {
-        const float2 bq = *reinterpret_cast<const float2*>(bias + 2 * lane + 64 * q);
-#pragma unroll
-        for (int j = 0; j < RB; ++j) {
-          a0[q][j].x = fmaf(bq.x, s0, a0[q][j].x);
-          a1[q][j].x = fmaf(bq.y, s0, a1[q][j].x);
-        }
-      }
-    }
-    FNO_L1_SYNC_GROUP();  // every lane's reads of the item's inputs done
-#pragma unroll
-    for (int q = 0; q < CQ; ++q)
-#pragma unroll
-      for (int j = 0; j < RB; ++j) {
-        xs[j * C + 2 * lane + 64 * q] = a0[q][j];
-        xs[j * C + 2 * lane + 1 + 64 * q] = a1[q][j];
-      }
   }
   __syncthreads();
   {  // 3. the synthesis: the packed spectrum of ss[k] S[k][r], its inverse FFT, the row of y

@@ -230,6 +230,54 @@ def test_torch_layer_pickles_without_its_memo():
     assert x.shape in layer._fast
 
 
+def test_torch_layer_memo_gives_way_to_hooks():
+    """A layer's call takes its memo (a stand-in for a kept launch here) ahead of
+    ``torch.nn.Module``'s call only where that call would go straight to ``forward``: its
+    hooks, every module's hooks, ``Module.compile`` and ``torch.jit`` tracing each send the
+    call through ``torch.nn.Module``, whose hooks then see the memo's output and give it
+    their input."""
+    from torch.nn.modules import module as nn_module
+
+    from fftmatvec.fno import SpectralConv
+    from fftmatvec.fno._layer import _plain_call
+
+    layer = SpectralConv(3, 4, (6, 8), method="dft")
+    x = torch.randn(2, 3, 12, 10)
+    got = []
+
+    def kept(torch_, lay, xin):  # the memo's entry: records its input, gives a constant
+        got.append(xin)
+        return torch.full((2, 4, 12, 10), 7.0)
+
+    assert _plain_call(layer)
+    layer._fast[x.shape] = kept
+    assert torch.equal(layer(x), torch.full((2, 4, 12, 10), 7.0)) and got[-1] is x
+    assert torch.equal(layer(x, output_shape=None), torch.full((2, 4, 12, 10), 7.0))
+    hooks = [  # (register one, the output with it, the factor of the input it hands on)
+        (lambda: layer.register_forward_hook(lambda mod, inp, out: out * 2), 14.0, 1.0),
+        (lambda: layer.register_forward_pre_hook(lambda mod, inp: (inp[0] * 3,)), 7.0, 3.0),
+        (lambda: nn_module.register_module_forward_hook(
+            lambda mod, inp, out: out + 1 if mod is layer else None), 8.0, 1.0),
+        (lambda: nn_module.register_module_forward_pre_hook(lambda mod, inp: None), 7.0, 1.0),
+        (lambda: layer.register_full_backward_hook(lambda *args: None), 7.0, 1.0),
+        (lambda: layer.register_full_backward_pre_hook(lambda *args: None), 7.0, 1.0),
+        (lambda: nn_module.register_module_full_backward_hook(lambda *args: None), 7.0, 1.0),
+    ]
+    for register, value, factor in hooks:
+        handle = register()
+        try:
+            assert not _plain_call(layer)
+            assert torch.equal(layer(x), torch.full((2, 4, 12, 10), value))
+            assert torch.equal(got[-1], x * factor)
+        finally:
+            handle.remove()
+    assert _plain_call(layer)
+    assert layer(x).eq(7.0).all()
+    layer.compile(backend="eager")  # a compiled call: torch.nn.Module's way
+    assert not _plain_call(layer)
+    del layer._fast[x.shape]
+
+
 def test_numpy_api_does_not_import_torch():
     import subprocess
     import sys

@@ -524,7 +524,8 @@ class LayerFast:
         ``torch.compile`` tracing) from the kept hit, or None where the call is not the one
         kept (or its hit was released)."""
         w, b = layer_params(layer)
-        if (x.dtype is not self.dtype or not x.is_cuda or x.get_device() != self.index
+        # (get_device: -1 for a CPU tensor)
+        if (x.dtype is not self.dtype or x.get_device() != self.index
                 or grad_wanted(torch, x, w, b) or torch.jit.is_tracing()
                 or torch.cuda.is_current_stream_capturing() or _transformed(torch)):
             return None
@@ -970,13 +971,14 @@ class FusedForward:
         where ``holds()`` is false after the launch (its ``y`` dropped: the weight and the
         bias it read are the ones held here). ``stream``: the current stream's handle on
         ``x``'s device (None: looked up)."""
-        if not _in_place(x):
+        ptr = x.data_ptr()  # (_in_place, its pointer read once)
+        if ptr % _rows._ALIGN or not x.is_contiguous():
             return None
         try:
             y = self.spares.pop()
         except IndexError:
             y = None
-        y = self.fused.run_torch(torch, x, self.w_ptr, self.b_ptr, stream, y)
+        y = self.fused.run_torch(torch, x, self.w_ptr, self.b_ptr, stream, y, ptr)
         if self.keep_spare and not self.spares:
             # a normal tensor, whatever the mode (an inference tensor's uses are restricted
             # outside inference mode, where a later call may return it)
