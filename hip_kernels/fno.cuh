@@ -333,7 +333,8 @@ struct Lanes32 {
       w[s] = (lane & h) ? unit_root(lane & (h - 1), 2 * h, S) : make_c(1.f, 0.f);
     }
   }
-  __device__ __forceinline__ float2 fft(float2 v) const {
+  // the stages alone: afterwards lane j holds bin brev(j) (rev of lane j)
+  __device__ __forceinline__ float2 fft_brev(float2 v) const {
 #pragma unroll
     for (int s = 0; s < 5; ++s) {
       const int h = 16 >> s;
@@ -342,13 +343,18 @@ struct Lanes32 {
       v = make_c(fmaf(sg, v.x, o.x), fmaf(sg, v.y, o.y));
       if (s < 4) v = c_mul(v, w[s]);
     }
-    return shfl_c(v, rev);  // after the stages lane j holds bin brev(j)
+    return v;
   }
+  // lane j holds bin j
+  __device__ __forceinline__ float2 fft(float2 v) const { return shfl_c(fft_brev(v), rev); }
 };
 
 // The complex FFT (sign S) of length 32 P held by a group, lane l register p holding element
-// l + 32 p: afterwards lane l register k2 holds bin P l + k2. tw[k2] = exp(S 2 pi i l k2 / 32 P).
-template <int P, int S>
+// l + 32 p: afterwards lane l register k2 holds bin P l + k2, or with ORDERED false bin
+// P brev(l) + k2 (brev(l) = lanes.rev: the lanes' last permutation, two shuffles a register,
+// left to the caller, who may read or write the bins in any order). tw[k2] = exp(S 2 pi i l
+// k2 / 32 P).
+template <int P, int S, bool ORDERED = true>
 __device__ __forceinline__ void group_fft(float2 (&v)[P], const Lanes32<S>& lanes,
                                           const float2 (&tw)[P]) {
   if constexpr (P > 1) {
@@ -357,7 +363,7 @@ __device__ __forceinline__ void group_fft(float2 (&v)[P], const Lanes32<S>& lane
     for (int k2 = 1; k2 < P; ++k2) v[k2] = c_mul(v[k2], tw[k2]);
   }
 #pragma unroll
-  for (int k2 = 0; k2 < P; ++k2) v[k2] = lanes.fft(v[k2]);
+  for (int k2 = 0; k2 < P; ++k2) v[k2] = ORDERED ? lanes.fft(v[k2]) : lanes.fft_brev(v[k2]);
 }
 
 // exp(-2 pi i k / 64 P) for k < 32 P from the rows' table, which holds k <= 16 P (its split
@@ -371,15 +377,22 @@ __device__ __forceinline__ float2 split_twiddle(const float2* __restrict__ tw1, 
 }
 
 // The twiddles of a group's real FFT of a row of 64 P reals (warp_row_rfft): twr, group_fft's,
-// and spw[k2] = split_twiddle<P>(tw, P lane + k2).
+// and spw[k2] = split_twiddle<P>(tw, P bl + k2), bl the lane of this lane's bins (bl = lane;
+// lanes.rev where its FFT leaves them in that order).
 template <int P>
 __device__ __forceinline__ void warp_rfft_twiddles(const float2* __restrict__ tw, int lane,
-                                                   float2 (&twr)[P], float2 (&spw)[P]) {
+                                                   float2 (&twr)[P], float2 (&spw)[P],
+                                                   int bl) {
 #pragma unroll
   for (int k2 = 0; k2 < P; ++k2) {
     twr[k2] = unit_root(lane * k2, 32 * P, -1);
-    spw[k2] = split_twiddle<P>(tw, P * lane + k2);
+    spw[k2] = split_twiddle<P>(tw, P * bl + k2);
   }
+}
+template <int P>
+__device__ __forceinline__ void warp_rfft_twiddles(const float2* __restrict__ tw, int lane,
+                                                   float2 (&twr)[P], float2 (&spw)[P]) {
+  warp_rfft_twiddles<P>(tw, lane, twr, spw, lane);
 }
 
 // The twiddles of its inverse (warp_row_irfft): twr, group_fft's, and
@@ -409,22 +422,26 @@ __device__ __forceinline__ void warp_load_row(const float* __restrict__ xr, floa
 }
 
 // The real FFT of the row v holds (warp_load_row): emit(k, X[k]) for this lane's bins
-// k = P lane + k2, and for the Nyquist bin k = 32 P on lane 0. twr: group_fft's twiddles, spw[k2]
-// = split_twiddle<P>(tw, P lane + k2).
-template <int P, typename Emit>
+// k = P bl + k2 (bl = lane; with ORDERED false bl = lanes.rev, the bins as group_fft leaves
+// them, in the order no caller of emit depends on), and for the Nyquist bin k = 32 P on the lane
+// of bl = 0. twr: group_fft's twiddles, spw[k2] = split_twiddle<P>(tw, P bl + k2).
+template <int P, typename Emit, bool ORDERED = true>
 __device__ __forceinline__ void warp_row_rfft(float2 (&v)[P], const Lanes32<-1>& lanes,
                                               const float2 (&twr)[P], const float2 (&spw)[P],
                                               Emit emit) {
   constexpr int N1 = 32 * P;
-  const int lane = lanes.lane;
-  group_fft<P, -1>(v, lanes, twr);
-  float2 zn[P];  // conj Z[N1 - k] for this lane's bins k = P lane + k2
+  const int lane = lanes.lane, bl = ORDERED ? lane : lanes.rev;
+  group_fft<P, -1, ORDERED>(v, lanes, twr);
+  // conj Z[N1 - k] for this lane's bins k = P bl + k2: bin P ((32 - bl) mod 32) for k2 = 0, bin
+  // P (31 - bl) + P - k2 else, on the lanes whose bl those are (brev(31 - b) = 31 - brev(b))
+  const int from0 = ORDERED ? (32 - lane) & 31 : (int)(__brev((unsigned)((32 - bl) & 31)) >> 27);
+  float2 zn[P];
 #pragma unroll
   for (int k2 = 0; k2 < P; ++k2)
-    zn[k2] = c_conj(shfl_c(v[k2 == 0 ? 0 : P - k2], k2 == 0 ? (32 - lane) & 31 : 31 - lane));
+    zn[k2] = c_conj(shfl_c(v[k2 == 0 ? 0 : P - k2], k2 == 0 ? from0 : 31 - lane));
 #pragma unroll
   for (int k2 = 0; k2 < P; ++k2) {
-    const int k = P * lane + k2;
+    const int k = P * bl + k2;
     const float2 xe = c_scale(c_add(v[k2], zn[k2]), 0.5f);
     const float2 xo = c_muli<-1>(c_scale(c_sub(v[k2], zn[k2]), 0.5f));
     const float2 wxo = c_mul(spw[k2], xo);
@@ -434,23 +451,54 @@ __device__ __forceinline__ void warp_row_rfft(float2 (&v)[P], const Lanes32<-1>&
 }
 
 // The rows r = r0, r0 + step, ... below n (a group's) of base (rows of 64 P reals) in steps of
-// R: each step loads its R rows, then transforms them; row(r, k, X[k]) for every bin.
-template <int P, int R, typename Row>
+// R: each step loads its R rows, then transforms them; or with PIPE, R rows always in flight:
+// each row's slot is loaded again with the row R steps on before the row is transformed, so
+// that the next rows' loads run under this row's FFT (the planes' kernels: the 64² and 128²
+// forwards 1.3 and 9.9 µs faster; the one-kernel layer and the row kernels 2.1 and 3.5 µs
+// slower so: docs/benchmarks.md, fifty-fifth run). row(r, k, X[k]) for every bin.
+template <int P, int R, typename Row, bool ORDERED = true, bool PIPE = false>
 __device__ __forceinline__ void warp_rows_rfft(const float* __restrict__ base, int r0, int step,
                                                int n, const Lanes32<-1>& lanes,
                                                const float2 (&twr)[P], const float2 (&spw)[P],
                                                Row row) {
-  for (int ra = r0; ra < n; ra += step * R) {
+  if constexpr (PIPE) {
     float2 v[R][P];
 #pragma unroll
     for (int j = 0; j < R; ++j) {
-      const int r = ra + j * step;
+      const int r = r0 + j * step;
       if (r < n) warp_load_row<P>(base + (i64)r * 64 * P, v[j], lanes.lane);
     }
+    for (int ra = r0; ra < n; ra += step * R) {
 #pragma unroll
-    for (int j = 0; j < R; ++j) {
-      const int r = ra + j * step;
-      if (r < n) warp_row_rfft<P>(v[j], lanes, twr, spw, [&](int k, float2 b) { row(r, k, b); });
+      for (int j = 0; j < R; ++j) {
+        const int r = ra + j * step;
+        if (r < n) {
+          float2 u[P];
+#pragma unroll
+          for (int p = 0; p < P; ++p) u[p] = v[j][p];
+          const int rn = r + step * R;
+          if (rn < n) warp_load_row<P>(base + (i64)rn * 64 * P, v[j], lanes.lane);
+          auto emit = [&](int k, float2 b) { row(r, k, b); };
+          warp_row_rfft<P, decltype(emit), ORDERED>(u, lanes, twr, spw, emit);
+        }
+      }
+    }
+  } else {
+    for (int ra = r0; ra < n; ra += step * R) {
+      float2 v[R][P];
+#pragma unroll
+      for (int j = 0; j < R; ++j) {
+        const int r = ra + j * step;
+        if (r < n) warp_load_row<P>(base + (i64)r * 64 * P, v[j], lanes.lane);
+      }
+#pragma unroll
+      for (int j = 0; j < R; ++j) {
+        const int r = ra + j * step;
+        if (r < n) {
+          auto emit = [&](int k, float2 b) { row(r, k, b); };
+          warp_row_rfft<P, decltype(emit), ORDERED>(v[j], lanes, twr, spw, emit);
+        }
+      }
     }
   }
 }
@@ -458,8 +506,9 @@ __device__ __forceinline__ void warp_rows_rfft(const float* __restrict__ base, i
 // The inverse real FFT of a row of 64 P reals from its spectrum bin(k), k <= 32 P (zero past the
 // kept bins; the imaginary parts of the DC and Nyquist bins dropped): the packed spectrum
 // Z[k] = E + i O, its inverse FFT; afterwards lane l register k2 holds z[j] = y[2j] + i y[2j + 1],
-// j = P l + k2. twr: group_fft's twiddles, ctw[p] = conj(split_twiddle<P>(tw, lane + 32 p)).
-template <int P, typename Bin>
+// j = P l + k2 (with ORDERED false j = P lanes.rev + k2: group_fft's). twr: group_fft's
+// twiddles, ctw[p] = conj(split_twiddle<P>(tw, lane + 32 p)).
+template <int P, typename Bin, bool ORDERED = true>
 __device__ __forceinline__ void warp_row_irfft(float2 (&v)[P], const Lanes32<1>& lanes,
                                                const float2 (&twr)[P], const float2 (&ctw)[P],
                                                Bin bin) {
@@ -476,7 +525,7 @@ __device__ __forceinline__ void warp_row_irfft(float2 (&v)[P], const Lanes32<1>&
     const float2 od = c_mul(c_sub(xk, c_conj(xnk)), ctw[p]);
     v[p] = c_add(e, c_muli<1>(od));
   }
-  group_fft<P, 1>(v, lanes, twr);
+  group_fft<P, 1, ORDERED>(v, lanes, twr);
 }
 
 template <int P, int Q, int R>
@@ -495,9 +544,10 @@ __device__ __forceinline__ void fno_plane_rfft_warp_body(
   const i64 plane = blockIdx.x;
   const float* xp = x + plane * (i64)(N0 * 2 * N1);
   // the rows: z[n] = x[2n] + i x[2n + 1], its FFT Z, the real FFT's bins k < m1 into T[k][row]
-  warp_rows_rfft<P, R>(xp, group, groups, N0, lanes, twr, sp, [&](int r, int k, float2 b) {
+  auto keep = [&](int r, int k, float2 b) {
     if (k < m1) T[k * n0p + r] = c_scale(b, s1[k]);
-  });
+  };
+  warp_rows_rfft<P, R, decltype(keep), true, true>(xp, group, groups, N0, lanes, twr, sp, keep);
   __syncthreads();
   // the kept columns: their FFTs, the kept bins (inv0[bin] = mode, -1 for none) into O
   float2 twc[Q];
@@ -1109,18 +1159,24 @@ __device__ __forceinline__ void fno_modes_cgemm_body(const float2* __restrict__ 
 #define FNO_L1_FOLD false
 #define FNO_L1_PAIRS false
 #define FNO_L1_BALANCE false
+#define FNO_L1_ORDERED true
 #else
 #define FNO_L1_SYNC_GROUP() asm volatile("bar.warp.sync -1;" ::: "memory")
 #define FNO_L1_FOLD true
 #define FNO_L1_PAIRS true
 #define FNO_L1_BALANCE true
+#define FNO_L1_ORDERED false
 #endif
 // FNO_L1_PAIRS, FNO_L1_FOLD: the product's inputs read two channels at a time
 // (fno_layer1d_product) and both steps' scales applied once a mode in the product (NVIDIA), or
 // a channel at a time and the scales on each row's bins in the analysis and the synthesis (AMD,
 // where the pairs' registers spilled on gfx90a and the kernel serves no layer: a block's 64 KB
 // of shared memory hold none of these). FNO_L1_BALANCE: the last items in quarters (NVIDIA,
-// whose multiprocessors have 4 schedulers; off on AMD, for the same reason).
+// whose multiprocessors have 4 schedulers; off on AMD, for the same reason). FNO_L1_ORDERED
+// false: the analysis's and the synthesis's FFTs leave their lanes in bit-reversed order
+// (group_fft), two shuffles a register fewer, the bins going to shared memory and the outputs
+// to y from whichever lane holds them (0.3-0.5 µs off the (1024, 64, 128, 64) kernel on an
+// H100; NVIDIA only, the AMD build as it was).
 
 // The channel product of one item of fno_layer1d_body: a0, a1 += the RB rows xs[j C + c]
 // (c < C) times the weight columns of this lane, w[c C / 2 + 32 q] (two complex values each).
@@ -1234,14 +1290,16 @@ __device__ __forceinline__ void fno_layer1d_body(
             groups = (int)(blockDim.x >> 5);
   const int b0 = (int)blockIdx.x * NB, nb = B - b0 < NB ? B - b0 : NB;
   {  // 1. the analysis: z[n] = x[2n] + i x[2n + 1], its FFT, the kept bins into S
+    // (the FFTs' bins in the lanes' bit-reversed order, FNO_L1_ORDERED false: the bins go to
+    // shared memory, any lane any bin)
     const Lanes32<-1> lanes;
     float2 twr[P], spw[P];
-    warp_rfft_twiddles<P>(tw, lane, twr, spw);
-    warp_rows_rfft<P, FNO_WARP_AHEAD(P)>(x + (i64)b0 * C * L, group, groups, nb * C, lanes,
-                                         twr, spw, [&](int r, int k, float2 v) {
-                                           if (k < m)
-                                             S[k * kp + r] = FNO_L1_FOLD ? v : c_scale(v, sa[k]);
-                                         });
+    warp_rfft_twiddles<P>(tw, lane, twr, spw, FNO_L1_ORDERED ? lane : lanes.rev);
+    auto keep = [&](int r, int k, float2 v) {
+      if (k < m) S[k * kp + r] = FNO_L1_FOLD ? v : c_scale(v, sa[k]);
+    };
+    warp_rows_rfft<P, FNO_WARP_AHEAD(P), decltype(keep), FNO_L1_ORDERED>(
+        x + (i64)b0 * C * L, group, groups, nb * C, lanes, twr, spw, keep);
   }
   __syncthreads();
   // 2. the channel product, item (k, h): mode k of batch rows RB h .. RB h + RB - 1; where the
@@ -1263,16 +1321,26 @@ __device__ __forceinline__ void fno_layer1d_body(
     const Lanes32<1> lanes;
     float2 twr[P], ctw[P];
     warp_irfft_twiddles<P>(tw, lane, twr, ctw);
+    // (its outputs in the lanes' bit-reversed order, FNO_L1_ORDERED false: a lane's P values
+    // side by side in y wherever the lane's are, the group's stores the same 256 P bytes)
+    const int ol = FNO_L1_ORDERED ? lane : lanes.rev;
     for (int r = group; r < nb * C; r += groups) {
       float2 v[P];
-      warp_row_irfft<P>(v, lanes, twr, ctw, [&](int k) {
+      auto bin = [&](int k) {
         return k < m ? (FNO_L1_FOLD ? S[k * kp + r] : c_scale(S[k * kp + r], ss[k]))
                      : make_c(0.f, 0.f);
-      });
-      float* orow = y + ((i64)b0 * C + r) * L;
+      };
+      warp_row_irfft<P, decltype(bin), FNO_L1_ORDERED>(v, lanes, twr, ctw, bin);
+      float* orow = y + ((i64)b0 * C + r) * L + 2 * P * ol;
+      if constexpr (P % 2 == 0) {
 #pragma unroll
-      for (int k2 = 0; k2 < P; ++k2)
-        *reinterpret_cast<float2*>(orow + 2 * (P * lane + k2)) = v[k2];
+        for (int k2 = 0; k2 < P; k2 += 2)
+          *reinterpret_cast<float4*>(orow + 2 * k2) =
+              make_float4(v[k2].x, v[k2].y, v[k2 + 1].x, v[k2 + 1].y);
+      } else {
+#pragma unroll
+        for (int k2 = 0; k2 < P; ++k2) *reinterpret_cast<float2*>(orow + 2 * k2) = v[k2];
+      }
     }
   }
 }
