@@ -230,6 +230,7 @@ def test_torch_layer_pickles_without_its_memo():
     assert x.shape in layer._fast
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit.trace` is deprecated:DeprecationWarning")
 def test_torch_layer_memo_gives_way_to_hooks():
     """A layer's call takes its memo (a stand-in for a kept launch here) ahead of
     ``torch.nn.Module``'s call only where that call would go straight to ``forward``: its
@@ -273,6 +274,14 @@ def test_torch_layer_memo_gives_way_to_hooks():
             handle.remove()
     assert _plain_call(layer)
     assert layer(x).eq(7.0).all()
+    seen = []
+
+    def traced(t):
+        seen.append(_plain_call(layer))
+        return t * 2
+
+    torch.jit.trace(traced, x, check_trace=False)  # under tracing: torch.nn.Module's way
+    assert seen == [False] and _plain_call(layer)
     layer.compile(backend="eager")  # a compiled call: torch.nn.Module's way
     assert not _plain_call(layer)
     del layer._fast[x.shape]

@@ -15,14 +15,26 @@ from ._torch_dft import layer_forward, layer_params, remember_layer_forward
 
 __all__ = ["SpectralConv"]
 
-#: The hooks of every module that ``torch.nn.Module``'s call runs (its module-wide dicts,
-#: registered into in place), or None where this PyTorch keeps them elsewhere: then every call
-#: takes ``torch.nn.Module``'s own way (:meth:`SpectralConv.__call__`).
-_ALL_MODULES_HOOKS = tuple(getattr(_nn_module, name, None) for name in (
-    "_global_backward_pre_hooks", "_global_backward_hooks", "_global_forward_hooks",
-    "_global_forward_pre_hooks"))
-if any(not isinstance(h, dict) for h in _ALL_MODULES_HOOKS):
-    _ALL_MODULES_HOOKS = None
+
+def _all_modules_hooks():
+    """The hooks of every module that ``torch.nn.Module``'s call runs (its module-wide dicts,
+    registered into in place), or None where this PyTorch keeps them, a module's own hooks or
+    its compiled call elsewhere: then every call takes ``torch.nn.Module``'s own way
+    (:meth:`SpectralConv.__call__`)."""
+    every = tuple(getattr(_nn_module, name, None) for name in (
+        "_global_backward_pre_hooks", "_global_backward_hooks", "_global_forward_hooks",
+        "_global_forward_pre_hooks"))
+    probe = torch.nn.Module()
+    if (any(not isinstance(h, dict) for h in every)
+            or not hasattr(torch._C, "_get_tracing_state")
+            or not all(hasattr(probe, name) for name in (
+                "_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks",
+                "_backward_hooks", "_compiled_call_impl"))):
+        return None
+    return every
+
+
+_ALL_MODULES_HOOKS = _all_modules_hooks()
 
 
 def _plain_call(layer) -> bool:
