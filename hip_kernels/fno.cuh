@@ -296,6 +296,13 @@ __device__ __forceinline__ void fno_plane_irfft_body(
 #else
 #define FNO_WARP_BOUNDS(Q) __launch_bounds__(FNO_WARP_THREADS, FNO_WARP_MIN_BLOCKS_##Q)
 #endif
+// The planes' rows loaded ahead of their FFTs (warp_rows_rfft's PIPE): NVIDIA, where it was
+// measured; the AMD build as it was.
+#if defined(FFTMATVEC_HIP)
+#define FNO_PLANE_PIPE false
+#else
+#define FNO_PLANE_PIPE true
+#endif
 
 // exp(S 2 pi i num / den), the angle reduced to (-1/2, 1/2] of a turn in integers
 __device__ __forceinline__ float2 unit_root(int num, int den, int S) {
@@ -547,7 +554,8 @@ __device__ __forceinline__ void fno_plane_rfft_warp_body(
   auto keep = [&](int r, int k, float2 b) {
     if (k < m1) T[k * n0p + r] = c_scale(b, s1[k]);
   };
-  warp_rows_rfft<P, R, decltype(keep), true, true>(xp, group, groups, N0, lanes, twr, sp, keep);
+  warp_rows_rfft<P, R, decltype(keep), true, FNO_PLANE_PIPE>(xp, group, groups, N0, lanes, twr,
+                                                              sp, keep);
   __syncthreads();
   // the kept columns: their FFTs, the kept bins (inv0[bin] = mode, -1 for none) into O
   float2 twc[Q];
