@@ -186,13 +186,12 @@ class Layer1d:
                 f"{None if bias is None else (bias.dtype, tuple(bias.shape))}")
         return self.run(x, W, bias)
 
-    def run_torch(self, torch, x, w_ptr: int, b_ptr: int, stream: int | None = None, y=None,
-                  x_ptr: int | None = None):
+    def run_torch(self, torch, x, w_ptr: int, b_ptr: int, stream: int | None = None, y=None):
         """:meth:`run` of a torch ``x`` that :meth:`takes` accepted with a weight and a bias at
         ``w_ptr`` and ``b_ptr`` (0: none; the forward's fast path,
         :class:`fftmatvec.fno._torch_dft.FusedForward`, keeps them), on the stream of handle
         ``stream`` (None: the current one), into ``y`` (None: a new one; else a tensor like
-        ``x``). ``x_ptr``: ``x``'s address where the caller has read it."""
+        ``x``)."""
         if y is None:
             y = torch.empty_like(x)
         B = x.shape[0]
@@ -200,8 +199,8 @@ class Layer1d:
             launch = self._launch(B)
             # the device's primary context current on this thread (see _rows.LastAxis._torch_call)
             self._set_device(self.device_id)
-            launch(_raw_stream(torch, x.device) if stream is None else stream,
-                   x.data_ptr() if x_ptr is None else x_ptr, w_ptr, b_ptr, y.data_ptr())
+            launch(_raw_stream(torch, x.device) if stream is None else stream, x.data_ptr(),
+                   w_ptr, b_ptr, y.data_ptr())
         return y
 
     def run(self, x, W, bias=None):

@@ -971,14 +971,13 @@ class FusedForward:
         where ``holds()`` is false after the launch (its ``y`` dropped: the weight and the
         bias it read are the ones held here). ``stream``: the current stream's handle on
         ``x``'s device (None: looked up)."""
-        ptr = x.data_ptr()  # (_in_place, its pointer read once)
-        if ptr % _rows._ALIGN or not x.is_contiguous():
+        if not _in_place(x):
             return None
         try:
             y = self.spares.pop()
         except IndexError:
             y = None
-        y = self.fused.run_torch(torch, x, self.w_ptr, self.b_ptr, stream, y, ptr)
+        y = self.fused.run_torch(torch, x, self.w_ptr, self.b_ptr, stream, y)
         if self.keep_spare and not self.spares:
             # a normal tensor, whatever the mode (an inference tensor's uses are restricted
             # outside inference mode, where a later call may return it)
