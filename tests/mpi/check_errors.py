@@ -10,6 +10,7 @@ ranks sharing a GPU must fail on every rank; without CuPy or a GPU it prints "SK
 import os
 import sys
 import tempfile
+import traceback
 
 import numpy as np
 from mpi4py import MPI
@@ -149,6 +150,12 @@ def check_nccl_on_a_shared_gpu():
            "NCCL on a shared GPU", ranks=list(range(size)), words=("transport='nccl'",))
 
 
+def whole_traceback(kind, value, tb):
+    """``sys.excepthook`` that writes the traceback in one write: mpiexec joins the ranks'
+    stderr, and a traceback printed in pieces interleaves with the other rank's mid-line."""
+    os.write(2, "".join(traceback.format_exception(kind, value, tb)).encode())
+
+
 def uncaught():
     op = DistributedBlockToeplitz(ProcessGrid(comm), dev(K))
     m = op.distribute(dev(np.ones((7, 4))), "param")
@@ -163,6 +170,7 @@ if __name__ == "__main__":
         if rank == 0:
             print("SKIP no GPU (CuPy missing or no device)")
     elif "uncaught" in sys.argv[1:]:
+        sys.excepthook = whole_traceback
         uncaught()
     else:
         main()
