@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import math
+import threading
 from typing import Any
 
 import numpy as np
 import scipy.fft
 
-from . import _memory, _scaling, backend
+from . import _memory, _scaling, _warnings, backend
 from .gpu.plan import parse_overrides, plan_key
 from ._errors import FFTMatvecTypeError, FFTMatvecValueError
 from ._matmul import MatmulEngine, rfft
@@ -387,9 +388,13 @@ class NormalOperator(_OperatorBase):
                 self._weight = xp.array(weight, dtype=op.dtype, order="C", copy=True)
 
     def _matmat(self, x, amax=None):
-        # the weight is applied inside the forward product's stage 5, on the device
-        d = self._op._apply(x, adjoint=False, weight=self._weight, amax=amax)
-        return self._op._apply(d, adjoint=True)
+        weight = self._weight
+
+        def product(op):  # the weight is applied inside the forward product's stage 5
+            return op._apply(op._apply(x, adjoint=False, weight=weight, amax=amax), adjoint=True)
+
+        guard = self._op._guard  # checks the whole product, in one precision
+        return product(self._op) if guard is None else guard.run(product)
 
     _rmatmat = _matmat  # F^T W F is symmetric
 
@@ -750,12 +755,14 @@ class BlockToeplitz(_OperatorBase):
         return self.unpad_and_reduce(y, weight, exponent=out_exp)
 
     def _matmat(self, x, amax=None):
-        y = self._apply(x, adjoint=False, amax=amax)
-        return y if self._guard is None else self._guard.check(x, y, False)
+        if self._guard is None:
+            return self._apply(x, adjoint=False, amax=amax)
+        return self._guard.run(lambda op: op._apply(x, adjoint=False, amax=amax))
 
     def _rmatmat(self, x, amax=None):
-        y = self._apply(x, adjoint=True, amax=amax)
-        return y if self._guard is None else self._guard.check(x, y, True)
+        if self._guard is None:
+            return self._apply(x, adjoint=True, amax=amax)
+        return self._guard.run(lambda op: op._apply(x, adjoint=True, amax=amax))
 
 
 def _resolve_precision(xp, precision, rtol, nm, nd, nt):
@@ -778,39 +785,104 @@ def _resolve_precision(xp, precision, rtol, nm, nd, nt):
     return p, src, front, plan
 
 
+class _SwitchLock:
+    """Many products at once, or one precision switch alone: a product holds the lock shared
+    while it reads the operator's precision, engine and scales, so that a switch (which holds it
+    alone) never changes them in the middle of a product. A waiting switch holds new products
+    back, so that a stream of products cannot keep it waiting forever."""
+
+    def __init__(self):
+        self._cond = threading.Condition(threading.Lock())
+        self._products = 0  # products holding the lock
+        self._switching = False  # a switch holds the lock
+        self._waiting = 0  # switches waiting for the products to finish
+
+    @contextlib.contextmanager
+    def product(self):
+        with self._cond:
+            while self._switching or self._waiting:
+                self._cond.wait()
+            self._products += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._products -= 1
+                if not self._products:
+                    self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def switch(self):
+        with self._cond:
+            self._waiting += 1
+            try:
+                while self._switching or self._products:
+                    self._cond.wait()
+            finally:
+                self._waiting -= 1
+            self._switching = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._switching = False
+                self._cond.notify_all()
+
+
 class _Guard:
     """Compare one application in ``every`` with ``ddddd`` (sharing the kernel); past ``rtol``
-    move to the next more accurate front point, with a warning."""
+    move to the next more accurate front point, with a warning.
+
+    Thread-safe: a product runs in one precision from start to end (:class:`_SwitchLock`), is
+    checked against that precision's choice to check, and a switch happens once per precision
+    however many threads find it wanting at once."""
 
     def __init__(self, op, every):
         if isinstance(every, bool) or not isinstance(every, (int, np.integer)) or every < 1:
             raise FFTMatvecValueError(f"check_every must be a positive integer, got {every!r}")
         self.op, self.every, self.count, self.ref = op, int(every), 0, None
+        self._count_lock = threading.Lock()  # the count and the reference's construction
+        self._switch_lock = _SwitchLock()
 
-    def check(self, x, y, adjoint):
-        import warnings
-
+    def run(self, product):
+        """``product(op)``, checked where due: ``product`` computes one application (a product,
+        its adjoint or the normal operator's) on the operator it is given, which is this
+        guard's operator and, for the check, the ``ddddd`` reference. Returns the operator's
+        result, or the reference's where the operator's was above ``rtol``."""
         op = self.op
-        self.count += 1
-        if self.count % self.every or op.precision.letters == "ddddd":
+        with self._switch_lock.product():
+            letters = op.precision.letters  # the precision ``y`` is computed in
+            y = product(op)
+            with self._count_lock:
+                self.count += 1
+                due = not self.count % self.every and letters != "ddddd"
+                if due and self.ref is None:  # shares Khat and its engine where stage 3 is `d`
+                    self.ref = BlockToeplitz(op._kernel, "ddddd", dtype=op.dtype,
+                                             fft_len=op.fft_len, plan=op._plan_user or None,
+                                             _share=op)
+            ref = self.ref
+        if not due:
             return y
-        if self.ref is None:  # shares Khat and its engine where stage 3 is `d` already
-            self.ref = BlockToeplitz(op._kernel, "ddddd", dtype=op.dtype, fft_len=op.fft_len,
-                                     plan=op._plan_user or None, _share=op)
         xp = op._xp
-        r = self.ref._apply(x, adjoint)
+        r = product(ref)
         err = float(xp.linalg.norm(y - r)) / max(float(xp.linalg.norm(r)), 1e-300)
         tol = op.rtol if op.rtol is not None else 1e-6
         if err <= tol:
             return y
+        with self._switch_lock.switch():
+            if op.precision.letters == letters:  # else another thread has switched it already
+                self._move_on(letters, err, tol)
+        return r
+
+    def _move_on(self, cur: str, err: float, tol: float) -> None:
+        """Switch the operator from ``cur`` to the next more accurate front point."""
+        op = self.op
         front = [p for p, _ in (op._front or [])]
-        cur = op.precision.letters
         later = front[front.index(cur) + 1:] if cur in front else []
         nxt = later[0] if later else "ddddd"
-        warnings.warn(f"precision {cur!r} gave a relative error {err:.3g} above rtol={tol:g}; "
-                      f"moving to {nxt!r}", stacklevel=4)
+        _warnings.warn(f"precision {cur!r} gave a relative error {err:.3g} above rtol={tol:g}; "
+                       f"moving to {nxt!r}")
         new = op.with_precision(nxt)
         op.precision, op._engine, op._one_paths = new.precision, new._engine, {}
         op._scaled, op._kexp = new._scaled, new._kexp
         op.precision_source = f"{op.precision_source} (guard: {cur} -> {nxt})"
-        return r
