@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 import threading
 from typing import Any
 
@@ -48,14 +49,41 @@ def fft_length(nt: int) -> int:
 # ------------------------------------------------------------------------------------------
 # Validation helpers (public methods check, private methods compute)
 # ------------------------------------------------------------------------------------------
+def _scalar_value(value):
+    """``value`` itself, or the element of a 0-d array (NumPy or CuPy)."""
+    if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
+        return value.item()
+    return value
+
+
+def _real_scalar(value, name: str, expected: str = "a real number") -> float:
+    """``value`` as a float: a Python or NumPy real number, or a 0-d array of one; a bool, a
+    string or a complex number is refused with :class:`FFTMatvecTypeError` (its message: what
+    ``name`` must be, ``expected``, and what came)."""
+    v = _scalar_value(value)
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+        raise FFTMatvecTypeError(f"{name} must be {expected}, got {type(value).__name__} "
+                                 f"{value!r}")
+    return float(v)
+
+
+def _integer(value, name: str) -> int:
+    """``value`` as an int: a Python or NumPy integer, or a 0-d array of one; a bool, a float
+    or a string is refused with :class:`FFTMatvecTypeError`."""
+    v = _scalar_value(value)
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
+        raise FFTMatvecTypeError(f"{name} must be an integer, got {type(value).__name__} "
+                                 f"{value!r}")
+    return int(v)
+
+
 def _check_fft_len(fft_len, nt: int) -> int:
     if fft_len is None:
         return fft_length(nt)
-    if isinstance(fft_len, bool) or not isinstance(fft_len, (int, np.integer)):
-        raise FFTMatvecTypeError(f"fft_len must be an integer, got {type(fft_len).__name__}")
+    fft_len = _integer(fft_len, "fft_len")
     if fft_len < 2 * nt - 1:
         raise FFTMatvecValueError(f"fft_len must be at least 2*Nt - 1 = {2 * nt - 1}, got {fft_len}")
-    return int(fft_len)
+    return fft_len
 
 
 def _check_kernel(kernel: Any):
@@ -146,6 +174,9 @@ class _OperatorBase:
                 f"{name} is a {got} array but the operator lives on {where}; move it explicitly "
                 f"(cupy.asarray / cupy.asnumpy)"
             )
+        if isinstance(x, np.ma.MaskedArray):  # its mask would be ignored, NaN under it too
+            raise FFTMatvecTypeError(
+                f"{name} is a masked array; pass {name}.filled(0) or a plain ndarray")
         if x.dtype.kind not in "f":
             raise FFTMatvecTypeError(
                 f"{name} must be real floating point (float32 or float64), got dtype {x.dtype}"
@@ -267,32 +298,41 @@ class _OperatorBase:
 
     def aslinearoperator(self):
         """A ``scipy.sparse.linalg.LinearOperator`` (NumPy) or cupyx one (CuPy) on flat vectors,
-        so SciPy's / cupyx's iterative solvers run on it."""
+        so SciPy's / cupyx's iterative solvers run on it.
+
+        Its products check their input as ``F @ x`` does: a complex, integer or masked vector
+        is refused (:class:`~fftmatvec.FFTMatvecTypeError`), one holding NaN or Inf too
+        (:class:`~fftmatvec.FFTMatvecValueError`), and a vector of the wrong length. A block
+        of vectors ``(n*Nt, k)`` runs as one batched product."""
         if self._xp is np:
             from scipy.sparse.linalg import LinearOperator
         else:
             from cupyx.scipy.sparse.linalg import LinearOperator
-        n_in, n_out, nt = self._n_in, self._n_out, self.nt
-        xp, dt = self._xp, self.dtype
-
-        def _batch(V, n):  # (n*nt,) or (n*nt, k) -> (k, n, nt) in the interface dtype
-            X = V.reshape(1, -1) if V.ndim == 1 else xp.ascontiguousarray(V.T)
-            return X.reshape(-1, n, nt).astype(dt, copy=False)
-
-        def _unbatch(Y, v_ndim):
-            Y = Y.reshape(Y.shape[0], -1)
-            return Y.reshape(-1) if v_ndim == 1 else Y.T
 
         def mv(v):
-            return _unbatch(self._matmat(_batch(v, n_in)), v.ndim)
+            return self._flat_product(v, adjoint=False)
 
         def rmv(v):
-            return _unbatch(self._rmatmat(_batch(v, n_out)), v.ndim)
+            return self._flat_product(v, adjoint=True)
 
         kwargs = dict(shape=self.shape, dtype=self.dtype, matvec=mv, rmatvec=rmv, matmat=mv)
-        if xp is np:
+        if self._xp is np:
             kwargs["rmatmat"] = rmv
         return LinearOperator(**kwargs)
+
+    def _flat_product(self, v, adjoint: bool):
+        """The product of a flat vector ``(n*Nt,)`` or of a block of them ``(n*Nt, k)`` (the
+        layout of a ``LinearOperator``), with the checks of :meth:`matvec` / :meth:`matmat`."""
+        n, name = (self._n_out, "d") if adjoint else (self._n_in, "m")
+        if getattr(v, "ndim", None) != 2:
+            x, _, check = self._check_vector(v, n, name, batched=False)
+            return self._product(x, adjoint, name, check).reshape(-1)
+        if v.shape[0] != n * self.nt:
+            raise FFTMatvecValueError(
+                f"{name} must have shape ({n * self.nt}, k), got {v.shape}")
+        x, _, check = self._check_vector(v.T.reshape(-1, n, self.nt), n, name, batched=True)
+        y = self._product(x, adjoint, name, check)
+        return y.reshape(y.shape[0], -1).T
 
     # ---- to implement --------------------------------------------------------------------
     # ``amax``: the largest magnitude of ``x`` where the caller has it (a host float, or a
@@ -347,16 +387,13 @@ class NormalOperator(_OperatorBase):
         self.nt = op.nt
         self._n_in = self._n_out = op.nm
         xp = op._xp
+        if isinstance(weight, np.ma.MaskedArray):  # its mask would be ignored, NaN under it too
+            raise FFTMatvecTypeError(
+                "weight is a masked array; pass weight.filled(...) or a plain ndarray")
         if weight is None:
             self._weight = None
-        elif np.isscalar(weight) or (isinstance(weight, np.ndarray) and weight.ndim == 0):
-            if (isinstance(weight, (bool, np.bool_, str, bytes))
-                    or not isinstance(weight, (int, float, np.integer, np.floating))):
-                raise FFTMatvecTypeError(
-                    f"weight must be a real number or an ({op.nd}, {op.nt}) array, got "
-                    f"{type(weight).__name__} {weight!r}"
-                )
-            w = float(weight)
+        elif getattr(weight, "ndim", 0) == 0:  # a number, or a 0-d array
+            w = _real_scalar(weight, "weight", f"a real number or an ({op.nd}, {op.nt}) array")
             if not math.isfinite(w) or w < 0:
                 raise FFTMatvecValueError(
                     f"weight (a noise precision) must be finite and >= 0, got {weight!r}"
@@ -472,6 +509,8 @@ class BlockToeplitz(_OperatorBase):
         self._xp = xp
         self.dtype = _check_dtype(dtype)
         self.nd, self.nm, self.nt = (int(n) for n in kernel.shape)
+        if rtol is not None:  # any real number, as a float
+            rtol = _real_scalar(rtol, "rtol")
         precision, self.precision_source, self._front, self._tuned_plan = _resolve_precision(
             xp, precision, rtol, self.nm, self.nd, self.nt)
         self.rtol = rtol
@@ -560,8 +599,9 @@ class BlockToeplitz(_OperatorBase):
         their tiles and split-K, CUDA-graph replay, and the overrides in effect."""
         from .gpu.plan import Plan
 
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise FFTMatvecValueError(f"k must be a positive integer, got {k!r}")
+        k = _integer(k, "k")
+        if k < 1:
+            raise FFTMatvecValueError(f"k must be a positive integer, got {k}")
         if self._engine.name != "kernels":
             return Plan("adjoint" if adjoint else "forward", int(k), self.precision.letters,
                         "cpu" if self._xp is np else "stages",
@@ -838,9 +878,10 @@ class _Guard:
     however many threads find it wanting at once."""
 
     def __init__(self, op, every):
-        if isinstance(every, bool) or not isinstance(every, (int, np.integer)) or every < 1:
-            raise FFTMatvecValueError(f"check_every must be a positive integer, got {every!r}")
-        self.op, self.every, self.count, self.ref = op, int(every), 0, None
+        every = _integer(every, "check_every")
+        if every < 1:
+            raise FFTMatvecValueError(f"check_every must be positive, got {every}")
+        self.op, self.every, self.count, self.ref = op, every, 0, None
         self._count_lock = threading.Lock()  # the count and the reference's construction
         self._switch_lock = _SwitchLock()
 
@@ -880,9 +921,10 @@ class _Guard:
         front = [p for p, _ in (op._front or [])]
         later = front[front.index(cur) + 1:] if cur in front else []
         nxt = later[0] if later else "ddddd"
-        _warnings.warn(f"precision {cur!r} gave a relative error {err:.3g} above rtol={tol:g}; "
-                       f"moving to {nxt!r}")
         new = op.with_precision(nxt)
         op.precision, op._engine, op._one_paths = new.precision, new._engine, {}
         op._scaled, op._kexp = new._scaled, new._kexp
         op.precision_source = f"{op.precision_source} (guard: {cur} -> {nxt})"
+        # after the switch: where warnings are errors, the operator has moved on all the same
+        _warnings.warn(f"precision {cur!r} gave a relative error {err:.3g} above rtol={tol:g}; "
+                       f"moving to {nxt!r}")

@@ -153,3 +153,141 @@ def test_guard_result_never_from_an_unchecked_precision(monkeypatch, rng):
     assert F.precision.letters == "ddddd"
     assert rel_err(got["slow"].ravel(), A @ m1.ravel()) < 1e-12
     assert rel_err(got["fast"].ravel(), A @ m2.ravel()) < 1e-12
+
+
+def test_guard_switches_where_warnings_are_errors(rng):
+    """A warning filter that turns the guard's warning into an error still leaves the
+    operator in the precision it moved to."""
+    K = rng.standard_normal(SHAPE)
+    F = fm.BlockToeplitz(K, "ddhdd", check_every=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UserWarning, match="moving to 'ddddd'"):
+            F @ random(np, rng, 3, 10)
+    assert F.precision.letters == "ddddd"
+
+
+# ---- masked vectors ----------------------------------------------------------------------
+def test_masked_vectors_refused(rng):
+    """A masked array's NaN under its mask passed the NaN check and gave all-NaN outputs."""
+    K = rng.standard_normal(SHAPE)
+    F = fm.BlockToeplitz(K)
+    m = rng.standard_normal((3, 10))
+    m[1, 4] = np.nan
+    mm = np.ma.array(m, mask=np.isnan(m))
+    d = np.ma.array(rng.standard_normal((4, 10)), mask=False)
+    calls = [lambda: F @ mm, lambda: F.matvec(mm.ravel()), lambda: F.rmatvec(d),
+             lambda: F.matmat(mm[None]), lambda: F.T @ d, lambda: F.normal() @ mm,
+             lambda: F.aslinearoperator().matvec(mm.ravel()),
+             lambda: F.normal(np.ma.array(np.ones((4, 10)), mask=False))]
+    for call in calls:
+        with pytest.raises(FFTMatvecTypeError, match="masked array"):
+            call()
+
+
+# ---- adapters run the checks of F @ x ----------------------------------------------------
+@pytest.mark.parametrize("which", ["F", "F.T", "normal"])
+def test_linear_operator_checks_inputs(xp, rng, which):
+    K, Kx = kernel(xp, rng)
+    F = fm.BlockToeplitz(Kx)
+    op = {"F": F, "F.T": F.T, "normal": F.normal(2.0)}[which]
+    A = op.aslinearoperator()
+    n_out, n_in = op.shape
+    x = random(xp, rng, n_in)
+    u = random(xp, rng, n_out)
+    # complex input is refused, not reduced to its real part
+    with pytest.raises(FFTMatvecTypeError, match="complex"):
+        A @ (x + 1j)
+    with pytest.raises(FFTMatvecTypeError, match="complex"):
+        A.rmatvec(u + 1j)
+    with pytest.raises(FFTMatvecTypeError, match="complex"):
+        A.matmat(xp.stack([x, x], axis=1) * (1 + 1j))
+    with pytest.raises(FFTMatvecTypeError, match="int"):
+        A.matvec(xp.ones(n_in, dtype=np.int64))
+    for bad in (np.nan, np.inf):
+        v = x.copy()
+        v[3] = bad
+        with pytest.raises(FFTMatvecValueError, match="NaN or Inf"):
+            A.matvec(v)
+        with pytest.raises(FFTMatvecValueError, match="NaN or Inf"):
+            A.matmat(xp.stack([x, v], axis=1))
+        w = u.copy()
+        w[0] = bad
+        with pytest.raises(FFTMatvecValueError, match="NaN or Inf"):
+            A.rmatvec(w)
+    with pytest.raises(ValueError):
+        A.matvec(random(xp, rng, n_in + 1))
+    # and the products are those of op
+    assert rel_err(A.matvec(x), to_numpy(op @ x)) == 0.0
+    assert rel_err(A.rmatvec(u), to_numpy(op.T @ u)) == 0.0
+    X = random(xp, rng, n_in, 3)
+    Y = A.matmat(X)
+    assert Y.shape == (n_out, 3) and Y.dtype == np.float64
+    for b in range(3):  # a batched product: rounded as the batch is, not as one vector
+        assert rel_err(Y[:, b], to_numpy(op @ X[:, b])) < 1e-14
+    # a float32 input is taken as F @ x takes it: the output is in the operator's dtype
+    y32 = A.matvec(x.astype(np.float32))
+    assert y32.dtype == np.float64
+    assert rel_err(y32, to_numpy(op @ x.astype(np.float32))) == 0.0
+
+
+# ---- scalars: Python, NumPy, 0-d arrays ------------------------------------------------
+@pytest.mark.parametrize("w", [np.array(2.0), np.float32(2.0), np.int64(2), np.array(2),
+                               np.float64(2.0)], ids=repr)
+def test_normal_weight_numpy_scalars(xp, rng, w):
+    _, Kx = kernel(xp, rng)
+    F = fm.BlockToeplitz(Kx)
+    m = random(xp, rng, 3, 10)
+    y = F.normal(w) @ m
+    assert y.dtype == np.float64
+    assert rel_err(y, to_numpy(F.normal(2.0) @ m)) == 0.0
+
+
+@pytest.mark.parametrize("w", [True, np.bool_(True), np.array(True), "2", b"2", 2j,
+                               np.complex128(2)], ids=repr)
+def test_normal_weight_bad_scalars(rng, w):
+    F = fm.BlockToeplitz(rng.standard_normal(SHAPE))
+    with pytest.raises(FFTMatvecTypeError, match="weight must be a real number"):
+        F.normal(w)
+
+
+@pytest.fixture
+def no_tables(tmp_path, monkeypatch):
+    """``precision="auto"`` on the a-priori model, quietly (no table in the user's cache)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    (tmp_path / "tables").mkdir()
+    monkeypatch.setenv("FFTMATVEC_TUNING_PATH", str(tmp_path / "tables"))
+    monkeypatch.setattr(select, "_warned", set())
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="no tuning table")
+        yield
+
+
+@pytest.mark.parametrize("rtol", [np.int64(1), np.array(1), np.float32(1.0), np.array(1.0),
+                                  np.float64(1.0)], ids=repr)
+def test_rtol_numpy_scalars(rng, no_tables, rtol):
+    K = rng.standard_normal(SHAPE)
+    F = fm.BlockToeplitz(K, "auto", rtol=rtol)
+    G = fm.BlockToeplitz(K, "auto", rtol=1)
+    assert F.precision == G.precision and F.rtol == 1.0 and type(F.rtol) is float
+
+
+@pytest.mark.parametrize("rtol", [True, np.bool_(True), np.array(False), "1e-5", 1e-5j],
+                         ids=repr)
+def test_rtol_bad_scalars(rng, no_tables, rtol):
+    with pytest.raises(FFTMatvecTypeError, match="rtol must be a"):
+        fm.BlockToeplitz(rng.standard_normal(SHAPE), "auto", rtol=rtol)
+
+
+def test_integer_arguments_numpy_scalars(rng):
+    K = rng.standard_normal(SHAPE)
+    F = fm.BlockToeplitz(K, "ddhdd", check_every=np.array(3), fft_len=np.array(24))
+    assert F.fft_len == 24 and F._guard.every == 3
+    assert F.plan(np.array(2)).k == 2 and F.plan(np.int32(3)).k == 3
+    for bad in (True, np.array(True), 3.0, np.array(3.0), "3"):
+        with pytest.raises(FFTMatvecTypeError, match="check_every must be an integer"):
+            fm.BlockToeplitz(K, check_every=bad)
+        with pytest.raises(FFTMatvecTypeError, match="fft_len must be an integer"):
+            fm.BlockToeplitz(K, fft_len=bad)
+    with pytest.raises(FFTMatvecValueError, match="check_every must be positive"):
+        fm.BlockToeplitz(K, check_every=np.int64(0))
