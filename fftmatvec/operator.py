@@ -19,6 +19,7 @@ precision (see :class:`~fftmatvec.precision.PrecisionConfig`):
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import numbers
 import threading
@@ -366,6 +367,9 @@ class _Adjoint(_OperatorBase):
 
     H = T
 
+    def __reduce__(self):  # the adjoint of the pickled (or copied) operator
+        return _Adjoint, (self._op,)
+
     def __repr__(self) -> str:
         return f"{self._op!r}.T"
 
@@ -435,8 +439,23 @@ class NormalOperator(_OperatorBase):
 
     _rmatmat = _matmat  # F^T W F is symmetric
 
+    def __reduce__(self):  # the normal operator of the pickled (or copied) operator
+        w = self._weight
+        if w is not None and self._xp is not np:
+            w = backend.cupy.asnumpy(w)
+        return _normal_operator, (self._op, w)
+
     def __repr__(self) -> str:
         return f"NormalOperator({self._op!r})"
+
+
+def _normal_operator(op, weight) -> NormalOperator:
+    """``op.normal(weight)`` with ``weight`` a NumPy array or None, moved to ``op``'s device
+    (the loader of a pickled :class:`NormalOperator`)."""
+    if weight is not None and op._xp is not np:
+        with op._on_device():
+            weight = op._xp.asarray(weight)
+    return NormalOperator(op, weight)
 
 
 # ------------------------------------------------------------------------------------------
@@ -650,6 +669,62 @@ class BlockToeplitz(_OperatorBase):
             f"BlockToeplitz(nd={self.nd}, nm={self.nm}, nt={self.nt}, precision='{self.precision}', "
             f"dtype={self.dtype}, device={dev})"
         )
+
+    # ---- pickle and deepcopy (multiprocessing and MPI send operators) ---------------------
+    def __getstate__(self) -> dict:
+        """What rebuilds this operator: its kernel as a NumPy array, and the choices made at
+        construction (and by the guard since). ``Khat``, the engine, its plans and buffers are
+        not pickled: they are rebuilt on load, on the GPU current there for a GPU operator
+        (as CuPy arrays unpickle), by :meth:`__setstate__`."""
+        if _fingerprint(self._xp, self._kernel) != self._kernel_print:
+            raise FFTMatvecValueError(
+                "kernel was changed after this operator was built; a pickled or copied operator "
+                "is rebuilt from its kernel, so build a new BlockToeplitz from the changed "
+                "kernel instead")
+        guard = self._guard
+        return {
+            "kernel": self._kernel if self._xp is np else backend.cupy.asnumpy(self._kernel),
+            "gpu": self._xp is not np,
+            "precision": self.precision.letters,
+            "dtype": self.dtype,
+            "fft_len": self.fft_len,
+            "plan": self._plan_user,
+            "tuned_plan": self._tuned_plan,
+            "rtol": self.rtol,
+            "precision_source": self.precision_source,
+            "front": self._front,
+            "check_every": None if guard is None else guard.every,
+            "checked": 0 if guard is None else guard.count,
+        }
+
+    def __setstate__(self, state: dict) -> None:
+        kernel = state["kernel"]
+        if state["gpu"]:
+            if not backend.gpu_available():
+                raise FFTMatvecTypeError(
+                    "this operator was pickled on a GPU: loading it needs CuPy and a GPU")
+            kernel = backend.cupy.asarray(kernel)  # on the current device
+        self.__init__(kernel, state["precision"], dtype=state["dtype"],
+                      fft_len=state["fft_len"], plan=state["plan"] or None)
+        # what precision="auto" chose, and the tuning table's plan that came with its choice
+        self.rtol, self.precision_source = state["rtol"], state["precision_source"]
+        self._front, self._tuned_plan = state["front"], state["tuned_plan"]
+        self._plan_tuned = parse_overrides(self._tuned_plan, "the tuning table's plan")
+        self.plan_overrides = {**self._plan_tuned, **self._plan_user}
+        if hasattr(self._engine, "tuned"):  # the GPU engine: its planner reads them
+            self._engine.tuned = self._plan_tuned
+        if state["check_every"] is not None:
+            self._guard = _Guard(self, state["check_every"])
+            self._guard.count = state["checked"]
+
+    def __deepcopy__(self, memo: dict) -> "BlockToeplitz":
+        """A copy rebuilt from a copy of the kernel, on this operator's device."""
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        state = copy.deepcopy(self.__getstate__(), memo)
+        with self._on_device():
+            new.__setstate__(state)
+        return new
 
     # ---- one vector: the fused product without the general path's overhead ---------------
     def matvec(self, m, *, check_finite=True):

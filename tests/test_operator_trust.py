@@ -291,3 +291,105 @@ def test_integer_arguments_numpy_scalars(rng):
             fm.BlockToeplitz(K, fft_len=bad)
     with pytest.raises(FFTMatvecValueError, match="check_every must be positive"):
         fm.BlockToeplitz(K, check_every=np.int64(0))
+
+
+# ---- pickle and deepcopy -----------------------------------------------------------------
+def _copies(op):
+    """``op`` through pickle (each protocol from 2) and through ``copy.deepcopy``."""
+    out = [pickle.loads(pickle.dumps(op, protocol=p))
+           for p in range(2, pickle.HIGHEST_PROTOCOL + 1)]
+    return out + [copy.deepcopy(op)]
+
+
+def assert_same(a, b, precision):
+    """Equal on the CPU; on a GPU within the precision's rounding (a first product and a
+    later one of the same operator may take different kernels there)."""
+    assert a.dtype == b.dtype and a.shape == b.shape
+    if isinstance(a, np.ndarray):
+        np.testing.assert_array_equal(a, b)
+    else:
+        assert rel_err(a, to_numpy(b)) < (1e-13 if precision == "ddddd" else 1e-5)
+
+
+@pytest.mark.parametrize("precision", ["ddddd", "sssss", "ddhdd", "dsdsd"])
+def test_pickle_and_deepcopy(xp, rng, precision):
+    K, Kx = kernel(xp, rng)
+    F = fm.BlockToeplitz(Kx, precision, dtype=np.float32 if precision == "sssss" else None,
+                         fft_len=24)
+    w = xp.asarray(rng.uniform(0.5, 2.0, (SHAPE[0], SHAPE[2])))
+    m = random(xp, rng, 3, 10)
+    d = random(xp, rng, 4, 10)
+    M = random(xp, rng, 2, 3, 10)
+    for G in _copies(F):
+        assert type(G) is fm.BlockToeplitz and G is not F
+        assert (G.precision, G.dtype, G.fft_len, G.shape, G.xp) == (
+            F.precision, F.dtype, F.fft_len, F.shape, F.xp)
+        assert G.kernel_exponent == F.kernel_exponent
+        assert G._kernel is not F._kernel
+        np.testing.assert_array_equal(to_numpy(G._kernel), K)
+        if xp is not np:
+            assert G._device.id == F._device.id
+        for a, b in ((G @ m, F @ m), (G.T @ d, F.T @ d), (G.matmat(M), F.matmat(M))):
+            assert_same(a, b, precision)
+    for T in _copies(F.T):
+        assert type(T) is type(F.T) and T.shape == F.T.shape
+        assert_same(T @ d, F.T @ d, precision)
+        assert_same(T.T @ m, F @ m, precision)
+    for weight in (None, 2.5, w):
+        N = F.normal(weight)
+        for C in _copies(N):
+            assert type(C) is fm.NormalOperator and C._op is not F
+            assert_same(C @ m, N @ m, precision)
+
+
+def test_pickle_keeps_sharing_and_settings(rng, no_tables):
+    """One pickle of an operator and of its adjoint and normal operator keeps them on one
+    operator; ``auto``'s choice, ``rtol``, the guard and the plan overrides come back."""
+    K = rng.standard_normal(SHAPE)
+    F = fm.BlockToeplitz(K, "auto", rtol=1e-3, check_every=2, plan={"row_fft": 0})
+    F2, T2, N2 = pickle.loads(pickle.dumps((F, F.T, F.normal(2.0))))
+    assert T2.T is F2 and N2._op is F2
+    for attr in ("precision", "precision_source", "rtol", "_front", "plan_overrides"):
+        assert getattr(F2, attr) == getattr(F, attr), attr
+    assert F2._guard.every == 2 and F2._guard.op is F2
+    # a guard that has moved on pickles in the precision it moved to
+    G = fm.BlockToeplitz(K, "ddhdd", check_every=1)
+    with pytest.warns(UserWarning, match="moving to"):
+        G @ random(np, rng, 3, 10)
+    G2 = pickle.loads(pickle.dumps(G))
+    assert G2.precision.letters == "ddddd" and G2.precision_source == G.precision_source
+
+
+def test_pickle_refuses_a_changed_kernel(rng):
+    """The operator rebuilds from its kernel: one changed after construction would give
+    another operator."""
+    K = rng.standard_normal(SHAPE)
+    F = fm.BlockToeplitz(K)
+    K[0, 0, 0] += 1.0
+    with pytest.raises(FFTMatvecValueError, match="kernel was changed"):
+        pickle.dumps(F)
+    with pytest.raises(FFTMatvecValueError, match="kernel was changed"):
+        copy.deepcopy(F.normal())
+
+
+@pytest.mark.gpu
+def test_gpu_copies_choose_their_device(rng):
+    """A deep copy stays on its operator's GPU; an unpickled operator lands on the current
+    GPU, as an unpickled CuPy array does."""
+    from fftmatvec import backend
+
+    if not backend.gpu_available() or backend.cupy.cuda.runtime.getDeviceCount() < 2:
+        pytest.skip("needs 2 GPUs")
+    cp = backend.cupy
+    K = rng.standard_normal(SHAPE)
+    with cp.cuda.Device(1):
+        F = fm.BlockToeplitz(cp.asarray(K), "dssdd")
+        m = cp.asarray(rng.standard_normal((3, 10)))
+        y = F @ m
+    with cp.cuda.Device(0):
+        C = copy.deepcopy(F)
+        P = pickle.loads(pickle.dumps(F))
+    assert C._device.id == 1 and P._device.id == 0
+    with cp.cuda.Device(1):
+        assert rel_err(C @ m, to_numpy(y)) < 1e-6
+    assert rel_err(P @ cp.asarray(to_numpy(m)), to_numpy(y)) < 1e-6
