@@ -2,9 +2,9 @@
 
 A warning raised deep inside the package (the guard, the tuning lookup, a kernel that could
 not load) is attributed to the first frame of the stack that lies outside the package and
-outside the libraries whose operators call into it (SciPy's and CuPy's ``LinearOperator``,
-PyLops, pylops-mpi, ``torch.nn``): the user's own line, however many layers the call went
-through, so that the warning's location says which call of theirs caused it.
+outside the libraries that call into it on the user's behalf (a SciPy or CuPy solver applying
+``aslinearoperator()``, PyLops, pylops-mpi, PyTorch running a layer): the user's own line,
+however many layers the call went through, so that the warning says which call caused it.
 """
 
 from __future__ import annotations
@@ -18,15 +18,14 @@ __all__ = ["warn"]
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
-# Modules whose frames call the package on the user's behalf (a solver applying an adapter,
-# a layer's forward called by torch.nn.Module): a warning passes over them to the user's call.
-_WRAPPERS = ("scipy.sparse.linalg", "cupyx.scipy.sparse.linalg", "pylops", "pylops_mpi",
-             "torch.nn")
+# Packages whose frames call this one on the user's behalf (a solver applying an adapter, a
+# layer's forward called by torch.nn.Module): a warning passes over them to the user's call.
+_WRAPPERS = ("scipy", "cupy", "cupyx", "pylops", "pylops_mpi", "torch")
 
 
 def _skipped_dirs() -> tuple:
-    """The package's folder and those of the wrapping modules imported so far (a module that
-    is not imported has no frame on the stack)."""
+    """The package's folder and those of the wrapping packages imported so far (a package
+    that is not imported has no frame on the stack)."""
     dirs = [_PACKAGE_DIR]
     for name in _WRAPPERS:
         mod = sys.modules.get(name)

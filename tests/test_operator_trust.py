@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import inspect
 import pickle
 import threading
 import time
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 import fftmatvec as fm
-from fftmatvec import FFTMatvecError, FFTMatvecTypeError, FFTMatvecValueError
+from fftmatvec import FFTMatvecTypeError, FFTMatvecValueError
 from fftmatvec.tuning import select
 
 from conftest import dense_btt, rel_err, to_numpy
@@ -393,3 +394,67 @@ def test_gpu_copies_choose_their_device(rng):
     with cp.cuda.Device(1):
         assert rel_err(C @ m, to_numpy(y)) < 1e-6
     assert rel_err(P @ cp.asarray(to_numpy(m)), to_numpy(y)) < 1e-6
+
+
+# ---- warnings point at the caller's line --------------------------------------------------
+def _guarded(rng):
+    K = rng.standard_normal(SHAPE)
+    return fm.BlockToeplitz(K, "ddhdd", check_every=1)
+
+
+CALLS = {  # the public products, each on a guarded operator
+    "F @ m": lambda F, A, m, d, M, D: F @ m,
+    "F.matvec(flat)": lambda F, A, m, d, M, D: F.matvec(m.ravel()),
+    "F.matmat(M)": lambda F, A, m, d, M, D: F.matmat(M),
+    "F.T @ d": lambda F, A, m, d, M, D: F.T @ d,
+    "F.rmatmat(D)": lambda F, A, m, d, M, D: F.rmatmat(D),
+    "F.normal() @ m": lambda F, A, m, d, M, D: F.normal() @ m,
+    "F.normal(2.0).T.matmat(M)": lambda F, A, m, d, M, D: F.normal(2.0).T.matmat(M),
+    "A.matvec(flat)": lambda F, A, m, d, M, D: A.matvec(m.ravel()),
+    "A @ flat": lambda F, A, m, d, M, D: A @ m.ravel(),
+    "A.rmatvec(flat)": lambda F, A, m, d, M, D: A.rmatvec(d.ravel()),
+    "A.matmat(block)": lambda F, A, m, d, M, D: A.matmat(M.reshape(2, -1).T),
+}
+
+
+@pytest.mark.parametrize("call", list(CALLS))
+def test_guard_warning_points_at_the_caller(rng, call):
+    F = _guarded(rng)
+    m, d = random(np, rng, 3, 10), random(np, rng, 4, 10)
+    M, D = random(np, rng, 2, 3, 10), random(np, rng, 2, 4, 10)
+    with pytest.warns(UserWarning, match="moving to") as caught:
+        CALLS[call](F, F.aslinearoperator(), m, d, M, D)
+    assert [w.filename for w in caught] == [__file__], [(w.filename, w.lineno) for w in caught]
+
+
+def test_guard_warning_through_a_scipy_solver(rng):
+    """Through SciPy's ``cg`` on the adapter the warning points at the call of ``cg``."""
+    from scipy.sparse.linalg import cg
+
+    N = _guarded(rng).normal(1.0).aslinearoperator()
+    b = random(np, rng, 30)
+    with pytest.warns(UserWarning, match="moving to") as caught:
+        line = inspect.currentframe().f_lineno + 1
+        cg(N, b, maxiter=3)
+    assert [(w.filename, w.lineno) for w in caught] == [(__file__, line)]
+
+
+def test_guard_warning_from_threads_points_at_their_code(rng):
+    F = _guarded(rng)
+    m = random(np, rng, 3, 10)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        th = threading.Thread(target=lambda: F @ m)
+        th.start()
+        th.join(30)
+    assert [w.filename for w in caught if "moving to" in str(w.message)] == [__file__]
+
+
+def test_auto_model_warning_points_at_the_caller(tmp_path, monkeypatch, rng):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    (tmp_path / "tables").mkdir()
+    monkeypatch.setenv("FFTMATVEC_TUNING_PATH", str(tmp_path / "tables"))
+    monkeypatch.setattr(select, "_warned", set())
+    with pytest.warns(UserWarning, match="no tuning table") as caught:
+        fm.BlockToeplitz(rng.standard_normal(SHAPE), "auto", rtol=1e-3)
+    assert [w.filename for w in caught] == [__file__]

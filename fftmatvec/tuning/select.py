@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 from pathlib import Path
 
+from .. import _warnings
 from .._errors import FFTMatvecValueError
 from .table import load_table
 
@@ -110,7 +110,7 @@ def choose(arch, op, nm, nd, nt, nrhs, rtol):
         return pick, src, plan, front
     if arch not in _warned:
         _warned.add(arch)
-        warnings.warn(f"no tuning table for device {arch!r}: precision='auto' uses the a-priori "
-                      f"error model (run `fftmatvec tune` to measure this device)", stacklevel=3)
+        _warnings.warn(f"no tuning table for device {arch!r}: precision='auto' uses the "
+                       f"a-priori error model (run `fftmatvec tune` to measure this device)")
     p = _model_choice(rtol, nm)
     return p, "model", None, [(p, model_error(p, nm)), ("ddddd", model_error("ddddd", nm))]
