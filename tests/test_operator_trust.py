@@ -458,3 +458,17 @@ def test_auto_model_warning_points_at_the_caller(tmp_path, monkeypatch, rng):
     with pytest.warns(UserWarning, match="no tuning table") as caught:
         fm.BlockToeplitz(rng.standard_normal(SHAPE), "auto", rtol=1e-3)
     assert [w.filename for w in caught] == [__file__]
+
+
+# ---- the pylops-mpi adapter --------------------------------------------------------------
+@pytest.mark.mpi
+@pytest.mark.parametrize("n", [2])
+def test_pylops_mpi_adapter_checks_inputs(n):
+    from test_distributed import _run
+
+    res = _run(n, "check_adapters.py")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-5000:]
+    words = res.stdout.split()
+    if words[:1] == ["SKIP"]:
+        pytest.skip(res.stdout.strip())
+    assert words[:2] == ["OK", str(n)], res.stdout
