@@ -482,7 +482,9 @@ class BlockToeplitz(_OperatorBase):
         tables (or the a-priori model) whose error is within ``rtol`` (docs/tuning.md).
     check_every : int, optional
         Guard: compare one application in ``check_every`` with ``ddddd`` and move to the next more
-        accurate front point, with a warning, when the error exceeds ``rtol``.
+        accurate front point, with a warning, when the error exceeds ``rtol``. Every
+        application counts: products, adjoints, batches and those of :meth:`normal`. Threads
+        may share the operator: a product runs in one precision, and is checked in it.
     plan : mapping, optional
         Planner overrides; wins over a tuning table's plan.
 
@@ -704,8 +706,8 @@ class BlockToeplitz(_OperatorBase):
                 raise FFTMatvecTypeError(
                     "this operator was pickled on a GPU: loading it needs CuPy and a GPU")
             kernel = backend.cupy.asarray(kernel)  # on the current device
-        self.__init__(kernel, state["precision"], dtype=state["dtype"],
-                      fft_len=state["fft_len"], plan=state["plan"] or None)
+        BlockToeplitz.__init__(self, kernel, state["precision"], dtype=state["dtype"],
+                               fft_len=state["fft_len"], plan=state["plan"] or None)
         # what precision="auto" chose, and the tuning table's plan that came with its choice
         self.rtol, self.precision_source = state["rtol"], state["precision_source"]
         self._front, self._tuned_plan = state["front"], state["tuned_plan"]
@@ -948,9 +950,9 @@ class _Guard:
     """Compare one application in ``every`` with ``ddddd`` (sharing the kernel); past ``rtol``
     move to the next more accurate front point, with a warning.
 
-    Thread-safe: a product runs in one precision from start to end (:class:`_SwitchLock`), is
-    checked against that precision's choice to check, and a switch happens once per precision
-    however many threads find it wanting at once."""
+    Thread-safe: a product runs in one precision from start to end (:class:`_SwitchLock`), its
+    check compares and decides in the precision it ran in, and a switch happens once per
+    precision however many threads find it wanting at once."""
 
     def __init__(self, op, every):
         every = _integer(every, "check_every")
