@@ -902,6 +902,17 @@ def _resolve_precision(xp, precision, rtol, nm, nd, nt):
     return p, src, front, plan
 
 
+def _relative_error(xp, y, r) -> float | None:
+    """``||y - r|| / ||r||``, both scaled by ``r``'s largest magnitude so that no square
+    overflows or underflows; None where ``r`` is not finite, NaN where ``y`` is not."""
+    a = float(xp.abs(r).max())
+    if not math.isfinite(a):
+        return None
+    if a == 0.0:
+        return 0.0 if not bool(xp.any(y)) else math.inf
+    return float(xp.linalg.norm(y / a - r / a)) / float(xp.linalg.norm(r / a))
+
+
 class _SwitchLock:
     """Many products at once, or one precision switch alone: a product holds the lock shared
     while it reads the operator's precision, engine and scales, so that a switch (which holds it
@@ -981,11 +992,12 @@ class _Guard:
             ref = self.ref
         if not due:
             return y
-        xp = op._xp
         r = product(ref)
-        err = float(xp.linalg.norm(y - r)) / max(float(xp.linalg.norm(r)), 1e-300)
+        err = _relative_error(op._xp, y, r)
+        if err is None:  # a reference that is not finite never replaces the result
+            return y
         tol = op.rtol if op.rtol is not None else 1e-6
-        if err <= tol:
+        if err <= tol:  # (NaN, where ``y`` is not finite, is not)
             return y
         with self._switch_lock.switch():
             if op.precision.letters == letters:  # else another thread has switched it already

@@ -168,6 +168,37 @@ def test_guard_switches_where_warnings_are_errors(rng):
     assert F.precision.letters == "ddddd"
 
 
+def test_guard_error_does_not_overflow(rng):
+    """Outputs near 1e305 are checked without overflow: the error of ``sssss`` (1e-7) is
+    within ``rtol``, so the guard keeps it (a norm that overflowed gave NaN, and a switch)."""
+    K = rng.standard_normal((2, 2, 200)) * 1e-3
+    m = 3e306 * rng.standard_normal((2, 200))
+    ref = dense_btt(K) @ m.ravel()
+    F = fm.BlockToeplitz(K, "sssss", check_every=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        with np.errstate(over="ignore", invalid="ignore"):
+            y = F @ m
+    assert F.precision.letters == "sssss"
+    assert rel_err(y.ravel() / 1e300, ref / 1e300) < 1e-6
+
+
+def test_guard_keeps_a_finite_result_over_a_non_finite_reference(rng):
+    """A reference that is not finite (``ddddd`` on inputs near float64's largest, where its
+    FFT may overflow) neither replaces a finite result nor switches the operator to it."""
+    K = rng.uniform(0.5, 1.0, (2, 2, 200)) * 1e-3
+    m = 3e306 * rng.uniform(0.5, 1.0, (2, 200))
+    ref = dense_btt(K) @ m.ravel()
+    assert np.isfinite(ref).all()
+    F = fm.BlockToeplitz(K, "sssss", check_every=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        with np.errstate(over="ignore", invalid="ignore"):
+            y = F @ m
+    assert F.precision.letters == "sssss" and np.isfinite(y).all()
+    assert rel_err(y.ravel() / 1e300, ref / 1e300) < 1e-6
+
+
 # ---- masked vectors ----------------------------------------------------------------------
 def test_masked_vectors_refused(rng):
     """A masked array's NaN under its mask passed the NaN check and gave all-NaN outputs."""
