@@ -73,8 +73,9 @@ def test_guard_counts_a_normal_product_once(xp, rng):
 
 
 # ---- the guard under threads --------------------------------------------------------------
-def _products_in_threads(F, vectors, adjoint=False):
-    """Every vector's product, the vectors split over 8 threads that start together."""
+def _products_in_threads(op, vectors):
+    """Every vector's product with ``op``, the vectors split over 8 threads that start
+    together."""
     out = [None] * len(vectors)
     errors = []
     start = threading.Barrier(8)
@@ -83,7 +84,7 @@ def _products_in_threads(F, vectors, adjoint=False):
         try:
             start.wait()
             for i in range(t, len(vectors), 8):
-                out[i] = (F.T if adjoint else F) @ vectors[i]
+                out[i] = op @ vectors[i]
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
 
@@ -97,22 +98,22 @@ def _products_in_threads(F, vectors, adjoint=False):
     return out
 
 
-@pytest.mark.parametrize("adjoint", [False, True], ids=["forward", "adjoint"])
-def test_guard_threads_get_checked_results(xp, rng, adjoint):
+@pytest.mark.parametrize("which", ["forward", "adjoint", "normal"])
+def test_guard_threads_get_checked_results(xp, rng, which):
     """8 threads share one operator with ``check_every=1``: all 64 results are within the
     reference's accuracy (a product of ``ddhdd`` is 1e-4 off), and it switches once."""
     shape = (40, 30, 64)
     K, Kx = kernel(xp, rng, shape)
     A = dense_btt(K)
     F = fm.BlockToeplitz(Kx, "ddhdd", check_every=1)
-    n = shape[0] if adjoint else shape[1]
+    op, n, Aop = {"forward": (F, shape[1], A), "adjoint": (F.T, shape[0], A.T),
+                  "normal": (F.normal(2.0), shape[1], 2.0 * A.T @ A)}[which]
     vectors = [random(xp, rng, n, shape[2]) for _ in range(64)]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        out = _products_in_threads(F, vectors, adjoint)
+        out = _products_in_threads(op, vectors)
     assert sum("moving to" in str(w.message) for w in caught) == 1
     assert F.precision.letters == "ddddd"
-    Aop = A.T if adjoint else A
     errs = [rel_err(y.ravel(), Aop @ to_numpy(v).ravel()) for y, v in zip(out, vectors)]
     assert max(errs) < 1e-12, sorted(errs)[-4:]
 
@@ -130,8 +131,8 @@ def test_guard_result_never_from_an_unchecked_precision(monkeypatch, rng):
     def slow_apply(op, x, adjoint, *args, **kwargs):
         y = apply(op, x, adjoint, *args, **kwargs)
         if threading.current_thread().name == "slow" and not first.is_set():
-            first.set()  # computed in ddhdd; wait (at most 3 s) for the other thread's switch
-            deadline = time.monotonic() + 3.0
+            first.set()  # computed in ddhdd; wait (at most 1 s) for the other thread's switch
+            deadline = time.monotonic() + 1.0
             while F.precision.letters == "ddhdd" and time.monotonic() < deadline:
                 time.sleep(0.01)
         return y
