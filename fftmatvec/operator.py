@@ -917,7 +917,8 @@ class _SwitchLock:
     """Many products at once, or one precision switch alone: a product holds the lock shared
     while it reads the operator's precision, engine and scales, so that a switch (which holds it
     alone) never changes them in the middle of a product. A waiting switch holds new products
-    back, so that a stream of products cannot keep it waiting forever."""
+    back, so that a stream of products cannot keep it waiting forever. (Plain methods, not
+    context managers: a product pays two short critical sections and nothing more.)"""
 
     def __init__(self):
         self._cond = threading.Condition(threading.Lock())
@@ -925,22 +926,19 @@ class _SwitchLock:
         self._switching = False  # a switch holds the lock
         self._waiting = 0  # switches waiting for the products to finish
 
-    @contextlib.contextmanager
-    def product(self):
+    def acquire_shared(self) -> None:
         with self._cond:
             while self._switching or self._waiting:
                 self._cond.wait()
             self._products += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._products -= 1
-                if not self._products:
-                    self._cond.notify_all()
 
-    @contextlib.contextmanager
-    def switch(self):
+    def release_shared(self) -> None:
+        with self._cond:
+            self._products -= 1
+            if not self._products:
+                self._cond.notify_all()
+
+    def acquire_alone(self) -> None:
         with self._cond:
             self._waiting += 1
             try:
@@ -949,12 +947,11 @@ class _SwitchLock:
             finally:
                 self._waiting -= 1
             self._switching = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._switching = False
-                self._cond.notify_all()
+
+    def release_alone(self) -> None:
+        with self._cond:
+            self._switching = False
+            self._cond.notify_all()
 
 
 class _Guard:
@@ -978,8 +975,9 @@ class _Guard:
         its adjoint or the normal operator's) on the operator it is given, which is this
         guard's operator and, for the check, the ``ddddd`` reference. Returns the operator's
         result, or the reference's where the operator's was above ``rtol``."""
-        op = self.op
-        with self._switch_lock.product():
+        op, lock = self.op, self._switch_lock
+        lock.acquire_shared()
+        try:
             letters = op.precision.letters  # the precision ``y`` is computed in
             y = product(op)
             with self._count_lock:
@@ -990,6 +988,8 @@ class _Guard:
                                              fft_len=op.fft_len, plan=op._plan_user or None,
                                              _share=op)
             ref = self.ref
+        finally:
+            lock.release_shared()
         if not due:
             return y
         r = product(ref)
@@ -999,9 +999,12 @@ class _Guard:
         tol = op.rtol if op.rtol is not None else 1e-6
         if err <= tol:  # (NaN, where ``y`` is not finite, is not)
             return y
-        with self._switch_lock.switch():
+        lock.acquire_alone()
+        try:
             if op.precision.letters == letters:  # else another thread has switched it already
                 self._move_on(letters, err, tol)
+        finally:
+            lock.release_alone()
         return r
 
     def _move_on(self, cur: str, err: float, tol: float) -> None:
