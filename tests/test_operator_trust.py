@@ -405,6 +405,29 @@ def test_pickle_refuses_a_changed_kernel(rng):
         copy.deepcopy(F.normal())
 
 
+def _apply_in_worker(op, x):
+    """A worker process's product (module level, so that the pool can pickle it)."""
+    return op @ x
+
+
+@pytest.mark.slow
+def test_operators_cross_processes(rng):
+    """multiprocessing sends ``F``, ``F.T`` and ``F.normal(w)`` to a fresh interpreter
+    (spawn), whose products equal this process's."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    K = rng.standard_normal(SHAPE)
+    F = fm.BlockToeplitz(K, "dssdd")
+    m, d = random(np, rng, 3, 10), random(np, rng, 4, 10)
+    jobs = [(F, m), (F.T, d), (F.normal(rng.uniform(0.5, 2.0, (4, 10))), m)]
+    # the worker starts with this process's sys.path (spawn): the package and this module
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        got = list(pool.map(_apply_in_worker, *zip(*jobs)))
+    for (op, x), y in zip(jobs, got):
+        np.testing.assert_array_equal(y, op @ x)
+
+
 @pytest.mark.gpu
 def test_gpu_copies_choose_their_device(rng):
     """A deep copy stays on its operator's GPU; an unpickled operator lands on the current
