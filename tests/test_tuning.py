@@ -71,6 +71,10 @@ def test_round_trip(tmp_path):
     (lambda t: t["entries"][0].update(plan=[1]), "expected a mapping"),
     (lambda t: t["entries"][0].update(plans={"sssss": {}}), "not among the entry's points"),
     (lambda t: t["entries"][0].update(plans={"ddddd": {"rowfft": 0}}), "unknown plan key"),
+    (lambda t: t["entries"][0].update(nm=10**400), "entries\\[0\\]\\.nm: expected an integer from 1 to"),
+    (lambda t: t["entries"][0].update(nrhs=2**63), "entries\\[0\\]\\.nrhs: expected an integer from 1 to"),
+    (lambda t: t["entries"][0]["points"][0].update(time=10**400), "time: expected a finite positive"),
+    (lambda t: t["entries"][0]["points"][1].update(error_max=-(10**400)), "error_max: expected a finite"),
 ])
 def test_schema_errors(tmp_path, edit, msg):
     t = _table()
@@ -80,6 +84,16 @@ def test_schema_errors(tmp_path, edit, msg):
     with pytest.raises(tb.TableError, match=msg) as exc:
         tb.load_table(p)
     assert str(p) in str(exc.value)
+
+
+def test_huge_shape_refused_before_auto(tmp_path, monkeypatch, kernel):
+    # a hand-edited table: validation names the entry; auto never gets to compare shapes
+    t = _table()
+    t["entries"][0]["nm"] = 10**400
+    (tmp_path / "huge.yaml").write_text(yaml.safe_dump(t))
+    monkeypatch.setenv("FFTMATVEC_TUNING_PATH", str(tmp_path))
+    with pytest.raises(tb.TableError, match=r"huge\.yaml: entries\[0\]\.nm"):
+        BlockToeplitz(kernel, "auto", rtol=1e-5)
 
 
 def test_not_yaml(tmp_path):
