@@ -484,19 +484,21 @@ class BlockToeplitz(_OperatorBase):
         # a fingerprint of the kernel's bytes: a derived operator (with_precision) must equal
         # the one built from the kernel as it was here, so it refuses a changed kernel
         self._kernel_print = _share._kernel_print if _share is not None else _fingerprint(xp, kernel)
-        # Power-of-two scaling (fftmatvec/_scaling.py): with any reduced stage, Khat is stored
-        # times 2**-_kexp and each input scaled from its largest magnitude, so that no stage
-        # over- or underflows; ddddd computes with the kernel and inputs as given.
-        self._scaled = self.precision.letters != "ddddd"
-        if (not self._scaled and kernel.dtype.itemsize > 8
-                and np.abs(kernel).max() > np.finfo(np.float64).max):
-            raise FFTMatvecValueError(
-                "kernel holds values too large for float64 (they would be inf in ddddd, which "
-                "computes with the kernel as given; a precision with a reduced stage scales it)")
-        self._kexp = 0
-        if self._scaled:
-            self._kexp = (_share._kexp if _share is not None and _share._scaled
-                          else _scaling.kernel_exponent(xp, kernel))
+        # Power-of-two scaling (fftmatvec/_scaling.py): Khat is stored times 2**-_kexp and
+        # each input scaled from its largest magnitude where they lie outside the window of
+        # the precision (_window), so that no stage over- or underflows; with `h` and kernel
+        # columns of spread magnitudes, also per parameter column (_cols: their exponents on
+        # the host; _cols_xp: on the operator's array module, as the products take them).
+        # _scaled: the products scale (scripts/bench_check.py switches it off to time them
+        # without; column scales are applied whatever it says)
+        self._scaled = True
+        self._cols = _scaling.column_exponents(xp, kernel) if self.precision.half else None
+        self._window = 0 if self._cols is not None else _scaling.window(self.precision.letters)
+        self._cols_xp = None
+        if self._cols is not None:
+            self._cols_xp = self._cols[:, None] if xp is np else xp.asarray(self._cols)
+        self._kexp = (_share._kexp if _share is not None and _share._window == self._window
+                      else _scaling.kernel_exponent(xp, kernel, self._window))
         # the GPU the kernel lives on: products run there whatever device is current
         self._device = None if xp is np else kernel.device
         # One-vector products that a fused product served before (_one): (adjoint, shape,
@@ -534,6 +536,8 @@ class BlockToeplitz(_OperatorBase):
         rows = max(1, min(self.nd, (512 * 2**20) // max(per_row, 1)))
         for i0 in range(0, self.nd, rows):
             blk = _scaling.scale_kernel(xp, self._kernel[i0 : i0 + rows], self._kexp)
+            if self._cols is not None:  # column j times 2**-c[j] >= 1: exact
+                blk = blk * xp.asarray(np.ldexp(1.0, -self._cols))[None, :, None]
             khat = rfft(xp, blk, self.fft_len)  # (c, Nm, Nf) complex128
             self._engine.store_rows(i0, khat)
             del khat
@@ -584,9 +588,9 @@ class BlockToeplitz(_OperatorBase):
     @property
     def kernel_exponent(self) -> int:
         """``e``: the stored ``Khat`` is ``rfft(K) * 2**-e`` (and products rescale their output
-        by it). 0 for ``ddddd`` and for kernels whose largest magnitude lies in
-        ``[2**-32, 2**32)``; else the largest magnitude is brought to ``[0.5, 1)`` so that no
-        reduced stage over- or underflows."""
+        by it). 0 for kernels whose largest magnitude lies in ``[2**-32, 2**32)`` (``ddddd``:
+        ``[2**-256, 2**256)``); else the largest magnitude is brought to ``[0.5, 1)`` so that
+        no stage over- or underflows (always, for ``h`` with column scales)."""
         return self._kexp
 
     @property
@@ -623,7 +627,8 @@ class BlockToeplitz(_OperatorBase):
         the current one, contiguity, the path switches). A product waits for this host time
         before its first kernel, 10-40 µs on the general path (docs/history.md, fifteenth
         run)."""
-        known = type(v) is self._one_type and self._guard is None  # the guard sees every product
+        # the guard sees every product; column scales take the general path
+        known = type(v) is self._one_type and self._guard is None and self._cols is None
         if known:
             hit = self._one_paths.get((adjoint, v.shape, v.dtype))
             if hit is not None and hit[2] == plan_key():
@@ -644,9 +649,10 @@ class BlockToeplitz(_OperatorBase):
         return y
 
     def _fast_one(self, product, v, y_shape, amax):
-        """The fused product of a remembered one-vector path, scaled where the precision has
-        a reduced stage (:func:`_scaling.run_scaled`). ``amax``: ``v``'s largest magnitude,
-        which the product computes as it reads ``v`` where it has not been launched."""
+        """The fused product of a remembered one-vector path, scaled where the input lies
+        outside the precision's window (:func:`_scaling.run_scaled`). ``amax``: ``v``'s
+        largest magnitude, which the product computes as it reads ``v`` where it has not been
+        launched."""
         if not self._scaled:
             return product(v, y_shape, contiguous=True, amax=amax)
         ops = _scaling.ops_for(self._xp)
@@ -655,7 +661,7 @@ class BlockToeplitz(_OperatorBase):
         return _scaling.run_scaled(ops, lambda x: product(x, y_shape, contiguous=True),
                                    v, amax, self._kexp,
                                    first=lambda x: product(x, y_shape, contiguous=True,
-                                                           amax=amax))
+                                                           amax=amax), window=self._window)
 
     def _remember_one(self, v, adjoint: bool, y_shape) -> None:
         """Record which path serves vectors like ``v`` (a CuPy array the general path has just
@@ -679,9 +685,10 @@ class BlockToeplitz(_OperatorBase):
 
         The kernel engine writes the padded array directly in stage 2's precision (the cast of
         the next stage fused in); each value is still rounded to stage 1's precision first.
-        ``scale_exp``: multiply by ``2**scale_exp`` in the cast (CPU engine only; a GPU
+        ``scale_exp``: multiply by ``2**scale_exp`` in the cast, or by ``2**scale_exp[j]`` on row
+        ``j`` (an integer array ``(n, 1)``: a forward's column scales) (CPU engine only; a GPU
         operator scales its input before this stage)."""
-        if scale_exp:
+        if getattr(scale_exp, "ndim", 0) or scale_exp:
             return self._engine.pad(x, self.precision, out=out, scale_exp=scale_exp)
         return self._engine.pad(x, self.precision, out=out)
 
@@ -709,29 +716,42 @@ class BlockToeplitz(_OperatorBase):
         """Stage 5: keep the first ``Nt`` samples, round to stage 5's precision, return in the
         interface dtype, times the diagonal ``weight`` ``(n, Nt)`` if given (the normal
         operator). (A distributed operator also sums partial outputs here.) ``exponent``:
-        multiply by ``2**exponent`` after the rounding, before the weight (CPU engine only)."""
-        if exponent:
+        multiply by ``2**exponent`` after the rounding, before the weight, or by
+        ``2**exponent[j]`` on row ``j`` (an integer array ``(n, 1)``: an adjoint's column
+        scales) (CPU engine only)."""
+        if getattr(exponent, "ndim", 0) or exponent:
             return self._engine.unpad(y, self.precision, self.nt, self.dtype, weight=weight,
                                       out=out, exponent=exponent)
         return self._engine.unpad(y, self.precision, self.nt, self.dtype, weight=weight, out=out)
 
     def _apply(self, x, adjoint: bool, weight=None, amax=None):
-        """The product of ``x`` ``(k, n, Nt)``, scaled by powers of two where the precision has
-        a reduced stage: on the CPU inside the casts of stages 1 and 5; on a GPU the product
-        runs on ``x`` as given and again on a scaled ``x`` only where its largest magnitude
-        lies outside ``[2**-32, 2**32)`` (:func:`_scaling.run_scaled`). ``amax``: ``x``'s
-        largest magnitude where the caller has it (a float, or a device measure)."""
+        """The product of ``x`` ``(k, n, Nt)``, scaled by powers of two: on the CPU inside the
+        casts of stages 1 and 5; on a GPU the product runs on ``x`` as given and again on a
+        scaled ``x`` only where its largest magnitude lies outside the precision's window
+        (``[2**-32, 2**32)``, ``ddddd``: ``[2**-256, 2**256)``; :func:`_scaling.run_scaled`).
+        With column scales (``h``), forward input row ``j`` and adjoint output row ``j`` are
+        also multiplied by ``2**c[j]`` (on a GPU: :func:`_scaling.run_columns`). ``amax``:
+        ``x``'s largest magnitude where the caller has it (a float, or a device measure)."""
         with self._on_device():
-            if not self._scaled:
-                return self._run_stages(x, adjoint, weight)
             ops = _scaling.ops_for(self._xp)
+            cols = self._cols_xp
+            if not self._scaled and cols is None:
+                return self._run_stages(x, adjoint, weight)
             if ops.host:
                 if amax is None:
                     amax = ops.measure(x)
-                s = _scaling.scale_exponent(amax, x.dtype.itemsize)
-                return self._run_stages(x, adjoint, weight, s, self._kexp - s)
-            return _scaling.run_scaled(ops, lambda v: self._run_stages(v, adjoint, weight),
-                                       x, amax, self._kexp)
+                s = _scaling.scale_exponent(amax, x.dtype.itemsize, self._window)
+                in_exp, out_exp = s, self._kexp - s
+                if cols is not None:
+                    if adjoint:
+                        out_exp = out_exp + cols
+                    else:
+                        in_exp = in_exp + cols
+                return self._run_stages(x, adjoint, weight, in_exp, out_exp)
+            run = lambda v: self._run_stages(v, adjoint, weight)  # noqa: E731
+            if cols is not None:
+                return _scaling.run_columns(ops, run, x, amax, self._kexp, cols, adjoint)
+            return _scaling.run_scaled(ops, run, x, amax, self._kexp, window=self._window)
 
     def _run_stages(self, x, adjoint: bool, weight=None, in_exp=0, out_exp=0):
         """The five stages; ``in_exp`` / ``out_exp`` (CPU): the powers of two of the input's
@@ -799,7 +819,9 @@ class _Guard:
                                      plan=op._plan_user or None, _share=op)
         xp = op._xp
         r = self.ref._apply(x, adjoint)
-        err = float(xp.linalg.norm(y - r)) / max(float(xp.linalg.norm(r)), 1e-300)
+        if not bool(xp.isfinite(r).all()):  # a reference beyond float64's range replaces nothing
+            return y
+        err = _scaling.relative_error(xp, y, r)
         tol = op.rtol if op.rtol is not None else 1e-6
         if err <= tol:
             return y
@@ -811,6 +833,6 @@ class _Guard:
                       f"moving to {nxt!r}", stacklevel=4)
         new = op.with_precision(nxt)
         op.precision, op._engine, op._one_paths = new.precision, new._engine, {}
-        op._scaled, op._kexp = new._scaled, new._kexp
+        op._kexp, op._window, op._cols, op._cols_xp = new._kexp, new._window, new._cols, new._cols_xp
         op.precision_source = f"{op.precision_source} (guard: {cur} -> {nxt})"
         return r
