@@ -460,7 +460,7 @@ class BlockToeplitz(_OperatorBase):
     """
 
     def __init__(self, kernel, precision="ddddd", *, dtype=None, fft_len=None, rtol=None,
-                 check_every=None, plan=None, _share=None):
+                 check_every=None, plan=None, _share=None, _tuned=None):
         if _share is None:  # before the kernel is read
             _memory.check_khat_fits(kernel, precision, fft_len)
         xp = _check_kernel(kernel)
@@ -469,6 +469,14 @@ class BlockToeplitz(_OperatorBase):
         self.nd, self.nm, self.nt = (int(n) for n in kernel.shape)
         precision, self.precision_source, self._front, self._tuned_plan = _resolve_precision(
             xp, precision, rtol, self.nm, self.nd, self.nt)
+        if _tuned is not None:  # a point of "auto"'s front, checked: the plan tuned for it
+            self._tuned_plan = _tuned
+        if self._front is not None and _share is None and precision != "ddddd":
+            # "auto": the pick checked on this kernel; the operator that passed lends its Khat
+            precision, self._tuned_plan, _share, note = _check_pick(
+                xp, kernel, precision, self._front, rtol, self.dtype, fft_len, plan,
+                self._tuned_plan)
+            self.precision_source += note
         self.rtol = rtol
         self.precision = PrecisionConfig(precision)
         self._guard = _Guard(self, check_every) if check_every is not None else None
@@ -776,6 +784,72 @@ class BlockToeplitz(_OperatorBase):
     def _rmatmat(self, x, amax=None):
         y = self._apply(x, adjoint=True, amax=amax)
         return y if self._guard is None else self._guard.check(x, y, True)
+
+
+_PROBE_BYTES = 64 * 2**20  # most bytes of the float64 Khat that "auto"'s check builds
+
+
+def _check_pick(xp, kernel, pick, front, rtol, dtype, fft_len, plan, tuned):
+    """``precision="auto"``'s check of its pick on the user's own kernel.
+
+    One product of the pick against ``ddddd`` on a random input whose row ``j`` is scaled by
+    the inverse of kernel column ``j``'s largest magnitude (a power of two), so that every
+    parameter's terms count alike, as where parameters in different units are balanced by the
+    input. The reference is computed on a random sample of sensor rows, whose float64 ``Khat``
+    takes at most :data:`_PROBE_BYTES` (one row at least), so that a large problem never holds
+    a second full ``Khat``. The pick passes where its error on those rows, times the tables'
+    safety factor, is within ``rtol``; else the next point of the front is tried, down to
+    ``ddddd``. Both draw from a generator seeded by the kernel's bits, so a kernel always gets
+    the same choice.
+
+    Returns
+    -------
+    (precision, tuned plan, the operator that passed or None, a note for precision_source)
+    """
+    from .tuning import select
+    from .tuning.sweep import device_info
+
+    rtol = 1e-6 if rtol is None else float(rtol)
+    nd, nm, nt = (int(n) for n in kernel.shape)
+    fft_len = _check_fft_len(fft_len, nt)
+    order = [p for p, _ in front]
+    later = order[order.index(pick) + 1:] if pick in order else []
+    candidates = list(dict.fromkeys([pick] + later + ["ddddd"]))
+    rng = np.random.default_rng(_fingerprint(xp, kernel)[0])
+    amax = _scaling.column_amax(xp, kernel)
+    e = np.frexp(np.where((amax > 0) & np.isfinite(amax), amax, 1.0))[1]
+    e = np.minimum(e.max() - e, _scaling.COLUMN_RANGE)  # in binary orders, >= 0
+    x = np.ldexp(rng.standard_normal((nm, nt)), e[:, None].astype(np.int32)).astype(dtype)
+    per_row = nm * (fft_len // 2 + 1) * 16
+    rows = np.sort(rng.choice(nd, size=max(1, min(nd, _PROBE_BYTES // per_row)), replace=False))
+    arch = None
+    with contextlib.nullcontext() if xp is np else kernel.device:
+        x, rows_xp = xp.asarray(x), xp.asarray(rows)
+        ref = BlockToeplitz(xp.ascontiguousarray(kernel[rows_xp]), "ddddd", dtype=dtype,
+                            fft_len=fft_len).matvec(x)
+        if not bool(xp.isfinite(ref).all()):  # a reference beyond float64's range judges nothing
+            return pick, tuned, None, ""
+        gave = []
+        for q in candidates:
+            if q != pick:
+                if arch is None:
+                    arch = device_info(xp)["arch"]
+                tuned = select.point_plan(arch, "matvec", nm, nd, nt, 1, q)
+            if q == "ddddd":
+                op = None
+                break
+            op = BlockToeplitz(kernel, q, dtype=dtype, fft_len=fft_len, plan=plan,
+                               _tuned=tuned)
+            err = _scaling.relative_error(xp, op.matvec(x)[rows_xp], ref)
+            if select.SAFETY * err <= rtol:
+                break
+            gave.append(f"{q} gave {err:.2g}")
+            del op
+    if not gave:
+        return q, tuned, op, ""
+    note = (f"; checked on this kernel: {', '.join(gave)} (x{select.SAFETY:g} above "
+            f"rtol={rtol:g}), took {q}")
+    return q, tuned, op, note
 
 
 def _resolve_precision(xp, precision, rtol, nm, nd, nt):
