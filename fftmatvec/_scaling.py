@@ -28,8 +28,8 @@ forward, input row ``j`` times ``2**c[j]`` in stage 1's cast; adjoint, output ro
 ``2**c[j]`` in stage 5's (on a GPU: in the input's scaling pass, and in the output's,
 :func:`run_columns`). Columns below ``2**-COLUMN_RANGE`` of the largest are brought only that
 far. Such an operator scales its kernel and every input to ``[0.5, 1)`` whatever their
-magnitude (a window of 0), so the smallest columns' terms stay far above float32's smallest
-normal number.
+magnitude (a window of 0; forward, the input's magnitude is taken after its column scales), so
+the largest terms of every column stay far above float32's smallest normal number.
 
 What one scale cannot do: a vector (or kernel) whose own entries span more than float32's range
 (1e-30 next to 1e30, say) keeps its small entries only down to about ``2**-126`` of its largest
@@ -71,7 +71,7 @@ __all__ = ["WINDOW", "WINDOW_DOUBLE", "COLUMN_SPREAD", "COLUMN_RANGE", "window",
 WINDOW = 32  # binary orders either side of 1 left unscaled with any reduced stage
 WINDOW_DOUBLE = 256  # the same for ddddd: sums of products of two such values fit float64
 COLUMN_SPREAD = 12  # binary orders of spread between kernel columns before `h` scales them
-COLUMN_RANGE = 64  # most binary orders a column is scaled by (its input row: 2**-64 at most)
+COLUMN_RANGE = 200  # most binary orders a column is scaled by (far beyond float32's range)
 _WIDEN = r"""
 __device__ double fm_widen(double x) { return x; }
 __device__ double fm_widen(float x) {
@@ -447,18 +447,23 @@ def run_scaled(ops, run, x, a, kexp: int, first=None, window: int = WINDOW):
 
 def run_columns(ops, run, x, a, kexp: int, rows, adjoint: bool):
     """``run(x')`` on a GPU for a kernel with column scales (:func:`column_exponents`, ``rows``
-    on the device): the host waits for the input's largest magnitude ``a`` (a
-    :class:`_DeviceAmax` or None) before the product, which runs once on the input brought to
-    ``[0.5, 1)``; forward, that pass also multiplies input row ``j`` by ``2**rows[j]``;
-    adjoint, the output's rescale multiplies its row ``j`` by it."""
-    if a is None:
-        a = ops.measure(x)
-    else:
-        a.ensure(x)
-    s = scale_exponent(a.value(), x.dtype.itemsize, 0)
+    on the device), run once on an input whose largest magnitude is brought to ``[0.5, 1)``;
+    the host waits for that magnitude before the product. Forward, a pass multiplies input
+    row ``j`` by ``2**rows[j]`` first and the magnitude is that of its result; adjoint, ``a``
+    (a :class:`_DeviceAmax` of ``x``, or None) gives it, and the output's rescale multiplies
+    its row ``j`` by ``2**rows[j]``."""
     if adjoint:
+        if a is None:
+            a = ops.measure(x)
+        else:
+            a.ensure(x)
+        s = scale_exponent(a.value(), x.dtype.itemsize, 0)
         y = run(ops.ldexp(x, s) if s else x)
         return ops.ldexp(y, kexp - s, out=y, rows=rows)
-    y = run(ops.ldexp(x, s, rows=rows))
+    xs = ops.ldexp(x, 0, rows=rows)
+    s = scale_exponent(ops.measure(xs).value(), x.dtype.itemsize, 0)
+    if s:
+        xs = ops.ldexp(xs, s, out=xs)
+    y = run(xs)
     e = kexp - s
     return ops.ldexp(y, e, out=y) if e else y

@@ -746,7 +746,9 @@ class BlockToeplitz(_OperatorBase):
             if not self._scaled and cols is None:
                 return self._run_stages(x, adjoint, weight)
             if ops.host:
-                if amax is None:
+                if cols is not None and not adjoint:  # stage 1's magnitude: x's rows scaled
+                    amax = float(np.ldexp(np.abs(x).max(axis=(0, 2)), cols[:, 0]).max())
+                elif amax is None:
                     amax = ops.measure(x)
                 s = _scaling.scale_exponent(amax, x.dtype.itemsize, self._window)
                 in_exp, out_exp = s, self._kexp - s
