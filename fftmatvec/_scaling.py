@@ -287,8 +287,8 @@ class DeviceOps:
             preamble=_WIDEN)
         # the same with an exponent per row of a (k, n, Nt) array: the kernel's column scales
         self._ldexp_rows = cp.ElementwiseKernel(
-            "X x, raw int32 r, int32 k, int64 nt, int64 n", "X y",
-            "y = (X)ldexp(fm_widen(x), k + r[(i / nt) % n])", "fftmatvec_ldexp_rows",
+            "X x, raw int32 r, int32 e, int64 nt, int64 nrow", "X y",  # (n, i: CuPy's names)
+            "y = (X)ldexp(fm_widen(x), e + r[(i / nt) % nrow])", "fftmatvec_ldexp_rows",
             preamble=_WIDEN)
 
     def measure(self, x, launch: bool = True) -> _DeviceAmax:

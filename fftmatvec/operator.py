@@ -209,9 +209,9 @@ class _OperatorBase:
             On the CPU it raises before the product; on a GPU the product is queued first, so
             the device never waits for the host, and the error comes once the reduction's
             result is back, with no output returned. ``False`` skips it; a non-finite input
-            then spreads to every output time through the FFT. (A GPU operator with a reduced
-            stage still makes the reduction, for the input's scale, and its host still waits
-            for the reduction's value, never for the product.)
+            then spreads to every output time through the FFT. (A GPU operator still makes the
+            reduction, for the input's scale, and its host still waits for the reduction's
+            value, never for the product.)
 
         Returns
         -------
@@ -418,7 +418,10 @@ class BlockToeplitz(_OperatorBase):
         ``L`` stores more frequencies but may suit the device's FFT library better.
     rtol : float, optional
         Only with ``precision="auto"`` (default 1e-6): the fastest configuration of the tuning
-        tables (or the a-priori model) whose error is within ``rtol`` (docs/tuning.md).
+        tables (or the a-priori model) whose error is within ``rtol`` (docs/tuning.md), checked
+        at construction on this kernel (one product against ``ddddd`` on a sample of sensor
+        rows); where it fails, the next point of the table's front, as ``precision_source``
+        says.
     check_every : int, optional
         Guard: compare one application in ``check_every`` with ``ddddd`` and move to the next more
         accurate front point, with a warning, when the error exceeds ``rtol``.
@@ -436,7 +439,8 @@ class BlockToeplitz(_OperatorBase):
     shape : (int, int)
         ``(Nd*Nt, Nm*Nt)``.
     precision_source : str
-        ``"explicit"``, ``"model"``, or the tuning table's file and entry.
+        ``"explicit"``, ``"model"``, or the tuning table's file and entry; with the points
+        that ``precision="auto"``'s check on this kernel passed over, and their errors.
 
     Raises
     ------
@@ -450,13 +454,17 @@ class BlockToeplitz(_OperatorBase):
     ``Khat = rfft(K, n=L)`` is computed once, in float64, and stored only in stage 3's
     precision. Vectors are space-outer, time-inner (SOTI): ``m`` is ``(Nm, Nt)``.
 
-    With any reduced stage (``s``, ``h``) the kernel is scaled once by a power of two and each
-    input by another, from their largest magnitudes, and the output back (exact in binary;
-    ``fftmatvec/_scaling.py``): no stage over- or underflows for any finite kernel and input,
-    and the error stays within the precision's bound, relative to the output's norm. Entries
-    far below a vector's (or the kernel's) own largest (about ``2**-90`` of it) may still be
-    flushed in float32: their share of the output lies far below float32's rounding, but an
-    output entry made only of them loses its relative accuracy. ``ddddd`` is not scaled.
+    The kernel is scaled once by a power of two and each input by another, from their largest
+    magnitudes where these lie outside ``[2**-32, 2**32)`` (``ddddd``: ``[2**-256, 2**256)``),
+    and the output back (exact in binary; ``fftmatvec/_scaling.py``): no stage over- or
+    underflows for any finite kernel and input, and the error stays within the precision's
+    bound, relative to the norm of the product's terms ``|F| |x|`` (the output's norm where
+    they do not cancel). With ``h`` and kernel columns whose magnitudes spread over more than
+    ``2**12``, each parameter column is scaled as well, undone on the input's rows in stage 1
+    (forward) or the output's in stage 5 (adjoint). Entries far below a vector's (or the
+    kernel's) own largest (about ``2**-90`` of it) may still be flushed in float32: their share
+    of the output lies far below float32's rounding, but an output entry made only of them
+    loses its relative accuracy.
     """
 
     def __init__(self, kernel, precision="ddddd", *, dtype=None, fft_len=None, rtol=None,
