@@ -580,3 +580,29 @@ def test_column_scales_on_device_steps(fake, rng):
     assert fake.log[0] == "measure" and fake.log.count("product") == 1, fake.log
     assert fake.log[-1] == "ldexp"
     assert _rows_err(z, (A.T @ D[0].ravel()).reshape(z.shape)) < BOUND["h"]
+
+
+@pytest.mark.parametrize("kf, xf, spread", [(1.0, 1.0, False), (1e-300, 1e290, False),
+                                            (1.0, 1.0, True)])
+@pytest.mark.parametrize("p", ["ddddd", "sssss", "dssdd", "ddhdd"])
+def test_bound_relative_to_the_terms(rng, p, kf, xf, spread):
+    """The README's figures bound the error relative to the size of the product's terms,
+    ``||(|F| |x|)||``, for any finite kernel and input: here inputs near the null space of
+    ``F``, whose output cancels to about 1e-9 of its terms, with kernels far from 1 and with
+    columns 1e12 apart."""
+    nd, nm, nt = 3, 5, 24
+    col = np.array([1.0, 1e-12, 1.0, 1e-6, 1.0]) if spread else np.ones(nm)
+    K = rng.standard_normal((nd, nm, nt)) * col[None, :, None]
+    A = dense_btt(K)
+    null = np.linalg.svd(A)[2][nd * nt:]  # rows spanning the null space of F
+    F = BlockToeplitz(K * kf, p)
+    bound = 1e-14 if p == "ddddd" else _bound(p)
+    for _ in range(3):
+        v = null.T @ rng.standard_normal(null.shape[0])
+        x = (v / np.linalg.norm(v) + 1e-9 * rng.standard_normal(nm * nt) / col.repeat(nt))
+        ref = A @ x  # the product of K (not K * kf): rescaled below, exactly
+        terms = np.linalg.norm(np.abs(A) @ np.abs(x))
+        y = F @ (x * xf).reshape(nm, nt)
+        err = np.linalg.norm(y.ravel() / (kf * xf) - ref) / np.linalg.norm(ref)
+        assert terms / np.linalg.norm(ref) > 1e6  # the output cancels
+        assert err <= bound * terms / np.linalg.norm(ref), (p, err)
