@@ -512,7 +512,8 @@ class BlockToeplitz(_OperatorBase):
         self._window = 0 if self._cols is not None else _scaling.window(self.precision.letters)
         self._cols_xp = None
         if self._cols is not None:
-            self._cols_xp = self._cols[:, None] if xp is np else xp.asarray(self._cols)
+            with contextlib.nullcontext() if xp is np else kernel.device:
+                self._cols_xp = self._cols[:, None] if xp is np else xp.asarray(self._cols)
         self._kexp = (_share._kexp if _share is not None and _share._window == self._window
                       else _scaling.kernel_exponent(xp, kernel, self._window))
         # the GPU the kernel lives on: products run there whatever device is current
@@ -828,7 +829,7 @@ def _check_pick(xp, kernel, pick, front, rtol, dtype, fft_len, plan, tuned):
     rng = np.random.default_rng(_fingerprint(xp, kernel)[0])
     amax = _scaling.column_amax(xp, kernel)
     e = np.frexp(np.where((amax > 0) & np.isfinite(amax), amax, 1.0))[1]
-    e = np.minimum(e.max() - e, _scaling.COLUMN_RANGE)  # in binary orders, >= 0
+    e = np.minimum(e.max() - e, 64)  # binary orders, >= 0 (within a float32 input's range)
     x = np.ldexp(rng.standard_normal((nm, nt)), e[:, None].astype(np.int32)).astype(dtype)
     per_row = nm * (fft_len // 2 + 1) * 16
     rows = np.sort(rng.choice(nd, size=max(1, min(nd, _PROBE_BYTES // per_row)), replace=False))
@@ -854,7 +855,7 @@ def _check_pick(xp, kernel, pick, front, rtol, dtype, fft_len, plan, tuned):
             if select.SAFETY * err <= rtol:
                 break
             gave.append(f"{q} gave {err:.2g}")
-            del op
+            op = None  # its Khat freed before the next point's
     if not gave:
         return q, tuned, op, ""
     note = (f"; checked on this kernel: {', '.join(gave)} (x{select.SAFETY:g} above "
