@@ -606,3 +606,17 @@ def test_bound_relative_to_the_terms(rng, p, kf, xf, spread):
         err = np.linalg.norm(y.ravel() / (kf * xf) - ref) / np.linalg.norm(ref)
         assert terms / np.linalg.norm(ref) > 1e6  # the output cancels
         assert err <= bound * terms / np.linalg.norm(ref), (p, err)
+
+
+def test_guard_leaving_h_drops_the_column_scales(rng):
+    """The guard's move from `h` with column scales to ``ddddd`` takes the new operator's
+    scales with its ``Khat``: later products are ``ddddd``'s, both directions."""
+    K, M, D = _spread_case(rng)
+    A = dense_btt(K)
+    F = BlockToeplitz(K, "ddhdd", check_every=1)
+    with pytest.warns(UserWarning, match="moving to 'ddddd'"):
+        F @ M[0]
+    assert F.precision.letters == "ddddd" and F._cols is None
+    nd, nm, nt = K.shape
+    assert _err(F @ M[1], (A @ M[1].ravel()).reshape(nd, nt)) < 1e-14
+    assert _err(F.T @ D[1], (A.T @ D[1].ravel()).reshape(nm, nt)) < 1e-14
