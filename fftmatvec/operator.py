@@ -242,9 +242,9 @@ class _OperatorBase:
             On the CPU it raises before the product; on a GPU the product is queued first, so
             the device never waits for the host, and the error comes once the reduction's
             result is back, with no output returned. ``False`` skips it; a non-finite input
-            then spreads to every output time through the FFT. (A GPU operator with a reduced
-            stage still makes the reduction, for the input's scale, and its host still waits
-            for the reduction's value, never for the product.)
+            then spreads to every output time through the FFT. (A GPU operator still makes the
+            reduction, for the input's scale, and its host still waits for the reduction's
+            value, never for the product.)
 
         Returns
         -------
@@ -479,7 +479,10 @@ class BlockToeplitz(_OperatorBase):
         ``L`` stores more frequencies but may suit the device's FFT library better.
     rtol : float, optional
         Only with ``precision="auto"`` (default 1e-6): the fastest configuration of the tuning
-        tables (or the a-priori model) whose error is within ``rtol`` (docs/tuning.md).
+        tables (or the a-priori model) whose error is within ``rtol`` (docs/tuning.md), checked
+        at construction on this kernel (one product against ``ddddd`` on a sample of sensor
+        rows); where it fails, the next point of the table's front, as ``precision_source``
+        says.
     check_every : int, optional
         Guard: compare one application in ``check_every`` with ``ddddd`` and move to the next more
         accurate front point, with a warning, when the error exceeds ``rtol``. Every
@@ -499,7 +502,8 @@ class BlockToeplitz(_OperatorBase):
     shape : (int, int)
         ``(Nd*Nt, Nm*Nt)``.
     precision_source : str
-        ``"explicit"``, ``"model"``, or the tuning table's file and entry.
+        ``"explicit"``, ``"model"``, or the tuning table's file and entry; with the points
+        that ``precision="auto"``'s check on this kernel passed over, and their errors.
 
     Raises
     ------
@@ -513,17 +517,21 @@ class BlockToeplitz(_OperatorBase):
     ``Khat = rfft(K, n=L)`` is computed once, in float64, and stored only in stage 3's
     precision. Vectors are space-outer, time-inner (SOTI): ``m`` is ``(Nm, Nt)``.
 
-    With any reduced stage (``s``, ``h``) the kernel is scaled once by a power of two and each
-    input by another, from their largest magnitudes, and the output back (exact in binary;
-    ``fftmatvec/_scaling.py``): no stage over- or underflows for any finite kernel and input,
-    and the error stays within the precision's bound, relative to the output's norm. Entries
-    far below a vector's (or the kernel's) own largest (about ``2**-90`` of it) may still be
-    flushed in float32: their share of the output lies far below float32's rounding, but an
-    output entry made only of them loses its relative accuracy. ``ddddd`` is not scaled.
+    The kernel is scaled once by a power of two and each input by another, from their largest
+    magnitudes where these lie outside ``[2**-32, 2**32)`` (``ddddd``: ``[2**-256, 2**256)``),
+    and the output back (exact in binary; ``fftmatvec/_scaling.py``): no stage over- or
+    underflows for any finite kernel and input, and the error stays within the precision's
+    bound, relative to the norm of the product's terms ``|F| |x|`` (the output's norm where
+    they do not cancel). With ``h`` and kernel columns whose magnitudes spread over more than
+    ``2**12``, each parameter column is scaled as well, undone on the input's rows in stage 1
+    (forward) or the output's in stage 5 (adjoint). Entries far below a vector's (or the
+    kernel's) own largest (about ``2**-90`` of it) may still be flushed in float32: their share
+    of the output lies far below float32's rounding, but an output entry made only of them
+    loses its relative accuracy.
     """
 
     def __init__(self, kernel, precision="ddddd", *, dtype=None, fft_len=None, rtol=None,
-                 check_every=None, plan=None, _share=None):
+                 check_every=None, plan=None, _share=None, _tuned=None):
         if _share is None:  # before the kernel is read
             _memory.check_khat_fits(kernel, precision, fft_len)
         xp = _check_kernel(kernel)
@@ -534,6 +542,14 @@ class BlockToeplitz(_OperatorBase):
             rtol = _real_scalar(rtol, "rtol")
         precision, self.precision_source, self._front, self._tuned_plan = _resolve_precision(
             xp, precision, rtol, self.nm, self.nd, self.nt)
+        if _tuned is not None:  # a point of "auto"'s front, checked: the plan tuned for it
+            self._tuned_plan = _tuned
+        if self._front is not None and _share is None and precision != "ddddd":
+            # "auto": the pick checked on this kernel; the operator that passed lends its Khat
+            precision, self._tuned_plan, _share, note = _check_pick(
+                xp, kernel, precision, self._front, rtol, self.dtype, fft_len, plan,
+                self._tuned_plan)
+            self.precision_source += note
         self.rtol = rtol
         self.precision = PrecisionConfig(precision)
         self._guard = _Guard(self, check_every) if check_every is not None else None
@@ -549,19 +565,22 @@ class BlockToeplitz(_OperatorBase):
         # a fingerprint of the kernel's bytes: a derived operator (with_precision) must equal
         # the one built from the kernel as it was here, so it refuses a changed kernel
         self._kernel_print = _share._kernel_print if _share is not None else _fingerprint(xp, kernel)
-        # Power-of-two scaling (fftmatvec/_scaling.py): with any reduced stage, Khat is stored
-        # times 2**-_kexp and each input scaled from its largest magnitude, so that no stage
-        # over- or underflows; ddddd computes with the kernel and inputs as given.
-        self._scaled = self.precision.letters != "ddddd"
-        if (not self._scaled and kernel.dtype.itemsize > 8
-                and np.abs(kernel).max() > np.finfo(np.float64).max):
-            raise FFTMatvecValueError(
-                "kernel holds values too large for float64 (they would be inf in ddddd, which "
-                "computes with the kernel as given; a precision with a reduced stage scales it)")
-        self._kexp = 0
-        if self._scaled:
-            self._kexp = (_share._kexp if _share is not None and _share._scaled
-                          else _scaling.kernel_exponent(xp, kernel))
+        # Power-of-two scaling (fftmatvec/_scaling.py): Khat is stored times 2**-_kexp and
+        # each input scaled from its largest magnitude where they lie outside the window of
+        # the precision (_window), so that no stage over- or underflows; with `h` and kernel
+        # columns of spread magnitudes, also per parameter column (_cols: their exponents on
+        # the host; _cols_xp: on the operator's array module, as the products take them).
+        # _scaled: the products scale (scripts/bench_check.py switches it off to time them
+        # without; column scales are applied whatever it says)
+        self._scaled = True
+        self._cols = _scaling.column_exponents(xp, kernel) if self.precision.half else None
+        self._window = 0 if self._cols is not None else _scaling.window(self.precision.letters)
+        self._cols_xp = None
+        if self._cols is not None:
+            with contextlib.nullcontext() if xp is np else kernel.device:
+                self._cols_xp = self._cols[:, None] if xp is np else xp.asarray(self._cols)
+        self._kexp = (_share._kexp if _share is not None and _share._window == self._window
+                      else _scaling.kernel_exponent(xp, kernel, self._window))
         # the GPU the kernel lives on: products run there whatever device is current
         self._device = None if xp is np else kernel.device
         # One-vector products that a fused product served before (_one): (adjoint, shape,
@@ -599,6 +618,8 @@ class BlockToeplitz(_OperatorBase):
         rows = max(1, min(self.nd, (512 * 2**20) // max(per_row, 1)))
         for i0 in range(0, self.nd, rows):
             blk = _scaling.scale_kernel(xp, self._kernel[i0 : i0 + rows], self._kexp)
+            if self._cols is not None:  # column j times 2**-c[j] >= 1: exact
+                blk = blk * xp.asarray(np.ldexp(1.0, -self._cols))[None, :, None]
             khat = rfft(xp, blk, self.fft_len)  # (c, Nm, Nf) complex128
             self._engine.store_rows(i0, khat)
             del khat
@@ -650,9 +671,9 @@ class BlockToeplitz(_OperatorBase):
     @property
     def kernel_exponent(self) -> int:
         """``e``: the stored ``Khat`` is ``rfft(K) * 2**-e`` (and products rescale their output
-        by it). 0 for ``ddddd`` and for kernels whose largest magnitude lies in
-        ``[2**-32, 2**32)``; else the largest magnitude is brought to ``[0.5, 1)`` so that no
-        reduced stage over- or underflows."""
+        by it). 0 for kernels whose largest magnitude lies in ``[2**-32, 2**32)`` (``ddddd``:
+        ``[2**-256, 2**256)``); else the largest magnitude is brought to ``[0.5, 1)`` so that
+        no stage over- or underflows (always, for ``h`` with column scales)."""
         return self._kexp
 
     @property
@@ -745,7 +766,8 @@ class BlockToeplitz(_OperatorBase):
         the current one, contiguity, the path switches). A product waits for this host time
         before its first kernel, 10-40 µs on the general path (docs/history.md, fifteenth
         run)."""
-        known = type(v) is self._one_type and self._guard is None  # the guard sees every product
+        # the guard sees every product; column scales take the general path
+        known = type(v) is self._one_type and self._guard is None and self._cols is None
         if known:
             hit = self._one_paths.get((adjoint, v.shape, v.dtype))
             if hit is not None and hit[2] == plan_key():
@@ -766,9 +788,10 @@ class BlockToeplitz(_OperatorBase):
         return y
 
     def _fast_one(self, product, v, y_shape, amax):
-        """The fused product of a remembered one-vector path, scaled where the precision has
-        a reduced stage (:func:`_scaling.run_scaled`). ``amax``: ``v``'s largest magnitude,
-        which the product computes as it reads ``v`` where it has not been launched."""
+        """The fused product of a remembered one-vector path, scaled where the input lies
+        outside the precision's window (:func:`_scaling.run_scaled`). ``amax``: ``v``'s
+        largest magnitude, which the product computes as it reads ``v`` where it has not been
+        launched."""
         if not self._scaled:
             return product(v, y_shape, contiguous=True, amax=amax)
         ops = _scaling.ops_for(self._xp)
@@ -777,7 +800,7 @@ class BlockToeplitz(_OperatorBase):
         return _scaling.run_scaled(ops, lambda x: product(x, y_shape, contiguous=True),
                                    v, amax, self._kexp,
                                    first=lambda x: product(x, y_shape, contiguous=True,
-                                                           amax=amax))
+                                                           amax=amax), window=self._window)
 
     def _remember_one(self, v, adjoint: bool, y_shape) -> None:
         """Record which path serves vectors like ``v`` (a CuPy array the general path has just
@@ -801,9 +824,10 @@ class BlockToeplitz(_OperatorBase):
 
         The kernel engine writes the padded array directly in stage 2's precision (the cast of
         the next stage fused in); each value is still rounded to stage 1's precision first.
-        ``scale_exp``: multiply by ``2**scale_exp`` in the cast (CPU engine only; a GPU
+        ``scale_exp``: multiply by ``2**scale_exp`` in the cast, or by ``2**scale_exp[j]`` on row
+        ``j`` (an integer array ``(n, 1)``: a forward's column scales) (CPU engine only; a GPU
         operator scales its input before this stage)."""
-        if scale_exp:
+        if getattr(scale_exp, "ndim", 0) or scale_exp:
             return self._engine.pad(x, self.precision, out=out, scale_exp=scale_exp)
         return self._engine.pad(x, self.precision, out=out)
 
@@ -831,29 +855,44 @@ class BlockToeplitz(_OperatorBase):
         """Stage 5: keep the first ``Nt`` samples, round to stage 5's precision, return in the
         interface dtype, times the diagonal ``weight`` ``(n, Nt)`` if given (the normal
         operator). (A distributed operator also sums partial outputs here.) ``exponent``:
-        multiply by ``2**exponent`` after the rounding, before the weight (CPU engine only)."""
-        if exponent:
+        multiply by ``2**exponent`` after the rounding, before the weight, or by
+        ``2**exponent[j]`` on row ``j`` (an integer array ``(n, 1)``: an adjoint's column
+        scales) (CPU engine only)."""
+        if getattr(exponent, "ndim", 0) or exponent:
             return self._engine.unpad(y, self.precision, self.nt, self.dtype, weight=weight,
                                       out=out, exponent=exponent)
         return self._engine.unpad(y, self.precision, self.nt, self.dtype, weight=weight, out=out)
 
     def _apply(self, x, adjoint: bool, weight=None, amax=None):
-        """The product of ``x`` ``(k, n, Nt)``, scaled by powers of two where the precision has
-        a reduced stage: on the CPU inside the casts of stages 1 and 5; on a GPU the product
-        runs on ``x`` as given and again on a scaled ``x`` only where its largest magnitude
-        lies outside ``[2**-32, 2**32)`` (:func:`_scaling.run_scaled`). ``amax``: ``x``'s
-        largest magnitude where the caller has it (a float, or a device measure)."""
+        """The product of ``x`` ``(k, n, Nt)``, scaled by powers of two: on the CPU inside the
+        casts of stages 1 and 5; on a GPU the product runs on ``x`` as given and again on a
+        scaled ``x`` only where its largest magnitude lies outside the precision's window
+        (``[2**-32, 2**32)``, ``ddddd``: ``[2**-256, 2**256)``; :func:`_scaling.run_scaled`).
+        With column scales (``h``), forward input row ``j`` and adjoint output row ``j`` are
+        also multiplied by ``2**c[j]`` (on a GPU: :func:`_scaling.run_columns`). ``amax``:
+        ``x``'s largest magnitude where the caller has it (a float, or a device measure)."""
         with self._on_device():
-            if not self._scaled:
-                return self._run_stages(x, adjoint, weight)
             ops = _scaling.ops_for(self._xp)
+            cols = self._cols_xp
+            if not self._scaled and cols is None:
+                return self._run_stages(x, adjoint, weight)
             if ops.host:
-                if amax is None:
+                if cols is not None and not adjoint:  # stage 1's magnitude: x's rows scaled
+                    amax = float(np.ldexp(np.abs(x).max(axis=(0, 2)), cols[:, 0]).max())
+                elif amax is None:
                     amax = ops.measure(x)
-                s = _scaling.scale_exponent(amax, x.dtype.itemsize)
-                return self._run_stages(x, adjoint, weight, s, self._kexp - s)
-            return _scaling.run_scaled(ops, lambda v: self._run_stages(v, adjoint, weight),
-                                       x, amax, self._kexp)
+                s = _scaling.scale_exponent(amax, x.dtype.itemsize, self._window)
+                in_exp, out_exp = s, self._kexp - s
+                if cols is not None:
+                    if adjoint:
+                        out_exp = out_exp + cols
+                    else:
+                        in_exp = in_exp + cols
+                return self._run_stages(x, adjoint, weight, in_exp, out_exp)
+            run = lambda v: self._run_stages(v, adjoint, weight)  # noqa: E731
+            if cols is not None:
+                return _scaling.run_columns(ops, run, x, amax, self._kexp, cols, adjoint)
+            return _scaling.run_scaled(ops, run, x, amax, self._kexp, window=self._window)
 
     def _run_stages(self, x, adjoint: bool, weight=None, in_exp=0, out_exp=0):
         """The five stages; ``in_exp`` / ``out_exp`` (CPU): the powers of two of the input's
@@ -882,6 +921,72 @@ class BlockToeplitz(_OperatorBase):
         return self._guard.run(lambda op: op._apply(x, adjoint=True, amax=amax))
 
 
+_PROBE_BYTES = 64 * 2**20  # most bytes of the float64 Khat that "auto"'s check builds
+
+
+def _check_pick(xp, kernel, pick, front, rtol, dtype, fft_len, plan, tuned):
+    """``precision="auto"``'s check of its pick on the user's own kernel.
+
+    One product of the pick against ``ddddd`` on a random input whose row ``j`` is scaled by
+    the inverse of kernel column ``j``'s largest magnitude (a power of two), so that every
+    parameter's terms count alike, as where parameters in different units are balanced by the
+    input. The reference is computed on a random sample of sensor rows, whose float64 ``Khat``
+    takes at most :data:`_PROBE_BYTES` (one row at least), so that a large problem never holds
+    a second full ``Khat``. The pick passes where its error on those rows, times the tables'
+    safety factor, is within ``rtol``; else the next point of the front is tried, down to
+    ``ddddd``. Both draw from a generator seeded by the kernel's bits, so a kernel always gets
+    the same choice.
+
+    Returns
+    -------
+    (precision, tuned plan, the operator that passed or None, a note for precision_source)
+    """
+    from .tuning import select
+    from .tuning.sweep import device_info
+
+    rtol = 1e-6 if rtol is None else float(rtol)
+    nd, nm, nt = (int(n) for n in kernel.shape)
+    fft_len = _check_fft_len(fft_len, nt)
+    order = [p for p, _ in front]
+    later = order[order.index(pick) + 1:] if pick in order else []
+    candidates = list(dict.fromkeys([pick] + later + ["ddddd"]))
+    rng = np.random.default_rng(_fingerprint(xp, kernel)[0])
+    amax = _scaling.column_amax(xp, kernel)
+    e = np.frexp(np.where((amax > 0) & np.isfinite(amax), amax, 1.0))[1]
+    e = np.minimum(e.max() - e, 64)  # binary orders, >= 0 (within a float32 input's range)
+    x = np.ldexp(rng.standard_normal((nm, nt)), e[:, None].astype(np.int32)).astype(dtype)
+    per_row = nm * (fft_len // 2 + 1) * 16
+    rows = np.sort(rng.choice(nd, size=max(1, min(nd, _PROBE_BYTES // per_row)), replace=False))
+    arch = None
+    with contextlib.nullcontext() if xp is np else kernel.device:
+        x, rows_xp = xp.asarray(x), xp.asarray(rows)
+        ref = BlockToeplitz(xp.ascontiguousarray(kernel[rows_xp]), "ddddd", dtype=dtype,
+                            fft_len=fft_len).matvec(x)
+        if not bool(xp.isfinite(ref).all()):  # a reference beyond float64's range judges nothing
+            return pick, tuned, None, ""
+        gave = []
+        for q in candidates:
+            if q != pick:
+                if arch is None:
+                    arch = device_info(xp)["arch"]
+                tuned = select.point_plan(arch, "matvec", nm, nd, nt, 1, q)
+            if q == "ddddd":
+                op = None
+                break
+            op = BlockToeplitz(kernel, q, dtype=dtype, fft_len=fft_len, plan=plan,
+                               _tuned=tuned)
+            err = _scaling.relative_error(xp, op.matvec(x)[rows_xp], ref)
+            if select.SAFETY * err <= rtol:
+                break
+            gave.append(f"{q} gave {err:.2g}")
+            op = None  # its Khat freed before the next point's
+    if not gave:
+        return q, tuned, op, ""
+    note = (f"; checked on this kernel: {', '.join(gave)} (x{select.SAFETY:g} above "
+            f"rtol={rtol:g}), took {q}")
+    return q, tuned, op, note
+
+
 def _resolve_precision(xp, precision, rtol, nm, nd, nt):
     """``(precision string, source, front, plan)``: "auto" resolved from the tuning tables."""
     if rtol is not None:
@@ -900,17 +1005,6 @@ def _resolve_precision(xp, precision, rtol, nm, nd, nt):
     arch = device_info(xp)["arch"]
     p, src, plan, front = select.choose(arch, "matvec", nm, nd, nt, 1, 1e-6 if rtol is None else rtol)
     return p, src, front, plan
-
-
-def _relative_error(xp, y, r) -> float | None:
-    """``||y - r|| / ||r||``, both scaled by ``r``'s largest magnitude so that no square
-    overflows or underflows; None where ``r`` is not finite, NaN where ``y`` is not."""
-    a = float(xp.abs(r).max())
-    if not math.isfinite(a):
-        return None
-    if a == 0.0:
-        return 0.0 if not bool(xp.any(y)) else math.inf
-    return float(xp.linalg.norm(y / a - r / a)) / float(xp.linalg.norm(r / a))
 
 
 class _SwitchLock:
@@ -993,8 +1087,8 @@ class _Guard:
         if not due:
             return y
         r = product(ref)
-        err = _relative_error(op._xp, y, r)
-        if err is None:  # a reference that is not finite never replaces the result
+        err = _scaling.relative_error(op._xp, y, r)
+        if math.isnan(err):  # a reference beyond float64's range never replaces the result
             return y
         tol = op.rtol if op.rtol is not None else 1e-6
         if err <= tol:  # (NaN, where ``y`` is not finite, is not)
@@ -1015,7 +1109,7 @@ class _Guard:
         nxt = later[0] if later else "ddddd"
         new = op.with_precision(nxt)
         op.precision, op._engine, op._one_paths = new.precision, new._engine, {}
-        op._scaled, op._kexp = new._scaled, new._kexp
+        op._kexp, op._window, op._cols, op._cols_xp = new._kexp, new._window, new._cols, new._cols_xp
         op.precision_source = f"{op.precision_source} (guard: {cur} -> {nxt})"
         # after the switch: where warnings are errors, the operator has moved on all the same
         _warnings.warn(f"precision {cur!r} gave a relative error {err:.3g} above rtol={tol:g}; "

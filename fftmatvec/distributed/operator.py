@@ -546,10 +546,8 @@ class DistributedBlockToeplitz(_Distributed):
         BlockToeplitz._apply's host path in stage 1's cast. MPI is driven between stages so
         that the collectives in flight progress meanwhile."""
         poll = self.transport.progress
-        s = 0
-        if op._scaled:
-            s = _scaling.scale_exponent(_scaling.HostOps.measure(x) if x.size else 0.0,
-                                        x.dtype.itemsize)
+        s = _scaling.scale_exponent(_scaling.HostOps.measure(x) if x.size else 0.0,
+                                    x.dtype.itemsize, op._window)
         y = op.broadcast_and_pad(x, scale_exp=s)
         poll()
         y = op.fft(y)
@@ -565,13 +563,15 @@ class DistributedBlockToeplitz(_Distributed):
         poll()
         y = op.ifft(y)
         poll()
-        return op.unpad_and_reduce(y, exponent=op._kexp - s if op._scaled else 0)
+        return op.unpad_and_reduce(y, exponent=op._kexp - s)
 
     def _local(self, op, x, adjoint: bool, spectra: dict, key):
         """One block's product of ``x`` ``(k, n_in, Nt)`` (contiguous on a GPU: :meth:`_input`):
         on a GPU one fused product, on the CPU stages 3-5 on the input's spectrum (made at the
-        chunk's first block and kept in ``spectra[key]``)."""
-        if self._xp is not np:
+        chunk's first block and kept in ``spectra[key]``). A block with column scales (``h``,
+        :func:`fftmatvec._scaling.column_exponents`) runs its own product: its input's
+        spectrum carries its own columns' scales."""
+        if self._xp is not np or op._cols is not None:
             return op._apply(x, adjoint)
         if key not in spectra:
             spectra[key] = self._spectrum(op, x)

@@ -38,6 +38,7 @@ OPS = ("matvec", "rmatvec", "normal")
 _DEVICE_KEYS = {"vendor": str, "arch": str, "name": str, "driver": str, "runtime": str,
                 "cupy": str, "fftmatvec": str}
 _SHAPE_KEYS = ("nm", "nd", "nt", "nrhs")
+_SHAPE_MAX = 2**63 - 1  # largest size a shape key may hold (an int64 count of elements)
 
 
 class TableError(FFTMatvecValueError):
@@ -77,10 +78,24 @@ def _need(path, where, obj, key, types):
 
 
 def _number(path, where, obj, key, positive=False):
-    v = float(_need(path, where, obj, key, (int, float)))
+    raw = _need(path, where, obj, key, (int, float))
+    try:
+        v = float(raw)
+    except OverflowError:  # an integer beyond float64's range
+        v = math.inf
     if not math.isfinite(v) or v < 0 or (positive and v <= 0):
+        text = repr(raw) if len(repr(raw)) <= 40 else f"an integer of {len(str(abs(raw)))} digits"
         _fail(path, f"{where}.{key}", f"expected a finite {'positive' if positive else 'non-negative'} "
-                                      f"number, got {v!r}")
+                                      f"number, got {text}")
+    return v
+
+
+def _size(path, where, obj, key):
+    """A shape key: an integer from 1 to :data:`_SHAPE_MAX`."""
+    v = _need(path, where, obj, key, int)
+    if not 1 <= v <= _SHAPE_MAX:
+        text = repr(v) if len(repr(v)) <= 40 else f"an integer of {len(str(abs(v)))} digits"
+        _fail(path, f"{where}.{key}", f"expected an integer from 1 to 2**63 - 1, got {text}")
     return v
 
 
@@ -115,8 +130,7 @@ def validate(table, path="<table>") -> dict:
         if op not in OPS:
             _fail(path, f"{where}.op", f"expected one of {', '.join(OPS)}, got {op!r}")
         for k in _SHAPE_KEYS:
-            if _need(path, where, e, k, int) < 1:
-                _fail(path, f"{where}.{k}", f"expected a positive integer, got {e[k]}")
+            _size(path, where, e, k)
         key = entry_key(e)
         if key in seen:
             _fail(path, where, f"duplicate entry for {key}")
