@@ -149,6 +149,21 @@ def test_cli_refuses_output_over_input(tmp_path, rng):
     assert after == before and not (tmp_path / "D" / "notes.h5").exists()
 
 
+def test_cli_refuses_an_empty_path(tmp_path, rng):
+    """An empty argument is refused as empty, naming it (it is not the current folder)."""
+    write_native(str(tmp_path / "K.h5"), rng.standard_normal((3, 2, 5)))
+    write_vector(str(tmp_path / "m.h5"), rng.standard_normal((2, 5)))
+    cases = [(("matvec", "", "m.h5", "o.h5"), "MATRIX"), (("matvec", "K.h5", "", "o.h5"), "INPUT"),
+             (("matvec", "K.h5", "m.h5", ""), "OUTPUT"), (("convert", "", "o.h5"), "SRC"),
+             (("convert", "K.h5", ""), "DST")]
+    for args, label in cases:
+        proc = cli(*args, cwd=tmp_path)
+        assert proc.returncode == 2, (args, proc.stderr)
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and f"{label} must not be empty" in lines[0], (args, proc.stderr)
+    assert not (tmp_path / "o.h5").exists()
+
+
 def test_save_refuses_a_matrix_directorys_own_files(tmp_path, rng):
     K = rng.standard_normal((3, 2, 5))
     io.save_matrix(tmp_path / "D", K, layout="fftmatvec")
