@@ -184,6 +184,54 @@ def test_save_refuses_a_matrix_directorys_own_files(tmp_path, rng):
     assert np.array_equal(io.load_matrix(tmp_path / "D"), K)
 
 
+def test_save_refuses_to_replace_a_file_of_another_kind(tmp_path, rng):
+    """A vector never silently replaces a native matrix file, nor a matrix a vector file (or
+    any other HDF5 file): only ``overwrite=True`` says so. A file of the same kind is replaced."""
+    K, v = rng.standard_normal((3, 2, 5)), rng.standard_normal((2, 5))
+    io.save_matrix(tmp_path / "K.h5", K)
+    io.save_vector(tmp_path / "v.h5", v)
+    with h5py.File(tmp_path / "other.h5", "w") as f:
+        f["data"] = rng.standard_normal(4)
+    before = {p: p.read_bytes() for p in tmp_path.iterdir()}
+    with pytest.raises(FFTMatvecFileError, match="'.*K.h5'.* native matrix file.*overwrite=True"):
+        io.save_vector(tmp_path / "K.h5", v)
+    with pytest.raises(FFTMatvecFileError, match="'.*v.h5'.* vector file.*overwrite=True"):
+        io.save_matrix(tmp_path / "v.h5", K)
+    for write in (lambda p: io.save_vector(p, v), lambda p: io.save_matrix(p, K),
+                  lambda p: io.convert_matrix(tmp_path / "K.h5", p, layout="native",
+                                              overwrite=None)):
+        with pytest.raises(FFTMatvecFileError, match="'.*other.h5'.* HDF5 file"):
+            write(tmp_path / "other.h5")
+    assert {p: p.read_bytes() for p in tmp_path.iterdir()} == before
+    # the same kind is replaced, as before
+    v2, K2 = rng.standard_normal((2, 5)), rng.standard_normal((3, 2, 5))
+    io.save_vector(tmp_path / "v.h5", v2)
+    io.save_matrix(tmp_path / "K.h5", K2)
+    assert np.array_equal(io.load_vector(tmp_path / "v.h5"), v2)
+    assert np.array_equal(io.load_matrix(tmp_path / "K.h5"), K2)
+    # overwrite=True replaces a file of another kind, overwrite=False nothing
+    with pytest.raises(FFTMatvecFileError, match="exists"):
+        io.save_vector(tmp_path / "v.h5", v, overwrite=False)
+    io.save_vector(tmp_path / "K.h5", v, overwrite=True)
+    io.save_matrix(tmp_path / "v.h5", K, overwrite=True)
+    assert np.array_equal(io.load_vector(tmp_path / "K.h5"), v)
+    assert np.array_equal(io.load_matrix(tmp_path / "v.h5"), K)
+    assert not leftovers(tmp_path)
+
+
+def test_cli_refuses_an_output_of_another_kind_before_the_work(tmp_path, rng):
+    """OUTPUT naming another matrix file is refused before anything is read or computed."""
+    write_native(str(tmp_path / "K.h5"), rng.standard_normal((3, 2, 5)))
+    write_native(str(tmp_path / "K2.h5"), rng.standard_normal((3, 2, 5)))
+    write_vector(str(tmp_path / "m.h5"), rng.standard_normal((2, 5)))
+    before = (tmp_path / "K2.h5").read_bytes()
+    proc = cli("matvec", "K.h5", "m.h5", "K2.h5", "--repeat", "1", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == "", (proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "OUTPUT" in lines[0] and "native matrix file" in lines[0], lines
+    assert (tmp_path / "K2.h5").read_bytes() == before
+
+
 # ------------------------------------------------------------------------------------------
 # 3. Replacing a matrix directory keeps the user's other files
 # ------------------------------------------------------------------------------------------
