@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 
 import yaml
 
+from .. import _writes
 from .._errors import FFTMatvecTypeError, FFTMatvecValueError
 from ..gpu.plan import parse_overrides
 from ..precision import PrecisionConfig
@@ -174,6 +174,8 @@ def read_yaml(path, what: str = "tuning table"):
             return yaml.safe_load(f)
     except yaml.YAMLError as exc:
         raise TableError(f"{what} {path}: not valid YAML: {exc}") from None
+    except UnicodeDecodeError:
+        raise TableError(f"{what} {path}: not a YAML file (not UTF-8 text)") from None
     except OSError as exc:
         raise TableError(f"{what} {path}: cannot read it: {exc}") from None
 
@@ -185,17 +187,13 @@ def load_table(path) -> dict:
 
 
 def save_table(table, path) -> None:
-    """Validate ``table`` and write it to ``path`` atomically (a temporary file renamed)."""
+    """Validate ``table`` and write it to ``path`` atomically: a temporary beside it that
+    carries this process's id, renamed onto it (:func:`fftmatvec._writes.atomic_file`), so
+    that a signal handler removes it and a later write removes those of dead writers."""
     path = os.fspath(path)
     validate(table, path)
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tune-", suffix=".yaml", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            yaml.safe_dump(table, f, sort_keys=False, default_flow_style=None, width=100)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    data = yaml.safe_dump(table, sort_keys=False, default_flow_style=None, width=100).encode()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with _writes.atomic_file(path, len(data)) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(data)
