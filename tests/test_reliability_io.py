@@ -335,6 +335,41 @@ def test_signal_removes_temporaries(tmp_path, rng, sig, dst):
     assert np.array_equal(io.load_matrix(tmp_path / dst), old)
 
 
+# A stand-in for numpy that takes its time to import: a signal sent after it says so lands
+# while the command is still importing.
+_SLOW_NUMPY = """
+import time
+print("IMPORTING", flush=True)
+time.sleep(60)
+"""
+# What the console script installed by pip runs.
+_CONSOLE_SCRIPT = "import sys; from fftmatvec.cli import main; sys.exit(main())"
+
+
+@pytest.mark.parametrize("entry", [["-m", "fftmatvec"], ["-c", _CONSOLE_SCRIPT]],
+                         ids=["python-m", "console-script"])
+@pytest.mark.parametrize("command", [["info"], ["matvec", "K.h5", "m.h5", "o.h5"]])
+def test_ctrl_c_while_importing_is_one_line(tmp_path, entry, command):
+    """Ctrl-C in the first moments of any command (its imports) ends it as it does later:
+    one line and exit 130, no traceback."""
+    slow = tmp_path / "slow" / "numpy"
+    slow.mkdir(parents=True)
+    (slow / "__init__.py").write_text(_SLOW_NUMPY)
+    env = _env()
+    env["PYTHONPATH"] = str(tmp_path / "slow") + os.pathsep + env["PYTHONPATH"]
+    proc = subprocess.Popen([sys.executable, *entry, *command], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "IMPORTING"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    lines = err.strip().splitlines()
+    assert proc.returncode == 130 and len(lines) == 1, err
+    assert lines[0] == f"fftmatvec {command[0]}: interrupted by SIGINT", err
+
+
 def test_later_write_removes_temporaries_of_dead_writers(tmp_path, rng):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
