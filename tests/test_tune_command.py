@@ -165,8 +165,12 @@ def test_a_later_tune_removes_temporaries_of_dead_writers(tmp_path, capsys):
     dead.wait()
     stale = tmp_path / f".t.yaml.tmp-{dead.pid}-0123456789ab.{_writes._HOST}"
     live = tmp_path / f".t.yaml.tmp-{os.getpid()}-0123456789ab.{_writes._HOST}"
-    stale.write_text("schema: 1\n")
-    live.write_text("schema: 1\n")
+    # what earlier versions left (tempfile.mkstemp names): removed once old, not while fresh
+    old, fresh = tmp_path / ".tune-a1b2c3d4.yaml", tmp_path / ".tune-e5f6g7h8.yaml"
+    for p in (stale, live, old, fresh):
+        p.write_text("schema: 1\n")
+    os.utime(old, (os.path.getmtime(old) - 7200,) * 2)
     assert main(["tune", *SHAPE, *SMALL, "--out", "t.yaml"]) == 0
     assert not stale.exists() and live.exists()
+    assert not old.exists() and fresh.exists()
     assert len(tb.load_table(tmp_path / "t.yaml")["entries"]) == 1
