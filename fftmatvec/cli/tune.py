@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import backend
 from .._errors import FFTMatvecError, FFTMatvecFileError, FFTMatvecTypeError, FFTMatvecValueError
-from . import positive_int
+from . import _one_line, positive_int
 from .matvec import _array_module
 
 # The device keys a table must share with this device to be added to (versions may differ).
@@ -40,7 +40,9 @@ def register(sub) -> None:
 
 
 def _one_line_reason(exc: BaseException) -> str:
-    return getattr(exc, "strerror", None) or " ".join(str(exc).split()) or type(exc).__name__
+    """An OS error's reason without its errno and path (the message names the path), else the
+    error's text on one line."""
+    return getattr(exc, "strerror", None) or _one_line(exc)
 
 
 def _named(option: str, exc: FFTMatvecError) -> FFTMatvecError:
@@ -82,7 +84,7 @@ def _precisions(text: str) -> list[str]:
         raise FFTMatvecValueError(f"--precisions: expected 'all' or a comma list of five-letter "
                                   f"precisions (e.g. ddddd,ddsdd), got {text!r}")
     try:
-        return [PrecisionConfig(t).letters for t in names]
+        return list(dict.fromkeys(PrecisionConfig(t).letters for t in names))  # once each
     except FFTMatvecError as exc:
         raise _named("--precisions", exc) from None
 
