@@ -53,7 +53,8 @@ and a later write to the same destination removes the temporaries of writers tha
 :mod:`fftmatvec._writes`). No writer replaces one of an existing matrix directory's own files
 (its ``binary/meta_adj`` or a row file it names) except :func:`save_matrix` and
 :func:`convert_matrix` replacing that matrix as a whole; its other files (notes, results) are
-never touched.
+never touched. No writer replaces a file of another kind (a vector file over a native matrix
+file, or the other way round, or over any other HDF5 file) unless ``overwrite=True`` says so.
 """
 
 from __future__ import annotations
@@ -266,7 +267,7 @@ def save_matrix(
     prefix: str = DEFAULT_PREFIX,
     p2q: bool = False,
     checksum: int = 0,
-    overwrite: bool = True,
+    overwrite: bool | None = None,
 ) -> MatrixInfo:
     """Write a kernel atomically, as a native file or an FFTMatvec matrix directory.
 
@@ -284,9 +285,12 @@ def save_matrix(
         as the ``p2q`` attribute).
     checksum : int
         FFTMatvec's checksum tag (see the module notes); 0 writes none to the row files.
-    overwrite : bool, default True
-        Replace an existing destination of the same kind (an HDF5 file for ``native``, an
-        FFTMatvec matrix directory for ``fftmatvec``). Anything else is never replaced.
+    overwrite : bool, optional
+        None (default): replace an existing destination of the same kind (a native matrix
+        file for ``native``, an FFTMatvec matrix directory for ``fftmatvec``) and refuse any
+        other. True: a ``native`` file also replaces an HDF5 file of another kind (a vector
+        file). False: replace nothing. A directory, a non-HDF5 file or one of a matrix
+        directory's own files is never replaced.
 
     Returns
     -------
@@ -298,8 +302,10 @@ def save_matrix(
     FFTMatvecTypeError
         ``kernel`` is not a real NumPy/CuPy array.
     FFTMatvecValueError
-        Bad shape, NaN/Inf, bad ``layout``/``prefix``/``checksum``; destination exists and
-        may not be replaced.
+        Bad shape, NaN/Inf, bad ``layout``/``prefix``/``checksum``.
+    FFTMatvecFileError
+        The destination exists and may not be replaced (see ``overwrite``), or it cannot be
+        written.
 
     Notes
     -----
@@ -318,6 +324,7 @@ def save_matrix(
     k = _check_kernel(kernel)
     layout = _check_layout(layout)
     checksum = _check_checksum(checksum)
+    overwrite = _check_overwrite(overwrite)
     if layout == "fftmatvec":
         prefix = _check_prefix(prefix)
     blocks = [(0, k)]
@@ -330,7 +337,7 @@ def save_matrix(
 
 
 def convert_matrix(src, dst, *, layout: str | None = None, prefix: str | None = None,
-                   overwrite: bool = False) -> MatrixInfo:
+                   overwrite: bool | None = False) -> MatrixInfo:
     """Convert a matrix between the two layouts, a block of rows at a time.
 
     Parameters
@@ -340,8 +347,9 @@ def convert_matrix(src, dst, *, layout: str | None = None, prefix: str | None = 
         Layout of ``dst``; default: the other one than ``src``'s.
     prefix : str, optional
         Row-file prefix of an FFTMatvec ``dst``: default ``src``'s, else ``"adj/vec_"``.
-    overwrite : bool, default False
-        Replace an existing ``dst`` of the same kind.
+    overwrite : bool or None, default False
+        False: replace nothing. None: replace an existing ``dst`` of the same kind. True: as
+        None, and a native ``dst`` also replaces an HDF5 file of another kind (a vector file).
 
     Returns
     -------
@@ -361,6 +369,7 @@ def convert_matrix(src, dst, *, layout: str | None = None, prefix: str | None = 
     """
     src = _fspath(src, "src")
     dst = _fspath(dst, "dst")
+    overwrite = _check_overwrite(overwrite)
     _writes.check_not_inside(dst, {"source": src}, "destination")
     _writes.check_not_inside(src, {"destination": dst}, "source")
     with _open_matrix(src) as reader:
@@ -444,7 +453,7 @@ def load_vector(path, *, space: str | None = None, shape=None) -> np.ndarray:
 
 
 def save_vector(path, v, space: str = "param", *, checksum: int = 0, qoi: bool = False,
-                overwrite: bool = True) -> VectorInfo:
+                overwrite: bool | None = None) -> VectorInfo:
     """Write a vector file atomically, with FFTMatvec's attributes.
 
     Parameters
@@ -458,8 +467,11 @@ def save_vector(path, v, space: str = "param", *, checksum: int = 0, qoi: bool =
         Written as the ``checksum`` attribute when nonzero (parameter space only).
     qoi : bool
         Write ``qoi = 1`` (observation space only).
-    overwrite : bool, default True
-        Replace an existing HDF5 file (anything else is never replaced).
+    overwrite : bool, optional
+        None (default): replace an existing vector file and refuse any other file. True: also
+        replace an HDF5 file of another kind (a native matrix file). False: replace nothing.
+        A directory, a non-HDF5 file or one of a matrix directory's own files is never
+        replaced.
 
     Returns
     -------
@@ -472,9 +484,10 @@ def save_vector(path, v, space: str = "param", *, checksum: int = 0, qoi: bool =
     FFTMatvecValueError
         Bad shape, NaN/Inf (or a long double too large for float64), bad ``space``/``checksum``.
     FFTMatvecFileError
-        ``path`` exists and may not be replaced, is one of an existing matrix directory's own
-        files (its ``binary/meta_adj`` or a row file), or cannot be written (not enough free
-        space, read-only, no permission): the old file intact, no temporary left.
+        ``path`` exists and may not be replaced (see ``overwrite``), is one of an existing
+        matrix directory's own files (its ``binary/meta_adj`` or a row file), or cannot be
+        written (not enough free space, read-only, no permission): the old file intact, no
+        temporary left.
     """
     path = _fspath(path, "path")
     if space not in SPACES:
@@ -488,6 +501,7 @@ def save_vector(path, v, space: str = "param", *, checksum: int = 0, qoi: bool =
     if a.dtype.kind not in "fiu":
         raise FFTMatvecTypeError(f"v must be real, got dtype {a.dtype}")
     checksum = _check_checksum(checksum)
+    overwrite = _check_overwrite(overwrite)
     if checksum and space != "param":
         raise FFTMatvecValueError("checksum is an attribute of parameter-space vectors only")
     if qoi and space != "obs":
@@ -499,7 +513,7 @@ def save_vector(path, v, space: str = "param", *, checksum: int = 0, qoi: bool =
     if a.dtype.kind == "f" and not _finite_as_float64(a):
         raise FFTMatvecValueError("v contains NaN or Inf values, or values too large for float64")
     data = np.ascontiguousarray(a, dtype=np.float64).reshape(-1)
-    with _atomic_file(path, overwrite, data.nbytes) as tmp:
+    with _atomic_file(path, _VECTOR_KIND, overwrite, data.nbytes) as tmp:
         with _writes.h5_create(tmp, data.nbytes) as f:
             ds = f.create_dataset("vec", data=data)
             n_name, steps_name = _VEC_ATTRS[space]
@@ -589,6 +603,12 @@ def _check_layout(layout: Any) -> str:
     if layout not in LAYOUTS:
         raise FFTMatvecValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     return layout
+
+
+def _check_overwrite(overwrite: Any) -> bool | None:
+    if overwrite is None or isinstance(overwrite, (bool, np.bool_)):
+        return None if overwrite is None else bool(overwrite)
+    raise FFTMatvecTypeError(f"overwrite must be None, True or False, got {overwrite!r}")
 
 
 def _check_checksum(checksum: Any) -> int:
@@ -1094,24 +1114,65 @@ def _refuse_matrix_file(path: str) -> None:
         )
 
 
-@contextmanager
-def _atomic_file(path: str, overwrite: bool, nbytes: int) -> Iterator[str]:
-    """Yield a temporary file name next to ``path``; on success rename it onto ``path``.
+# What a writer writes, as :func:`_file_kind` names it.
+_NATIVE_KIND = "native matrix file"
+_VECTOR_KIND = "vector file"
 
-    Refused: a directory, an existing file without ``overwrite``, an existing file that is
-    not HDF5, a file of a matrix directory (:func:`_matrix_owning`). ``nbytes``: what the file
-    will take, for the free-space check."""
+
+def _file_kind(path: str) -> str:
+    """What the existing HDF5 file ``path`` holds: a native matrix file (its ``format``
+    attribute), a vector file (a ``vec`` dataset), else (unreadable included) an HDF5 file."""
+    try:
+        with h5py.File(path, "r") as f:
+            if _str_attr(f.attrs, "format") == NATIVE_FORMAT:
+                return _NATIVE_KIND
+            if isinstance(f.get("vec", getlink=False), h5py.Dataset):
+                return _VECTOR_KIND
+    except (OSError, RuntimeError, KeyError, ValueError):
+        pass
+    return "HDF5 file"
+
+
+def _check_destination(path: str, kind: str, overwrite: bool | None) -> None:
+    """Refuse to write a file of ``kind`` at ``path`` where it would replace what it must not.
+
+    Refused: a missing folder, a file of a matrix directory (:func:`_matrix_owning`), a
+    directory, an existing file when ``overwrite`` is False, an existing file that is not
+    HDF5, an existing file of another kind than ``kind`` unless ``overwrite`` is True.
+
+    Parameters
+    ----------
+    path : str
+    kind : {"native matrix file", "vector file"}
+    overwrite : bool or None
+        None: replace a file of the same kind only; True: any HDF5 file; False: nothing.
+    """
     _check_parent(path)
+    _refuse_matrix_file(path)
     if os.path.lexists(path):
         if os.path.isdir(path):
             raise FFTMatvecFileError(path, f"cannot write {path!r}: it is a directory")
-        if not overwrite:
+        if overwrite is False:
             raise FFTMatvecFileError(path, f"{path!r} exists (pass overwrite=True to replace it)")
         if not h5py.is_hdf5(path):
             raise FFTMatvecFileError(
                 path, f"refusing to replace {path!r}: it exists and is not an HDF5 file"
             )
-    _refuse_matrix_file(path)
+        found = _file_kind(path)
+        if found != kind and overwrite is not True:
+            raise FFTMatvecFileError(
+                path, f"refusing to replace {path!r} with a {kind}: it is a {found} (pass "
+                      f"overwrite=True to replace it, or choose another path)"
+            )
+
+
+@contextmanager
+def _atomic_file(path: str, kind: str, overwrite: bool | None, nbytes: int) -> Iterator[str]:
+    """Yield a temporary file name next to ``path``; on success rename it onto ``path``.
+
+    Refused first as :func:`_check_destination` says. ``nbytes``: what the file will take,
+    for the free-space check."""
+    _check_destination(path, kind, overwrite)
     with _writes.atomic_file(path, nbytes) as tmp:
         yield tmp
 
@@ -1125,10 +1186,11 @@ def _native_chunks(nd: int, nm: int, nt: int) -> tuple[int, int, int]:
     return (cr, cc, nt)
 
 
-def _write_native(path: str, shape, blocks: Iterable, *, p2q, checksum: int, overwrite: bool) -> None:
+def _write_native(path: str, shape, blocks: Iterable, *, p2q, checksum: int,
+                  overwrite: bool | None) -> None:
     nd, nm, nt = shape
     nbytes = nd * nm * nt * 8
-    with _atomic_file(path, overwrite, nbytes) as tmp:
+    with _atomic_file(path, _NATIVE_KIND, overwrite, nbytes) as tmp:
         with _writes.h5_create(tmp, nbytes) as f:
             f.attrs["format"] = NATIVE_FORMAT
             f.attrs["version"] = np.int32(NATIVE_VERSION)
@@ -1162,7 +1224,7 @@ def _meta_text(shape, prefix: str, p2q: bool, checksum: int) -> str:
 
 
 def _write_dir(path: str, shape, blocks: Iterable, *, prefix: str, p2q: bool, checksum: int,
-               overwrite: bool) -> None:
+               overwrite: bool | None) -> None:
     """A new matrix directory: built in a temporary sibling, renamed into place. An existing
     one: only its own files replaced (:func:`_replace_dir_files`), the user's others kept."""
     nd, nm, nt = shape
@@ -1171,7 +1233,7 @@ def _write_dir(path: str, shape, blocks: Iterable, *, prefix: str, p2q: bool, ch
     if os.path.lexists(path):
         if not os.path.isdir(path):
             raise FFTMatvecFileError(path, f"cannot write matrix directory {path!r}: a file is in the way")
-        if not overwrite:
+        if overwrite is False:
             raise FFTMatvecFileError(path, f"{path!r} exists (pass overwrite=True to replace it)")
         if not os.path.isfile(os.path.join(path, "binary", _META)):
             raise FFTMatvecFileError(

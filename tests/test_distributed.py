@@ -319,6 +319,44 @@ def test_cli_matvec_with_a_grid(tmp_path):
     assert np.abs(z - ref).max() <= 1e-12 * np.abs(ref).max()
 
 
+@pytest.mark.mpi
+def test_cli_matvec_with_a_grid_refuses_an_output_over_an_input(tmp_path):
+    """The distributed command refuses what the serial one refuses, with its message, before
+    any work and on every rank: the files stay as they were."""
+    import numpy as np
+
+    from fftmatvec import io
+
+    exe = _mpiexec()
+    rng = np.random.default_rng(7)
+    K = rng.standard_normal((3, 2, 5))
+    io.save_matrix(tmp_path / "K.h5", K)
+    io.save_matrix(tmp_path / "D", K, layout="fftmatvec")
+    io.save_vector(tmp_path / "m.h5", rng.standard_normal((2, 5)))
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env.setdefault("MPIR_CVAR_ENABLE_HEAVY_YIELD", "1")
+    cases = [("K.h5", "m.h5", "K.h5"), ("K.h5", "m.h5", "m.h5"),
+             ("D", "m.h5", "D/binary/adj/vec_000001.h5"), ("D", "m.h5", "D/notes.h5")]
+    for matrix, inp, out in cases:
+        args = [sys.executable, "-m", "fftmatvec", "matvec", matrix, inp, out, "--repeat", "1"]
+        serial = subprocess.run(args, capture_output=True, text=True, timeout=120, env=env,
+                                cwd=tmp_path)
+        assert serial.returncode == 2, serial.stderr
+        message = serial.stderr.strip()
+        assert "OUTPUT" in message and len(message.splitlines()) == 1, message
+        for launch in ([exe, "-n", "2"] + args, args + ["--grid", "1x1"]):
+            res = subprocess.run(launch, capture_output=True, text=True, timeout=120, env=env,
+                                 cwd=tmp_path)
+            lines = res.stderr.strip().splitlines()
+            assert res.returncode == 2, (launch, res.stdout, res.stderr[-3000:])
+            assert "Traceback" not in res.stderr and "matrix " not in res.stdout, res.stderr
+            # every rank says what the serial command says
+            assert lines == [message] * (2 if launch[0] == exe else 1), (launch, res.stderr)
+    assert {p: p.read_bytes() for p in before} == before
+    assert not (tmp_path / "D" / "notes.h5").exists()
+
+
 def _gpu_or_skip():
     from fftmatvec import backend
 

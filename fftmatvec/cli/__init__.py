@@ -14,8 +14,10 @@ import signal
 import sys
 import threading
 
-from .. import _writes
 from .._errors import FFTMatvecError
+
+# Nothing heavier than the standard library is imported above: ``main`` installs the signal
+# handlers first, then imports the subcommands (NumPy, h5py, ...).
 
 # Subcommand modules, in the order ``--help`` lists them.
 SUBCOMMANDS = ("info", "matvec", "convert", "demo", "tune", "tune_fno")
@@ -57,23 +59,26 @@ def install_signal_handlers(command: str) -> None:
     being written, say so in one line on stderr and exit with 128 + the signal number.
 
     A signal during the few renames that swap a matrix directory's files waits for them to
-    end. Processes forked from this one (the demo's workers) get the default action."""
+    end. Processes forked from this one (the demo's workers) get the default action. Installed
+    before the subcommands are imported, it also ends a Ctrl-C during those imports."""
     owner = os.getpid()
+    prog = f"fftmatvec {command}" if command else "fftmatvec"
 
     def handler(signum, frame):
         if os.getpid() != owner:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return
-        if _writes.defer(handler, signum):
+        writes = _writes_if_imported()
+        if writes is not None and writes.defer(handler, signum):
             return
-        removed = _writes.remove_live()
+        removed = writes.remove_live() if writes is not None else []
         name = signal.Signals(signum).name
         note = f"; removed {len(removed)} unfinished file(s)" if removed else ""
         with contextlib.suppress(Exception):
             sys.stdout.flush()
         with contextlib.suppress(Exception):
-            sys.stderr.write(f"fftmatvec {command}: interrupted by {name}{note}\n")
+            sys.stderr.write(f"{prog}: interrupted by {name}{note}\n")
             sys.stderr.flush()
         os._exit(128 + signum)
 
@@ -81,10 +86,24 @@ def install_signal_handlers(command: str) -> None:
         signal.signal(sig, handler)
 
 
+def _writes_if_imported():
+    """The package's writer module if this process has imported it (nothing to remove else)."""
+    return sys.modules.get(__name__.rpartition(".")[0] + "._writes")
+
+
+def _first_word(argv: list[str]) -> str | None:
+    """The subcommand as typed (the first argument that is not an option), before parsing."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    handlers = threading.current_thread() is threading.main_thread()
+    if handlers:  # before the imports, which may take a while on a slow file system
+        install_signal_handlers(_first_word(argv) or "")
     parser = build_parser()
     args = parser.parse_args(argv)
-    if threading.current_thread() is threading.main_thread():
+    if handlers:
         install_signal_handlers(args.command)
     try:
         return int(args.func(args) or 0)
@@ -98,7 +117,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fftmatvec {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        _writes.remove_live()
+        writes = _writes_if_imported()
+        if writes is not None:
+            writes.remove_live()
         print(f"fftmatvec {args.command}: interrupted by SIGINT", file=sys.stderr)
         return 128 + signal.SIGINT
 

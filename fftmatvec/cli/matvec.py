@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import _writes, backend, io
-from .._errors import FFTMatvecValueError
+from .._errors import FFTMatvecFileError, FFTMatvecValueError
 from . import positive_int
 
 # mode -> (input space, output space, how the product prints)
@@ -130,17 +130,39 @@ def _launched_ranks() -> int:
     return 1
 
 
-def execute(request: MatvecRequest) -> MatvecResult:
-    """Read, compute, check, write. Raises :class:`~fftmatvec.FFTMatvecError` on bad input."""
+def check_request(request: MatvecRequest):
+    """The checks every run makes before it reads or computes anything, on one process or on
+    every rank of a grid: no path empty, OUTPUT neither MATRIX nor INPUT nor inside them, nor
+    a file the output vector may not replace (a matrix file, a missing folder), ``--rtol``
+    only with ``--precision auto``, a valid precision string.
+
+    Returns
+    -------
+    PrecisionConfig or ("auto", rtol)
+        The precision to build the operator with.
+
+    Raises
+    ------
+    FFTMatvecFileError, FFTMatvecValueError
+        The first check that fails.
+    """
     from ..precision import PrecisionConfig
 
     _writes.check_not_inside(request.output, {"MATRIX": request.matrix, "INPUT": request.input},
                              "OUTPUT")
+    try:
+        io._check_destination(request.output, io._VECTOR_KIND, None)
+    except FFTMatvecFileError as exc:
+        raise FFTMatvecFileError(exc.path, f"OUTPUT: {exc}") from None
     auto = request.precision.strip().lower() == "auto"
     if request.rtol is not None and not auto:
         raise FFTMatvecValueError(f"--rtol is only for --precision auto, got {request.precision!r}")
-    # validate before any reading
-    precision = ("auto", request.rtol) if auto else PrecisionConfig(request.precision)
+    return ("auto", request.rtol) if auto else PrecisionConfig(request.precision)
+
+
+def execute(request: MatvecRequest) -> MatvecResult:
+    """Read, compute, check, write. Raises :class:`~fftmatvec.FFTMatvecError` on bad input."""
+    precision = check_request(request)
     xp = _array_module(request.device)
     info = io.matrix_info(request.matrix)
     in_space, out_space, _ = MODES[request.mode]

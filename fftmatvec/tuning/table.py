@@ -20,12 +20,15 @@ from ``plans`` where there is one, else ``plan``.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
-import tempfile
+import re
+import time
 
 import yaml
 
+from .. import _writes
 from .._errors import FFTMatvecTypeError, FFTMatvecValueError
 from ..gpu.plan import parse_overrides
 from ..precision import PrecisionConfig
@@ -39,6 +42,9 @@ _DEVICE_KEYS = {"vendor": str, "arch": str, "name": str, "driver": str, "runtime
                 "cupy": str, "fftmatvec": str}
 _SHAPE_KEYS = ("nm", "nd", "nt", "nrhs")
 _SHAPE_MAX = 2**63 - 1  # largest size a shape key may hold (an int64 count of elements)
+# The temporaries of versions that wrote tables through tempfile.mkstemp (no writer in the name)
+_OLD_TMP_RE = re.compile(r"^\.tune-[A-Za-z0-9_]{8}\.yaml$")
+_OLD_TMP_AGE = 3600.0  # seconds since its last change after which such a temporary is stale
 
 
 class TableError(FFTMatvecValueError):
@@ -188,6 +194,8 @@ def read_yaml(path, what: str = "tuning table"):
             return yaml.safe_load(f)
     except yaml.YAMLError as exc:
         raise TableError(f"{what} {path}: not valid YAML: {exc}") from None
+    except UnicodeDecodeError:
+        raise TableError(f"{what} {path}: not a YAML file (not UTF-8 text)") from None
     except OSError as exc:
         raise TableError(f"{what} {path}: cannot read it: {exc}") from None
 
@@ -198,18 +206,34 @@ def load_table(path) -> dict:
     return validate(read_yaml(path), path)
 
 
+def _remove_old_temporaries(folder: str) -> None:
+    """Remove the ``.tune-<8 characters>.yaml`` temporaries that earlier versions left when
+    interrupted. Their names carry no writer, so only those older than :data:`_OLD_TMP_AGE`
+    go: a table's write takes a fraction of a second."""
+    now = time.time()
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        if _OLD_TMP_RE.match(entry.name) is None:
+            continue
+        with contextlib.suppress(OSError):
+            if entry.is_file(follow_symlinks=False) and now - entry.stat().st_mtime > _OLD_TMP_AGE:
+                os.remove(entry.path)
+
+
 def save_table(table, path) -> None:
-    """Validate ``table`` and write it to ``path`` atomically (a temporary file renamed)."""
+    """Validate ``table`` and write it to ``path`` atomically: a temporary beside it that
+    carries this process's id, renamed onto it (:func:`fftmatvec._writes.atomic_file`), so
+    that a signal handler removes it and a later write removes those of dead writers (and
+    the old temporaries of earlier versions)."""
     path = os.fspath(path)
     validate(table, path)
+    data = yaml.safe_dump(table, sort_keys=False, default_flow_style=None, width=100).encode()
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tune-", suffix=".yaml", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            yaml.safe_dump(table, f, sort_keys=False, default_flow_style=None, width=100)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    _remove_old_temporaries(folder)
+    with _writes.atomic_file(path, len(data)) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(data)
