@@ -297,6 +297,18 @@ def test_uncaught_error_ends_the_run():
 
 
 @pytest.mark.mpi
+def test_uncaught_distribute_error_ends_the_run():
+    """``distribute`` of a global vector of the wrong shape on one rank, uncaught (the README's
+    lines): every rank raises, so the run ends instead of the other ranks waiting."""
+    res = _run(2, "check_errors.py", "uncaught", "distribute", timeout=60)
+    assert res.returncode != 0
+    assert "not reached" not in res.stdout
+    assert res.stderr.count("FFTMatvecDistributedError: distribute failed on 1 of 2 rank(s): "
+                            "rank 1") == 2, res.stderr[-3000:]
+    assert "must have shape" in res.stderr
+
+
+@pytest.mark.mpi
 def test_cli_matvec_with_a_grid(tmp_path):
     import numpy as np
 

@@ -204,8 +204,17 @@ class _Distributed:
 
     def distribute(self, v, space: str = "param"):
         """This rank's slice of the global vector ``v``: ``(N, Nt)``, ``(N*Nt,)`` or a batch
-        ``(k, N, Nt)`` (``N`` = Nm for ``"param"``, Nd for ``"obs"``), same form back."""
-        space = _space(space)
+        ``(k, N, Nt)`` (``N`` = Nm for ``"param"``, Nd for ``"obs"``), same form back.
+        Collective: a wrong ``v`` or ``space`` on any rank raises on every rank."""
+        exc, out = None, None
+        try:
+            out = self._slice_of(v, _space(space))
+        except Exception as e:  # raised on every rank at the sync point below
+            exc = e
+        sync(self.grid.base_comm, "distribute", exc, self._where())
+        return out
+
+    def _slice_of(self, v, space: str):
         n, nt = self.layout.size(space), self.nt
         a, b = self.local_range(space)
         xp = backend.get_array_module(v, name="v")
@@ -221,15 +230,15 @@ class _Distributed:
         """The global vector (or batch) on every rank from every rank's slice (collective)."""
         from mpi4py.util import dtlib
 
-        space = _space(space)
         xp = self._xp
-        exc, X, flat = None, None, False
+        exc, X, flat, k = None, None, False, 0
         try:
+            space = _space(space)
             X, flat = self._check_local(v_local, space, "v_local",
                                         getattr(v_local, "ndim", 0) == 3, False)
             k = X.shape[0]
-        except Exception as e:
-            exc, k = e, 0
+        except Exception as e:  # raised on every rank at the sync point below
+            exc = e
         kmax, kneg = sync(self.grid.base_comm, "collect", exc, self._where(), values=(k, -k))
         if kmax != -kneg:
             raise FFTMatvecDistributedError("collect: the ranks passed batches of different sizes")
@@ -248,8 +257,49 @@ class _Distributed:
             return out
         return out.reshape(-1) if flat else out[0]
 
+    def _check_slices(self, what, *arrays):
+        """Check that ``arrays`` are this rank's slices of vectors (or batches) of one space,
+        all of one shape, on the operator's array module; raise on every rank if any rank's
+        are not (collective)."""
+        exc = None
+        try:
+            shapes = []
+            for i, a in enumerate(arrays):
+                name = "ab"[i] if len(arrays) > 1 else "a"
+                xp = backend.get_array_module(a, name=name)
+                if xp is not self._xp:
+                    raise FFTMatvecTypeError(
+                        f"{name} must be a {self._xp.__name__} array, as the operator's slices "
+                        f"are, got a {xp.__name__} one")
+                if a.dtype.kind != "f":
+                    raise FFTMatvecTypeError(
+                        f"{name} must be real floating point, got dtype {a.dtype}")
+                shapes.append(a.shape)
+            if len(set(shapes)) > 1:
+                raise FFTMatvecValueError(
+                    f"a and b must have the same shape, got {shapes[0]} and {shapes[1]}")
+            ok = []
+            for space in _SPACES:
+                n = self._n_own[space]
+                ok += [(n, self.nt), (n * self.nt,)]
+            shape = shapes[0]
+            if shape not in ok and not (len(shape) == 3 and shape[1:] in ok[0::2]):
+                raise FFTMatvecValueError(
+                    f"{'a and b' if len(arrays) > 1 else 'a'} must be this rank's slice of a "
+                    f"vector: shape {ok[0]} or {ok[1]} (parameters), {ok[2]} or {ok[3]} "
+                    f"(observations), or a batch (k, n, {self.nt}) of either, got {shape}")
+        except Exception as e:  # raised on every rank at the sync point below
+            exc = e
+        sync(self.grid.base_comm, what, exc, self._where())
+
     def dot(self, a, b) -> float:
         """Global ``<a, b>`` of two distributed vectors of the same space (collective)."""
+        from mpi4py import MPI
+
+        self._check_slices("dot", a, b)
+        return self._dot_checked(a, b)
+
+    def _dot_checked(self, a, b) -> float:
         from mpi4py import MPI
 
         xp = self._xp
@@ -260,7 +310,8 @@ class _Distributed:
 
     def norm(self, a) -> float:
         """Global 2-norm of a distributed vector (collective)."""
-        return math.sqrt(max(self.dot(a, a), 0.0))
+        self._check_slices("norm", a)
+        return math.sqrt(max(self._dot_checked(a, a), 0.0))
 
     def as_pylops_mpi(self):
         """This operator as a ``pylops_mpi.MPILinearOperator`` on ``DistributedArray``

@@ -1,7 +1,9 @@
 """Run under mpiexec -n N (N >= 2): a failure on one rank becomes an exception on every rank.
 
 With the argument ``uncaught`` the last rank passes a bad vector and nobody catches the
-error: every rank must raise, so the run ends with a nonzero status instead of hanging.
+error: every rank must raise, so the run ends with a nonzero status instead of hanging
+(``uncaught distribute``: the bad vector is the global one given to ``distribute``, as in the
+README's example).
 Otherwise prints "OK <n> <cases>" on rank 0. With the argument ``gpu`` the operators and
 vectors are CuPy ones (the ranks sharing or splitting the visible GPUs), and NCCL asked for on
 ranks sharing a GPU must fail on every rank; without CuPy or a GPU it prints "SKIP <reason>".
@@ -63,6 +65,21 @@ def main():
     if rank == last:
         nan.reshape(-1)[0] = np.nan
     expect(lambda: op.matvec(nan), "NaN input", words=("NaN",))
+    # every method all ranks call raises on every rank: distribute, collect, dot, norm
+    glob = dev(np.ones((7, 3) if rank == last else (7, 4)))
+    expect(lambda: op.distribute(glob, "param"), "distribute's wrong shape",
+           words=("must have shape",))
+    expect(lambda: op.distribute(dev(np.ones((7, 4))), "sensor" if rank == last else "param"),
+           "distribute's bad space", words=("space must be",))
+    expect(lambda: op.distribute([[1.0] * 4] * 7 if rank == last else dev(np.ones((7, 4)))),
+           "distribute's list", words=("v",))
+    expect(lambda: op.collect(m, "sensor" if rank == last else "param"), "collect's bad space",
+           words=("space must be",))
+    short = m[:-1] if rank == last and m.shape[0] else m
+    other = m[:, :-1] if rank == last else m
+    expect(lambda: op.dot(m, other), "dot of different shapes", words=("dot",))
+    expect(lambda: op.norm(short[:, :-1] if rank == last else m), "norm of a wrong slice",
+           words=("norm",))
     M = dev(np.ones((3 if rank == last else 2,) + op.local_shape("param")))
     expect(lambda: op.matmat(M), "batch sizes", ranks=[], words=("different sizes",))
     expect(lambda: op.normal(-1.0 if rank == last else 1.0), "bad weight", words=("weight",))
@@ -156,8 +173,11 @@ def whole_traceback(kind, value, tb):
     os.write(2, "".join(traceback.format_exception(kind, value, tb)).encode())
 
 
-def uncaught():
+def uncaught(where):
     op = DistributedBlockToeplitz(ProcessGrid(comm), dev(K))
+    if where == "distribute":  # the last rank's global vector has the wrong shape
+        m = op.distribute(dev(np.ones((7, 3) if rank == last else (7, 4))), "param")
+        print("not reached", flush=True)
     m = op.distribute(dev(np.ones((7, 4))), "param")
     if rank == last:
         m = m[:, :-1]
@@ -171,6 +191,6 @@ if __name__ == "__main__":
             print("SKIP no GPU (CuPy missing or no device)")
     elif "uncaught" in sys.argv[1:]:
         sys.excepthook = whole_traceback
-        uncaught()
+        uncaught("distribute" if "distribute" in sys.argv[1:] else "matvec")
     else:
         main()
