@@ -366,3 +366,63 @@ def test_errors_with_ranks_sharing_the_gpu(n):
     res = _run(n, "check_errors.py", "gpu")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-5000:]
     assert res.stdout.split()[:2] == ["OK", str(n)], res.stdout
+
+
+# ---- conjugate gradients (the same lines serve one process and a grid) ---------------------
+def _spd_problem(rng):
+    from fftmatvec import BlockToeplitz
+
+    K = rng.standard_normal((6, 4, 5))
+    F = BlockToeplitz(K)
+    m = rng.standard_normal((4, 5))
+    return F, F.normal(), F.normal().matvec(m)
+
+
+def test_cg_follows_scipys_info_convention(rng):
+    """``info`` 0 once converged (the residual within rtol), else the iterations run, with a
+    warning that points at the caller's line."""
+    import warnings
+
+    import numpy as np
+
+    from fftmatvec.distributed import cg
+
+    _, N, b = _spd_problem(rng)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        x, info = cg(N, b, rtol=1e-10, maxiter=500)
+    assert info == 0 and isinstance(info, int)
+    assert np.linalg.norm(N.matvec(x) - b) <= 1e-8 * np.linalg.norm(b)
+    with pytest.warns(RuntimeWarning, match="did not converge") as caught:
+        x2, info2 = cg(N, b, rtol=1e-10, maxiter=2)
+    assert info2 == 2
+    assert caught[0].filename == __file__
+    assert np.linalg.norm(N.matvec(x2) - b) > 1e-10 * np.linalg.norm(b)
+    # integer-valued tolerances of any integer type are numbers like any other
+    _, info3 = cg(N, b, rtol=np.int64(1), maxiter=5)
+    assert info3 == 0
+
+
+def test_cg_refuses_bad_arguments(rng):
+    import numpy as np
+
+    from fftmatvec.distributed import cg
+
+    F, N, b = _spd_problem(rng)
+    with pytest.raises(FFTMatvecValueError, match=r"A must be square.*\(30, 20\)"):
+        cg(F, rng.standard_normal((4, 5)))
+    with pytest.raises(FFTMatvecTypeError, match="rtol must be a real number.*'1e-5'"):
+        cg(N, b, rtol="1e-5")
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(FFTMatvecValueError, match="rtol must be"):
+            cg(N, b, rtol=bad)
+    with pytest.raises(FFTMatvecTypeError, match="rtol"):
+        cg(N, b, rtol=True)
+    with pytest.raises(FFTMatvecTypeError, match="maxiter must be"):
+        cg(N, b, maxiter=2.5)
+    with pytest.raises(FFTMatvecValueError, match="maxiter must be"):
+        cg(N, b, maxiter=-1)
+    with pytest.raises(FFTMatvecTypeError, match="A must have a matvec"):
+        cg(np.eye(20), b)
+    with pytest.raises(FFTMatvecTypeError, match="callback must be callable"):
+        cg(N, b, callback=3)

@@ -80,6 +80,13 @@ def main():
     expect(lambda: op.dot(m, other), "dot of different shapes", words=("dot",))
     expect(lambda: op.norm(short[:, :-1] if rank == last else m), "norm of a wrong slice",
            words=("norm",))
+    # distributed CG: a non-square operator everywhere, a bad rtol on one rank
+    from fftmatvec.distributed import cg
+
+    expect(lambda: cg(op, m), "cg of a non-square operator", exc=FFTMatvecDistributedError,
+           ranks=list(range(size)), words=("must be square",))
+    expect(lambda: cg(op.normal(), m, rtol="1e-5" if rank == last else 1e-5),
+           "cg's rtol on one rank", words=("rtol must be a real number",))
     M = dev(np.ones((3 if rank == last else 2,) + op.local_shape("param")))
     expect(lambda: op.matmat(M), "batch sizes", ranks=[], words=("different sizes",))
     expect(lambda: op.normal(-1.0 if rank == last else 1.0), "bad weight", words=("weight",))

@@ -16,6 +16,7 @@ import os
 import sys
 import tempfile
 import time
+import warnings
 
 import numpy as np
 from mpi4py import MPI
@@ -224,6 +225,7 @@ def check_progress():
 
 
 def main():
+    global cases
     if GPU and not backend.gpu_available():
         if rank == 0:
             print("SKIP no GPU (CuPy missing or no device)")
@@ -281,16 +283,36 @@ def main():
         w = np.abs(fresh(7, nd, nt)) + 0.5
         m_true = fresh(8, nm, nt)
         b = ref.normal(w).matvec(m_true)
-        x_ser, info_ser = cg(ref.normal(w), b, rtol=1e-30, maxiter=6)
-        x_dis, info_dis = cg(op.normal(dev(w)), op.distribute(dev(b), "param"), rtol=1e-30,
-                             maxiter=6)
+        steps = {"ser": 0, "dis": 0}
+
+        def count(key):
+            def step(x):
+                steps[key] += 1
+            return step
+        with warnings.catch_warnings():  # 6 iterations do not reach rtol=1e-30: a warning
+            warnings.simplefilter("ignore", RuntimeWarning)
+            x_ser, info_ser = cg(ref.normal(w), b, rtol=1e-30, maxiter=6, callback=count("ser"))
+            x_dis, info_dis = cg(op.normal(dev(w)), op.distribute(dev(b), "param"), rtol=1e-30,
+                                 maxiter=6, callback=count("dis"))
         close(host(op.collect(x_dis, "param")), x_ser, "distributed CG vs serial", 1e-10)
-        assert info_dis["iterations"] == info_ser["iterations"] == 6, (info_dis, info_ser)
+        assert info_dis == info_ser == 6 and steps == {"ser": 6, "dis": 6}, (info_dis, steps)
+        # converged: info 0 on every rank, and the residual within rtol
+        x_c, info_c = cg(op.normal(dev(w)), op.distribute(dev(b), "param"), rtol=1e-6,
+                         maxiter=500)
+        assert comm.allgather(info_c) == [0] * size, info_c
+        res = op.normal(dev(w)).matvec(x_c) - op.distribute(dev(b), "param")
+        assert op.norm(res) <= 1e-6 * np.linalg.norm(b)
         # without maxiter: every rank stops at the same iteration (the global size), as the
         # serial solve does, though the ranks' slices differ in size
-        _, full_ser = cg(ref.normal(w), b, rtol=1e-30)
-        _, full_dis = cg(op.normal(dev(w)), op.distribute(dev(b), "param"), rtol=1e-30)
-        assert full_dis["iterations"] == full_ser["iterations"], (full_dis, full_ser)
+        steps.update(ser=0, dis=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            _, full_ser = cg(ref.normal(w), b, rtol=1e-30, callback=count("ser"))
+            _, full_dis = cg(op.normal(dev(w)), op.distribute(dev(b), "param"), rtol=1e-30,
+                             callback=count("dis"))
+        assert full_dis == full_ser and steps["ser"] == steps["dis"], (full_dis, steps)
+        assert len(set(comm.allgather(steps["dis"]))) == 1
+        cases += 1
         try:
             import pylops_mpi
         except ImportError:
