@@ -246,6 +246,48 @@ def test_process_grid_needs_a_communicator():
         ProcessGrid(None)
 
 
+def test_choose_layout():
+    from fftmatvec.distributed import Machine, choose_layout
+
+    # one vector: one replica, the byte-count grid
+    assert choose_layout(8, 100, 5000, 100) == (1,) + choose_grid(8, 100, 5000, 100)
+    assert choose_layout(4, 5, 7, 6, batch=1) == (1,) + choose_grid(4, 5, 7, 6)
+    # a large batch of a small kernel: every rank a replica (nothing to communicate)
+    assert choose_layout(4, 5, 7, 6, batch=64) == (4, 1, 1)
+    # no more replicas than vectors, and R divides the ranks
+    for size, batch in ((8, 3), (6, 4), (12, 5)):
+        R, pr, pc = choose_layout(size, 16, 16, 50, batch=batch)
+        assert R <= batch and R * pr * pc == size
+    # memory: each replica holds a whole Khat; a bound below one rank's share of it for
+    # R = 4 keeps fewer replicas
+    free = choose_layout(4, 64, 64, 100, batch=64)
+    assert free[0] == 4
+    khat_r4 = 64 * 64 * 101 * 16  # one rank holds all of Khat (complex128, Nf = Nt + 1)
+    assert choose_layout(4, 64, 64, 100, batch=64, memory=khat_r4 // 2)[0] < 4
+    # a slow network makes replicas pay off sooner, a fast one later
+    slow, fast = Machine(bandwidth=1e8), Machine(bandwidth=1e13, latency=0.0)
+    assert choose_layout(4, 64, 64, 100, batch=4, machine=slow)[0] == 4
+    assert choose_layout(4, 64, 64, 100, batch=4, machine=fast)[0] == 1
+    with pytest.raises(FFTMatvecValueError, match="batch"):
+        choose_layout(4, 5, 7, 6, batch=0)
+
+
+def test_process_grid_checks_its_replicas():
+    """The checks a grid makes before any product (a communicator of one rank: in-process)."""
+    MPI = pytest.importorskip("mpi4py.MPI")
+    from fftmatvec import ProcessGrid
+
+    with pytest.raises(FFTMatvecValueError, match="replicas=2 does not divide"):
+        ProcessGrid(MPI.COMM_SELF, replicas=2)
+    with pytest.raises(FFTMatvecTypeError, match="replicas must be a positive integer"):
+        ProcessGrid(MPI.COMM_SELF, replicas=1.5)
+    with pytest.raises(FFTMatvecValueError, match="replicas must be a positive integer"):
+        ProcessGrid(MPI.COMM_SELF, replicas=0)
+    g = ProcessGrid(MPI.COMM_SELF, replicas=1).resolve(3, 4, 5)
+    assert (g.replicas, g.shape, g.replica, g.coords, g.group_size) == (1, (1, 1), 0, (0, 0), 1)
+    assert ProcessGrid(MPI.COMM_SELF).resolve(3, 4, 5, batch=8).replicas == 1  # one rank
+
+
 # ---- under mpiexec -----------------------------------------------------------------------
 def _mpiexec():
     exe = shutil.which("mpiexec")
@@ -270,7 +312,7 @@ def _run(n, script, *args, timeout=TIMEOUT):
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("n", [1, 2, 4])
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
 def test_products_agree_with_single_process(n):
     res = _run(n, "check_products.py")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-5000:]
@@ -278,7 +320,7 @@ def test_products_agree_with_single_process(n):
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("n", [2, 3, 4])
 def test_errors_reach_every_rank(n):
     res = _run(n, "check_errors.py")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-5000:]

@@ -117,6 +117,7 @@ def main():
     expect(lambda: DistributedBlockToeplitz(ProcessGrid(comm), dev(K),
                                             transport="mpi" if rank == last else None),
            "different transports", ranks=[], words=("different kernels or settings",))
+    check_replicas()
     if GPU:
         check_nccl_on_a_shared_gpu()
     # a failure in the middle of a product (after its collectives started)
@@ -157,6 +158,47 @@ def main():
 
         shutil.rmtree(tmp, ignore_errors=True)
         print(f"OK {size} {cases}")
+
+
+def check_replicas():
+    """Replica groups: every error on one rank, in one replica, reaches every rank of every
+    replica."""
+    expect(lambda: ProcessGrid(comm, replicas=size + 1), "replicas not dividing the ranks",
+           exc=FFTMatvecValueError, words=("does not divide",))
+    expect(lambda: ProcessGrid(comm, 1, 1, replicas=size - 1 if rank == last else size),
+           "different replicas", exc=FFTMatvecValueError, words=("different grids",))
+    op = DistributedBlockToeplitz(ProcessGrid(comm, 1, 1, replicas=size), dev(K))
+    assert op.grid.replicas == size and op.grid.replica == rank
+    M = op.distribute(dev(np.ones((2 * size + 1, 7, 4))), "param")
+    # a wrong slice on the last rank only (its replica alone): every replica raises
+    bad = M[:, :, :-1] if rank == last else M
+    expect(lambda: op.matmat(bad), "replica's wrong slice", words=("must have shape",))
+    if size >= 4:  # two ranks of one replica passing different batch sizes
+        op2 = DistributedBlockToeplitz(ProcessGrid(comm, 1, size // 2, replicas=2), dev(K))
+        M2 = op2.distribute(dev(np.ones((5, 7, 4))), "param")
+        other = M2[:-1] if rank == last else M2
+        expect(lambda: op2.matmat(other), "batch sizes in a replica", ranks=[],
+               words=("different sizes", "in replica 1"))
+    empty = dev(np.ones((0,) + op.local_shape("param")))
+    expect(lambda: op.matmat(empty), "every replica's batch empty", exc=FFTMatvecValueError,
+           words=("at least one vector",))
+    expect(lambda: op.collect(M[:, :-1] if rank == last else M, "param"),
+           "collect of a wrong share", words=("v_local",))
+    # a failure in one replica's product, after the other replicas started theirs
+    if rank == last:
+        def boom(*args):
+            raise RuntimeError("boom in one replica")
+        op._local = boom
+    expect(lambda: op.matmat(M), "one replica's failure", words=("boom in one replica",))
+    if rank == last:
+        del op._local
+    assert op.matmat(M).shape == M.shape[:1] + op.local_shape("obs")
+    try:
+        import pylops_mpi  # noqa: F401
+    except ImportError:
+        return
+    expect(lambda: op.as_pylops_mpi(), "pylops-mpi with replicas", exc=FFTMatvecValueError,
+           words=("one replica",))
 
 
 def check_nccl_on_a_shared_gpu():
