@@ -468,3 +468,95 @@ def test_cg_refuses_bad_arguments(rng):
         cg(np.eye(20), b)
     with pytest.raises(FFTMatvecTypeError, match="callback must be callable"):
         cg(N, b, callback=3)
+
+
+# ---- the cost model (distributed/model.py) and the projection built on it -----------------
+def test_collective_times_by_hand():
+    from fftmatvec.distributed.model import Machine, collective_time
+
+    m = Machine(latency=1e-6, bandwidth=1e3)
+    # a ring broadcast over 4 ranks: 3 steps, the whole 1000 bytes through every rank
+    assert collective_time("bcast", 1000, 4, m) == pytest.approx(3e-6 + 1.0)
+    assert collective_time("reduce", 1000, 4, m, "log") == pytest.approx(2e-6 + 1.0)
+    # an all-gather by recursive doubling over 8 ranks: 3 steps, 7/8 of the bytes
+    assert collective_time("allgather", 800, 8, m, "log") == pytest.approx(3e-6 + 0.7)
+    assert collective_time("reduce_scatter", 800, 8, m) == pytest.approx(7e-6 + 0.7)
+    assert collective_time("allreduce", 800, 8, m) == pytest.approx(2 * (7e-6 + 0.7))
+    assert collective_time("allgather", 800, 5, m, "log") == pytest.approx(3e-6 + 0.64)
+    assert collective_time("bcast", 10**9, 1, m) == 0.0  # one rank: nothing moves
+    with pytest.raises(FFTMatvecValueError, match="kind"):
+        collective_time("scatter", 1, 2, m)
+    with pytest.raises(FFTMatvecValueError, match="algorithm"):
+        collective_time("bcast", 1, 2, m, "tree")
+    with pytest.raises(FFTMatvecValueError, match="latency"):
+        Machine(latency=-1.0)
+
+
+def test_product_times_by_hand():
+    from fftmatvec.distributed.model import (Machine, collective_time, fftmatvec_time,
+                                             local_compute_time, pipeline_time)
+
+    m = Machine(latency=2e-6, bandwidth=1e9, mem_bandwidth=1e12)
+    c = 1e-3
+    assert fftmatvec_time(c, 10, 20, 30, 1, 1, m) == c
+    # FFTMatvec: broadcast of 20 x 30 float64 down 2 ranks, reduce of 10 x 30 along 4
+    want = c + collective_time("bcast", 8 * 20 * 30, 2, m) + collective_time(
+        "reduce", 8 * 10 * 30, 4, m)
+    assert fftmatvec_time(c, 10, 20, 30, 2, 4, m) == pytest.approx(want)
+    # the pipeline in one chunk: compute then communicate (nothing hidden)
+    comm = (collective_time("allgather", 8 * 20 * 30, 2, m, "log")
+            + collective_time("reduce_scatter", 8 * 10 * 30, 4, m, "log"))
+    assert pipeline_time(c, 10, 20, 30, 2, 4, m, chunks=1) == pytest.approx(c + comm)
+    # four chunks, full overlap: max + min / 4, with four collectives' latency each
+    comm4 = comm + 3 * (collective_time("allgather", 0, 2, m, "log")
+                        + collective_time("reduce_scatter", 0, 4, m, "log"))
+    assert pipeline_time(c, 10, 20, 30, 2, 4, m, chunks=4) == pytest.approx(
+        max(c, comm4) + min(c, comm4) / 4)
+    assert pipeline_time(c, 10, 20, 30, 2, 4, m, overlap=0.0, chunks=4) == pytest.approx(
+        c + comm4)
+    # float32 at stages 1 and 5 halves the wire's bytes; the latency stays
+    lat = collective_time("allgather", 0, 2, m, "log") + collective_time(
+        "reduce_scatter", 0, 4, m, "log")
+    assert pipeline_time(0.0, 10, 20, 30, 2, 4, m, "sddds", chunks=1) == pytest.approx(
+        lat + (comm - lat) / 2)
+    # the local product: Khat once (16 bytes an entry in d, 8 in s), each vector's spectra
+    nf = 31
+    assert local_compute_time(10, 20, 30, 1, m) == pytest.approx(
+        (10 * 20 * nf * 16 + 30 * nf * 32) / 1e12)
+    assert local_compute_time(10, 20, 30, 2, m, "dssdd") == pytest.approx(
+        (10 * 20 * nf * 8 + 2 * 30 * nf * 32) / 1e12)
+    with pytest.raises(FFTMatvecValueError, match="overlap"):
+        pipeline_time(c, 1, 1, 1, 1, 1, m, overlap=1.5)
+
+
+def test_fit_recovers_known_constants():
+    """A curve made by the model itself with known constants: the fit gives them back, its
+    grids the best ones, its residuals zero."""
+    from fftmatvec.distributed.model import Machine, fftmatvec_time, fit_fftmatvec, grids_of
+
+    true = Machine(latency=3e-6, bandwidth=2e9)
+    nd, nm, nt, c = 100, 5000, 1000, 2e-3
+    curve = [(1, c)] + [(p, min(fftmatvec_time(c, nd, nm, nt, g[0], g[1], true)
+                                for g in grids_of(p))) for p in (8, 64, 512, 4096)]
+    machine, fits = fit_fftmatvec(curve, nd, nm, nt)
+    assert machine.latency == pytest.approx(3e-6, rel=1e-6)
+    assert machine.bandwidth == pytest.approx(2e9, rel=1e-6)
+    for p, grid, model, residual in fits:
+        assert abs(residual) < 1e-9 and grid == (1, p)
+    with pytest.raises(FFTMatvecValueError, match="p = 1"):
+        fit_fftmatvec(curve[1:], nd, nm, nt)
+
+
+def test_projection_script_prints_the_fit_and_the_projection(capsys):
+    import runpy
+
+    mod = runpy.run_path(str(ROOT / "scripts" / "project_scaling.py"), run_name="project")
+    assert mod["main"](["--compute-ms", "2.0", "--chunks", "1,4"]) == 0
+    out = capsys.readouterr().out
+    for p, _ in mod["CURVE"]:  # the fit's residual at every point of the curve
+        assert any(line.split()[:1] == [str(p)] and line.rstrip().endswith("%")
+                   for line in out.splitlines()), (p, out)
+    assert "latency" in out and "bandwidth" in out
+    assert "projected weak-scaling efficiency at 4096 GPUs" in out
+    with pytest.raises(SystemExit):
+        mod["main"](["--overlap", "2"])

@@ -28,7 +28,8 @@ broadcasts the input down the process column and reduces the output along the pr
 nothing overlapped, float64 on the wire (:func:`fftmatvec_time`); ours all-gathers the input
 slices in the process column and reduce-scatters the output in the process row, in ``chunks``
 pieces each, the wires sized by the precision of stages 1 and 5, and the block pipeline hides
-the share ``overlap`` of the shorter of compute and communication (:func:`pipeline_time`).
+the share ``overlap`` of what ``chunks`` pieces can hide of the shorter of compute and
+communication (:func:`pipeline_time`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from .._errors import FFTMatvecValueError
 from ..precision import PrecisionConfig
 
 __all__ = ["Machine", "collective_time", "fftmatvec_time", "pipeline_time", "khat_entry_bytes",
-           "local_compute_time", "choose_layout", "ALGORITHMS"]
+           "local_compute_time", "choose_layout", "fit_fftmatvec", "grids_of", "ALGORITHMS"]
 
 #: latency terms of a collective over p ranks (see the module's notes)
 ALGORITHMS = ("ring", "log")
@@ -124,25 +125,34 @@ def fftmatvec_time(compute: float, nd_loc: int, nm_loc: int, nt: int, pr: int, p
 
 
 def pipeline_time(compute: float, nd_loc: int, nm_loc: int, nt: int, pr: int, pc: int,
-                  machine: Machine, precision="ddddd", overlap: float = 0.9, chunks: int = 4,
+                  machine: Machine, precision="ddddd", overlap: float = 1.0, chunks: int = 4,
                   algorithm: str = "log", k: int = 1) -> float:
-    """Seconds of one forward product of ``k`` vectors with this package's block pipeline:
-    the all-gather of the column's ``nm_loc`` input rows at stage 1's precision and the
-    reduce-scatter of the row's ``nd_loc`` output rows at stage 5's, each in ``chunks``
-    collectives (their latency paid ``chunks`` times), the share ``overlap`` (0 to 1) of the
-    shorter of ``compute`` and the communication hidden behind the other."""
+    """Seconds of one forward product of ``k`` vectors with this package's block pipeline.
+
+    The all-gather of the column's ``nm_loc`` input rows (stage 1's precision) and the
+    reduce-scatter of the row's ``nd_loc`` output rows (stage 5's) run as ``chunks``
+    collectives each (their latency paid ``chunks`` times). With ``C`` chunks the first
+    chunk's gather and the last chunk's reduction have nothing to overlap with, so a pipeline
+    hides at most ``(C - 1) / C`` of the shorter of ``compute`` and the communication ``comm``;
+    ``overlap`` (0 to 1) is the share of that it achieves::
+
+        time = compute + comm - overlap * (C - 1) / C * min(compute, comm)
+
+    (``overlap = 1``: ``max(compute, comm) + min(compute, comm) / C``, a two-stage pipeline;
+    one chunk: compute then communicate).
+    """
     if not 0.0 <= overlap <= 1.0:
         raise FFTMatvecValueError(f"overlap must be within [0, 1], got {overlap!r}")
     if chunks < 1 or k < 1:
         raise FFTMatvecValueError(f"chunks and k must be >= 1, got {chunks}, {k}")
     p = PrecisionConfig(precision)
     b1, b5 = p.pad_dtype.itemsize, p.reduce_dtype.itemsize
-    gather = sum(collective_time("allgather", k * b1 * nm_loc * nt / chunks, pr, machine,
-                                 algorithm) for _ in range(chunks))
-    reduce = sum(collective_time("reduce_scatter", k * b5 * nd_loc * nt / chunks, pc, machine,
-                                 algorithm) for _ in range(chunks))
+    gather = chunks * collective_time("allgather", k * b1 * nm_loc * nt / chunks, pr, machine,
+                                      algorithm)
+    reduce = chunks * collective_time("reduce_scatter", k * b5 * nd_loc * nt / chunks, pc,
+                                      machine, algorithm)
     comm = gather + reduce
-    return compute + comm - overlap * min(compute, comm)
+    return compute + comm - overlap * (chunks - 1) / chunks * min(compute, comm)
 
 
 def khat_entry_bytes(precision) -> int:
@@ -218,3 +228,73 @@ def choose_layout(size: int, nd: int, nm: int, nt: int, precision="ddddd", batch
         raise FFTMatvecValueError(
             f"no layout of {size} ranks fits the kernel (Nd={nd}, Nm={nm}); use fewer ranks")
     return fallback
+
+
+def grids_of(p: int) -> list[tuple[int, int]]:
+    """Every ``(pr, pc)`` with ``pr * pc == p``."""
+    return [(r, p // r) for r in range(1, p + 1) if p % r == 0]
+
+
+def fit_fftmatvec(points, nd_loc: int, nm_loc: int, nt: int, compute: float | None = None,
+                  algorithm: str = "ring", mem_bandwidth: float = Machine.mem_bandwidth):
+    """Machine constants fitted to a weak-scaling curve of FFTMatvec's algorithm.
+
+    Parameters
+    ----------
+    points : sequence of (p, seconds)
+        The curve: the time of one product on ``p`` GPUs, each holding ``nd_loc x nm_loc``
+        blocks of ``Nt`` lags, on the best grid for that ``p``.
+    compute : float, optional
+        The local product's seconds; default the time at ``p = 1`` (no communication there).
+    algorithm : {"ring", "log"}
+        The latency term of FFTMatvec's broadcast and reduce (NCCL's are rings).
+
+    Returns
+    -------
+    machine : Machine
+        ``latency`` and ``bandwidth`` minimising the sum of squared relative residuals
+        ``(model - measured) / measured`` (both >= 0), ``mem_bandwidth`` as given.
+    fits : list of (p, (pr, pc), model seconds, relative residual)
+        Each point's best grid under the fitted constants (the fit alternates between the
+        grids and the constants until the grids no longer change) and its residual.
+    """
+    import numpy as np
+    from scipy.optimize import nnls
+
+    points = [(int(p), float(t)) for p, t in points]
+    if compute is None:
+        ones = [t for p, t in points if p == 1]
+        if not ones:
+            raise FFTMatvecValueError("compute is needed when the curve has no point at p = 1")
+        compute = ones[0]
+    grids = {p: (1, p) for p, _ in points}
+    machine = Machine(mem_bandwidth=mem_bandwidth)
+    for _ in range(10):
+        rows, rhs = [], []
+        for p, t in points:
+            if p == 1:
+                continue
+            pr, pc = grids[p]
+            steps = ((_steps(pr, algorithm) if pr > 1 else 0)
+                     + (_steps(pc, algorithm) if pc > 1 else 0))
+            nbytes = (8 * nm_loc * nt if pr > 1 else 0) + (8 * nd_loc * nt if pc > 1 else 0)
+            rows.append([steps / t, nbytes / t])  # relative: each row divided by its time
+            rhs.append((t - compute) / t)
+        if not rows:
+            raise FFTMatvecValueError("the curve needs a point with p > 1 to fit the network")
+        (latency, inv_bw), _ = nnls(np.array(rows), np.array(rhs))
+        machine = Machine(latency=float(latency),
+                          bandwidth=float(1.0 / inv_bw) if inv_bw > 0 else float("inf"),
+                          mem_bandwidth=mem_bandwidth) if inv_bw > 0 else Machine(
+            latency=float(latency), bandwidth=1e30, mem_bandwidth=mem_bandwidth)
+        new = {p: min(grids_of(p), key=lambda g: fftmatvec_time(
+            compute, nd_loc, nm_loc, nt, g[0], g[1], machine, algorithm)) for p, _ in points}
+        if new == grids:
+            break
+        grids = new
+    fits = []
+    for p, t in points:
+        pr, pc = grids[p]
+        model = fftmatvec_time(compute, nd_loc, nm_loc, nt, pr, pc, machine, algorithm)
+        fits.append((p, (pr, pc), model, (model - t) / t))
+    return machine, fits
