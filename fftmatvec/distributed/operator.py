@@ -163,6 +163,11 @@ class _Distributed:
         """The array module (``numpy`` or ``cupy``) of the local slices."""
         return self._xp
 
+    def _on_device(self):
+        import contextlib
+
+        return contextlib.nullcontext() if self._device is None else self._device
+
     def _where(self) -> str:
         return f"(grid row {self.coords[0]}, col {self.coords[1]})"
 
@@ -226,7 +231,9 @@ class _Distributed:
         self._agree(what, exc, k, name)
         if k == 0:
             space_out = "param" if mode in ("adjoint", "normal") else "obs"
-            Y, exc = self._xp.empty((0, self._n_own[space_out], self.nt), dtype=self.dtype), None
+            with self._on_device():
+                Y = self._xp.empty((0, self._n_own[space_out], self.nt), dtype=self.dtype)
+            exc = None
         else:
             Y, exc = self._run(mode, X)
         sync(self.grid.base_comm, what, exc, self._where())
@@ -841,11 +848,6 @@ class DistributedBlockToeplitz(_Distributed):
             if on_host:
                 Y = xp.asarray(Y)
         return Y, self._exc
-
-    def _on_device(self):
-        import contextlib
-
-        return contextlib.nullcontext() if self._device is None else self._device
 
 
 class DistributedNormalOperator(_Distributed):
