@@ -6,6 +6,8 @@ adjoint through FFTs in five stages, each in its own precision, on NumPy (CPU) o
 (NVIDIA and AMD GPUs).
 """
 
+import logging as _logging
+
 from ._errors import (FFTMatvecDistributedError, FFTMatvecError, FFTMatvecFileError,
                       FFTMatvecMemoryError, FFTMatvecTypeError, FFTMatvecValueError)
 from .operator import BlockToeplitz, NormalOperator, fft_length
@@ -13,6 +15,10 @@ from .precision import STAGES, PrecisionConfig
 from .distributed import DistributedBlockToeplitz, ProcessGrid
 
 __version__ = "0.1.0"
+
+# The package logs through the "fftmatvec" logger; an application's logging configuration (or
+# the command's -v) decides where its records go.
+_logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
 __all__ = [
     "BlockToeplitz",

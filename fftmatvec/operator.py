@@ -19,6 +19,7 @@ precision (see :class:`~fftmatvec.precision.PrecisionConfig`):
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 from typing import Any
 
@@ -34,6 +35,8 @@ from .precision import PrecisionConfig
 __all__ = ["BlockToeplitz", "NormalOperator", "fft_length"]
 
 _INTERFACE_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
+
+_log = logging.getLogger(__name__)
 
 
 def fft_length(nt: int) -> int:
@@ -840,7 +843,9 @@ def _resolve_precision(xp, precision, rtol, nm, nd, nt):
     from .tuning.sweep import device_info
 
     arch = device_info(xp)["arch"]
-    p, src, plan, front = select.choose(arch, "matvec", nm, nd, nt, 1, 1e-6 if rtol is None else rtol)
+    rtol = 1e-6 if rtol is None else rtol
+    p, src, plan, front = select.choose(arch, "matvec", nm, nd, nt, 1, rtol)
+    _log.info("precision='auto' (rtol=%g) chose %s from %s", rtol, p, src)
     return p, src, front, plan
 
 
