@@ -82,23 +82,33 @@ def _on_stream(device_id: int, stream_ptr: int):
         yield
 
 
-def _from_torch(x, name: str):
+def _from_torch(x, name: str, product: bool):
     """``(array, back, context)`` of a torch tensor: a NumPy or CuPy view of it, the function
-    that returns a result as a tensor on its device, and the context (its device and current
-    stream) in which the product must run."""
+    that returns a result as a tensor on its device, and the context in which a product must
+    run (on a GPU: the tensor's device and PyTorch's current stream there). ``product``: the
+    view is a product's input, read on PyTorch's current stream; else (a kernel) it is read on
+    CuPy's current stream, which DLPack makes wait for PyTorch's."""
     import torch
 
     if x.requires_grad:
+        if product:
+            raise FFTMatvecTypeError(
+                f"{name} is a torch tensor that requires grad; the operator's products do not "
+                f"record gradients: apply F.as_torch() (a differentiable module, gradients "
+                f"through F^T), or pass {name}.detach()")
         raise FFTMatvecTypeError(
-            f"{name} is a torch tensor that requires grad; the operator's products do not "
-            f"record gradients: apply F.as_torch() (a differentiable module, gradients "
-            f"through F^T), or pass {name}.detach()")
+            f"{name} is a torch tensor that requires grad; the operator is a fixed linear map "
+            f"with no gradient with respect to its {name}: pass {name}.detach()")
     if x.device.type == "cpu":
         return _dlpack_view(np.from_dlpack, x, name), torch.from_dlpack, contextlib.nullcontext()
     if x.device.type != "cuda":  # ROCm builds of PyTorch name their GPUs "cuda" too
         raise FFTMatvecTypeError(
             f"{name} is a torch tensor on {x.device}; expected one on the CPU or a CUDA/ROCm GPU")
     _need_cupy(name, "a torch tensor")
+    if not product:
+        with backend.cupy.cuda.Device(x.device.index):
+            return (_dlpack_view(backend.cupy.from_dlpack, x, name), torch.from_dlpack,
+                    contextlib.nullcontext())
     ptr = torch.cuda.current_stream(x.device).cuda_stream
     with _on_stream(x.device.index, ptr):  # on the tensor's stream: no wait for its producer
         arr = _dlpack_view(backend.cupy.from_dlpack, x, name)
@@ -155,10 +165,10 @@ def _identity(y):
     return y
 
 
-def _view(x, name: str):
+def _view(x, name: str, product: bool):
     """``(array, back, context)`` of a non-native array, or None for anything else."""
     if _torch_tensor(x):
-        return _from_torch(x, name)
+        return _from_torch(x, name, product)
     if hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
         return _from_producer(x, name)
     if _capsule(x):
@@ -178,7 +188,7 @@ def asarray(x: Any, name: str):
     """
     if isinstance(x, _NATIVE):
         return x
-    view = _view(x, name)
+    view = _view(x, name, product=False)
     return x if view is None else view[0]
 
 
@@ -193,7 +203,7 @@ def accepts_arrays(name: str):
         def product(self, x, *args, **kwargs):
             if isinstance(x, _NATIVE):
                 return method(self, x, *args, **kwargs)
-            view = _view(x, name)
+            view = _view(x, name, product=True)
             if view is None:  # not an array: the product's own checks say so
                 return method(self, x, *args, **kwargs)
             arr, back, context = view

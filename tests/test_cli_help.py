@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import logging
 
-import numpy as np
 import pytest
 
 from fftmatvec import cli, io

@@ -104,7 +104,8 @@ def test_torch_inputs_refused_with_reasons(rng):
     with pytest.raises(FFTMatvecTypeError, match=r"m is a torch tensor that requires grad.*"
                                                  r"as_torch.*m\.detach\(\)"):
         F.matvec(m.clone().requires_grad_())
-    with pytest.raises(FFTMatvecTypeError, match=r"kernel is a torch tensor that requires grad"):
+    with pytest.raises(FFTMatvecTypeError, match=r"kernel is a torch tensor that requires grad;"
+                                                 r".*no gradient.*kernel\.detach\(\)"):
         fm.BlockToeplitz(torch.randn(SHAPE, dtype=torch.float64, requires_grad=True))
     with pytest.raises(FFTMatvecTypeError, match=r"d is a torch tensor on meta"):
         F.rmatvec(torch.empty((nd, nt), device="meta"))
@@ -355,3 +356,13 @@ def test_cupy_arrays_and_capsules(rng):
     assert rel_err(to_numpy(z).ravel(), A @ to_numpy(m).ravel()) < 1e-12
     P = F.aspylops()
     assert pylops.utils.dottest(P, *P.shape, rtol=1e-12, backend="cupy")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not backend.gpu_available(), reason="no GPU (CuPy missing or no device)")
+def test_from_file_on_the_gpu(tmp_path, rng):
+    K = rng.standard_normal(SHAPE)
+    F = fm.BlockToeplitz.from_file(write_native(str(tmp_path / "k.h5"), K), device="gpu")
+    assert F.xp is backend.cupy
+    m = backend.cupy.asarray(rng.standard_normal(SHAPE[1:]))
+    assert rel_err(to_numpy(F.matvec(m)).ravel(), dense_btt(K) @ to_numpy(m).ravel()) < 1e-12

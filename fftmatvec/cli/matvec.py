@@ -283,7 +283,8 @@ def _array_module(device: str):
 def _source_words(source: str) -> str:
     """Where an automatic precision came from, in words."""
     if source == "model":
-        return "the a-priori error model (no tuning table for this device; `fftmatvec tune` makes one)"
+        return ("the a-priori error model (no tuning table for this device; `fftmatvec tune` "
+                "makes one)")
     return f"the tuning table {source}"
 
 
