@@ -1,5 +1,5 @@
 """Other libraries' arrays and interfaces: DLPack producers in and out (torch tensors, capsules,
-array-API producers), the autograd module (``F.as_torch()``), the PyLops operator
+array-API producers, JAX arrays), the autograd module (``F.as_torch()``), the PyLops operator
 (``F.aspylops()``) and ``BlockToeplitz.from_file``."""
 
 from __future__ import annotations
@@ -171,6 +171,26 @@ def test_array_api_producer_gets_its_own_kind_back(rng):
     X = F.rmatmat(D)
     assert isinstance(X, _Array)
     assert rel_err(X.a.reshape(3, -1), (A.T @ D.a.reshape(3, -1).T).T) < 1e-12
+
+
+def test_jax_arrays_in_and_out(rng):
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    nd, nm, nt = SHAPE
+    K = rng.standard_normal(SHAPE).astype(np.float32)
+    A = dense_btt(K)
+    F = fm.BlockToeplitz(jnp.asarray(K), "sssss", dtype=np.float32)
+    seen = _spy(F, {})
+    m = jnp.asarray(rng.standard_normal((nm, nt)).astype(np.float32))
+    y = F.matvec(m)
+    assert isinstance(y, jax.Array) and y.dtype == jnp.float32 and y.shape == (nd, nt)
+    assert seen["in"].ctypes.data == m.unsafe_buffer_pointer()  # read without a copy
+    assert rel_err(np.asarray(y).ravel(), A @ np.asarray(m, np.float64).ravel()) < 1e-5
+    D = jnp.asarray(rng.standard_normal((2, nd, nt)).astype(np.float32))
+    X = F.rmatmat(D)
+    assert isinstance(X, jax.Array) and X.shape == (2, nm, nt)
+    assert rel_err(np.asarray(X).reshape(2, -1),
+                   (A.T @ np.asarray(D, np.float64).reshape(2, -1).T).T) < 1e-5
 
 
 def test_not_an_array_keeps_its_message():
