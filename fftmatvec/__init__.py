@@ -7,6 +7,7 @@ adjoint through FFTs in five stages, each in its own precision, on NumPy (CPU) o
 """
 
 import importlib
+import logging as _logging
 
 from ._errors import (FFTMatvecDistributedError, FFTMatvecError, FFTMatvecFileError,
                       FFTMatvecMemoryError, FFTMatvecTypeError, FFTMatvecValueError)
@@ -45,6 +46,10 @@ def __getattr__(name: str):
 
 def __dir__() -> list:
     return sorted(set(globals()) | set(_LAZY))
+
+# The package logs through the "fftmatvec" logger; an application's logging configuration (or
+# the command's -v) decides where its records go.
+_logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
 __all__ = [
     "BlockToeplitz",

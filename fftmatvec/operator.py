@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 import math
 import numbers
 import threading
@@ -28,7 +29,7 @@ from typing import Any
 import numpy as np
 import scipy.fft
 
-from . import _memory, _scaling, _warnings, backend
+from . import _interop, _memory, _scaling, _warnings, backend
 from .gpu.plan import parse_overrides, plan_key
 from ._errors import FFTMatvecTypeError, FFTMatvecValueError
 from ._matmul import MatmulEngine, rfft
@@ -37,6 +38,8 @@ from .precision import PrecisionConfig
 __all__ = ["BlockToeplitz", "NormalOperator", "fft_length"]
 
 _INTERFACE_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
+
+_log = logging.getLogger(__name__)
 
 
 def fft_length(nt: int) -> int:
@@ -229,13 +232,17 @@ class _OperatorBase:
                                     lambda a: run(x, amax=a))
 
     # ---- public products -----------------------------------------------------------------
+    # Each takes a NumPy or CuPy array, or any DLPack producer (a torch tensor, a JAX array)
+    # viewed without a copy, and returns the caller's kind (fftmatvec/_interop.py).
+    @_interop.accepts_arrays("m")
     def matvec(self, m, *, check_finite=True):
         """Apply the operator to one vector.
 
         Parameters
         ----------
         m : (n_in, Nt) or (n_in*Nt,) array
-            Real input, on the operator's device.
+            Real input, on the operator's device: a NumPy or CuPy array, or a DLPack producer
+            there (a torch tensor, a JAX array, a capsule), read without a copy.
         check_finite : bool, default True
             Raise :class:`~fftmatvec.FFTMatvecValueError` if ``m`` holds NaN or Inf (one
             reduction over ``m``, the one that also gives a reduced precision's input scale).
@@ -249,13 +256,17 @@ class _OperatorBase:
         Returns
         -------
         (n_out, Nt) or (n_out*Nt,) array
-            Same rank as ``m``, in the operator's ``dtype``.
+            Same rank as ``m``, in the operator's ``dtype``, of ``m``'s kind: a torch tensor
+            for a torch tensor (on its device; on a GPU computed on its current stream), the
+            producer's namespace's array for an array-API producer, a NumPy or CuPy array for
+            a capsule.
         """
         x, flat, check = self._check_vector(m, self._n_in, "m", batched=False,
                                             check_finite=check_finite)
         y = self._product(x, False, "m", check)
         return y.reshape(-1) if flat else y[0]
 
+    @_interop.accepts_arrays("d")
     def rmatvec(self, d, *, check_finite=True):
         """Apply the adjoint to one vector: ``d`` is ``(n_out, Nt)`` or flat (``check_finite``
         as in :meth:`matvec`)."""
@@ -264,12 +275,14 @@ class _OperatorBase:
         y = self._product(x, True, "d", check)
         return y.reshape(-1) if flat else y[0]
 
+    @_interop.accepts_arrays("M")
     def matmat(self, M, *, check_finite=True):
         """Apply the operator to a batch ``M`` of shape ``(k, n_in, Nt)`` in one batched product
         (``check_finite`` as in :meth:`matvec`)."""
         x, _, check = self._check_vector(M, self._n_in, "M", batched=True, check_finite=check_finite)
         return self._product(x, False, "M", check)
 
+    @_interop.accepts_arrays("D")
     def rmatmat(self, D, *, check_finite=True):
         """Apply the adjoint to a batch ``D`` of shape ``(k, n_out, Nt)`` (``check_finite`` as
         in :meth:`matvec`)."""
@@ -334,6 +347,20 @@ class _OperatorBase:
         x, _, check = self._check_vector(v.T.reshape(-1, n, self.nt), n, name, batched=True)
         y = self._product(x, adjoint, name, check)
         return y.reshape(y.shape[0], -1).T
+
+    def aspylops(self):
+        """A ``pylops.LinearOperator`` with ``dims = model_shape`` and ``dimsd = data_shape``
+        (:class:`fftmatvec.pylops.PyLopsOperator`), so PyLops's solvers run on it."""
+        from .pylops import PyLopsOperator
+
+        return PyLopsOperator(self)
+
+    def as_torch(self):
+        """A ``torch.nn.Module`` applying the operator to torch tensors, differentiable:
+        gradients go through the adjoint (:class:`fftmatvec.torch.TorchOperator`)."""
+        from .torch import TorchOperator
+
+        return TorchOperator(self)
 
     # ---- to implement --------------------------------------------------------------------
     # ``amax``: the largest magnitude of ``x`` where the caller has it (a host float, or a
@@ -469,7 +496,8 @@ class BlockToeplitz(_OperatorBase):
     kernel : (Nd, Nm, Nt) real array
         First block column: ``kernel[i, j, l]`` is the response of sensor ``i`` at lag ``l`` to
         a unit impulse of parameter ``j``. A NumPy array gives a CPU operator, a CuPy array a
-        GPU operator on that array's device.
+        GPU operator on that array's device; a DLPack producer (a torch tensor, a JAX array)
+        is viewed as one of them without a copy. :meth:`from_file` reads one from a file.
     precision : str or PrecisionConfig, default ``"ddddd"``
         One letter per stage (see :class:`~fftmatvec.precision.PrecisionConfig`).
     dtype : float64 (default) or float32
@@ -532,6 +560,7 @@ class BlockToeplitz(_OperatorBase):
 
     def __init__(self, kernel, precision="ddddd", *, dtype=None, fft_len=None, rtol=None,
                  check_every=None, plan=None, _share=None, _tuned=None):
+        kernel = _interop.asarray(kernel, "kernel")  # a DLPack producer: viewed, not copied
         if _share is None:  # before the kernel is read
             _memory.check_khat_fits(kernel, precision, fft_len)
         xp = _check_kernel(kernel)
@@ -599,6 +628,44 @@ class BlockToeplitz(_OperatorBase):
                 if hasattr(self._engine, "overrides"):  # the GPU engine: its planner reads them
                     self._engine.overrides, self._engine.tuned = self._plan_user, self._plan_tuned
                 self._setup_khat()
+
+    @classmethod
+    def from_file(cls, path, precision="ddddd", *, device="cpu", rows=None, cols=None,
+                  **kwargs) -> "BlockToeplitz":
+        """The operator of a kernel stored in a file.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            An FFTMatvec matrix directory or a native ``.h5`` file
+            (:func:`fftmatvec.io.load_matrix`).
+        precision : str or PrecisionConfig, default ``"ddddd"``
+        device : {"cpu", "gpu"}, default "cpu"
+            Where the operator lives: NumPy, or CuPy on the current GPU.
+        rows, cols : optional
+            Block rows (sensors) and columns (parameters) to read, as in
+            :func:`fftmatvec.io.load_matrix`; all by default.
+        **kwargs
+            The other arguments of :class:`BlockToeplitz` (``dtype``, ``fft_len``, ...).
+
+        Raises
+        ------
+        FFTMatvecFileError
+            A missing, malformed or inconsistent matrix (see :func:`fftmatvec.io.load_matrix`).
+        FFTMatvecValueError
+            ``device`` is not "cpu" or "gpu", or "gpu" where no GPU is usable.
+        """
+        if device not in ("cpu", "gpu"):
+            raise FFTMatvecValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
+        if device == "gpu" and not backend.gpu_available():
+            raise FFTMatvecValueError(
+                "device='gpu': no GPU is available (CuPy is missing or sees no device)")
+        from . import io
+
+        kernel = io.load_matrix(path, rows=rows, cols=cols)
+        if device == "gpu":
+            kernel = backend.cupy.asarray(kernel)
+        return cls(kernel, precision, **kwargs)
 
     # ---- setup ---------------------------------------------------------------------------
     def _make_engine(self):
@@ -750,9 +817,11 @@ class BlockToeplitz(_OperatorBase):
         return new
 
     # ---- one vector: the fused product without the general path's overhead ---------------
+    @_interop.accepts_arrays("m")
     def matvec(self, m, *, check_finite=True):
         return self._one(m, adjoint=False, check_finite=check_finite)
 
+    @_interop.accepts_arrays("d")
     def rmatvec(self, d, *, check_finite=True):
         return self._one(d, adjoint=True, check_finite=check_finite)
 
@@ -1003,7 +1072,9 @@ def _resolve_precision(xp, precision, rtol, nm, nd, nt):
     from .tuning.sweep import device_info
 
     arch = device_info(xp)["arch"]
-    p, src, plan, front = select.choose(arch, "matvec", nm, nd, nt, 1, 1e-6 if rtol is None else rtol)
+    rtol = 1e-6 if rtol is None else rtol
+    p, src, plan, front = select.choose(arch, "matvec", nm, nd, nt, 1, rtol)
+    _log.info("precision='auto' (rtol=%g) chose %s from %s", rtol, p, src)
     return p, src, front, plan
 
 

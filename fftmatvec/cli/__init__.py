@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import logging
 import os
 import signal
 import sys
@@ -21,6 +22,10 @@ from .._errors import FFTMatvecError
 
 # Subcommand modules, in the order ``--help`` lists them.
 SUBCOMMANDS = ("info", "matvec", "convert", "demo", "tune", "tune_fno")
+
+# The package's logger: library code logs through it (and its children, one per module); the
+# command sends it to stderr, at INFO under -v and DEBUG under -vv.
+LOGGER = "fftmatvec"
 
 
 def positive_int(text: str) -> int:
@@ -42,11 +47,35 @@ def build_parser() -> argparse.ArgumentParser:
         description="Fast mixed-precision block-triangular Toeplitz matvecs on CPUs and GPUs.",
     )
     parser.add_argument("--version", action="version", version=f"fftmatvec {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND",
+                                help="what to do; `fftmatvec COMMAND -h` tells more")
     sub.required = True
     for name in SUBCOMMANDS:
         importlib.import_module(f"{__name__}.{name}").register(sub)
+    for p in sub.choices.values():
+        if p.get_default("verbose") is None:  # matvec has its own -v, which also prints its plan
+            p.add_argument("-v", "--verbose", action="count", default=0,
+                           help="log the package's steps on stderr (-vv: with debugging detail)")
     return parser
+
+
+@contextlib.contextmanager
+def logging_to_stderr(command: str, verbosity: int):
+    """Send the package's log records to stderr while a command runs: warnings always, INFO
+    with ``verbosity`` 1 (``-v``), DEBUG with 2 or more (``-vv``). The logger's level and
+    handlers are as before afterwards."""
+    logger = logging.getLogger(LOGGER)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"fftmatvec {command}: %(message)s"))
+    level = logger.level
+    logger.setLevel(logging.WARNING if verbosity <= 0 else
+                    logging.INFO if verbosity == 1 else logging.DEBUG)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -106,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     if handlers:
         install_signal_handlers(args.command)
     try:
-        return int(args.func(args) or 0)
+        with logging_to_stderr(args.command, int(args.verbose)):
+            return int(args.func(args) or 0)
     except FFTMatvecError as exc:
         print(f"fftmatvec {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return 2

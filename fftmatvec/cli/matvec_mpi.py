@@ -94,4 +94,5 @@ def execute(request):
             exc = e
     sync(comm, "fftmatvec matvec", exc, "(writing the output)")
     return MatvecResult(info, tuple(y.shape), times or [float("nan")], err,
-                        grid=f"{op.grid.rows}x{op.grid.cols}"), comm.Get_rank()
+                        grid=f"{op.grid.rows}x{op.grid.cols}", precision=op.precision.letters,
+                        precision_source=op.precision_source), comm.Get_rank()

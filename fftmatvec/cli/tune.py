@@ -4,6 +4,7 @@ tuning table that ``precision="auto"`` reads (docs/tuning.md)."""
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 
@@ -20,22 +21,41 @@ def register(sub) -> None:
     p = sub.add_parser("tune", help="build a tuning table (time and error of each precision)",
                        description="Sweep the precisions on this device (GPU, else CPU) and "
                                    "write the Pareto fronts to a YAML tuning table.")
-    p.add_argument("--nm", type=positive_int, action="append", default=[])
-    p.add_argument("--nd", type=positive_int, action="append", default=[])
-    p.add_argument("--nt", type=positive_int, action="append", default=[])
-    p.add_argument("--shapes", metavar="FILE", help="lines 'nm nd nt'")
+    p.add_argument("--nm", type=positive_int, action="append", default=[], metavar="N",
+                   help="parameters Nm of a shape to tune; give --nm, --nd and --nt once per "
+                        "shape (the i-th of each together)")
+    p.add_argument("--nd", type=positive_int, action="append", default=[], metavar="N",
+                   help="sensors Nd of a shape to tune (see --nm)")
+    p.add_argument("--nt", type=positive_int, action="append", default=[], metavar="N",
+                   help="time steps Nt of a shape to tune (see --nm)")
+    p.add_argument("--shapes", metavar="FILE",
+                   help="a file of shapes to tune, one 'Nm Nd Nt' line each (instead of --nm, "
+                        "--nd, --nt)")
     p.add_argument("--matrix", metavar="PATH",
                    help="the user's kernel: a .npy array (nd, nm, nt), a native .h5 file or an "
                         "FFTMatvec matrix directory")
-    p.add_argument("--nrhs", default="1", help="K[,K...] (default 1)")
-    p.add_argument("--ops", default="matvec,rmatvec,normal")
-    p.add_argument("--precisions", default="all", help="comma list (default: all 48)")
-    p.add_argument("--repeat", type=positive_int, default=10)
-    p.add_argument("--n-inputs", type=positive_int, default=3, help="random inputs (default 3)")
-    p.add_argument("--inputs", metavar="FILE", help="the user's vectors (.npy)")
-    p.add_argument("--out", required=True, metavar="FILE")
-    p.add_argument("--plot", metavar="FILE.png", help="plot of the first entry")
-    p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto")
+    p.add_argument("--nrhs", default="1", metavar="K[,K...]",
+                   help="numbers of right-hand sides to tune each shape for (default 1)")
+    p.add_argument("--ops", default="matvec,rmatvec,normal", metavar="OP[,OP...]",
+                   help="products to tune, from matvec, rmatvec and normal "
+                        "(default: all three)")
+    p.add_argument("--precisions", default="all", metavar="P[,P...]",
+                   help="precisions to measure, five letters each, e.g. ddddd,dssdd "
+                        "(default: all 48)")
+    p.add_argument("--repeat", type=positive_int, default=10, metavar="N",
+                   help="timed applications of each configuration (default 10)")
+    p.add_argument("--n-inputs", type=positive_int, default=3, metavar="N",
+                   help="random inputs each error is measured on (default 3)")
+    p.add_argument("--inputs", metavar="FILE",
+                   help="the user's own input vectors (.npy), measured instead of random ones")
+    p.add_argument("--out", required=True, metavar="FILE",
+                   help="the YAML tuning table to write; entries already in it are kept and "
+                        "not measured again")
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="also plot time against error of the run's largest shape")
+    p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
+                   help="where to measure; auto: the GPU when CuPy sees one, else the CPU "
+                        "(default: auto)")
     p.set_defaults(func=run)
 
 
@@ -240,7 +260,8 @@ def run(args) -> int:
           f"({len(shapes) * len(ops) * len(nrhs) - len(todo)} already in {args.out}); "
           f"estimated {est:.0f} s", flush=True)
     rng = np.random.default_rng(0)
-    bar = tqdm(total=len(todo) * len(precs), unit="config")
+    # on a terminal only (disable=None): no bar in a log file
+    bar = tqdm(total=len(todo) * len(precs), unit="config", disable=None, file=sys.stderr)
     for s, op, k in todo:
         nm, nd, nt = s
         K = xp.asarray(K0 if K0 is not None else rng.standard_normal((nd, nm, nt)) / np.sqrt(nm))
