@@ -11,6 +11,7 @@ from ._errors import (FFTMatvecDistributedError, FFTMatvecError, FFTMatvecFileEr
 from .operator import BlockToeplitz, NormalOperator, fft_length
 from .precision import STAGES, PrecisionConfig
 from .distributed import DistributedBlockToeplitz, ProcessGrid
+from . import inverse
 
 __version__ = "0.1.0"
 
@@ -28,5 +29,6 @@ __all__ = [
     "FFTMatvecMemoryError",
     "FFTMatvecDistributedError",
     "fft_length",
+    "inverse",
     "__version__",
 ]
