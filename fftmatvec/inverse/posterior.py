@@ -22,7 +22,7 @@ import sys
 
 import numpy as np
 
-from .. import _memory, _writes, backend
+from .. import _memory
 from .._errors import FFTMatvecFileError, FFTMatvecTypeError, FFTMatvecValueError
 from ..operator import _resolve_precision
 from ..precision import PrecisionConfig
@@ -482,6 +482,8 @@ class DataSpacePosterior:
             raise exc
 
     def _write(self, path, overwrite, probes):
+        from .. import _writes  # h5py, imported when a file is written
+
         if os.path.isdir(path):
             raise FFTMatvecFileError(path, f"cannot write {path!r}: it is a directory")
         if os.path.lexists(path) and not overwrite:
