@@ -277,3 +277,64 @@ def test_map_cg_against_dense(rng, precision):
     assert info.converged and info.residuals[-1] <= 1e-10
     assert rel_err(m.ravel(), mean) < 1e-8
     assert info.khat_bytes > 0 and sum(info.products.values()) > 0
+
+
+def _ill_conditioned(rng, cond, nd=8, nm=16, nt=48):
+    """A smoothing kernel and a noise variance giving the prior-preconditioned Hessian
+    ``I + Γpr^1/2 F^T F Γpr^1/2 / noise`` the condition number ``1 + cond``."""
+    K = rng.standard_normal((nd, nm, nt)) * np.exp(-np.arange(nt) / 4)
+    var = rng.uniform(0.5, 2.0, (nm, nt))
+    Fd = dense_btt(K)
+    s_max = np.linalg.norm(Fd * np.sqrt(var.ravel()), 2)
+    noise = s_max**2 / cond
+    d = rng.standard_normal((nd, nt))
+    H = Fd.T @ Fd / noise + np.diag(1.0 / var.ravel())
+    m_ref = np.linalg.solve(H, Fd.T @ d.ravel() / noise)
+    return K, var, noise, d, m_ref
+
+
+def test_map_cg_mixed_precision_on_an_ill_conditioned_problem(rng):
+    """Condition number 1e5: float32 CG alone stalls far from the answer; refinement reaches
+    the float64 answer, reading fewer Khat bytes than float64 CG."""
+    K, var, noise, d, m_ref = _ill_conditioned(rng, 1e5)
+    nm, nt = var.shape
+    F = BlockToeplitz(K)
+    F32 = F.with_precision("sssss")
+    n = nm * nt
+    H32 = spla.LinearOperator((n, n), dtype=np.float64, matvec=lambda v: (
+        F32.rmatvec(F32.matvec(v.reshape(nm, nt)) / noise).ravel() + v.ravel() / var.ravel()))
+    M = spla.LinearOperator((n, n), dtype=np.float64, matvec=lambda v: v.ravel() * var.ravel())
+    x32, _ = spla.cg(H32, (F.rmatvec(d) / noise).ravel(), M=M, rtol=1e-12, maxiter=3000)
+    assert rel_err(x32, m_ref) > 1e-5  # plain float32 CG stalls
+    prior = inverse.DiagonalPrior(var)
+    m64, info64 = inverse.map_cg(F, prior, noise, d, precision="ddddd", rtol=1e-9)
+    m, info = inverse.map_cg(F, prior, noise, d, precision="auto", rtol=1e-9)
+    assert info64.converged and info.converged
+    assert rel_err(m64.ravel(), m_ref) < 1e-8 and rel_err(m.ravel(), m_ref) < 1e-8
+    assert rel_err(m, m64) < 1e-8
+    assert set(info.products) == {"sssss", "ddddd"} and set(info64.products) == {"ddddd"}
+    # bytes: the products counted per precision times their Khat
+    khat = {p: F.with_precision(p).khat_nbytes for p in info.products}
+    assert info.khat_bytes == sum(info.products[p] * khat[p] for p in info.products)
+    assert info.khat_bytes < info64.khat_bytes
+
+
+def test_map_cg_raises_the_precision_where_eps_times_cond_reaches_one(rng):
+    """Stage 3 in half precision (error ~3e-4) on a condition number of 1e5: the inner CG's
+    estimate of the condition number stops it, the solve moves to float64 and converges."""
+    K, var, noise, d, m_ref = _ill_conditioned(rng, 1e5)
+    m, info = inverse.map_cg(BlockToeplitz(K), inverse.DiagonalPrior(var), noise, d,
+                             precision="sshss", rtol=1e-9)
+    assert info.raised and info.raised[0].startswith("sshss -> ddddd: eps * cond >= 1")
+    assert info.precisions[0] == "sshss" and info.precisions[-1] == "ddddd"
+    assert info.converged and rel_err(m.ravel(), m_ref) < 1e-8
+
+
+def test_map_cg_never_declares_a_stalled_iterate_converged(rng):
+    """Condition number 1e8 with rtol=1e-12: beyond float64 itself; the solve says so."""
+    K, var, noise, d, m_ref = _ill_conditioned(rng, 1e8, nd=4, nm=8, nt=16)
+    m, info = inverse.map_cg(BlockToeplitz(K), inverse.DiagonalPrior(var), noise, d,
+                             rtol=1e-12)
+    assert not info.converged and info.error_bounds[-1] > 1e-12
+    assert info.stopped or info.refinements == 30
+    assert rel_err(m.ravel(), m_ref) < 1e-6  # still the best float64 iterate

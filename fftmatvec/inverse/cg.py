@@ -57,7 +57,7 @@ class MapInfo:
     Attributes
     ----------
     converged : bool
-        The float64 relative residual reached ``rtol``.
+        The float64 error bound (:attr:`error_bounds`) reached ``rtol``.
     iterations : int
         Inner CG iterations, all precisions together.
     refinements : int
@@ -68,12 +68,19 @@ class MapInfo:
         ``Khat`` bytes read by all products (each product reads its precision's ``Khat`` once).
     residuals : list of float
         Float64 relative residual ``|r|_Γpr / |b|_Γpr`` after each outer step (the first is 1).
+    error_bounds : list of float
+        After each outer step, ``|r|_Γpr / |x|_Γpr^-1``: a bound on the relative error of
+        ``x = m - m_pr`` in the norm ``|v|_Γpr^-1 = sqrt(v^T Γpr^-1 v)`` (the
+        prior-preconditioned Hessian's eigenvalues are at least 1).
     precisions : list of str
         Precision of each refinement's inner solve.
     cond_estimates : list of float
         The inner solves' estimates of the prior-preconditioned Hessian's condition number.
     raised : list of str
         Why the precision was raised, once per raise.
+    stopped : str
+        Why the refinement stopped short of ``rtol`` (empty when converged or when
+        ``maxiter`` or ``max_refinements`` ran out).
     """
 
     converged: bool = False
@@ -82,9 +89,11 @@ class MapInfo:
     products: dict = field(default_factory=dict)
     khat_bytes: int = 0
     residuals: list = field(default_factory=list)
+    error_bounds: list = field(default_factory=list)
     precisions: list = field(default_factory=list)
     cond_estimates: list = field(default_factory=list)
     raised: list = field(default_factory=list)
+    stopped: str = ""
 
 
 def _eps(letters: str, nm: int) -> float:
@@ -190,9 +199,10 @@ def map_cg(F, prior, noise, d_obs, *, rtol: float = 1e-8, precision="auto", prio
     d_obs : (Nd, Nt) array
         Observations (global, on every rank of a grid).
     rtol : float, default 1e-8
-        Target of the float64 relative residual in the prior norm,
-        ``|b - H x|_Γpr <= rtol |b|_Γpr``. The relative error of ``x`` in the prior's norm is
-        at most ``rtol`` times the condition number of the prior-preconditioned Hessian.
+        Relative error of ``x = m - m_pr`` in the prior's norm, guaranteed by the float64
+        residual: stops when ``|b - H x|_Γpr <= rtol |x|_Γpr^-1``, where
+        ``|v|_Γpr = sqrt(v^T Γpr v)``; the prior-preconditioned Hessian's eigenvalues are at
+        least 1, so the error in ``|.|_Γpr^-1`` is at most ``|b - H x|_Γpr``.
     precision : str, default "auto"
         The inner products' precision: ``"auto"`` starts from the fastest configuration the
         tuning tables (or the a-priori model) allow for a relative error of 1e-5 and raises
@@ -256,9 +266,13 @@ def map_cg(F, prior, noise, d_obs, *, rtol: float = 1e-8, precision="auto", prio
     level = 0
     if rn0 == 0.0:
         info.converged = True
+    flat = 0  # refinements in float64 that gained less than the stagnation factor
+    xn = 0.0  # |x|_Γpr^-1 = sqrt(<x, Γpr^-1 x>)
     while not info.converged and info.refinements < max_refinements and info.iterations < maxiter:
         letters = ladder[level]
-        target = 0.5 * rtol * rn0 / rn  # what this step must reach, relative to r
+        # what this step must reach, relative to r: |r|_Γpr <= rtol |x|, with |x| estimated by
+        # |b|_Γpr before the first step (it can only be larger: H >= Γpr^-1)
+        target = 0.5 * rtol * (xn if xn > 0 else rn0) / rn
         tol = target if letters == "ddddd" else min(0.5, max(target, _INNER_FACTOR * _eps(letters, nm)))
         delta, psi, stalled = _inner(system, letters, r, tol, maxiter - info.iterations, info)
         info.precisions.append(letters)
@@ -273,15 +287,22 @@ def map_cg(F, prior, noise, d_obs, *, rtol: float = 1e-8, precision="auto", prio
         if rn_new < rn:  # never keep a step that made the float64 residual worse
             x, y, r = x_new, y_new, r_new
             contraction, rn = rn_new / rn, rn_new
+            xn = math.sqrt(max(dot(x, y), 0.0))
         else:
             contraction = math.inf
         info.residuals.append(rn / rn0)
-        if rn <= rtol * rn0:
+        info.error_bounds.append(rn / xn if xn > 0 else math.inf)
+        if rn <= rtol * xn:
             info.converged = True
         elif contraction > _STAGNATION and not stalled and level + 1 < len(ladder):
             info.raised.append(f"{letters} -> {ladder[level + 1]}: the float64 residual fell by "
                                f"only {1 / contraction if contraction < math.inf else 0:.3g}x")
             level += 1
+        elif contraction > _STAGNATION and level + 1 == len(ladder):
+            flat += 1
+            if flat == 2:  # float64 itself stagnates: the answer is as good as it gets
+                info.stopped = "the float64 residual stagnated (ill-conditioned for rtol)"
+                break
     for letters, lm in system.levels.items():
         if lm.bytes_read:
             info.products[letters] = lm.bytes_read // lm.khat_nbytes
