@@ -67,6 +67,22 @@ class Maps:
                 f"that precision, or pass precision=None")
         return Maps(self.F.with_precision(precision))
 
+    def agree(self, what: str, fn):
+        """``fn()``; on a grid a failure on any rank raises
+        :class:`~fftmatvec.FFTMatvecDistributedError` on every rank (after ``fn`` ran on all),
+        so that no rank waits in a collective for one that gave up."""
+        if not self.distributed:
+            return fn()
+        from ..distributed.comm import sync
+
+        exc, out = None, None
+        try:
+            out = fn()
+        except Exception as e:  # raised on every rank at the sync point below
+            exc = e
+        sync(self.comm, what, exc, f"(rank {self.comm.rank})")
+        return out
+
     # ---- products on global batches -------------------------------------------------------
     def forward(self, X):
         """``F X`` for ``X`` ``(k, Nm, Nt)``: ``(k, Nd, Nt)``."""

@@ -234,19 +234,8 @@ def map_cg(F, prior, noise, d_obs, *, rtol: float = 1e-8, precision="auto", prio
     """
     maps = Maps(F)
     xp, nd, nm, nt = maps.xp, F.nd, F.nm, F.nt
-    if isinstance(rtol, bool) or not isinstance(rtol, (int, float, np.floating)) or not 0 < rtol < 1:
-        raise FFTMatvecValueError(f"rtol must be a number in (0, 1), got {rtol!r}")
-    for name, v in (("maxiter", maxiter), ("max_refinements", max_refinements)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise FFTMatvecValueError(f"{name} must be a positive integer, got {v!r}")
-    G = as_prior(prior, nm, nt, xp)
-    weight = 1.0 / noise_variances(noise, nd, nt, xp)
-    D, batched = data_batch(d_obs, "d_obs", nd, nt, xp)
-    if batched and D.shape[0] != 1:
-        raise FFTMatvecValueError(f"d_obs must be one observation vector ({nd}, {nt}), got "
-                                  f"shape {d_obs.shape}")
-    m_pr = None if prior_mean is None else param_vector(prior_mean, "prior_mean", nm, nt, xp)
-    ladder = _ladder(maps, precision, xp, nm, nd, nt)
+    G, weight, D, m_pr, ladder = maps.agree("map_cg", lambda: _check(
+        maps, prior, noise, d_obs, rtol, precision, prior_mean, maxiter, max_refinements))
     if maps.distributed:
         maps64 = maps
     else:
@@ -328,3 +317,21 @@ def _ladder(maps, precision, xp, nm, nd, nt) -> list:
         out = [PrecisionConfig(precision).letters]
     out.append("ddddd")
     return list(dict.fromkeys(out))
+
+
+def _check(maps, prior, noise, d_obs, rtol, precision, prior_mean, maxiter, max_refinements):
+    """The arguments of :func:`map_cg`, checked: ``(prior, 1 / noise, D, m_pr, ladder)``."""
+    xp, nd, nm, nt = maps.xp, maps.nd, maps.nm, maps.nt
+    if isinstance(rtol, bool) or not isinstance(rtol, (int, float, np.floating)) or not 0 < rtol < 1:
+        raise FFTMatvecValueError(f"rtol must be a number in (0, 1), got {rtol!r}")
+    for name, v in (("maxiter", maxiter), ("max_refinements", max_refinements)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise FFTMatvecValueError(f"{name} must be a positive integer, got {v!r}")
+    G = as_prior(prior, nm, nt, xp)
+    weight = 1.0 / noise_variances(noise, nd, nt, xp)
+    D, batched = data_batch(d_obs, "d_obs", nd, nt, xp)
+    if batched and D.shape[0] != 1:
+        raise FFTMatvecValueError(f"d_obs must be one observation vector ({nd}, {nt}), got "
+                                  f"shape {d_obs.shape}")
+    m_pr = None if prior_mean is None else param_vector(prior_mean, "prior_mean", nm, nt, xp)
+    return G, weight, D, m_pr, _ladder(maps, precision, xp, nm, nd, nt)

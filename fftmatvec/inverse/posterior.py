@@ -141,6 +141,13 @@ class DataSpacePosterior:
     def __init__(self, F, prior, noise, *, prior_mean=None, precision=None, rtol=None,
                  batch=None):
         self._maps = Maps(F)
+        self._maps.agree("DataSpacePosterior", lambda: self._setup(F, prior, noise, prior_mean,
+                                                                   precision, rtol, batch))
+        self.chol = None  # the lower Cholesky factor of H_d, after factor() or load()
+        self.factor_info: dict = {}
+
+    def _setup(self, F, prior, noise, prior_mean, precision, rtol, batch):
+        """Check and keep the arguments (on a grid: on every rank, failing on all together)."""
         xp, nd, nm, nt = self._maps.xp, F.nd, F.nm, F.nt
         self.xp, self.nd, self.nm, self.nt = xp, nd, nm, nt
         self.F = F
@@ -148,8 +155,8 @@ class DataSpacePosterior:
         self.noise = noise_variances(noise, nd, nt, xp)
         self.prior_mean = (xp.zeros((nm, nt)) if prior_mean is None
                            else param_vector(prior_mean, "prior_mean", nm, nt, xp))
-        if batch is not None and (isinstance(batch, bool) or not isinstance(batch, (int, np.integer))
-                                  or batch < 1):
+        if batch is not None and (isinstance(batch, bool)
+                                  or not isinstance(batch, (int, np.integer)) or batch < 1):
             raise FFTMatvecValueError(f"batch must be a positive integer, got {batch!r}")
         self.batch = None if batch is None else int(batch)
         if precision is None and rtol is None:
@@ -158,8 +165,6 @@ class DataSpacePosterior:
             p = "auto" if precision is None else precision
             letters, _, _, _ = _resolve_precision(xp, p, rtol, nm, nd, nt)
             self.precision = PrecisionConfig(letters).letters
-        self.chol = None  # the lower Cholesky factor of H_d, after factor() or load()
-        self.factor_info: dict = {}
 
     @property
     def n_data(self) -> int:
@@ -206,7 +211,8 @@ class DataSpacePosterior:
         """
         xp, maps, n, nt = self.xp, self._maps, self.n_data, self.nt
         if xp is np:
-            _memory.require_memory(2 * 8 * n * n, f"the data-space Hessian (Nd*Nt = {n})")
+            maps.agree("factor", lambda: _memory.require_memory(
+                2 * 8 * n * n, f"the data-space Hessian (Nd*Nt = {n})"))
         k = self._batch_size()
         chunks = maps.sensor_chunks(_CHUNKS)
         subs = maps.chunk_operators(chunks, self.precision)
@@ -294,7 +300,7 @@ class DataSpacePosterior:
         """
         self._need_factor()
         xp, maps = self.xp, self._maps
-        D, batched = data_batch(d_obs, "d_obs", self.nd, self.nt, xp)
+        D, batched = maps.agree("mean", lambda: data_batch(d_obs, "d_obs", self.nd, self.nt, xp))
         k = D.shape[0]
         if bool(xp.any(self.prior_mean != 0)):
             D = D - maps.forward(xp.broadcast_to(self.prior_mean, (k, self.nm, self.nt)).copy())
@@ -316,11 +322,12 @@ class DataSpacePosterior:
         """
         self._need_factor()
         xp, maps = self.xp, self._maps
-        if getattr(X, "ndim", 0) == 3:
-            P = xp.stack([param_vector(x, "X", self.nm, self.nt, xp) for x in X])
-            batched = True
-        else:
-            P, batched = param_vector(X, "X", self.nm, self.nt, xp)[None], False
+        def check():
+            if getattr(X, "ndim", 0) == 3:
+                return xp.stack([param_vector(x, "X", self.nm, self.nt, xp) for x in X]), True
+            return param_vector(X, "X", self.nm, self.nt, xp)[None], False
+
+        P, batched = maps.agree("covariance_matmat", check)
         k = P.shape[0]
         G = self.prior.matmat(P)
         W = self._hinv(maps.forward(G).reshape(k, -1).T)
@@ -356,13 +363,17 @@ class DataSpacePosterior:
         """
         self._need_factor()
         xp, nm, nt, n = self.xp, self.nm, self.nt, self.n_data
-        if times is None:
-            sel = list(range(nt))
-        else:
+
+        def check():
+            if times is None:
+                return list(range(nt))
             sel = [int(t) for t in times]
             if not sel or any(t < 0 or t >= nt for t in sel):
                 raise FFTMatvecValueError(f"times must be a non-empty list of steps in [0, {nt}), "
                                           f"got {list(times)!r}")
+            return sel
+
+        sel = self._maps.agree("variance", check)
         k = self._batch_size()
         if times is None and nm * nt > n:
             return self._variance_by_data(k, progress)
@@ -422,11 +433,15 @@ class DataSpacePosterior:
         (n, Nm, Nt) float64 array
         """
         self._need_factor()
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-            raise FFTMatvecValueError(f"n must be a positive integer, got {n!r}")
-        if not isinstance(rng, np.random.Generator):
-            raise FFTMatvecTypeError(f"rng must be a numpy.random.Generator, got "
-                                     f"{type(rng).__name__}")
+
+        def check():
+            if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+                raise FFTMatvecValueError(f"n must be a positive integer, got {n!r}")
+            if not isinstance(rng, np.random.Generator):
+                raise FFTMatvecTypeError(f"rng must be a numpy.random.Generator, got "
+                                         f"{type(rng).__name__}")
+
+        self._maps.agree("sample", check)
         xp, maps, nm, nd, nt = self.xp, self._maps, self.nm, self.nd, self.nt
         X = self.prior.sqrt_matmat(xp.asarray(rng.standard_normal((n, nm, nt))))
         e = xp.sqrt(self.noise) * xp.asarray(rng.standard_normal((n, nd, nt)))
