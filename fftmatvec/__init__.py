@@ -65,5 +65,6 @@ __all__ = [
     "FFTMatvecMemoryError",
     "FFTMatvecDistributedError",
     "fft_length",
+    "inverse",
     "__version__",
 ]
