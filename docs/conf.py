@@ -81,7 +81,7 @@ html_title = f"fftmatvec {release}"
 html_theme_options = {
     "navigation_with_keys": False,
     "show_toc_level": 2,
-    "header_links_before_dropdown": 8,
+    "header_links_before_dropdown": 5,
     "secondary_sidebar_items": ["page-toc"],
     "footer_start": ["copyright"],
     "footer_end": ["sphinx-version"],
@@ -119,6 +119,15 @@ def _optional_pages(app, docname, source):
     source[0] = include if how == "replace" else source[0] + include
 
 
+def _hide_private_parameters(app, what, name, obj, options, signature, return_annotation):
+    """Drop keyword parameters whose names start with ``_`` (internal) from signatures."""
+    if signature:
+        signature = re.sub(r",\s*_\w+(?:\s*:\s*[^=,)]+)?\s*=\s*[^,)]*(?=[,)])", "", signature)
+        signature = re.sub(r",\s*\*\s*\)$", ")", signature)  # a bare * left with nothing after it
+    return signature, return_annotation
+
+
 def setup(app):
+    app.connect("autodoc-process-signature", _hide_private_parameters)
     app.connect("source-read", _optional_pages)
     app.connect("source-read", _retired_links)

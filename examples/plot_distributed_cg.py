@@ -21,7 +21,7 @@ from fftmatvec import distributed as dist
 nd, nm, nt = 24, 8, 64
 rng = np.random.default_rng(0)
 lag = np.arange(nt)
-# a smooth, decaying kernel (Nd, Nm, Nt): sensor i sees parameter j with a delay and a decay
+# the kernel (Nd, Nm, Nt): sensor i sees parameter j as a pulse, delayed and scaled
 delay = rng.integers(0, 6, size=(nd, nm, 1))
 K = rng.uniform(0.5, 1.0, size=(nd, nm, 1)) * np.exp(-0.5 * ((lag - delay) / 1.5) ** 2)
 
