@@ -86,8 +86,10 @@ html_theme_options = {
     "footer_start": ["copyright"],
     "footer_end": ["sphinx-version"],
 }
-html_sidebars = {"index": [], "installation": [], "changelog": []}
-html_static_path = []
+# the top-level pages have no sub-pages to list beside them; the API and gallery pages do
+html_sidebars = {"*": []}
+html_static_path = ["_static"]
+html_css_files = ["fftmatvec.css"]
 html_show_sourcelink = False
 
 
