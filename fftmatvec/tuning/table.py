@@ -178,13 +178,13 @@ def read_yaml(path, what: str = "tuning table"):
         raise TableError(f"{what} {path}: cannot read it: {exc}") from None
 
 
-def load_table(path) -> dict:
+def load_table(path: str | os.PathLike[str]) -> dict:
     """Read and validate the table at ``path``; errors name the file and the problem."""
     path = os.fspath(path)
     return validate(read_yaml(path), path)
 
 
-def save_table(table, path) -> None:
+def save_table(table: dict, path: str | os.PathLike[str]) -> None:
     """Validate ``table`` and write it to ``path`` atomically (a temporary file renamed)."""
     path = os.fspath(path)
     validate(table, path)
