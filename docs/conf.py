@@ -117,8 +117,10 @@ def _optional_pages(app, docname, source):
     name, how = _OPTIONAL_PAGES[docname]
     if not (DOCS / name).is_file():
         return
-    include = f"\n```{{include}} {name}\n```\n"
-    source[0] = include if how == "replace" else source[0] + include
+    if how == "replace":
+        source[0] = f"```{{include}} {name}\n```\n"
+    else:  # a section of the page: its headings one level down
+        source[0] += f"\n```{{include}} {name}\n:heading-offset: 1\n```\n"
 
 
 def _hide_private_parameters(app, what, name, obj, options, signature, return_annotation):
