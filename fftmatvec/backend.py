@@ -8,6 +8,7 @@ belongs to.
 from __future__ import annotations
 
 import functools
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -51,7 +52,7 @@ def is_cupy_array(a: Any) -> bool:
     return cupy is not None and isinstance(a, cupy.ndarray)
 
 
-def get_array_module(a: Any, *, name: str = "array"):
+def get_array_module(a: Any, *, name: str = "array") -> ModuleType:
     """Return ``numpy`` or ``cupy`` for ``a``.
 
     Raises

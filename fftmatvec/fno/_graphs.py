@@ -290,7 +290,7 @@ _CAPTURE_LOCK = threading.Lock()
 _STREAMS: dict = {}
 
 
-def clear_graphs():
+def clear_graphs() -> None:
     """Release the CUDA graphs of the FNO layers' DFT path and their memory pools.
 
     The memory goes back to PyTorch's caching allocator (``torch.cuda.empty_cache()`` returns

@@ -8,13 +8,14 @@ the weight index ``j`` holds frequency ``j - m // 2`` (the fftshifted, centred o
 from __future__ import annotations
 
 import operator
+from collections.abc import Sequence
 
 import numpy as np
 
 from .._errors import FFTMatvecTypeError, FFTMatvecValueError
 
 
-def kept_modes(n_modes) -> tuple[int, ...]:
+def kept_modes(n_modes: int | Sequence[int]) -> tuple[int, ...]:
     """The weight's mode extents for ``n_modes`` given as neuraloperator takes them."""
     if isinstance(n_modes, (int, np.integer)):
         n_modes = (int(n_modes),)

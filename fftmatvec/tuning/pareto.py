@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 __all__ = ["pareto_front"]
 
 
-def pareto_front(points, time_key="time", error_key="error_max"):
+def pareto_front(points: Sequence[Mapping[str, float]], time_key: str = "time",
+                 error_key: str = "error_max") -> list[int]:
     """Indices of the points no other point dominates, fastest first.
 
     A point dominates another when it is no slower and no less accurate, and strictly better in

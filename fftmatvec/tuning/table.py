@@ -200,7 +200,7 @@ def read_yaml(path, what: str = "tuning table"):
         raise TableError(f"{what} {path}: cannot read it: {exc}") from None
 
 
-def load_table(path) -> dict:
+def load_table(path: str | os.PathLike[str]) -> dict:
     """Read and validate the table at ``path``; errors name the file and the problem."""
     path = os.fspath(path)
     return validate(read_yaml(path), path)
@@ -223,7 +223,7 @@ def _remove_old_temporaries(folder: str) -> None:
                 os.remove(entry.path)
 
 
-def save_table(table, path) -> None:
+def save_table(table: dict, path: str | os.PathLike[str]) -> None:
     """Validate ``table`` and write it to ``path`` atomically: a temporary beside it that
     carries this process's id, renamed onto it (:func:`fftmatvec._writes.atomic_file`), so
     that a signal handler removes it and a later write removes those of dead writers (and

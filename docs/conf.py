@@ -1,0 +1,137 @@
+"""Sphinx configuration of the fftmatvec documentation.
+
+Built by ``python -m sphinx -W -b html docs docs/_build`` from the repository root (see
+building.md). The package is imported from the source tree, so the API reference documents the
+code next to this folder; the gallery (``examples/``) runs on the CPU during the build.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import sys
+
+DOCS = pathlib.Path(__file__).resolve().parent
+ROOT = DOCS.parent
+sys.path.insert(0, str(ROOT))
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+import fftmatvec  # noqa: E402
+
+project = "fftmatvec"
+author = "The fftmatvec developers"
+copyright = "2026, The fftmatvec developers"
+version = release = fftmatvec.__version__
+
+extensions = [
+    "sphinx.ext.autodoc",
+    "sphinx.ext.autosummary",
+    "sphinx.ext.mathjax",
+    "numpydoc",
+    "myst_parser",
+    "sphinx_gallery.gen_gallery",
+]
+
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+root_doc = "index"
+templates_path = ["_templates"]
+# docs/_build is the output; inverse.md and scaling.md, where they exist, are shown inside the
+# user guide's pages (see _optional_pages below) rather than as pages of their own.
+exclude_patterns = ["_build", "inverse.md", "scaling.md", "auto_examples/*.ipynb",
+                    "auto_examples/*.py", "auto_examples/*.zip"]
+
+# -- API reference: one page per public module, its members those of its __all__ -------------
+autosummary_generate = True
+autosummary_ignore_module_all = False
+autosummary_imported_members = False
+autodoc_default_options = {"members": True, "inherited-members": False, "show-inheritance": True}
+# a name that the package exports at its top level is documented there only; the pages of the
+# subpackages that export it too link to it (see _templates/autosummary/fm_module.rst)
+autosummary_context = {"top_level": sorted(fftmatvec.__all__)}
+autodoc_typehints = "none"  # numpydoc's Parameters section says the types
+numpydoc_show_class_members = False  # the class template lists them
+numpydoc_class_members_toctree = False
+numpydoc_xref_param_type = False
+add_module_names = False
+
+
+# -- Markdown pages (MyST) -------------------------------------------------------------------
+myst_enable_extensions = ["dollarmath", "colon_fence"]
+myst_heading_anchors = 3
+
+# -- Gallery ---------------------------------------------------------------------------------
+sphinx_gallery_conf = {
+    "examples_dirs": str(ROOT / "examples"),
+    "gallery_dirs": "auto_examples",
+    "filename_pattern": r"/plot_",
+    "abort_on_example_error": True,
+    "download_all_examples": False,
+    "remove_config_comments": True,
+    "within_subsection_order": "FileNameSortKey",
+    "matplotlib_animations": False,
+    "show_memory": False,
+    "min_reported_time": 1,
+}
+
+# -- HTML ------------------------------------------------------------------------------------
+html_theme = "pydata_sphinx_theme"
+html_title = f"fftmatvec {release}"
+html_theme_options = {
+    "navigation_with_keys": False,
+    "show_toc_level": 2,
+    "header_links_before_dropdown": 5,
+    "secondary_sidebar_items": ["page-toc"],
+    "footer_start": ["copyright"],
+    "footer_end": ["sphinx-version"],
+}
+# the top-level pages have no sub-pages to list beside them; the API and gallery pages do
+html_sidebars = {"*": []}
+html_static_path = ["_static"]
+html_css_files = ["fftmatvec.css"]
+html_show_sourcelink = False
+
+
+# Pages of the user guide that show another page's content when it exists: the page named on
+# the left is replaced by ("replace"), or followed by ("append"), the Markdown file on the right.
+_OPTIONAL_PAGES = {"inverse_problems": ("inverse.md", "replace"), "cluster": ("scaling.md", "append")}
+
+
+# Pages that left the tree (git keeps them): a link to one, in a page not yet updated, is shown
+# as its text and where the page is kept instead of a broken link.
+_RETIRED = {"history.md": "the run-by-run history, kept in git's history of docs/history.md"}
+
+
+def _retired_links(app, docname, source):
+    """Replace Markdown links to the pages of _RETIRED by their text and where the page is."""
+    for name, where in _RETIRED.items():
+        source[0] = re.sub(r"\[([^\]]*)\]\((?:docs/)?" + re.escape(name) + r"\)",
+                           lambda m: f"{m.group(1)} ({where})", source[0])
+
+
+def _optional_pages(app, docname, source):
+    """Swap in or append an optional Markdown page where it exists (see _OPTIONAL_PAGES)."""
+    if docname not in _OPTIONAL_PAGES:
+        return
+    name, how = _OPTIONAL_PAGES[docname]
+    if not (DOCS / name).is_file():
+        return
+    if how == "replace":
+        source[0] = f"```{{include}} {name}\n```\n"
+    else:  # a section of the page: its headings one level down
+        source[0] += f"\n```{{include}} {name}\n:heading-offset: 1\n```\n"
+
+
+def _hide_private_parameters(app, what, name, obj, options, signature, return_annotation):
+    """Drop keyword parameters whose names start with ``_`` (internal) from signatures."""
+    if signature:
+        signature = re.sub(r",\s*_\w+(?:\s*:\s*[^=,)]+)?\s*=\s*[^,)]*(?=[,)])", "", signature)
+        signature = re.sub(r",\s*\*\s*\)$", ")", signature)  # a bare * left with nothing after it
+    return signature, return_annotation
+
+
+def setup(app):
+    app.connect("autodoc-process-signature", _hide_private_parameters)
+    app.connect("source-read", _optional_pages)
+    app.connect("source-read", _retired_links)
