@@ -1014,9 +1014,15 @@ class _Guard:
         later = front[front.index(cur) + 1:] if cur in front else []
         nxt = later[0] if later else "ddddd"
         new = op.with_precision(nxt)
+        old = op._engine
         op.precision, op._engine, op._one_paths = new.precision, new._engine, {}
         op._scaled, op._kexp = new._scaled, new._kexp
         op.precision_source = f"{op.precision_source} (guard: {cur} -> {nxt})"
+        if op._device is not None and old is not op._engine:
+            # products queued on other streams may still read the old Khat: its memory goes
+            # back to the pool only once they are done
+            op._device.synchronize()
+        del old
         # after the switch: where warnings are errors, the operator has moved on all the same
         _warnings.warn(f"precision {cur!r} gave a relative error {err:.3g} above rtol={tol:g}; "
                        f"moving to {nxt!r}")
