@@ -504,7 +504,9 @@ class BlockToeplitz(_OperatorBase):
     Raises
     ------
     FFTMatvecTypeError
-        ``kernel`` is not a NumPy/CuPy array, or is complex/integer; bad ``dtype``.
+        ``kernel`` is not a NumPy/CuPy array, or is complex/integer/masked; bad ``dtype``;
+        ``rtol`` not a real number, ``fft_len`` or ``check_every`` not an integer (Python or
+        NumPy scalars and 0-d arrays are taken; bools and strings are not).
     FFTMatvecValueError
         ``kernel`` is not 3-D, has an empty dimension, or contains NaN/Inf; bad precision.
 
