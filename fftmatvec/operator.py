@@ -536,7 +536,9 @@ class BlockToeplitz(_OperatorBase):
     Raises
     ------
     FFTMatvecTypeError
-        ``kernel`` is not a NumPy/CuPy array, or is complex/integer; bad ``dtype``.
+        ``kernel`` is not a NumPy/CuPy array, or is complex/integer/masked; bad ``dtype``;
+        ``rtol`` not a real number, ``fft_len`` or ``check_every`` not an integer (Python or
+        NumPy scalars and 0-d arrays are taken; bools and strings are not).
     FFTMatvecValueError
         ``kernel`` is not 3-D, has an empty dimension, or contains NaN/Inf; bad precision.
 
@@ -1179,9 +1181,15 @@ class _Guard:
         later = front[front.index(cur) + 1:] if cur in front else []
         nxt = later[0] if later else "ddddd"
         new = op.with_precision(nxt)
+        old = op._engine
         op.precision, op._engine, op._one_paths = new.precision, new._engine, {}
         op._kexp, op._window, op._cols, op._cols_xp = new._kexp, new._window, new._cols, new._cols_xp
         op.precision_source = f"{op.precision_source} (guard: {cur} -> {nxt})"
+        if op._device is not None and old is not op._engine:
+            # products queued on other streams may still read the old Khat: its memory goes
+            # back to the pool only once they are done
+            op._device.synchronize()
+        del old
         # after the switch: where warnings are errors, the operator has moved on all the same
         _warnings.warn(f"precision {cur!r} gave a relative error {err:.3g} above rtol={tol:g}; "
                        f"moving to {nxt!r}")
