@@ -303,7 +303,7 @@ def _file_kind(path: str) -> str:
         with h5py.File(path, "r") as f:
             if _str_attr(f.attrs, "format") == NATIVE_FORMAT:
                 return _NATIVE_KIND
-            if isinstance(f.get("vec", getlink=False), h5py.Dataset):
+            if isinstance(f.get("vec"), h5py.Dataset):
                 return _VECTOR_KIND
     except (OSError, RuntimeError, KeyError, ValueError):
         pass
