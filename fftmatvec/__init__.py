@@ -6,7 +6,7 @@ adjoint through FFTs in five stages, each in its own precision, on NumPy (CPU) o
 (NVIDIA and AMD GPUs).
 """
 
-import importlib
+import importlib as _importlib
 import logging as _logging
 
 from ._errors import (FFTMatvecDistributedError, FFTMatvecError, FFTMatvecFileError,
@@ -32,12 +32,12 @@ def __getattr__(name: str):
     """A public name of :data:`_LAZY`, or a submodule (``fftmatvec.io``), imported on first
     use."""
     if name in _LAZY:
-        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        value = getattr(_importlib.import_module(f".{_LAZY[name]}", __name__), name)
         globals()[name] = value
         return value
     if not name.startswith("__"):
         try:
-            return importlib.import_module(f".{name}", __name__)
+            return _importlib.import_module(f".{name}", __name__)
         except ModuleNotFoundError as exc:
             if exc.name != f"{__name__}.{name}":
                 raise

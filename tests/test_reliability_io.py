@@ -18,7 +18,8 @@ import h5py
 import numpy as np
 import pytest
 
-from fftmatvec import BlockToeplitz, _writes, io
+from fftmatvec import BlockToeplitz, _memory, _writes, io
+from fftmatvec.io import _write as io_write
 from fftmatvec._errors import (FFTMatvecError, FFTMatvecFileError, FFTMatvecMemoryError,
                                FFTMatvecTypeError, FFTMatvecValueError)
 
@@ -252,7 +253,7 @@ def test_replacing_a_matrix_directory_keeps_other_files(tmp_path, rng):
     assert not leftovers(tmp_path)
     # a failure while writing leaves the old matrix and the user's files as they were
     K3 = rng.standard_normal((2, 3, 4))
-    real = io._write_row
+    real = io_write._write_row
     calls = []
 
     def failing(fname, *a):
@@ -262,7 +263,7 @@ def test_replacing_a_matrix_directory_keeps_other_files(tmp_path, rng):
         return real(fname, *a)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(io, "_write_row", failing)
+        mp.setattr(io_write, "_write_row", failing)
         with pytest.raises(FFTMatvecFileError, match="cannot write .*input/output error"):
             io.save_matrix(D, K3, layout="fftmatvec", prefix="fwd/row_")
     assert np.array_equal(io.load_matrix(D), K2)
@@ -419,11 +420,11 @@ def test_sizes_beyond_memory_give_the_bytes(tmp_path, rng, monkeypatch):
     # the memory reported available is what counts
     write_native(str(tmp_path / "K.h5"), rng.standard_normal((4, 3, 10)))
     write_vector(str(tmp_path / "v.h5"), rng.standard_normal((4, 10)), "obs")
-    monkeypatch.setattr(io._memory, "available_memory", lambda: 500)
+    monkeypatch.setattr(_memory, "available_memory", lambda: 500)
     with pytest.raises(FFTMatvecMemoryError, match="needs 960 bytes, more than the 500 bytes"):
         io.load_matrix(tmp_path / "K.h5")
     assert io.load_matrix(tmp_path / "K.h5", rows=[0]).shape == (1, 3, 10)
-    monkeypatch.setattr(io._memory, "available_memory", lambda: 300)
+    monkeypatch.setattr(_memory, "available_memory", lambda: 300)
     with pytest.raises(FFTMatvecMemoryError, match="vector file .* needs 320 bytes"):
         io.load_vector(tmp_path / "v.h5")
 

@@ -174,3 +174,14 @@ def test_a_later_tune_removes_temporaries_of_dead_writers(tmp_path, capsys):
     assert not stale.exists() and live.exists()
     assert not old.exists() and fresh.exists()
     assert len(tb.load_table(tmp_path / "t.yaml")["entries"]) == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not backend.gpu_available(), reason="no GPU (CuPy missing or no device)")
+def test_device_gpu_measures_the_gpu(tmp_path, capsys):
+    args = [*SHAPE, *SMALL[:-2], "--device", "gpu", "--out", "t.yaml"]
+    assert main(["tune", *args]) == 0, capsys.readouterr().err
+    table = tb.load_table(tmp_path / "t.yaml")
+    assert table["device"]["vendor"] in ("nvidia", "amd") and len(table["entries"]) == 1
+    # the CPU's measurements are not added to the GPU's table
+    refused(capsys, [*SHAPE, *SMALL, "--nrhs", "2", "--out", "t.yaml"], "t.yaml", "cpu")

@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import _writes, backend, io
 from .._errors import FFTMatvecFileError, FFTMatvecValueError
+from ..io import _write as io_write
 from . import positive_int
 
 # mode -> (input space, output space, how the product prints)
@@ -154,7 +155,7 @@ def check_request(request: MatvecRequest):
     _writes.check_not_inside(request.output, {"MATRIX": request.matrix, "INPUT": request.input},
                              "OUTPUT")
     try:
-        io._check_destination(request.output, io._VECTOR_KIND, None)
+        io_write._check_destination(request.output, io_write._VECTOR_KIND, None)
     except FFTMatvecFileError as exc:
         raise FFTMatvecFileError(exc.path, f"OUTPUT: {exc}") from None
     auto = request.precision.strip().lower() == "auto"

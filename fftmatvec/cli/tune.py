@@ -152,11 +152,12 @@ def _load_kernel(path: str) -> np.ndarray:
     """The user's kernel ``(nd, nm, nt)``: a .npy array, or a matrix file as ``matvec`` reads
     it (a native .h5 file or an FFTMatvec matrix directory)."""
     from .. import io
+    from ..io._formats import _check_kernel
 
     if path.lower().endswith(".npy"):
         a = _load_npy(path, "--matrix")
         try:
-            return np.asarray(io._check_kernel(a), dtype=np.float64)
+            return np.asarray(_check_kernel(a), dtype=np.float64)
         except FFTMatvecError as exc:
             raise _named(f"--matrix {path!r}", exc) from None
     try:
