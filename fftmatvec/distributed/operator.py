@@ -169,7 +169,8 @@ class _Distributed:
         return contextlib.nullcontext() if self._device is None else self._device
 
     def _where(self) -> str:
-        return f"(grid row {self.coords[0]}, col {self.coords[1]})"
+        replica = f"replica {self.grid.replica}, " if self.grid.replicas > 1 else ""
+        return f"({replica}grid row {self.coords[0]}, col {self.coords[1]})"
 
     def _check_local(self, x, space, name, batched, check_finite):
         n = self._n_own[space]
@@ -364,8 +365,6 @@ class _Distributed:
     def dot(self, a, b) -> float:
         """Global ``<a, b>`` of two distributed vectors (or batches: the sum over their
         vectors) of the same space (collective)."""
-        from mpi4py import MPI
-
         self._check_slices("dot", a, b)
         return self._dot_checked(a, b)
 
@@ -520,7 +519,7 @@ class DistributedBlockToeplitz(_Distributed):
             letters, self.precision_source, _, self._plan = comm.bcast(choice, root=0)
             self.precision = PrecisionConfig(letters)
         # the grid shape is fixed (and checked to fit) before any block is read
-        self.grid = grid.resolve(nd, nm, nt, self.precision, batch=int(batch),
+        self.grid = grid.resolve(nd, nm, nt, self.precision, batch=int(batch or 1),
                                  memory=None if memory is None else float(memory))
         self.layout = Layout(nd, nm, *self.grid.shape)
         self.coords = self.grid.coords
