@@ -863,7 +863,14 @@ class DistributedNormalOperator(_Distributed):
             w = self._check_weight(weight)
         except Exception as e:
             exc = e
-        sync(op.grid.base_comm, "normal", exc, self._where())
+        local = int(isinstance(w, tuple))
+        most, least = sync(op.grid.base_comm, "normal", exc, self._where(),
+                           values=(local, -local))
+        if most != -least:  # the gather below needs every rank of a row, or none
+            raise FFTMatvecDistributedError(
+                "normal: some ranks passed the weight as their slice of the observation "
+                "vector, others as the global (Nd, Nt) weight or a scalar; every rank must "
+                "pass it in the same form")
         if isinstance(w, tuple):  # this rank's obs slice: gather the row's rows once
             w = op.transport.allgatherv(op.grid.row_comm, w[1], op._obs_counts,
                                         self.dtype).wait()

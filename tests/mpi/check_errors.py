@@ -90,6 +90,12 @@ def main():
     M = dev(np.ones((3 if rank == last else 2,) + op.local_shape("param")))
     expect(lambda: op.matmat(M), "batch sizes", ranks=[], words=("different sizes",))
     expect(lambda: op.normal(-1.0 if rank == last else 1.0), "bad weight", words=("weight",))
+    # the weight as this rank's slice on one rank, the global one on the others: their
+    # row's gather of the slices would wait for ranks that never join it
+    a, b = op.local_range("obs")
+    w_all = np.ones((5, 4))
+    expect(lambda: op.normal(dev(w_all[a:b] if rank == last else w_all)), "mixed weights",
+           ranks=[], exc=FFTMatvecDistributedError, words=("weight", "every rank"))
 
     def kern(rs, cs):
         block = K[rs, cs]
