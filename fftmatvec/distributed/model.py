@@ -12,7 +12,7 @@ A collective over ``p`` ranks that moves ``n`` bytes in all (the bytes gathered,
 of the vector reduced) takes a latency term and a bandwidth term, each rank sending and
 receiving at ``bandwidth`` bytes per second:
 
-* ``"ring"`` (a pipelined chain, NCCL's broadcast, reduce and reduce-scatter):
+* ``"ring"`` (a pipelined chain or ring, as NCCL's ring broadcast, reduce and reduce-scatter):
   ``(p - 1) * latency + n * share / bandwidth``;
 * ``"log"`` (recursive doubling or halving, MPI's all-gather and reduce-scatter of short
   pieces): ``ceil(log2 p) * latency + n * share / bandwidth``,
