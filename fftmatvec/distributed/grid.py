@@ -315,14 +315,16 @@ class ProcessGrid:
     def device_id(self, device_count: int | None = None) -> int:
         """GPU of this rank: ``local_rank % device_count``, the count being what CuPy sees,
         i.e. after ``CUDA_VISIBLE_DEVICES`` / ``ROCR_VISIBLE_DEVICES`` (one visible GPU per
-        rank, as ``srun --gpus-per-task=1`` sets, gives device 0). Collective."""
+        rank, as ``srun --gpus-per-task=1`` sets, gives device 0). Collective: every rank
+        takes part in the node split before a rank without a GPU raises."""
+        local = self.local_rank()
         if device_count is None:
             from .. import backend
 
             if not backend.gpu_available():
                 raise FFTMatvecValueError("no GPU is available (CuPy is missing or sees none)")
             device_count = backend.cupy.cuda.runtime.getDeviceCount()
-        return self.local_rank() % device_count
+        return local % device_count
 
     def __repr__(self) -> str:
         shape = f"{self._rows}x{self._cols}" if self.resolved else "auto"

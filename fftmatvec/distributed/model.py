@@ -12,7 +12,7 @@ A collective over ``p`` ranks that moves ``n`` bytes in all (the bytes gathered,
 of the vector reduced) takes a latency term and a bandwidth term, each rank sending and
 receiving at ``bandwidth`` bytes per second:
 
-* ``"ring"`` (a pipelined chain, NCCL's broadcast, reduce and reduce-scatter):
+* ``"ring"`` (a pipelined chain or ring, as NCCL's ring broadcast, reduce and reduce-scatter):
   ``(p - 1) * latency + n * share / bandwidth``;
 * ``"log"`` (recursive doubling or halving, MPI's all-gather and reduce-scatter of short
   pieces): ``ceil(log2 p) * latency + n * share / bandwidth``,
@@ -64,6 +64,12 @@ class Machine:
     mem_bandwidth : float
         Bytes per second a GPU reads and writes its own memory (the local product is bound
         by reading ``Khat``).
+
+    Notes
+    -----
+    The defaults are orders of magnitude of a GPU cluster (a network link of tens of GB/s,
+    a few microseconds a message, high-bandwidth memory), for choosing a layout; a projection
+    takes fitted constants (:func:`fit_fftmatvec`).
     """
 
     latency: float = 5.0e-6
@@ -283,10 +289,10 @@ def fit_fftmatvec(points, nd_loc: int, nm_loc: int, nt: int, compute: float | No
         if not rows:
             raise FFTMatvecValueError("the curve needs a point with p > 1 to fit the network")
         (latency, inv_bw), _ = nnls(np.array(rows), np.array(rhs))
-        machine = Machine(latency=float(latency),
-                          bandwidth=float(1.0 / inv_bw) if inv_bw > 0 else float("inf"),
-                          mem_bandwidth=mem_bandwidth) if inv_bw > 0 else Machine(
-            latency=float(latency), bandwidth=1e30, mem_bandwidth=mem_bandwidth)
+        # a curve whose bytes cost nothing fits an unbounded bandwidth: the largest float
+        bandwidth = 1.0 / inv_bw if inv_bw > 0 else float(np.finfo(float).max)
+        machine = Machine(latency=float(latency), bandwidth=float(bandwidth),
+                          mem_bandwidth=mem_bandwidth)
         new = {p: min(grids_of(p), key=lambda g: fftmatvec_time(
             compute, nd_loc, nm_loc, nt, g[0], g[1], machine, algorithm)) for p, _ in points}
         if new == grids:

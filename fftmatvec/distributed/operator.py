@@ -169,7 +169,8 @@ class _Distributed:
         return contextlib.nullcontext() if self._device is None else self._device
 
     def _where(self) -> str:
-        return f"(grid row {self.coords[0]}, col {self.coords[1]})"
+        replica = f"replica {self.grid.replica}, " if self.grid.replicas > 1 else ""
+        return f"({replica}grid row {self.coords[0]}, col {self.coords[1]})"
 
     def _check_local(self, x, space, name, batched, check_finite):
         n = self._n_own[space]
@@ -364,8 +365,6 @@ class _Distributed:
     def dot(self, a, b) -> float:
         """Global ``<a, b>`` of two distributed vectors (or batches: the sum over their
         vectors) of the same space (collective)."""
-        from mpi4py import MPI
-
         self._check_slices("dot", a, b)
         return self._dot_checked(a, b)
 
@@ -520,7 +519,7 @@ class DistributedBlockToeplitz(_Distributed):
             letters, self.precision_source, _, self._plan = comm.bcast(choice, root=0)
             self.precision = PrecisionConfig(letters)
         # the grid shape is fixed (and checked to fit) before any block is read
-        self.grid = grid.resolve(nd, nm, nt, self.precision, batch=int(batch),
+        self.grid = grid.resolve(nd, nm, nt, self.precision, batch=int(batch or 1),
                                  memory=None if memory is None else float(memory))
         self.layout = Layout(nd, nm, *self.grid.shape)
         self.coords = self.grid.coords
@@ -864,7 +863,14 @@ class DistributedNormalOperator(_Distributed):
             w = self._check_weight(weight)
         except Exception as e:
             exc = e
-        sync(op.grid.base_comm, "normal", exc, self._where())
+        local = int(isinstance(w, tuple))
+        most, least = sync(op.grid.base_comm, "normal", exc, self._where(),
+                           values=(local, -local))
+        if most != -least:  # the gather below needs every rank of a row, or none
+            raise FFTMatvecDistributedError(
+                "normal: some ranks passed the weight as their slice of the observation "
+                "vector, others as the global (Nd, Nt) weight or a scalar; every rank must "
+                "pass it in the same form")
         if isinstance(w, tuple):  # this rank's obs slice: gather the row's rows once
             w = op.transport.allgatherv(op.grid.row_comm, w[1], op._obs_counts,
                                         self.dtype).wait()

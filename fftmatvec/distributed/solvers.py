@@ -78,7 +78,8 @@ def cg(A, b, x0=None, *, rtol: float = 1e-10, maxiter: int | None = None, callba
     ------
     FFTMatvecDistributedError
         For a distributed ``A``, on every rank, when an argument was wrong on some ranks only
-        (naming them and the causes).
+        (naming them and the causes), or the ranks passed different ``rtol``, ``maxiter`` or
+        one ``x0`` and not another.
     FFTMatvecTypeError
         ``A`` without ``matvec``, a non-numeric ``rtol``, a non-integer ``maxiter``.
     FFTMatvecValueError
@@ -96,6 +97,16 @@ def cg(A, b, x0=None, *, rtol: float = 1e-10, maxiter: int | None = None, callba
         except Exception as e:
             exc = e
         sync(grid.base_comm, "cg", exc, f"(rank {grid.rank})")
+        # the ranks stop together only with the same tolerance and iterations, and start
+        # together only if all or none compute the initial residual
+        seen = grid.base_comm.allgather((rtol, maxiter, x0 is None))
+        if len(set(seen)) > 1:
+            from .._errors import FFTMatvecDistributedError
+
+            raise FFTMatvecDistributedError(
+                "cg: the ranks passed different rtol, maxiter or x0 (given or not): "
+                + ", ".join(f"rank {q}: rtol={s[0]:g} maxiter={s[1]} x0={'no' if s[2] else 'yes'}"
+                            for q, s in enumerate(seen)))
     xp = backend.get_array_module(b, name="b")
     dot = getattr(A, "dot", None) or (lambda u, v: float(xp.vdot(u.reshape(-1), v.reshape(-1))))
     if maxiter is None:  # the global size: every rank must stop at the same iteration

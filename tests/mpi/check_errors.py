@@ -87,9 +87,20 @@ def main():
            ranks=list(range(size)), words=("must be square",))
     expect(lambda: cg(op.normal(), m, rtol="1e-5" if rank == last else 1e-5),
            "cg's rtol on one rank", words=("rtol must be a real number",))
+    # settings that differ across ranks would stop (or start) the ranks apart
+    for kw in ({"rtol": 1e-3 if rank == last else 1e-6}, {"maxiter": 2 if rank == last else 3},
+               {"x0": m if rank == last else None}):
+        expect(lambda: cg(op.normal(), m, **kw), f"cg's {next(iter(kw))} differing", ranks=[],
+               words=("different rtol, maxiter or x0",))
     M = dev(np.ones((3 if rank == last else 2,) + op.local_shape("param")))
     expect(lambda: op.matmat(M), "batch sizes", ranks=[], words=("different sizes",))
     expect(lambda: op.normal(-1.0 if rank == last else 1.0), "bad weight", words=("weight",))
+    # the weight as this rank's slice on one rank, the global one on the others: their
+    # row's gather of the slices would wait for ranks that never join it
+    a, b = op.local_range("obs")
+    w_all = np.ones((5, 4))
+    expect(lambda: op.normal(dev(w_all[a:b] if rank == last else w_all)), "mixed weights",
+           ranks=[], exc=FFTMatvecDistributedError, words=("weight", "every rank"))
 
     def kern(rs, cs):
         block = K[rs, cs]
