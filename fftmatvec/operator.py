@@ -1060,9 +1060,8 @@ def _check_pick(xp, kernel, pick, front, rtol, dtype, fft_len, plan, tuned):
 
 def _resolve_precision(xp, precision, rtol, nm, nd, nt):
     """``(precision string, source, front, plan)``: "auto" resolved from the tuning tables."""
-    if rtol is not None:
-        if isinstance(rtol, bool) or not isinstance(rtol, (int, float, np.floating)):
-            raise FFTMatvecTypeError(f"rtol must be a number, got {type(rtol).__name__}")
+    if rtol is not None:  # any real number, as a float (the distributed operator's too)
+        rtol = _real_scalar(rtol, "rtol")
         if not (math.isfinite(rtol) and rtol > 0):
             raise FFTMatvecValueError(f"rtol must be positive and finite, got {rtol!r}")
     if not (isinstance(precision, str) and precision.strip().lower() == "auto"):

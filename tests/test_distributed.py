@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fftmatvec import FFTMatvecTypeError, FFTMatvecValueError
+from fftmatvec import FFTMatvecDistributedError, FFTMatvecTypeError, FFTMatvecValueError
 from fftmatvec.distributed import Layout, block_partition, choose_grid, comm_bytes
 from fftmatvec.distributed.layout import check_fit
 
@@ -598,3 +598,19 @@ def test_projection_script_prints_the_fit_and_the_projection(capsys):
     assert "projected weak-scaling efficiency at 4096 GPUs" in out
     with pytest.raises(SystemExit):
         mod["main"](["--overlap", "2"])
+
+
+def test_distributed_rtol_numpy_scalars(rng):
+    """The distributed operator takes ``rtol`` as any real number, as the serial one does."""
+    import numpy as np
+    from mpi4py import MPI
+
+    from fftmatvec import DistributedBlockToeplitz, ProcessGrid
+
+    K = rng.standard_normal((3, 4, 5))
+    grid = ProcessGrid(MPI.COMM_SELF, rows=1, cols=1)
+    with pytest.warns(UserWarning, match="a-priori error model"):
+        F = DistributedBlockToeplitz(grid, K, precision="auto", rtol=np.int64(1))
+    assert F.precision
+    with pytest.raises(FFTMatvecDistributedError, match="rtol must be a real number"):
+        DistributedBlockToeplitz(grid, K, precision="auto", rtol="1e-5")
