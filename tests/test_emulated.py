@@ -259,3 +259,20 @@ def test_emulation_errors(rng):
 
     with pytest.raises(FFTMatvecDistributedError, match="go with transport='emulated'"):
         DistributedBlockToeplitz(ProcessGrid(MPI.COMM_SELF), K, network="h100")
+
+
+def test_bench_scaling_emulate_runs(capsys):
+    """scripts/bench_scaling.py --emulate prints a row per virtual grid (a smoke run on the
+    CPU; its timings are not checked)."""
+    from conftest import load_script
+
+    bench = load_script("bench_scaling")
+    assert bench.main(["--emulate", "frontier", "--grid", "1x1", "--grid", "2x3", "--nd", "6",
+                       "--nm", "12", "--nt", "8", "--k", "2", "--repeat", "1", "--chunks", "2",
+                       "--min-chunk", "1", "--bandwidth", "10", "--mode", "normal"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()
+            if not line.startswith("#")][1:]
+    assert [r[0] for r in rows] == ["1x1", "2x3"] and rows[0][1] == "1x1"
+    assert float(rows[1][8]) > 0  # the 2 x 3 grid's modelled communication
+    with pytest.raises(SystemExit):
+        bench.main(["--emulate", "frontier"])  # no grid
