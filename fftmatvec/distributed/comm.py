@@ -465,9 +465,10 @@ def make_transport(xp, transport: str | None, comm=None, network=None):
     """The transport of an operator on ``xp`` (``numpy`` or ``cupy``).
 
     ``"mpi"``; ``"nccl"``; ``"emulated"`` (the collectives of a virtual grid replaced by
-    communication-shaped work under the machine model ``network``: :mod:`.emulated`); or None: NCCL for a GPU operator when ``cupy.cuda.nccl`` can be
-    used on every rank and every rank has a GPU of its own (NCCL refuses two ranks on one
-    device, ``ncclInvalidUsage``), else MPI. The transport's ``reason`` says why. For a GPU
+    communication-shaped work under the machine model ``network``: :mod:`.emulated`); or None:
+    NCCL for a GPU operator when ``cupy.cuda.nccl`` can be used on every rank and every rank
+    has a GPU of its own (NCCL refuses two ranks on one device, ``ncclInvalidUsage``), else
+    MPI. The transport's ``reason`` says why. For a GPU
     operator with ``comm`` given, the ranks compare their devices and NCCL's availability (a
     collective: every rank must pass the same ``transport``); ``"nccl"`` then raises on every
     rank where it cannot work, before any NCCL communicator is made.

@@ -27,8 +27,9 @@ A collective over ``p`` ranks moving ``n`` bytes in all (the gathered result, or
 reduced), of which this rank owns ``n_me``, takes (Thakur, Rabenseifner and Gropp 2005;
 Chan et al. 2007)::
 
-    all-gather       ring: (p - 1) alpha + (n - n_me) beta     tree: ceil(log2 p) alpha + (n - n_me) beta
-    reduce-scatter   ring: (p - 1) alpha + (n - n_me) beta     tree: ceil(log2 p) alpha + (n - n_me) beta
+    all-gather       ring: (p - 1) alpha + (n - n_me) beta
+                     tree: ceil(log2 p) alpha + (n - n_me) beta
+    reduce-scatter   the same two formulas
     all-reduce       twice the reduce-scatter of the same n with n_me = n / p (reduce-scatter
                      followed by all-gather)
 
