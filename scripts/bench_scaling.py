@@ -23,8 +23,10 @@ virtual grid, the rank ``(0, 0)`` of an ``R x C`` grid with ``transport="emulate
 local block product, every collective replaced by a device copy of its bytes and a wait for the
 rest of the machine model's time; fftmatvec/distributed/emulated.py), MODEL ``frontier`` or
 ``h100``. ``comm`` is then the model's time of one compute-then-communicate product's
-collectives, and ``model`` the ratio the cost model predicts (fftmatvec/distributed/schedule.py,
-at the device bandwidth ``--bandwidth`` GB/s, measured by a copy where not given). Strong scaling
+collectives, and ``model`` the ratio the cost model predicts for these blocks
+(fftmatvec/distributed/schedule.py, at the device bandwidth ``--bandwidth`` GB/s, measured by a
+copy where not given); ``choice`` is the cost model's own sensor x parameter chunks and its
+predicted ratio. Strong scaling
 keeps Nd x Nm; ``--weak`` keeps the local block (Nd x R by Nm x C).
 
 Usage: mpiexec -n 4 python scripts/bench_scaling.py [--nd 64] [--nm 512] [--nt 256] [--k 8]
@@ -149,7 +151,7 @@ def bench_emulated(network, shape, nd, nm, nt, k, precision, mode, device, repea
     from mpi4py import MPI
 
     from fftmatvec import DistributedBlockToeplitz, ProcessGrid
-    from fftmatvec.distributed.schedule import predict
+    from fftmatvec.distributed.schedule import choose_chunks, predict
 
     xp = np
     if device == "gpu":
@@ -187,12 +189,16 @@ def bench_emulated(network, shape, nd, nm, nt, k, precision, mode, device, repea
              "normal": lambda: loc.rmatmat(loc.matmat(Xg))}[mode]
     t_comp = _timed(comm, local, repeat, sync)
     s, p = op.blocks
-    model = (predict(nd, nm, nt, k, precision, shape, network, bandwidth, s, p, mode)
-             / predict(nd, nm, nt, k, precision, shape, network, bandwidth, 1, 1, mode))
+    args = (nd, nm, nt, k, precision, shape, network, bandwidth)
+    whole = predict(*args, 1, 1, mode)
+    model = predict(*args, s, p, mode) / whole
+    best = choose_chunks(*args, mode, min_chunk=min_chunk)
+    best_ratio = predict(*args, *best, mode) / whole
     # nothing communicated (one rank): nothing to hide
     hidden = (t_comp + t_comm - t_ov) / min(t_comp, t_comm) if t_comm > 0 else float("nan")
     return dict(grid=f"{shape[0]}x{shape[1]}", blocks=f"{s}x{p}", overlap=t_ov, ctc=t_ctc,
-                compute=t_comp, comm=t_comm, ratio=t_ov / t_ctc, hidden=hidden, model=model)
+                compute=t_comp, comm=t_comm, ratio=t_ov / t_ctc, hidden=hidden, model=model,
+                choice=f"{best[0]}x{best[1]}", choice_ratio=best_ratio)
 
 
 def main_emulated(args) -> int:
@@ -211,7 +217,8 @@ def main_emulated(args) -> int:
           f"min_chunk={args.min_chunk} bandwidth={bandwidth / 1e9:.0f} GB/s; times in ms "
           f"(median of {args.repeat}); comm: the model's, of one ctc product")
     print(f"{'grid':>7} {'blocks':>6} {'Nd':>7} {'Nm':>8} | {'overlap':>9} {'ctc':>9} "
-          f"{'compute':>9} {'comm':>9} | {'ratio':>6} {'hidden':>6} {'model':>6}")
+          f"{'compute':>9} {'comm':>9} | {'ratio':>6} {'hidden':>6} {'model':>6} | "
+          f"{'choice':>6} {'model':>6}")
     for rows, cols in args.grid:
         nd, nm = (args.nd * rows, args.nm * cols) if args.weak else (args.nd, args.nm)
         r = bench_emulated(network, (rows, cols), nd, nm, args.nt, args.k, args.precision,
@@ -219,7 +226,8 @@ def main_emulated(args) -> int:
                            bandwidth)
         print(f"{r['grid']:>7} {r['blocks']:>6} {nd:>7} {nm:>8} | {r['overlap'] * 1e3:>9.3f} "
               f"{r['ctc'] * 1e3:>9.3f} {r['compute'] * 1e3:>9.3f} {r['comm'] * 1e3:>9.3f} | "
-              f"{r['ratio']:>6.2f} {r['hidden']:>6.2f} {r['model']:>6.2f}", flush=True)
+              f"{r['ratio']:>6.2f} {r['hidden']:>6.2f} {r['model']:>6.2f} | "
+              f"{r['choice']:>6} {r['choice_ratio']:>6.2f}", flush=True)
     return 0
 
 

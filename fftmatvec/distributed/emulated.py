@@ -349,6 +349,7 @@ class EmulatedTransport:
         self.reason = reason or f"transport='emulated' on the {self.network.name!r} model"
         self.log: list = []
         self._lock = threading.Lock()
+        self._indices: dict = {}  # (counts, rank) -> the all-gather's rows, on the device
         if xp is np:
             # one helper thread: the collectives run one after another, as on one stream
             self._pool = ThreadPoolExecutor(max_workers=1,
@@ -398,22 +399,32 @@ class EmulatedTransport:
 
         return Pending(None, finish, (work,))  # work's closure keeps the send buffer alive
 
+    def _index(self, counts: tuple, me: int):
+        """The rows of this rank's piece that fill each rank's place in an all-gather of
+        ``counts``: made once per layout (a copy to a GPU from host memory would wait for the
+        stream), then kept."""
+        key = (counts, me)
+        if key not in self._indices:
+            src = np.concatenate([np.arange(n) % max(counts[me], 1) for n in counts])
+            self._indices[key] = self.xp.asarray(src.astype(np.intp))
+        return self._indices[key]
+
     def allgatherv(self, comm, a, counts, dtype) -> Pending:
         """The all-gather of ``counts[q]`` rows from each rank ``q`` of ``comm``: this rank's
         rows ``a`` repeated into every rank's place (a gather copy of the result's bytes)."""
         if comm.Get_size() == 1:
             return _alone(self.xp, a, dtype)
         xp = self.xp
-        counts = [int(n) for n in counts]
+        counts = tuple(int(n) for n in counts)
         me = comm.Get_rank()
         per = int(np.prod(a.shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize
-        src = np.concatenate([np.arange(n) % max(counts[me], 1) for n in counts]).astype(np.intp)
+        src = self._index(counts, me)
 
         def work():
             mine = xp.asarray(a, dtype=dtype)
             if not counts[me]:
-                return xp.zeros((len(src),) + tuple(a.shape[1:]), dtype=dtype)
-            return xp.take(mine, xp.asarray(src), axis=0)
+                return xp.zeros((sum(counts),) + tuple(a.shape[1:]), dtype=dtype)
+            return xp.take(mine, src, axis=0)
 
         return self._start("allgather", comm, sum(counts) * per, counts[me] * per, work)
 
