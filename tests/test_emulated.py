@@ -257,6 +257,9 @@ def test_emulation_errors(rng):
 
     from fftmatvec import DistributedBlockToeplitz, ProcessGrid
 
+    op = _operator(np, K, network="h100", virtual_grid=(2, 2))
+    with pytest.raises(FFTMatvecValueError, match="no other ranks to gather from"):
+        op.collect(op.distribute(rng.standard_normal((8, 3))))
     with pytest.raises(FFTMatvecDistributedError, match="go with transport='emulated'"):
         DistributedBlockToeplitz(ProcessGrid(MPI.COMM_SELF), K, network="h100")
 

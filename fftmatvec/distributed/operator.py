@@ -222,6 +222,10 @@ class _Distributed:
         from mpi4py.util import dtlib
 
         space = _space(space)
+        if self.grid.size != self.grid.base_comm.Get_size():
+            raise FFTMatvecValueError(
+                "collect: an emulated grid (transport='emulated') has no other ranks to gather "
+                "from; use this rank's slice")
         xp = self._xp
         exc, X, flat = None, None, False
         try:
