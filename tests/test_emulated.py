@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from conftest import dense_btt, rel_err
-from fftmatvec import FFTMatvecDistributedError, FFTMatvecTypeError, FFTMatvecValueError
+from fftmatvec import (FFTMatvecDistributedError, FFTMatvecTypeError, FFTMatvecValueError,
+                       backend)
 from fftmatvec.distributed.emulated import (FRONTIER, H100_CLUSTER, EmulatedTransport,
                                             MachineModel, VirtualComm, machine_model)
 from fftmatvec.distributed.layout import Layout
@@ -133,6 +134,29 @@ def test_communication_overlaps_compute_on_a_thread(rng):
     p2.wait()
     p1.wait()
     assert time.perf_counter() - t0 >= 2 * duration
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not backend.gpu_available(), reason="no GPU (CuPy missing or no device)")
+def test_gpu_collective_runs_on_its_stream(rng):
+    """On a GPU the host neither waits for a collective's modelled time when it starts it nor
+    when it takes its result: the compute stream waits, on an event."""
+    cp = backend.cupy
+    slow = MachineModel("s", 8, 1e-6, 1e6, 1e-6, 8e6)  # 1 us a byte within a node
+    t = EmulatedTransport(cp, slow)
+    comm = VirtualComm([0, 1], 1)
+    a = cp.asarray(rng.standard_normal((37500, 2)))  # 0.6 s for the other rank's rows
+    duration = slow.time("allgather", [0, 1], 2 * a.nbytes, a.nbytes)
+    t.allgatherv(comm, a[:1], [1, 1], np.float64).wait()  # the layout's index, made once
+    cp.cuda.get_current_stream().synchronize()
+    t0 = time.perf_counter()
+    out = t.allgatherv(comm, a, [37500, 37500], np.float64).wait()
+    host = time.perf_counter() - t0
+    y = out * 2.0  # queued on the compute stream behind the collective
+    cp.cuda.get_current_stream().synchronize()
+    elapsed = time.perf_counter() - t0
+    assert host < duration / 2 <= elapsed and elapsed >= duration
+    np.testing.assert_array_equal(cp.asnumpy(y), 2.0 * np.concatenate([a.get(), a.get()]))
 
 
 # ---- one rank of a virtual grid ---------------------------------------------------------------

@@ -19,7 +19,7 @@ rank's piece repeated into every rank's place, a reduce-scatter this rank's rows
 partial sum, an all-reduce its own partial sum (the other ranks contribute zeros). A product
 is therefore the local block's product of those inputs, of the right shapes and dtypes, not
 the global one; :meth:`DistributedBlockToeplitz.collect` has no other ranks to gather from and
-is not available.
+raises, ``dot`` and ``norm`` sum over the one real rank.
 
 Durations (alpha-beta models)
 -----------------------------
