@@ -219,16 +219,12 @@ class VirtualComm:
         return f"VirtualComm(size={len(self.members)}, rank={self.rank})"
 
 
-def _check_shape(virtual_grid) -> tuple[int, int]:
-    if (not isinstance(virtual_grid, (tuple, list)) or len(virtual_grid) != 2
-            or any(isinstance(v, bool) or not isinstance(v, (int, np.integer))
-                   for v in virtual_grid)):
-        raise FFTMatvecTypeError(
-            f"virtual_grid must be two integers (rows, cols), got {virtual_grid!r}")
-    rows, cols = (int(v) for v in virtual_grid)
-    if rows < 1 or cols < 1:
-        raise FFTMatvecValueError(f"virtual_grid must be positive, got {virtual_grid!r}")
-    return rows, cols
+def _pair(value, name: str, what: str) -> tuple[int, int]:
+    """``value`` as two ints, or a TypeError naming ``name`` and ``what`` they are."""
+    if (not isinstance(value, (tuple, list)) or len(value) != 2
+            or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) for v in value)):
+        raise FFTMatvecTypeError(f"{name} must be two integers {what}, got {value!r}")
+    return int(value[0]), int(value[1])
 
 
 class VirtualGrid:
@@ -255,13 +251,10 @@ class VirtualGrid:
                 f"transport='emulated' runs one rank of a virtual grid: the communicator must "
                 f"have one rank, got {grid.size}")
         self._real = grid
-        self._rows, self._cols = _check_shape(virtual_grid)
-        if (not isinstance(coords, (tuple, list)) or len(coords) != 2
-                or any(isinstance(v, bool) or not isinstance(v, (int, np.integer))
-                       for v in coords)):
-            raise FFTMatvecTypeError(
-                f"virtual_coords must be two integers (r, c), got {coords!r}")
-        r, c = (int(v) for v in coords)
+        self._rows, self._cols = _pair(virtual_grid, "virtual_grid", "(rows, cols)")
+        if self._rows < 1 or self._cols < 1:
+            raise FFTMatvecValueError(f"virtual_grid must be positive, got {virtual_grid!r}")
+        r, c = _pair(coords, "virtual_coords", "(r, c)")
         if not (0 <= r < self._rows and 0 <= c < self._cols):
             raise FFTMatvecValueError(
                 f"virtual_coords must lie in the {self._rows}x{self._cols} grid, got {coords!r}")

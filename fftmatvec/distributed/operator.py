@@ -808,7 +808,8 @@ def _check_emulation(transport, network, virtual_grid, virtual_coords, grid) -> 
         raise FFTMatvecValueError(
             f"transport must be 'mpi', 'nccl', 'emulated' or None, got {transport!r}")
     if transport != "emulated":
-        if network is not None or virtual_grid is not None or tuple(virtual_coords) != (0, 0):
+        given = network is not None or virtual_grid is not None
+        if given or virtual_coords not in ((0, 0), [0, 0]):
             raise FFTMatvecValueError(
                 "network, virtual_grid and virtual_coords go with transport='emulated', got "
                 f"transport={transport!r}")
