@@ -106,6 +106,17 @@ def test_collective_waits_its_duration_and_returns_copies(rng):
     got = t.allreduce(comm, b, np.float32).wait()
     np.testing.assert_array_equal(got, b.astype(np.float32))
     assert [e[0] for e in t.log] == ["allgather", "reduce_scatter", "allreduce"]
+    # a strided input is made contiguous when the collective starts, by the caller (as the
+    # other transports make their send buffers): its memory is free once the call returns,
+    # even while the collective waits behind another
+    first = t.allgatherv(comm, a, [3, 2, 2], np.float64)  # ~5 ms on the helper thread
+    c = rng.standard_normal((4, 7))
+    pend = t.reduce_scatter(comm, c.T, [3, 2, 2], np.float64)
+    want = c.T[3:5].copy()
+    c[...] = np.nan
+    np.testing.assert_array_equal(pend.wait(), want)
+    first.wait()
+    del t.log[3:]
     # one rank: a copy, no modelled time
     one = VirtualComm([0], 0)
     np.testing.assert_array_equal(t.allgatherv(one, a, [2], np.float64).wait(), a)

@@ -402,6 +402,14 @@ class EmulatedTransport:
             self._indices[key] = self.xp.asarray(src.astype(np.intp))
         return self._indices[key]
 
+    def _send(self, a, dtype):
+        """``a`` in the wire dtype, contiguous, made where the caller is (the compute stream,
+        or the calling thread) as the other transports make their send buffers: a strided or
+        cast input is copied there, at its cost there; a contiguous one is read later by the
+        collective and must not change until it is waited for (MPI's rule for non-blocking
+        calls)."""
+        return self.xp.ascontiguousarray(a, dtype=dtype)
+
     def allgatherv(self, comm, a, counts, dtype) -> Pending:
         """The all-gather of ``counts[q]`` rows from each rank ``q`` of ``comm``: this rank's
         rows ``a`` repeated into every rank's place (a gather copy of the result's bytes)."""
@@ -412,20 +420,19 @@ class EmulatedTransport:
         me = comm.Get_rank()
         per = int(np.prod(a.shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize
         src = self._index(counts, me)
+        send = self._send(a, dtype)
 
         def work():
-            mine = xp.asarray(a, dtype=dtype)
             if not counts[me]:
-                return xp.zeros((sum(counts),) + tuple(a.shape[1:]), dtype=dtype)
-            return xp.take(mine, src, axis=0)
+                return xp.zeros((sum(counts),) + tuple(send.shape[1:]), dtype=dtype)
+            return xp.take(send, src, axis=0)
 
         return self._start("allgather", comm, sum(counts) * per, counts[me] * per, work)
 
     def reduce_scatter(self, comm, a, counts, dtype, device: bool = True) -> Pending:
         """The reduce-scatter of ``a`` (``sum(counts)`` rows): this rank's ``counts[me]`` rows
-        of ``a`` alone (a copy of the whole buffer in the wire dtype, as it is sent).
-        ``device`` is accepted for the other transports' signature; results stay on the
-        device."""
+        of ``a`` alone (a copy of the whole buffer, as it is sent). ``device`` is accepted for
+        the other transports' signature; results stay on the device."""
         if comm.Get_size() == 1:
             return _alone(self.xp, a, dtype)
         xp = self.xp
@@ -433,10 +440,10 @@ class EmulatedTransport:
         me = comm.Get_rank()
         lo = sum(counts[:me])
         per = int(np.prod(a.shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize
+        send = self._send(a, dtype)
 
         def work():
-            sent = xp.array(a, dtype=dtype, order="C", copy=True)
-            return sent[lo:lo + counts[me]]
+            return xp.array(send, copy=True)[lo:lo + counts[me]]
 
         return self._start("reduce_scatter", comm, sum(counts) * per, counts[me] * per, work)
 
@@ -446,8 +453,9 @@ class EmulatedTransport:
             return _alone(self.xp, a, dtype)
         xp = self.xp
         nbytes = int(a.size) * np.dtype(dtype).itemsize
+        send = self._send(a, dtype)
 
         def work():
-            return xp.array(a, dtype=dtype, order="C", copy=True)
+            return xp.array(send, copy=True)
 
         return self._start("allreduce", comm, nbytes, None, work)
