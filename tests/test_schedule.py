@@ -186,6 +186,10 @@ def test_choose_chunks_behaves():
 def test_cost_model_errors():
     with pytest.raises(FFTMatvecValueError, match="bandwidth must be a positive number"):
         predict(8, 8, 4, 1, "ddddd", (2, 2), "h100", 0.0, 1, 1)
+    with pytest.raises(FFTMatvecValueError, match="coords must lie in the 2x2 grid"):
+        predict(8, 8, 4, 1, "ddddd", (2, 2), "h100", 1e12, 1, 1, coords=(0, 2))
+    with pytest.raises(FFTMatvecValueError, match="coords must lie in the 2x2 grid"):
+        choose_chunks(8, 8, 4, 1, "ddddd", (2, 2), "h100", 1e12, coords=(2, 0))
     with pytest.raises(FFTMatvecValueError, match="max_chunks must be >= 1"):
         choose_chunks(8, 8, 4, 1, "ddddd", (2, 2), "h100", 1e12, max_chunks=0)
     with pytest.raises(FFTMatvecValueError, match="does not fit the kernel"):

@@ -171,6 +171,13 @@ def schedule(sensor_chunks: int, param_chunks: int, direction: str = "forward",
 # ------------------------------------------------------------------------------------------
 # The cost model
 # ------------------------------------------------------------------------------------------
+def _coords(coords, pr: int, pc: int) -> tuple[int, int]:
+    r, c = (int(v) for v in coords)
+    if not (0 <= r < pr and 0 <= c < pc):
+        raise FFTMatvecValueError(f"coords must lie in the {pr}x{pc} grid, got {coords!r}")
+    return r, c
+
+
 def _itemsizes(precision) -> dict:
     p = PrecisionConfig(precision)
     khat = 4 if p.stage_letter("sbgemv") == "h" else p.sbgemv_dtype.itemsize
@@ -217,9 +224,10 @@ def predict(nd: int, nm: int, nt: int, k: int, precision, grid, network, bandwid
 
     net = machine_model(network)
     pr, pc = (int(v) for v in grid)
-    r, c = coords
     lay = Layout(nd, nm, pr, pc)
-    if not (isinstance(bandwidth, (int, float)) and bandwidth > 0):
+    r, c = _coords(coords, pr, pc)
+    if (isinstance(bandwidth, bool) or not isinstance(bandwidth, (int, float, np.number))
+            or not bandwidth > 0):
         raise FFTMatvecValueError(f"bandwidth must be a positive number, got {bandwidth!r}")
     L = fft_length(nt) if fft_len is None else int(fft_len)
     F = L // 2 + 1
@@ -285,7 +293,7 @@ def choose_chunks(nd: int, nm: int, nt: int, k: int, precision, grid, network,
 
     pr, pc = (int(v) for v in grid)
     lay = Layout(nd, nm, pr, pc)
-    r, c = coords
+    r, c = _coords(coords, pr, pc)
     nd_r, nm_c = (b - a for a, b in (lay.rows(r), lay.cols(c)))
 
     def options(n, ranks):
