@@ -47,7 +47,6 @@ column is a run of consecutive ranks.
 from __future__ import annotations
 
 import math
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -341,7 +340,6 @@ class EmulatedTransport:
         self.network = machine_model(network)
         self.reason = reason or f"transport='emulated' on the {self.network.name!r} model"
         self.log: list = []
-        self._lock = threading.Lock()
         self._indices: dict = {}  # (counts, rank) -> the all-gather's rows, on the device
         if xp is np:
             # one helper thread: the collectives run one after another, as on one stream
@@ -364,8 +362,7 @@ class EmulatedTransport:
         """Run ``work()`` (the device copy; returns the result) then wait for the rest of the
         collective's duration, on the helper thread or the communication stream."""
         duration = self.network.time(collective, comm.members, nbytes, own)
-        with self._lock:
-            self.log.append((collective, comm.Get_size(), int(nbytes), duration))
+        self.log.append((collective, comm.Get_size(), int(nbytes), duration))
         xp = self.xp
         if xp is np:
             def run():
