@@ -22,12 +22,12 @@ With ``--emulate MODEL --grid RxC [--grid RxC ...]`` it runs on one process inst
 virtual grid, the rank ``(0, 0)`` of an ``R x C`` grid with ``transport="emulated"`` (its real
 local block product, every collective replaced by a device copy of its bytes and a wait for the
 rest of the machine model's time; fftmatvec/distributed/emulated.py), MODEL ``frontier`` or
-``h100``. ``comm`` is then the model's time of one compute-then-communicate product's
-collectives, and ``model`` the ratio the cost model predicts for these blocks
-(fftmatvec/distributed/schedule.py, at the device bandwidth ``--bandwidth`` GB/s, measured by a
-copy where not given); ``choice`` is the cost model's own sensor x parameter chunks and its
-predicted ratio. Strong scaling
-keeps Nd x Nm; ``--weak`` keeps the local block (Nd x R by Nm x C).
+``h100`` (or ``free``: a network of no cost, so that ``ratio`` is the chunks' own cost).
+``comm`` is then the model's time of one compute-then-communicate product's collectives, and
+``model`` the ratio the cost model predicts for these blocks (fftmatvec/distributed/schedule.py,
+at the device bandwidth ``--bandwidth`` GB/s, measured by a copy where not given); ``choice`` is
+the cost model's own sensor x parameter chunks and its predicted ratio. Strong scaling keeps
+Nd x Nm; ``--weak`` keeps the local block (Nd x R by Nm x C).
 
 Usage: mpiexec -n 4 python scripts/bench_scaling.py [--nd 64] [--nm 512] [--nt 256] [--k 8]
        [--chunks 4] [--min-chunk 16] [--precision ddddd] [--mode forward|adjoint|normal]
@@ -194,17 +194,21 @@ def bench_emulated(network, shape, nd, nm, nt, k, precision, mode, device, repea
     model = predict(*args, s, p, mode) / whole
     best = choose_chunks(*args, mode, min_chunk=min_chunk)
     best_ratio = predict(*args, *best, mode) / whole
-    # nothing communicated (one rank): nothing to hide
-    hidden = (t_comp + t_comm - t_ov) / min(t_comp, t_comm) if t_comm > 0 else float("nan")
+    # less than a microsecond communicated (one rank, the free network): nothing to hide
+    hidden = ((t_comp + t_comm - t_ov) / min(t_comp, t_comm) if t_comm > 1e-6
+              else float("nan"))
     return dict(grid=f"{shape[0]}x{shape[1]}", blocks=f"{s}x{p}", overlap=t_ov, ctc=t_ctc,
                 compute=t_comp, comm=t_comm, ratio=t_ov / t_ctc, hidden=hidden, model=model,
                 choice=f"{best[0]}x{best[1]}", choice_ratio=best_ratio)
 
 
 def main_emulated(args) -> int:
-    from fftmatvec.distributed.emulated import machine_model
+    from fftmatvec.distributed.emulated import MachineModel, machine_model
 
-    network = machine_model(args.emulate)
+    # "free": a network of no cost, so that the pipeline's chunks cost only themselves (and
+    # the emulated collectives' device copies)
+    network = (MachineModel("free", 1, 1e-12, 1e18, 1e-12, 1e18) if args.emulate == "free"
+               else machine_model(args.emulate))
     xp = np
     if args.device == "gpu":
         import cupy as xp  # noqa: F811
@@ -246,8 +250,9 @@ def main(argv=None) -> int:
     ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     ap.add_argument("--weak", action="store_true", help="grow Nm with the number of ranks")
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--emulate", metavar="MODEL", choices=("frontier", "h100"),
-                    help="one process: rank (0, 0) of each --grid on this machine model")
+    ap.add_argument("--emulate", metavar="MODEL", choices=("frontier", "h100", "free"),
+                    help="one process: rank (0, 0) of each --grid on this machine model "
+                         "(free: a network of no cost, the chunks' own cost)")
     ap.add_argument("--grid", type=_grid, action="append", metavar="RxC",
                     help="a virtual grid of --emulate (repeat for several)")
     ap.add_argument("--bandwidth", type=float, default=None,
