@@ -21,9 +21,21 @@ fixed; weak scaling (``--weak``) grows Nm with p. Times are medians over ranks' 
 ``--replicas R`` times instead one batch of ``--k`` vectors through ``matmat`` on all the
 ranks, one replica against ``R`` replica groups (``ratio`` below 1: the replicas help).
 
+With ``--emulate MODEL --grid RxC [--grid RxC ...]`` it runs on one process instead: for each
+virtual grid, the rank ``(0, 0)`` of an ``R x C`` grid with ``transport="emulated"`` (its real
+local block product, every collective replaced by a device copy of its bytes and a wait for the
+rest of the machine model's time; fftmatvec/distributed/emulated.py), MODEL ``frontier`` or
+``h100`` (or ``free``: a network of no cost, so that ``ratio`` is the chunks' own cost).
+``comm`` is then the model's time of one compute-then-communicate product's collectives, and
+``model`` the ratio the cost model predicts for these blocks (fftmatvec/distributed/schedule.py,
+at the device bandwidth ``--bandwidth`` GB/s, measured by a copy where not given); ``choice`` is
+the cost model's own sensor x parameter chunks and its predicted ratio. Strong scaling keeps
+Nd x Nm; ``--weak`` keeps the local block (Nd x R by Nm x C).
+
 Usage: mpiexec -n 4 python scripts/bench_scaling.py [--nd 64] [--nm 512] [--nt 256] [--k 8]
        [--chunks 4] [--min-chunk 16] [--precision ddddd] [--mode forward|adjoint|normal]
        [--weak] [--repeat 5] [--replicas R]
+       python scripts/bench_scaling.py --emulate h100 --grid 2x2 --grid 8x8 [--device gpu] ...
 """
 
 from __future__ import annotations
@@ -139,6 +151,120 @@ def bench_replicas(comm, nd, nm, nt, k, precision, device, repeat, replicas):
     return out
 
 
+def _grid(text: str) -> tuple[int, int]:
+    try:
+        rows, cols = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a grid is RxC (e.g. 8x8), got {text!r}") from None
+    if rows < 1 or cols < 1:
+        raise argparse.ArgumentTypeError(f"a grid needs positive extents, got {text!r}")
+    return rows, cols
+
+
+def _bandwidth(xp, sync) -> float:
+    """Bytes per second of a device copy (read and write) of 256 MiB (16 MiB on the CPU)."""
+    n = (256 if xp is not np else 16) * 2 ** 20 // 8
+    a, b = xp.ones(n), xp.empty(n)
+    b[...] = a
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(5):
+        b[...] = a
+    sync()
+    return 5 * 2 * a.nbytes / (time.perf_counter() - t0)
+
+
+def bench_emulated(network, shape, nd, nm, nt, k, precision, mode, device, repeat, chunks,
+                   min_chunk, bandwidth):
+    """One virtual grid ``shape``: overlapped and compute-then-communicate products of its rank
+    (0, 0), the local product alone, the modelled communication, the cost model's ratio."""
+    from mpi4py import MPI
+
+    from fftmatvec import DistributedBlockToeplitz, ProcessGrid
+    from fftmatvec.distributed.schedule import choose_chunks, predict
+
+    xp = np
+    if device == "gpu":
+        import cupy as xp  # noqa: F811
+    sync = (lambda: xp.cuda.Device().synchronize()) if xp is not np else (lambda: None)
+    comm = MPI.COMM_SELF
+    rng = np.random.default_rng(1)
+    grid = ProcessGrid(comm)
+
+    def kernel(rs, cs):  # only the emulated rank's block is made
+        r = np.random.default_rng([rs.start, cs.start])
+        return r.standard_normal((rs.stop - rs.start, cs.stop - cs.start, nt)) / np.sqrt(nm)
+
+    ops = {ov: DistributedBlockToeplitz(grid, kernel, precision, shape=(nd, nm, nt),
+                                        device=device, overlap=ov, chunks=chunks,
+                                        min_chunk=min_chunk, transport="emulated",
+                                        network=network, virtual_grid=shape)
+           for ov in (True, False)}
+    op = ops[True]
+    space = "obs" if mode == "adjoint" else "param"
+    X = xp.asarray(rng.standard_normal((k,) + op.local_shape(space)))
+    prods = {ov: {"forward": o.matmat, "adjoint": o.rmatmat,
+                  "normal": o.normal().matmat}[mode] for ov, o in ops.items()}
+    t_ov = _timed(comm, lambda: prods[True](X, check_finite=False), repeat, sync)
+    t_ctc = _timed(comm, lambda: prods[False](X, check_finite=False), repeat, sync)
+    log = ops[False].transport.log
+    del log[:]
+    prods[False](X, check_finite=False)
+    sync()
+    t_comm = sum(e[3] for e in log)
+    loc = ops[False].local_operator
+    n_in = loc.nd if mode == "adjoint" else loc.nm
+    Xg = xp.asarray(rng.standard_normal((k, n_in, nt)))
+    local = {"forward": lambda: loc.matmat(Xg), "adjoint": lambda: loc.rmatmat(Xg),
+             "normal": lambda: loc.rmatmat(loc.matmat(Xg))}[mode]
+    t_comp = _timed(comm, local, repeat, sync)
+    s, p = op.blocks
+    args = (nd, nm, nt, k, precision, shape, network, bandwidth)
+    whole = predict(*args, 1, 1, mode)
+    model = predict(*args, s, p, mode) / whole
+    best = choose_chunks(*args, mode, min_chunk=min_chunk)
+    best_ratio = predict(*args, *best, mode) / whole
+    # less than a microsecond communicated (one rank, the free network): nothing to hide
+    hidden = ((t_comp + t_comm - t_ov) / min(t_comp, t_comm) if t_comm > 1e-6
+              else float("nan"))
+    return dict(grid=f"{shape[0]}x{shape[1]}", blocks=f"{s}x{p}", overlap=t_ov, ctc=t_ctc,
+                compute=t_comp, comm=t_comm, ratio=t_ov / t_ctc, hidden=hidden, model=model,
+                choice=f"{best[0]}x{best[1]}", choice_ratio=best_ratio)
+
+
+def main_emulated(args) -> int:
+    from fftmatvec.distributed.emulated import MachineModel, machine_model
+
+    # "free": a network of no cost, so that the pipeline's chunks cost only themselves (and
+    # the emulated collectives' device copies)
+    network = (MachineModel("free", 1, 1e-12, 1e18, 1e-12, 1e18) if args.emulate == "free"
+               else machine_model(args.emulate))
+    xp = np
+    if args.device == "gpu":
+        import cupy as xp  # noqa: F811
+    sync = (lambda: xp.cuda.Device().synchronize()) if xp is not np else (lambda: None)
+    bandwidth = args.bandwidth * 1e9 if args.bandwidth else _bandwidth(xp, sync)
+    kind = "weak (block fixed)" if args.weak else "strong"
+    print(f"# emulated network {network.name!r}, one rank (0, 0) of each grid; {kind} scaling, "
+          f"{args.mode}, Nd={args.nd} Nm={args.nm} Nt={args.nt} k={args.k} "
+          f"precision={args.precision} device={args.device} chunks={args.chunks} "
+          f"min_chunk={args.min_chunk} bandwidth={bandwidth / 1e9:.0f} GB/s; times in ms "
+          f"(median of {args.repeat}); comm: the model's, of one ctc product")
+    print(f"{'grid':>7} {'blocks':>6} {'Nd':>7} {'Nm':>8} | {'overlap':>9} {'ctc':>9} "
+          f"{'compute':>9} {'comm':>9} | {'ratio':>6} {'hidden':>6} {'model':>6} | "
+          f"{'choice':>6} {'model':>6}")
+    for rows, cols in args.grid:
+        nd, nm = (args.nd * rows, args.nm * cols) if args.weak else (args.nd, args.nm)
+        r = bench_emulated(network, (rows, cols), nd, nm, args.nt, args.k, args.precision,
+                           args.mode, args.device, args.repeat, args.chunks, args.min_chunk,
+                           bandwidth)
+        print(f"{r['grid']:>7} {r['blocks']:>6} {nd:>7} {nm:>8} | {r['overlap'] * 1e3:>9.3f} "
+              f"{r['ctc'] * 1e3:>9.3f} {r['compute'] * 1e3:>9.3f} {r['comm'] * 1e3:>9.3f} | "
+              f"{r['ratio']:>6.2f} {r['hidden']:>6.2f} {r['model']:>6.2f} | "
+              f"{r['choice']:>6} {r['choice_ratio']:>6.2f}", flush=True)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     ap.add_argument("--nd", type=int, default=64)
@@ -157,7 +283,20 @@ def main(argv=None) -> int:
     ap.add_argument("--replicas", type=int, default=None,
                     help="instead: a batch of --k vectors on every rank, one replica against "
                          "this many replica groups")
+    ap.add_argument("--emulate", metavar="MODEL", choices=("frontier", "h100", "free"),
+                    help="one process: rank (0, 0) of each --grid on this machine model "
+                         "(free: a network of no cost, the chunks' own cost)")
+    ap.add_argument("--grid", type=_grid, action="append", metavar="RxC",
+                    help="a virtual grid of --emulate (repeat for several)")
+    ap.add_argument("--bandwidth", type=float, default=None,
+                    help="device bandwidth in GB/s for the cost model (default: measured)")
     args = ap.parse_args(argv)
+    if args.emulate:
+        if not args.grid:
+            ap.error("--emulate needs at least one --grid RxC")
+        return main_emulated(args)
+    if args.grid:
+        ap.error("--grid goes with --emulate")
 
     from mpi4py import MPI
 

@@ -7,13 +7,19 @@ columns, and a slice of each vector; replica groups split a batch's right-hand s
 :mod:`.model` is the cost model that chooses the layout and projects the scaling. :func:`cg` runs conjugate gradients on distributed
 vectors with the same lines as on a single process; :meth:`DistributedBlockToeplitz.as_pylops_mpi`
 plugs the operator into pylops-mpi's solvers. mpi4py is imported only when used.
+
+``transport="emulated"`` runs one rank of a virtual grid on a :class:`MachineModel` (shipped:
+:data:`FRONTIER`, :data:`H100_CLUSTER`); :func:`schedule` lists the block pipeline's steps and
+:func:`choose_chunks` its number of chunks from the cost model.
 """
 
 from .._errors import FFTMatvecDistributedError
+from .emulated import FRONTIER, H100_CLUSTER, MachineModel
 from .grid import ProcessGrid, choose_grid, comm_bytes
 from .layout import Layout, block_partition
 from .model import Machine, choose_layout
 from .operator import DistributedBlockToeplitz, DistributedNormalOperator
+from .schedule import choose_chunks, schedule
 from .solvers import cg
 
 __all__ = [
@@ -28,4 +34,9 @@ __all__ = [
     "Machine",
     "comm_bytes",
     "cg",
+    "MachineModel",
+    "FRONTIER",
+    "H100_CLUSTER",
+    "schedule",
+    "choose_chunks",
 ]

@@ -15,7 +15,9 @@ library is GPU-aware (``FFTMATVEC_GPU_AWARE_MPI=1`` or ``0`` decides; else detec
 all-gather of unequal slices is a group of broadcasts, a reduce-scatter a group of reduces.
 Every collective is non-blocking and returns a :class:`Pending` whose ``wait()`` gives the
 received array on the operator's device. On a communicator of one rank a collective is a
-copy (no MPI call, no staging). :func:`make_transport` picks NCCL only where every rank has a
+copy (no MPI call, no staging). :class:`~fftmatvec.distributed.emulated.EmulatedTransport`
+(``"emulated"``) stands in for the collectives of a virtual grid on one rank, for
+measurement. :func:`make_transport` picks NCCL only where every rank has a
 GPU of its own (NCCL refuses two ranks on one device) and says why in ``transport.reason``.
 
 Progress
@@ -43,7 +45,10 @@ from .. import backend
 from .._errors import FFTMatvecDistributedError, FFTMatvecValueError
 
 __all__ = ["sync", "Pending", "MPITransport", "NCCLTransport", "make_transport", "gpu_aware_mpi",
-           "shared_device"]
+           "shared_device", "TRANSPORTS"]
+
+# the values of an operator's ``transport`` argument (None: chosen per the ranks' devices)
+TRANSPORTS = (None, "mpi", "nccl", "emulated")
 
 
 def _describe(exc: BaseException) -> str:
@@ -456,18 +461,25 @@ def _nccl_missing() -> str:
     return ""
 
 
-def make_transport(xp, transport: str | None, comm=None):
+def make_transport(xp, transport: str | None, comm=None, network=None):
     """The transport of an operator on ``xp`` (``numpy`` or ``cupy``).
 
-    ``"mpi"``; ``"nccl"``; or None: NCCL for a GPU operator when ``cupy.cuda.nccl`` can be
-    used on every rank and every rank has a GPU of its own (NCCL refuses two ranks on one
-    device, ``ncclInvalidUsage``), else MPI. The transport's ``reason`` says why. For a GPU
+    ``"mpi"``; ``"nccl"``; ``"emulated"`` (the collectives of a virtual grid replaced by
+    communication-shaped work under the machine model ``network``: :mod:`.emulated`); or None:
+    NCCL for a GPU operator when ``cupy.cuda.nccl`` can be used on every rank and every rank
+    has a GPU of its own (NCCL refuses two ranks on one device, ``ncclInvalidUsage``), else
+    MPI. The transport's ``reason`` says why. For a GPU
     operator with ``comm`` given, the ranks compare their devices and NCCL's availability (a
     collective: every rank must pass the same ``transport``); ``"nccl"`` then raises on every
     rank where it cannot work, before any NCCL communicator is made.
     """
-    if transport not in (None, "mpi", "nccl"):
-        raise FFTMatvecValueError(f"transport must be 'mpi', 'nccl' or None, got {transport!r}")
+    if transport not in TRANSPORTS:
+        raise FFTMatvecValueError(
+            f"transport must be 'mpi', 'nccl', 'emulated' or None, got {transport!r}")
+    if transport == "emulated":
+        from .emulated import EmulatedTransport
+
+        return EmulatedTransport(xp, network)
     if xp is np:
         if transport == "nccl":
             raise FFTMatvecValueError("the NCCL transport needs a GPU operator (CuPy)")

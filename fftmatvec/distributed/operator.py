@@ -292,6 +292,10 @@ class _Distributed:
         :meth:`distribute`); a single vector from the slices of this rank's replica."""
         from mpi4py.util import dtlib
 
+        if self.grid.size != self.grid.base_comm.Get_size():
+            raise FFTMatvecValueError(
+                "collect: an emulated grid (transport='emulated') has no other ranks to gather "
+                "from; use this rank's slice")
         xp = self._xp
         batched = getattr(v_local, "ndim", 0) == 3
         exc, X, flat, k = None, None, False, 0
@@ -433,11 +437,22 @@ class DistributedBlockToeplitz(_Distributed):
     device : {None, "cpu", "gpu"}
         None: the GPU for a CuPy kernel, else the CPU. On a GPU, rank binds to
         :meth:`ProcessGrid.device_id`.
-    transport : {None, "mpi", "nccl"}
+    transport : {None, "mpi", "nccl", "emulated"}
         None: NCCL for GPU operators when ``cupy.cuda.nccl`` works on every rank and every
         rank has a GPU of its own, MPI otherwise (ranks sharing a GPU: MPI, host-staged unless
         the MPI library is GPU-aware); ``transport.reason`` says why. ``"nccl"`` on ranks
-        sharing a GPU raises on every rank.
+        sharing a GPU raises on every rank. ``"emulated"``: on a communicator of one rank, run
+        the rank ``virtual_coords`` of the grid ``virtual_grid``, its collectives replaced by
+        communication-shaped work under the machine model ``network``
+        (:mod:`fftmatvec.distributed.emulated`): for measuring overlap without the machine.
+    network : MachineModel or str, optional
+        With ``transport="emulated"`` only: the machine model, or a shipped model's name
+        (``"frontier"``, ``"h100"``).
+    virtual_grid : (int, int), optional
+        With ``transport="emulated"`` only: ``(rows, cols)`` of the grid emulated (``grid``
+        must then have one rank; its shape is ignored).
+    virtual_coords : (int, int), default (0, 0)
+        With ``transport="emulated"`` only: the virtual rank emulated.
     overlap : bool, default True
         Run the block pipeline (the module's notes): the local block cut into blocks of
         sensors and parameters aligned with the collectives' slices, one block's
@@ -467,7 +482,8 @@ class DistributedBlockToeplitz(_Distributed):
 
     def __init__(self, grid, kernel, precision="ddddd", *, shape=None, dtype=None, fft_len=None,
                  device=None, transport=None, overlap=True, chunks=None, min_chunk=16,
-                 rtol=None, batch=1, memory=None):
+                 rtol=None, batch=1, memory=None, network=None, virtual_grid=None,
+                 virtual_coords=(0, 0)):
         if not isinstance(grid, ProcessGrid):
             raise FFTMatvecTypeError(f"grid must be a ProcessGrid, got {type(grid).__name__}")
         comm = grid.comm
@@ -492,6 +508,7 @@ class DistributedBlockToeplitz(_Distributed):
                 raise FFTMatvecValueError(
                     f"memory must be a positive number of bytes or None, got {memory!r}")
             (nd, nm, nt), token = _kernel_sizes(kind, kernel, shape)
+            emulated = _check_emulation(transport, network, virtual_grid, virtual_coords, grid)
         except Exception as e:
             exc = e
         sync(comm, "DistributedBlockToeplitz", exc, where)
@@ -521,6 +538,10 @@ class DistributedBlockToeplitz(_Distributed):
         # the grid shape is fixed (and checked to fit) before any block is read
         self.grid = grid.resolve(nd, nm, nt, self.precision, batch=int(batch or 1),
                                  memory=None if memory is None else float(memory))
+        if emulated:
+            from .emulated import VirtualGrid
+
+            self.grid = VirtualGrid(self.grid, virtual_grid, virtual_coords).check(nd, nm)
         self.layout = Layout(nd, nm, *self.grid.shape)
         self.coords = self.grid.coords
         r, c = self.coords
@@ -569,16 +590,14 @@ class DistributedBlockToeplitz(_Distributed):
                 self._op = self._subs[0][0]
             del block
             self.fft_len, self.nf = self._subs[0][0].fft_len, self._subs[0][0].nf
-            if transport not in (None, "mpi", "nccl"):
-                raise FFTMatvecValueError(
-                    f"transport must be 'mpi', 'nccl' or None, got {transport!r}")
         except Exception as e:
             exc = e
         sync(comm, "DistributedBlockToeplitz", exc, self._where())
         exc = None
         try:  # after the sync: choosing NCCL compares the ranks' devices (a collective)
             with self._on_device():
-                self.transport = make_transport(self._xp, transport, self.grid.base_comm)
+                self.transport = make_transport(self._xp, transport, self.grid.base_comm,
+                                                network)
         except Exception as e:
             exc = e
         sync(comm, "DistributedBlockToeplitz", exc, self._where())
@@ -922,6 +941,34 @@ class DistributedNormalOperator(_Distributed):
 
     def __repr__(self) -> str:
         return f"DistributedNormalOperator({self._parent!r})"
+
+
+def _check_emulation(transport, network, virtual_grid, virtual_coords, grid) -> bool:
+    """Whether the operator emulates a virtual grid (``transport="emulated"``, its
+    ``network`` and ``virtual_grid`` given, on one rank); raise on a transport unknown or the
+    emulation's arguments given without it."""
+    from .comm import TRANSPORTS
+
+    if transport not in TRANSPORTS:
+        raise FFTMatvecValueError(
+            f"transport must be 'mpi', 'nccl', 'emulated' or None, got {transport!r}")
+    if transport != "emulated":
+        given = network is not None or virtual_grid is not None
+        if given or virtual_coords not in ((0, 0), [0, 0]):
+            raise FFTMatvecValueError(
+                "network, virtual_grid and virtual_coords go with transport='emulated', got "
+                f"transport={transport!r}")
+        return False
+    from .emulated import machine_model
+
+    machine_model(network)
+    if virtual_grid is None:
+        raise FFTMatvecValueError("transport='emulated' needs virtual_grid=(rows, cols)")
+    if grid.size != 1:
+        raise FFTMatvecValueError(
+            "transport='emulated' runs one rank of a virtual grid: the communicator must have "
+            f"one rank, got {grid.size}")
+    return True
 
 
 def _len(t) -> int:

@@ -1,0 +1,196 @@
+"""The block pipeline's schedule and the cost model that chooses its chunks (pure functions)."""
+
+import pytest
+
+from fftmatvec import FFTMatvecTypeError, FFTMatvecValueError
+from fftmatvec.distributed.emulated import MachineModel
+from fftmatvec.distributed.schedule import (DIRECTIONS, LAUNCH, ORDERS, Step, choose_chunks,
+                                            predict, schedule)
+
+# for each direction: the halves as (input axis, output axis, the input's collective waited
+# for, the output's collective, blocks transposed)
+HALVES = {
+    "forward": [("param", "sensor", "gather", "reduce", False)],
+    "adjoint": [("sensor", "param", "gather", "reduce", True)],
+    "normal": [("param", "sensor", "gather", "allreduce", False),
+               ("sensor", "param", "allreduce", "reduce", True)],
+}
+
+
+def check(steps, ns, np_, direction, order):
+    """Every invariant of a schedule; returns nothing, asserts."""
+    n = {"sensor": ns, "param": np_}
+    pos = {}
+    for q, s in enumerate(steps):
+        key = (s.kind, s.sensor, s.param, s.half)
+        assert key not in pos, f"step {s} repeated"
+        pos[key] = q
+
+    def at(kind, axis, idx, half):
+        return pos[(kind, idx, None, half) if axis == "sensor" else (kind, None, idx, half)]
+
+    halves = HALVES[direction]
+    kinds = [s.kind for s in steps]
+    for half, (ax_in, ax_out, wait_in, start_out, adjoint) in enumerate(halves):
+        blocks = [s for s in steps if s.kind == "block" and s.half == half]
+        # every block exactly once per half, transposed in the adjoint halves
+        assert sorted((s.sensor, s.param) for s in blocks) == \
+            [(i, j) for i in range(ns) for j in range(np_)]
+        assert all(s.adjoint == adjoint for s in blocks)
+        idx_in = (lambda s: s.param) if ax_in == "param" else (lambda s: s.sensor)
+        idx_out = (lambda s: s.sensor) if ax_out == "sensor" else (lambda s: s.param)
+        for a in range(n[ax_in]):
+            # each input chunk: waited for once, its FFT once, after the wait and before its
+            # first block; its collective started before the wait
+            mine = [pos[(s.kind, s.sensor, s.param, s.half)] for s in blocks if idx_in(s) == a]
+            fft = at("fft", ax_in, a, half)
+            wait = at(wait_in + "_wait", ax_in, a, half)
+            started = at(wait_in, ax_in, a, 0)
+            assert started < wait < fft < min(mine)
+        for b in range(n[ax_out]):
+            # each output chunk: its inverse FFT right after its last block, its collective
+            # right after that, waited for at the end (or by the next half)
+            mine = [pos[(s.kind, s.sensor, s.param, s.half)] for s in blocks if idx_out(s) == b]
+            ifft = at("ifft", ax_out, b, half)
+            assert ifft == max(mine) + 1
+            coll = at(start_out, ax_out, b, half)
+            assert coll == ifft + 1
+            wait_half = half + 1 if start_out == "allreduce" else half
+            assert at(start_out + "_wait", ax_out, b, wait_half) > coll
+        # output order: output b's collective starts before any block of output b + 1
+        if order == "output":
+            for b in range(n[ax_out] - 1):
+                later = [pos[(s.kind, s.sensor, s.param, s.half)] for s in blocks
+                         if idx_out(s) == b + 1]
+                assert at(start_out, ax_out, b, half) < min(later)
+    # FFTs: one per input chunk per half, none other; inverse FFTs one per output chunk
+    assert kinds.count("fft") == sum(n[h[0]] for h in halves)
+    assert kinds.count("ifft") == sum(n[h[1]] for h in halves)
+    # collectives: a gather per input chunk of the first half, never in the second half
+    assert kinds.count("gather") == n[halves[0][0]]
+    assert all(s.half == 0 for s in steps if s.kind == "gather")
+    assert kinds.count("reduce") == n[halves[-1][1]]
+    # the waits for the last reductions come last, after every block
+    last_block = max(q for q, s in enumerate(steps) if s.kind == "block")
+    assert all(pos[(s.kind, s.sensor, s.param, s.half)] > last_block
+               for s in steps if s.kind == "reduce_wait")
+    assert kinds[-n[halves[-1][1]]:] == ["reduce_wait"] * n[halves[-1][1]]
+
+
+def test_forward_by_hand():
+    got = [(s.kind, s.sensor, s.param) for s in schedule(2, 2, "forward")]
+    assert got == [
+        ("gather", None, 0), ("gather", None, 1),
+        ("gather_wait", None, 0), ("fft", None, 0), ("block", 0, 0),
+        ("gather_wait", None, 1), ("fft", None, 1), ("block", 0, 1),
+        ("ifft", 0, None), ("reduce", 0, None),
+        ("block", 1, 0), ("block", 1, 1), ("ifft", 1, None), ("reduce", 1, None),
+        ("reduce_wait", 0, None), ("reduce_wait", 1, None)]
+    # input after input: every output completes at the last input
+    got = [(s.kind, s.sensor, s.param) for s in schedule(2, 2, "forward", "input")]
+    assert got[2:9] == [("gather_wait", None, 0), ("fft", None, 0), ("block", 0, 0),
+                        ("block", 1, 0), ("gather_wait", None, 1), ("fft", None, 1),
+                        ("block", 0, 1)]
+    assert got[9:11] == [("ifft", 0, None), ("reduce", 0, None)]
+
+
+def test_one_chunk_is_compute_then_communicate():
+    assert [s.kind for s in schedule(1, 1, "forward")] == \
+        ["gather", "gather_wait", "fft", "block", "ifft", "reduce", "reduce_wait"]
+    assert [(s.kind, s.half) for s in schedule(1, 1, "normal")] == [
+        ("gather", 0), ("gather_wait", 0), ("fft", 0), ("block", 0), ("ifft", 0),
+        ("allreduce", 0), ("allreduce_wait", 1), ("fft", 1), ("block", 1), ("ifft", 1),
+        ("reduce", 1), ("reduce_wait", 1)]
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+@pytest.mark.parametrize("order", ORDERS)
+def test_invariants_on_random_sizes(rng, direction, order):
+    for _ in range(25):
+        ns, np_ = (int(v) for v in rng.integers(1, 9, size=2))
+        check(schedule(ns, np_, direction, order), ns, np_, direction, order)
+
+
+def test_the_checker_catches_a_repeated_fft():
+    steps = schedule(2, 3, "forward")
+    q = next(q for q, s in enumerate(steps) if s.kind == "block" and s.sensor == 1)
+    bad = steps[:q] + [Step("fft", param=0)] + steps[q:]  # chunk 0's FFT again
+    with pytest.raises(AssertionError):
+        check(bad, 2, 3, "forward", "output")
+    late = [s for s in steps if s.kind != "reduce"] + [Step("reduce", sensor=0),
+                                                       Step("reduce", sensor=1)]
+    with pytest.raises(AssertionError):
+        check(late, 2, 3, "forward", "output")
+
+
+def test_schedule_errors():
+    with pytest.raises(FFTMatvecValueError, match="sensor_chunks must be >= 1"):
+        schedule(0, 1)
+    with pytest.raises(FFTMatvecTypeError, match="param_chunks must be an integer"):
+        schedule(1, 2.0)
+    with pytest.raises(FFTMatvecTypeError, match="sensor_chunks must be an integer"):
+        schedule(True, 2)
+    with pytest.raises(FFTMatvecValueError, match="direction must be one of"):
+        schedule(1, 1, "inverse")
+    with pytest.raises(FFTMatvecValueError, match="order must be one of"):
+        schedule(1, 1, "forward", "random")
+
+
+# ---- the cost model ------------------------------------------------------------------------
+FAST = MachineModel("fast", 8, 1e-12, 1e18, 1e-12, 1e18)  # communication free
+BW = 1e12  # device bytes per second
+
+
+def test_predict_one_chunk_by_hand():
+    """One chunk: the gather, the five stages' bytes at the device's bandwidth, the reduction."""
+    nd, nm, nt, k = 8, 16, 10, 2
+    net = MachineModel("n", 8, 1e-5, 1e9, 2e-5, 8e9)
+    L, F = 32, 17  # an FFT length of at least 2 Nt - 1, and its frequencies
+    # a 2 x 2 grid: the block is 4 sensors x 8 parameters; the column gathers 8 parameters
+    # (4 its own), the row reduces 4 sensors (2 its own)
+    comm = (net.time("allgather", [0, 1], 8 * k * nt * 8, 4 * k * nt * 8)
+            + net.time("reduce_scatter", [0, 2], 4 * k * nt * 8, 2 * k * nt * 8))
+    compute = (k * 8 * (L * 8 + F * 16) + 4 * 8 * F * 16 + k * (4 + 8) * F * 16
+               + k * 4 * (F * 16 + L * 8 + nt * 8)) / BW + 3 * LAUNCH  # FFT, block, inverse FFT
+    got = predict(nd, nm, nt, k, "ddddd", (2, 2), net, BW, 1, 1, fft_len=L)
+    assert got == pytest.approx(compute + comm, rel=1e-12)
+    # chunks cannot predict less than the compute alone
+    assert predict(nd, nm, nt, k, "ddddd", (2, 2), net, BW, 2, 2, fft_len=L) > compute
+
+
+def test_choose_chunks_behaves():
+    nd, nm, nt, k = 64, 4096, 256, 8
+    # free communication: one chunk (more would only add launches)
+    assert choose_chunks(nd, nm, nt, k, "ddddd", (4, 4), FAST, BW) == (1, 1)
+    # one rank: nothing to cut
+    assert choose_chunks(nd, nm, nt, k, "ddddd", (1, 1), "h100", BW) == (1, 1)
+    # communication of the order of the compute: chunks, and a shorter predicted product
+    slow = MachineModel("slow", 8, 1e-6, 64e9, 1e-6, 512e9)
+    grid = (4, 4)
+    s, p = choose_chunks(nd, nm, nt, k, "ddddd", grid, slow, BW)
+    assert s * p > 1
+    one = predict(nd, nm, nt, k, "ddddd", grid, slow, BW, 1, 1)
+    best = predict(nd, nm, nt, k, "ddddd", grid, slow, BW, s, p)
+    free = predict(nd, nm, nt, k, "ddddd", grid, FAST, BW, 1, 1)
+    comm = one - free
+    assert free / 2 < comm < 2 * free  # comparable
+    assert best < 0.8 * one
+    # a 1 x P grid cuts only sensors, P x 1 only parameters
+    assert choose_chunks(nd, nm, nt, k, "ddddd", (1, 8), slow, BW)[1] == 1
+    assert choose_chunks(nd, nm, nt, k, "ddddd", (8, 1), slow, BW)[0] == 1
+    # at most max_chunks, about min_chunk rows a chunk
+    s, p = choose_chunks(nd, nm, nt, k, "ddddd", grid, slow, BW, max_chunks=3, min_chunk=4)
+    assert s <= 3 and p <= 3 and s <= (nd // 4) // 4
+
+
+def test_cost_model_errors():
+    with pytest.raises(FFTMatvecValueError, match="bandwidth must be a positive number"):
+        predict(8, 8, 4, 1, "ddddd", (2, 2), "h100", 0.0, 1, 1)
+    with pytest.raises(FFTMatvecValueError, match="coords must lie in the 2x2 grid"):
+        predict(8, 8, 4, 1, "ddddd", (2, 2), "h100", 1e12, 1, 1, coords=(0, 2))
+    with pytest.raises(FFTMatvecValueError, match="coords must lie in the 2x2 grid"):
+        choose_chunks(8, 8, 4, 1, "ddddd", (2, 2), "h100", 1e12, coords=(2, 0))
+    with pytest.raises(FFTMatvecValueError, match="max_chunks must be >= 1"):
+        choose_chunks(8, 8, 4, 1, "ddddd", (2, 2), "h100", 1e12, max_chunks=0)
+    with pytest.raises(FFTMatvecValueError, match="does not fit the kernel"):
+        choose_chunks(8, 8, 4, 1, "ddddd", (9, 1), "h100", 1e12)
