@@ -111,12 +111,17 @@ class MatmulEngine:
     # ---- stages ----------------------------------------------------------------------------
     def pad(self, x, prec: PrecisionConfig, out=None, scale_exp=0):
         """Stage 1; ``scale_exp``: ``x * 2**scale_exp`` in the cast (exact: a normal power of
-        two of the wider of ``x``'s and the stage's dtypes, computed in that dtype)."""
+        two of the wider of ``x``'s and the stage's dtypes, computed in that dtype), or an
+        integer array ``(n, 1)``: one exponent per row (``ldexp``: any exponent, one rounding to
+        the stage's dtype)."""
         xp = self.xp
         k, n, nt = x.shape
         if out is None:
             out = xp.empty((k, n, self.fft_len), dtype=prec.pad_dtype)
-        if scale_exp:
+        if getattr(scale_exp, "ndim", 0):
+            xp.ldexp(x, xp.asarray(scale_exp, dtype=np.int32), out=out[..., :nt],
+                     casting="same_kind")
+        elif scale_exp:
             wide = np.result_type(x.dtype, out.dtype)
             xp.multiply(x, wide.type(2.0 ** scale_exp), out=out[..., :nt], casting="same_kind")
         else:
@@ -133,9 +138,12 @@ class MatmulEngine:
     def unpad(self, y, prec: PrecisionConfig, nt: int, dtype, weight=None, out=None,
               exponent=0):
         """Stage 5; ``exponent``: times ``2**exponent`` (``ldexp``: any exponent, one rounding)
-        after the rounding to stage 5's precision, before the weight."""
+        after the rounding to stage 5's precision, before the weight; or an integer array
+        ``(n, 1)``, one exponent per row."""
         r = y[..., :nt].astype(prec.reduce_dtype).astype(dtype, copy=False)
-        if exponent:
+        if getattr(exponent, "ndim", 0):
+            self.xp.ldexp(r, self.xp.asarray(exponent, dtype=np.int32), out=r)
+        elif exponent:
             self.xp.ldexp(r, exponent, out=r)
         if weight is not None:
             r *= weight

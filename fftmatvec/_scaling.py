@@ -2,7 +2,8 @@
 
 Reduced stages (``s``, ``h``) hold values in float32's range (about 1.2e-38 to 3.4e38; the float16
 pairs of ``h`` are scaled per (sensor, frequency) by a float32). A kernel or an input far from
-1 would over- or underflow there, so a configuration with any reduced stage scales both by
+1 would over- or underflow there, and even in ``ddddd`` an input near float64's largest number
+overflows in the FFT's sums while the product itself fits. So every configuration scales both by
 powers of two, which is exact in binary:
 
 * the kernel once at setup, by ``2**-kernel_exponent`` (:func:`kernel_exponent`);
@@ -10,11 +11,25 @@ powers of two, which is exact in binary:
   (:func:`scale_exponent`), fused into stage 1's cast on the CPU;
 * the output by ``2**(kernel_exponent - s)``.
 
-A magnitude inside ``[2**-WINDOW, 2**WINDOW)`` is left as it is (exponent 0), so usual kernels
-and inputs are computed exactly as without scaling. Outside it the largest magnitude is brought
-to ``[0.5, 1)``. Then every stage's values stay below ``n_in * Nt**2 * 2**(2*WINDOW)`` (far
-below float32's 2**128 for any problem that fits in memory), and entries down to about
-``2**-90`` of the largest stay normal float32 numbers.
+A magnitude inside ``[2**-w, 2**w)`` is left as it is (exponent 0), so usual kernels and
+inputs are computed exactly as without scaling; ``w`` is :data:`WINDOW` with any reduced stage,
+:data:`WINDOW_DOUBLE` for ``ddddd`` (:func:`window`). Outside it the largest magnitude is
+brought to ``[0.5, 1)``. Then every stage's values stay below ``n_in * Nt**2 * 2**(2*w)`` (far
+below float32's 2**128, and float64's 2**1024, for any problem that fits in memory), and
+entries down to about ``2**-90`` of the largest stay normal float32 numbers.
+
+With ``h`` the float16 values of a (sensor, frequency) row share one scale, so a kernel whose
+parameter columns differ in magnitude by more than float16's range (parameters in different
+units) would lose its small columns. Where the columns' largest magnitudes spread over more
+than ``2**COLUMN_SPREAD``, each column ``j`` is also scaled at setup by ``2**-c[j]``
+(:func:`column_exponents`, ``c[j] <= 0``: every column brought to the largest one's binade);
+since that scale is the same at every frequency, the product undoes it in the time domain:
+forward, input row ``j`` times ``2**c[j]`` in stage 1's cast; adjoint, output row ``j`` times
+``2**c[j]`` in stage 5's (on a GPU: in the input's scaling pass, and in the output's,
+:func:`run_columns`). Columns below ``2**-COLUMN_RANGE`` of the largest are brought only that
+far. Such an operator scales its kernel and every input to ``[0.5, 1)`` whatever their
+magnitude (a window of 0; forward, the input's magnitude is taken after its column scales), so
+the largest terms of every column stay far above float32's smallest normal number.
 
 What one scale cannot do: a vector (or kernel) whose own entries span more than float32's range
 (1e-30 next to 1e30, say) keeps its small entries only down to about ``2**-126`` of its largest
@@ -48,11 +63,15 @@ import numpy as np
 
 from ._errors import FFTMatvecValueError
 
-__all__ = ["WINDOW", "scale_exponent", "kernel_exponent", "scale_kernel", "ops_for",
-           "HostOps", "DeviceOps", "not_finite_error", "checked", "run_scaled"]
+__all__ = ["WINDOW", "WINDOW_DOUBLE", "COLUMN_SPREAD", "COLUMN_RANGE", "window",
+           "scale_exponent", "kernel_exponent", "column_amax", "column_exponents",
+           "scale_kernel", "relative_error", "ops_for", "HostOps", "DeviceOps",
+           "not_finite_error", "checked", "run_scaled", "run_columns"]
 
-WINDOW = 32
-_LO, _HI = 2.0 ** -WINDOW, 2.0 ** WINDOW
+WINDOW = 32  # binary orders either side of 1 left unscaled with any reduced stage
+WINDOW_DOUBLE = 256  # the same for ddddd: sums of products of two such values fit float64
+COLUMN_SPREAD = 12  # binary orders of spread between kernel columns before `h` scales them
+COLUMN_RANGE = 200  # most binary orders a column is scaled by (far beyond float32's range)
 _WIDEN = r"""
 __device__ double fm_widen(double x) { return x; }
 __device__ double fm_widen(float x) {
@@ -66,29 +85,62 @@ __device__ double fm_widen(float x) {
 _NORMAL = {4: (-126, 127), 8: (-1022, 1023)}
 
 
-def scale_exponent(a, itemsize: int = 8) -> int:
+def window(letters: str) -> int:
+    """Binary orders either side of 1 that a configuration leaves unscaled: :data:`WINDOW`
+    with any reduced stage, :data:`WINDOW_DOUBLE` for ``ddddd``."""
+    return WINDOW_DOUBLE if letters == "ddddd" else WINDOW
+
+
+def scale_exponent(a, itemsize: int = 8, window: int = WINDOW) -> int:
     """``s`` such that ``a * 2**s`` lies in ``[0.5, 1)``, or 0 where ``a`` (a largest
-    magnitude) lies in ``[2**-WINDOW, 2**WINDOW)``, is zero, NaN or Inf; clamped so that
+    magnitude) lies in ``[2**-window, 2**window)``, is zero, NaN or Inf; clamped so that
     ``2**s`` is a normal number of a float of ``itemsize`` bytes. The device kernels compute
-    the same (``_PREAMBLE``)."""
+    the same for :data:`WINDOW` (``_PREAMBLE``)."""
     a = float(a)
-    if not (a > 0.0) or math.isinf(a) or _LO <= a < _HI:
+    if not (a > 0.0) or math.isinf(a) or 2.0 ** -window <= a < 2.0 ** window:
         return 0
     lo, hi = _NORMAL[itemsize]
     return min(hi, max(lo, -math.frexp(a)[1]))
 
 
-def kernel_exponent(xp, kernel) -> int:
+def kernel_exponent(xp, kernel, window: int = WINDOW) -> int:
     """``e`` such that ``kernel * 2**-e`` has its largest magnitude in ``[0.5, 1)``, or 0 where
-    that magnitude lies in ``[2**-WINDOW, 2**WINDOW)`` (a float64 or long double kernel: not
+    that magnitude lies in ``[2**-window, 2**window)`` (a float64 or long double kernel: not
     clamped, :func:`scale_kernel` applies any exponent)."""
     hi, lo = kernel.max(), kernel.min()  # no temporary of the kernel's size (it is finite)
     if xp is not np:
         hi, lo = hi.get(), lo.get()
     amax = max(np.asarray(hi)[()], -np.asarray(lo)[()])
-    if not (amax > 0) or not np.isfinite(amax) or _LO <= amax < _HI:
+    if not (amax > 0) or not np.isfinite(amax) or 2.0 ** -window <= amax < 2.0 ** window:
         return 0
     return int(np.frexp(amax)[1])
+
+
+def column_amax(xp, kernel) -> np.ndarray:
+    """The largest magnitude of each parameter column ``kernel[:, j, :]``, ``(Nm,)`` on the
+    host (float64; a long double kernel's above float64's range is Inf)."""
+    hi = kernel.max(axis=(0, 2))  # no temporary of the kernel's size
+    lo = kernel.min(axis=(0, 2))
+    if xp is not np:
+        hi, lo = hi.get(), lo.get()
+    return np.maximum(np.asarray(hi, dtype=np.float64), -np.asarray(lo, dtype=np.float64))
+
+
+def column_exponents(xp, kernel):
+    """``c`` ``(Nm,)`` int32, ``c[j] <= 0``: ``kernel[:, j, :] * 2**-c[j]`` has its largest
+    magnitude in the binade of the largest column's (down to ``-COLUMN_RANGE``; 0 for a zero
+    column), or None where the nonzero columns' largest magnitudes lie within
+    ``2**COLUMN_SPREAD`` of each other (the stored ``h`` values keep their range unscaled)."""
+    amax = column_amax(xp, kernel)
+    nonzero = amax > 0
+    if not nonzero.any():
+        return None
+    e = np.frexp(np.where(nonzero, np.minimum(amax, np.finfo(np.float64).max), 1.0))[1]
+    top, low = int(e[nonzero].max()), int(e[nonzero].min())
+    if top - low <= COLUMN_SPREAD:
+        return None
+    c = np.where(nonzero, np.maximum(e - top, -COLUMN_RANGE), 0)
+    return c.astype(np.int32)
 
 
 def scale_kernel(xp, block, exponent: int):
@@ -103,6 +155,22 @@ def scale_kernel(xp, block, exponent: int):
         return np.ldexp(block, -exponent)
     h = -exponent // 2  # two normal powers of two: |exponent| may exceed 1022
     return block * (2.0 ** h) * (2.0 ** (-exponent - h))
+
+
+def relative_error(xp, y, ref) -> float:
+    """``||y - ref|| / ||ref||`` as a host float, computed on both divided by ``ref``'s
+    largest magnitude, so that products near float64's largest or smallest numbers neither
+    over- nor underflow in the norms. Inf where ``y`` is not finite and ``ref`` is; NaN where
+    ``ref`` is not finite; 0 where both are zero."""
+    s = float(xp.abs(ref).max()) if ref.size else 0.0
+    if not math.isfinite(s):
+        return math.nan
+    if not bool(xp.isfinite(y).all()):
+        return math.inf
+    if s == 0.0:
+        return 0.0 if not bool(y.any()) else math.inf
+    num = float(xp.linalg.norm((y / s - ref / s).ravel()))
+    return num / float(xp.linalg.norm((ref / s).ravel()))
 
 
 def not_finite_error(name: str) -> FFTMatvecValueError:
@@ -217,6 +285,11 @@ class DeviceOps:
         self._ldexp = cp.ElementwiseKernel(
             "X x, int32 k", "X y", "y = (X)ldexp(fm_widen(x), k)", "fftmatvec_ldexp",
             preamble=_WIDEN)
+        # the same with an exponent per row of a (k, n, Nt) array: the kernel's column scales
+        self._ldexp_rows = cp.ElementwiseKernel(
+            "X x, raw int32 r, int32 e, int64 nt, int64 nrow", "X y",  # (n, i: CuPy's names)
+            "y = (X)ldexp(fm_widen(x), e + r[(i / nt) % nrow])", "fftmatvec_ldexp_rows",
+            preamble=_WIDEN)
 
     def measure(self, x, launch: bool = True) -> _DeviceAmax:
         """``x``'s largest magnitude (:class:`_DeviceAmax`), computed now where ``launch``."""
@@ -261,8 +334,13 @@ class DeviceOps:
         self._unscale(a, np.int32(kexp), y)
         return y
 
-    def ldexp(self, x, k: int, out=None):
-        """``x * 2**k`` (a host exponent; one rounding), into ``out`` where given."""
+    def ldexp(self, x, k: int, out=None, rows=None):
+        """``x * 2**k`` (a host exponent; one rounding), into ``out`` where given; ``rows``:
+        times ``2**(k + rows[j])`` on row ``j`` of ``x`` ``(k, n, Nt)`` (an int32 device array
+        ``(n,)``)."""
+        if rows is not None:
+            args = (x, rows, np.int32(k), np.int64(x.shape[-1]), np.int64(x.shape[-2]))
+            return self._ldexp_rows(*args) if out is None else self._ldexp_rows(*args, out)
         if out is None:
             return self._ldexp(x, np.int32(k))
         return self._ldexp(x, np.int32(k), out)
@@ -340,7 +418,7 @@ def scale_on_device() -> bool:
     return env_overrides().get("scale_pass") == "1"
 
 
-def run_scaled(ops, run, x, a, kexp: int, first=None):
+def run_scaled(ops, run, x, a, kexp: int, first=None, window: int = WINDOW):
     """``run(x')`` on a GPU, with the input and the output scaled (kernel exponent ``kexp``).
 
     By default the product is queued on ``x`` as it is; then the host waits for the
@@ -349,7 +427,8 @@ def run_scaled(ops, run, x, a, kexp: int, first=None):
     over ``x`` beyond the reduction, extreme ones two products. The output is rescaled where
     the exponent is not 0 (a pass over the output). ``a``: a :class:`_DeviceAmax`, or None.
     ``first``: the first run on ``x`` as given, where it differs from ``run`` (a product that
-    computes ``a`` as it reads ``x``).
+    computes ``a`` as it reads ``x``). ``window``: the operator's (:func:`window`; the device
+    pass of ``scale_pass=1`` uses :data:`WINDOW`, exact as well).
     """
     if scale_on_device():
         if a is not None:
@@ -359,8 +438,32 @@ def run_scaled(ops, run, x, a, kexp: int, first=None):
     if a is None:
         a = ops.measure(x)
     y = (first or run)(x)
-    s = scale_exponent(a.value(), x.dtype.itemsize)
+    s = scale_exponent(a.value(), x.dtype.itemsize, window)
     if s:
         y = run(ops.ldexp(x, s))
+    e = kexp - s
+    return ops.ldexp(y, e, out=y) if e else y
+
+
+def run_columns(ops, run, x, a, kexp: int, rows, adjoint: bool):
+    """``run(x')`` on a GPU for a kernel with column scales (:func:`column_exponents`, ``rows``
+    on the device), run once on an input whose largest magnitude is brought to ``[0.5, 1)``;
+    the host waits for that magnitude before the product. Forward, a pass multiplies input
+    row ``j`` by ``2**rows[j]`` first and the magnitude is that of its result; adjoint, ``a``
+    (a :class:`_DeviceAmax` of ``x``, or None) gives it, and the output's rescale multiplies
+    its row ``j`` by ``2**rows[j]``."""
+    if adjoint:
+        if a is None:
+            a = ops.measure(x)
+        else:
+            a.ensure(x)
+        s = scale_exponent(a.value(), x.dtype.itemsize, 0)
+        y = run(ops.ldexp(x, s) if s else x)
+        return ops.ldexp(y, kexp - s, out=y, rows=rows)
+    xs = ops.ldexp(x, 0, rows=rows)
+    s = scale_exponent(ops.measure(xs).value(), x.dtype.itemsize, 0)
+    if s:
+        xs = ops.ldexp(xs, s, out=xs)
+    y = run(xs)
     e = kexp - s
     return ops.ldexp(y, e, out=y) if e else y

@@ -307,7 +307,17 @@ def check_not_inside(output, inputs: dict, what: str = "output") -> None:
         Label (e.g. ``"MATRIX"``) -> path.
     what : str
         The output's label in the message.
+
+    Raises
+    ------
+    FFTMatvecFileError
+        ``output`` or one of ``inputs`` is empty (an empty path would resolve to the current
+        folder), or ``output`` is or lies inside one of ``inputs``.
     """
+    for label, path in ((what, output), *inputs.items()):
+        if path is not None and not os.fspath(path):
+            raise FFTMatvecFileError("", f"{label} must not be empty: expected a file or "
+                                         f"folder path, got ''")
     out = Path(output).resolve()
     for label, path in inputs.items():
         if path is None:

@@ -27,12 +27,11 @@ import hashlib
 import os
 import re
 import threading
-import warnings
 from pathlib import Path
 
 import numpy as np
 
-from . import backend
+from . import _warnings, backend
 from ._errors import FFTMatvecError
 
 __all__ = ["available", "get_function", "has_function", "has_mma_kernels", "section_of",
@@ -208,10 +207,10 @@ def _code_object() -> Path | None:
                                   f"rebuild it (docs/building.md) or unset FFTMATVEC_KERNELS")
         if path not in _passed_over:
             _passed_over.add(path)
-            warnings.warn(f"fftmatvec: the prebuilt code object {path.name} is not loaded: {why}. "
-                          f"The kernel sources are compiled on first use instead; rebuild the "
-                          f"code objects (docs/building.md) to load them again.",
-                          RuntimeWarning, stacklevel=3)
+            _warnings.warn(f"fftmatvec: the prebuilt code object {path.name} is not loaded: "
+                           f"{why}. The kernel sources are compiled on first use instead; "
+                           f"rebuild the code objects (docs/building.md) to load them again.",
+                           RuntimeWarning)
         return None
     return path
 

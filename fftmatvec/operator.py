@@ -19,13 +19,17 @@ precision (see :class:`~fftmatvec.precision.PrecisionConfig`):
 from __future__ import annotations
 
 import contextlib
+import copy
+import logging
 import math
+import numbers
+import threading
 from typing import Any
 
 import numpy as np
 import scipy.fft
 
-from . import _memory, _scaling, backend
+from . import _interop, _memory, _scaling, _warnings, backend
 from .gpu.plan import parse_overrides, plan_key
 from ._errors import FFTMatvecTypeError, FFTMatvecValueError
 from ._matmul import MatmulEngine, rfft
@@ -34,6 +38,8 @@ from .precision import PrecisionConfig
 __all__ = ["BlockToeplitz", "NormalOperator", "fft_length"]
 
 _INTERFACE_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
+
+_log = logging.getLogger(__name__)
 
 
 def fft_length(nt: int) -> int:
@@ -47,14 +53,41 @@ def fft_length(nt: int) -> int:
 # ------------------------------------------------------------------------------------------
 # Validation helpers (public methods check, private methods compute)
 # ------------------------------------------------------------------------------------------
+def _scalar_value(value):
+    """``value`` itself, or the element of a 0-d array (NumPy or CuPy)."""
+    if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
+        return value.item()
+    return value
+
+
+def _real_scalar(value, name: str, expected: str = "a real number") -> float:
+    """``value`` as a float: a Python or NumPy real number, or a 0-d array of one; a bool, a
+    string or a complex number is refused with :class:`FFTMatvecTypeError` (its message: what
+    ``name`` must be, ``expected``, and what came)."""
+    v = _scalar_value(value)
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+        raise FFTMatvecTypeError(f"{name} must be {expected}, got {type(value).__name__} "
+                                 f"{value!r}")
+    return float(v)
+
+
+def _integer(value, name: str) -> int:
+    """``value`` as an int: a Python or NumPy integer, or a 0-d array of one; a bool, a float
+    or a string is refused with :class:`FFTMatvecTypeError`."""
+    v = _scalar_value(value)
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
+        raise FFTMatvecTypeError(f"{name} must be an integer, got {type(value).__name__} "
+                                 f"{value!r}")
+    return int(v)
+
+
 def _check_fft_len(fft_len, nt: int) -> int:
     if fft_len is None:
         return fft_length(nt)
-    if isinstance(fft_len, bool) or not isinstance(fft_len, (int, np.integer)):
-        raise FFTMatvecTypeError(f"fft_len must be an integer, got {type(fft_len).__name__}")
+    fft_len = _integer(fft_len, "fft_len")
     if fft_len < 2 * nt - 1:
         raise FFTMatvecValueError(f"fft_len must be at least 2*Nt - 1 = {2 * nt - 1}, got {fft_len}")
-    return int(fft_len)
+    return fft_len
 
 
 def _check_kernel(kernel: Any):
@@ -145,6 +178,9 @@ class _OperatorBase:
                 f"{name} is a {got} array but the operator lives on {where}; move it explicitly "
                 f"(cupy.asarray / cupy.asnumpy)"
             )
+        if isinstance(x, np.ma.MaskedArray):  # its mask would be ignored, NaN under it too
+            raise FFTMatvecTypeError(
+                f"{name} is a masked array; pass {name}.filled(0) or a plain ndarray")
         if x.dtype.kind not in "f":
             raise FFTMatvecTypeError(
                 f"{name} must be real floating point (float32 or float64), got dtype {x.dtype}"
@@ -196,33 +232,41 @@ class _OperatorBase:
                                     lambda a: run(x, amax=a))
 
     # ---- public products -----------------------------------------------------------------
+    # Each takes a NumPy or CuPy array, or any DLPack producer (a torch tensor, a JAX array)
+    # viewed without a copy, and returns the caller's kind (fftmatvec/_interop.py).
+    @_interop.accepts_arrays("m")
     def matvec(self, m, *, check_finite=True):
         """Apply the operator to one vector.
 
         Parameters
         ----------
         m : (n_in, Nt) or (n_in*Nt,) array
-            Real input, on the operator's device.
+            Real input, on the operator's device: a NumPy or CuPy array, or a DLPack producer
+            there (a torch tensor, a JAX array, a capsule), read without a copy.
         check_finite : bool, default True
             Raise :class:`~fftmatvec.FFTMatvecValueError` if ``m`` holds NaN or Inf (one
             reduction over ``m``, the one that also gives a reduced precision's input scale).
             On the CPU it raises before the product; on a GPU the product is queued first, so
             the device never waits for the host, and the error comes once the reduction's
             result is back, with no output returned. ``False`` skips it; a non-finite input
-            then spreads to every output time through the FFT. (A GPU operator with a reduced
-            stage still makes the reduction, for the input's scale, and its host still waits
-            for the reduction's value, never for the product.)
+            then spreads to every output time through the FFT. (A GPU operator still makes the
+            reduction, for the input's scale, and its host still waits for the reduction's
+            value, never for the product.)
 
         Returns
         -------
         (n_out, Nt) or (n_out*Nt,) array
-            Same rank as ``m``, in the operator's ``dtype``.
+            Same rank as ``m``, in the operator's ``dtype``, of ``m``'s kind: a torch tensor
+            for a torch tensor (on its device; on a GPU computed on its current stream), the
+            producer's namespace's array for an array-API producer, a NumPy or CuPy array for
+            a capsule.
         """
         x, flat, check = self._check_vector(m, self._n_in, "m", batched=False,
                                             check_finite=check_finite)
         y = self._product(x, False, "m", check)
         return y.reshape(-1) if flat else y[0]
 
+    @_interop.accepts_arrays("d")
     def rmatvec(self, d, *, check_finite=True):
         """Apply the adjoint to one vector: ``d`` is ``(n_out, Nt)`` or flat (``check_finite``
         as in :meth:`matvec`)."""
@@ -231,12 +275,14 @@ class _OperatorBase:
         y = self._product(x, True, "d", check)
         return y.reshape(-1) if flat else y[0]
 
+    @_interop.accepts_arrays("M")
     def matmat(self, M, *, check_finite=True):
         """Apply the operator to a batch ``M`` of shape ``(k, n_in, Nt)`` in one batched product
         (``check_finite`` as in :meth:`matvec`)."""
         x, _, check = self._check_vector(M, self._n_in, "M", batched=True, check_finite=check_finite)
         return self._product(x, False, "M", check)
 
+    @_interop.accepts_arrays("D")
     def rmatmat(self, D, *, check_finite=True):
         """Apply the adjoint to a batch ``D`` of shape ``(k, n_out, Nt)`` (``check_finite`` as
         in :meth:`matvec`)."""
@@ -266,32 +312,55 @@ class _OperatorBase:
 
     def aslinearoperator(self):
         """A ``scipy.sparse.linalg.LinearOperator`` (NumPy) or cupyx one (CuPy) on flat vectors,
-        so SciPy's / cupyx's iterative solvers run on it."""
+        so SciPy's / cupyx's iterative solvers run on it.
+
+        Its products check their input as ``F @ x`` does: a complex, integer or masked vector
+        is refused (:class:`~fftmatvec.FFTMatvecTypeError`), one holding NaN or Inf too
+        (:class:`~fftmatvec.FFTMatvecValueError`), and a vector of the wrong length. A block
+        of vectors ``(n*Nt, k)`` runs as one batched product."""
         if self._xp is np:
             from scipy.sparse.linalg import LinearOperator
         else:
             from cupyx.scipy.sparse.linalg import LinearOperator
-        n_in, n_out, nt = self._n_in, self._n_out, self.nt
-        xp, dt = self._xp, self.dtype
-
-        def _batch(V, n):  # (n*nt,) or (n*nt, k) -> (k, n, nt) in the interface dtype
-            X = V.reshape(1, -1) if V.ndim == 1 else xp.ascontiguousarray(V.T)
-            return X.reshape(-1, n, nt).astype(dt, copy=False)
-
-        def _unbatch(Y, v_ndim):
-            Y = Y.reshape(Y.shape[0], -1)
-            return Y.reshape(-1) if v_ndim == 1 else Y.T
 
         def mv(v):
-            return _unbatch(self._matmat(_batch(v, n_in)), v.ndim)
+            return self._flat_product(v, adjoint=False)
 
         def rmv(v):
-            return _unbatch(self._rmatmat(_batch(v, n_out)), v.ndim)
+            return self._flat_product(v, adjoint=True)
 
         kwargs = dict(shape=self.shape, dtype=self.dtype, matvec=mv, rmatvec=rmv, matmat=mv)
-        if xp is np:
+        if self._xp is np:
             kwargs["rmatmat"] = rmv
         return LinearOperator(**kwargs)
+
+    def _flat_product(self, v, adjoint: bool):
+        """The product of a flat vector ``(n*Nt,)`` or of a block of them ``(n*Nt, k)`` (the
+        layout of a ``LinearOperator``), with the checks of :meth:`matvec` / :meth:`matmat`."""
+        n, name = (self._n_out, "d") if adjoint else (self._n_in, "m")
+        if getattr(v, "ndim", None) != 2:
+            x, _, check = self._check_vector(v, n, name, batched=False)
+            return self._product(x, adjoint, name, check).reshape(-1)
+        if v.shape[0] != n * self.nt:
+            raise FFTMatvecValueError(
+                f"{name} must have shape ({n * self.nt}, k), got {v.shape}")
+        x, _, check = self._check_vector(v.T.reshape(-1, n, self.nt), n, name, batched=True)
+        y = self._product(x, adjoint, name, check)
+        return y.reshape(y.shape[0], -1).T
+
+    def aspylops(self):
+        """A ``pylops.LinearOperator`` with ``dims = model_shape`` and ``dimsd = data_shape``
+        (:class:`fftmatvec.pylops.PyLopsOperator`), so PyLops's solvers run on it."""
+        from .pylops import PyLopsOperator
+
+        return PyLopsOperator(self)
+
+    def as_torch(self):
+        """A ``torch.nn.Module`` applying the operator to torch tensors, differentiable:
+        gradients go through the adjoint (:class:`fftmatvec.torch.TorchOperator`)."""
+        from .torch import TorchOperator
+
+        return TorchOperator(self)
 
     # ---- to implement --------------------------------------------------------------------
     # ``amax``: the largest magnitude of ``x`` where the caller has it (a host float, or a
@@ -325,6 +394,9 @@ class _Adjoint(_OperatorBase):
 
     H = T
 
+    def __reduce__(self):  # the adjoint of the pickled (or copied) operator
+        return _Adjoint, (self._op,)
+
     def __repr__(self) -> str:
         return f"{self._op!r}.T"
 
@@ -346,16 +418,13 @@ class NormalOperator(_OperatorBase):
         self.nt = op.nt
         self._n_in = self._n_out = op.nm
         xp = op._xp
+        if isinstance(weight, np.ma.MaskedArray):  # its mask would be ignored, NaN under it too
+            raise FFTMatvecTypeError(
+                "weight is a masked array; pass weight.filled(...) or a plain ndarray")
         if weight is None:
             self._weight = None
-        elif np.isscalar(weight) or (isinstance(weight, np.ndarray) and weight.ndim == 0):
-            if (isinstance(weight, (bool, np.bool_, str, bytes))
-                    or not isinstance(weight, (int, float, np.integer, np.floating))):
-                raise FFTMatvecTypeError(
-                    f"weight must be a real number or an ({op.nd}, {op.nt}) array, got "
-                    f"{type(weight).__name__} {weight!r}"
-                )
-            w = float(weight)
+        elif getattr(weight, "ndim", 0) == 0:  # a number, or a 0-d array
+            w = _real_scalar(weight, "weight", f"a real number or an ({op.nd}, {op.nt}) array")
             if not math.isfinite(w) or w < 0:
                 raise FFTMatvecValueError(
                     f"weight (a noise precision) must be finite and >= 0, got {weight!r}"
@@ -387,14 +456,33 @@ class NormalOperator(_OperatorBase):
                 self._weight = xp.array(weight, dtype=op.dtype, order="C", copy=True)
 
     def _matmat(self, x, amax=None):
-        # the weight is applied inside the forward product's stage 5, on the device
-        d = self._op._apply(x, adjoint=False, weight=self._weight, amax=amax)
-        return self._op._apply(d, adjoint=True)
+        weight = self._weight
+
+        def product(op):  # the weight is applied inside the forward product's stage 5
+            return op._apply(op._apply(x, adjoint=False, weight=weight, amax=amax), adjoint=True)
+
+        guard = self._op._guard  # checks the whole product, in one precision
+        return product(self._op) if guard is None else guard.run(product)
 
     _rmatmat = _matmat  # F^T W F is symmetric
 
+    def __reduce__(self):  # the normal operator of the pickled (or copied) operator
+        w = self._weight
+        if w is not None and self._xp is not np:
+            w = backend.cupy.asnumpy(w)
+        return _normal_operator, (self._op, w)
+
     def __repr__(self) -> str:
         return f"NormalOperator({self._op!r})"
+
+
+def _normal_operator(op, weight) -> NormalOperator:
+    """``op.normal(weight)`` with ``weight`` a NumPy array or None, moved to ``op``'s device
+    (the loader of a pickled :class:`NormalOperator`)."""
+    if weight is not None and op._xp is not np:
+        with op._on_device():
+            weight = op._xp.asarray(weight)
+    return NormalOperator(op, weight)
 
 
 # ------------------------------------------------------------------------------------------
@@ -408,7 +496,8 @@ class BlockToeplitz(_OperatorBase):
     kernel : (Nd, Nm, Nt) real array
         First block column: ``kernel[i, j, l]`` is the response of sensor ``i`` at lag ``l`` to
         a unit impulse of parameter ``j``. A NumPy array gives a CPU operator, a CuPy array a
-        GPU operator on that array's device.
+        GPU operator on that array's device; a DLPack producer (a torch tensor, a JAX array)
+        is viewed as one of them without a copy. :meth:`from_file` reads one from a file.
     precision : str or PrecisionConfig, default ``"ddddd"``
         One letter per stage (see :class:`~fftmatvec.precision.PrecisionConfig`).
     dtype : float64 (default) or float32
@@ -418,10 +507,15 @@ class BlockToeplitz(_OperatorBase):
         ``L`` stores more frequencies but may suit the device's FFT library better.
     rtol : float, optional
         Only with ``precision="auto"`` (default 1e-6): the fastest configuration of the tuning
-        tables (or the a-priori model) whose error is within ``rtol`` (docs/tuning.md).
+        tables (or the a-priori model) whose error is within ``rtol`` (docs/tuning.md), checked
+        at construction on this kernel (one product against ``ddddd`` on a sample of sensor
+        rows); where it fails, the next point of the table's front, as ``precision_source``
+        says.
     check_every : int, optional
         Guard: compare one application in ``check_every`` with ``ddddd`` and move to the next more
-        accurate front point, with a warning, when the error exceeds ``rtol``.
+        accurate front point, with a warning, when the error exceeds ``rtol``. Every
+        application counts: products, adjoints, batches and those of :meth:`normal`. Threads
+        may share the operator: a product runs in one precision, and is checked in it.
     plan : mapping, optional
         Planner overrides; wins over a tuning table's plan.
 
@@ -436,12 +530,15 @@ class BlockToeplitz(_OperatorBase):
     shape : (int, int)
         ``(Nd*Nt, Nm*Nt)``.
     precision_source : str
-        ``"explicit"``, ``"model"``, or the tuning table's file and entry.
+        ``"explicit"``, ``"model"``, or the tuning table's file and entry; with the points
+        that ``precision="auto"``'s check on this kernel passed over, and their errors.
 
     Raises
     ------
     FFTMatvecTypeError
-        ``kernel`` is not a NumPy/CuPy array, or is complex/integer; bad ``dtype``.
+        ``kernel`` is not a NumPy/CuPy array, or is complex/integer/masked; bad ``dtype``;
+        ``rtol`` not a real number, ``fft_len`` or ``check_every`` not an integer (Python or
+        NumPy scalars and 0-d arrays are taken; bools and strings are not).
     FFTMatvecValueError
         ``kernel`` is not 3-D, has an empty dimension, or contains NaN/Inf; bad precision.
 
@@ -450,25 +547,40 @@ class BlockToeplitz(_OperatorBase):
     ``Khat = rfft(K, n=L)`` is computed once, in float64, and stored only in stage 3's
     precision. Vectors are space-outer, time-inner (SOTI): ``m`` is ``(Nm, Nt)``.
 
-    With any reduced stage (``s``, ``h``) the kernel is scaled once by a power of two and each
-    input by another, from their largest magnitudes, and the output back (exact in binary;
-    ``fftmatvec/_scaling.py``): no stage over- or underflows for any finite kernel and input,
-    and the error stays within the precision's bound, relative to the output's norm. Entries
-    far below a vector's (or the kernel's) own largest (about ``2**-90`` of it) may still be
-    flushed in float32: their share of the output lies far below float32's rounding, but an
-    output entry made only of them loses its relative accuracy. ``ddddd`` is not scaled.
+    The kernel is scaled once by a power of two and each input by another, from their largest
+    magnitudes where these lie outside ``[2**-32, 2**32)`` (``ddddd``: ``[2**-256, 2**256)``),
+    and the output back (exact in binary; ``fftmatvec/_scaling.py``): no stage over- or
+    underflows for any finite kernel and input, and the error stays within the precision's
+    bound, relative to the norm of the product's terms ``|F| |x|`` (the output's norm where
+    they do not cancel). With ``h`` and kernel columns whose magnitudes spread over more than
+    ``2**12``, each parameter column is scaled as well, undone on the input's rows in stage 1
+    (forward) or the output's in stage 5 (adjoint). Entries far below a vector's (or the
+    kernel's) own largest (about ``2**-90`` of it) may still be flushed in float32: their share
+    of the output lies far below float32's rounding, but an output entry made only of them
+    loses its relative accuracy.
     """
 
     def __init__(self, kernel, precision="ddddd", *, dtype=None, fft_len=None, rtol=None,
-                 check_every=None, plan=None, _share=None):
+                 check_every=None, plan=None, _share=None, _tuned=None):
+        kernel = _interop.asarray(kernel, "kernel")  # a DLPack producer: viewed, not copied
         if _share is None:  # before the kernel is read
             _memory.check_khat_fits(kernel, precision, fft_len)
         xp = _check_kernel(kernel)
         self._xp = xp
         self.dtype = _check_dtype(dtype)
         self.nd, self.nm, self.nt = (int(n) for n in kernel.shape)
+        if rtol is not None:  # any real number, as a float
+            rtol = _real_scalar(rtol, "rtol")
         precision, self.precision_source, self._front, self._tuned_plan = _resolve_precision(
             xp, precision, rtol, self.nm, self.nd, self.nt)
+        if _tuned is not None:  # a point of "auto"'s front, checked: the plan tuned for it
+            self._tuned_plan = _tuned
+        if self._front is not None and _share is None and precision != "ddddd":
+            # "auto": the pick checked on this kernel; the operator that passed lends its Khat
+            precision, self._tuned_plan, _share, note = _check_pick(
+                xp, kernel, precision, self._front, rtol, self.dtype, fft_len, plan,
+                self._tuned_plan)
+            self.precision_source += note
         self.rtol = rtol
         self.precision = PrecisionConfig(precision)
         self._guard = _Guard(self, check_every) if check_every is not None else None
@@ -484,19 +596,22 @@ class BlockToeplitz(_OperatorBase):
         # a fingerprint of the kernel's bytes: a derived operator (with_precision) must equal
         # the one built from the kernel as it was here, so it refuses a changed kernel
         self._kernel_print = _share._kernel_print if _share is not None else _fingerprint(xp, kernel)
-        # Power-of-two scaling (fftmatvec/_scaling.py): with any reduced stage, Khat is stored
-        # times 2**-_kexp and each input scaled from its largest magnitude, so that no stage
-        # over- or underflows; ddddd computes with the kernel and inputs as given.
-        self._scaled = self.precision.letters != "ddddd"
-        if (not self._scaled and kernel.dtype.itemsize > 8
-                and np.abs(kernel).max() > np.finfo(np.float64).max):
-            raise FFTMatvecValueError(
-                "kernel holds values too large for float64 (they would be inf in ddddd, which "
-                "computes with the kernel as given; a precision with a reduced stage scales it)")
-        self._kexp = 0
-        if self._scaled:
-            self._kexp = (_share._kexp if _share is not None and _share._scaled
-                          else _scaling.kernel_exponent(xp, kernel))
+        # Power-of-two scaling (fftmatvec/_scaling.py): Khat is stored times 2**-_kexp and
+        # each input scaled from its largest magnitude where they lie outside the window of
+        # the precision (_window), so that no stage over- or underflows; with `h` and kernel
+        # columns of spread magnitudes, also per parameter column (_cols: their exponents on
+        # the host; _cols_xp: on the operator's array module, as the products take them).
+        # _scaled: the products scale (scripts/bench_check.py switches it off to time them
+        # without; column scales are applied whatever it says)
+        self._scaled = True
+        self._cols = _scaling.column_exponents(xp, kernel) if self.precision.half else None
+        self._window = 0 if self._cols is not None else _scaling.window(self.precision.letters)
+        self._cols_xp = None
+        if self._cols is not None:
+            with contextlib.nullcontext() if xp is np else kernel.device:
+                self._cols_xp = self._cols[:, None] if xp is np else xp.asarray(self._cols)
+        self._kexp = (_share._kexp if _share is not None and _share._window == self._window
+                      else _scaling.kernel_exponent(xp, kernel, self._window))
         # the GPU the kernel lives on: products run there whatever device is current
         self._device = None if xp is np else kernel.device
         # One-vector products that a fused product served before (_one): (adjoint, shape,
@@ -516,6 +631,44 @@ class BlockToeplitz(_OperatorBase):
                     self._engine.overrides, self._engine.tuned = self._plan_user, self._plan_tuned
                 self._setup_khat()
 
+    @classmethod
+    def from_file(cls, path, precision="ddddd", *, device="cpu", rows=None, cols=None,
+                  **kwargs) -> "BlockToeplitz":
+        """The operator of a kernel stored in a file.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            An FFTMatvec matrix directory or a native ``.h5`` file
+            (:func:`fftmatvec.io.load_matrix`).
+        precision : str or PrecisionConfig, default ``"ddddd"``
+        device : {"cpu", "gpu"}, default "cpu"
+            Where the operator lives: NumPy, or CuPy on the current GPU.
+        rows, cols : optional
+            Block rows (sensors) and columns (parameters) to read, as in
+            :func:`fftmatvec.io.load_matrix`; all by default.
+        **kwargs
+            The other arguments of :class:`BlockToeplitz` (``dtype``, ``fft_len``, ...).
+
+        Raises
+        ------
+        FFTMatvecFileError
+            A missing, malformed or inconsistent matrix (see :func:`fftmatvec.io.load_matrix`).
+        FFTMatvecValueError
+            ``device`` is not "cpu" or "gpu", or "gpu" where no GPU is usable.
+        """
+        if device not in ("cpu", "gpu"):
+            raise FFTMatvecValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
+        if device == "gpu" and not backend.gpu_available():
+            raise FFTMatvecValueError(
+                "device='gpu': no GPU is available (CuPy is missing or sees no device)")
+        from . import io
+
+        kernel = io.load_matrix(path, rows=rows, cols=cols)
+        if device == "gpu":
+            kernel = backend.cupy.asarray(kernel)
+        return cls(kernel, precision, **kwargs)
+
     # ---- setup ---------------------------------------------------------------------------
     def _make_engine(self):
         if self._xp is not np:
@@ -534,6 +687,8 @@ class BlockToeplitz(_OperatorBase):
         rows = max(1, min(self.nd, (512 * 2**20) // max(per_row, 1)))
         for i0 in range(0, self.nd, rows):
             blk = _scaling.scale_kernel(xp, self._kernel[i0 : i0 + rows], self._kexp)
+            if self._cols is not None:  # column j times 2**-c[j] >= 1: exact
+                blk = blk * xp.asarray(np.ldexp(1.0, -self._cols))[None, :, None]
             khat = rfft(xp, blk, self.fft_len)  # (c, Nm, Nf) complex128
             self._engine.store_rows(i0, khat)
             del khat
@@ -555,8 +710,9 @@ class BlockToeplitz(_OperatorBase):
         their tiles and split-K, CUDA-graph replay, and the overrides in effect."""
         from .gpu.plan import Plan
 
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise FFTMatvecValueError(f"k must be a positive integer, got {k!r}")
+        k = _integer(k, "k")
+        if k < 1:
+            raise FFTMatvecValueError(f"k must be a positive integer, got {k}")
         if self._engine.name != "kernels":
             return Plan("adjoint" if adjoint else "forward", int(k), self.precision.letters,
                         "cpu" if self._xp is np else "stages",
@@ -584,9 +740,9 @@ class BlockToeplitz(_OperatorBase):
     @property
     def kernel_exponent(self) -> int:
         """``e``: the stored ``Khat`` is ``rfft(K) * 2**-e`` (and products rescale their output
-        by it). 0 for ``ddddd`` and for kernels whose largest magnitude lies in
-        ``[2**-32, 2**32)``; else the largest magnitude is brought to ``[0.5, 1)`` so that no
-        reduced stage over- or underflows."""
+        by it). 0 for kernels whose largest magnitude lies in ``[2**-32, 2**32)`` (``ddddd``:
+        ``[2**-256, 2**256)``); else the largest magnitude is brought to ``[0.5, 1)`` so that
+        no stage over- or underflows (always, for ``h`` with column scales)."""
         return self._kexp
 
     @property
@@ -606,10 +762,68 @@ class BlockToeplitz(_OperatorBase):
             f"dtype={self.dtype}, device={dev})"
         )
 
+    # ---- pickle and deepcopy (multiprocessing and MPI send operators) ---------------------
+    def __getstate__(self) -> dict:
+        """What rebuilds this operator: its kernel as a NumPy array, and the choices made at
+        construction (and by the guard since). ``Khat``, the engine, its plans and buffers are
+        not pickled: they are rebuilt on load, on the GPU current there for a GPU operator
+        (as CuPy arrays unpickle), by :meth:`__setstate__`."""
+        if _fingerprint(self._xp, self._kernel) != self._kernel_print:
+            raise FFTMatvecValueError(
+                "kernel was changed after this operator was built; a pickled or copied operator "
+                "is rebuilt from its kernel, so build a new BlockToeplitz from the changed "
+                "kernel instead")
+        guard = self._guard
+        return {
+            "kernel": self._kernel if self._xp is np else backend.cupy.asnumpy(self._kernel),
+            "gpu": self._xp is not np,
+            "precision": self.precision.letters,
+            "dtype": self.dtype,
+            "fft_len": self.fft_len,
+            "plan": self._plan_user,
+            "tuned_plan": self._tuned_plan,
+            "rtol": self.rtol,
+            "precision_source": self.precision_source,
+            "front": self._front,
+            "check_every": None if guard is None else guard.every,
+            "checked": 0 if guard is None else guard.count,
+        }
+
+    def __setstate__(self, state: dict) -> None:
+        kernel = state["kernel"]
+        if state["gpu"]:
+            if not backend.gpu_available():
+                raise FFTMatvecTypeError(
+                    "this operator was pickled on a GPU: loading it needs CuPy and a GPU")
+            kernel = backend.cupy.asarray(kernel)  # on the current device
+        BlockToeplitz.__init__(self, kernel, state["precision"], dtype=state["dtype"],
+                               fft_len=state["fft_len"], plan=state["plan"] or None)
+        # what precision="auto" chose, and the tuning table's plan that came with its choice
+        self.rtol, self.precision_source = state["rtol"], state["precision_source"]
+        self._front, self._tuned_plan = state["front"], state["tuned_plan"]
+        self._plan_tuned = parse_overrides(self._tuned_plan, "the tuning table's plan")
+        self.plan_overrides = {**self._plan_tuned, **self._plan_user}
+        if hasattr(self._engine, "tuned"):  # the GPU engine: its planner reads them
+            self._engine.tuned = self._plan_tuned
+        if state["check_every"] is not None:
+            self._guard = _Guard(self, state["check_every"])
+            self._guard.count = state["checked"]
+
+    def __deepcopy__(self, memo: dict) -> "BlockToeplitz":
+        """A copy rebuilt from a copy of the kernel, on this operator's device."""
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        state = copy.deepcopy(self.__getstate__(), memo)
+        with self._on_device():
+            new.__setstate__(state)
+        return new
+
     # ---- one vector: the fused product without the general path's overhead ---------------
+    @_interop.accepts_arrays("m")
     def matvec(self, m, *, check_finite=True):
         return self._one(m, adjoint=False, check_finite=check_finite)
 
+    @_interop.accepts_arrays("d")
     def rmatvec(self, d, *, check_finite=True):
         return self._one(d, adjoint=True, check_finite=check_finite)
 
@@ -623,7 +837,8 @@ class BlockToeplitz(_OperatorBase):
         the current one, contiguity, the path switches). A product waits for this host time
         before its first kernel, 10-40 µs on the general path (docs/history.md, fifteenth
         run)."""
-        known = type(v) is self._one_type and self._guard is None  # the guard sees every product
+        # the guard sees every product; column scales take the general path
+        known = type(v) is self._one_type and self._guard is None and self._cols is None
         if known:
             hit = self._one_paths.get((adjoint, v.shape, v.dtype))
             if hit is not None and hit[2] == plan_key():
@@ -644,9 +859,10 @@ class BlockToeplitz(_OperatorBase):
         return y
 
     def _fast_one(self, product, v, y_shape, amax):
-        """The fused product of a remembered one-vector path, scaled where the precision has
-        a reduced stage (:func:`_scaling.run_scaled`). ``amax``: ``v``'s largest magnitude,
-        which the product computes as it reads ``v`` where it has not been launched."""
+        """The fused product of a remembered one-vector path, scaled where the input lies
+        outside the precision's window (:func:`_scaling.run_scaled`). ``amax``: ``v``'s
+        largest magnitude, which the product computes as it reads ``v`` where it has not been
+        launched."""
         if not self._scaled:
             return product(v, y_shape, contiguous=True, amax=amax)
         ops = _scaling.ops_for(self._xp)
@@ -655,7 +871,7 @@ class BlockToeplitz(_OperatorBase):
         return _scaling.run_scaled(ops, lambda x: product(x, y_shape, contiguous=True),
                                    v, amax, self._kexp,
                                    first=lambda x: product(x, y_shape, contiguous=True,
-                                                           amax=amax))
+                                                           amax=amax), window=self._window)
 
     def _remember_one(self, v, adjoint: bool, y_shape) -> None:
         """Record which path serves vectors like ``v`` (a CuPy array the general path has just
@@ -679,9 +895,10 @@ class BlockToeplitz(_OperatorBase):
 
         The kernel engine writes the padded array directly in stage 2's precision (the cast of
         the next stage fused in); each value is still rounded to stage 1's precision first.
-        ``scale_exp``: multiply by ``2**scale_exp`` in the cast (CPU engine only; a GPU
+        ``scale_exp``: multiply by ``2**scale_exp`` in the cast, or by ``2**scale_exp[j]`` on row
+        ``j`` (an integer array ``(n, 1)``: a forward's column scales) (CPU engine only; a GPU
         operator scales its input before this stage)."""
-        if scale_exp:
+        if getattr(scale_exp, "ndim", 0) or scale_exp:
             return self._engine.pad(x, self.precision, out=out, scale_exp=scale_exp)
         return self._engine.pad(x, self.precision, out=out)
 
@@ -709,29 +926,44 @@ class BlockToeplitz(_OperatorBase):
         """Stage 5: keep the first ``Nt`` samples, round to stage 5's precision, return in the
         interface dtype, times the diagonal ``weight`` ``(n, Nt)`` if given (the normal
         operator). (A distributed operator also sums partial outputs here.) ``exponent``:
-        multiply by ``2**exponent`` after the rounding, before the weight (CPU engine only)."""
-        if exponent:
+        multiply by ``2**exponent`` after the rounding, before the weight, or by
+        ``2**exponent[j]`` on row ``j`` (an integer array ``(n, 1)``: an adjoint's column
+        scales) (CPU engine only)."""
+        if getattr(exponent, "ndim", 0) or exponent:
             return self._engine.unpad(y, self.precision, self.nt, self.dtype, weight=weight,
                                       out=out, exponent=exponent)
         return self._engine.unpad(y, self.precision, self.nt, self.dtype, weight=weight, out=out)
 
     def _apply(self, x, adjoint: bool, weight=None, amax=None):
-        """The product of ``x`` ``(k, n, Nt)``, scaled by powers of two where the precision has
-        a reduced stage: on the CPU inside the casts of stages 1 and 5; on a GPU the product
-        runs on ``x`` as given and again on a scaled ``x`` only where its largest magnitude
-        lies outside ``[2**-32, 2**32)`` (:func:`_scaling.run_scaled`). ``amax``: ``x``'s
-        largest magnitude where the caller has it (a float, or a device measure)."""
+        """The product of ``x`` ``(k, n, Nt)``, scaled by powers of two: on the CPU inside the
+        casts of stages 1 and 5; on a GPU the product runs on ``x`` as given and again on a
+        scaled ``x`` only where its largest magnitude lies outside the precision's window
+        (``[2**-32, 2**32)``, ``ddddd``: ``[2**-256, 2**256)``; :func:`_scaling.run_scaled`).
+        With column scales (``h``), forward input row ``j`` and adjoint output row ``j`` are
+        also multiplied by ``2**c[j]`` (on a GPU: :func:`_scaling.run_columns`). ``amax``:
+        ``x``'s largest magnitude where the caller has it (a float, or a device measure)."""
         with self._on_device():
-            if not self._scaled:
-                return self._run_stages(x, adjoint, weight)
             ops = _scaling.ops_for(self._xp)
+            cols = self._cols_xp
+            if not self._scaled and cols is None:
+                return self._run_stages(x, adjoint, weight)
             if ops.host:
-                if amax is None:
+                if cols is not None and not adjoint:  # stage 1's magnitude: x's rows scaled
+                    amax = float(np.ldexp(np.abs(x).max(axis=(0, 2)), cols[:, 0]).max())
+                elif amax is None:
                     amax = ops.measure(x)
-                s = _scaling.scale_exponent(amax, x.dtype.itemsize)
-                return self._run_stages(x, adjoint, weight, s, self._kexp - s)
-            return _scaling.run_scaled(ops, lambda v: self._run_stages(v, adjoint, weight),
-                                       x, amax, self._kexp)
+                s = _scaling.scale_exponent(amax, x.dtype.itemsize, self._window)
+                in_exp, out_exp = s, self._kexp - s
+                if cols is not None:
+                    if adjoint:
+                        out_exp = out_exp + cols
+                    else:
+                        in_exp = in_exp + cols
+                return self._run_stages(x, adjoint, weight, in_exp, out_exp)
+            run = lambda v: self._run_stages(v, adjoint, weight)  # noqa: E731
+            if cols is not None:
+                return _scaling.run_columns(ops, run, x, amax, self._kexp, cols, adjoint)
+            return _scaling.run_scaled(ops, run, x, amax, self._kexp, window=self._window)
 
     def _run_stages(self, x, adjoint: bool, weight=None, in_exp=0, out_exp=0):
         """The five stages; ``in_exp`` / ``out_exp`` (CPU): the powers of two of the input's
@@ -750,19 +982,86 @@ class BlockToeplitz(_OperatorBase):
         return self.unpad_and_reduce(y, weight, exponent=out_exp)
 
     def _matmat(self, x, amax=None):
-        y = self._apply(x, adjoint=False, amax=amax)
-        return y if self._guard is None else self._guard.check(x, y, False)
+        if self._guard is None:
+            return self._apply(x, adjoint=False, amax=amax)
+        return self._guard.run(lambda op: op._apply(x, adjoint=False, amax=amax))
 
     def _rmatmat(self, x, amax=None):
-        y = self._apply(x, adjoint=True, amax=amax)
-        return y if self._guard is None else self._guard.check(x, y, True)
+        if self._guard is None:
+            return self._apply(x, adjoint=True, amax=amax)
+        return self._guard.run(lambda op: op._apply(x, adjoint=True, amax=amax))
+
+
+_PROBE_BYTES = 64 * 2**20  # most bytes of the float64 Khat that "auto"'s check builds
+
+
+def _check_pick(xp, kernel, pick, front, rtol, dtype, fft_len, plan, tuned):
+    """``precision="auto"``'s check of its pick on the user's own kernel.
+
+    One product of the pick against ``ddddd`` on a random input whose row ``j`` is scaled by
+    the inverse of kernel column ``j``'s largest magnitude (a power of two), so that every
+    parameter's terms count alike, as where parameters in different units are balanced by the
+    input. The reference is computed on a random sample of sensor rows, whose float64 ``Khat``
+    takes at most :data:`_PROBE_BYTES` (one row at least), so that a large problem never holds
+    a second full ``Khat``. The pick passes where its error on those rows, times the tables'
+    safety factor, is within ``rtol``; else the next point of the front is tried, down to
+    ``ddddd``. Both draw from a generator seeded by the kernel's bits, so a kernel always gets
+    the same choice.
+
+    Returns
+    -------
+    (precision, tuned plan, the operator that passed or None, a note for precision_source)
+    """
+    from .tuning import select
+    from .tuning.sweep import device_info
+
+    rtol = 1e-6 if rtol is None else float(rtol)
+    nd, nm, nt = (int(n) for n in kernel.shape)
+    fft_len = _check_fft_len(fft_len, nt)
+    order = [p for p, _ in front]
+    later = order[order.index(pick) + 1:] if pick in order else []
+    candidates = list(dict.fromkeys([pick] + later + ["ddddd"]))
+    rng = np.random.default_rng(_fingerprint(xp, kernel)[0])
+    amax = _scaling.column_amax(xp, kernel)
+    e = np.frexp(np.where((amax > 0) & np.isfinite(amax), amax, 1.0))[1]
+    e = np.minimum(e.max() - e, 64)  # binary orders, >= 0 (within a float32 input's range)
+    x = np.ldexp(rng.standard_normal((nm, nt)), e[:, None].astype(np.int32)).astype(dtype)
+    per_row = nm * (fft_len // 2 + 1) * 16
+    rows = np.sort(rng.choice(nd, size=max(1, min(nd, _PROBE_BYTES // per_row)), replace=False))
+    arch = None
+    with contextlib.nullcontext() if xp is np else kernel.device:
+        x, rows_xp = xp.asarray(x), xp.asarray(rows)
+        ref = BlockToeplitz(xp.ascontiguousarray(kernel[rows_xp]), "ddddd", dtype=dtype,
+                            fft_len=fft_len).matvec(x)
+        if not bool(xp.isfinite(ref).all()):  # a reference beyond float64's range judges nothing
+            return pick, tuned, None, ""
+        gave = []
+        for q in candidates:
+            if q != pick:
+                if arch is None:
+                    arch = device_info(xp)["arch"]
+                tuned = select.point_plan(arch, "matvec", nm, nd, nt, 1, q)
+            if q == "ddddd":
+                op = None
+                break
+            op = BlockToeplitz(kernel, q, dtype=dtype, fft_len=fft_len, plan=plan,
+                               _tuned=tuned)
+            err = _scaling.relative_error(xp, op.matvec(x)[rows_xp], ref)
+            if select.SAFETY * err <= rtol:
+                break
+            gave.append(f"{q} gave {err:.2g}")
+            op = None  # its Khat freed before the next point's
+    if not gave:
+        return q, tuned, op, ""
+    note = (f"; checked on this kernel: {', '.join(gave)} (x{select.SAFETY:g} above "
+            f"rtol={rtol:g}), took {q}")
+    return q, tuned, op, note
 
 
 def _resolve_precision(xp, precision, rtol, nm, nd, nt):
     """``(precision string, source, front, plan)``: "auto" resolved from the tuning tables."""
-    if rtol is not None:
-        if isinstance(rtol, bool) or not isinstance(rtol, (int, float, np.floating)):
-            raise FFTMatvecTypeError(f"rtol must be a number, got {type(rtol).__name__}")
+    if rtol is not None:  # any real number, as a float (the distributed operator's too)
+        rtol = _real_scalar(rtol, "rtol")
         if not (math.isfinite(rtol) and rtol > 0):
             raise FFTMatvecValueError(f"rtol must be positive and finite, got {rtol!r}")
     if not (isinstance(precision, str) and precision.strip().lower() == "auto"):
@@ -774,43 +1073,122 @@ def _resolve_precision(xp, precision, rtol, nm, nd, nt):
     from .tuning.sweep import device_info
 
     arch = device_info(xp)["arch"]
-    p, src, plan, front = select.choose(arch, "matvec", nm, nd, nt, 1, 1e-6 if rtol is None else rtol)
+    rtol = 1e-6 if rtol is None else rtol
+    p, src, plan, front = select.choose(arch, "matvec", nm, nd, nt, 1, rtol)
+    _log.info("precision='auto' (rtol=%g) chose %s from %s", rtol, p, src)
     return p, src, front, plan
+
+
+class _SwitchLock:
+    """Many products at once, or one precision switch alone: a product holds the lock shared
+    while it reads the operator's precision, engine and scales, so that a switch (which holds it
+    alone) never changes them in the middle of a product. A waiting switch holds new products
+    back, so that a stream of products cannot keep it waiting forever. (Plain methods, not
+    context managers: a product pays two short critical sections and nothing more.)"""
+
+    def __init__(self):
+        self._cond = threading.Condition(threading.Lock())
+        self._products = 0  # products holding the lock
+        self._switching = False  # a switch holds the lock
+        self._waiting = 0  # switches waiting for the products to finish
+
+    def acquire_shared(self) -> None:
+        with self._cond:
+            while self._switching or self._waiting:
+                self._cond.wait()
+            self._products += 1
+
+    def release_shared(self) -> None:
+        with self._cond:
+            self._products -= 1
+            if not self._products:
+                self._cond.notify_all()
+
+    def acquire_alone(self) -> None:
+        with self._cond:
+            self._waiting += 1
+            try:
+                while self._switching or self._products:
+                    self._cond.wait()
+            finally:
+                self._waiting -= 1
+            self._switching = True
+
+    def release_alone(self) -> None:
+        with self._cond:
+            self._switching = False
+            self._cond.notify_all()
 
 
 class _Guard:
     """Compare one application in ``every`` with ``ddddd`` (sharing the kernel); past ``rtol``
-    move to the next more accurate front point, with a warning."""
+    move to the next more accurate front point, with a warning.
+
+    Thread-safe: a product runs in one precision from start to end (:class:`_SwitchLock`), its
+    check compares and decides in the precision it ran in, and a switch happens once per
+    precision however many threads find it wanting at once."""
 
     def __init__(self, op, every):
-        if isinstance(every, bool) or not isinstance(every, (int, np.integer)) or every < 1:
-            raise FFTMatvecValueError(f"check_every must be a positive integer, got {every!r}")
-        self.op, self.every, self.count, self.ref = op, int(every), 0, None
+        every = _integer(every, "check_every")
+        if every < 1:
+            raise FFTMatvecValueError(f"check_every must be positive, got {every}")
+        self.op, self.every, self.count, self.ref = op, every, 0, None
+        self._count_lock = threading.Lock()  # the count and the reference's construction
+        self._switch_lock = _SwitchLock()
 
-    def check(self, x, y, adjoint):
-        import warnings
-
-        op = self.op
-        self.count += 1
-        if self.count % self.every or op.precision.letters == "ddddd":
+    def run(self, product):
+        """``product(op)``, checked where due: ``product`` computes one application (a product,
+        its adjoint or the normal operator's) on the operator it is given, which is this
+        guard's operator and, for the check, the ``ddddd`` reference. Returns the operator's
+        result, or the reference's where the operator's was above ``rtol``."""
+        op, lock = self.op, self._switch_lock
+        lock.acquire_shared()
+        try:
+            letters = op.precision.letters  # the precision ``y`` is computed in
+            y = product(op)
+            with self._count_lock:
+                self.count += 1
+                due = not self.count % self.every and letters != "ddddd"
+                if due and self.ref is None:  # shares Khat and its engine where stage 3 is `d`
+                    self.ref = BlockToeplitz(op._kernel, "ddddd", dtype=op.dtype,
+                                             fft_len=op.fft_len, plan=op._plan_user or None,
+                                             _share=op)
+            ref = self.ref
+        finally:
+            lock.release_shared()
+        if not due:
             return y
-        if self.ref is None:  # shares Khat and its engine where stage 3 is `d` already
-            self.ref = BlockToeplitz(op._kernel, "ddddd", dtype=op.dtype, fft_len=op.fft_len,
-                                     plan=op._plan_user or None, _share=op)
-        xp = op._xp
-        r = self.ref._apply(x, adjoint)
-        err = float(xp.linalg.norm(y - r)) / max(float(xp.linalg.norm(r)), 1e-300)
+        r = product(ref)
+        err = _scaling.relative_error(op._xp, y, r)
+        if math.isnan(err):  # a reference beyond float64's range never replaces the result
+            return y
         tol = op.rtol if op.rtol is not None else 1e-6
-        if err <= tol:
+        if err <= tol:  # (NaN, where ``y`` is not finite, is not)
             return y
+        lock.acquire_alone()
+        try:
+            if op.precision.letters == letters:  # else another thread has switched it already
+                self._move_on(letters, err, tol)
+        finally:
+            lock.release_alone()
+        return r
+
+    def _move_on(self, cur: str, err: float, tol: float) -> None:
+        """Switch the operator from ``cur`` to the next more accurate front point."""
+        op = self.op
         front = [p for p, _ in (op._front or [])]
-        cur = op.precision.letters
         later = front[front.index(cur) + 1:] if cur in front else []
         nxt = later[0] if later else "ddddd"
-        warnings.warn(f"precision {cur!r} gave a relative error {err:.3g} above rtol={tol:g}; "
-                      f"moving to {nxt!r}", stacklevel=4)
         new = op.with_precision(nxt)
+        old = op._engine
         op.precision, op._engine, op._one_paths = new.precision, new._engine, {}
-        op._scaled, op._kexp = new._scaled, new._kexp
+        op._kexp, op._window, op._cols, op._cols_xp = new._kexp, new._window, new._cols, new._cols_xp
         op.precision_source = f"{op.precision_source} (guard: {cur} -> {nxt})"
-        return r
+        if op._device is not None and old is not op._engine:
+            # products queued on other streams may still read the old Khat: its memory goes
+            # back to the pool only once they are done
+            op._device.synchronize()
+        del old
+        # after the switch: where warnings are errors, the operator has moved on all the same
+        _warnings.warn(f"precision {cur!r} gave a relative error {err:.3g} above rtol={tol:g}; "
+                       f"moving to {nxt!r}")

@@ -18,9 +18,12 @@ are of similar size) and ``hidden`` the share of the shorter of compute and comm
 overlap hid: (compute + comm - overlap) / min(compute, comm). Strong scaling keeps the problem
 fixed; weak scaling (``--weak``) grows Nm with p. Times are medians over ranks' maxima.
 
+``--replicas R`` times instead one batch of ``--k`` vectors through ``matmat`` on all the
+ranks, one replica against ``R`` replica groups (``ratio`` below 1: the replicas help).
+
 Usage: mpiexec -n 4 python scripts/bench_scaling.py [--nd 64] [--nm 512] [--nt 256] [--k 8]
        [--chunks 4] [--min-chunk 16] [--precision ddddd] [--mode forward|adjoint|normal]
-       [--weak] [--repeat 5]
+       [--weak] [--repeat 5] [--replicas R]
 """
 
 from __future__ import annotations
@@ -109,6 +112,33 @@ def bench(comm, nd, nm, nt, k, precision, mode, device, repeat, chunks, min_chun
                 ctc=t_ctc, compute=t_comp, comm=t_comm, ratio=t_ov / t_ctc, hidden=hidden)
 
 
+def bench_replicas(comm, nd, nm, nt, k, precision, device, repeat, replicas):
+    """One batch of ``k`` right-hand sides through ``matmat`` on every rank of ``comm``: one
+    replica (the whole grid shares every vector) against ``replicas`` replica groups (each its
+    share of the batch on its own grid, a whole ``Khat`` per group)."""
+    from fftmatvec import DistributedBlockToeplitz, ProcessGrid
+
+    xp = np
+    if device == "gpu":
+        import cupy as xp  # noqa: F811
+    sync = (lambda: xp.cuda.Device().synchronize()) if xp is not np else (lambda: None)
+
+    def kernel(rs, cs):  # each rank makes only its block
+        r = np.random.default_rng([rs.start, cs.start])
+        return r.standard_normal((rs.stop - rs.start, cs.stop - cs.start, nt)) / np.sqrt(nm)
+
+    M = np.random.default_rng(2).standard_normal((k, nm, nt))
+    out = {}
+    for R in (1, replicas):
+        op = DistributedBlockToeplitz(ProcessGrid(comm, replicas=R), kernel, precision,
+                                      shape=(nd, nm, nt), device=device)
+        X = xp.asarray(op.distribute(M, "param"))
+        g = op.grid
+        out[R] = (f"{R}x{g.rows}x{g.cols}",
+                  _timed(comm, lambda: op.matmat(X, check_finite=False), repeat, sync))
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     ap.add_argument("--nd", type=int, default=64)
@@ -124,11 +154,28 @@ def main(argv=None) -> int:
     ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     ap.add_argument("--weak", action="store_true", help="grow Nm with the number of ranks")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--replicas", type=int, default=None,
+                    help="instead: a batch of --k vectors on every rank, one replica against "
+                         "this many replica groups")
     args = ap.parse_args(argv)
 
     from mpi4py import MPI
 
     world = MPI.COMM_WORLD
+    if args.replicas is not None:
+        if args.replicas < 1 or world.size % args.replicas:
+            ap.error(f"--replicas must divide the {world.size} ranks, got {args.replicas}")
+        r = bench_replicas(world, args.nd, args.nm, args.nt, args.k, args.precision,
+                           args.device, args.repeat, args.replicas)
+        if world.rank == 0:
+            (lay1, t1), (lay_r, t_r) = r[1], r[args.replicas]
+            print(f"# matmat of k={args.k}, Nd={args.nd} Nm={args.nm} Nt={args.nt} "
+                  f"precision={args.precision} device={args.device} on {world.size} ranks; "
+                  f"ms (slowest rank, median of {args.repeat}); layout replicas x rows x cols")
+            print(f"{'layout':>10} {'ms':>9} | {'layout':>10} {'ms':>9} | {'ratio':>6}")
+            print(f"{lay1:>10} {t1 * 1e3:9.3f} | {lay_r:>10} {t_r * 1e3:9.3f} | "
+                  f"{t_r / t1:6.2f}")
+        return 0
     sizes = [p for p in (2 ** i for i in range(16)) if p <= world.size]
     if world.rank == 0:
         kind = "weak (Nm x p)" if args.weak else "strong"

@@ -124,3 +124,12 @@ def test_installed_manifest_records_the_installed_sources():
         pytest.skip("the installed package has no kernel build")
     recorded = json.loads(Path(manifest.locate()).read_text())["sources_sha256"]
     assert recorded == kernels.sources_sha256(Path(source.locate()).parent)
+
+
+def test_passed_over_warning_points_at_the_caller(tree):
+    """The warning names the line that asked for the kernels, not the loader's."""
+    _, code = tree
+    write_manifest(code, "0" * 64)
+    with pytest.warns(RuntimeWarning, match="is not loaded") as caught:
+        kernels.has_mma_kernels()
+    assert [w.filename for w in caught] == [__file__]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fftmatvec import FFTMatvecTypeError, FFTMatvecValueError
+from fftmatvec import FFTMatvecDistributedError, FFTMatvecTypeError, FFTMatvecValueError
 from fftmatvec.distributed import Layout, block_partition, choose_grid, comm_bytes
 from fftmatvec.distributed.layout import check_fit
 
@@ -246,6 +246,48 @@ def test_process_grid_needs_a_communicator():
         ProcessGrid(None)
 
 
+def test_choose_layout():
+    from fftmatvec.distributed import Machine, choose_layout
+
+    # one vector: one replica, the byte-count grid
+    assert choose_layout(8, 100, 5000, 100) == (1,) + choose_grid(8, 100, 5000, 100)
+    assert choose_layout(4, 5, 7, 6, batch=1) == (1,) + choose_grid(4, 5, 7, 6)
+    # a large batch of a small kernel: every rank a replica (nothing to communicate)
+    assert choose_layout(4, 5, 7, 6, batch=64) == (4, 1, 1)
+    # no more replicas than vectors, and R divides the ranks
+    for size, batch in ((8, 3), (6, 4), (12, 5)):
+        R, pr, pc = choose_layout(size, 16, 16, 50, batch=batch)
+        assert R <= batch and R * pr * pc == size
+    # memory: each replica holds a whole Khat; a bound below one rank's share of it for
+    # R = 4 keeps fewer replicas
+    free = choose_layout(4, 64, 64, 100, batch=64)
+    assert free[0] == 4
+    khat_r4 = 64 * 64 * 101 * 16  # one rank holds all of Khat (complex128, Nf = Nt + 1)
+    assert choose_layout(4, 64, 64, 100, batch=64, memory=khat_r4 // 2)[0] < 4
+    # a slow network makes replicas pay off sooner, a fast one later
+    slow, fast = Machine(bandwidth=1e8), Machine(bandwidth=1e13, latency=0.0)
+    assert choose_layout(4, 64, 64, 100, batch=4, machine=slow)[0] == 4
+    assert choose_layout(4, 64, 64, 100, batch=4, machine=fast)[0] == 1
+    with pytest.raises(FFTMatvecValueError, match="batch"):
+        choose_layout(4, 5, 7, 6, batch=0)
+
+
+def test_process_grid_checks_its_replicas():
+    """The checks a grid makes before any product (a communicator of one rank: in-process)."""
+    MPI = pytest.importorskip("mpi4py.MPI")
+    from fftmatvec import ProcessGrid
+
+    with pytest.raises(FFTMatvecValueError, match="replicas=2 does not divide"):
+        ProcessGrid(MPI.COMM_SELF, replicas=2)
+    with pytest.raises(FFTMatvecTypeError, match="replicas must be a positive integer"):
+        ProcessGrid(MPI.COMM_SELF, replicas=1.5)
+    with pytest.raises(FFTMatvecValueError, match="replicas must be a positive integer"):
+        ProcessGrid(MPI.COMM_SELF, replicas=0)
+    g = ProcessGrid(MPI.COMM_SELF, replicas=1).resolve(3, 4, 5)
+    assert (g.replicas, g.shape, g.replica, g.coords, g.group_size) == (1, (1, 1), 0, (0, 0), 1)
+    assert ProcessGrid(MPI.COMM_SELF).resolve(3, 4, 5, batch=8).replicas == 1  # one rank
+
+
 # ---- under mpiexec -----------------------------------------------------------------------
 def _mpiexec():
     exe = shutil.which("mpiexec")
@@ -270,7 +312,7 @@ def _run(n, script, *args, timeout=TIMEOUT):
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("n", [1, 2, 4])
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
 def test_products_agree_with_single_process(n):
     res = _run(n, "check_products.py")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-5000:]
@@ -278,7 +320,7 @@ def test_products_agree_with_single_process(n):
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("n", [2, 3, 4])
 def test_errors_reach_every_rank(n):
     res = _run(n, "check_errors.py")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-5000:]
@@ -292,6 +334,18 @@ def test_uncaught_error_ends_the_run():
     assert "not reached" not in res.stdout
     # both ranks raised, each naming the failing rank and the cause
     assert res.stderr.count("FFTMatvecDistributedError: matvec failed on 1 of 2 rank(s): "
+                            "rank 1") == 2, res.stderr[-3000:]
+    assert "must have shape" in res.stderr
+
+
+@pytest.mark.mpi
+def test_uncaught_distribute_error_ends_the_run():
+    """``distribute`` of a global vector of the wrong shape on one rank, uncaught (the README's
+    lines): every rank raises, so the run ends instead of the other ranks waiting."""
+    res = _run(2, "check_errors.py", "uncaught", "distribute", timeout=60)
+    assert res.returncode != 0
+    assert "not reached" not in res.stdout
+    assert res.stderr.count("FFTMatvecDistributedError: distribute failed on 1 of 2 rank(s): "
                             "rank 1") == 2, res.stderr[-3000:]
     assert "must have shape" in res.stderr
 
@@ -317,6 +371,44 @@ def test_cli_matvec_with_a_grid(tmp_path):
     z = io.load_vector(tmp_path / "z.h5", space="param")
     ref = BlockToeplitz(K).rmatvec(d)
     assert np.abs(z - ref).max() <= 1e-12 * np.abs(ref).max()
+
+
+@pytest.mark.mpi
+def test_cli_matvec_with_a_grid_refuses_an_output_over_an_input(tmp_path):
+    """The distributed command refuses what the serial one refuses, with its message, before
+    any work and on every rank: the files stay as they were."""
+    import numpy as np
+
+    from fftmatvec import io
+
+    exe = _mpiexec()
+    rng = np.random.default_rng(7)
+    K = rng.standard_normal((3, 2, 5))
+    io.save_matrix(tmp_path / "K.h5", K)
+    io.save_matrix(tmp_path / "D", K, layout="fftmatvec")
+    io.save_vector(tmp_path / "m.h5", rng.standard_normal((2, 5)))
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env.setdefault("MPIR_CVAR_ENABLE_HEAVY_YIELD", "1")
+    cases = [("K.h5", "m.h5", "K.h5"), ("K.h5", "m.h5", "m.h5"),
+             ("D", "m.h5", "D/binary/adj/vec_000001.h5"), ("D", "m.h5", "D/notes.h5")]
+    for matrix, inp, out in cases:
+        args = [sys.executable, "-m", "fftmatvec", "matvec", matrix, inp, out, "--repeat", "1"]
+        serial = subprocess.run(args, capture_output=True, text=True, timeout=120, env=env,
+                                cwd=tmp_path)
+        assert serial.returncode == 2, serial.stderr
+        message = serial.stderr.strip()
+        assert "OUTPUT" in message and len(message.splitlines()) == 1, message
+        for launch in ([exe, "-n", "2"] + args, args + ["--grid", "1x1"]):
+            res = subprocess.run(launch, capture_output=True, text=True, timeout=120, env=env,
+                                 cwd=tmp_path)
+            lines = res.stderr.strip().splitlines()
+            assert res.returncode == 2, (launch, res.stdout, res.stderr[-3000:])
+            assert "Traceback" not in res.stderr and "matrix " not in res.stdout, res.stderr
+            # every rank says what the serial command says
+            assert lines == [message] * (2 if launch[0] == exe else 1), (launch, res.stderr)
+    assert {p: p.read_bytes() for p in before} == before
+    assert not (tmp_path / "D" / "notes.h5").exists()
 
 
 def _gpu_or_skip():
@@ -354,3 +446,171 @@ def test_errors_with_ranks_sharing_the_gpu(n):
     res = _run(n, "check_errors.py", "gpu")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-5000:]
     assert res.stdout.split()[:2] == ["OK", str(n)], res.stdout
+
+
+# ---- conjugate gradients (the same lines serve one process and a grid) ---------------------
+def _spd_problem(rng):
+    from fftmatvec import BlockToeplitz
+
+    K = rng.standard_normal((6, 4, 5))
+    F = BlockToeplitz(K)
+    m = rng.standard_normal((4, 5))
+    return F, F.normal(), F.normal().matvec(m)
+
+
+def test_cg_follows_scipys_info_convention(rng):
+    """``info`` 0 once converged (the residual within rtol), else the iterations run, with a
+    warning that points at the caller's line."""
+    import warnings
+
+    import numpy as np
+
+    from fftmatvec.distributed import cg
+
+    _, N, b = _spd_problem(rng)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        x, info = cg(N, b, rtol=1e-10, maxiter=500)
+    assert info == 0 and isinstance(info, int)
+    assert np.linalg.norm(N.matvec(x) - b) <= 1e-8 * np.linalg.norm(b)
+    with pytest.warns(RuntimeWarning, match="did not converge") as caught:
+        x2, info2 = cg(N, b, rtol=1e-10, maxiter=2)
+    assert info2 == 2
+    assert caught[0].filename == __file__
+    assert np.linalg.norm(N.matvec(x2) - b) > 1e-10 * np.linalg.norm(b)
+    # integer-valued tolerances of any integer type are numbers like any other
+    _, info3 = cg(N, b, rtol=np.int64(1), maxiter=5)
+    assert info3 == 0
+
+
+def test_cg_refuses_bad_arguments(rng):
+    import numpy as np
+
+    from fftmatvec.distributed import cg
+
+    F, N, b = _spd_problem(rng)
+    with pytest.raises(FFTMatvecValueError, match=r"A must be square.*\(30, 20\)"):
+        cg(F, rng.standard_normal((4, 5)))
+    with pytest.raises(FFTMatvecTypeError, match="rtol must be a real number.*'1e-5'"):
+        cg(N, b, rtol="1e-5")
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(FFTMatvecValueError, match="rtol must be"):
+            cg(N, b, rtol=bad)
+    with pytest.raises(FFTMatvecTypeError, match="rtol"):
+        cg(N, b, rtol=True)
+    with pytest.raises(FFTMatvecTypeError, match="maxiter must be"):
+        cg(N, b, maxiter=2.5)
+    with pytest.raises(FFTMatvecValueError, match="maxiter must be"):
+        cg(N, b, maxiter=-1)
+    with pytest.raises(FFTMatvecTypeError, match="A must have a matvec"):
+        cg(np.eye(20), b)
+    with pytest.raises(FFTMatvecTypeError, match="callback must be callable"):
+        cg(N, b, callback=3)
+
+
+# ---- the cost model (distributed/model.py) and the projection built on it -----------------
+def test_collective_times_by_hand():
+    from fftmatvec.distributed.model import Machine, collective_time
+
+    m = Machine(latency=1e-6, bandwidth=1e3)
+    # a ring broadcast over 4 ranks: 3 steps, the whole 1000 bytes through every rank
+    assert collective_time("bcast", 1000, 4, m) == pytest.approx(3e-6 + 1.0)
+    assert collective_time("reduce", 1000, 4, m, "log") == pytest.approx(2e-6 + 1.0)
+    # an all-gather by recursive doubling over 8 ranks: 3 steps, 7/8 of the bytes
+    assert collective_time("allgather", 800, 8, m, "log") == pytest.approx(3e-6 + 0.7)
+    assert collective_time("reduce_scatter", 800, 8, m) == pytest.approx(7e-6 + 0.7)
+    assert collective_time("allreduce", 800, 8, m) == pytest.approx(2 * (7e-6 + 0.7))
+    assert collective_time("allgather", 800, 5, m, "log") == pytest.approx(3e-6 + 0.64)
+    assert collective_time("bcast", 10**9, 1, m) == 0.0  # one rank: nothing moves
+    with pytest.raises(FFTMatvecValueError, match="kind"):
+        collective_time("scatter", 1, 2, m)
+    with pytest.raises(FFTMatvecValueError, match="algorithm"):
+        collective_time("bcast", 1, 2, m, "tree")
+    with pytest.raises(FFTMatvecValueError, match="latency"):
+        Machine(latency=-1.0)
+
+
+def test_product_times_by_hand():
+    from fftmatvec.distributed.model import (Machine, collective_time, fftmatvec_time,
+                                             local_compute_time, pipeline_time)
+
+    m = Machine(latency=2e-6, bandwidth=1e9, mem_bandwidth=1e12)
+    c = 1e-3
+    assert fftmatvec_time(c, 10, 20, 30, 1, 1, m) == c
+    # FFTMatvec: broadcast of 20 x 30 float64 down 2 ranks, reduce of 10 x 30 along 4
+    want = c + collective_time("bcast", 8 * 20 * 30, 2, m) + collective_time(
+        "reduce", 8 * 10 * 30, 4, m)
+    assert fftmatvec_time(c, 10, 20, 30, 2, 4, m) == pytest.approx(want)
+    # the pipeline in one chunk: compute then communicate (nothing hidden)
+    comm = (collective_time("allgather", 8 * 20 * 30, 2, m, "log")
+            + collective_time("reduce_scatter", 8 * 10 * 30, 4, m, "log"))
+    assert pipeline_time(c, 10, 20, 30, 2, 4, m, chunks=1) == pytest.approx(c + comm)
+    # four chunks, full overlap: max + min / 4, with four collectives' latency each
+    comm4 = comm + 3 * (collective_time("allgather", 0, 2, m, "log")
+                        + collective_time("reduce_scatter", 0, 4, m, "log"))
+    assert pipeline_time(c, 10, 20, 30, 2, 4, m, chunks=4) == pytest.approx(
+        max(c, comm4) + min(c, comm4) / 4)
+    assert pipeline_time(c, 10, 20, 30, 2, 4, m, overlap=0.0, chunks=4) == pytest.approx(
+        c + comm4)
+    # float32 at stages 1 and 5 halves the wire's bytes; the latency stays
+    lat = collective_time("allgather", 0, 2, m, "log") + collective_time(
+        "reduce_scatter", 0, 4, m, "log")
+    assert pipeline_time(0.0, 10, 20, 30, 2, 4, m, "sddds", chunks=1) == pytest.approx(
+        lat + (comm - lat) / 2)
+    # the local product: Khat once (16 bytes an entry in d, 8 in s), each vector's spectra
+    nf = 31
+    assert local_compute_time(10, 20, 30, 1, m) == pytest.approx(
+        (10 * 20 * nf * 16 + 30 * nf * 32) / 1e12)
+    assert local_compute_time(10, 20, 30, 2, m, "dssdd") == pytest.approx(
+        (10 * 20 * nf * 8 + 2 * 30 * nf * 32) / 1e12)
+    with pytest.raises(FFTMatvecValueError, match="overlap"):
+        pipeline_time(c, 1, 1, 1, 1, 1, m, overlap=1.5)
+
+
+def test_fit_recovers_known_constants():
+    """A curve made by the model itself with known constants: the fit gives them back, its
+    grids the best ones, its residuals zero."""
+    from fftmatvec.distributed.model import Machine, fftmatvec_time, fit_fftmatvec, grids_of
+
+    true = Machine(latency=3e-6, bandwidth=2e9)
+    nd, nm, nt, c = 100, 5000, 1000, 2e-3
+    curve = [(1, c)] + [(p, min(fftmatvec_time(c, nd, nm, nt, g[0], g[1], true)
+                                for g in grids_of(p))) for p in (8, 64, 512, 4096)]
+    machine, fits = fit_fftmatvec(curve, nd, nm, nt)
+    assert machine.latency == pytest.approx(3e-6, rel=1e-6)
+    assert machine.bandwidth == pytest.approx(2e9, rel=1e-6)
+    for p, grid, model, residual in fits:
+        assert abs(residual) < 1e-9 and grid == (1, p)
+    with pytest.raises(FFTMatvecValueError, match="p = 1"):
+        fit_fftmatvec(curve[1:], nd, nm, nt)
+
+
+def test_projection_script_prints_the_fit_and_the_projection(capsys):
+    import runpy
+
+    mod = runpy.run_path(str(ROOT / "scripts" / "project_scaling.py"), run_name="project")
+    assert mod["main"](["--compute-ms", "2.0", "--chunks", "1,4"]) == 0
+    out = capsys.readouterr().out
+    for p, _ in mod["CURVE"]:  # the fit's residual at every point of the curve
+        assert any(line.split()[:1] == [str(p)] and line.rstrip().endswith("%")
+                   for line in out.splitlines()), (p, out)
+    assert "latency" in out and "bandwidth" in out
+    assert "projected weak-scaling efficiency at 4096 GPUs" in out
+    with pytest.raises(SystemExit):
+        mod["main"](["--overlap", "2"])
+
+
+def test_distributed_rtol_numpy_scalars(rng):
+    """The distributed operator takes ``rtol`` as any real number, as the serial one does."""
+    import numpy as np
+    from mpi4py import MPI
+
+    from fftmatvec import DistributedBlockToeplitz, ProcessGrid
+
+    K = rng.standard_normal((3, 4, 5))
+    grid = ProcessGrid(MPI.COMM_SELF, rows=1, cols=1)
+    with pytest.warns(UserWarning, match="a-priori error model"):
+        F = DistributedBlockToeplitz(grid, K, precision="auto", rtol=np.int64(1))
+    assert F.precision
+    with pytest.raises(FFTMatvecDistributedError, match="rtol must be a real number"):
+        DistributedBlockToeplitz(grid, K, precision="auto", rtol="1e-5")

@@ -278,8 +278,9 @@ def test_fused_plans_warn_and_fall_back(monkeypatch):
     engine, _ = _host_engine(monkeypatch, fail="link failed")
     prec = PrecisionConfig("ddddd")
     set_plan(monkeypatch, "fft_callbacks", None)
-    with pytest.warns(RuntimeWarning, match="link failed"):
+    with pytest.warns(RuntimeWarning, match="link failed") as caught:
         assert KernelEngine.fused_plans(engine, prec, False, 1, np.float64, np.float64) is None
+    assert [w.filename for w in caught] == [__file__]  # the caller's line, not the engine's
     assert KernelEngine.fused_plans(engine, prec, False, 1, np.float64, np.float64) is None
     set_plan(monkeypatch, "fft_callbacks", "1")
     engine._cb_plans.clear()

@@ -269,8 +269,9 @@ def test_cache_warns_on_churn():
         warnings.simplefilter("error")
         for k in range(3):
             c.get(k, make(k))                                        # one eviction
-    with pytest.warns(RuntimeWarning, match="2 CUDA graphs of the DFT chain evicted"):
+    with pytest.warns(RuntimeWarning, match="2 CUDA graphs of the DFT chain evicted") as caught:
         c.get(3, make(3))
+    assert [w.filename for w in caught] == [__file__]  # the caller's line, not the cache's
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for k in range(4, 8):

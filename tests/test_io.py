@@ -11,6 +11,7 @@ import pytest
 import fftmatvec as fm
 from fftmatvec import FFTMatvecError, FFTMatvecTypeError, FFTMatvecValueError, io
 from fftmatvec.io import FFTMatvecFileError
+from fftmatvec.io import _write as io_write
 
 from conftest import dense_btt, rel_err
 from h5files import (
@@ -110,7 +111,7 @@ def test_save_fftmatvec_directory_layout(tmp_path, rng, shape):
 
 
 def test_save_native_layout_is_chunked_by_blocks(tmp_path, rng, monkeypatch):
-    monkeypatch.setattr(io, "_CHUNK_BYTES", 8192)  # small chunks for a small test matrix
+    monkeypatch.setattr(io_write, "_CHUNK_BYTES", 8192)  # small chunks for a small test matrix
     K = _kernel(rng, (40, 30, 50))
     path = str(tmp_path / "k.h5")
     io.save_matrix(path, K)
@@ -153,7 +154,7 @@ def test_convert_both_ways_keeps_metadata(tmp_path, rng):
 
 
 def test_convert_streams_in_row_blocks(tmp_path, rng, monkeypatch):
-    monkeypatch.setattr(io, "_COPY_BYTES", 2 * 3 * 5 * 8)  # two rows at a time
+    monkeypatch.setattr(io_write, "_COPY_BYTES", 2 * 3 * 5 * 8)  # two rows at a time
     K = _kernel(rng, (7, 3, 5))
     src = write_fftmatvec_dir(str(tmp_path / "src"), K)
     io.convert_matrix(src, str(tmp_path / "k.h5"))
@@ -390,7 +391,7 @@ def test_interrupted_save_by_exception(tmp_path, rng, monkeypatch):
     def boom(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(io, "_native_chunks", boom)
+    monkeypatch.setattr(io_write, "_native_chunks", boom)
     with pytest.raises(KeyboardInterrupt):
         io.save_matrix(path, 2 * K)
     np.testing.assert_array_equal(io.load_matrix(path), K)

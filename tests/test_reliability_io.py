@@ -18,7 +18,8 @@ import h5py
 import numpy as np
 import pytest
 
-from fftmatvec import BlockToeplitz, _writes, io
+from fftmatvec import BlockToeplitz, _memory, _writes, io
+from fftmatvec.io import _write as io_write
 from fftmatvec._errors import (FFTMatvecError, FFTMatvecFileError, FFTMatvecMemoryError,
                                FFTMatvecTypeError, FFTMatvecValueError)
 
@@ -149,6 +150,21 @@ def test_cli_refuses_output_over_input(tmp_path, rng):
     assert after == before and not (tmp_path / "D" / "notes.h5").exists()
 
 
+def test_cli_refuses_an_empty_path(tmp_path, rng):
+    """An empty argument is refused as empty, naming it (it is not the current folder)."""
+    write_native(str(tmp_path / "K.h5"), rng.standard_normal((3, 2, 5)))
+    write_vector(str(tmp_path / "m.h5"), rng.standard_normal((2, 5)))
+    cases = [(("matvec", "", "m.h5", "o.h5"), "MATRIX"), (("matvec", "K.h5", "", "o.h5"), "INPUT"),
+             (("matvec", "K.h5", "m.h5", ""), "OUTPUT"), (("convert", "", "o.h5"), "SRC"),
+             (("convert", "K.h5", ""), "DST")]
+    for args, label in cases:
+        proc = cli(*args, cwd=tmp_path)
+        assert proc.returncode == 2, (args, proc.stderr)
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and f"{label} must not be empty" in lines[0], (args, proc.stderr)
+    assert not (tmp_path / "o.h5").exists()
+
+
 def test_save_refuses_a_matrix_directorys_own_files(tmp_path, rng):
     K = rng.standard_normal((3, 2, 5))
     io.save_matrix(tmp_path / "D", K, layout="fftmatvec")
@@ -167,6 +183,54 @@ def test_save_refuses_a_matrix_directorys_own_files(tmp_path, rng):
     io.save_vector(tmp_path / "D" / "result.h5", K[0])
     io.save_vector(tmp_path / "D" / "binary" / "adj" / "vec_000003.h5", K[0])
     assert np.array_equal(io.load_matrix(tmp_path / "D"), K)
+
+
+def test_save_refuses_to_replace_a_file_of_another_kind(tmp_path, rng):
+    """A vector never silently replaces a native matrix file, nor a matrix a vector file (or
+    any other HDF5 file): only ``overwrite=True`` says so. A file of the same kind is replaced."""
+    K, v = rng.standard_normal((3, 2, 5)), rng.standard_normal((2, 5))
+    io.save_matrix(tmp_path / "K.h5", K)
+    io.save_vector(tmp_path / "v.h5", v)
+    with h5py.File(tmp_path / "other.h5", "w") as f:
+        f["data"] = rng.standard_normal(4)
+    before = {p: p.read_bytes() for p in tmp_path.iterdir()}
+    with pytest.raises(FFTMatvecFileError, match="'.*K.h5'.* native matrix file.*overwrite=True"):
+        io.save_vector(tmp_path / "K.h5", v)
+    with pytest.raises(FFTMatvecFileError, match="'.*v.h5'.* vector file.*overwrite=True"):
+        io.save_matrix(tmp_path / "v.h5", K)
+    for write in (lambda p: io.save_vector(p, v), lambda p: io.save_matrix(p, K),
+                  lambda p: io.convert_matrix(tmp_path / "K.h5", p, layout="native",
+                                              overwrite=None)):
+        with pytest.raises(FFTMatvecFileError, match="'.*other.h5'.* HDF5 file"):
+            write(tmp_path / "other.h5")
+    assert {p: p.read_bytes() for p in tmp_path.iterdir()} == before
+    # the same kind is replaced, as before
+    v2, K2 = rng.standard_normal((2, 5)), rng.standard_normal((3, 2, 5))
+    io.save_vector(tmp_path / "v.h5", v2)
+    io.save_matrix(tmp_path / "K.h5", K2)
+    assert np.array_equal(io.load_vector(tmp_path / "v.h5"), v2)
+    assert np.array_equal(io.load_matrix(tmp_path / "K.h5"), K2)
+    # overwrite=True replaces a file of another kind, overwrite=False nothing
+    with pytest.raises(FFTMatvecFileError, match="exists"):
+        io.save_vector(tmp_path / "v.h5", v, overwrite=False)
+    io.save_vector(tmp_path / "K.h5", v, overwrite=True)
+    io.save_matrix(tmp_path / "v.h5", K, overwrite=True)
+    assert np.array_equal(io.load_vector(tmp_path / "K.h5"), v)
+    assert np.array_equal(io.load_matrix(tmp_path / "v.h5"), K)
+    assert not leftovers(tmp_path)
+
+
+def test_cli_refuses_an_output_of_another_kind_before_the_work(tmp_path, rng):
+    """OUTPUT naming another matrix file is refused before anything is read or computed."""
+    write_native(str(tmp_path / "K.h5"), rng.standard_normal((3, 2, 5)))
+    write_native(str(tmp_path / "K2.h5"), rng.standard_normal((3, 2, 5)))
+    write_vector(str(tmp_path / "m.h5"), rng.standard_normal((2, 5)))
+    before = (tmp_path / "K2.h5").read_bytes()
+    proc = cli("matvec", "K.h5", "m.h5", "K2.h5", "--repeat", "1", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == "", (proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "OUTPUT" in lines[0] and "native matrix file" in lines[0], lines
+    assert (tmp_path / "K2.h5").read_bytes() == before
 
 
 # ------------------------------------------------------------------------------------------
@@ -189,7 +253,7 @@ def test_replacing_a_matrix_directory_keeps_other_files(tmp_path, rng):
     assert not leftovers(tmp_path)
     # a failure while writing leaves the old matrix and the user's files as they were
     K3 = rng.standard_normal((2, 3, 4))
-    real = io._write_row
+    real = io_write._write_row
     calls = []
 
     def failing(fname, *a):
@@ -199,7 +263,7 @@ def test_replacing_a_matrix_directory_keeps_other_files(tmp_path, rng):
         return real(fname, *a)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(io, "_write_row", failing)
+        mp.setattr(io_write, "_write_row", failing)
         with pytest.raises(FFTMatvecFileError, match="cannot write .*input/output error"):
             io.save_matrix(D, K3, layout="fftmatvec", prefix="fwd/row_")
     assert np.array_equal(io.load_matrix(D), K2)
@@ -272,6 +336,41 @@ def test_signal_removes_temporaries(tmp_path, rng, sig, dst):
     assert np.array_equal(io.load_matrix(tmp_path / dst), old)
 
 
+# A stand-in for numpy that takes its time to import: a signal sent after it says so lands
+# while the command is still importing.
+_SLOW_NUMPY = """
+import time
+print("IMPORTING", flush=True)
+time.sleep(60)
+"""
+# What the console script installed by pip runs.
+_CONSOLE_SCRIPT = "import sys; from fftmatvec.cli import main; sys.exit(main())"
+
+
+@pytest.mark.parametrize("entry", [["-m", "fftmatvec"], ["-c", _CONSOLE_SCRIPT]],
+                         ids=["python-m", "console-script"])
+@pytest.mark.parametrize("command", [["info"], ["matvec", "K.h5", "m.h5", "o.h5"]])
+def test_ctrl_c_while_importing_is_one_line(tmp_path, entry, command):
+    """Ctrl-C in the first moments of any command (its imports) ends it as it does later:
+    one line and exit 130, no traceback."""
+    slow = tmp_path / "slow" / "numpy"
+    slow.mkdir(parents=True)
+    (slow / "__init__.py").write_text(_SLOW_NUMPY)
+    env = _env()
+    env["PYTHONPATH"] = str(tmp_path / "slow") + os.pathsep + env["PYTHONPATH"]
+    proc = subprocess.Popen([sys.executable, *entry, *command], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "IMPORTING"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    lines = err.strip().splitlines()
+    assert proc.returncode == 130 and len(lines) == 1, err
+    assert lines[0] == f"fftmatvec {command[0]}: interrupted by SIGINT", err
+
+
 def test_later_write_removes_temporaries_of_dead_writers(tmp_path, rng):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -321,11 +420,11 @@ def test_sizes_beyond_memory_give_the_bytes(tmp_path, rng, monkeypatch):
     # the memory reported available is what counts
     write_native(str(tmp_path / "K.h5"), rng.standard_normal((4, 3, 10)))
     write_vector(str(tmp_path / "v.h5"), rng.standard_normal((4, 10)), "obs")
-    monkeypatch.setattr(io._memory, "available_memory", lambda: 500)
+    monkeypatch.setattr(_memory, "available_memory", lambda: 500)
     with pytest.raises(FFTMatvecMemoryError, match="needs 960 bytes, more than the 500 bytes"):
         io.load_matrix(tmp_path / "K.h5")
     assert io.load_matrix(tmp_path / "K.h5", rows=[0]).shape == (1, 3, 10)
-    monkeypatch.setattr(io._memory, "available_memory", lambda: 300)
+    monkeypatch.setattr(_memory, "available_memory", lambda: 300)
     with pytest.raises(FFTMatvecMemoryError, match="vector file .* needs 320 bytes"):
         io.load_vector(tmp_path / "v.h5")
 

@@ -10,7 +10,7 @@ import pytest
 from fftmatvec import BlockToeplitz, _scaling, backend
 from fftmatvec._errors import FFTMatvecValueError
 
-from conftest import to_numpy
+from conftest import dense_btt, to_numpy
 
 # the README's bounds: about 1e-7 with any `s` stage, 1.5e-4 with `h` (held to 2e-3)
 BOUND = {"s": 2e-6, "h": 2e-3}
@@ -84,10 +84,16 @@ def test_float32_interface(xp, rng, p, kf, xf):
 
 
 def test_ddddd_and_usual_magnitudes_untouched(xp, rng):
-    """``ddddd`` never scales; a kernel and input inside ``[2**-32, 2**32)`` are computed
-    exactly as without the scaling (bit for bit)."""
+    """A kernel and input inside ``[2**-32, 2**32)`` (``ddddd``: ``[2**-256, 2**256)``) are
+    computed exactly as without the scaling (bit for bit)."""
     K, m, d = _case(xp, rng, 1e9, 1e-9)
-    assert BlockToeplitz(K * 1e290, "ddddd").kernel_exponent == 0
+    assert BlockToeplitz(K * 1e60, "ddddd").kernel_exponent == 0
+    G = BlockToeplitz(K * 1e60, "ddddd")
+    got = [G.matvec(m * 1e60), G.rmatvec(d * 1e-60)]
+    G._scaled = False
+    for g, q in zip(got, [G.matvec(m * 1e60), G.rmatvec(d * 1e-60)]):
+        np.testing.assert_array_equal(to_numpy(g), to_numpy(q))
+    assert BlockToeplitz(K * 1e290, "ddddd").kernel_exponent > 256
     for p in ["sssss", "ddhdd", "dssdd"]:
         F = BlockToeplitz(K, p)
         assert F.kernel_exponent == 0
@@ -98,8 +104,46 @@ def test_ddddd_and_usual_magnitudes_untouched(xp, rng):
             np.testing.assert_array_equal(to_numpy(g), to_numpy(q))
 
 
+@pytest.mark.parametrize("p", ["ddddd", "sssss", "dssdd", "ddhdd"])
+def test_products_near_float64s_largest(xp, rng, p):
+    """Inputs near 3e306 whose exact products (about 3e307) fit float64: every precision
+    within its bound of the dense product (``ddddd`` gave Inf / NaN before it was scaled),
+    forward, adjoint and batched; a float32 operator likewise near float32's largest."""
+    K = xp.asarray(rng.standard_normal((3, 5, 16)))
+    A = dense_btt(K)
+    m = rng.standard_normal((5, 16)) * 3e306
+    d = rng.standard_normal((3, 16)) * 3e306
+    F = BlockToeplitz(K, p)
+    bound = 1e-13 if p == "ddddd" else _bound(p)
+    tiny = 2.0 ** -1000  # the dense reference, computed where it cannot overflow
+    for y, ref in [(F.matvec(xp.asarray(m)), A @ (m * tiny).ravel()),
+                   (F.rmatvec(xp.asarray(d)), A.T @ (d * tiny).ravel()),
+                   (F.matmat(xp.asarray(m[None]))[0], A @ (m * tiny).ravel())]:
+        y = to_numpy(y)
+        assert np.isfinite(y).all() and np.abs(y).max() > 1e306, p
+        assert _err(y.ravel() * tiny, ref) < bound, p
+    G = BlockToeplitz(K, p, dtype=np.float32)
+    m32 = (rng.standard_normal((5, 16)) * 3e36).astype(np.float32)
+    y = to_numpy(G.matvec(xp.asarray(m32)))
+    assert np.isfinite(y).all()
+    assert _err(y.ravel() * 2.0**-100, A @ (m32 * 2.0**-100).ravel()) < max(bound, 1e-6)
+
+
+def test_guard_keeps_a_correct_product_near_float64s_largest(rng):
+    """The guard's ``ddddd`` reference near float64's largest is finite and agrees: a correct
+    ``sssss`` operator stays ``sssss`` (it moved to a ``ddddd`` that returned NaN)."""
+    K = rng.standard_normal((3, 5, 16))
+    F = BlockToeplitz(K, "sssss", check_every=1)
+    m = rng.standard_normal((5, 16)) * 3e306
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = F @ m
+        y = F @ m
+    assert F.precision.letters == "sssss" and np.isfinite(y).all()
+
+
 def test_with_precision_shares_only_the_same_scale(rng):
-    K, m, d = _case(np, rng, 1e100, 1.0)
+    K, m, d = _case(np, rng, 1e50, 1.0)  # outside the reduced window, inside ddddd's
     F = BlockToeplitz(K, "ddddd")
     G = F.with_precision("dsddd")  # same stage-3 letter, but a scaled Khat: not shared
     assert G.kernel_exponent != 0 and G._engine is not F._engine
@@ -177,8 +221,10 @@ class _FakeDeviceOps:
         y[...] = np.ldexp(y, kexp - _scaling.scale_exponent(a, y.dtype.itemsize))
         return y
 
-    def ldexp(self, x, k, out=None):
+    def ldexp(self, x, k, out=None, rows=None):
         self.log.append("ldexp")
+        if rows is not None:  # one exponent more per row of (k, n, Nt)
+            k = k + np.asarray(rows).reshape(-1, 1)
         return np.ldexp(x, k, out=out)
 
 
@@ -224,14 +270,14 @@ def test_launch_then_check_order(fake, rng):
         with pytest.raises(FFTMatvecValueError, match=f"^{name} contains NaN or Inf"):
             f(bad)
         assert fake.log[:3] == ["measure", "product", "wait"], fake.log
-    # ddddd: the check alone, and nothing without it
+    # ddddd: the same reduction (its range is scaled too), with or without the check
     G = _logged(BlockToeplitz(K, "ddddd"), fake)
     fake.log.clear()
     G.matvec(m)
     assert fake.log == ["measure", "product", "wait"]
     fake.log.clear()
     G.matvec(m, check_finite=False)
-    assert fake.log == ["product"]
+    assert fake.log == ["measure", "product", "wait"]
     fake.log.clear()
     F.matvec(m, check_finite=False)  # the scale still needs the reduction
     assert fake.log == ["measure", "product", "wait"]
@@ -432,3 +478,145 @@ def test_gpu_amax_large_and_strided(rng):
         x = cp.asarray(h).transpose(2, 0, 1)[:, ::3]
         assert close(ops.measure(x).value(), float(np.abs(h.transpose(2, 0, 1)[:, ::3]).max()),
                      dt)
+
+
+# ---- `h` with kernel columns of spread magnitudes: a scale per parameter column ----------
+# parameters in different units: columns 1e12 apart, the input balancing them
+_SPREAD = np.array([1.0, 1e-12, 1.0, 1e-12, 1e-6, 1.0])
+
+
+def _spread_case(rng, kf=1.0, nd=4, nt=16, k=3, spread=1.0):
+    nm = _SPREAD.size
+    col = _SPREAD ** (1.0 if spread == 1.0 else np.log10(spread) / 12 + 1)
+    K = rng.standard_normal((nd, nm, nt)) * col[None, :, None] * kf
+    M = rng.standard_normal((k, nm, nt)) / col[:, None]
+    D = rng.standard_normal((k, nd, nt))
+    return K, M, D
+
+
+def _rows_err(y, ref) -> float:
+    """The largest relative error of one output row (a parameter's), each against its own
+    norm."""
+    y = np.asarray(to_numpy(y), dtype=np.float64).reshape(ref.shape)
+    return float(max(np.linalg.norm(y[..., j, :] - ref[..., j, :]) / np.linalg.norm(ref[..., j, :])
+                     for j in range(ref.shape[-2])))
+
+
+@pytest.mark.parametrize("spread", [1.0, 1e20])  # 1e20: columns 1e-32 apart
+@pytest.mark.parametrize("kf", [1.0, 1e-30, 1e30])
+@pytest.mark.parametrize("p", ["ddhdd", "sshss"])
+def test_h_columns_of_spread_magnitudes(xp, rng, p, kf, spread):
+    """Columns 1e12 apart with `h` (before the column scales: 32-52 % error forward): every
+    product within `h`'s bound of the float64 dense product, the adjoint's rows each against
+    their own norm, one vector and batches, the normal operator with and without weight."""
+    K, M, D = _spread_case(rng, kf, spread=spread)
+    A = dense_btt(K)
+    nd, nm, nt = K.shape
+    fwd = lambda X: np.einsum("ab,kb->ka", A, X.reshape(len(X), -1)).reshape(len(X), nd, nt)
+    adj = lambda X: np.einsum("ba,kb->ka", A, X.reshape(len(X), -1)).reshape(len(X), nm, nt)
+    W = rng.random((nd, nt)) + 0.5
+    F = BlockToeplitz(xp.asarray(K), p)
+    Mx, Dx = xp.asarray(M), xp.asarray(D)
+    for y in (F.matvec(Mx[0]), F @ Mx[0].reshape(-1)):
+        assert _err(y.reshape(nd, nt), fwd(M[:1])[0]) < BOUND["h"]
+    y = F.matmat(Mx)
+    assert y.dtype == np.float64 and _err(y, fwd(M)) < BOUND["h"]
+    assert _rows_err(F.rmatvec(Dx[0]), adj(D[:1])[0]) < BOUND["h"]
+    assert _rows_err(F.T @ Dx, adj(D)) < BOUND["h"]
+    assert _rows_err(F.rmatmat(Dx), adj(D)) < BOUND["h"]
+    if kf == 1.0:  # F^T W F: only where its output is within float64's range
+        Mb = M * _SPREAD[:, None]  # unbalanced here: F^T F weighs column j by _SPREAD[j]**2
+        assert _rows_err(F.normal().matmat(xp.asarray(Mb)), adj(fwd(Mb))) < BOUND["h"]
+        G = F.normal(xp.asarray(W))
+        assert _err(G.matvec(xp.asarray(Mb[0])), adj(fwd(Mb[:1]) * W)[0]) < BOUND["h"]
+    # the dot test: <F m, d> = <m, F^T d> to `h`'s precision
+    lhs = float(np.vdot(to_numpy(F @ Mx[0]), D[0]))
+    rhs = float(np.vdot(M[0], to_numpy(F.T @ Dx[0])))
+    assert abs(lhs - rhs) <= BOUND["h"] * abs(fwd(M[:1])[0].ravel() @ D[0].ravel())
+    assert F._cols is not None
+
+
+def test_h_columns_float32_interface(rng):
+    K, M, D = _spread_case(rng)
+    A = dense_btt(K)
+    F = BlockToeplitz(K, "ddhdd", dtype=np.float32)
+    m = (M[0] * 1e-20).astype(np.float32)
+    y = F @ m
+    assert y.dtype == np.float32
+    assert _err(y, (A @ m.astype(np.float64).ravel()).reshape(y.shape)) < BOUND["h"]
+
+
+def test_column_scales_only_where_needed(rng):
+    """Columns within 2**12 of each other (and every precision without `h`) take no column
+    scale: the common case costs nothing per product."""
+    K = rng.standard_normal((3, 5, 8))
+    K[:, 1] *= 1e3
+    K[:, 2] = 0.0  # a zero column does not count
+    assert BlockToeplitz(K, "ddhdd")._cols is None
+    K[:, 3] *= 2.0**-20
+    c = BlockToeplitz(K, "ddhdd")._cols
+    assert c is not None and c[1] == c[2] == 0 and c[3] < -12 and -12 < c[0] < 0
+    assert BlockToeplitz(K, "sssss")._cols is None and BlockToeplitz(K, "ddddd")._cols is None
+    c = _scaling.column_exponents(np, np.array([[[1.0], [2.0**-100], [0.0]]]))
+    assert list(c) == [0, -100, 0]
+    c = _scaling.column_exponents(np, np.array([[[1.0], [2.0**-300], [0.0]]]))
+    assert list(c) == [0, -_scaling.COLUMN_RANGE, 0]
+
+
+def test_column_scales_on_device_steps(fake, rng):
+    """A GPU product with column scales (a fake device): the host waits for the input's
+    magnitude, then one pass scales it (times the column scales forward) and one product runs;
+    the adjoint's output pass applies the column scales."""
+    K, M, D = _spread_case(rng)
+    A = dense_btt(K)
+    F = _logged(BlockToeplitz(K, "ddhdd"), fake)
+    fake.log.clear()
+    y = F.matvec(M[0])
+    assert fake.log[:4] == ["measure", "ldexp", "measure", "wait"], fake.log
+    assert fake.log.count("product") == 1
+    assert _err(y, (A @ M[0].ravel()).reshape(y.shape)) < BOUND["h"]
+    fake.log.clear()
+    z = F.rmatvec(D[0], check_finite=False)
+    assert fake.log[0] == "measure" and fake.log.count("product") == 1, fake.log
+    assert fake.log[-1] == "ldexp"
+    assert _rows_err(z, (A.T @ D[0].ravel()).reshape(z.shape)) < BOUND["h"]
+
+
+@pytest.mark.parametrize("kf, xf, spread", [(1.0, 1.0, False), (1e-300, 1e290, False),
+                                            (1.0, 1.0, True)])
+@pytest.mark.parametrize("p", ["ddddd", "sssss", "dssdd", "ddhdd"])
+def test_bound_relative_to_the_terms(rng, p, kf, xf, spread):
+    """The README's figures bound the error relative to the size of the product's terms,
+    ``||(|F| |x|)||``, for any finite kernel and input: here inputs near the null space of
+    ``F``, whose output cancels to about 1e-9 of its terms, with kernels far from 1 and with
+    columns 1e12 apart."""
+    nd, nm, nt = 3, 5, 24
+    col = np.array([1.0, 1e-12, 1.0, 1e-6, 1.0]) if spread else np.ones(nm)
+    K = rng.standard_normal((nd, nm, nt)) * col[None, :, None]
+    A = dense_btt(K)
+    null = np.linalg.svd(A)[2][nd * nt:]  # rows spanning the null space of F
+    F = BlockToeplitz(K * kf, p)
+    bound = 1e-14 if p == "ddddd" else _bound(p)
+    for _ in range(3):
+        v = null.T @ rng.standard_normal(null.shape[0])
+        x = (v / np.linalg.norm(v) + 1e-9 * rng.standard_normal(nm * nt) / col.repeat(nt))
+        ref = A @ x  # the product of K (not K * kf): rescaled below, exactly
+        terms = np.linalg.norm(np.abs(A) @ np.abs(x))
+        y = F @ (x * xf).reshape(nm, nt)
+        err = np.linalg.norm(y.ravel() / (kf * xf) - ref) / np.linalg.norm(ref)
+        assert terms / np.linalg.norm(ref) > 1e6  # the output cancels
+        assert err <= bound * terms / np.linalg.norm(ref), (p, err)
+
+
+def test_guard_leaving_h_drops_the_column_scales(rng):
+    """The guard's move from `h` with column scales to ``ddddd`` takes the new operator's
+    scales with its ``Khat``: later products are ``ddddd``'s, both directions."""
+    K, M, D = _spread_case(rng)
+    A = dense_btt(K)
+    F = BlockToeplitz(K, "ddhdd", check_every=1)
+    with pytest.warns(UserWarning, match="moving to 'ddddd'"):
+        F @ M[0]
+    assert F.precision.letters == "ddddd" and F._cols is None
+    nd, nm, nt = K.shape
+    assert _err(F @ M[1], (A @ M[1].ravel()).reshape(nd, nt)) < 1e-14
+    assert _err(F.T @ D[1], (A.T @ D[1].ravel()).reshape(nm, nt)) < 1e-14

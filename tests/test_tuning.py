@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from fftmatvec import BlockToeplitz
+from fftmatvec import operator as operator_module
 from fftmatvec.cli import main
 from fftmatvec.tuning import pareto_front, select, table as tb
 from fftmatvec.tuning.sweep import device_info, sweep_shape
@@ -71,6 +72,10 @@ def test_round_trip(tmp_path):
     (lambda t: t["entries"][0].update(plan=[1]), "expected a mapping"),
     (lambda t: t["entries"][0].update(plans={"sssss": {}}), "not among the entry's points"),
     (lambda t: t["entries"][0].update(plans={"ddddd": {"rowfft": 0}}), "unknown plan key"),
+    (lambda t: t["entries"][0].update(nm=10**400), "entries\\[0\\]\\.nm: expected an integer from 1 to"),
+    (lambda t: t["entries"][0].update(nrhs=2**63), "entries\\[0\\]\\.nrhs: expected an integer from 1 to"),
+    (lambda t: t["entries"][0]["points"][0].update(time=10**400), "time: expected a finite positive"),
+    (lambda t: t["entries"][0]["points"][1].update(error_max=-(10**400)), "error_max: expected a finite"),
 ])
 def test_schema_errors(tmp_path, edit, msg):
     t = _table()
@@ -80,6 +85,16 @@ def test_schema_errors(tmp_path, edit, msg):
     with pytest.raises(tb.TableError, match=msg) as exc:
         tb.load_table(p)
     assert str(p) in str(exc.value)
+
+
+def test_huge_shape_refused_before_auto(tmp_path, monkeypatch, kernel):
+    # a hand-edited table: validation names the entry; auto never gets to compare shapes
+    t = _table()
+    t["entries"][0]["nm"] = 10**400
+    (tmp_path / "huge.yaml").write_text(yaml.safe_dump(t))
+    monkeypatch.setenv("FFTMATVEC_TUNING_PATH", str(tmp_path))
+    with pytest.raises(tb.TableError, match=r"huge\.yaml: entries\[0\]\.nm"):
+        BlockToeplitz(kernel, "auto", rtol=1e-5)
 
 
 def test_not_yaml(tmp_path):
@@ -124,9 +139,10 @@ def test_rtol_errors(kernel, bad):
 
 
 def test_guard_moves_on(tmp_path, monkeypatch, kernel):
-    # a wrong table: it claims ddhdd is exact
+    # a wrong table: it claims ddhdd is exact (and construction does not check it here)
     tb.save_table(_table(front=("ddhdd", "ddddd"), errs=(0.0, 0.0)), tmp_path / "w.yaml")
     monkeypatch.setenv("FFTMATVEC_TUNING_PATH", str(tmp_path))
+    monkeypatch.setattr(operator_module, "_check_pick", lambda xp, kernel, pick, *a: (pick, a[-1], None, ""))
     F = BlockToeplitz(kernel, "auto", rtol=1e-6, check_every=2)
     assert F.precision.letters == "ddhdd"
     x = np.random.default_rng(5).standard_normal((5, 12))
@@ -180,3 +196,70 @@ def test_auto_takes_the_plan_tuned_for_its_point(tmp_path, monkeypatch, kernel):
     monkeypatch.setenv("FFTMATVEC_TUNING_PATH", str(tmp_path / "new.yaml"))
     assert BlockToeplitz(kernel, "auto", rtol=1e-5).plan_overrides == {"graphs": "1"}
     assert BlockToeplitz(kernel, "auto", rtol=1e-9).plan_overrides == {"row_fft": "1"}
+
+
+def _dense_product(kernel, x):
+    from conftest import dense_btt
+
+    return (dense_btt(kernel) @ x.ravel()).reshape(kernel.shape[0], -1)
+
+
+def test_auto_checks_its_pick_on_the_users_kernel(tmp_path, monkeypatch, kernel):
+    """A table measured on other kernels claims ddhdd within 1e-9: one product of the pick
+    against ddddd at construction finds it above rtol, so auto takes the next front point and
+    precision_source says so; its products are within rtol."""
+    t = _table(front=("ddhdd", "ddsdd", "ddddd"), errs=(1e-9, 1e-8, 0.0))
+    t["entries"][0]["plans"] = {"ddhdd": {"graphs": 1}, "ddsdd": {"row_fft": 1}}
+    tb.save_table(t, tmp_path / "w.yaml")
+    monkeypatch.setenv("FFTMATVEC_TUNING_PATH", str(tmp_path))
+    F = BlockToeplitz(kernel, "auto", rtol=1e-5)
+    assert F.precision.letters == "ddsdd"
+    assert "ddhdd gave" in F.precision_source and "took ddsdd" in F.precision_source
+    assert F.plan_overrides == {"row_fft": "1"}  # the plan tuned for the point taken
+    x = np.random.default_rng(7).standard_normal((5, 12))
+    y = F @ x
+    ref = _dense_product(kernel, x)
+    assert y.dtype == np.float64 and np.linalg.norm(y - ref) / np.linalg.norm(ref) < 1e-5
+    # nothing on the front within rtol but ddddd: ddddd
+    G = BlockToeplitz(kernel, "auto", rtol=1e-12)
+    assert G.precision.letters == "ddddd"
+    # a table that tells the truth: its pick kept, the source unchanged
+    tb.save_table(_table(front=("ddsdd", "ddddd"), errs=(1e-7, 0.0)), tmp_path / "w.yaml")
+    H = BlockToeplitz(kernel, "auto", rtol=1e-5)
+    assert H.precision.letters == "ddsdd" and "gave" not in H.precision_source
+
+
+def test_auto_check_on_a_sample_of_sensor_rows(tmp_path, monkeypatch):
+    """The reference of the check is computed on a sample of sensor rows where a whole
+    float64 Khat would be large: one row here, and the wrong pick is still caught."""
+    monkeypatch.setattr(operator_module, "_PROBE_BYTES", 1)
+    K = np.random.default_rng(4).standard_normal((40, 5, 12))
+    t = _table(front=("ddhdd", "ddddd"), errs=(0.0, 0.0), nd=40)
+    tb.save_table(t, tmp_path / "w.yaml")
+    monkeypatch.setenv("FFTMATVEC_TUNING_PATH", str(tmp_path))
+    built = []
+    real = operator_module.BlockToeplitz.__init__
+
+    def spy(self, kernel, *a, **k):
+        built.append(kernel.shape)
+        real(self, kernel, *a, **k)
+
+    monkeypatch.setattr(operator_module.BlockToeplitz, "__init__", spy)
+    F = BlockToeplitz(K, "auto", rtol=1e-6)
+    assert F.precision.letters == "ddddd" and "ddhdd gave" in F.precision_source
+    assert (1, 5, 12) in built  # the reference: one sensor row
+
+
+def test_auto_on_columns_in_different_units():
+    """The issue's case: parameter columns 1e12 apart, the input balancing them; auto with
+    rtol=1e-2 (the model picks `h` here) returned 33 % error."""
+    rng = np.random.default_rng(11)
+    col = np.array([1.0, 1e-12, 1.0, 1e-12, 1e-6, 1.0])
+    K = rng.standard_normal((4, 6, 16)) * col[None, :, None]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # no table for the CPU: the model's one warning
+        F = BlockToeplitz(K, "auto", rtol=1e-2)
+    for _ in range(3):
+        x = rng.standard_normal((6, 16)) / col[:, None]
+        ref = _dense_product(K, x)
+        assert np.linalg.norm(F @ x - ref) / np.linalg.norm(ref) < 1e-2

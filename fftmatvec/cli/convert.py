@@ -37,7 +37,7 @@ def run(args) -> int:
     if os.path.lexists(args.dst) and not args.force:
         raise FFTMatvecValueError(f"DST {args.dst!r} exists; pass --force to replace it")
     dst = io.convert_matrix(args.src, args.dst, layout=args.layout, prefix=args.prefix,
-                            overwrite=args.force)
+                            overwrite=None if args.force else False)
     print(f"{args.src} ({src.format}) -> {args.dst} ({dst.format}): "
           f"Nd={dst.nd} Nm={dst.nm} Nt={dst.nt}, p2q={int(bool(dst.p2q))}, checksum={dst.checksum}")
     return 0

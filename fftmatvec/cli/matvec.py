@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import _writes, backend, io
-from .._errors import FFTMatvecValueError
+from .._errors import FFTMatvecFileError, FFTMatvecValueError
+from ..io import _write as io_write
 from . import positive_int
 
 # mode -> (input space, output space, how the product prints)
@@ -55,8 +56,9 @@ def register(sub) -> None:
                    help="cpu: NumPy; gpu: CuPy on the current device (default: cpu)")
     p.add_argument("--check", action="store_true",
                    help="also print the relative error against the float64 NumPy path")
-    p.add_argument("-v", "--verbose", action="store_true",
-                   help="also print the plan the product runs (kernels, FFTs, split-K, graphs)")
+    p.add_argument("-v", "--verbose", action="count", default=0,
+                   help="also print the plan the product runs (kernels, FFTs, split-K, graphs), "
+                        "and log the package's steps on stderr (-vv: with debugging detail)")
     p.add_argument("--grid", default=None, metavar="RxC",
                    help="run distributed over the MPI ranks (under mpiexec/srun) on an R x C "
                         "process grid, or 'auto' for the cost model's choice (the default "
@@ -99,6 +101,8 @@ class MatvecResult:
     rel_err: float | None
     plan: str | None = None
     grid: str | None = None
+    precision: str | None = None  # the five letters run (those --precision auto chose)
+    precision_source: str | None = None  # where they came from (BlockToeplitz.precision_source)
 
     @property
     def median(self) -> float:
@@ -130,17 +134,39 @@ def _launched_ranks() -> int:
     return 1
 
 
-def execute(request: MatvecRequest) -> MatvecResult:
-    """Read, compute, check, write. Raises :class:`~fftmatvec.FFTMatvecError` on bad input."""
+def check_request(request: MatvecRequest):
+    """The checks every run makes before it reads or computes anything, on one process or on
+    every rank of a grid: no path empty, OUTPUT neither MATRIX nor INPUT nor inside them, nor
+    a file the output vector may not replace (a matrix file, a missing folder), ``--rtol``
+    only with ``--precision auto``, a valid precision string.
+
+    Returns
+    -------
+    PrecisionConfig or ("auto", rtol)
+        The precision to build the operator with.
+
+    Raises
+    ------
+    FFTMatvecFileError, FFTMatvecValueError
+        The first check that fails.
+    """
     from ..precision import PrecisionConfig
 
     _writes.check_not_inside(request.output, {"MATRIX": request.matrix, "INPUT": request.input},
                              "OUTPUT")
+    try:
+        io_write._check_destination(request.output, io_write._VECTOR_KIND, None)
+    except FFTMatvecFileError as exc:
+        raise FFTMatvecFileError(exc.path, f"OUTPUT: {exc}") from None
     auto = request.precision.strip().lower() == "auto"
     if request.rtol is not None and not auto:
         raise FFTMatvecValueError(f"--rtol is only for --precision auto, got {request.precision!r}")
-    # validate before any reading
-    precision = ("auto", request.rtol) if auto else PrecisionConfig(request.precision)
+    return ("auto", request.rtol) if auto else PrecisionConfig(request.precision)
+
+
+def execute(request: MatvecRequest) -> MatvecResult:
+    """Read, compute, check, write. Raises :class:`~fftmatvec.FFTMatvecError` on bad input."""
+    precision = check_request(request)
     xp = _array_module(request.device)
     info = io.matrix_info(request.matrix)
     in_space, out_space, _ = MODES[request.mode]
@@ -148,15 +174,17 @@ def execute(request: MatvecRequest) -> MatvecResult:
     x = read_input(request, info, in_space)
     kernel = io.load_matrix(request.matrix, rows=rows, cols=cols)
     plans: list | None = [] if request.verbose else None
+    chosen: dict = {}
     y, times = compute(kernel, x, mode=request.mode, precision=precision, xp=xp,
-                       repeat=request.repeat, plans=plans)
+                       repeat=request.repeat, plans=plans, chosen=chosen)
     err = None
     if request.check:
         y_ref, _ = compute(kernel, x, mode=request.mode, precision="ddddd", xp=np, repeat=0)
         err = relative_error(y, y_ref)
     io.save_vector(request.output, y, out_space,
                    checksum=info.checksum if out_space == "param" else 0)
-    return MatvecResult(info, tuple(y.shape), times, err, "\n".join(plans) if plans else None)
+    return MatvecResult(info, tuple(y.shape), times, err, "\n".join(plans) if plans else None,
+                        precision=chosen["precision"], precision_source=chosen["source"])
 
 
 def local_blocks(info: io.MatrixInfo):
@@ -187,7 +215,8 @@ def read_input(request: MatvecRequest, info: io.MatrixInfo, space: str) -> np.nd
     return io.load_vector(request.input, space=space)
 
 
-def compute(kernel, x, *, mode: str, precision, xp, repeat: int, plans: list | None = None):
+def compute(kernel, x, *, mode: str, precision, xp, repeat: int, plans: list | None = None,
+            chosen: dict | None = None):
     """Apply the operator built from a kernel block to an input block.
 
     Parameters
@@ -204,6 +233,9 @@ def compute(kernel, x, *, mode: str, precision, xp, repeat: int, plans: list | N
         Timed applications after one warm-up; 0 applies once, untimed.
     plans : list, optional
         Receives the plan of each product the mode runs, in words (``F.plan``).
+    chosen : dict, optional
+        Receives the precision run (``"precision"``: five letters) and where it came from
+        (``"source"``: ``F.precision_source``).
 
     Returns
     -------
@@ -223,6 +255,8 @@ def compute(kernel, x, *, mode: str, precision, xp, repeat: int, plans: list | N
         "adjoint": op.rmatvec,
         "normal": op.normal().matvec,
     }[mode]
+    if chosen is not None:
+        chosen.update(precision=op.precision.letters, source=op.precision_source)
     if plans is not None:
         sides = {"forward": (False,), "adjoint": (True,), "normal": (False, True)}[mode]
         plans.extend(str(op.plan(k=1, adjoint=adj)) for adj in sides)
@@ -269,6 +303,14 @@ def _array_module(device: str):
     return backend.cupy
 
 
+def _source_words(source: str) -> str:
+    """Where an automatic precision came from, in words."""
+    if source == "model":
+        return ("the a-priori error model (no tuning table for this device; `fftmatvec tune` "
+                "makes one)")
+    return f"the tuning table {source}"
+
+
 def report(request: MatvecRequest, result: MatvecResult) -> str:
     info = result.info
     _, out_space, product = MODES[request.mode]
@@ -279,6 +321,10 @@ def report(request: MatvecRequest, result: MatvecResult) -> str:
         f"time       median {result.median * 1e3:.4g} ms over {len(result.times)} repeats "
         f"(min {min(result.times) * 1e3:.4g} ms)",
     ]
+    if result.precision_source not in (None, "explicit"):  # under the product's line
+        lines.insert(2, f"precision  {result.precision}, chosen by --precision auto for rtol "
+                     f"{1e-6 if request.rtol is None else request.rtol:g} from "
+                     f"{_source_words(result.precision_source)}")
     if result.rel_err is not None:
         lines.append(f"rel_err    {result.rel_err:.3e} vs float64 NumPy (ddddd)")
     if getattr(result, "grid", None):

@@ -12,9 +12,8 @@ import time
 import numpy as np
 
 from .. import io
-from .._errors import FFTMatvecValueError
-from ..precision import PrecisionConfig
-from .matvec import MODES, MatvecResult, _array_module, read_input, relative_error
+from .._errors import FFTMatvecDistributedError, FFTMatvecError, FFTMatvecValueError
+from .matvec import MODES, MatvecResult, _array_module, check_request, read_input, relative_error
 
 
 def parse_grid(text: str):
@@ -25,6 +24,21 @@ def parse_grid(text: str):
     if len(parts) != 2 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
         raise FFTMatvecValueError(f"--grid must be RxC (e.g. 2x4) or auto, got {text!r}")
     return int(parts[0]), int(parts[1])
+
+
+def _agree(comm, exc) -> None:
+    """Raise on every rank if any rank failed its checks. The same refusal on every rank (an
+    OUTPUT over an input, a bad option) is raised as the serial command raises it; different
+    failures as one :class:`~fftmatvec.FFTMatvecDistributedError` naming each rank's."""
+    from ..distributed.comm import sync
+
+    try:
+        sync(comm, "fftmatvec matvec", exc, f"(rank {comm.Get_rank()})")
+    except FFTMatvecDistributedError as err:
+        same = len(err.errors) == comm.Get_size() and len(set(err.errors.values())) == 1
+        if same and isinstance(exc, FFTMatvecError):
+            raise exc from None
+        raise
 
 
 def execute(request):
@@ -38,19 +52,14 @@ def execute(request):
     exc, x, info = None, None, None
     in_space, out_space, _ = MODES[request.mode]
     try:
-        auto = request.precision.strip().lower() == "auto"
-        if request.rtol is not None and not auto:
-            raise FFTMatvecValueError(
-                f"--rtol is only for --precision auto, got {request.precision!r}")
-        if not auto:
-            PrecisionConfig(request.precision)
+        auto = isinstance(check_request(request), tuple)  # the serial command's checks
         rows, cols = parse_grid(request.grid)
         xp = _array_module(request.device)
         info = io.matrix_info(request.matrix)
         x = read_input(request, info, in_space)
     except Exception as e:
         exc = e
-    sync(comm, "fftmatvec matvec", exc, f"(rank {comm.Get_rank()})")
+    _agree(comm, exc)
     grid = ProcessGrid(comm, rows, cols)
     op = DistributedBlockToeplitz(grid, request.matrix, request.precision,
                                   device="cpu" if xp is np else "gpu",
@@ -85,4 +94,5 @@ def execute(request):
             exc = e
     sync(comm, "fftmatvec matvec", exc, "(writing the output)")
     return MatvecResult(info, tuple(y.shape), times or [float("nan")], err,
-                        grid=f"{op.grid.rows}x{op.grid.cols}"), comm.Get_rank()
+                        grid=f"{op.grid.rows}x{op.grid.cols}", precision=op.precision.letters,
+                        precision_source=op.precision_source), comm.Get_rank()

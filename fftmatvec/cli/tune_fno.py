@@ -15,7 +15,8 @@ def register(sub) -> None:
     p.add_argument("cases", nargs="+", metavar="CASE",
                    help="B,C,GRID,MODES or B,CIN,COUT,GRID,MODES, GRID and MODES like 64x64 "
                         "(MODES as n_modes: both signs on all but the last axis)")
-    p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    p.add_argument("--dtype", choices=("float32", "float64"), default="float32",
+                   help="the layer's input and weight dtype (default: float32)")
     p.add_argument("--compute-dtype", choices=("bfloat16", "float16"), default=None,
                    help="16-bit storage in the GEMMs (default: the input's precision)")
     p.add_argument("--inference", action="store_true",

@@ -121,11 +121,16 @@ class SmoothnessPrior:
         return (n, n)
 
     def _transform(self, X, inverse: bool):
+        """The three 1-D transforms along the last three axes ``(ns, ns, Nt)`` of ``X``
+        (``sum_i X[..i..] Q[i, a]`` on each), as batched matrix products."""
         xp = self.xp
         Qs, Qt = (self._Qs.T, self._Qt.T) if inverse else (self._Qs, self._Qt)
-        X = _mode_product(xp, X, Qs, 0)
-        X = _mode_product(xp, X, Qs, 1)
-        return _mode_product(xp, X, Qt, 2)
+        shape = X.shape
+        ns, nt = self.ns, self.nt
+        Y = X.reshape(-1, ns, ns * nt)
+        Y = xp.matmul(Qs.T, Y).reshape(-1, ns, ns, nt)  # first space axis
+        Y = xp.matmul(Qs.T, Y)  # second space axis, every (batch, first-axis) slice
+        return xp.matmul(Y, Qt).reshape(shape)  # time
 
     def _spectral(self, x, scale):
         shape = x.shape
@@ -150,6 +155,27 @@ class SmoothnessPrior:
     def solve(self, x):
         """``R^{-1} x`` (the prior covariance applied to ``x``); shapes as :meth:`apply`."""
         return self._spectral(x, 1.0 / self._eig)
+
+    def matmat(self, X):
+        """``R^{-1} X``, the prior covariance on a batch ``X`` ``(k, Nm, Nt)``: the prior of
+        :mod:`fftmatvec.inverse` (its ``matmat`` protocol)."""
+        k = X.shape[0]
+        Z = self._transform(X.reshape(k, self.ns, self.ns, self.nt), inverse=False) / self._eig
+        return self._transform(Z, inverse=True).reshape(X.shape)
+
+    def sqrt_matmat(self, Z):
+        """``R^{-1/2} Z`` for white noise ``Z`` ``(k, Nm, Nt)``: ``S`` with ``S S^T = R^{-1}``."""
+        k = Z.shape[0]
+        Y = self._transform(Z.reshape(k, self.ns, self.ns, self.nt), inverse=False)
+        return self._transform(Y / self.xp.sqrt(self._eig), inverse=True).reshape(Z.shape)
+
+    def diagonal(self, shape=None):
+        """The pointwise prior variance ``diag(R^{-1})``, ``(Nm, Nt)``."""
+        xp = self.xp
+        Qs2, Qt2 = self._Qs**2, self._Qt**2
+        d = _mode_product(xp, _mode_product(xp, _mode_product(xp, 1.0 / self._eig, Qs2.T, 0),
+                                            Qs2.T, 1), Qt2.T, 2)
+        return d.reshape(self.ns * self.ns, self.nt)
 
     def sample(self, rng) -> np.ndarray:
         """A draw ``R^{-1/2} z`` from the prior, ``(Nm, Nt)`` on this prior's array module."""

@@ -1,8 +1,8 @@
-"""The ``pr x pc`` process grid and the cost model that chooses it.
+"""The process grid (``R`` replicas of a ``pr x pc`` grid) and the byte count that chooses it.
 
 :func:`comm_bytes` and :func:`choose_grid` are pure functions of the sizes (unit-tested
-without MPI). :class:`ProcessGrid` wraps an explicit communicator; it never reaches for
-``COMM_WORLD``.
+without MPI); :mod:`.model` chooses the replicas with them. :class:`ProcessGrid` wraps an
+explicit communicator; it never reaches for ``COMM_WORLD``.
 
 Cost model
 ----------
@@ -121,7 +121,8 @@ def _check_extent(value, name: str):
 
 
 class ProcessGrid:
-    """A ``rows x cols`` grid of the ranks of an explicit MPI communicator.
+    """``replicas`` groups of ranks, each a ``rows x cols`` grid, of an explicit MPI
+    communicator.
 
     Parameters
     ----------
@@ -129,19 +130,28 @@ class ProcessGrid:
         The communicator; the grid works on a duplicate of it, so its messages never match
         the caller's.
     rows, cols : int, optional
-        Grid shape. Both: ``rows * cols`` must equal the communicator's size. One: the other
-        is the size divided by it. Neither: chosen per operator by :func:`choose_grid` from
-        the kernel's sizes and the precision of stages 1 and 5.
+        Shape of each replica's grid. Both: ``replicas * rows * cols`` must equal the
+        communicator's size. One: the other is the replica's ranks divided by it. Neither:
+        chosen per operator by the cost model (:func:`choose_grid`, and
+        :func:`~fftmatvec.distributed.model.choose_layout` for the replicas) from the kernel's
+        sizes, the precision of stages 1 and 5, and the batch size.
+    replicas : int, optional
+        Replica groups ``R``, each holding the whole operator (a whole ``Khat`` over its own
+        ``rows x cols`` ranks); a batch's right-hand sides are split across them. None: 1
+        where ``rows`` or ``cols`` is given, else the cost model's choice for the batch size
+        the operator is built for (1 for one vector).
 
     Notes
     -----
-    Rank ``q`` of the communicator sits at ``(r, c) = (q % rows, q // rows)`` (column-major),
-    so that the parameter slices follow the rank order (as pylops-mpi's ``DistributedArray``
-    expects). Construction is collective: every rank checks that all ranks passed the same
-    ``rows`` and ``cols``.
+    Rank ``q`` of the communicator belongs to replica ``g = q // (rows * cols)`` and sits at
+    ``(r, c) = (s % rows, s // rows)`` of its grid, ``s = q % (rows * cols)`` (column-major,
+    so that the parameter slices follow the rank order, as pylops-mpi's ``DistributedArray``
+    expects; the replicas are consecutive blocks of ranks, so that a replica's collectives stay
+    within as few nodes as the ranks allow). Construction is collective: every rank checks
+    that all ranks passed the same ``rows``, ``cols`` and ``replicas``.
     """
 
-    def __init__(self, comm, rows=None, cols=None, *, _resolved=None):
+    def __init__(self, comm, rows=None, cols=None, replicas=None, *, _resolved=None):
         if not all(hasattr(comm, a) for a in ("Get_size", "Get_rank", "Split", "Dup")):
             raise FFTMatvecTypeError(
                 f"comm must be an mpi4py communicator (mpi4py.MPI.Comm), got {type(comm).__name__}"
@@ -150,42 +160,52 @@ class ProcessGrid:
         self.size = comm.Get_size()
         self.rank = comm.Get_rank()
         if _resolved is not None:
-            self._rows, self._cols, self._comms = _resolved
+            self._replicas, self._rows, self._cols, self._comms = _resolved
             return
         err = None
         try:
             rows, cols = _check_extent(rows, "rows"), _check_extent(cols, "cols")
-            if rows is not None and cols is not None and rows * cols != self.size:
+            replicas = _check_extent(replicas, "replicas")
+            if replicas is None and (rows is not None or cols is not None):
+                replicas = 1
+            if replicas is not None and self.size % replicas:
                 raise FFTMatvecValueError(
-                    f"a {rows}x{cols} grid needs {rows * cols} ranks, the communicator has "
-                    f"{self.size}")
+                    f"replicas={replicas} does not divide the communicator's {self.size} ranks")
+            group = self.size // replicas if replicas is not None else self.size
+            if rows is not None and cols is not None and rows * cols != group:
+                raise FFTMatvecValueError(
+                    f"{replicas} replica(s) of a {rows}x{cols} grid need "
+                    f"{replicas * rows * cols} ranks, the communicator has {self.size}")
             for given, name in ((rows, "rows"), (cols, "cols")):
-                if given is not None and self.size % given:
+                if given is not None and group % given:
                     raise FFTMatvecValueError(
-                        f"{name}={given} does not divide the communicator's {self.size} ranks")
+                        f"{name}={given} does not divide the {group} ranks of a replica "
+                        f"({replicas} replica(s) of {self.size} ranks)")
             if rows is not None and cols is None:
-                cols = self.size // rows
+                cols = group // rows
             elif cols is not None and rows is None:
-                rows = self.size // cols
+                rows = group // cols
         except Exception as exc:  # raised on every rank alike once checked below
             err = exc
-        seen = comm.allgather((rows, cols, None if err is None else str(err)))
-        if len(set(s[:2] for s in seen)) > 1:
+        seen = comm.allgather((rows, cols, replicas, None if err is None else str(err)))
+        if len(set(s[:3] for s in seen)) > 1:
             raise FFTMatvecValueError(
                 "ProcessGrid: ranks passed different grids: "
-                + ", ".join(f"rank {q}: rows={s[0]} cols={s[1]}" for q, s in enumerate(seen)))
+                + ", ".join(f"rank {q}: rows={s[0]} cols={s[1]} replicas={s[2]}"
+                            for q, s in enumerate(seen)))
         if err is not None:
             raise err
-        self._rows, self._cols, self._comms = rows, cols, None
+        self._replicas, self._rows, self._cols, self._comms = replicas, rows, cols, None
 
     # ---- shape -----------------------------------------------------------------------------
     @property
     def resolved(self) -> bool:
         """True once the shape is known (given, or chosen by :meth:`resolve`)."""
-        return self._rows is not None
+        return self._rows is not None and self._replicas is not None
 
     @property
     def shape(self) -> tuple[int, int]:
+        """``(rows, cols)`` of each replica's grid."""
         if not self.resolved:
             raise FFTMatvecValueError(
                 "this grid chooses its shape per problem; call resolve(nd, nm, nt, precision)")
@@ -200,45 +220,81 @@ class ProcessGrid:
         return self.shape[1]
 
     @property
-    def coords(self) -> tuple[int, int]:
-        """This rank's ``(r, c)``."""
-        pr, _ = self.shape
-        return (self.rank % pr, self.rank // pr)
+    def replicas(self) -> int:
+        """Replica groups ``R``."""
+        self.shape  # noqa: B018 (raises while unresolved)
+        return self._replicas
 
-    def rank_of(self, r: int, c: int) -> int:
-        return c * self.shape[0] + r
+    @property
+    def group_size(self) -> int:
+        """Ranks of one replica: ``rows * cols``."""
+        pr, pc = self.shape
+        return pr * pc
+
+    @property
+    def replica(self) -> int:
+        """This rank's replica group, ``0 .. replicas - 1``."""
+        return self.rank // self.group_size
+
+    @property
+    def coords(self) -> tuple[int, int]:
+        """This rank's ``(r, c)`` in its replica's grid."""
+        pr, _ = self.shape
+        s = self.rank % self.group_size
+        return (s % pr, s // pr)
+
+    def rank_of(self, r: int, c: int, replica: int = 0) -> int:
+        """The communicator's rank at ``(r, c)`` of replica ``replica``."""
+        return replica * self.group_size + c * self.shape[0] + r
 
     def resolve(self, nd: int, nm: int, nt: int, precision="ddddd",
-                product: str = "pair") -> "ProcessGrid":
+                product: str = "pair", batch: int = 1, memory=None) -> "ProcessGrid":
         """This grid with its shape fixed: the given one (checked to fit), or the cost model's
-        choice for the sizes. Collective (it builds the row and column communicators)."""
+        choice for the sizes (``batch`` right-hand sides per product and ``memory`` bytes of
+        ``Khat`` per rank choose the replicas where they were not given). Collective (it
+        builds the replica, row and column communicators)."""
         if self.resolved:
             check_fit(nd, nm, self._rows, self._cols)
-            pr, pc = self._rows, self._cols
+            R, pr, pc = self._replicas, self._rows, self._cols
+        elif self._replicas is not None:
+            R = self._replicas
+            pr, pc = choose_grid(self.size // R, nd, nm, nt, precision, product)
         else:
-            pr, pc = choose_grid(self.size, nd, nm, nt, precision, product)
-        if self._comms is not None and (pr, pc) == (self._rows, self._cols):
+            from .model import choose_layout
+
+            R, pr, pc = choose_layout(self.size, nd, nm, nt, precision, batch, memory,
+                                      product=product)
+        if self._comms is not None and (R, pr, pc) == (self._replicas, self._rows, self._cols):
             return self
         base = self.comm.Dup()
-        r, c = self.rank % pr, self.rank // pr
-        col_comm = base.Split(color=c, key=r)  # the ranks of process column c, ordered by r
-        row_comm = base.Split(color=r, key=c)  # the ranks of process row r, ordered by c
-        return ProcessGrid(self.comm, _resolved=(pr, pc, (base, row_comm, col_comm)))
+        group = pr * pc
+        g, s = self.rank // group, self.rank % group
+        r, c = s % pr, s // pr
+        replica_comm = base.Split(color=g, key=s)  # the ranks of replica g, in grid order
+        col_comm = replica_comm.Split(color=c, key=r)  # process column c, ordered by r
+        row_comm = replica_comm.Split(color=r, key=c)  # process row r, ordered by c
+        return ProcessGrid(self.comm, _resolved=(R, pr, pc, (base, row_comm, col_comm,
+                                                             replica_comm)))
 
     @property
     def base_comm(self):
-        """The grid's own duplicate of the communicator."""
+        """The grid's own duplicate of the communicator (every rank of every replica)."""
         return self._need_comms()[0]
 
     @property
     def row_comm(self):
-        """The ranks of this rank's process row, ordered by column."""
+        """The ranks of this rank's process row (in its replica), ordered by column."""
         return self._need_comms()[1]
 
     @property
     def col_comm(self):
-        """The ranks of this rank's process column, ordered by row."""
+        """The ranks of this rank's process column (in its replica), ordered by row."""
         return self._need_comms()[2]
+
+    @property
+    def replica_comm(self):
+        """The ranks of this rank's replica, in grid order (column-major)."""
+        return self._need_comms()[3]
 
     def _need_comms(self):
         if self._comms is None:
@@ -259,15 +315,18 @@ class ProcessGrid:
     def device_id(self, device_count: int | None = None) -> int:
         """GPU of this rank: ``local_rank % device_count``, the count being what CuPy sees,
         i.e. after ``CUDA_VISIBLE_DEVICES`` / ``ROCR_VISIBLE_DEVICES`` (one visible GPU per
-        rank, as ``srun --gpus-per-task=1`` sets, gives device 0). Collective."""
+        rank, as ``srun --gpus-per-task=1`` sets, gives device 0). Collective: every rank
+        takes part in the node split before a rank without a GPU raises."""
+        local = self.local_rank()
         if device_count is None:
             from .. import backend
 
             if not backend.gpu_available():
                 raise FFTMatvecValueError("no GPU is available (CuPy is missing or sees none)")
             device_count = backend.cupy.cuda.runtime.getDeviceCount()
-        return self.local_rank() % device_count
+        return local % device_count
 
     def __repr__(self) -> str:
         shape = f"{self._rows}x{self._cols}" if self.resolved else "auto"
-        return f"ProcessGrid({shape}, size={self.size}, rank={self.rank})"
+        reps = f", replicas={self._replicas}" if self.resolved and self._replicas > 1 else ""
+        return f"ProcessGrid({shape}{reps}, size={self.size}, rank={self.rank})"

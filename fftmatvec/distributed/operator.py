@@ -163,32 +163,81 @@ class _Distributed:
         """The array module (``numpy`` or ``cupy``) of the local slices."""
         return self._xp
 
+    def _on_device(self):
+        import contextlib
+
+        return contextlib.nullcontext() if self._device is None else self._device
+
     def _where(self) -> str:
-        return f"(grid row {self.coords[0]}, col {self.coords[1]})"
+        replica = f"replica {self.grid.replica}, " if self.grid.replicas > 1 else ""
+        return f"({replica}grid row {self.coords[0]}, col {self.coords[1]})"
 
     def _check_local(self, x, space, name, batched, check_finite):
         n = self._n_own[space]
+        if batched and self.grid.replicas > 1 and getattr(x, "ndim", 0) == 3 \
+                and x.shape[0] == 0:  # a replica given none of a batch smaller than R
+            return self._empty_share(x, n, name), False
         X, flat, check = _OperatorBase._check_vector(self, x, n, name, batched, check_finite)
         if check and X.size and not math.isfinite(float(self._xp.abs(X).max())):
             raise _scaling.not_finite_error(name)
         return X, flat
 
+    def _empty_share(self, x, n, name):
+        """A replica's empty share ``(0, n, Nt)`` of a batch, checked as a batch is."""
+        xp = backend.get_array_module(x, name=name)
+        if xp is not self._xp:
+            raise FFTMatvecTypeError(
+                f"{name} must be a {self._xp.__name__} array, as the operator's slices are, "
+                f"got a {xp.__name__} one")
+        if x.dtype.kind != "f":
+            raise FFTMatvecTypeError(
+                f"{name} must be real floating point (float32 or float64), got dtype {x.dtype}")
+        if x.shape[1:] != (n, self.nt):
+            raise FFTMatvecValueError(f"{name} must have shape (k, {n}, {self.nt}), got {x.shape}")
+        return x.astype(self.dtype, copy=False)
+
+    def _agree(self, what, exc, k, name):
+        """A sync point that also agrees on the batch: raise on every rank if ``exc`` is set on
+        any, or if the ranks of a replica passed different batch sizes, or every replica none.
+        Returns the batch size of each replica, in replica order."""
+        R, g = self.grid.replicas, self.grid.replica
+        values = []
+        for i in range(R):  # per replica: the largest and minus the smallest k of its ranks
+            values += [k if i == g else -1, -k if i == g else -(1 << 62)]
+        got = sync(self.grid.base_comm, what, exc, self._where(), values=values)
+        ks = []
+        for i in range(R):
+            hi, lo = got[2 * i], -got[2 * i + 1]
+            if hi != lo:
+                where = f" in replica {i}" if R > 1 else ""
+                raise FFTMatvecDistributedError(
+                    f"{what}: the ranks passed batches of different sizes (from {lo} to {hi} "
+                    f"vectors{where}); every rank of a replica must pass its slices of the same "
+                    f"k vectors (those distribute gives it)")
+            ks.append(hi)
+        if not any(ks):
+            raise FFTMatvecValueError(
+                f"{name} must hold at least one vector: every replica's batch is empty")
+        return ks
+
     def _drive(self, what, x, space_in, name, batched, check_finite, mode):
-        """Check locally, agree on the batch size, run the pipeline, sync its errors."""
+        """Check locally, agree on the batch size, run the pipeline, sync its errors. A
+        replica given none of a batch (fewer vectors than replicas) computes nothing."""
         exc, X, flat, k = None, None, False, 0
         try:
             X, flat = self._check_local(x, space_in, name, batched, check_finite)
             k = int(X.shape[0])
         except Exception as e:  # raised on every rank at the sync point below
             exc = e
-        base = self.grid.base_comm
-        kmax, kneg = sync(base, what, exc, self._where(), values=(k, -k))
-        if kmax != -kneg:
-            raise FFTMatvecDistributedError(
-                f"{what}: the ranks passed batches of different sizes (from {-kneg} to {kmax} "
-                f"vectors); every rank must pass its slices of the same k vectors")
-        Y, exc = self._run(mode, X)
-        sync(base, what, exc, self._where())
+        self._agree(what, exc, k, name)
+        if k == 0:
+            space_out = "param" if mode in ("adjoint", "normal") else "obs"
+            with self._on_device():
+                Y = self._xp.empty((0, self._n_own[space_out], self.nt), dtype=self.dtype)
+            exc = None
+        else:
+            Y, exc = self._run(mode, X)
+        sync(self.grid.base_comm, what, exc, self._where())
         if batched:
             return Y
         return Y.reshape(-1) if flat else Y[0]
@@ -204,63 +253,137 @@ class _Distributed:
 
     def distribute(self, v, space: str = "param"):
         """This rank's slice of the global vector ``v``: ``(N, Nt)``, ``(N*Nt,)`` or a batch
-        ``(k, N, Nt)`` (``N`` = Nm for ``"param"``, Nd for ``"obs"``), same form back."""
-        space = _space(space)
+        ``(k, N, Nt)`` (``N`` = Nm for ``"param"``, Nd for ``"obs"``), same form back.
+
+        With ``R`` replicas a batch is split across them: replica ``g`` gets the vectors
+        ``block_partition(k, R)[g]`` (the first ``k % R`` replicas one more; a replica gets
+        ``(0, n, Nt)`` where ``k < R``), and each of its ranks its slice of each. A single
+        vector is held whole by every replica. Collective: a wrong ``v`` or ``space`` on any
+        rank raises on every rank."""
+        exc, out = None, None
+        try:
+            out = self._slice_of(v, _space(space))
+        except Exception as e:  # raised on every rank at the sync point below
+            exc = e
+        sync(self.grid.base_comm, "distribute", exc, self._where())
+        return out
+
+    def _slice_of(self, v, space: str):
         n, nt = self.layout.size(space), self.nt
         a, b = self.local_range(space)
         xp = backend.get_array_module(v, name="v")
         if v.shape == (n * nt,):
             return xp.array(v.reshape(n, nt)[a:b].reshape(-1), copy=True)
-        if v.ndim in (2, 3) and v.shape[-2:] == (n, nt):
-            return xp.array(v[..., a:b, :], copy=True)
+        if v.ndim == 3 and v.shape[-2:] == (n, nt):
+            from .layout import block_partition
+
+            k0, k1 = block_partition(v.shape[0], self.grid.replicas)[self.grid.replica]
+            return xp.array(v[k0:k1, a:b, :], copy=True)
+        if v.ndim == 2 and v.shape == (n, nt):
+            return xp.array(v[a:b], copy=True)
         raise FFTMatvecValueError(
             f"v must have shape ({n}, {nt}), ({n * nt},) or (k, {n}, {nt}) for space "
             f"{space!r}, got {v.shape}")
 
     def collect(self, v_local, space: str = "param"):
-        """The global vector (or batch) on every rank from every rank's slice (collective)."""
+        """The global vector (or batch) on every rank from every rank's slice (collective).
+
+        A batch comes back whole: every replica's share, in replica order (the converse of
+        :meth:`distribute`); a single vector from the slices of this rank's replica."""
         from mpi4py.util import dtlib
 
-        space = _space(space)
         xp = self._xp
-        exc, X, flat = None, None, False
+        batched = getattr(v_local, "ndim", 0) == 3
+        exc, X, flat, k = None, None, False, 0
         try:
-            X, flat = self._check_local(v_local, space, "v_local",
-                                        getattr(v_local, "ndim", 0) == 3, False)
+            space = _space(space)
+            X, flat = self._check_local(v_local, space, "v_local", batched, False)
             k = X.shape[0]
-        except Exception as e:
-            exc, k = e, 0
-        kmax, kneg = sync(self.grid.base_comm, "collect", exc, self._where(), values=(k, -k))
-        if kmax != -kneg:
-            raise FFTMatvecDistributedError("collect: the ranks passed batches of different sizes")
+        except Exception as e:  # raised on every rank at the sync point below
+            exc = e
+        ks = self._agree("collect", exc, k, "v_local")
+        grid = self.grid
+        comm, groups = ((grid.base_comm, range(grid.replicas)) if batched
+                        else (grid.replica_comm, [grid.replica]))
         n, nt = self.layout.size(space), self.nt
+        pr = grid.shape[0]
         send = np.ascontiguousarray(_host(X).transpose(1, 0, 2), dtype=self.dtype)
-        recv = np.empty((n, k, nt), dtype=self.dtype)
-        pr, pc = self.grid.shape
-        counts, displs = [], []
-        for q in range(self.grid.size):
-            a, b = self.layout.owned(space, q % pr, q // pr)
-            counts.append((b - a) * k * nt)
-            displs.append(a * k * nt)
-        self.grid.base_comm.Allgatherv(send, [recv, counts, displs, dtlib.from_numpy_dtype(recv.dtype)])
-        out = xp.asarray(np.ascontiguousarray(recv.transpose(1, 0, 2)))
-        if X.ndim == 3 and getattr(v_local, "ndim", 0) == 3:
+        counts, displs, offset = [], [], 0
+        for g in groups:  # the ranks of each replica, in the communicator's order
+            for q in range(grid.group_size):
+                a, b = self.layout.owned(space, q % pr, q // pr)
+                counts.append((b - a) * ks[g] * nt)
+                displs.append(offset + a * ks[g] * nt)
+            offset += n * ks[g] * nt
+        recv = np.empty(offset, dtype=self.dtype)
+        comm.Allgatherv(send, [recv, counts, displs, dtlib.from_numpy_dtype(recv.dtype)])
+        parts, offset = [], 0
+        for g in groups:  # each replica's block (n, k_g, Nt) to (k_g, n, Nt)
+            size = n * ks[g] * nt
+            parts.append(recv[offset:offset + size].reshape(n, ks[g], nt).transpose(1, 0, 2))
+            offset += size
+        out = xp.asarray(np.ascontiguousarray(np.concatenate(parts, axis=0)))
+        if batched:
             return out
         return out.reshape(-1) if flat else out[0]
 
+    def _check_slices(self, what, *arrays):
+        """Check that ``arrays`` are this rank's slices of vectors (or batches) of one space,
+        all of one shape, on the operator's array module; raise on every rank if any rank's
+        are not (collective)."""
+        exc = None
+        try:
+            shapes = []
+            for i, a in enumerate(arrays):
+                name = "ab"[i] if len(arrays) > 1 else "a"
+                xp = backend.get_array_module(a, name=name)
+                if xp is not self._xp:
+                    raise FFTMatvecTypeError(
+                        f"{name} must be a {self._xp.__name__} array, as the operator's slices "
+                        f"are, got a {xp.__name__} one")
+                if a.dtype.kind != "f":
+                    raise FFTMatvecTypeError(
+                        f"{name} must be real floating point, got dtype {a.dtype}")
+                shapes.append(a.shape)
+            if len(set(shapes)) > 1:
+                raise FFTMatvecValueError(
+                    f"a and b must have the same shape, got {shapes[0]} and {shapes[1]}")
+            ok = []
+            for space in _SPACES:
+                n = self._n_own[space]
+                ok += [(n, self.nt), (n * self.nt,)]
+            shape = shapes[0]
+            if shape not in ok and not (len(shape) == 3 and shape[1:] in ok[0::2]):
+                raise FFTMatvecValueError(
+                    f"{'a and b' if len(arrays) > 1 else 'a'} must be this rank's slice of a "
+                    f"vector: shape {ok[0]} or {ok[1]} (parameters), {ok[2]} or {ok[3]} "
+                    f"(observations), or a batch (k, n, {self.nt}) of either, got {shape}")
+        except Exception as e:  # raised on every rank at the sync point below
+            exc = e
+        sync(self.grid.base_comm, what, exc, self._where())
+
     def dot(self, a, b) -> float:
-        """Global ``<a, b>`` of two distributed vectors of the same space (collective)."""
+        """Global ``<a, b>`` of two distributed vectors (or batches: the sum over their
+        vectors) of the same space (collective)."""
+        self._check_slices("dot", a, b)
+        return self._dot_checked(a, b)
+
+    def _dot_checked(self, a, b) -> float:
+        """The sum over the ranks of a replica (a single vector, which every replica holds),
+        or over every rank (a batch, split across the replicas)."""
         from mpi4py import MPI
 
         xp = self._xp
         local = xp.vdot(a.reshape(-1).astype(np.float64), b.reshape(-1).astype(np.float64))
         buf = np.array([float(local)])
-        self.grid.base_comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+        comm = self.grid.base_comm if a.ndim == 3 else self.grid.replica_comm
+        comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
         return float(buf[0])
 
     def norm(self, a) -> float:
         """Global 2-norm of a distributed vector (collective)."""
-        return math.sqrt(max(self.dot(a, a), 0.0))
+        self._check_slices("norm", a)
+        return math.sqrt(max(self._dot_checked(a, a), 0.0))
 
     def as_pylops_mpi(self):
         """This operator as a ``pylops_mpi.MPILinearOperator`` on ``DistributedArray``
@@ -273,6 +396,11 @@ class _Distributed:
 class DistributedBlockToeplitz(_Distributed):
     """``F`` of shape ``(Nd*Nt, Nm*Nt)`` over a process grid; every rank a block of the kernel
     and a slice of each vector.
+
+    With ``R`` replicas (:class:`ProcessGrid`), each replica group holds the whole operator
+    over its own ``pr x pc`` grid: :meth:`matmat` and :meth:`rmatmat` of a batch compute each
+    replica's share of the right-hand sides at once (:meth:`distribute` splits a batch,
+    :meth:`collect` joins it), while a single vector is held and computed by every replica.
 
     Parameters
     ----------
@@ -289,6 +417,14 @@ class DistributedBlockToeplitz(_Distributed):
         ``precision_source`` says where it came from.
     rtol : float, optional
         Only with ``precision="auto"`` (default 1e-6).
+    batch : int, default 1
+        Right-hand sides per product the layout is chosen for, where ``grid`` leaves its
+        replicas to the cost model (:func:`~fftmatvec.distributed.model.choose_layout`): one
+        vector gives one replica, a batch may give ``R > 1`` replica groups, each holding the
+        whole operator over its own grid and computing its share of every batch.
+    memory : float, optional
+        Bytes of ``Khat`` one rank may hold, for the same choice (each replica holds a whole
+        ``Khat``); None: no bound.
     shape : (Nd, Nm, Nt), optional
         Required with a callable kernel.
     dtype : float64 (default) or float32
@@ -331,7 +467,7 @@ class DistributedBlockToeplitz(_Distributed):
 
     def __init__(self, grid, kernel, precision="ddddd", *, shape=None, dtype=None, fft_len=None,
                  device=None, transport=None, overlap=True, chunks=None, min_chunk=16,
-                 rtol=None):
+                 rtol=None, batch=1, memory=None):
         if not isinstance(grid, ProcessGrid):
             raise FFTMatvecTypeError(f"grid must be a ProcessGrid, got {type(grid).__name__}")
         comm = grid.comm
@@ -345,18 +481,23 @@ class DistributedBlockToeplitz(_Distributed):
             if not auto:
                 _resolve_precision(self._xp, precision, rtol, 1, 1, 1)  # rtol only with auto
             self.precision = None if auto else PrecisionConfig(precision)
-            for name, value in (("chunks", chunks), ("min_chunk", min_chunk)):
+            for name, value in (("chunks", chunks), ("min_chunk", min_chunk), ("batch", batch)):
                 if value is not None and (isinstance(value, bool) or not isinstance(
                         value, (int, np.integer)) or value < 1):
                     raise FFTMatvecValueError(
                         f"{name} must be a positive integer, got {value!r}")
+            if memory is not None and (isinstance(memory, bool) or not isinstance(
+                    memory, (int, float, np.integer, np.floating)) or not memory > 0
+                    or not math.isfinite(memory)):
+                raise FFTMatvecValueError(
+                    f"memory must be a positive number of bytes or None, got {memory!r}")
             (nd, nm, nt), token = _kernel_sizes(kind, kernel, shape)
         except Exception as e:
             exc = e
         sync(comm, "DistributedBlockToeplitz", exc, where)
         seen = comm.allgather((token, f"auto rtol={rtol!r}" if auto else self.precision.letters,
                                str(self.dtype), self._xp is np, bool(overlap), chunks, min_chunk,
-                               fft_len, transport))
+                               fft_len, transport, batch, memory))
         if len(set(map(repr, seen))) > 1:
             detail = "; ".join(f"rank {q}: {s[0][:4]}, precision {s[1]}, dtype {s[2]}"
                                for q, s in enumerate(seen))
@@ -378,7 +519,8 @@ class DistributedBlockToeplitz(_Distributed):
             letters, self.precision_source, _, self._plan = comm.bcast(choice, root=0)
             self.precision = PrecisionConfig(letters)
         # the grid shape is fixed (and checked to fit) before any block is read
-        self.grid = grid.resolve(nd, nm, nt, self.precision)
+        self.grid = grid.resolve(nd, nm, nt, self.precision, batch=int(batch or 1),
+                                 memory=None if memory is None else float(memory))
         self.layout = Layout(nd, nm, *self.grid.shape)
         self.coords = self.grid.coords
         r, c = self.coords
@@ -391,7 +533,7 @@ class DistributedBlockToeplitz(_Distributed):
         # than they hide (two ranks on two cores, (64, 512, 256): 1.13x compute-then-
         # communicate at k = 1 and 1.43x at k = 8 in 4 chunks); an axis is cut only where its
         # communicator has more than one rank
-        default = 4 if self.overlap and self.grid.size > 1 and self._xp is not np else 1
+        default = 4 if self.overlap and self.grid.group_size > 1 and self._xp is not np else 1
         self.chunks = int(chunks) if chunks is not None else default
         self.min_chunk = int(min_chunk if min_chunk is not None else 16)
         # counts of the collectives: param slices in the column, obs slices in the row; the
@@ -546,10 +688,8 @@ class DistributedBlockToeplitz(_Distributed):
         BlockToeplitz._apply's host path in stage 1's cast. MPI is driven between stages so
         that the collectives in flight progress meanwhile."""
         poll = self.transport.progress
-        s = 0
-        if op._scaled:
-            s = _scaling.scale_exponent(_scaling.HostOps.measure(x) if x.size else 0.0,
-                                        x.dtype.itemsize)
+        s = _scaling.scale_exponent(_scaling.HostOps.measure(x) if x.size else 0.0,
+                                    x.dtype.itemsize, op._window)
         y = op.broadcast_and_pad(x, scale_exp=s)
         poll()
         y = op.fft(y)
@@ -565,13 +705,15 @@ class DistributedBlockToeplitz(_Distributed):
         poll()
         y = op.ifft(y)
         poll()
-        return op.unpad_and_reduce(y, exponent=op._kexp - s if op._scaled else 0)
+        return op.unpad_and_reduce(y, exponent=op._kexp - s)
 
     def _local(self, op, x, adjoint: bool, spectra: dict, key):
         """One block's product of ``x`` ``(k, n_in, Nt)`` (contiguous on a GPU: :meth:`_input`):
         on a GPU one fused product, on the CPU stages 3-5 on the input's spectrum (made at the
-        chunk's first block and kept in ``spectra[key]``)."""
-        if self._xp is not np:
+        chunk's first block and kept in ``spectra[key]``). A block with column scales (``h``,
+        :func:`fftmatvec._scaling.column_exponents`) runs its own product: its input's
+        spectrum carries its own columns' scales."""
+        if self._xp is not np or op._cols is not None:
             return op._apply(x, adjoint)
         if key not in spectra:
             spectra[key] = self._spectrum(op, x)
@@ -706,11 +848,6 @@ class DistributedBlockToeplitz(_Distributed):
                 Y = xp.asarray(Y)
         return Y, self._exc
 
-    def _on_device(self):
-        import contextlib
-
-        return contextlib.nullcontext() if self._device is None else self._device
-
 
 class DistributedNormalOperator(_Distributed):
     """``F^T W F`` of a :class:`DistributedBlockToeplitz`, parameter slices in and out."""
@@ -726,7 +863,14 @@ class DistributedNormalOperator(_Distributed):
             w = self._check_weight(weight)
         except Exception as e:
             exc = e
-        sync(op.grid.base_comm, "normal", exc, self._where())
+        local = int(isinstance(w, tuple))
+        most, least = sync(op.grid.base_comm, "normal", exc, self._where(),
+                           values=(local, -local))
+        if most != -least:  # the gather below needs every rank of a row, or none
+            raise FFTMatvecDistributedError(
+                "normal: some ranks passed the weight as their slice of the observation "
+                "vector, others as the global (Nd, Nt) weight or a scalar; every rank must "
+                "pass it in the same form")
         if isinstance(w, tuple):  # this rank's obs slice: gather the row's rows once
             w = op.transport.allgatherv(op.grid.row_comm, w[1], op._obs_counts,
                                         self.dtype).wait()

@@ -25,7 +25,7 @@ def _pylops_mpi():
     return pylops_mpi
 
 
-def _local_shapes(op, space: str) -> list:
+def _local_shapes(op, space: str) -> list:  # one replica: the grid's ranks are every rank
     pr, _ = op.grid.shape
     out = []
     for q in range(op.grid.size):
@@ -56,6 +56,12 @@ def as_pylops_mpi(op):
     """``op`` (a distributed operator or normal operator) as an ``MPILinearOperator``."""
     pm = _pylops_mpi()
     from .operator import DistributedNormalOperator
+
+    if op.grid.replicas > 1:  # the same on every rank: raised on every rank
+        raise FFTMatvecValueError(
+            f"as_pylops_mpi needs a grid of one replica (pylops-mpi spreads a vector over every "
+            f"rank of the communicator), got {op.grid.replicas} replicas; build the operator "
+            f"on ProcessGrid(comm, replicas=1) for pylops-mpi")
 
     space_in = "param"
     space_out = "param" if isinstance(op, DistributedNormalOperator) else "obs"

@@ -26,10 +26,10 @@ and :class:`Captured` with a stand-in graph; only the real capture and replay ne
 from __future__ import annotations
 
 import threading
-import warnings
 import weakref
 from collections import OrderedDict
 
+from .. import _warnings
 from .._errors import FFTMatvecError, FFTMatvecValueError
 
 #: The most graphs the process keeps: a forward and a backward per layer and input shape in
@@ -253,11 +253,11 @@ class GraphCache:
         for e in evicted + ([old] if old is not None else []):
             e.release()
         if churn:
-            warnings.warn(
+            _warnings.warn(
                 f"SpectralConv: {self.capacity} CUDA graphs of the DFT chain evicted: more call "
                 "signatures (input shapes, weights, streams) are in use than the cache holds, "
                 "and each is captured again on its next call (graphs=False runs the eager "
-                "chain)", RuntimeWarning, stacklevel=2)
+                "chain)", RuntimeWarning)
         return entry
 
     def clear(self):

@@ -196,9 +196,13 @@ class SpectralConv(torch.nn.Module):
             if y is not None:
                 return y
         _same_grid(x, output_shape)
+        spatial = tuple(x.shape[2:])
+        if 0 in spatial:
+            raise FFTMatvecValueError(
+                f"x: expected a grid with at least one point on every spatial axis, got "
+                f"spatial shape {spatial} (input shape {tuple(x.shape)})")
         weight, bias = layer_params(self)
         own, n_modes, modes = weight, self._n_modes, self.modes
-        spatial = tuple(x.shape[2:])
         if len(spatial) == len(modes) and (spatial[-1] // 2 + 1 < modes[-1] or any(
                 n < m for n, m in zip(spatial[:-1], modes[:-1]))):
             slices, n_modes = _fitting(spatial, modes)
@@ -230,7 +234,19 @@ class SpectralConv(torch.nn.Module):
         ``n_modes``) is copied as it uses them: the part of the weight its forward slices out,
         on inputs with at least that many modes on each axis. ``kwargs`` (``method``,
         ``compute_dtype``, ``graphs``) go to the constructor.
+
+        Raises
+        ------
+        FFTMatvecTypeError
+            ``layer`` is not a neuraloperator ``SpectralConv``.
+        FFTMatvecValueError
+            A layer this one does not compute as it does, as the constructor refuses its
+            keywords: a separable or complex-data weight, ``fft_norm`` other than
+            ``"forward"``, an output on another grid (``resolution_scaling_factor`` other than
+            None or 1 on every axis), mixed-precision blocks (``fno_block_precision`` other
+            than ``"full"``).
         """
+        _check_neuralop_layer(layer)
         w = layer.weight
         w = w if torch.is_tensor(w) else w.to_tensor()
         if getattr(layer, "separable", False) or getattr(layer, "complex_data", False):
@@ -276,6 +292,33 @@ class SpectralConv(torch.nn.Module):
             if self.bias is not None:
                 layer.bias.copy_(self.bias.detach().to(layer.bias.dtype))
         return layer
+
+
+def _check_neuralop_layer(layer):
+    """Raise unless ``layer`` is a neuraloperator ``SpectralConv`` computing what this layer
+    computes: on the input's grid and in full precision (the other options are checked where
+    the weight is read, in :meth:`SpectralConv.from_neuralop`)."""
+    try:
+        from neuralop.layers.spectral_convolution import SpectralConv as Theirs
+    except ImportError:
+        Theirs = None
+    if Theirs is None or not isinstance(layer, Theirs):
+        raise FFTMatvecTypeError(
+            "layer must be a neuraloperator SpectralConv "
+            "(neuralop.layers.spectral_convolution.SpectralConv), got "
+            f"{type(layer).__module__}.{type(layer).__qualname__}")
+    scale = getattr(layer, "resolution_scaling_factor", None)
+    if scale is not None and any(float(f) != 1.0 for f in np.ravel(scale)):
+        raise FFTMatvecValueError(
+            f"layer: resolution_scaling_factor={scale!r} puts the output on another grid; this "
+            "layer's output is on the input's grid (resolution_scaling_factor=None)")
+    precision = getattr(layer, "fno_block_precision", "full")
+    if precision != "full":
+        raise FFTMatvecValueError(
+            f"layer: fno_block_precision={precision!r} runs the spectral product in half "
+            "precision; this layer computes it in the weight's precision "
+            "(fno_block_precision='full'; compute_dtype=torch.bfloat16 or torch.float16 gives "
+            "16-bit operands with float32 accumulation)")
 
 
 def _neuralop_slices(layer, extents):

@@ -151,11 +151,10 @@ class FFTStages:
                             inv = self._row_fft_inv(prec, adjoint, k, out_dtype)
                             fold = 0
                     else:
-                        import warnings
+                        from .. import _warnings
 
-                        warnings.warn(f"cuFFT callbacks unavailable for this product, running "
-                                      f"the stages one by one: {exc}", RuntimeWarning,
-                                      stacklevel=3)
+                        _warnings.warn(f"cuFFT callbacks unavailable for this product, running "
+                                       f"the stages one by one: {exc}", RuntimeWarning)
                         self._cb_plans[key] = None
                         return None
                 else:

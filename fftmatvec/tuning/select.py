@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 from pathlib import Path
 
+from .. import _warnings
 from .._errors import FFTMatvecValueError
 from .table import load_table
 
-__all__ = ["SAFETY", "UNIT_ROUNDOFF", "GROWTH", "GROWTH_H", "table_paths", "choose", "model_error"]
+__all__ = ["SAFETY", "UNIT_ROUNDOFF", "GROWTH", "GROWTH_H", "table_paths", "choose",
+           "point_plan", "model_error"]
 
 SAFETY = 4.0  # a front point is taken when 4 x its largest measured error is within rtol
 UNIT_ROUNDOFF = {"d": 2.0**-53, "s": 2.0**-24, "h": 2.0**-11}
@@ -85,32 +86,49 @@ def _nearest(entries, nm, nd, nt, nrhs):
     return min(entries, key=dist)
 
 
+def _lookup(arch, op, nm, nd, nt, nrhs):
+    """``(path, entry)``: the nearest entry of the first table for ``arch``, or None."""
+    for path in table_paths():
+        table = load_table(path)
+        if table["device"]["arch"] != arch:
+            continue
+        entries = [e for e in table["entries"] if e["op"] == op] or table["entries"]
+        if entries:
+            return path, _nearest(entries, nm, nd, nt, nrhs)
+    return None
+
+
+def point_plan(arch, op, nm, nd, nt, nrhs, precision):
+    """The plan :func:`choose` gives for ``precision`` (a point of the nearest entry's front),
+    or None (no table for ``arch``)."""
+    found = _lookup(arch, op, nm, nd, nt, nrhs)
+    return None if found is None else _plan_of(found[1], precision)
+
+
+def _plan_of(entry, precision):
+    """The plan tuned for ``precision``; a table without per-point plans has the fastest's."""
+    return (entry.get("plans") or {}).get(precision, entry.get("plan"))
+
+
 def choose(arch, op, nm, nd, nt, nrhs, rtol):
     """``(precision, source, plan, front)`` for ``rtol`` on a device of architecture ``arch``.
 
     ``front`` lists the entry's front points ``(precision, error_max)`` from fastest; the guard
     walks it towards accuracy. With no table for ``arch``: the model, ``plan`` None, one warning.
     """
-    for path in table_paths():
-        table = load_table(path)
-        if table["device"]["arch"] != arch:
-            continue
-        entries = [e for e in table["entries"] if e["op"] == op] or table["entries"]
-        if not entries:
-            continue
-        e = _nearest(entries, nm, nd, nt, nrhs)
+    found = _lookup(arch, op, nm, nd, nt, nrhs)
+    if found is not None:
+        path, e = found
         errs = {p["precision"]: p["error_max"] for p in e["points"]}
         front = [(p, errs[p]) for p in e["front"]]
         pick = next((p for p, err in front if SAFETY * err <= rtol), None)
         if pick is None:
             pick = min(front, key=lambda t: t[1])[0]
         src = f"{path}: {e['op']} (nm={e['nm']}, nd={e['nd']}, nt={e['nt']}, nrhs={e['nrhs']})"
-        # the plan tuned for this point; a table without per-point plans has the fastest's
-        plan = (e.get("plans") or {}).get(pick, e.get("plan"))
-        return pick, src, plan, front
+        return pick, src, _plan_of(e, pick), front
     if arch not in _warned:
         _warned.add(arch)
-        warnings.warn(f"no tuning table for device {arch!r}: precision='auto' uses the a-priori "
-                      f"error model (run `fftmatvec tune` to measure this device)", stacklevel=3)
+        _warnings.warn(f"no tuning table for device {arch!r}: precision='auto' uses the "
+                       f"a-priori error model (run `fftmatvec tune` to measure this device)")
     p = _model_choice(rtol, nm)
     return p, "model", None, [(p, model_error(p, nm)), ("ddddd", model_error("ddddd", nm))]

@@ -9,11 +9,12 @@ import time
 import numpy as np
 
 from .. import __version__, backend
+from .._errors import FFTMatvecValueError
 from ..operator import BlockToeplitz
 from ..precision import PrecisionConfig
 from .pareto import pareto_front
 
-__all__ = ["all_precisions", "device_info", "sweep_shape", "estimate_seconds"]
+__all__ = ["all_precisions", "device_info", "sweep_shape", "user_block", "estimate_seconds"]
 
 
 def all_precisions() -> list[str]:
@@ -78,6 +79,43 @@ def estimate_seconds(shapes, ops, nrhs, precisions, repeat, inputs, seconds_per_
     return total
 
 
+def user_block(u, op, shape, nrhs):
+    """The first ``nrhs`` of the user's input vectors ``u`` for ``op`` on ``shape``.
+
+    Parameters
+    ----------
+    u : (n, nt) or (k, n, nt) array, or flat of ``k*n*nt``
+        NumPy or CuPy; ``n`` is ``nd`` for ``rmatvec``, else ``nm``.
+    op : {"matvec", "rmatvec", "normal"}
+    shape : (nm, nd, nt)
+    nrhs : int
+
+    Returns
+    -------
+    (nrhs, n, nt) array
+
+    Raises
+    ------
+    FFTMatvecValueError
+        ``u`` does not hold ``nrhs`` vectors of shape ``(n, nt)``.
+    """
+    nm, nd, nt = shape
+    n = nd if op == "rmatvec" else nm
+    shp = tuple(u.shape)
+    if u.ndim == 1 and u.size % (n * nt) == 0:
+        have = u.size // (n * nt)
+    elif u.ndim in (2, 3) and shp[-2:] == (n, nt):
+        have = 1 if u.ndim == 2 else shp[0]
+    else:
+        have = 0
+    if have < nrhs:
+        raise FFTMatvecValueError(
+            f"expected {nrhs} vector(s) of shape ({n}, {nt}) for {op} on (nm, nd, nt) = "
+            f"{tuple(shape)} (an array ({n}, {nt}), (k, {n}, {nt}) or flat), got an array of "
+            f"shape {shp}")
+    return u.reshape(-1, n, nt)[:nrhs]
+
+
 def sweep_shape(kernel, op, nrhs, precisions, repeat, inputs, rng=None, user_inputs=None,
                 progress=None):
     """Measure every configuration of ``precisions`` on one shape and op.
@@ -95,7 +133,7 @@ def sweep_shape(kernel, op, nrhs, precisions, repeat, inputs, rng=None, user_inp
     n_in = nd if op == "rmatvec" else nm
     rng = rng or np.random.default_rng(0)
     if user_inputs is not None:
-        xs = [xp.asarray(u).reshape(-1, n_in, nt)[:nrhs] for u in user_inputs]
+        xs = [xp.asarray(user_block(u, op, (nm, nd, nt), nrhs)) for u in user_inputs]
     else:
         xs = [xp.asarray(rng.standard_normal((nrhs, n_in, nt))) for _ in range(inputs)]
     ref_op = BlockToeplitz(kernel, "ddddd")

@@ -20,12 +20,15 @@ from ``plans`` where there is one, else ``plan``.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
-import tempfile
+import re
+import time
 
 import yaml
 
+from .. import _writes
 from .._errors import FFTMatvecTypeError, FFTMatvecValueError
 from ..gpu.plan import parse_overrides
 from ..precision import PrecisionConfig
@@ -38,6 +41,10 @@ OPS = ("matvec", "rmatvec", "normal")
 _DEVICE_KEYS = {"vendor": str, "arch": str, "name": str, "driver": str, "runtime": str,
                 "cupy": str, "fftmatvec": str}
 _SHAPE_KEYS = ("nm", "nd", "nt", "nrhs")
+_SHAPE_MAX = 2**63 - 1  # largest size a shape key may hold (an int64 count of elements)
+# The temporaries of versions that wrote tables through tempfile.mkstemp (no writer in the name)
+_OLD_TMP_RE = re.compile(r"^\.tune-[A-Za-z0-9_]{8}\.yaml$")
+_OLD_TMP_AGE = 3600.0  # seconds since its last change after which such a temporary is stale
 
 
 class TableError(FFTMatvecValueError):
@@ -77,10 +84,24 @@ def _need(path, where, obj, key, types):
 
 
 def _number(path, where, obj, key, positive=False):
-    v = float(_need(path, where, obj, key, (int, float)))
+    raw = _need(path, where, obj, key, (int, float))
+    try:
+        v = float(raw)
+    except OverflowError:  # an integer beyond float64's range
+        v = math.inf
     if not math.isfinite(v) or v < 0 or (positive and v <= 0):
+        text = repr(raw) if len(repr(raw)) <= 40 else f"an integer of {len(str(abs(raw)))} digits"
         _fail(path, f"{where}.{key}", f"expected a finite {'positive' if positive else 'non-negative'} "
-                                      f"number, got {v!r}")
+                                      f"number, got {text}")
+    return v
+
+
+def _size(path, where, obj, key):
+    """A shape key: an integer from 1 to :data:`_SHAPE_MAX`."""
+    v = _need(path, where, obj, key, int)
+    if not 1 <= v <= _SHAPE_MAX:
+        text = repr(v) if len(repr(v)) <= 40 else f"an integer of {len(str(abs(v)))} digits"
+        _fail(path, f"{where}.{key}", f"expected an integer from 1 to 2**63 - 1, got {text}")
     return v
 
 
@@ -115,8 +136,7 @@ def validate(table, path="<table>") -> dict:
         if op not in OPS:
             _fail(path, f"{where}.op", f"expected one of {', '.join(OPS)}, got {op!r}")
         for k in _SHAPE_KEYS:
-            if _need(path, where, e, k, int) < 1:
-                _fail(path, f"{where}.{k}", f"expected a positive integer, got {e[k]}")
+            _size(path, where, e, k)
         key = entry_key(e)
         if key in seen:
             _fail(path, where, f"duplicate entry for {key}")
@@ -174,6 +194,8 @@ def read_yaml(path, what: str = "tuning table"):
             return yaml.safe_load(f)
     except yaml.YAMLError as exc:
         raise TableError(f"{what} {path}: not valid YAML: {exc}") from None
+    except UnicodeDecodeError:
+        raise TableError(f"{what} {path}: not a YAML file (not UTF-8 text)") from None
     except OSError as exc:
         raise TableError(f"{what} {path}: cannot read it: {exc}") from None
 
@@ -184,18 +206,34 @@ def load_table(path: str | os.PathLike[str]) -> dict:
     return validate(read_yaml(path), path)
 
 
+def _remove_old_temporaries(folder: str) -> None:
+    """Remove the ``.tune-<8 characters>.yaml`` temporaries that earlier versions left when
+    interrupted. Their names carry no writer, so only those older than :data:`_OLD_TMP_AGE`
+    go: a table's write takes a fraction of a second."""
+    now = time.time()
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        if _OLD_TMP_RE.match(entry.name) is None:
+            continue
+        with contextlib.suppress(OSError):
+            if entry.is_file(follow_symlinks=False) and now - entry.stat().st_mtime > _OLD_TMP_AGE:
+                os.remove(entry.path)
+
+
 def save_table(table: dict, path: str | os.PathLike[str]) -> None:
-    """Validate ``table`` and write it to ``path`` atomically (a temporary file renamed)."""
+    """Validate ``table`` and write it to ``path`` atomically: a temporary beside it that
+    carries this process's id, renamed onto it (:func:`fftmatvec._writes.atomic_file`), so
+    that a signal handler removes it and a later write removes those of dead writers (and
+    the old temporaries of earlier versions)."""
     path = os.fspath(path)
     validate(table, path)
+    data = yaml.safe_dump(table, sort_keys=False, default_flow_style=None, width=100).encode()
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tune-", suffix=".yaml", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            yaml.safe_dump(table, f, sort_keys=False, default_flow_style=None, width=100)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    _remove_old_temporaries(folder)
+    with _writes.atomic_file(path, len(data)) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(data)

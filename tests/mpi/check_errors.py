@@ -1,7 +1,9 @@
 """Run under mpiexec -n N (N >= 2): a failure on one rank becomes an exception on every rank.
 
 With the argument ``uncaught`` the last rank passes a bad vector and nobody catches the
-error: every rank must raise, so the run ends with a nonzero status instead of hanging.
+error: every rank must raise, so the run ends with a nonzero status instead of hanging
+(``uncaught distribute``: the bad vector is the global one given to ``distribute``, as in the
+README's example).
 Otherwise prints "OK <n> <cases>" on rank 0. With the argument ``gpu`` the operators and
 vectors are CuPy ones (the ranks sharing or splitting the visible GPUs), and NCCL asked for on
 ranks sharing a GPU must fail on every rank; without CuPy or a GPU it prints "SKIP <reason>".
@@ -63,9 +65,42 @@ def main():
     if rank == last:
         nan.reshape(-1)[0] = np.nan
     expect(lambda: op.matvec(nan), "NaN input", words=("NaN",))
+    # every method all ranks call raises on every rank: distribute, collect, dot, norm
+    glob = dev(np.ones((7, 3) if rank == last else (7, 4)))
+    expect(lambda: op.distribute(glob, "param"), "distribute's wrong shape",
+           words=("must have shape",))
+    expect(lambda: op.distribute(dev(np.ones((7, 4))), "sensor" if rank == last else "param"),
+           "distribute's bad space", words=("space must be",))
+    expect(lambda: op.distribute([[1.0] * 4] * 7 if rank == last else dev(np.ones((7, 4)))),
+           "distribute's list", words=("v",))
+    expect(lambda: op.collect(m, "sensor" if rank == last else "param"), "collect's bad space",
+           words=("space must be",))
+    short = m[:-1] if rank == last and m.shape[0] else m
+    other = m[:, :-1] if rank == last else m
+    expect(lambda: op.dot(m, other), "dot of different shapes", words=("dot",))
+    expect(lambda: op.norm(short[:, :-1] if rank == last else m), "norm of a wrong slice",
+           words=("norm",))
+    # distributed CG: a non-square operator everywhere, a bad rtol on one rank
+    from fftmatvec.distributed import cg
+
+    expect(lambda: cg(op, m), "cg of a non-square operator", exc=FFTMatvecDistributedError,
+           ranks=list(range(size)), words=("must be square",))
+    expect(lambda: cg(op.normal(), m, rtol="1e-5" if rank == last else 1e-5),
+           "cg's rtol on one rank", words=("rtol must be a real number",))
+    # settings that differ across ranks would stop (or start) the ranks apart
+    for kw in ({"rtol": 1e-3 if rank == last else 1e-6}, {"maxiter": 2 if rank == last else 3},
+               {"x0": m if rank == last else None}):
+        expect(lambda: cg(op.normal(), m, **kw), f"cg's {next(iter(kw))} differing", ranks=[],
+               words=("different rtol, maxiter or x0",))
     M = dev(np.ones((3 if rank == last else 2,) + op.local_shape("param")))
     expect(lambda: op.matmat(M), "batch sizes", ranks=[], words=("different sizes",))
     expect(lambda: op.normal(-1.0 if rank == last else 1.0), "bad weight", words=("weight",))
+    # the weight as this rank's slice on one rank, the global one on the others: their
+    # row's gather of the slices would wait for ranks that never join it
+    a, b = op.local_range("obs")
+    w_all = np.ones((5, 4))
+    expect(lambda: op.normal(dev(w_all[a:b] if rank == last else w_all)), "mixed weights",
+           ranks=[], exc=FFTMatvecDistributedError, words=("weight", "every rank"))
 
     def kern(rs, cs):
         block = K[rs, cs]
@@ -93,6 +128,7 @@ def main():
     expect(lambda: DistributedBlockToeplitz(ProcessGrid(comm), dev(K),
                                             transport="mpi" if rank == last else None),
            "different transports", ranks=[], words=("different kernels or settings",))
+    check_replicas()
     if GPU:
         check_nccl_on_a_shared_gpu()
     # a failure in the middle of a product (after its collectives started)
@@ -135,6 +171,47 @@ def main():
         print(f"OK {size} {cases}")
 
 
+def check_replicas():
+    """Replica groups: every error on one rank, in one replica, reaches every rank of every
+    replica."""
+    expect(lambda: ProcessGrid(comm, replicas=size + 1), "replicas not dividing the ranks",
+           exc=FFTMatvecValueError, words=("does not divide",))
+    expect(lambda: ProcessGrid(comm, 1, 1, replicas=size - 1 if rank == last else size),
+           "different replicas", exc=FFTMatvecValueError, words=("different grids",))
+    op = DistributedBlockToeplitz(ProcessGrid(comm, 1, 1, replicas=size), dev(K))
+    assert op.grid.replicas == size and op.grid.replica == rank
+    M = op.distribute(dev(np.ones((2 * size + 1, 7, 4))), "param")
+    # a wrong slice on the last rank only (its replica alone): every replica raises
+    bad = M[:, :, :-1] if rank == last else M
+    expect(lambda: op.matmat(bad), "replica's wrong slice", words=("must have shape",))
+    if size >= 4:  # two ranks of one replica passing different batch sizes
+        op2 = DistributedBlockToeplitz(ProcessGrid(comm, 1, size // 2, replicas=2), dev(K))
+        M2 = op2.distribute(dev(np.ones((5, 7, 4))), "param")
+        other = M2[:-1] if rank == last else M2
+        expect(lambda: op2.matmat(other), "batch sizes in a replica", ranks=[],
+               words=("different sizes", "in replica 1"))
+    empty = dev(np.ones((0,) + op.local_shape("param")))
+    expect(lambda: op.matmat(empty), "every replica's batch empty", exc=FFTMatvecValueError,
+           words=("at least one vector",))
+    expect(lambda: op.collect(M[:, :-1] if rank == last else M, "param"),
+           "collect of a wrong share", words=("v_local",))
+    # a failure in one replica's product, after the other replicas started theirs
+    if rank == last:
+        def boom(*args):
+            raise RuntimeError("boom in one replica")
+        op._local = boom
+    expect(lambda: op.matmat(M), "one replica's failure", words=("boom in one replica",))
+    if rank == last:
+        del op._local
+    assert op.matmat(M).shape == M.shape[:1] + op.local_shape("obs")
+    try:
+        import pylops_mpi  # noqa: F401
+    except ImportError:
+        return
+    expect(lambda: op.as_pylops_mpi(), "pylops-mpi with replicas", exc=FFTMatvecValueError,
+           words=("one replica",))
+
+
 def check_nccl_on_a_shared_gpu():
     """transport='nccl' where two ranks share a GPU: a clear error on every rank, raised
     before any NCCL communicator is made (NCCL itself would fail with ncclInvalidUsage)."""
@@ -156,8 +233,11 @@ def whole_traceback(kind, value, tb):
     os.write(2, "".join(traceback.format_exception(kind, value, tb)).encode())
 
 
-def uncaught():
+def uncaught(where):
     op = DistributedBlockToeplitz(ProcessGrid(comm), dev(K))
+    if where == "distribute":  # the last rank's global vector has the wrong shape
+        m = op.distribute(dev(np.ones((7, 3) if rank == last else (7, 4))), "param")
+        print("not reached", flush=True)
     m = op.distribute(dev(np.ones((7, 4))), "param")
     if rank == last:
         m = m[:, :-1]
@@ -171,6 +251,6 @@ if __name__ == "__main__":
             print("SKIP no GPU (CuPy missing or no device)")
     elif "uncaught" in sys.argv[1:]:
         sys.excepthook = whole_traceback
-        uncaught()
+        uncaught("distribute" if "distribute" in sys.argv[1:] else "matvec")
     else:
         main()

@@ -16,12 +16,13 @@ import os
 import sys
 import tempfile
 import time
+import warnings
 
 import numpy as np
 from mpi4py import MPI
 
 from fftmatvec import BlockToeplitz, DistributedBlockToeplitz, ProcessGrid, backend, io
-from fftmatvec.distributed import cg
+from fftmatvec.distributed import block_partition, cg
 from fftmatvec.distributed.comm import MPITransport, shared_device
 
 comm = MPI.COMM_WORLD
@@ -190,6 +191,26 @@ def check_block_pipeline():
         check_blocks(op, K, BlockToeplitz(K, prec), seed=6, chunks=7, tol=tol)
 
 
+def check_columns_in_different_units():
+    """`h` with parameter columns 1e12 apart and inputs balancing them: every grid, the block
+    pipeline cut or not, against the float64 product (each block stores its own columns'
+    scales, so its products do not share the chunk's input spectrum)."""
+    col = np.array([1.0, 1e-12, 1.0, 1e-12, 1e-6, 1.0, 1e-3])
+    K = fresh(41, 6, col.size, 9) * col[None, :, None]
+    ref = BlockToeplitz(K)
+    m = fresh(42, col.size, 9) / col[:, None]
+    d = fresh(43, 6, 9)
+    for rows, cols in grids(size):
+        for chunks in (1, 3):
+            op = DistributedBlockToeplitz(ProcessGrid(comm, rows, cols), dev(K), "ddhdd",
+                                          chunks=chunks, min_chunk=1, transport=TRANSPORT)
+            tag = f"columns 1e12 apart {op.grid.shape} blocks={op.blocks}"
+            y = host(op.collect(op.matvec(op.distribute(dev(m), "param")), "obs"))
+            close(y, ref.matvec(m), f"forward {tag}", 2e-3)
+            z = host(op.collect(op.rmatvec(op.distribute(dev(d), "obs")), "param"))
+            close(z / col[:, None], ref.rmatvec(d) / col[:, None], f"adjoint {tag}", 2e-3)
+
+
 class _Later:
     """A stand-in for a device event that passes ``seconds`` from now."""
 
@@ -223,7 +244,77 @@ def check_progress():
     cases += 1
 
 
+def layouts(n):
+    """Every ``(replicas, rows, cols)`` with ``replicas * rows * cols == n``."""
+    return [(R, r, n // R // r) for R in range(1, n + 1) if n % R == 0
+            for r in range(1, n // R + 1) if (n // R) % r == 0]
+
+
+def check_replicas():
+    """Every layout of R replicas of a pr x pc grid: one vector (held by every replica) and
+    batches split across the replicas, sizes not divisible by R and smaller than R (replicas
+    with no vector), both directions, the normal operator, dot and norm of batches, collect
+    the converse of distribute; all against the single-process operator in all-d."""
+    global cases
+    nd, nm, nt = 5, 7, 6
+    K = fresh(57, nd, nm, nt)
+    ref = BlockToeplitz(K)
+    w = np.abs(fresh(58, nd, nt)) + 0.5
+    for R, rows, cols in layouts(size):
+        g = ProcessGrid(comm, rows, cols, replicas=R)
+        for chunks in (1, 2):
+            op = DistributedBlockToeplitz(g, dev(K), chunks=chunks, min_chunk=1,
+                                          transport=TRANSPORT)
+            assert (op.grid.replicas, op.grid.shape) == (R, (rows, cols)), op.grid
+            assert op.grid.replica == rank // (rows * cols)
+            tag = f"{R} x {rows}x{cols} chunks={chunks}"
+            m, d = fresh(60, nm, nt), fresh(61, nd, nt)
+            y = op.matvec(op.distribute(dev(m), "param"))
+            assert y.shape == op.local_shape("obs") and y.dtype == op.dtype
+            close(host(op.collect(y, "obs")), ref.matvec(m), f"forward {tag}")
+            z = op.rmatvec(op.distribute(dev(d), "obs"))
+            close(host(op.collect(z, "param")), ref.rmatvec(d), f"adjoint {tag}")
+            for k in sorted({1, max(R - 1, 1), R + 1, 2 * R + 1}):
+                M, D = fresh(62 + k, k, nm, nt), fresh(63 + k, k, nd, nt)
+                Ml = op.distribute(dev(M), "param")
+                k0, k1 = block_partition(k, R)[op.grid.replica]
+                assert Ml.shape == (k1 - k0,) + op.local_shape("param"), (Ml.shape, k, R)
+                assert np.array_equal(host(op.collect(Ml, "param")), M)  # distribute's converse
+                Y = op.matmat(Ml)
+                assert Y.shape == (k1 - k0,) + op.local_shape("obs") and Y.dtype == op.dtype
+                close(host(op.collect(Y, "obs")), ref.matmat(M), f"matmat k={k} {tag}")
+                Z = op.rmatmat(op.distribute(dev(D), "obs"))
+                close(host(op.collect(Z, "param")), ref.rmatmat(D), f"rmatmat k={k} {tag}")
+                N = op.normal(dev(w)).matmat(Ml)
+                close(host(op.collect(N, "param")), ref.normal(w).matmat(M),
+                      f"normal k={k} {tag}")
+                # dot of batches: the sum over their vectors, every replica its share
+                lhs = op.dot(op.distribute(dev(D), "obs"), op.matmat(Ml))
+                close(lhs, float(np.vdot(D, ref.matmat(M))), f"dot of batches k={k} {tag}", 1e-10)
+            close(op.norm(y), np.linalg.norm(ref.matvec(m)), f"norm {tag}")
+            # distributed CG on single vectors: every replica solves the same system
+            b = ref.normal(w).matvec(fresh(64, nm, nt))
+            x, info = cg(op.normal(dev(w)), op.distribute(dev(b), "param"), rtol=1e-9,
+                         maxiter=500)
+            assert info == 0, info
+            x_ser, _ = cg(ref.normal(w), b, rtol=1e-9, maxiter=500)
+            close(host(op.collect(x, "param")), x_ser, f"cg {tag}", 1e-6)
+            cases += 1
+    # the automatic layout: one vector gives one replica; the cost model's choice for a batch
+    op = DistributedBlockToeplitz(ProcessGrid(comm), dev(K), transport=TRANSPORT)
+    assert op.grid.replicas == 1, op.grid
+    op = DistributedBlockToeplitz(ProcessGrid(comm), dev(K), transport=TRANSPORT, batch=64)
+    from fftmatvec.distributed import choose_layout
+
+    want = choose_layout(size, nd, nm, nt, "ddddd", 64)
+    assert (op.grid.replicas,) + op.grid.shape == want, (op.grid, want)
+    M = fresh(70, 64, nm, nt)
+    close(host(op.collect(op.matmat(op.distribute(dev(M), "param")), "obs")), ref.matmat(M),
+          f"matmat of the automatic layout {want}")
+
+
 def main():
+    global cases
     if GPU and not backend.gpu_available():
         if rank == 0:
             print("SKIP no GPU (CuPy missing or no device)")
@@ -231,6 +322,8 @@ def main():
     if size > 1 and not GPU:
         check_progress()
     check_block_pipeline()
+    check_columns_in_different_units()
+    check_replicas()
     tmp = comm.bcast(tempfile.mkdtemp() if rank == 0 else None)
     for nd, nm, nt in ((5, 7, 6), (6, 4, 9)):
         K = fresh(10 * nd + nm, nd, nm, nt)
@@ -281,16 +374,36 @@ def main():
         w = np.abs(fresh(7, nd, nt)) + 0.5
         m_true = fresh(8, nm, nt)
         b = ref.normal(w).matvec(m_true)
-        x_ser, info_ser = cg(ref.normal(w), b, rtol=1e-30, maxiter=6)
-        x_dis, info_dis = cg(op.normal(dev(w)), op.distribute(dev(b), "param"), rtol=1e-30,
-                             maxiter=6)
+        steps = {"ser": 0, "dis": 0}
+
+        def count(key):
+            def step(x):
+                steps[key] += 1
+            return step
+        with warnings.catch_warnings():  # 6 iterations do not reach rtol=1e-30: a warning
+            warnings.simplefilter("ignore", RuntimeWarning)
+            x_ser, info_ser = cg(ref.normal(w), b, rtol=1e-30, maxiter=6, callback=count("ser"))
+            x_dis, info_dis = cg(op.normal(dev(w)), op.distribute(dev(b), "param"), rtol=1e-30,
+                                 maxiter=6, callback=count("dis"))
         close(host(op.collect(x_dis, "param")), x_ser, "distributed CG vs serial", 1e-10)
-        assert info_dis["iterations"] == info_ser["iterations"] == 6, (info_dis, info_ser)
+        assert info_dis == info_ser == 6 and steps == {"ser": 6, "dis": 6}, (info_dis, steps)
+        # converged: info 0 on every rank, and the residual within rtol
+        x_c, info_c = cg(op.normal(dev(w)), op.distribute(dev(b), "param"), rtol=1e-6,
+                         maxiter=500)
+        assert comm.allgather(info_c) == [0] * size, info_c
+        res = op.normal(dev(w)).matvec(x_c) - op.distribute(dev(b), "param")
+        assert op.norm(res) <= 1e-6 * np.linalg.norm(b)
         # without maxiter: every rank stops at the same iteration (the global size), as the
         # serial solve does, though the ranks' slices differ in size
-        _, full_ser = cg(ref.normal(w), b, rtol=1e-30)
-        _, full_dis = cg(op.normal(dev(w)), op.distribute(dev(b), "param"), rtol=1e-30)
-        assert full_dis["iterations"] == full_ser["iterations"], (full_dis, full_ser)
+        steps.update(ser=0, dis=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            _, full_ser = cg(ref.normal(w), b, rtol=1e-30, callback=count("ser"))
+            _, full_dis = cg(op.normal(dev(w)), op.distribute(dev(b), "param"), rtol=1e-30,
+                             callback=count("dis"))
+        assert full_dis == full_ser and steps["ser"] == steps["dis"], (full_dis, steps)
+        assert len(set(comm.allgather(steps["dis"]))) == 1
+        cases += 1
         try:
             import pylops_mpi
         except ImportError:
