@@ -58,7 +58,7 @@ add_module_names = False
 
 
 # -- Markdown pages (MyST) -------------------------------------------------------------------
-myst_enable_extensions = ["dollarmath", "colon_fence"]
+myst_enable_extensions = ["colon_fence"]
 myst_heading_anchors = 3
 
 # -- Gallery ---------------------------------------------------------------------------------

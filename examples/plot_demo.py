@@ -9,7 +9,6 @@ and the MAP estimate is solved for by conjugate gradients on ``F^T F / sigma^2 +
 product applied by :class:`~fftmatvec.BlockToeplitz`.
 """
 
-import json
 import pathlib
 import tempfile
 
@@ -23,9 +22,13 @@ summary = demo.run_demo("tiny", device="cpu", out=str(out), quiet=True)
 
 # %%
 # The sizes, the operator's error against time stepping, and the solve.
-keys = ["nd", "nm", "nt", "operator_rel_error", "adjoint_rel_error", "cg_iterations",
-        "cg_converged", "reconstruction_rel_error", "data_misfit_rms_over_noise"]
-print(json.dumps({k: summary[k] for k in keys}, indent=1))
+s = summary
+print(f"{s['nd']} sensors, {s['nm']} source cells, {s['nt']} time steps")
+print(f"F against time stepping: relative error {s['operator_rel_error']:.1e}, "
+      f"F^T {s['adjoint_rel_error']:.1e}")
+print(f"CG: {s['cg_iterations']} iterations, converged: {s['cg_converged']}")
+print(f"relative error of the recovered source {s['reconstruction_rel_error']:.2f}, "
+      f"data misfit over the noise {s['data_misfit_rms_over_noise']:.2f}")
 
 # %%
 # The figure the demo writes: the true and the recovered source, and the data.

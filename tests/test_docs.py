@@ -31,7 +31,12 @@ def _public_modules() -> list[str]:
         name = f"fftmatvec.{info.name}"
         if info.name.startswith("_") or name in INTERNAL:
             continue
-        module = importlib.import_module(name)
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as e:  # a module of an optional dependency not installed
+            if (e.name or "").split(".")[0] == "fftmatvec":
+                raise
+            continue
         if set(getattr(module, "__all__", ())) - top:
             found.append(name)
     return found
