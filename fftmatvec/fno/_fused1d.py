@@ -22,7 +22,7 @@ as a block's shared memory holds for ``NB >= 4`` batch rows (``NB C m`` complex 
 at ``NB = 8``, ``C = 64``, ``m = 33``; an AMD block's 64 KB hold none of these, so the chain
 serves there); float32. The backward keeps the chain (it needs the modes of ``x`` and of
 ``dL/dy`` for ``dL/dW``): the planner takes the kernel for a forward that records no gradient
-(:func:`fftmatvec.gpu.planner.fno_fused`).
+(:func:`fftmatvec.fno._plan.fno_fused`).
 """
 
 from __future__ import annotations

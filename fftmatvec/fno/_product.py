@@ -8,7 +8,7 @@ rate (196 µs, 58 % of the bytes' time, at ``(2112, 16, 128, 128)`` on an H100).
 ``fno_modes_cgemm_f32_b<NB>`` (``hip_kernels/fno.cuh``) streams the weight once, every thread
 two output columns of up to ``NB`` rows, the rows of ``X`` through shared memory (139 µs
 there, ``scripts/bench_fno_rows.py --products``). The planner takes it for batches of at most
-:data:`~fftmatvec.gpu.rules.FNO_PRODUCT_MAX_BATCH` rows (:func:`fftmatvec.gpu.planner.fno_product`);
+:data:`~fftmatvec.fno._plan.FNO_PRODUCT_MAX_BATCH` rows (:func:`fftmatvec.fno._plan.fno_product`);
 the backward's products stay on cuBLAS.
 """
 

@@ -17,7 +17,7 @@ between them. It takes the place of the chain's first two transforms (or last tw
 
 They run in float32 on CuPy arrays and on CUDA/ROCm tensors of PyTorch (zero-copy, on the
 current stream), for lengths whose complex FFT is 5-smooth and fits a block's shared memory;
-:func:`fftmatvec.gpu.planner.fno_rows` and :func:`~fftmatvec.gpu.planner.fno_plane` say where
+:func:`fftmatvec.fno._plan.fno_rows` and :func:`~fftmatvec.fno._plan.fno_plane` say where
 they are taken.
 """
 

@@ -20,7 +20,7 @@ import threading
 from .. import backend
 from ..gpu.plan import mode as plan_mode
 from ..gpu.plan import plan_key
-from ..gpu.planner import fno_ends
+from ._plan import fno_ends
 from . import _dft, _graphs, _rows, _tuning
 from ._graphs import grad_wanted
 
@@ -115,7 +115,7 @@ def chain_for(x, dtype, modes, cout=None, tuned=()):
     """The cached DFT matrices for ``x``'s grid and device in ``dtype`` (``cout`` output
     channels, default ``x``'s): the modes split (:class:`._dft.SplitChain`), the last axis on
     the row FFT kernels and the last two on the plane kernels where the planner says so
-    (:func:`fftmatvec.gpu.planner.fno_chain`), asked once per shape, device, dtype and value
+    (:func:`fftmatvec.fno._plan.fno_chain`), asked once per shape, device, dtype and value
     of ``FFTMATVEC_PLAN`` and tuned plan ``tuned`` (the pairs of the layer's FNO tuning table
     entry, :mod:`._tuning`)."""
     B, C = x.shape[:2]
@@ -128,7 +128,7 @@ def _planned_chain(device, dtype, spatial, modes, plan, channels, tuned=()):
     """:func:`chain_for`'s chain (``plan``: the raw ``FFTMATVEC_PLAN``, a key only;
     ``channels``: ``(B, Cin, Cout)``): on the path of every call, where the planner's
     questions cost a small layer's device tens of microseconds of waiting."""
-    from ..gpu.planner import fno_chain
+    from ._plan import fno_chain
 
     name = str(dtype).rsplit(".", 1)[-1]
     kernels = device.type == "cuda" and name == "float32"
@@ -371,7 +371,7 @@ def _replay(torch, key, device, cdtype, chain, fn, args, wanted, ends, token=Non
 def _replay_forward(torch, ctx, x, weight, bias, token, plan=None):
     """``(y, Xs)`` from the forward graph: ``Xs`` None, or with a ``token`` (a tensor the
     backward saves) the modes-major input left in the graph's buffer and lent
-    (:class:`._graphs.Lent`). Where ``ctx.outside`` (:func:`fftmatvec.gpu.planner.fno_ends`),
+    (:class:`._graphs.Lent`). Where ``ctx.outside`` (:func:`fftmatvec.fno._plan.fno_ends`),
     the graph holds the chain's middle (:func:`forward_middle`): its first step writes the
     graph's input buffer and its last reads the graph's output, outside it; else the whole
     chain, ``x`` copied in and ``y`` cloned out."""
@@ -874,7 +874,7 @@ def _forward(torch, ctx, x, weight, bias, modes, cdtype, graphs, token, tuned=()
     """``(y, Xs)``, from the forward graph where ``graphs`` (``Xs`` None there unless a
     ``token`` is given: :func:`_replay_forward`), else from the eager chain; sets
     ``ctx.chain``, ``ctx.cdtype`` and, with graphs, ``ctx.problem`` and ``ctx.outside``
-    (whether the graphs hold the chains' middles: :func:`fftmatvec.gpu.planner.fno_ends`,
+    (whether the graphs hold the chains' middles: :func:`fftmatvec.fno._plan.fno_ends`,
     for a forward with a backward to come where ``training``), what the backward and the
     replay read: from ``plan`` where given (:class:`TrainingPlan`, a training call's fast
     path), else planned here, and kept for the fast path of the training call being made, if
