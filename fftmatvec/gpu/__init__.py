@@ -4,6 +4,8 @@ Modules, one concern each:
 
 * :mod:`~fftmatvec.gpu.plan`: the :class:`Plan` of a product and the plan overrides
   (``BlockToeplitz(..., plan=...)``, ``FFTMATVEC_PLAN``);
+* :mod:`~fftmatvec.gpu.planning`: :func:`make_plan`, the plan of a product as a pure function
+  of the problem, the device, the rules and the overrides;
 * :mod:`~fftmatvec.gpu.planner`: every choice a product makes, from
   :mod:`~fftmatvec.gpu.rules`, the measured rules (docs/gpu.md);
 * :mod:`~fftmatvec.gpu.engine`: ``Khat`` in the kernels' layout and the engine class;
@@ -24,8 +26,10 @@ from .fused import _FusedProduct, _GemvIrfft  # noqa: F401
 from .graphs import _GraphRunner  # noqa: F401
 from .plan import (ENV, PLAN_KEYS, STAGE3_CHOICES, Plan, env_overrides, mode,  # noqa: F401
                    parse_overrides, plan_key)
-from .planner import (Planner, batch_kernels, describe_launch, fused_adjoint_line,  # noqa: F401
-                      plan_for, row_fft_line)
+from .planner import Planner, batch_kernels, fused_adjoint_line, row_fft_line  # noqa: F401
+from .planning import (DeviceInfo, KernelCode, KnownCode, Overrides, Problem,  # noqa: F401
+                       device_info, make_plan)
+from .rules import Rules, rules_for  # noqa: F401
 from .rules import *  # noqa: F401,F403
 from .rules import (_BATCH_SIZES, _CPLX_SUFFIX, _ELEM_BYTES, _MMA_ROWS, _ONE_BLOCK_SHIFT,  # noqa: F401
                     _PER_THREAD_STREAM, _REAL_SUFFIX, _STAGED_J, _STORE_SUFFIX)

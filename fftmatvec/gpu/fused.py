@@ -16,7 +16,6 @@ from .. import backend, kernels
 from ..precision import PrecisionConfig
 from . import rowfft as _rowfft
 from .ffts import FusedPlans
-from .plan import plan_key
 from .rules import (FUSED_MAX_ND, FUSED_MAX_RADIX, FUSED_MAX_SMEM, FUSED_ND, FUSED_THREADS,
                     HOLD_KHAT_FRACTION, HOLD_MAX_BYTES, HOLD_STREAMS, _CPLX_SUFFIX,
                     _PER_THREAD_STREAM, _REAL_SUFFIX)
@@ -33,12 +32,12 @@ class FusedProducts:
     def fused_product(self, prec: PrecisionConfig, adjoint: bool, k: int, in_dtype, out_dtype,
                       weight=None) -> "_FusedProduct | None":
         """The product with stages 1 and 5 inside the FFTs and stage 3 packed
-        (:class:`_FusedProduct`), made once per shape and value of FFTMATVEC_PLAN
-        (:func:`~fftmatvec.gpu.plan.plan_key`); None where :meth:`fused_plans` is."""
+        (:class:`_FusedProduct`), made once per shape (the plan overrides are fixed at the
+        engine's construction); None where :meth:`fused_plans` is."""
         if weight is not None:
             return None
         # on every product's path; the plan overrides choose the plans
-        key = (adjoint, k, np.dtype(in_dtype), np.dtype(out_dtype), prec, plan_key())
+        key = (adjoint, k, np.dtype(in_dtype), np.dtype(out_dtype), prec)
         product = self._products.get(key, False)
         if product is False:
             fused = None  # stages 3-5 as one kernel: then no inverse plan is made

@@ -154,9 +154,13 @@ def env_overrides() -> dict:
 
 
 def mode(eng, key: str) -> str:
-    """``"auto"``, ``"0"`` or ``"1"`` for ``key`` on engine ``eng``: its operator's overrides
-    (``eng.overrides``), else ``FFTMATVEC_PLAN``, else its tuning table's plan
-    (``eng.tuned``), else ``"auto"``."""
+    """``"auto"``, ``"0"`` or ``"1"`` for ``key`` on engine ``eng``: where it holds overrides
+    resolved once (``eng.resolved``, :class:`~fftmatvec.gpu.planning.Overrides`: an
+    operator's, or a plan's), those alone; else its operator's overrides (``eng.overrides``),
+    else ``FFTMATVEC_PLAN``, else its tuning table's plan (``eng.tuned``), else ``"auto"``."""
+    resolved = getattr(eng, "resolved", None)
+    if resolved is not None:
+        return resolved.get(key)
     own = getattr(eng, "overrides", None)
     if own and key in own:
         return own[key]
@@ -183,21 +187,34 @@ class Plan:
 
     ``path``: ``"graph"`` (the product replayed as one CUDA graph), ``"fused"`` (stages 1 and
     5 inside the FFTs, stage 3 packed: three launches or two), ``"stages"`` (the five stages
-    one by one) or ``"cpu"``. ``ffts``: (forward, inverse) transforms. ``stage3``: one line a
-    launch (kernel family, right-hand sides, tile, split-K). ``fold``: stage 3's splits that the
-    inverse FFT adds as it loads them (0: none). ``overrides``: the plan keys in effect that are
-    not ``auto``, and where they came from."""
+    one by one) or ``"cpu"``. ``ffts``: (forward, inverse) transforms. ``launches``: stage 3's
+    launches in order (:class:`~fftmatvec.gpu.stage3._Launch`: kernel, right-hand sides, grid,
+    block, split-K), and :attr:`stage3` the same in words. ``fold``: stage 3's splits that the
+    inverse FFT adds as it loads them (0: none). ``workspace_bytes``: stage 3's split-K
+    workspace. ``overrides``: the plan keys in effect that are not ``auto``, and where they
+    came from. :func:`fftmatvec.gpu.planning.make_plan` makes it."""
 
     direction: str
     k: int
     precision: str
     path: str
     ffts: tuple = ()
-    stage3: tuple = ()
+    launches: tuple = ()
     fused_adjoint: bool = False
     fold: int = 0
     device: str = ""
     overrides: tuple = field(default=())
+    workspace_bytes: int = 0
+
+    @property
+    def stage3(self) -> tuple:
+        """Stage 3's launches in words, one line a launch."""
+        return tuple(launch.describe() for launch in self.launches)
+
+    @property
+    def graph(self) -> bool:
+        """Whether the product is replayed as one CUDA graph."""
+        return self.path == "graph"
 
     def __str__(self) -> str:
         lines = [f"{self.direction}, k={self.k}, precision {self.precision} on {self.device}: "

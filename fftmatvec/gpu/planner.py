@@ -17,17 +17,12 @@ from . import callbacks as _fftcb
 from . import rowfft as _rowfft
 from .ffts import _row_blocks
 from .fused import _GemvIrfft
-from .plan import PLAN_KEYS, Plan, env_overrides, unavailable
+from .plan import unavailable
 from .plan import mode as plan_mode
-from .rules import (_REAL_SUFFIX, ASYNC_DEFAULTS, ASYNC_FEW, ASYNC_FEW_ROWS, ASYNC_FILL_ALT, ASYNC_MIN_FILL,
-                    ASYNC_MIN_RED, ASYNC_MIN_RED_C64_INPUT, DMMA_C64_ARCHS, FOLD_MAX_SPLITS,
-                    FUSED_MAX_ND, FUSED_MIN_BLOCKS_PER_SM, FUSED_STORES, FUSED_THREADS,
-                    GRAPH_MAX_KHAT_BYTES, GRAPH_MAX_VECTOR_BYTES, GRAPH_MEDIUM_KHAT_BYTES,
-                    MMA_FEW_MIN_KB, MMA_FEW_OUT_MIN_KB, MMA_FEW_RED, MMA_MAX_KB, MMA_MIN_KB,
-                    PIPE_DEFAULTS, PIPE_FEW, PIPE_FEW_ROWS, PIPE_FEW_WAVES, ROW_FFT_DTYPES,
-                    ROW_FFT_MIN_BLOCKS_PER_SM, TILES, WIDE_DEFAULTS, WIDE_MIN_BLOCKS_PER_SM,
-                    WIDE_MIN_FILL, XREG_GEMV_KB, XREG_MAX_ND, XREG_MIN_KB, XREG_ND, XREG_TILES,
-                    _BATCH_SIZES, _STAGED_J)
+from .rules import (DMMA_C64_ARCHS, FUSED_MAX_ND, FUSED_MIN_BLOCKS_PER_SM, FUSED_STORES,
+                    FUSED_THREADS, MMA_FEW_OUT_MIN_KB, MMA_MAX_KB, ROW_FFT_DTYPES, TILES,
+                    XREG_GEMV_KB, XREG_MAX_ND, XREG_MIN_KB, XREG_ND, XREG_TILES, _BATCH_SIZES,
+                    _STAGED_J)
 from .stage3 import _Launch
 
 
@@ -97,7 +92,21 @@ def fused_adjoint_line(gpu: bool) -> str:
 
 
 class Planner:
-    """The choices of a product (a base class of :class:`~fftmatvec.gpu.engine.KernelEngine`)."""
+    """The choices of a product: a base class of :class:`~fftmatvec.gpu.engine.KernelEngine`,
+    whose device it asks, and of the planning view of :func:`fftmatvec.gpu.planning.make_plan`,
+    which asks a :class:`~fftmatvec.gpu.planning.DeviceInfo` instead. Its methods read the
+    shape (``nd``, ``nm``, ``nf``, ``fft_len``, ``store``, ``compute``), the device
+    (``num_sms``, ``smem_per_block``, ...), ``rules`` (:class:`~fftmatvec.gpu.rules.Rules`) and
+    the plan overrides (:func:`fftmatvec.gpu.plan.mode`)."""
+
+    @property
+    def hip(self) -> bool:
+        """Whether the device is an AMD GPU (ROCm)."""
+        return backend.is_hip()
+
+    def has_kernel(self, name: str) -> bool:
+        """Whether the device's code object has the entry point ``name``."""
+        return kernels.has_function(name)
 
     @property
     def pipe_store(self) -> str:
@@ -106,7 +115,9 @@ class Planner:
         ``dmma_c64=0`` / ``=1`` never / always), else :attr:`store`."""
         if self.store != "c64":
             return self.store
-        return "c64dmma" if _c64_on_dmma(self.arch, self) else "c64"
+        mode = plan_mode(self, "dmma_c64")
+        dmma = self.rules.dmma_c64 if mode == "auto" else mode == "1"
+        return "c64dmma" if dmma else "c64"
 
     def _tile(self, kb: int, n_out: int, adjoint: bool) -> tuple[int, int]:
         """(RT, V) for a launch of ``kb`` right-hand sides (defaults from scripts/tune_sbgemv.py
@@ -177,13 +188,13 @@ class Planner:
         if mode == "1":
             return 1
         key = (self.pipe_store, bool(adjoint))
-        least = MMA_MIN_KB[key]
-        if n_red is not None and n_red < MMA_FEW_RED and key in MMA_FEW_MIN_KB:
-            least = MMA_FEW_MIN_KB[key]
+        least = self.rules.mma_min_kb[key]
+        if n_red is not None and n_red < self.rules.mma_few_red and key in self.rules.mma_few_min_kb:
+            least = self.rules.mma_few_min_kb[key]
         if not adjoint and n_out is not None:
-            holds = [rows for rows in MMA_FEW_OUT_MIN_KB if n_out <= rows]
+            holds = [rows for rows in self.rules.mma_few_out_min_kb if n_out <= rows]
             if holds:  # forward over few outputs: the smallest cap that holds n_out
-                from_kb = MMA_FEW_OUT_MIN_KB[min(holds)]
+                from_kb = self.rules.mma_few_out_min_kb[min(holds)]
                 return None if from_kb is None else max(least, from_kb)
         return least
 
@@ -205,19 +216,19 @@ class Planner:
             why = "this device has none (NVIDIA sm_80 or newer)"
         else:
             name = self._xreg_name(self._xreg_fw(), in_dtype, out_dtype)
-            if not kernels.has_function(name):
+            if not self.has_kernel(name):
                 why = f"the code object has no {name}"
         if unavailable("xreg", mode, "the adjoint kernel with its input in registers "
                         "cannot take this product", why):
             return None
-        return 1 if mode == "1" else XREG_MIN_KB[self.store]
+        return 1 if mode == "1" else self.rules.xreg_min_kb[self.store]
 
 
     def _xreg_takes(self, kb: int) -> bool:
         """Whether a launch of ``kb`` right-hand sides (past the kernel's minimum) goes to the
         input-in-registers kernel: all of them with ``xreg=1``, else all but the
         batches of :data:`XREG_GEMV_KB` over more than the fewest sensors compiled."""
-        return (kb != XREG_GEMV_KB.get(self.store) or self.nd <= XREG_ND[0]
+        return (kb != self.rules.xreg_gemv_kb.get(self.store) or self.nd <= XREG_ND[0]
                 or plan_mode(self, "xreg") == "1")
 
 
@@ -226,10 +237,10 @@ class Planner:
         a tensor-core launch: the 16-row tile of ``PIPE_FEW`` for few outputs (forward) or few
         reduction rows (adjoint), else the storage's default."""
         store = self.pipe_store
-        few = PIPE_FEW.get((store, bool(adjoint)))
-        if few is not None and (n_red if adjoint else n_out) <= PIPE_FEW_ROWS:
-            return few, PIPE_FEW_WAVES
-        return PIPE_DEFAULTS[(store, bool(adjoint))], None
+        few = self.rules.pipe_few.get((store, bool(adjoint)))
+        if few is not None and (n_red if adjoint else n_out) <= self.rules.pipe_few_rows:
+            return few, self.rules.pipe_few_waves
+        return self.rules.pipe_defaults[(store, bool(adjoint))], None
 
 
     def _use_staged(self, kb: int, n_red: int, adjoint: bool) -> bool:
@@ -258,8 +269,8 @@ class Planner:
         mode = plan_mode(self, "async")
         if mode == "0":
             return False
-        if mode == "auto" and (adjoint or n_out > ASYNC_FEW_ROWS):
-            table = ASYNC_MIN_RED_C64_INPUT if np.dtype(in_dtype) == np.complex64 else ASYNC_MIN_RED
+        if mode == "auto" and (adjoint or n_out > self.rules.async_few_rows):
+            table = self.rules.async_min_red_c64_input if np.dtype(in_dtype) == np.complex64 else self.rules.async_min_red
             min_red = table[(self.store, bool(adjoint))]
             if min_red is None or n_red < min_red:
                 return False
@@ -284,14 +295,14 @@ class Planner:
         """(tile, split-K target) of the cp.async kernel: the narrow tile for forward products
         with few outputs; ``ASYNC_FILL_ALT``'s tile where it fills the device's block slots
         better than a default that fills less than ``ASYNC_MIN_FILL`` of its last round."""
-        if not adjoint and n_out <= ASYNC_FEW_ROWS:
-            return ASYNC_FEW[self.store]
+        if not adjoint and n_out <= self.rules.async_few_rows:
+            return self.rules.async_few[self.store]
         key = (self.store, bool(adjoint))
-        default, alt = ASYNC_DEFAULTS[key], ASYNC_FILL_ALT.get(key)
+        default, alt = self.rules.async_defaults[key], self.rules.async_fill_alt.get(key)
         if alt is None:
             return default
         fill = self.async_fill(*default, n_out, n_red, in_dtype, adjoint)
-        if fill < ASYNC_MIN_FILL and self.async_fill(*alt, n_out, n_red, in_dtype, adjoint) > fill:
+        if fill < self.rules.async_min_fill and self.async_fill(*alt, n_out, n_red, in_dtype, adjoint) > fill:
             return alt
         return default
 
@@ -303,16 +314,16 @@ class Planner:
         with fewer than ``ASYNC_FEW_ROWS`` outputs, frequencies that fill less than
         ``WIDE_MIN_FILL`` of the blocks' spans, or too few blocks, even split, for
         ``WIDE_MIN_BLOCKS_PER_SM`` per multiprocessor keep the tiles of one group."""
-        wide = WIDE_DEFAULTS.get((self.store, bool(adjoint))) if kb == 1 else None
-        if wide is None or n_out < ASYNC_FEW_ROWS:
+        wide = self.rules.wide_defaults.get((self.store, bool(adjoint))) if kb == 1 else None
+        if wide is None or n_out < self.rules.async_few_rows:
             return None
         (rt, v, w), (bx, ty), per_sm = wide
         span = bx * w * v  # frequencies of one block
-        if self.nf < WIDE_MIN_FILL * math.ceil(self.nf / span) * span:
+        if self.nf < self.rules.wide_min_fill * math.ceil(self.nf / span) * span:
             return None
         ty = max(1, min(ty, math.ceil(n_out / rt)))
         base, splits = self._gemv_blocks(n_out, n_red, rt, v, w, bx, ty, per_sm)
-        if base * splits < WIDE_MIN_BLOCKS_PER_SM * self.num_sms:
+        if base * splits < self.rules.wide_min_blocks_per_sm * self.num_sms:
             return None
         return (rt, v, w), (bx, ty), per_sm
 
@@ -320,17 +331,17 @@ class Planner:
         """Whether a product with input ``x`` ``(k, n_in, Nt)`` replays a graph by default: a
         ``Khat`` under ``GRAPH_MAX_KHAT_BYTES``, or under ``GRAPH_MEDIUM_KHAT_BYTES`` with input
         and output vectors of at most ``GRAPH_MAX_VECTOR_BYTES`` together."""
-        if self.nbytes <= GRAPH_MAX_KHAT_BYTES:
+        if self.nbytes <= self.rules.graph_max_khat_bytes:
             return True
         vectors = x.shape[0] * (self.nm + self.nd) * self.nt * x.dtype.itemsize
-        return self.nbytes <= GRAPH_MEDIUM_KHAT_BYTES and vectors <= GRAPH_MAX_VECTOR_BYTES
+        return self.nbytes <= self.rules.graph_medium_khat_bytes and vectors <= self.rules.graph_max_vector_bytes
 
 
     def replays(self, x, fused: bool) -> bool:
         """Whether a product with input ``x`` replays a graph (:meth:`graph_runner`)."""
         mode = plan_mode(self, "graphs")
         if mode == "auto":
-            return not (fused or backend.is_hip()) and self.graph_pays(x)
+            return not (fused or self.hip) and self.graph_pays(x)
         return mode == "1"
 
     def callbacks(self) -> tuple[bool, str]:
@@ -368,7 +379,7 @@ class Planner:
                     f"row_fft=1, but the row FFT kernels do not take length "
                     f"{self.fft_len} in {', '.join(sorted({d.name for d in dtypes}))}")
         else:
-            ok = ok and (all(d in ROW_FFT_DTYPES for d in dtypes) or not self.callbacks()[0])
+            ok = ok and (all(d in self.rules.row_fft_dtypes for d in dtypes) or not self.callbacks()[0])
         self._row_ffts[key] = ok
         return ok
 
@@ -381,7 +392,7 @@ class Planner:
         if plan_mode(self, "row_fft") == "1" or not self.callbacks()[0]:
             return True
         blocks = _row_blocks(rows, self.fft_len, fft_dtype)
-        return blocks >= ROW_FFT_MIN_BLOCKS_PER_SM * self.num_sms
+        return blocks >= self.rules.row_fft_min_blocks_per_sm * self.num_sms
 
 
     def fold_splits(self, prec: PrecisionConfig, adjoint: bool, k: int) -> int:
@@ -392,7 +403,7 @@ class Planner:
         if len(launches) != 1:
             return 0
         splits = launches[0].splits
-        return splits if 1 < splits <= FOLD_MAX_SPLITS else 0
+        return splits if 1 < splits <= self.rules.fold_max_splits else 0
 
 
     def fused_adjoint(self, prec: PrecisionConfig, adjoint: bool, k: int,
@@ -430,76 +441,12 @@ class Planner:
             why = f"the row FFT kernels do not take length {self.fft_len} in {fft_real}"
         if why is None and mode == "auto" and (
                 _row_blocks(self.nm, self.fft_len, fft_real)
-                < FUSED_MIN_BLOCKS_PER_SM[self.store] * self.num_sms):
+                < self.rules.fused_min_blocks_per_sm[self.store] * self.num_sms):
             return False  # before the lookup, which compiles the kernel's section (run-time compile)
         if why is None and code:
             name = _GemvIrfft.kernel_name(self.store, self.xhat_dtype(prec), prec, out_dtype,
                                           self.nd)
-            if not kernels.has_function(name):
+            if not self.has_kernel(name):
                 why = f"the code object has no {name}"
         return not unavailable("fused_adjoint", mode,
                                "this product cannot run stages 3-5 as one kernel", why)
-
-
-def describe_launch(launch: _Launch) -> str:
-    """One stage-3 launch in words: kernel family, right-hand sides, kernel, grid, split-K."""
-    family = ("tensor cores" if launch.mma else "input in registers" if launch.xreg_rows
-              else "cp.async" if launch.name.startswith("sbgemva_")
-              else "staged" if launch.staged else "GEMV")
-    split = (f", split-K {launch.splits} x {launch.red_chunk} rows" if launch.splits > 1
-             else "")
-    sides = f"{launch.kb} right-hand side" + ("s" if launch.kb > 1 else "")
-    return f"{family}, {sides}: {launch.name}, grid {launch.grid}, block {launch.block}{split}"
-
-
-def plan_for(eng, prec, adjoint: bool, k: int, in_dtype, out_dtype, weighted: bool = False,
-             device: str = "") -> Plan:
-    """The :class:`Plan` of a product of ``k`` right-hand sides on engine ``eng``, from the
-    planner's methods alone (nothing is compiled or allocated, so it also describes a device
-    from its properties, without one). A cuFFT callback plan that cuFFT refuses at run time
-    falls back to the row FFT kernels or the stages one by one, with a warning."""
-    prec = PrecisionConfig(prec)
-    in_dtype, out_dtype = np.dtype(in_dtype), np.dtype(out_dtype)
-    n_in, n_out = (eng.nd, eng.nm) if adjoint else (eng.nm, eng.nd)
-    own, cb = eng.row_ffts(prec), eng.callbacks()[0]
-    fused = (not weighted and in_dtype in _REAL_SUFFIX and out_dtype in _REAL_SUFFIX
-             and (own or cb))
-    fused_adj, fold = False, 0
-    if fused:
-        fused_adj = eng.fused_adjoint_takes(prec, adjoint, k, out_dtype,
-                                            code=backend.gpu_available())
-        row_fwd = own and eng.row_fft_pays(k * n_in, prec.real_dtype("fft"))
-        fwd = "row FFT kernel" if row_fwd else "cuFFT with callbacks"
-        if fused_adj:
-            inv = "in the fused adjoint kernel"
-            launches = []
-        else:
-            row_inv = own and eng.row_fft_pays(k * n_out, prec.real_dtype("ifft"))
-            inv = "row FFT kernel" if row_inv else "cuFFT with callbacks"
-            fold = 0 if row_inv else eng.fold_splits(prec, adjoint, k)
-            launches = eng._plan(adjoint, k, eng.xhat_dtype(prec), eng.yhat_dtype(prec))
-        ffts = (fwd, inv)
-    else:
-        ffts = ("pad kernel, then cuFFT", "cuFFT, then unpad kernel")
-        launches = eng._plan(adjoint, k, prec.complex_dtype("fft"), prec.complex_dtype("ifft"))
-    x = _Shape((k, n_in, eng.nt), in_dtype)
-    graph = eng.replays(x, fused)
-    path = "graph" if graph else "fused" if fused else "stages"
-    env, own_keys = env_overrides(), getattr(eng, "overrides", None) or {}
-    sources = []
-    for key in PLAN_KEYS:
-        value = plan_mode(eng, key)
-        if value != "auto":
-            src = ("plan=" if key in own_keys else "FFTMATVEC_PLAN" if key in env
-                   else "tuning table")
-            sources.append((key, value, src))
-    return Plan("adjoint" if adjoint else "forward", int(k), prec.letters, path, ffts,
-                tuple(describe_launch(la) for la in launches), fused_adj, fold,
-                device or getattr(eng, "arch", "GPU"), tuple(sources))
-
-
-class _Shape:
-    """The shape and dtype of an input, for the rules that look at its size."""
-
-    def __init__(self, shape, dtype):
-        self.shape, self.dtype = shape, np.dtype(dtype)

@@ -6,7 +6,13 @@ choice aside."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields, replace
+from types import MappingProxyType
+from typing import Mapping
+
 import numpy as np
+
+from .._errors import FFTMatvecValueError
 
 _REAL_SUFFIX = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32"}
 _CPLX_SUFFIX = {np.dtype(np.complex128): "c128", np.dtype(np.complex64): "c64"}
@@ -242,3 +248,85 @@ GRAPH_MAX_VECTOR_BYTES = 16 * 2**20
 HOLD_MAX_BYTES = 64 * 2**20
 HOLD_KHAT_FRACTION = 4
 HOLD_STREAMS = 4
+
+
+_RULE_NAMES = ("WIDE_DEFAULTS", "WIDE_MIN_FILL", "WIDE_MIN_BLOCKS_PER_SM", "ASYNC_MIN_RED",
+               "ASYNC_MIN_RED_C64_INPUT", "ASYNC_FEW_ROWS", "ASYNC_DEFAULTS", "ASYNC_FILL_ALT",
+               "ASYNC_SPLIT_ROWS", "ASYNC_MIN_FILL", "ASYNC_FEW", "PIPE_DEFAULTS", "PIPE_FEW_ROWS",
+               "PIPE_FEW", "PIPE_FEW_WAVES", "PIPE_SPLIT_MODEL", "PIPE_MAX_SPLIT_ROWS",
+               "MMA_MIN_KB", "MMA_FEW_MIN_KB", "MMA_FEW_RED", "MMA_FEW_OUT_MIN_KB", "XREG_ROWS",
+               "XREG_FEW_ROWS", "XREG_MIN_KB", "XREG_GEMV_KB", "REDUCE_SERIAL_MAX_SPLITS",
+               "REDUCE_SERIAL_MIN_OUTPUTS", "FOLD_MAX_SPLITS", "ROW_FFT_DTYPES",
+               "ROW_FFT_MIN_BLOCKS_PER_SM", "FUSED_MIN_BLOCKS_PER_SM", "GRAPH_MAX_KHAT_BYTES",
+               "GRAPH_MEDIUM_KHAT_BYTES", "GRAPH_MAX_VECTOR_BYTES")
+
+
+def _frozen(value):
+    """A read-only view of a table (a dict), other values as they are."""
+    return MappingProxyType(dict(value)) if isinstance(value, dict) else value
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The thresholds that choose between the kernels on one architecture, one field per
+    constant of this module of the same name in capitals (``mma_min_kb`` is
+    :data:`MMA_MIN_KB`): :func:`rules_for` makes them, a tuning table may override fields
+    (:meth:`with_table`). ``dmma_c64``: complex64 storage runs its tensor-core kernels on FP64
+    MMAs (:data:`DMMA_C64_ARCHS`)."""
+
+    arch: str
+    dmma_c64: bool
+    wide_defaults: Mapping
+    wide_min_fill: float
+    wide_min_blocks_per_sm: int
+    async_min_red: Mapping
+    async_min_red_c64_input: Mapping
+    async_few_rows: int
+    async_defaults: Mapping
+    async_fill_alt: Mapping
+    async_split_rows: Mapping
+    async_min_fill: float
+    async_few: Mapping
+    pipe_defaults: Mapping
+    pipe_few_rows: int
+    pipe_few: Mapping
+    pipe_few_waves: int
+    pipe_split_model: Mapping
+    pipe_max_split_rows: Mapping
+    mma_min_kb: Mapping
+    mma_few_min_kb: Mapping
+    mma_few_red: int
+    mma_few_out_min_kb: Mapping
+    xreg_rows: int
+    xreg_few_rows: Mapping
+    xreg_min_kb: Mapping
+    xreg_gemv_kb: Mapping
+    reduce_serial_max_splits: int
+    reduce_serial_min_outputs: int
+    fold_max_splits: int
+    row_fft_dtypes: tuple
+    row_fft_min_blocks_per_sm: int
+    fused_min_blocks_per_sm: Mapping
+    graph_max_khat_bytes: int
+    graph_medium_khat_bytes: int
+    graph_max_vector_bytes: int
+
+    def with_table(self, table: Mapping) -> "Rules":
+        """These rules with the fields of ``table`` (``{field: value}``, a tuning table's rules)
+        in place of their own; an unknown field is an error that names it."""
+        if not isinstance(table, Mapping):
+            raise FFTMatvecValueError(f"a table of rules must be a mapping, got "
+                                      f"{type(table).__name__}")
+        unknown = sorted(set(table) - {f.name for f in fields(self)} - {"arch"})
+        if unknown:
+            raise FFTMatvecValueError(f"unknown rules {', '.join(map(repr, unknown))}; the rules "
+                                      f"are {', '.join(f.name for f in fields(self)[1:])}")
+        return replace(self, **{k: _frozen(v) for k, v in table.items()})
+
+
+def rules_for(arch: str, table: Mapping | None = None) -> Rules:
+    """The :class:`Rules` of architecture ``arch`` (``sm_90``, ``gfx90a``), from this module's
+    constants as they are at the call, with the fields of ``table`` in place of theirs."""
+    values = {name.lower(): _frozen(globals()[name]) for name in _RULE_NAMES}
+    rules = Rules(arch=str(arch), dmma_c64=arch in DMMA_C64_ARCHS, **values)
+    return rules if not table else rules.with_table(table)
