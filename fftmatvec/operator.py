@@ -575,7 +575,8 @@ class BlockToeplitz(_OperatorBase):
         if self._engine.name != "kernels":
             hit = Plan("adjoint" if adjoint else "forward", int(k), self.precision.letters,
                        "cpu" if self._xp is np else "stages",
-                       device="CPU" if self._xp is np else "GPU (CuPy, no package kernels)")
+                       device="CPU" if self._xp is np else "GPU (CuPy, no package kernels)",
+                       overrides=self._overrides.items)
         else:
             from .gpu.planning import Problem, make_plan
 
