@@ -190,9 +190,9 @@ def test_fold_splits_takes_one_launch_of_few_splits(monkeypatch):
     splits; none for one split, more, or several launches."""
     from fftmatvec import gpu as _gpu
 
-    def engine(*splits):
+    def engine(*splits, rules=_gpu.rules_for("sm_90")):
         plan = [SimpleNamespace(splits=s) for s in splits]
-        return SimpleNamespace(_plan=lambda *a: plan,
+        return SimpleNamespace(_plan=lambda *a: plan, rules=rules,
                                xhat_dtype=lambda prec: None, yhat_dtype=lambda prec: None)
 
     prec = PrecisionConfig("ddddd")
@@ -200,8 +200,8 @@ def test_fold_splits_takes_one_launch_of_few_splits(monkeypatch):
     assert [KernelEngine.fold_splits(engine(s), prec, False, 1) for s in (1, 2, top, top + 1)] \
         == [0, 2, top, 0]
     assert KernelEngine.fold_splits(engine(4, 4), prec, False, 3) == 0
-    monkeypatch.setattr(_gpu.planner, "FOLD_MAX_SPLITS", 0)
-    assert KernelEngine.fold_splits(engine(2), prec, False, 1) == 0
+    off = _gpu.rules_for("sm_90").with_table({"fold_max_splits": 0})
+    assert KernelEngine.fold_splits(engine(2, rules=off), prec, False, 1) == 0
 
 
 def test_fused_plans_none_where_stages_run_one_by_one(monkeypatch):
@@ -487,7 +487,7 @@ def test_fused_product_with_split_k(monkeypatch, rng, fold, graphs, precision):
     _needs_callbacks()
     set_plan(monkeypatch, "fft_callbacks", "1")
     set_plan(monkeypatch, "graphs", graphs)
-    monkeypatch.setattr(_gpu.planner, "FOLD_MAX_SPLITS", fold)
+    monkeypatch.setattr(_gpu.rules, "FOLD_MAX_SPLITS", fold)  # read as the engine is built
     cp = backend.cupy
     for shape, adjoint in (((3, 3000, 40), False), ((2900, 4, 40), True)):
         K, F = _op(rng, shape, precision)
@@ -558,7 +558,7 @@ def test_folded_product_in_steps(monkeypatch, rng):
     _needs_callbacks()
     set_plan(monkeypatch, "fft_callbacks", "1")
     set_plan(monkeypatch, "graphs", "0")
-    monkeypatch.setattr(_gpu.planner, "FOLD_MAX_SPLITS", 10**6)
+    monkeypatch.setattr(_gpu.rules, "FOLD_MAX_SPLITS", 10**6)  # read as the engine is built
     cp = backend.cupy
     K, F = _op(rng, (3, 3000, 40), "ddddd")
     eng, prec = F._engine, F.precision
