@@ -79,10 +79,12 @@ def main(argv=None) -> int:
                     if mode == "0" and not callbacks:
                         continue
                     set_env_key("row_fft", mode)
+                    # an engine reads the plan once, when it is built: one for each mode
+                    eng_mode = KernelEngine(prec, 1, rows, L // 2 + 1, nt, L)
                     # the forward plan of a forward product (rows -> xhat), the inverse plan of
                     # an adjoint (yhat -> rows)
-                    plans[mode] = (eng.fused_plans(prec, False, 1, np.float64, np.float64).fwd,
-                                   eng.fused_plans(prec, True, 1, np.float64, np.float64).inv)
+                    plans[mode] = (eng_mode.fused_plans(prec, False, 1, np.float64, np.float64).fwd,
+                                   eng_mode.fused_plans(prec, True, 1, np.float64, np.float64).inv)
                 xhat = {m: eng.xhat_buffer(prec, 1, rows) for m in plans}
                 yhat = eng.yhat_buffer(prec, 1, rows)
                 y = {m: eng.y_buffer(prec, 1, rows, np.float64) for m in plans}
