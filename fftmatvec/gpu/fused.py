@@ -148,9 +148,8 @@ class _FusedProduct:
     (cuFFT callbacks or the row FFT kernels) and stage 3's launches packed. A call queues the
     forward FFT, stage 3 (without its split-K sum where the inverse FFT adds the splits:
     :attr:`FusedPlans.split_sum`) and the inverse FFT, or the forward FFT and stages 3-5 as one
-    kernel (:meth:`KernelEngine.fused_adjoint`): 20-35 µs of host time (70-140 µs stage by
-    stage), of which a product that is waited for sees 1-14 µs (docs/history.md, fifteenth
-    run).
+    kernel (:meth:`KernelEngine.fused_adjoint`), in a fraction of the host time of the
+    stages one by one (docs/history.md).
 
     The intermediate arrays are held per stream where they are small next to ``Khat``
     (:data:`HOLD_MAX_BYTES`, :data:`HOLD_KHAT_FRACTION`), else taken from CuPy's pool at each

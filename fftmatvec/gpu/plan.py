@@ -1,14 +1,16 @@
 """The plan of a GPU product: what it runs, and the overrides that change it.
 
 Every choice the GPU path makes for one product (shape, precision, right-hand sides,
-direction, device) is a method of :class:`fftmatvec.gpu.planner.Planner`, from the rules
-measured on an H200 (:mod:`fftmatvec.gpu.rules`, docs/gpu.md). :func:`plan_for` gathers those
-choices into a :class:`Plan`, small, immutable and printable: ``F.plan(k=1, adjoint=False)``.
+direction, device) is a method of :class:`fftmatvec.gpu.planner.Planner`, from the measured
+rules (:mod:`fftmatvec.gpu.rules`, docs/gpu.md). :func:`fftmatvec.gpu.planning.make_plan`
+gathers those choices into a :class:`Plan`, small, immutable and printable:
+``F.plan(k=1, adjoint=False)``.
 
 The rules can be overridden, key by key, for comparisons, debugging and tuning:
 
 * per operator, ``BlockToeplitz(..., plan={"row_fft": 0, "stage3": "mma"})``;
-* per process, ``FFTMATVEC_PLAN="stage3=mma,row_fft=0"`` (read at each product);
+* per process, ``FFTMATVEC_PLAN="stage3=mma,row_fft=0"`` (read once, when an operator is
+  built: a later change of the environment does not touch an existing operator);
 * by a tuning table's entry (docs/tuning.md).
 
 The operator's mapping wins over the environment, the environment over the tuning table.
@@ -125,11 +127,10 @@ def parse_overrides(overrides: Mapping | str | None, source: str = "plan") -> di
 def _env_reader(name: str = ENV, environ=os.environ):
     """A function of no arguments giving the raw value of ``name`` (None where unset).
 
-    Every one-vector product reads it before its first kernel, while the device waits.
-    ``os.environ.get`` encodes the name at every call (1-2 µs on the H200 benchmark host);
-    CPython keeps the environment as a dict of encoded names and values
-    (``os.environ._data``) that every assignment through ``os.environ`` updates, and this
-    reads it with the name encoded once (0.1 µs)."""
+    The FNO layer's calls read it on their path, while the device waits.
+    ``os.environ.get`` encodes the name at every call; CPython keeps the environment as a dict
+    of encoded names and values (``os.environ._data``) that every assignment through
+    ``os.environ`` updates, and this reads it with the name encoded once (docs/history.md)."""
     data, encode = getattr(environ, "_data", None), getattr(environ, "encodekey", None)
     if isinstance(data, dict) and callable(encode):
         return functools.partial(data.get, encode(name))

@@ -120,8 +120,8 @@ class Planner:
         return "c64dmma" if dmma else "c64"
 
     def _tile(self, kb: int, n_out: int, adjoint: bool) -> tuple[int, int]:
-        """(RT, V) for a launch of ``kb`` right-hand sides (defaults from scripts/tune_sbgemv.py
-        on an H200; see docs/history.md)."""
+        """(RT, V) for a launch of ``kb`` right-hand sides (defaults from the sweeps of
+        scripts/tune_sbgemv.py; see docs/history.md)."""
         if kb > 1:
             # several right-hand sides: the product becomes arithmetic-bound; the largest
             # register tile keeps the vector reads per multiply-add low
@@ -245,7 +245,7 @@ class Planner:
 
     def _use_staged(self, kb: int, n_red: int, adjoint: bool) -> bool:
         """Whether one right-hand side goes through the staged kernel. From the sweeps of
-        scripts/tune_sbgemv.py on an H200 (docs/history.md): for `s` forward and `h` both
+        scripts/tune_sbgemv.py (docs/history.md): for `s` forward and `h` both
         ways, where the vector entries per byte of `Khat` are many; `d` streams as fast
         unstaged. Adjoints with less than one chunk of reduction rows stay unstaged.
         ``staged=0`` / ``=1`` never / always stages."""

@@ -1,8 +1,8 @@
 """The measured rules of the GPU path: tiles compiled in ``hip_kernels/``, and the thresholds
-that choose between kernels, each measured on an H200 (docs/gpu.md holds the table of the
-measurements; the comments here say what each constant means). The planner
-(:mod:`fftmatvec.gpu.planner`) reads them; a plan override (:mod:`fftmatvec.gpu.plan`) sets a
-choice aside."""
+that choose between kernels (docs/gpu.md and docs/benchmarks.md hold the measurements; the
+comments here say what each constant means). :class:`Rules` gathers the thresholds of one
+architecture (:func:`rules_for`), which the planner (:mod:`fftmatvec.gpu.planner`) reads; a
+plan override (:mod:`fftmatvec.gpu.plan`) sets a choice aside."""
 
 from __future__ import annotations
 

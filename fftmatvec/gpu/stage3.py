@@ -226,10 +226,8 @@ class Stage3Launches:
         name = self._pipe_name(tile, in_dtype, self.compute if splits > 1 else out_dtype)
         # Adjoints whose row tiles outnumber the resident blocks take the frequency tiles of a
         # row tile together: a round of blocks in the row order would read 128-byte runs of one
-        # frequency tile, 16 KB apart (k = 16, `d`: 3.77 against 4.76 ms on (5000, 100, 1000),
-        # 4.42 against 7.24 on (20000, 50, 500); 0.81 against 0.75 on (1000, 100, 1000), whose
-        # 32 row tiles fit one round). Forward products keep the row order: their row tiles share
-        # the large vectors' tiles in L2 (docs/history.md, tenth run).
+        # frequency tile, far apart. Forward products keep the row order: their row tiles share
+        # the large vectors' tiles in L2 (the measurements: docs/history.md).
         freq_major = bool(adjoint) and math.ceil(n_out / rows) > resident
         if self.pipe_freq_major is not None:
             freq_major = bool(self.pipe_freq_major)
