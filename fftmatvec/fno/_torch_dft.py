@@ -231,7 +231,7 @@ def backward_middle(G, g_shape, Xs, weight, chain, cdtype, needs, meta):
     if need_b and chain.bias_mode is not None:
         shape, dtype = bias_meta
         # made contiguous first: summed in place over B along rows 2M values apart, the
-        # reduction took 21 us at (1024, 64, 128) on an H200, a copy and a sum about 6
+        # reduction is slower than a copy and a sum (docs/benchmarks.md)
         gb = chain.constant_mode(gY).contiguous().sum(0).to(dtype).reshape(shape)
     return gT, gw, gb
 
@@ -264,7 +264,7 @@ def backward_chain(g, Xs, weight, chain, cdtype, needs, meta):
 
 def _stream(torch, device):
     """The current stream's id on ``device`` (None off CUDA), without the ``torch.cuda.Stream``
-    that ``torch.cuda.current_stream`` builds (10 µs of the host on the H200 machine)."""
+    that ``torch.cuda.current_stream`` builds (host time on every call)."""
     if device.type != "cuda":
         return None
     get = getattr(torch._C, "_cuda_getCurrentStream", None)
@@ -401,9 +401,9 @@ def _replay_forward(torch, ctx, x, weight, bias, token, plan=None):
 
 
 # ---- the fast paths of a call whose signature was seen ---------------------------------------
-# A small layer's device waits for its host: on an H100 machine a forward's first kernel
-# launched 100-155 µs into the call (forty-third run), after the call's checks, its plan's
-# lookups, the graph's key and about 150 Python calls. A forward without gradients whose
+# A small layer's device waits for its host: a forward's first kernel launches after the
+# call's checks, its plan's lookups, the graph's key and about 150 Python calls
+# (docs/benchmarks.md). A forward without gradients whose
 # signature replayed a graph before replays it again after one lookup of that signature
 # (fast_key: everything those steps read), running only the replay and the chain's ends; a
 # call with gradients wanted takes the plan its signature's first call made (TrainingPlan).
@@ -459,7 +459,7 @@ def _transformed(torch):
 def layer_params(layer):
     """``(layer.weight, layer.bias)`` read from the module's own dictionaries. Python reaches
     ``torch.nn.Module.__getattr__``, which finds a parameter, only after its own lookup has
-    failed: about 1 µs of the host a read, three of them before the memo's launch."""
+    failed: host time on every read, three of them before the memo's launch."""
     params = layer._parameters
     return (params["weight"] if "weight" in params else layer.weight,
             params["bias"] if "bias" in params else layer.bias)
@@ -488,12 +488,12 @@ class LayerFast:
     as :func:`fast_forward` served it: the hit and its signature (:func:`fast_key`) kept as the
     values a call compares with its own, so that the layer's next such call finds the hit
     without building and hashing the signature, and without the module's and the function's
-    steps before it (on the device's host about half the host time of a small layer's forward
-    before its first launch: docs/benchmarks.md, forty-ninth run). The comparisons are the
+    steps before it (about half the host time of a small layer's forward before its first
+    launch: docs/benchmarks.md). The comparisons are the
     signature's items one by one, and what :func:`_fast_now` asks that the module's forward
     has not (it is not compiling, ``x`` is a plain tensor): those the first launch needs before
-    it, the rest (:meth:`holds`) while the device runs it (3-4 µs off a small forward:
-    fiftieth run); any that differs, or a released hit, takes the layer's full call. The
+    it, the rest (:meth:`holds`) while the device runs it; any that differs, or a released
+    hit, takes the layer's full call. The
     current stream is compared by its handle, which the hit's launches then take."""
 
     __slots__ = ("dtype", "index", "wtype", "wkey", "btype", "bkey", "options", "stream",
@@ -951,8 +951,8 @@ class FusedForward:
     one launch after the lookup.
 
     The launch writes a spare output allocated after the previous call's launch, and the next
-    spare is allocated after this one's, while the device runs it: the allocation (1.6-3 µs
-    of the host, docs/benchmarks.md, forty-ninth and fiftieth runs) is then not between the
+    spare is allocated after this one's, while the device runs it: the allocation (host time,
+    docs/benchmarks.md) is then not between the
     call and its launch. A spare is made on the signature's stream and device, which the
     signature's calls run on, and is held until :func:`fftmatvec.fno.clear_graphs` or until
     the hit is dropped (from :data:`._graphs.FAST` and the layers' memos); none for outputs

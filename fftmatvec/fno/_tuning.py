@@ -1,7 +1,8 @@
 """FNO tuning tables: the measured fastest way to run one layer signature on one device.
 
 The built-in rules (:func:`fftmatvec.fno._plan.fno_chain`, :func:`._dft.choose_method`, the
-CUDA graphs' size limits) were set from timings on an H200. ``fftmatvec tune-fno`` (or
+CUDA graphs' size limits) were set from timings on one device (docs/benchmarks.md).
+``fftmatvec tune-fno`` (or
 :func:`tune`) times, on the device at hand, the built-in choice of a layer signature against the
 alternatives (the FFT path, the DFT chain with each of its plan keys forced, with and without
 CUDA graphs), checks each one's output against the built-in's, and writes the fastest to a
