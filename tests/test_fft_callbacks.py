@@ -672,7 +672,7 @@ def test_held_buffers_across_streams_and_threads(monkeypatch, rng):
     set_plan(monkeypatch, "fft_callbacks", "1")
     set_plan(monkeypatch, "graphs", "0")
     cp = backend.cupy
-    assert _gpu._PER_THREAD_STREAM == cp.cuda.runtime.streamPerThread
+    assert _gpu.rules._PER_THREAD_STREAM == cp.cuda.runtime.streamPerThread
     shape = (6, 2000, 50)
     K, F = _op(rng, shape, "ddddd")
     Fc = fm.BlockToeplitz(K)

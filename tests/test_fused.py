@@ -30,7 +30,7 @@ def _engine(monkeypatch, store="c128", nd=10, nf=101, row_ffts=True, nm=100000):
     """A KernelEngine's host side, with the kernel's launch object recorded instead of made."""
     made = []
     monkeypatch.setattr(kernels, "has_function", lambda name: True)
-    monkeypatch.setattr(_gpu._GemvIrfft, "__init__",
+    monkeypatch.setattr(_gpu.fused._GemvIrfft, "__init__",
                         lambda self, eng, prec, out_dtype: made.append((prec, out_dtype)))
     eng = SimpleNamespace(rules=_gpu.rules_for("sm_90"), has_kernel=lambda n: kernels.has_function(n),
                           store=store, nd=nd, nm=nm, nf=nf, fft_len=2 * nf - 2, num_sms=132,
@@ -108,9 +108,9 @@ def test_fused_kernel_names(prec, out, nd, name):
     p = PrecisionConfig(prec)
     store = "c128" if p.letters[2] == "d" else "c64"
     xhat = np.dtype(np.complex64 if "s" in (p.letters[1], p.letters[2]) else np.complex128)
-    assert _gpu._GemvIrfft.kernel_name(store, xhat, p, out, nd) == name
+    assert _gpu.fused._GemvIrfft.kernel_name(store, xhat, p, out, nd) == name
     with pytest.raises(ValueError, match="at most 12 sensors"):
-        _gpu._GemvIrfft.kernel_name(store, xhat, p, out, 13)
+        _gpu.fused._GemvIrfft.kernel_name(store, xhat, p, out, 13)
     source = (KERNELS / "fftmatvec_kernels.cu").read_text()
     store, cin, fft, mid, tout, tile = name.split("_")[2:]
     assert f"FFTMATVEC_SBGEMV_IRFFT(NAME, {tile[1:]}, STORE" in source
@@ -232,4 +232,4 @@ def test_fused_product_takes_the_kernel_or_the_inverse(monkeypatch, fused):
     assert made[0][-1] == fused and made[0][-2].inv == (None if fused else "inv")
     monkeypatch.undo()
     with pytest.raises(ValueError, match="an inverse plan, or stages 3-5 as one kernel"):
-        _gpu._FusedProduct(eng, prec, True, 1, np.float64, _gpu.FusedPlans("fwd", None), None)
+        _gpu.fused._FusedProduct(eng, prec, True, 1, np.float64, _gpu.FusedPlans("fwd", None), None)

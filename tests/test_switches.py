@@ -13,7 +13,8 @@ from fftmatvec import FFTMatvecValueError
 from fftmatvec import kernels
 from fftmatvec.gpu import rowfft as _rowfft
 from fftmatvec.backend import shared_memory_limits
-from fftmatvec.gpu import KernelEngine, _split_k, pipe_split_count, pipe_split_time
+from fftmatvec.gpu import KernelEngine, pipe_split_count, pipe_split_time
+from fftmatvec.gpu.stage3 import _split_k
 from fftmatvec.gpu.plan import mode
 from fftmatvec.gpu.rules import rules_for
 from fftmatvec.precision import PrecisionConfig

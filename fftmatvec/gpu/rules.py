@@ -14,6 +14,24 @@ import numpy as np
 
 from .._errors import FFTMatvecValueError
 
+__all__ = ["Rules", "rules_for", "ASYNC_DEFAULTS", "ASYNC_FEW", "ASYNC_FEW_ROWS",
+           "ASYNC_FILL_ALT", "ASYNC_MIN_FILL", "ASYNC_MIN_RED",
+           "ASYNC_MIN_RED_C64_INPUT", "ASYNC_SPLIT_ROWS", "ASYNC_TILES",
+           "DMMA_C64_ARCHS", "FOLD_MAX_SPLITS", "FUSED_MAX_ND", "FUSED_MAX_RADIX",
+           "FUSED_MAX_SMEM", "FUSED_MIN_BLOCKS_PER_SM", "FUSED_ND", "FUSED_STORES",
+           "FUSED_THREADS", "GRAPH_MAX_KHAT_BYTES", "GRAPH_MAX_VECTOR_BYTES",
+           "GRAPH_MEDIUM_KHAT_BYTES", "HOLD_KHAT_FRACTION", "HOLD_MAX_BYTES",
+           "HOLD_STREAMS", "KHAT_BLOCK", "KHAT_MAX_WASTE", "MMA_FEW_MIN_KB",
+           "MMA_FEW_OUT_MIN_KB", "MMA_FEW_RED", "MMA_MAX_KB", "MMA_MIN_KB", "PAD",
+           "PIPE_DEFAULTS", "PIPE_FEW", "PIPE_FEW_ROWS", "PIPE_FEW_WAVES",
+           "PIPE_MAX_SPLIT_ROWS", "PIPE_SPLIT_MODEL", "PIPE_TILES", "REDUCE_LANES",
+           "REDUCE_SERIAL_MAX_SPLITS", "REDUCE_SERIAL_MIN_OUTPUTS",
+           "REDUCE_SERIAL_THREADS", "ROW_FFT_DTYPES", "ROW_FFT_MIN_BLOCKS_PER_SM",
+           "STAGED_TILES", "TILES", "WIDE_DEFAULTS", "WIDE_MIN_BLOCKS_PER_SM",
+           "WIDE_MIN_FILL", "WIDE_TILES", "XREG_FEW_ROWS", "XREG_GEMV_KB",
+           "XREG_MAX_ND", "XREG_MAX_SMEM", "XREG_MIN_KB", "XREG_ND", "XREG_ROWS",
+           "XREG_TILES"]
+
 _REAL_SUFFIX = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32"}
 _CPLX_SUFFIX = {np.dtype(np.complex128): "c128", np.dtype(np.complex64): "c64"}
 _STORE_SUFFIX = {"d": "c128", "s": "c64", "h": "c32h"}
