@@ -238,20 +238,6 @@ class Plan:
         return "\n".join(lines)
 
 
-def set_env_key(key: str, value: str | None) -> None:
-    """Set (``value`` None: remove) one key of ``FFTMATVEC_PLAN`` in this process, keeping the
-    others: for benchmarks that compare plans."""
-    current = parse_overrides(os.environ.get(ENV, ""), ENV)
-    if value is None:
-        current.pop(key, None)
-    else:
-        current.update(parse_overrides({key: value}, ENV))
-    if current:
-        os.environ[ENV] = ",".join(f"{k}={v}" for k, v in current.items())
-    else:
-        os.environ.pop(ENV, None)
-
-
 def candidate_overrides(op, k: int = 1, adjoint: bool = False):
     """The plans worth timing for a product of ``op`` with ``k`` right-hand sides (the tune
     command stores the fastest): the built-in rules first (``{}``), then one choice set aside
