@@ -1,8 +1,9 @@
 """Every choice of the GPU path, in one place: :class:`Planner`, a base class of the engine
-whose methods decide, from the rules (:mod:`fftmatvec.gpu.rules`) and the plan overrides
-(:func:`fftmatvec.gpu.plan.mode`), which kernels a product runs; :func:`plan_for` gathers them
-into a :class:`~fftmatvec.gpu.plan.Plan`. The other modules of this package launch what these
-methods chose."""
+whose methods decide, from the rules (:class:`~fftmatvec.gpu.rules.Rules`) and the plan
+overrides (:func:`fftmatvec.gpu.plan.mode`), which kernels a product runs;
+:func:`fftmatvec.gpu.planning.make_plan` gathers them into a
+:class:`~fftmatvec.gpu.plan.Plan`. The other modules of this package launch what these methods
+chose. The ``fftmatvec info`` lines of the rules are here too."""
 
 from __future__ import annotations
 
