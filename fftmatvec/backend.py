@@ -98,11 +98,11 @@ def shared_memory_limits(props: dict | None = None) -> tuple[int, int]:
     properties ``props`` (by default the current device's).
 
     CUDA reports ``sharedMemPerMultiprocessor`` and ``sharedMemPerBlockOptin`` (228 and 227 KB
-    on an H100 or H200). CuPy's ROCm build reports neither: there a compute unit's LDS is
+    on sm_90). CuPy's ROCm build reports neither: there a compute unit's LDS is
     ``maxSharedMemoryPerMultiProcessor`` and a block may use ``sharedMemPerBlock`` (64 KB each
     on gfx90a and gfx942; a block cannot opt into more). Taking the CUDA defaults there would
     let the row FFT kernels take lengths whose blocks the device cannot launch (float64
-    L > 4094). Properties with neither get an H100's values."""
+    L > 4094). Properties with neither get sm_90's values (228 and 227 KB)."""
     if props is None:
         props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
     hip = "gcnArchName" in props or "maxSharedMemoryPerMultiProcessor" in props

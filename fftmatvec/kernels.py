@@ -324,10 +324,8 @@ class PackedLaunch:
     or float64), a device array (its pointer, fixed), or ``None`` for a pointer given at each
     call. A call writes those pointers into the packed argument block (one ctypes array, set
     in one slice assignment) and hands it to the driver, the launch's other arguments bound
-    beforehand: about 4 µs of host time on an H100 machine's host, of which 1.3 µs were the
-    wrapper's before it was so packed (docs/benchmarks.md, fifty-fifth run), where converting
-    the arguments at every call takes tens (and with a short stage before it, the device waits
-    for them).
+    beforehand, where converting the arguments at every call takes many times that host time
+    (and with a short stage before it, the device waits for them; docs/benchmarks.md).
     """
 
     __slots__ = ("_fn", "_ptr", "_dims", "_shared_mem", "_values", "_ptrs", "_n", "_params",

@@ -23,6 +23,7 @@ import copy
 import logging
 import math
 import numbers
+import os
 import threading
 from typing import Any
 
@@ -30,7 +31,9 @@ import numpy as np
 import scipy.fft
 
 from . import _interop, _memory, _scaling, _warnings, backend
-from .gpu.plan import parse_overrides, plan_key
+from .gpu.plan import ENV as _PLAN_ENV
+from .gpu.plan import parse_overrides
+from .gpu.planning import Overrides
 from ._errors import FFTMatvecTypeError, FFTMatvecValueError
 from ._matmul import MatmulEngine, rfft
 from .precision import PrecisionConfig
@@ -488,6 +491,11 @@ def _normal_operator(op, weight) -> NormalOperator:
 # ------------------------------------------------------------------------------------------
 # The operator
 # ------------------------------------------------------------------------------------------
+# ``BlockToeplitz(_plan_env=...)`` left out: the overrides of FFTMATVEC_PLAN are read from the
+# environment at construction
+_FROM_ENVIRONMENT = object()
+
+
 class BlockToeplitz(_OperatorBase):
     """Block lower-triangular Toeplitz operator ``F`` of shape ``(Nd*Nt, Nm*Nt)``.
 
@@ -561,7 +569,8 @@ class BlockToeplitz(_OperatorBase):
     """
 
     def __init__(self, kernel, precision="ddddd", *, dtype=None, fft_len=None, rtol=None,
-                 check_every=None, plan=None, _share=None, _tuned=None):
+                 check_every=None, plan=None, _share=None, _tuned=None,
+                 _plan_env=_FROM_ENVIRONMENT):
         kernel = _interop.asarray(kernel, "kernel")  # a DLPack producer: viewed, not copied
         if _share is None:  # before the kernel is read
             _memory.check_khat_fits(kernel, precision, fft_len)
@@ -584,11 +593,17 @@ class BlockToeplitz(_OperatorBase):
         self.rtol = rtol
         self.precision = PrecisionConfig(precision)
         self._guard = _Guard(self, check_every) if check_every is not None else None
-        # the planner's overrides: the user's plan= wins over FFTMATVEC_PLAN, which wins over
-        # the tuned table's (fftmatvec.gpu.plan)
+        # the planner's overrides, read once, here: the user's plan= wins over FFTMATVEC_PLAN
+        # (as it is now; a derived operator keeps its parent's), which wins over the tuned
+        # table's (fftmatvec.gpu.planning.Overrides)
         self._plan_user = parse_overrides(plan, "plan")
         self._plan_tuned = parse_overrides(self._tuned_plan, "the tuning table's plan")
+        if _plan_env is _FROM_ENVIRONMENT:  # else an unpickled operator's, as it was read
+            _plan_env = _share._plan_env if _share is not None else os.environ.get(_PLAN_ENV)
+        self._plan_env = _plan_env
+        self._overrides = Overrides.resolve(self._plan_user, self._plan_env, self._plan_tuned)
         self.plan_overrides = {**self._plan_tuned, **self._plan_user}
+        self._plans: dict = {}  # (k, adjoint, precision) -> the Plan of F.plan()
         self._n_in, self._n_out = self.nm, self.nd
         self.fft_len = _check_fft_len(fft_len, self.nt)
         self.nf = self.fft_len // 2 + 1
@@ -615,20 +630,20 @@ class BlockToeplitz(_OperatorBase):
         # the GPU the kernel lives on: products run there whatever device is current
         self._device = None if xp is np else kernel.device
         # One-vector products that a fused product served before (_one): (adjoint, shape,
-        # dtype) -> (product or None, output shape, path switches). Only CuPy arrays look here.
+        # dtype) -> (product or None, output shape). Only CuPy arrays look here.
         self._one_paths: dict = {}
         self._one_type = None if xp is np else backend.cupy.ndarray
         self._device_id = None if xp is np else kernel.device.id
         self._engine = None
         if (_share is not None and _share.precision.letters[2] == self.precision.letters[2]
                 and _share.fft_len == self.fft_len and _share._kexp == self._kexp
-                and _share.plan_overrides == self.plan_overrides):
+                and _share._overrides == self._overrides):
             self._engine = _share._engine
         if self._engine is None:
             with self._on_device():
                 self._engine = self._make_engine()
-                if hasattr(self._engine, "overrides"):  # the GPU engine: its planner reads them
-                    self._engine.overrides, self._engine.tuned = self._plan_user, self._plan_tuned
+                if hasattr(self._engine, "resolved"):  # the GPU engine: its planner reads them
+                    self._engine.resolved = self._overrides
                 self._setup_khat()
 
     @classmethod
@@ -707,21 +722,35 @@ class BlockToeplitz(_OperatorBase):
     def plan(self, k: int = 1, adjoint: bool = False):
         """The :class:`~fftmatvec.gpu.plan.Plan` a product of ``k`` right-hand sides will run
         (``print`` it for the words): fused or stage by stage, the FFTs, stage 3's kernels with
-        their tiles and split-K, CUDA-graph replay, and the overrides in effect."""
+        their tiles and split-K, CUDA-graph replay, and the overrides in effect. The overrides
+        are those of the operator's construction (``plan=``, ``FFTMATVEC_PLAN`` as it was then,
+        the tuning table's): a later change of the environment changes neither the plan nor
+        what runs. Made once per ``(k, adjoint)`` by
+        :func:`~fftmatvec.gpu.planning.make_plan`, from the engine's device and rules."""
         from .gpu.plan import Plan
 
         k = _integer(k, "k")
         if k < 1:
             raise FFTMatvecValueError(f"k must be a positive integer, got {k}")
+        key = (int(k), bool(adjoint), self.precision.letters)  # the guard may change precision
+        hit = self._plans.get(key)
+        if hit is not None:
+            return hit
         if self._engine.name != "kernels":
-            return Plan("adjoint" if adjoint else "forward", int(k), self.precision.letters,
-                        "cpu" if self._xp is np else "stages",
-                        device="CPU" if self._xp is np else "GPU (CuPy, no package kernels)")
-        from .gpu.planner import plan_for
+            hit = Plan("adjoint" if adjoint else "forward", int(k), self.precision.letters,
+                       "cpu" if self._xp is np else "stages",
+                       device="CPU" if self._xp is np else "GPU (CuPy, no package kernels)",
+                       overrides=self._overrides.items)
+        else:
+            from .gpu.planning import Problem, make_plan
 
-        with self._on_device():
-            return plan_for(self._engine, self.precision, bool(adjoint), int(k), self.dtype,
-                            self.dtype)
+            eng = self._engine
+            problem = Problem(self.nd, self.nm, self.nt, self.fft_len, int(k), bool(adjoint),
+                              self.precision.letters, self.dtype, self.dtype)
+            with self._on_device():
+                hit = make_plan(problem, eng.device, eng.rules, self._overrides)
+        self._plans[key] = hit
+        return hit
 
     def normal(self, weight=None) -> NormalOperator:
         """The Gauss-Newton operator ``F^T W F`` (``W`` diagonal: scalar or ``(Nd, Nt)``)."""
@@ -781,6 +810,7 @@ class BlockToeplitz(_OperatorBase):
             "dtype": self.dtype,
             "fft_len": self.fft_len,
             "plan": self._plan_user,
+            "plan_env": self._plan_env,
             "tuned_plan": self._tuned_plan,
             "rtol": self.rtol,
             "precision_source": self.precision_source,
@@ -796,15 +826,13 @@ class BlockToeplitz(_OperatorBase):
                 raise FFTMatvecTypeError(
                     "this operator was pickled on a GPU: loading it needs CuPy and a GPU")
             kernel = backend.cupy.asarray(kernel)  # on the current device
+        # the overrides as the pickled operator read them (FFTMATVEC_PLAN at its construction),
+        # and the tuning table's plan that came with "auto"'s choice
         BlockToeplitz.__init__(self, kernel, state["precision"], dtype=state["dtype"],
-                               fft_len=state["fft_len"], plan=state["plan"] or None)
-        # what precision="auto" chose, and the tuning table's plan that came with its choice
+                               fft_len=state["fft_len"], plan=state["plan"] or None,
+                               _tuned=state["tuned_plan"], _plan_env=state["plan_env"])
         self.rtol, self.precision_source = state["rtol"], state["precision_source"]
-        self._front, self._tuned_plan = state["front"], state["tuned_plan"]
-        self._plan_tuned = parse_overrides(self._tuned_plan, "the tuning table's plan")
-        self.plan_overrides = {**self._plan_tuned, **self._plan_user}
-        if hasattr(self._engine, "tuned"):  # the GPU engine: its planner reads them
-            self._engine.tuned = self._plan_tuned
+        self._front = state["front"]
         if state["check_every"] is not None:
             self._guard = _Guard(self, state["check_every"])
             self._guard.count = state["checked"]
@@ -834,15 +862,14 @@ class BlockToeplitz(_OperatorBase):
         """One vector's product. Once the general path has served a CuPy vector of this shape
         and dtype through a fused product (NVIDIA), later ones go to that product directly:
         their checks shrink to the ones that can change between calls (the array's device and
-        the current one, contiguity, the path switches). A product waits for this host time
-        before its first kernel, 10-40 µs on the general path (docs/history.md, fifteenth
-        run)."""
+        the current one, contiguity). A product waits for this host time before its first
+        kernel (docs/benchmarks.md)."""
         # the guard sees every product; column scales take the general path
         known = type(v) is self._one_type and self._guard is None and self._cols is None
         if known:
             hit = self._one_paths.get((adjoint, v.shape, v.dtype))
-            if hit is not None and hit[2] == plan_key():
-                product, y_shape, _ = hit
+            if hit is not None:
+                product, y_shape = hit
                 if product is None:
                     known = False  # the general path serves this shape and dtype
                 elif (v.data.device_id == self._device_id and v.flags.c_contiguous
@@ -878,14 +905,13 @@ class BlockToeplitz(_OperatorBase):
         accepted): the fused product, or None for the general path."""
         if not v.flags.c_contiguous:
             return  # copied first on the general path; a contiguous one may follow
-        switches = plan_key()
         product = None
         if v.dtype in _INTERFACE_DTYPES:
             eng = self._engine
             product = eng.fused_product(self.precision, adjoint, 1, v.dtype, self.dtype)
             if product is not None and eng.replays(v, fused=True):
                 product = None
-        self._one_paths[(adjoint, v.shape, v.dtype)] = (product, y_shape, switches)
+        self._one_paths[(adjoint, v.shape, v.dtype)] = (product, y_shape)
 
     # ---- the five stages -----------------------------------------------------------------
     # Each stage honours its letter of the precision string; the engine (chosen once, at

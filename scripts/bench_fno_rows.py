@@ -79,7 +79,7 @@ def planes(reps, dev):
     """The plane kernels over their threads, rows and columns per step, against the steps of
     the chain (without planes) that they replace."""
     from fftmatvec.fno import _torch_dft
-    from fftmatvec.gpu.planner import fno_rows
+    from fftmatvec.fno._plan import fno_rows
 
     print(f"{'case':>28} {'kind':>4} {'thr':>4} {'rpb':>4} {'chain':>7} "
           + " ".join(f"{'g' + str(g):>7}" for g in PLANE_COLUMNS) + f" {'best GB/s':>9}")

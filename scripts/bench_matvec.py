@@ -23,11 +23,10 @@ import argparse
 import json
 import os
 import sys
-from unittest import mock
 
 import numpy as np
 
-from fftmatvec.gpu.plan import ENV as PLAN_ENV, set_env_key
+from fftmatvec.gpu.planning import Overrides
 
 SIZES = [(1000, 100, 1000), (5000, 100, 1000), (20000, 50, 500), (100000, 10, 100)]
 SMALL = [(289, 15, 10), (1000, 20, 100)]
@@ -227,17 +226,9 @@ def table_header(title: str, columns: str) -> None:
 
 
 def count_launches(cp, fn) -> int | None:
-    """Kernel nodes in a CUDA graph captured from one call of ``fn`` with the operator's own
-    graph replay switched off (the default's kernels, at the sizes it fuses), or None if
-    unsupported."""
-    set_env_key("graphs", "0")
-    try:
-        return _count_launches(cp, fn)
-    finally:
-        set_env_key("graphs", None)
-
-
-def _count_launches(cp, fn) -> int | None:
+    """Kernel nodes in a CUDA graph captured from one call of ``fn``, a product of an operator
+    built with plan ``graphs=0`` (its own graph replay off: the default's kernels, at the sizes
+    it fuses), or None if unsupported."""
     try:
         from cuda.bindings import runtime as rt
     except Exception:
@@ -293,12 +284,11 @@ def stage_table(cp, fm, sizes, precs, bw, rng, repeat, results) -> None:
                 whole = {}
                 for name, graphs, fused in (("stages", "0", "0"), ("fused", "0", "auto"),
                                             ("graph", "1", "auto")):
-                    set_env_key("graphs", graphs)
-                    set_env_key("fft_callbacks", fused)
-                    set_env_key("row_fft", fused)
-                    whole[name] = median_time(cp, lambda: F._apply(x, adjoint), repeat)
-                for name in ("graphs", "fft_callbacks", "row_fft"):
-                    set_env_key(name, None)
+                    # the plan is read once, when an operator is built: one for each
+                    Fp = fm.BlockToeplitz(K, p, plan={"graphs": graphs, "fft_callbacks": fused,
+                                                     "row_fft": fused})
+                    whole[name] = median_time(cp, lambda: Fp._apply(x, adjoint), repeat)
+                    del Fp
                 eng = F._engine
                 if not (hasattr(eng, "callbacks") and (eng.callbacks()[0] or eng.row_ffts(eng.prec))):
                     whole["fused"] = float("nan")  # nothing fuses here: 'fused' ran stage by stage
@@ -401,13 +391,15 @@ def interleaved(time_own, time_other, rounds: int = 3) -> tuple[float, float]:
 
 def plan_with(eng, setting, adjoint, k, in_dtype, out_dtype):
     """The engine's stage-3 plan of a product made with the switch ``setting`` (NAME, VALUE)
-    set; the engine's cached plan is left as it was."""
+    in place of the engine's overrides; the engine's overrides and cached plan are left as
+    they were."""
     key = (adjoint, k, np.dtype(in_dtype), np.dtype(out_dtype))
-    saved = eng._plans.pop(key, None)
+    saved, resolved = eng._plans.pop(key, None), eng.resolved
+    eng.resolved = Overrides.resolve(dict([setting]))
     try:
-        with mock.patch.dict(os.environ, {PLAN_ENV: "=".join(setting)}):
-            return eng._plan(adjoint, k, in_dtype, out_dtype)
+        return eng._plan(adjoint, k, in_dtype, out_dtype)
     finally:
+        eng.resolved = resolved
         eng._plans.pop(key, None)
         if saved is not None:
             eng._plans[key] = saved
@@ -472,13 +464,12 @@ def main(argv=None) -> int:
             against = {}  # direction -> (default, with the switch): interleaved, best of 3
             if args.against:
                 name, value = args.against
-                def switched(fn):
-                    with mock.patch.dict(os.environ, {PLAN_ENV: f"{name}={value}"}):
-                        return median_time(cp, fn, args.repeat)
-
-                for direction, fn in (("fwd", lambda: F.matvec(m)), ("adj", lambda: F.rmatvec(d))):
+                Fa = fm.BlockToeplitz(K, p, plan={name: value})  # the plan is read once, here
+                for direction, fn, fa in (("fwd", lambda: F.matvec(m), lambda: Fa.matvec(m)),
+                                          ("adj", lambda: F.rmatvec(d), lambda: Fa.rmatvec(d))):
                     against[direction] = interleaved(lambda: median_time(cp, fn, args.repeat),
-                                                     lambda: switched(fn))
+                                                     lambda: median_time(cp, fa, args.repeat))
+                del Fa
             plain = {}
             if not args.no_baseline and p in ("ddddd", "sssss"):
                 P = PlainCupy(cp, K, nt, F.fft_len, np.complex128 if p == "ddddd" else np.complex64)
@@ -607,15 +598,20 @@ def main(argv=None) -> int:
             d = cp.asarray(rng.standard_normal((nd, nt)))
             for p in ("ddddd", "sssss"):
                 F = fm.BlockToeplitz(K, p)
+                # the plan is read once, when an operator is built: one replaying a graph, one
+                # without (its kernels are counted)
+                Fg = fm.BlockToeplitz(K, p, plan={"graphs": 1})
+                Fs = fm.BlockToeplitz(K, p, plan={"graphs": 0})
                 P = PlainCupy(cp, K, nt, F.fft_len, np.complex128 if p == "ddddd" else np.complex64)
-                for dname, fn, pfn in (("fwd", lambda: F.matvec(m), lambda: P.matvec(m)),
-                                       ("adj", lambda: F.rmatvec(d), lambda: P.rmatvec(d))):
+                for dname, fn, gfn, sfn, pfn in (
+                        ("fwd", lambda: F.matvec(m), lambda: Fg.matvec(m), lambda: Fs.matvec(m),
+                         lambda: P.matvec(m)),
+                        ("adj", lambda: F.rmatvec(d), lambda: Fg.rmatvec(d),
+                         lambda: Fs.rmatvec(d), lambda: P.rmatvec(d))):
                     t = median_time(cp, fn, 200, warmup=10)
-                    set_env_key("graphs", "1")
-                    tg = median_time(cp, fn, 200, warmup=10)
-                    set_env_key("graphs", None)
+                    tg = median_time(cp, gfn, 200, warmup=10)
                     pt = median_time(cp, pfn, 200, warmup=10)
-                    n = count_launches(cp, fn)
+                    n = count_launches(cp, sfn)
                     print(f"{nm:>7} {nd:>4} {nt:>5} {p:>6} {dname:>4} | {t * 1e6:10.1f} {tg * 1e6:8.1f} "
                           f"{str(n):>8} | {pt * 1e6:8.1f}")
                     results["small"].append(dict(nm=nm, nd=nd, nt=nt, precision=p, direction=dname,

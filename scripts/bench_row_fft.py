@@ -25,7 +25,7 @@ import sys
 
 import numpy as np
 
-from fftmatvec.gpu.plan import ENV as PLAN_ENV, set_env_key
+from fftmatvec.gpu.planning import Overrides
 
 
 def main(argv=None) -> int:
@@ -65,113 +65,109 @@ def main(argv=None) -> int:
     print("-" * len(hdr))
     rng = np.random.default_rng(5)
     results = []
-    saved = os.environ.get(PLAN_ENV)
-    try:
-        for size in args.sizes.split(","):
-            rows, nt = (int(v) for v in size.split("x"))
-            L = fft_length(nt)
-            x = cp.asarray(rng.standard_normal((1, rows, nt)))
-            for p in args.precisions.split(","):
-                prec = PrecisionConfig(p)
-                eng = KernelEngine(prec, 1, rows, L // 2 + 1, nt, L)  # one output row
-                plans = {}
-                for mode in ("0", "1"):
-                    if mode == "0" and not callbacks:
-                        continue
-                    set_env_key("row_fft", mode)
-                    # the forward plan of a forward product (rows -> xhat), the inverse plan of
-                    # an adjoint (yhat -> rows)
-                    plans[mode] = (eng.fused_plans(prec, False, 1, np.float64, np.float64).fwd,
-                                   eng.fused_plans(prec, True, 1, np.float64, np.float64).inv)
-                xhat = {m: eng.xhat_buffer(prec, 1, rows) for m in plans}
-                yhat = eng.yhat_buffer(prec, 1, rows)
-                y = {m: eng.y_buffer(prec, 1, rows, np.float64) for m in plans}
-                for d, (src, dst, floor) in (
-                        ("fwd", (lambda m: x, lambda m: xhat[m],
-                                 (x.nbytes + xhat["1"].nbytes) / bw)),
-                        ("inv", (lambda m: yhat, lambda m: y[m],
-                                 (yhat.nbytes + y["1"].nbytes) / bw))):
-                    i = 0 if d == "fwd" else 1
-                    t = {}
-                    for m, pl in plans.items():
-                        plan = pl[i]
-                        if d == "inv":  # cuFFT may overwrite a complex-to-real input
-                            yhat[...] = cp.asarray(rng.standard_normal(yhat.shape)
-                                                   + 1j * rng.standard_normal(yhat.shape))
-                        plan(src(m).data.ptr, dst(m).data.ptr)
-                        t[m] = median_time(cp, lambda: plan(src(m).data.ptr, dst(m).data.ptr),
-                                           args.repeat)
-                    diff = float("nan")
-                    if "0" in plans:
-                        if d == "inv":  # both once more on the same input
-                            keep = yhat.copy()
-                            plans["1"][1](yhat.data.ptr, y["1"].data.ptr)
-                            yhat[...] = keep
-                            plans["0"][1](yhat.data.ptr, y["0"].data.ptr)
-                        a, b = dst("0"), dst("1")
-                        diff = float(cp.abs(a - b).max() / cp.abs(a).max())
-                    tc = t.get("0", float("nan"))
-                    print(f"{rows:>7} {nt:>6} {L:>6} {p:>6} {d:>4} | {floor * 1e6:7.1f} | "
-                          f"{tc * 1e6:8.1f} {floor / tc:5.2f} | {t['1'] * 1e6:7.1f} "
-                          f"{floor / t['1']:5.2f} | {tc / t['1']:6.2f}x {diff:8.1e}")
-                    results.append({"rows": rows, "nt": nt, "L": L, "precision": p, "dir": d,
-                                    "floor_s": floor, "cufft_s": tc, "kernel_s": t["1"],
-                                    "max_diff": diff})
-                    if args.sweep:
-                        rpbs = sorted({max(1, e // _rowfft.complex_length(L))
-                                       for e in (256, 512, 1024, 2048, 4096)})
-                        cells = []
-                        base = plans["1"][i]
-                        for rpb in rpbs:
-                            for threads in (int(v) for v in args.threads.split(",")):
-                                plan = base.variant(rows_per_block=rpb, threads=threads)
-                                ts = median_time(cp, lambda: plan(src("1").data.ptr,
-                                                                  dst("1").data.ptr),
-                                                 args.repeat)
-                                cells.append((ts, plan.rows_per_block, threads))
-                                results.append({"rows": rows, "nt": nt, "L": L, "precision": p,
-                                                "dir": d, "rows_per_block": plan.rows_per_block,
-                                                "threads": threads, "kernel_s": ts})
-                        cells.sort()
-                        print("      sweep (us / rows per block / threads): " + "  ".join(
-                            f"{c[0] * 1e6:.1f}/{c[1]}/{c[2]}" for c in cells[:6]))
-                    if args.carveouts:
-                        base = plans["1"][i]
-                        values = [int(v) for v in args.carveouts.split(",")]
-                        best = {}
-                        for order in (values, values[::-1]):
-                            for v in order:
-                                _set_carveout(cp, base, v)
-                                ts = median_time(cp, lambda: base(src("1").data.ptr,
-                                                                  dst("1").data.ptr), args.repeat)
-                                best[v] = min(best.get(v, ts), ts)
-                        _set_carveout(cp, base, 100)  # the package's setting
-                        for v, ts in best.items():
-                            results.append({"rows": rows, "nt": nt, "L": L, "precision": p,
-                                            "dir": d, "carveout": v, "kernel_s": ts})
-                        print("      carveouts (us): " + "  ".join(
-                            f"{v}: {best[v] * 1e6:.1f}" for v in values))
-                    if args.radices:
-                        base = plans["1"][i]
-                        cells = []
-                        for rads in _rowfft.factorisations(_rowfft.complex_length(L)):
-                            plan = base.variant(rads=rads)
+    for size in args.sizes.split(","):
+        rows, nt = (int(v) for v in size.split("x"))
+        L = fft_length(nt)
+        x = cp.asarray(rng.standard_normal((1, rows, nt)))
+        for p in args.precisions.split(","):
+            prec = PrecisionConfig(p)
+            eng = KernelEngine(prec, 1, rows, L // 2 + 1, nt, L)  # one output row
+            plans = {}
+            for mode in ("0", "1"):
+                if mode == "0" and not callbacks:
+                    continue
+                # an engine's plan overrides are fixed: one engine for each mode
+                eng_mode = KernelEngine(prec, 1, rows, L // 2 + 1, nt, L)
+                eng_mode.resolved = Overrides.resolve({"row_fft": mode})
+                # the forward plan of a forward product (rows -> xhat), the inverse plan of
+                # an adjoint (yhat -> rows)
+                plans[mode] = (eng_mode.fused_plans(prec, False, 1, np.float64, np.float64).fwd,
+                               eng_mode.fused_plans(prec, True, 1, np.float64, np.float64).inv)
+            xhat = {m: eng.xhat_buffer(prec, 1, rows) for m in plans}
+            yhat = eng.yhat_buffer(prec, 1, rows)
+            y = {m: eng.y_buffer(prec, 1, rows, np.float64) for m in plans}
+            for d, (src, dst, floor) in (
+                    ("fwd", (lambda m: x, lambda m: xhat[m],
+                             (x.nbytes + xhat["1"].nbytes) / bw)),
+                    ("inv", (lambda m: yhat, lambda m: y[m],
+                             (yhat.nbytes + y["1"].nbytes) / bw))):
+                i = 0 if d == "fwd" else 1
+                t = {}
+                for m, pl in plans.items():
+                    plan = pl[i]
+                    if d == "inv":  # cuFFT may overwrite a complex-to-real input
+                        yhat[...] = cp.asarray(rng.standard_normal(yhat.shape)
+                                               + 1j * rng.standard_normal(yhat.shape))
+                    plan(src(m).data.ptr, dst(m).data.ptr)
+                    t[m] = median_time(cp, lambda: plan(src(m).data.ptr, dst(m).data.ptr),
+                                       args.repeat)
+                diff = float("nan")
+                if "0" in plans:
+                    if d == "inv":  # both once more on the same input
+                        keep = yhat.copy()
+                        plans["1"][1](yhat.data.ptr, y["1"].data.ptr)
+                        yhat[...] = keep
+                        plans["0"][1](yhat.data.ptr, y["0"].data.ptr)
+                    a, b = dst("0"), dst("1")
+                    diff = float(cp.abs(a - b).max() / cp.abs(a).max())
+                tc = t.get("0", float("nan"))
+                print(f"{rows:>7} {nt:>6} {L:>6} {p:>6} {d:>4} | {floor * 1e6:7.1f} | "
+                      f"{tc * 1e6:8.1f} {floor / tc:5.2f} | {t['1'] * 1e6:7.1f} "
+                      f"{floor / t['1']:5.2f} | {tc / t['1']:6.2f}x {diff:8.1e}")
+                results.append({"rows": rows, "nt": nt, "L": L, "precision": p, "dir": d,
+                                "floor_s": floor, "cufft_s": tc, "kernel_s": t["1"],
+                                "max_diff": diff})
+                if args.sweep:
+                    rpbs = sorted({max(1, e // _rowfft.complex_length(L))
+                                   for e in (256, 512, 1024, 2048, 4096)})
+                    cells = []
+                    base = plans["1"][i]
+                    for rpb in rpbs:
+                        for threads in (int(v) for v in args.threads.split(",")):
+                            plan = base.variant(rows_per_block=rpb, threads=threads)
                             ts = median_time(cp, lambda: plan(src("1").data.ptr,
-                                                              dst("1").data.ptr), args.repeat)
-                            cells.append((ts, rads, plan.family))
+                                                              dst("1").data.ptr),
+                                             args.repeat)
+                            cells.append((ts, plan.rows_per_block, threads))
                             results.append({"rows": rows, "nt": nt, "L": L, "precision": p,
-                                            "dir": d, "radices": rads, "kernel_s": ts})
-                        cells.sort()
-                        print(f"      radices (us; default {base.radices}): " + "  ".join(
-                            f"{c[0] * 1e6:.1f}/{'.'.join(map(str, c[1]))}" for c in cells))
-                    sys.stdout.flush()
-                del eng, xhat, yhat, y, plans
-                cp.get_default_memory_pool().free_all_blocks()
-    finally:
-        if saved is None:
-            os.environ.pop(PLAN_ENV, None)
-        else:
-            os.environ[PLAN_ENV] = saved
+                                            "dir": d, "rows_per_block": plan.rows_per_block,
+                                            "threads": threads, "kernel_s": ts})
+                    cells.sort()
+                    print("      sweep (us / rows per block / threads): " + "  ".join(
+                        f"{c[0] * 1e6:.1f}/{c[1]}/{c[2]}" for c in cells[:6]))
+                if args.carveouts:
+                    base = plans["1"][i]
+                    values = [int(v) for v in args.carveouts.split(",")]
+                    best = {}
+                    for order in (values, values[::-1]):
+                        for v in order:
+                            _set_carveout(cp, base, v)
+                            ts = median_time(cp, lambda: base(src("1").data.ptr,
+                                                              dst("1").data.ptr), args.repeat)
+                            best[v] = min(best.get(v, ts), ts)
+                    _set_carveout(cp, base, 100)  # the package's setting
+                    for v, ts in best.items():
+                        results.append({"rows": rows, "nt": nt, "L": L, "precision": p,
+                                        "dir": d, "carveout": v, "kernel_s": ts})
+                    print("      carveouts (us): " + "  ".join(
+                        f"{v}: {best[v] * 1e6:.1f}" for v in values))
+                if args.radices:
+                    base = plans["1"][i]
+                    cells = []
+                    for rads in _rowfft.factorisations(_rowfft.complex_length(L)):
+                        plan = base.variant(rads=rads)
+                        ts = median_time(cp, lambda: plan(src("1").data.ptr,
+                                                          dst("1").data.ptr), args.repeat)
+                        cells.append((ts, rads, plan.family))
+                        results.append({"rows": rows, "nt": nt, "L": L, "precision": p,
+                                        "dir": d, "radices": rads, "kernel_s": ts})
+                    cells.sort()
+                    print(f"      radices (us; default {base.radices}): " + "  ".join(
+                        f"{c[0] * 1e6:.1f}/{'.'.join(map(str, c[1]))}" for c in cells))
+                sys.stdout.flush()
+            del eng, xhat, yhat, y, plans
+            cp.get_default_memory_pool().free_all_blocks()
+
     if args.json:
         write_json(args.json, results)
     return 0

@@ -190,9 +190,9 @@ def test_fold_splits_takes_one_launch_of_few_splits(monkeypatch):
     splits; none for one split, more, or several launches."""
     from fftmatvec import gpu as _gpu
 
-    def engine(*splits):
+    def engine(*splits, rules=_gpu.rules_for("sm_90")):
         plan = [SimpleNamespace(splits=s) for s in splits]
-        return SimpleNamespace(_plan=lambda *a: plan,
+        return SimpleNamespace(_plan=lambda *a: plan, rules=rules,
                                xhat_dtype=lambda prec: None, yhat_dtype=lambda prec: None)
 
     prec = PrecisionConfig("ddddd")
@@ -200,8 +200,8 @@ def test_fold_splits_takes_one_launch_of_few_splits(monkeypatch):
     assert [KernelEngine.fold_splits(engine(s), prec, False, 1) for s in (1, 2, top, top + 1)] \
         == [0, 2, top, 0]
     assert KernelEngine.fold_splits(engine(4, 4), prec, False, 3) == 0
-    monkeypatch.setattr(_gpu.planner, "FOLD_MAX_SPLITS", 0)
-    assert KernelEngine.fold_splits(engine(2), prec, False, 1) == 0
+    off = _gpu.rules_for("sm_90").with_table({"fold_max_splits": 0})
+    assert KernelEngine.fold_splits(engine(2, rules=off), prec, False, 1) == 0
 
 
 def test_fused_plans_none_where_stages_run_one_by_one(monkeypatch):
@@ -488,7 +488,7 @@ def test_fused_product_with_split_k(monkeypatch, rng, fold, graphs, precision):
     _needs_callbacks()
     set_plan(monkeypatch, "fft_callbacks", "1")
     set_plan(monkeypatch, "graphs", graphs)
-    monkeypatch.setattr(_gpu.planner, "FOLD_MAX_SPLITS", fold)
+    monkeypatch.setattr(_gpu.rules, "FOLD_MAX_SPLITS", fold)  # read as the engine is built
     cp = backend.cupy
     for shape, adjoint in (((3, 3000, 40), False), ((2900, 4, 40), True)):
         K, F = _op(rng, shape, precision)
@@ -559,7 +559,7 @@ def test_folded_product_in_steps(monkeypatch, rng):
     _needs_callbacks()
     set_plan(monkeypatch, "fft_callbacks", "1")
     set_plan(monkeypatch, "graphs", "0")
-    monkeypatch.setattr(_gpu.planner, "FOLD_MAX_SPLITS", 10**6)
+    monkeypatch.setattr(_gpu.rules, "FOLD_MAX_SPLITS", 10**6)  # read as the engine is built
     cp = backend.cupy
     K, F = _op(rng, (3, 3000, 40), "ddddd")
     eng, prec = F._engine, F.precision
@@ -632,7 +632,7 @@ def test_one_vector_shortcut(monkeypatch, rng, precision):
 
             y = check(_rand(rng, n_in, shape[2]), 1)  # the general path, which records
             assert y.shape == (M.shape[0] // shape[2], shape[2])
-            product, y_shape, _ = F._one_paths[(adjoint, (n_in, shape[2]), np.dtype(np.float64))]
+            product, y_shape = F._one_paths[(adjoint, (n_in, shape[2]), np.dtype(np.float64))]
             assert product is not None and y_shape == y.shape and product.holds
             for _ in range(3):
                 _poison_held(product)
@@ -644,12 +644,11 @@ def test_one_vector_shortcut(monkeypatch, rng, precision):
             check(_rand(rng, n_in, 2 * shape[2])[:, ::2], 1)
             check(_rand(rng, n_in, shape[2], dtype=np.float32), 1)  # a new dtype
             check(_rand(rng, n_in, shape[2], dtype=np.float32), 0)
-            set_plan(monkeypatch, "graphs", "1")  # a switch changed: general path
-            check(_rand(rng, n_in, shape[2]), 1)
-            check(_rand(rng, n_in, shape[2]), 1)  # ... which replays a graph, not the product
-            assert F._engine._graphs
+            # the plan is read once, when F was built: a switch changed since changes nothing
+            set_plan(monkeypatch, "graphs", "1")
+            check(_rand(rng, n_in, shape[2]), 0)
+            assert not F._engine._graphs
             set_plan(monkeypatch, "graphs", None)
-            check(_rand(rng, n_in, shape[2]), 1)  # recorded again under the old switches
             check(_rand(rng, n_in, shape[2]), 0)
             assert product._held
             F.release_buffers()  # the next product makes them again
@@ -674,7 +673,7 @@ def test_held_buffers_across_streams_and_threads(monkeypatch, rng):
     set_plan(monkeypatch, "fft_callbacks", "1")
     set_plan(monkeypatch, "graphs", "0")
     cp = backend.cupy
-    assert _gpu._PER_THREAD_STREAM == cp.cuda.runtime.streamPerThread
+    assert _gpu.rules._PER_THREAD_STREAM == cp.cuda.runtime.streamPerThread
     shape = (6, 2000, 50)
     K, F = _op(rng, shape, "ddddd")
     Fc = fm.BlockToeplitz(K)

@@ -24,10 +24,10 @@ gpu = pytest.mark.skipif(not backend.gpu_available(), reason="no GPU (CuPy missi
 
 @pytest.fixture(autouse=True)
 def _end_bias_rule(monkeypatch):
-    """The rule on (:data:`fftmatvec.gpu.rules.FNO_END_BIAS`), whatever its default: these
+    """The rule on (:data:`fftmatvec.fno._plan.FNO_END_BIAS`), whatever its default: these
     tests are of the kernels that add the bias; the chains built under another setting
     dropped before and after."""
-    from fftmatvec.gpu import rules
+    from fftmatvec.fno import _plan as rules
 
     monkeypatch.setattr(rules, "FNO_END_BIAS", True)
     _clear_chains()
@@ -121,10 +121,10 @@ def test_chain_hands_the_bias_to_its_synthesis_kernel(rng, monkeypatch, takes, w
 
 
 def test_end_bias_rule_off(rng, monkeypatch):
-    """With the rule off (:data:`fftmatvec.gpu.rules.FNO_END_BIAS`) a chain whose synthesis's
+    """With the rule off (:data:`fftmatvec.fno._plan.FNO_END_BIAS`) a chain whose synthesis's
     kernel takes the bias leaves it to the channel product: the kernel is handed none, the
     output the dense float64 reference's."""
-    from fftmatvec.gpu import rules
+    from fftmatvec.fno import _plan as rules
 
     monkeypatch.setattr(rules, "FNO_END_BIAS", False)
     shape, cout, n_modes = (3, 4, 24), 5, 13

@@ -363,7 +363,7 @@ def paired_on_gemms(monkeypatch):
     """The planner's chain for every layer: the paired modes, every transform on its GEMMs (the
     row and plane kernels need a GPU; :class:`_dft.PairedChain` then permutes into and out of
     its layout), so that the chain's own arithmetic is checked without one."""
-    from fftmatvec.gpu import planner
+    from fftmatvec.fno import _plan as planner
     from fno_oracle import clear_chains
 
     monkeypatch.setattr(planner, "fno_chain",
@@ -403,7 +403,7 @@ def test_paired_rule(monkeypatch):
     """The paired modes need the row kernels of one axis or the plane kernels of two (float32
     on a GPU); forced where they cannot serve, an error that says why; never beside the split
     modes forced, or the GEMMs."""
-    from fftmatvec.gpu.planner import fno_chain, fno_paired
+    from fftmatvec.fno._plan import fno_chain, fno_paired
 
     monkeypatch.delenv("FFTMATVEC_PLAN", raising=False)
     assert not fno_paired((128,), (33,), np.float32, -1, kernels=False)
@@ -433,7 +433,7 @@ def test_paired_rule(monkeypatch):
 def test_split_rule(monkeypatch):
     """By default one-axis float32/float64 layers whose weight copy is no larger than the
     permutes it saves; forced where it cannot serve, an error that says why."""
-    from fftmatvec.gpu.planner import fno_split
+    from fftmatvec.fno._plan import fno_split
 
     monkeypatch.delenv("FFTMATVEC_PLAN", raising=False)
     assert fno_split(1024, 64, 64, (128,), np.float32)
@@ -446,10 +446,10 @@ def test_split_rule(monkeypatch):
     assert fno_split(1024, 64, 64, (128,), np.float32)
     monkeypatch.delenv("FFTMATVEC_PLAN")
     # on the row kernels, only with FNO_SPLIT_WITH_ROW_KERNELS (until measured)
-    from fftmatvec.gpu import planner, rules
+    from fftmatvec.fno import _plan as planner
 
     assert fno_split(1024, 64, 64, (128,), np.float32, row_kernels=True) \
-        is rules.FNO_SPLIT_WITH_ROW_KERNELS
+        is planner.FNO_SPLIT_WITH_ROW_KERNELS
     monkeypatch.setattr(planner, "FNO_SPLIT_WITH_ROW_KERNELS", True)
     assert fno_split(1024, 64, 64, (128,), np.float32, row_kernels=True)
     monkeypatch.setattr(planner, "FNO_SPLIT_WITH_ROW_KERNELS", False)

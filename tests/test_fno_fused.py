@@ -13,8 +13,8 @@ import pytest
 from fftmatvec import FFTMatvecValueError, backend
 from fftmatvec.fno._fused1d import (CHANNELS, MAX_BATCH_ROWS, MAX_THREADS, batch_rows,
                                     launch_shape, smem_bytes, supported)
-from fftmatvec.gpu.planner import fno_fused
-from fftmatvec.gpu.rules import FNO_FUSED_MIN_FILL
+from fftmatvec.fno._plan import fno_fused
+from fftmatvec.fno._plan import FNO_FUSED_MIN_FILL
 
 from fno_oracle import clear_chains, dense_reference, on_poisoned_side_stream
 
@@ -74,7 +74,7 @@ def test_fused_rule(monkeypatch):
 @gpu
 @pytest.mark.gpu
 def test_fused_rule_on_the_device(monkeypatch):
-    from fftmatvec.gpu.planner import _sm_count
+    from fftmatvec.fno._plan import _sm_count
 
     monkeypatch.delenv("FFTMATVEC_PLAN", raising=False)
     dev = backend.cupy.cuda.Device().id

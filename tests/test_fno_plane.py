@@ -9,7 +9,7 @@ import pytest
 
 from fftmatvec import FFTMatvecValueError, backend
 from fftmatvec.fno import _dft, _reference, kept_modes
-from fftmatvec.gpu.planner import fno_plane, fno_plane_auto
+from fftmatvec.fno._plan import fno_plane, fno_plane_auto
 
 from fno_oracle import assert_grads_close as _assert_grads_close
 from fno_oracle import clear_chains as _clear_chains
@@ -336,7 +336,7 @@ def test_cupy_layer_on_direct_planes_matches_reference(monkeypatch, rng, shape, 
     """The same on the planes' direct form (plan fno_direct=1), which the planner takes by
     default only where the FFT plane kernels cannot take the plane (85 x 85, 17 x 21)."""
     from fftmatvec.fno._rows import plane_supported
-    from fftmatvec.gpu.planner import fno_direct
+    from fftmatvec.fno._plan import fno_direct
 
     modes = tuple(int(v) for v in kept_modes(n_modes))
     device = backend.cupy.cuda.Device().id

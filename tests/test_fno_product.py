@@ -9,8 +9,8 @@ import pytest
 
 from fftmatvec import FFTMatvecValueError, backend
 from fftmatvec.fno._product import CHUNK, SMEM_BUDGET, THREADS, launch_shape, supported
-from fftmatvec.gpu.planner import fno_chain, fno_product
-from fftmatvec.gpu.rules import FNO_PRODUCT_MAX_BATCH
+from fftmatvec.fno._plan import fno_chain, fno_product
+from fftmatvec.fno._plan import FNO_PRODUCT_MAX_BATCH
 
 from fno_oracle import assert_grads_close, clear_chains, cuda_case, cupy_dft_error
 from fno_oracle import layer_grads, on_poisoned_side_stream

@@ -10,7 +10,7 @@ import pytest
 from fftmatvec import FFTMatvecValueError, backend
 from fftmatvec.fno import _dft, kept_modes, spectral_conv
 from fftmatvec.gpu import rowfft as _rowfft
-from fftmatvec.gpu.planner import fno_rows, fno_rows_auto
+from fftmatvec.fno._plan import fno_rows, fno_rows_auto
 
 from fno_oracle import assert_grads_close as _assert_grads_close
 from fno_oracle import clear_chains as _clear_chains
@@ -455,7 +455,7 @@ def test_output_shapes_of_rows_and_planes():
 def test_variant_plan(monkeypatch):
     """Plan fno_warp: the kernels' own rule by default, the pass form under 0, the warp form
     under 1 (a layer taking no kernel has nothing to check)."""
-    from fftmatvec.gpu.planner import fno_variant
+    from fftmatvec.fno._plan import fno_variant
 
     monkeypatch.delenv("FFTMATVEC_PLAN", raising=False)
     assert fno_variant((128,), (33,), {"r2c"}, frozenset(), 0) == "auto"

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 from fftmatvec.cli import main  # noqa: E402
 from fftmatvec.fno import _torch as fno_torch  # noqa: E402
 from fftmatvec.fno import _tuning, spectral_conv, spectral_conv_torch  # noqa: E402
-from fftmatvec.gpu.planner import fno_chain  # noqa: E402
+from fftmatvec.fno._plan import fno_chain  # noqa: E402
 from fftmatvec.tuning.table import TableError  # noqa: E402
 
 from conftest import set_plan  # noqa: E402

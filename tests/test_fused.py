@@ -30,9 +30,10 @@ def _engine(monkeypatch, store="c128", nd=10, nf=101, row_ffts=True, nm=100000):
     """A KernelEngine's host side, with the kernel's launch object recorded instead of made."""
     made = []
     monkeypatch.setattr(kernels, "has_function", lambda name: True)
-    monkeypatch.setattr(_gpu._GemvIrfft, "__init__",
+    monkeypatch.setattr(_gpu.fused._GemvIrfft, "__init__",
                         lambda self, eng, prec, out_dtype: made.append((prec, out_dtype)))
-    eng = SimpleNamespace(store=store, nd=nd, nm=nm, nf=nf, fft_len=2 * nf - 2, num_sms=132,
+    eng = SimpleNamespace(rules=_gpu.rules_for("sm_90"), has_kernel=lambda n: kernels.has_function(n),
+                          store=store, nd=nd, nm=nm, nf=nf, fft_len=2 * nf - 2, num_sms=132,
                           compute=np.dtype(np.complex128 if store == "c128" else np.complex64),
                           row_ffts=lambda prec: row_ffts)
     eng.xhat_dtype = lambda prec: KernelEngine.xhat_dtype(eng, prec)
@@ -107,9 +108,9 @@ def test_fused_kernel_names(prec, out, nd, name):
     p = PrecisionConfig(prec)
     store = "c128" if p.letters[2] == "d" else "c64"
     xhat = np.dtype(np.complex64 if "s" in (p.letters[1], p.letters[2]) else np.complex128)
-    assert _gpu._GemvIrfft.kernel_name(store, xhat, p, out, nd) == name
+    assert _gpu.fused._GemvIrfft.kernel_name(store, xhat, p, out, nd) == name
     with pytest.raises(ValueError, match="at most 12 sensors"):
-        _gpu._GemvIrfft.kernel_name(store, xhat, p, out, 13)
+        _gpu.fused._GemvIrfft.kernel_name(store, xhat, p, out, 13)
     source = (KERNELS / "fftmatvec_kernels.cu").read_text()
     store, cin, fft, mid, tout, tile = name.split("_")[2:]
     assert f"FFTMATVEC_SBGEMV_IRFFT(NAME, {tile[1:]}, STORE" in source
@@ -176,10 +177,11 @@ def test_fused_adjoint_matches_dense(monkeypatch, rng, precision, dtype, shape):
     assert not bool(cp.isnan(y).any())
     assert rel_err(y.ravel(), ref) < tol
 
-    # the stages apart: the same sums, rounded apart
-    set_plan(monkeypatch, "fused_adjoint", "0")
-    apart = F.rmatvec(d)
-    assert eng.fused_product(F.precision, True, 1, dtype, dtype).fused is None
+    # the stages apart: the same sums, rounded apart (the plan is read when an operator is
+    # built)
+    G = fm.BlockToeplitz(cp.asarray(K), precision, dtype=dtype, plan={"fused_adjoint": 0})
+    apart = G.rmatvec(d)
+    assert G._engine.fused_product(G.precision, True, 1, dtype, dtype).fused is None
     assert rel_err(z.ravel(), to_numpy(apart).ravel()) < tol
 
 
@@ -205,9 +207,8 @@ def test_fused_adjoint_by_default(monkeypatch, rng, graphs):
         assert (product.fused is not None) is (precision != "ddhdd" and fills)
         d = cp.asarray(rng.standard_normal((shape[0], shape[2])))
         z = F.rmatvec(d)
-        set_plan(monkeypatch, "fused_adjoint", "0")
-        apart = F.rmatvec(d)
-        set_plan(monkeypatch, "fused_adjoint", None)
+        # the plan is read when an operator is built
+        apart = fm.BlockToeplitz(K, precision, plan={"fused_adjoint": 0}).rmatvec(d)
         assert rel_err(z.ravel(), to_numpy(apart).ravel()) < (1e-12 if precision == "ddddd" else 1e-6)
         del F
     cp.get_default_memory_pool().free_all_blocks()
@@ -231,4 +232,4 @@ def test_fused_product_takes_the_kernel_or_the_inverse(monkeypatch, fused):
     assert made[0][-1] == fused and made[0][-2].inv == (None if fused else "inv")
     monkeypatch.undo()
     with pytest.raises(ValueError, match="an inverse plan, or stages 3-5 as one kernel"):
-        _gpu._FusedProduct(eng, prec, True, 1, np.float64, _gpu.FusedPlans("fwd", None), None)
+        _gpu.fused._FusedProduct(eng, prec, True, 1, np.float64, _gpu.FusedPlans("fwd", None), None)

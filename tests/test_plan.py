@@ -1,8 +1,11 @@
-"""The planner without a GPU: a plan chosen for an H200's properties, printed, overridden by a
-mapping and by FFTMATVEC_PLAN, bad overrides refused, and the old switches gone."""
+"""The planner without a GPU: make_plan for the properties of an H100, H200, A100, MI250X and
+MI300X, printed, overridden by a mapping, by FFTMATVEC_PLAN (read once, when an operator is
+built) and by a table of rules, bad overrides refused, and the old switches gone."""
 
 from __future__ import annotations
 
+import itertools
+import os
 import re
 from pathlib import Path
 
@@ -10,14 +13,14 @@ import numpy as np
 import pytest
 
 import fftmatvec as fm
-from fftmatvec import FFTMatvecValueError, kernels
-from fftmatvec.gpu import callbacks
+from fftmatvec import FFTMatvecValueError, backend
 from fftmatvec.gpu.engine import KernelEngine
 from fftmatvec.gpu.plan import PLAN_KEYS, Plan, parse_overrides
-from fftmatvec.gpu.planner import plan_for
+from fftmatvec.gpu.planning import DeviceInfo, Overrides, Problem, make_plan
+from fftmatvec.gpu.rules import rules_for
 from fftmatvec.precision import PrecisionConfig
 
-from conftest import set_plan
+from conftest import rel_err
 
 
 def test_parse_overrides_mapping_and_string():
@@ -64,110 +67,249 @@ def test_cpu_plan_is_printable():
         F.plan(k=0)
 
 
-H200 = {"multiProcessorCount": 132, "sharedMemPerMultiprocessor": 228 * 1024,
-        "sharedMemPerBlockOptin": 227 * 1024, "maxThreadsPerMultiProcessor": 2048,
-        "regsPerMultiprocessor": 65536}
+# CuPy's device properties of the GPUs the plans are checked for, and their architectures
+_NVIDIA_H = {"multiProcessorCount": 132, "sharedMemPerMultiprocessor": 228 * 1024,
+             "sharedMemPerBlockOptin": 227 * 1024, "maxThreadsPerMultiProcessor": 2048,
+             "regsPerMultiprocessor": 65536}
+DEVICES = {
+    "H100": (_NVIDIA_H, "sm_90"),
+    "H200": (_NVIDIA_H, "sm_90"),
+    "A100": ({"multiProcessorCount": 108, "sharedMemPerMultiprocessor": 164 * 1024,
+              "sharedMemPerBlockOptin": 163 * 1024, "maxThreadsPerMultiProcessor": 2048,
+              "regsPerMultiprocessor": 65536}, "sm_80"),
+    "MI250X": ({"multiProcessorCount": 110, "maxSharedMemoryPerMultiProcessor": 64 * 1024,
+                "sharedMemPerBlock": 64 * 1024, "maxThreadsPerMultiProcessor": 2048,
+                "regsPerMultiprocessor": 131072, "gcnArchName": b"gfx90a:sramecc+:xnack-"},
+               "gfx90a"),
+    "MI300X": ({"multiProcessorCount": 304, "maxSharedMemoryPerMultiProcessor": 64 * 1024,
+                "sharedMemPerBlock": 64 * 1024, "maxThreadsPerMultiProcessor": 2048,
+                "regsPerMultiprocessor": 131072, "gcnArchName": b"gfx942:sramecc+:xnack-"},
+               "gfx942"),
+}
+AMD = ("MI250X", "MI300X")
 
 
-def _engine(monkeypatch, nm, nd, nt, prec="ddddd", arch="sm_90", overrides=None):
-    """A KernelEngine for an H200 without one: its properties set as the constructor would."""
-    from fftmatvec import fft_length
-    from fftmatvec.gpu.rules import _STORE_SUFFIX, PAD
+def _device(name: str = "H200", **kw) -> DeviceInfo:
+    props, arch = DEVICES[name]
+    return DeviceInfo.from_properties(props, kw.pop("arch", arch), name=name, **kw)
+
+
+def _plan(nm, nd, nt, prec="ddddd", adjoint=False, k=1, device="H200", overrides=None,
+          weighted=False, rules=None, **kw) -> Plan:
+    dev = device if isinstance(device, DeviceInfo) else _device(device)
+    problem = Problem(nd, nm, nt, fm.fft_length(nt), k, adjoint, prec, weighted=weighted)
+    return make_plan(problem, dev, rules or rules_for(dev.arch),
+                     overrides if isinstance(overrides, Overrides)
+                     else Overrides.resolve(overrides))
+
+
+def test_h200_plan_of_a_large_product():
+    """(5000, 100, 1000) on an H200: the fused product, the forward FFT of 5000 rows on the row
+    FFT kernels, the inverse of 100 rows (too few blocks for them) on cuFFT with callbacks, no
+    graph; k = 16 on the tensor cores; printed in words, derived from the typed launches."""
+    p = _plan(5000, 100, 1000)
+    assert p.path == "fused" and not p.graph
+    assert p.ffts == ("row FFT kernel", "cuFFT with callbacks")
+    assert len(p.launches) == 1 and not p.overrides
+    la = p.launches[0]
+    assert la.kb == 1 and la.splits >= 1 and la.grid[1] == la.splits
+    assert p.stage3 == (la.describe(),)
+    if la.splits > 1 and not p.fold:
+        assert p.workspace_bytes == la.splits * 100 * (fm.fft_length(1000) // 2 + 1) * 16
+    text = str(p)
+    assert text.startswith("forward, k=1, precision ddddd on sm_90: fused product")
+    assert "stage 3: " in text
+    p16 = _plan(5000, 100, 1000, adjoint=True, k=16)
+    assert all(la.mma and la.kb == 16 for la in p16.launches)
+    assert all(line.startswith("tensor cores, 16 right-hand sides") for line in p16.stage3)
+
+
+def test_h200_small_product_replays_a_graph_when_it_runs_stage_by_stage():
+    fused = _plan(50, 4, 10)
+    assert fused.path == "fused"  # the fused product beats a replay by default
+    weighted = _plan(50, 4, 10, weighted=True)
+    assert weighted.path == "graph" and weighted.graph
+    assert weighted.ffts == ("pad kernel, then cuFFT", "cuFFT, then unpad kernel")
+
+
+def test_make_plan_is_pure(monkeypatch):
+    """The same arguments give the same plan whatever the environment says."""
+    before = _plan(5000, 100, 1000, k=16)
+    monkeypatch.setenv("FFTMATVEC_PLAN", "stage3=gemv,row_fft=0,graphs=1")
+    assert _plan(5000, 100, 1000, k=16) == before
+    with pytest.raises(fm.FFTMatvecTypeError, match="device must be a DeviceInfo, got dict"):
+        make_plan(Problem(4, 50, 10, 20), DEVICES["H200"][0], rules_for("sm_90"))
+    with pytest.raises(FFTMatvecValueError, match="Problem: k must be a positive integer, got 0"):
+        Problem(4, 50, 10, 20, k=0)
+
+
+def test_plan_overridden_by_mapping_and_environment():
+    base = _plan(5000, 100, 1000)
+    assert base.ffts == ("row FFT kernel", "cuFFT with callbacks")
+    by_map = _plan(5000, 100, 1000, overrides={"row_fft": 0})
+    assert by_map.ffts == ("cuFFT with callbacks", "cuFFT with callbacks")
+    assert by_map.overrides == (("row_fft", "0", "plan="),)
+    by_env = _plan(5000, 100, 1000, overrides=Overrides.resolve(env="row_fft=0,graphs=1"))
+    assert by_env.path == "graph" and by_env.ffts[0] == "cuFFT with callbacks"
+    assert ("graphs", "1", "FFTMATVEC_PLAN") in by_env.overrides
+    assert "overrides: " in str(by_env)
+    # the operator's mapping wins over the environment, which wins over the tuning table
+    both = Overrides.resolve({"row_fft": "1"}, "row_fft=0,graphs=0", {"graphs": "1", "mma": "0"})
+    assert both.items == (("graphs", "0", "FFTMATVEC_PLAN"), ("row_fft", "1", "plan="),
+                          ("mma", "0", "tuning table"))
+    assert _plan(5000, 100, 1000, overrides=both).ffts == ("row FFT kernel", "row FFT kernel")
+    # stage 3 forced onto the tensor cores for one vector
+    mma = _plan(5000, 100, 1000, overrides={"stage3": "mma"})
+    assert mma.stage3[0].startswith("tensor cores, 1 right-hand side")
+    gemv = _plan(5000, 100, 1000, overrides={"stage3": "gemv"})
+    assert gemv.stage3[0].startswith("GEMV, 1 right-hand side")
+
+
+def test_rules_from_a_table_change_the_plan():
+    """A tuning table's rules replace the architecture's: tensor cores only from 32 right-hand
+    sides leaves a batch of 16 on the GEMV kernels; an unknown rule is refused by name."""
+    rules = rules_for("sm_90")
+    assert rules.mma_min_kb[("c128", False)] == 4 and rules.dmma_c64
+    assert not rules_for("sm_80").dmma_c64
+    table = rules.with_table({"mma_min_kb": {**rules.mma_min_kb, ("c128", False): 32}})
+    assert _plan(5000, 100, 1000, k=16).launches[0].mma
+    launches = _plan(5000, 100, 1000, k=16, rules=table).launches
+    assert launches and not any(la.mma for la in launches)
+    with pytest.raises(FFTMatvecValueError, match="unknown rules 'mma_min'"):
+        rules.with_table({"mma_min": 3})
+
+
+@pytest.mark.parametrize("name", AMD)
+def test_amd_devices_never_get_nvidia_only_paths(name):
+    """On AMD: no tensor-core, cp.async or input-in-registers kernels, no cuFFT callbacks, no
+    graph replay by default, at any shape, precision, direction and batch; forcing the tensor
+    cores says why it cannot."""
+    dev = _device(name)
+    assert dev.vendor == "amd" and not dev.mma_kernels and not dev.callbacks[0]
+    assert dev.smem_per_block == 64 * 1024
+    for (nm, nd, nt), prec, adjoint, k in itertools.product(
+            [(5000, 100, 1000), (50, 4, 10), (20000, 8, 200), (300, 30, 64)],
+            ["ddddd", "sssss", "dsddd", "ddhdd"], (False, True), (1, 4, 16, 21)):
+        p = _plan(nm, nd, nt, prec, adjoint, k, device=dev)
+        names = [la.name for la in p.launches]
+        assert not any(n.startswith(("sbgemmp_", "sbgemva_", "sbgemvx_")) for n in names), names
+        assert not any(la.mma or la.xreg_rows for la in p.launches)
+        assert "cuFFT with callbacks" not in p.ffts and p.path != "graph"
+        assert p.fused_adjoint or sum(la.kb for la in p.launches) == k
+    with pytest.raises(FFTMatvecValueError, match="mma=1, but this device has no tensor-core"):
+        _plan(5000, 100, 1000, k=16, device=dev, overrides={"mma": 1})
+
+
+@pytest.mark.parametrize("name", ["H100", "H200", "A100"])
+def test_nvidia_devices_take_the_tensor_cores_for_batches(name):
+    """On NVIDIA sm_80 and newer a batch of 16 runs on the tensor cores; complex64 storage on
+    FP64 tensor cores on sm_90 only."""
+    p = _plan(5000, 100, 1000, "sssss", k=16, device=name)
+    assert all(la.mma for la in p.launches)
+    assert ("c64dmma" in p.launches[0].name) == (DEVICES[name][1] == "sm_90")
+
+
+def test_bad_environment_override_is_refused(monkeypatch):
+    with pytest.raises(FFTMatvecValueError,
+                       match="FFTMATVEC_PLAN: unknown plan key 'row_ffts'"):
+        Overrides.resolve(env="stage3=mma,row_ffts=0")
+    # read when the operator is built
+    monkeypatch.setenv("FFTMATVEC_PLAN", "stage3=mma,row_ffts=0")
+    with pytest.raises(FFTMatvecValueError,
+                       match="FFTMATVEC_PLAN: unknown plan key 'row_ffts'"):
+        fm.BlockToeplitz(np.random.default_rng(2).standard_normal((2, 3, 4)))
+
+
+def test_forced_kernel_that_cannot_serve_says_why():
+    with pytest.raises(FFTMatvecValueError, match="mma=1, but this device has no tensor-core"):
+        _plan(50, 4, 10, k=16, device=_device("H200", arch="sm_75"), overrides={"mma": 1})
+
+
+def _engine(nm, nd, nt, prec="ddddd", device="H200"):
+    """A KernelEngine without a GPU: its planning state set as its constructor sets it, the
+    plan overrides read from the environment as it is now."""
     from fftmatvec.gpu.engine import khat_layout
+    from fftmatvec.gpu.rules import _STORE_SUFFIX, PAD
 
-    monkeypatch.setattr(kernels, "has_mma_kernels", lambda: arch >= "sm_80")
-    monkeypatch.setattr(callbacks, "support", lambda: (True, ""))
+    dev = _device(device)
     eng = object.__new__(KernelEngine)
-    prec = PrecisionConfig(prec)
-    L = fft_length(nt)
-    eng.prec, eng.nd, eng.nm, eng.nt, eng.fft_len, eng.nf = prec, nd, nm, nt, L, L // 2 + 1
-    eng.store = _STORE_SUFFIX[prec.letters[2]]
-    eng.compute = np.dtype(np.complex128 if prec.letters[2] == "d" else np.complex64)
+    pc = PrecisionConfig(prec)
+    L = fm.fft_length(nt)
+    eng.prec, eng.nd, eng.nm, eng.nt, eng.fft_len, eng.nf = pc, nd, nm, nt, L, L // 2 + 1
+    eng.store = _STORE_SUFFIX[pc.letters[2]]
+    eng.compute = np.dtype(np.complex128 if pc.letters[2] == "d" else np.complex64)
     eng.nfp = -(-eng.nf // PAD[eng.store]) * PAD[eng.store]
     eng.khat_block, eng.khat_blocks, eng.khat_shift = khat_layout(eng.store, eng.nfp)
     eng.data = np.zeros(1, dtype={"c128": np.complex128, "c64": np.complex64,
                                   "c32h": np.uint32}[eng.store])
     eng.scale = None if eng.store != "c32h" else np.zeros(1, np.float32)
     eng._nbytes = eng.data.itemsize * nd * nm * eng.nf
-    eng.num_sms = H200["multiProcessorCount"]
-    eng.smem_per_sm, eng.smem_per_block = H200["sharedMemPerMultiprocessor"], H200["sharedMemPerBlockOptin"]
-    eng.threads_per_sm, eng.regs_per_sm = H200["maxThreadsPerMultiProcessor"], H200["regsPerMultiprocessor"]
-    eng.arch = arch
+    eng.device, eng.rules, eng.arch = dev, rules_for(dev.arch), dev.arch
+    eng.num_sms, eng.smem_per_sm, eng.smem_per_block = (dev.multiprocessors, dev.smem_per_sm,
+                                                        dev.smem_per_block)
+    eng.threads_per_sm, eng.regs_per_sm = dev.threads_per_sm, dev.regs_per_sm
     eng._plans, eng._row_ffts, eng._num_regs = {}, {}, {}
-    eng._callbacks, eng._sm80 = None, None
+    eng._callbacks, eng._sm80 = dev.callbacks, dev.mma_kernels
     eng.blocks_per_sm, eng.staged_threads_per_sm = 8, None
     eng.pipe_waves = eng.pipe_splits = eng.pipe_freq_major = eng.async_waves = None
-    eng.overrides, eng.tuned = parse_overrides(overrides), {}
+    eng.resolved = Overrides.resolve(env=os.environ.get("FFTMATVEC_PLAN"))
     return eng
 
 
-def test_h200_plan_of_a_large_product(monkeypatch):
-    """(5000, 100, 1000) on an H200: the fused product, the forward FFT of 5000 rows on the row
-    FFT kernels, the inverse of 100 rows (too few blocks for them) on cuFFT with callbacks, no
-    graph; k = 16 on the tensor cores; printed in words."""
-    set_plan(monkeypatch, "row_fft", None)
-    eng = _engine(monkeypatch, 5000, 100, 1000)
-    p = plan_for(eng, "ddddd", False, 1, np.float64, np.float64)
-    assert p.path == "fused" and p.ffts == ("row FFT kernel", "cuFFT with callbacks")
-    assert len(p.stage3) == 1 and not p.overrides
-    text = str(p)
-    assert text.startswith("forward, k=1, precision ddddd on sm_90: fused product")
-    assert "stage 3: " in text
-    p16 = plan_for(eng, "ddddd", True, 16, np.float64, np.float64)
-    assert all(line.startswith("tensor cores, 16 right-hand sides") for line in p16.stage3)
+def test_environment_changed_after_construction_changes_nothing(monkeypatch):
+    """The stale-cache defect: FFTMATVEC_PLAN set after a shape's first product made the
+    engine build later products on the old stage-3 launches while a fresh plan reported new
+    ones. Read once at construction, the change reaches neither what runs nor the plan: the
+    engine's launches, cached or made afresh, are the plan's."""
+    monkeypatch.delenv("FFTMATVEC_PLAN", raising=False)
+    eng = _engine(5000, 100, 1000)
+    first = eng._plan(False, 16, np.complex128, np.complex128)
+    assert first[0].mma
+    monkeypatch.setenv("FFTMATVEC_PLAN", "stage3=gemv")
+    assert eng._plan(False, 16, np.complex128, np.complex128) == first  # cached
+    eng._plans.clear()
+    assert eng._plan(False, 16, np.complex128, np.complex128) == first  # made afresh
+    problem = Problem(100, 5000, 1000, fm.fft_length(1000), 16)
+    assert make_plan(problem, eng.device, eng.rules, eng.resolved).launches == tuple(first)
 
 
-def test_h200_small_product_replays_a_graph_when_it_runs_stage_by_stage(monkeypatch):
-    eng = _engine(monkeypatch, 50, 4, 10)
-    fused = plan_for(eng, "ddddd", False, 1, np.float64, np.float64)
-    assert fused.path == "fused"  # the fused product beats a replay by default
-    weighted = plan_for(eng, "ddddd", False, 1, np.float64, np.float64, weighted=True)
-    assert weighted.path == "graph"
-    assert weighted.ffts == ("pad kernel, then cuFFT", "cuFFT, then unpad kernel")
+def test_operator_reads_the_environment_once(monkeypatch):
+    """An operator's plan keeps the overrides of its construction; a new operator takes the
+    environment as it is then; a derived one (with_precision) keeps its parent's."""
+    K = np.random.default_rng(3).standard_normal((2, 3, 4))
+    monkeypatch.setenv("FFTMATVEC_PLAN", "row_fft=0")
+    F = fm.BlockToeplitz(K)
+    assert F.plan().overrides == (("row_fft", "0", "FFTMATVEC_PLAN"),)
+    monkeypatch.setenv("FFTMATVEC_PLAN", "stage3=mma")
+    assert F.plan().overrides == (("row_fft", "0", "FFTMATVEC_PLAN"),)
+    assert F.with_precision("sssss").plan().overrides == (("row_fft", "0", "FFTMATVEC_PLAN"),)
+    assert fm.BlockToeplitz(K).plan().overrides == (("mma", "1", "FFTMATVEC_PLAN"),
+                                                   ("xreg", "0", "FFTMATVEC_PLAN"))
 
 
-def test_plan_overridden_by_mapping_and_environment(monkeypatch):
-    set_plan(monkeypatch, "row_fft", None)
-    base = plan_for(_engine(monkeypatch, 5000, 100, 1000), "ddddd", False, 1, np.float64,
-                    np.float64)
-    assert base.ffts == ("row FFT kernel", "cuFFT with callbacks")
-    by_map = plan_for(_engine(monkeypatch, 5000, 100, 1000, overrides={"row_fft": 0}),
-                      "ddddd", False, 1, np.float64, np.float64)
-    assert by_map.ffts == ("cuFFT with callbacks", "cuFFT with callbacks")
-    assert by_map.overrides == (("row_fft", "0", "plan="),)
-    set_plan(monkeypatch, "row_fft", "0")
-    set_plan(monkeypatch, "graphs", "1")
-    by_env = plan_for(_engine(monkeypatch, 5000, 100, 1000), "ddddd", False, 1, np.float64,
-                      np.float64)
-    assert by_env.path == "graph" and by_env.ffts[0] == "cuFFT with callbacks"
-    assert ("graphs", "1", "FFTMATVEC_PLAN") in by_env.overrides
-    assert "overrides: " in str(by_env)
-    # the operator's mapping wins over the environment
-    both = plan_for(_engine(monkeypatch, 5000, 100, 1000, overrides={"row_fft": "1"}),
-                    "ddddd", False, 1, np.float64, np.float64)
-    assert both.ffts == ("row FFT kernel", "row FFT kernel")
-    # stage 3 forced onto the tensor cores for one vector
-    set_plan(monkeypatch, "row_fft", None)
-    set_plan(monkeypatch, "graphs", None)
-    mma = plan_for(_engine(monkeypatch, 5000, 100, 1000, overrides={"stage3": "mma"}),
-                   "ddddd", False, 1, np.float64, np.float64)
-    assert mma.stage3[0].startswith("tensor cores, 1 right-hand side")
-    gemv = plan_for(_engine(monkeypatch, 5000, 100, 1000, overrides={"stage3": "gemv"}),
-                    "ddddd", False, 1, np.float64, np.float64)
-    assert gemv.stage3[0].startswith("GEMV, 1 right-hand side")
+@pytest.mark.skipif(not backend.gpu_available(), reason="no GPU (CuPy missing or no device)")
+def test_gpu_plan_is_what_runs(monkeypatch):
+    """On a GPU: F.plan() is the Plan whose launches the engine runs, before and after the
+    environment changes."""
+    import cupy as cp
 
-
-def test_bad_environment_override_is_refused(monkeypatch):
-    monkeypatch.setenv("FFTMATVEC_PLAN", "stage3=mma,row_ffts=0")
-    with pytest.raises(FFTMatvecValueError,
-                       match="FFTMATVEC_PLAN: unknown plan key 'row_ffts'"):
-        plan_for(_engine(monkeypatch, 50, 4, 10), "ddddd", False, 1, np.float64, np.float64)
-
-
-def test_forced_kernel_that_cannot_serve_says_why(monkeypatch):
-    eng = _engine(monkeypatch, 50, 4, 10, arch="sm_75", overrides={"mma": 1})
-    with pytest.raises(FFTMatvecValueError, match="mma=1, but this device has no tensor-core"):
-        plan_for(eng, "ddddd", False, 16, np.float64, np.float64)
+    monkeypatch.delenv("FFTMATVEC_PLAN", raising=False)
+    rng = np.random.default_rng(4)
+    F = fm.BlockToeplitz(cp.asarray(rng.standard_normal((6, 40, 16))))
+    x = cp.asarray(rng.standard_normal((16, 40, 16)))
+    y0 = F.matmat(x)
+    p = F.plan(16)
+    monkeypatch.setenv("FFTMATVEC_PLAN", "stage3=gemv,graphs=1,row_fft=0")
+    y1 = F.matmat(x)
+    assert F.plan(16) is p
+    eng = F._engine
+    if p.path == "fused":
+        runs = eng._plan(False, 16, eng.xhat_dtype(F.precision), eng.yhat_dtype(F.precision))
+    else:
+        runs = eng._plan(False, 16, F.precision.complex_dtype("fft"),
+                         F.precision.complex_dtype("ifft"))
+    assert tuple(runs) == p.launches
+    assert rel_err(y1, cp.asnumpy(y0)) < 1e-12
 
 
 OLD_SWITCHES = ("FFTMATVEC_FFT_CALLBACKS", "FFTMATVEC_ROW_FFT", "FFTMATVEC_FUSED_ADJOINT",

@@ -13,9 +13,13 @@ from fftmatvec import FFTMatvecValueError
 from fftmatvec import kernels
 from fftmatvec.gpu import rowfft as _rowfft
 from fftmatvec.backend import shared_memory_limits
-from fftmatvec.gpu import KernelEngine, _split_k, pipe_split_count, pipe_split_time
+from fftmatvec.gpu import KernelEngine, pipe_split_count, pipe_split_time
+from fftmatvec.gpu.stage3 import _split_k
 from fftmatvec.gpu.plan import mode
+from fftmatvec.gpu.rules import rules_for
 from fftmatvec.precision import PrecisionConfig
+
+_RULES = rules_for("sm_90")  # an H100's or H200's rules
 
 
 @pytest.mark.parametrize("value,expected", [(None, "auto"), ("", "auto"), ("auto", "auto"),
@@ -55,7 +59,7 @@ def test_pipe_store(monkeypatch, store, arch, switch, expected):
         set_plan(monkeypatch, "dmma_c64", None)
     else:
         set_plan(monkeypatch, "dmma_c64", switch)
-    engine = SimpleNamespace(store=store, arch=arch)
+    engine = SimpleNamespace(store=store, arch=arch, rules=rules_for(arch))
     got = KernelEngine.pipe_store.fget(engine)
     assert got == expected
     assert (arch in DMMA_C64_ARCHS) == (arch == "sm_90")
@@ -65,7 +69,8 @@ def test_pipe_store(monkeypatch, store, arch, switch, expected):
         assert MMA_MIN_KB[(got, adjoint)] >= 1
     set_plan(monkeypatch, "dmma_c64", "2")
     with pytest.raises(FFTMatvecValueError, match="dmma_c64"):
-        KernelEngine.pipe_store.fget(SimpleNamespace(store="c64", arch=arch))
+        KernelEngine.pipe_store.fget(SimpleNamespace(store="c64", arch=arch,
+                                                      rules=rules_for(arch)))
 
 
 @pytest.mark.parametrize(
@@ -83,7 +88,7 @@ def test_pipe_store(monkeypatch, store, arch, switch, expected):
 )
 def test_staged_choice(monkeypatch, store, kb, n_red, adjoint, expected):
     set_plan(monkeypatch, "staged", None)
-    engine = SimpleNamespace(store=store)
+    engine = SimpleNamespace(rules=_RULES, store=store)
     assert KernelEngine._use_staged(engine, kb, n_red, adjoint) is expected
     set_plan(monkeypatch, "staged", "0")
     assert KernelEngine._use_staged(engine, kb, n_red, adjoint) is False
@@ -99,7 +104,7 @@ def test_tensor_cores_forward_over_few_outputs(monkeypatch, store, n_out, expect
     take tensor cores from 9 right-hand sides (MMA_FEW_OUT_MIN_KB); adjoints are not affected."""
     from fftmatvec.gpu import MMA_MIN_KB
 
-    engine = SimpleNamespace(_sm80_kernels=lambda: True, pipe_store=store, nd=n_out)
+    engine = SimpleNamespace(rules=_RULES, _sm80_kernels=lambda: True, pipe_store=store, nd=n_out)
     set_plan(monkeypatch, "mma", None)
     least = MMA_MIN_KB[(store, False)]
     want = least if expected == "min" else None if expected is None else max(least, expected)
@@ -118,7 +123,7 @@ def test_tensor_core_choice(monkeypatch, has_mma, adjoint, store, nd):
     =0."""
     from fftmatvec.gpu import MMA_FEW_MIN_KB, MMA_FEW_RED, MMA_MIN_KB
 
-    engine = SimpleNamespace(_sm80_kernels=lambda: has_mma, pipe_store=store, nd=nd)
+    engine = SimpleNamespace(rules=_RULES, _sm80_kernels=lambda: has_mma, pipe_store=store, nd=nd)
     set_plan(monkeypatch, "mma", None)
     expected = MMA_MIN_KB[(store, adjoint)] if has_mma else None
     assert KernelEngine._mma_min_kb(engine, adjoint) == expected
@@ -166,7 +171,7 @@ def test_async_choice(monkeypatch, has_async, store, adjoint, n_out, n_red, expe
     """The cp.async kernel serves one vector where ASYNC_MIN_RED and ASYNC_FEW_ROWS say so, by
     default; always with async=1 (an error where the device has none); never with =0,
     for batches, or where a device has too little shared memory per block."""
-    engine = SimpleNamespace(store=store, smem_per_block=227 * 1024,
+    engine = SimpleNamespace(rules=_RULES, store=store, smem_per_block=227 * 1024,
                              _sm80_kernels=lambda: has_async, async_smem=lambda tile, dt: 1024,
                              async_fill=lambda *args: 1.0)
     engine._async_default = lambda *args: KernelEngine._async_default(engine, *args)
@@ -219,6 +224,7 @@ def _h200_engine(store: str, nf: int):
     engine.data = np.empty(1, dtype={"c32h": np.uint32, "c128": np.complex128}[store])
     engine.num_sms, engine.smem_per_sm, engine.smem_per_block = 132, 228 * 1024, 227 * 1024
     engine.threads_per_sm = 2048
+    engine.rules = _RULES
     return engine
 
 
@@ -288,7 +294,7 @@ def test_async_split_rows(nm, nd, nf, splits, unruled):
     ],
 )
 def test_graph_choice(nbytes, k, nm, nd, nt, expected):
-    engine = SimpleNamespace(nbytes=nbytes, nm=nm, nd=nd, nt=nt)
+    engine = SimpleNamespace(rules=_RULES, nbytes=nbytes, nm=nm, nd=nd, nt=nt)
     x = np.zeros((k, 1, 1))
     assert KernelEngine.graph_pays(engine, x) is expected
 
@@ -311,8 +317,8 @@ def test_graph_runner_choice(monkeypatch, mode, fused, pays, expected):
     monkeypatch.setattr(_gpu.graphs, "_GraphRunner", lambda *args: made.append(args) or "runner")
     from collections import OrderedDict
 
-    engine = SimpleNamespace(_graphs=OrderedDict(), graph_pays=lambda x: pays,
-                             callbacks=lambda: (fused, ""))
+    engine = SimpleNamespace(rules=_RULES, _graphs=OrderedDict(), graph_pays=lambda x: pays,
+                             callbacks=lambda: (fused, ""), hip=False)
     engine.replays = lambda x, fused: KernelEngine.replays(engine, x, fused)
     op = SimpleNamespace(precision="ddddd", dtype=np.dtype(np.float64))
     x = np.zeros((1, 3, 4))
@@ -369,13 +375,14 @@ def test_row_ffts_by_length_and_switch(monkeypatch, mode, L, prec, callbacks, ex
         set_plan(monkeypatch, "row_fft", None)
     else:
         set_plan(monkeypatch, "row_fft", mode)
-    engine = SimpleNamespace(fft_len=L, smem_per_block=227 * 1024, _row_ffts={},
+    engine = SimpleNamespace(rules=_RULES, fft_len=L, smem_per_block=227 * 1024, _row_ffts={},
                              callbacks=lambda: (callbacks, "why"))
-    monkeypatch.setattr(_gpu.planner, "ROW_FFT_DTYPES", (np.dtype(np.float64), np.dtype(np.float32)))
+    engine.rules = _RULES.with_table({"row_fft_dtypes": (np.dtype(np.float64),
+                                                       np.dtype(np.float32))})
     assert KernelEngine.row_ffts(engine, PrecisionConfig(prec)) is expect
     assert KernelEngine.row_ffts(engine, PrecisionConfig(prec)) is expect  # from the cache
     if mode is None and expect:  # a precision out of ROW_FFT_DTYPES keeps cuFFT's callbacks
-        monkeypatch.setattr(_gpu.planner, "ROW_FFT_DTYPES", ())
+        engine.rules = _RULES.with_table({"row_fft_dtypes": ()})
         engine._row_ffts.clear()
         assert KernelEngine.row_ffts(engine, PrecisionConfig(prec)) is (not callbacks)
     set_plan(monkeypatch, "row_fft", "1")
@@ -405,7 +412,7 @@ def test_row_fft_pays_where_blocks_fill_the_device(monkeypatch, mode, callbacks,
         set_plan(monkeypatch, "row_fft", None)
     else:
         set_plan(monkeypatch, "row_fft", mode)
-    engine = SimpleNamespace(fft_len=L, num_sms=132, callbacks=lambda: (callbacks, "why"))
+    engine = SimpleNamespace(rules=_RULES, fft_len=L, num_sms=132, callbacks=lambda: (callbacks, "why"))
     assert KernelEngine.row_fft_pays(engine, rows, np.dtype(dtype)) is expect
 
 
@@ -425,7 +432,7 @@ def test_row_fft_line(monkeypatch):
 def test_rows_launch_fills_the_device(rows, cols):
     """Pad and unpad launch enough blocks to fill the device: long-lived blocks over many rows,
     and several blocks per row when the rows are few."""
-    engine = SimpleNamespace(num_sms=132)
+    engine = SimpleNamespace(rules=_RULES, num_sms=132)
     (gx, gy), (bx, by) = KernelEngine._rows_launch(engine, rows, cols)
     assert bx * by == 256 and 32 <= bx <= 256
     assert gx <= 8 * 132 and gx * by >= min(rows, 8 * 132 * by)
@@ -483,8 +490,9 @@ def test_pipe_split_count_prefers_whole_rounds():
     (255, 32, 0, 8),        # one warp of 255 registers (256 allocated): 8 of them
 ])
 def test_resident_blocks(regs, threads, smem, expected):
-    engine = SimpleNamespace(smem_per_sm=228 * 1024, threads_per_sm=2048, regs_per_sm=65536,
+    engine = SimpleNamespace(rules=_RULES, smem_per_sm=228 * 1024, threads_per_sm=2048, regs_per_sm=65536,
                              _num_regs={"k": regs})
+    engine.kernel_regs = lambda name: KernelEngine.kernel_regs(engine, name)
     assert KernelEngine.resident_blocks(engine, "k", threads, smem) == expected
 
 
@@ -507,7 +515,7 @@ def test_pipe_tile_for_few_rows(store, adjoint, nd):
     fitted model. Every tile chosen is compiled."""
     from fftmatvec.gpu import PIPE_DEFAULTS, PIPE_FEW, PIPE_FEW_ROWS, PIPE_FEW_WAVES, PIPE_TILES
 
-    engine = SimpleNamespace(pipe_store=store)
+    engine = SimpleNamespace(rules=_RULES, pipe_store=store)
     n_out, n_red = (5000, nd) if adjoint else (nd, 5000)
     tile, waves = KernelEngine._pipe_tile(engine, n_out, n_red, adjoint)
     few = nd <= PIPE_FEW_ROWS
@@ -539,7 +547,7 @@ def test_wide_tile_choice(shape, adjoint, wide):
 
     nd, nm, nt = shape
     n_out, n_red = (nm, nd) if adjoint else (nd, nm)
-    engine = SimpleNamespace(store="c128", nf=nt + 1, num_sms=132)
+    engine = SimpleNamespace(rules=_RULES, store="c128", nf=nt + 1, num_sms=132)
     engine._gemv_blocks = lambda *a: KernelEngine._gemv_blocks(engine, *a)
     got = KernelEngine._wide_default(engine, 1, n_out, n_red, adjoint)
     assert (got is not None) == wide

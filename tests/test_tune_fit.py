@@ -5,7 +5,8 @@ import math
 import pytest
 from conftest import load_script
 
-from fftmatvec.gpu import _split_k, pipe_split_count, pipe_split_time
+from fftmatvec.gpu import pipe_split_count, pipe_split_time
+from fftmatvec.gpu.stage3 import _split_k
 
 pytest.importorskip("scipy")
 

@@ -27,8 +27,9 @@ KERNELS = Path(__file__).parents[1] / "hip_kernels"
 def _engine(monkeypatch, store="c128", nd=10, nm=100000, nf=101, sm80=True, present=True):
     """A KernelEngine's host side for the rule and the launch geometry."""
     monkeypatch.setattr(kernels, "has_function", lambda name: present)
-    eng = SimpleNamespace(store=store, nd=nd, nm=nm, nf=nf, smem_per_block=227 * 1024,
-                          data=SimpleNamespace(itemsize=_gpu._ELEM_BYTES[store]))
+    eng = SimpleNamespace(rules=_gpu.rules_for("sm_90"), has_kernel=lambda n: kernels.has_function(n),
+                          store=store, nd=nd, nm=nm, nf=nf, smem_per_block=227 * 1024,
+                          data=SimpleNamespace(itemsize=_gpu.rules._ELEM_BYTES[store]))
     for name in ("_xreg_fw", "_xreg_name", "xreg_smem", "xreg_rows", "_xreg_takes",
                  "_launch_xreg"):
         setattr(eng, name, getattr(KernelEngine, name).__get__(eng))

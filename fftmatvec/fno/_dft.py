@@ -50,7 +50,7 @@ import math
 
 import numpy as np
 
-from ..gpu import rules
+from . import _plan
 from ._modes import hermitian_weights, mode_indices
 
 #: ``method="auto"`` takes the DFT products while their flops are at most this many times an
@@ -570,7 +570,7 @@ class PairedChain:
         self.plane = plane
         self.bias_mode = bias_mode(sp, md)
         end = self._kernels.get("A")
-        self.end_bias = (rules.FNO_END_BIAS and self.bias_mode is not None and end is not None
+        self.end_bias = (_plan.FNO_END_BIAS and self.bias_mode is not None and end is not None
                          and getattr(end, "bias_mode", None) == self.bias_mode)
         self._M = math.prod(md)
         self._ops = ops
@@ -692,7 +692,7 @@ LAYOUTS = ("interleaved", "split", "paired")
 def make_chain(ops, spatial, modes, device_id, rows=frozenset(), plane=frozenset(),
                layout="interleaved", variant="auto", product=False, fused=False,
                channels=None):
-    """The chain of a layer as the planner chose it (:func:`fftmatvec.gpu.planner.fno_chain`):
+    """The chain of a layer as the planner chose it (:func:`fftmatvec.fno._plan.fno_chain`):
     its row kernels ``rows`` (:func:`._rows.last_axis_set`) and plane kernels ``plane``
     (:func:`._rows.plane_set`) on device ``device_id`` in form ``variant`` (``"direct"``: the
     planes' direct form, the rows' kernels as ``"auto"``), its modes in

@@ -3,26 +3,23 @@ between one read of ``x`` and one write of ``y``.
 
 On the paired modes (:class:`._dft.PairedChain`) a one-axis layer's forward is three launches,
 each through global memory: the row kernel writes the kept modes modes-major, the batched
-complex GEMM reads them and writes the product, the inverse row kernel reads it (the (1024, 64,
-128, 64) forward: 35 + 42 + 42 µs of an H100's time, each timed alone).
+complex GEMM reads them and writes the product, the inverse row kernel reads it.
 ``fno_layer1d_f32_w<P>_c<CQ>_r<RB>`` (``hip_kernels/fno.cuh``) gives a block ``NB`` batch rows:
 their ``NB C`` rows' real FFTs (the warp form's, rows of ``64 P`` points), the kept bins in
 shared memory, the product of every mode with the weight (read in place from the layer's
 modes-major weight, ``RB`` batch rows a group of 32 lanes: all 8 of a block for 64 channels,
 so that a block reads the weight once), the bias on the real part of mode 0, and the inverse
 real FFTs of the ``NB O`` output rows, written to ``y``. The modes never leave the
-multiprocessor: 76 µs for that forward (docs/benchmarks.md, forty-sixth run). A block's three
-steps run one after the other (one block a multiprocessor, its registers and shared memory
-allowing no second), so the kernel's time is a block's: the row FFTs' shuffles and the
-product's float32 FMAs (20-25 µs of them at the peak rate), whatever the batch (64 to 1024
-rows: 67-76 µs).
+multiprocessor. A block's three steps run one after the other (one block a multiprocessor,
+its registers and shared memory allowing no second), so the kernel's time is a block's: the
+row FFTs' shuffles and the product's float32 FMAs, whatever the batch (docs/benchmarks.md).
 
 It takes rows of 64, 128 or 256 points, ``C = O`` of 64 or 128 channels, and as many kept bins
 as a block's shared memory holds for ``NB >= 4`` batch rows (``NB C m`` complex values: 135 KB
 at ``NB = 8``, ``C = 64``, ``m = 33``; an AMD block's 64 KB hold none of these, so the chain
 serves there); float32. The backward keeps the chain (it needs the modes of ``x`` and of
 ``dL/dy`` for ``dL/dW``): the planner takes the kernel for a forward that records no gradient
-(:func:`fftmatvec.gpu.planner.fno_fused`).
+(:func:`fftmatvec.fno._plan.fno_fused`).
 """
 
 from __future__ import annotations
@@ -83,10 +80,9 @@ def item_rows(C: int, nb: int) -> int:
 def launch_shape(B: int, L: int, C: int, m: int, smem_per_block: int, rb: int | None = None,
                  threads: int | None = None, nb: int | None = None) -> tuple:
     """``(batch rows a block, rows an item, grid, threads, shared memory)``: the kernel's most
-    threads (or ``threads``, at most those), whatever the items (``m NB / RB``). On an
-    H100 (docs/benchmarks.md, forty-sixth run) the most threads ran 6-14 % faster than the
-    fewest groups that take the items in as few rounds (20 groups against 17 at ``m = 33``):
-    the row FFTs, latency-bound, want the groups. ``nb``: the batch rows a block, fewer than
+    threads (or ``threads``, at most those), whatever the items (``m NB / RB``): the row FFTs,
+    latency-bound, want the groups, more than the fewest that take the items in as few rounds
+    (docs/benchmarks.md). ``nb``: the batch rows a block, fewer than
     :func:`batch_rows` gives (a multiple of 4)."""
     nb = min(nb, batch_rows(C, m, smem_per_block)) if nb else batch_rows(C, m, smem_per_block)
     rb = min(rb or item_rows(C, nb), nb)
@@ -102,8 +98,7 @@ class Layer1d:
     kernels it stands for (:class:`._rows.LastAxis`, ``F`` and ``A`` of
     :func:`._rows.last_axis_set`), whose twiddles and scales it reads. ``item_rows``,
     ``threads`` and ``batch_rows`` override the launch's shape (:func:`launch_shape`), for the
-    benchmark's sweeps (blocks of 4 batch rows, several a multiprocessor, were slower where
-    blocks of 8 fill the multiprocessors: docs/benchmarks.md, forty-seventh run).
+    benchmark's sweeps (docs/benchmarks.md).
 
     Called as ``layer(x, W, bias)``: ``x`` ``(B, C, L)`` float32, ``W`` the modes-major
     weight ``(m, C, C)`` complex64, ``bias`` ``(C,)`` float32 or None, contiguous and 16-byte

@@ -45,22 +45,9 @@ WARMUP = 2
 #: bytes: :data:`AUTO_MAX_BYTES` in inference, :data:`AUTO_MAX_BYTES_TRAINING` where gradients
 #: are wanted. A replay of a whole chain copies the input into the graph and the output out
 #: of it, two passes that a large layer's eager chain does not make, against the host time it
-#: saves. Measured on an H200 in float32 (scripts/bench_fno.py, graphed against op by op, µs;
-#: the whole chains in the graphs):
-#: 67-134 MB (64^2, 85^2, the 1-D cases): forward 221 vs 441 to equal, forward+backward
-#: 493 vs 1305, 742 vs 1220; 268 MB ((32, 64, 128^2), (4, 32, 64^3)): forward 479 vs 427 and
-#: 664 vs 517 (slower), forward+backward 1091 vs 1528 and 1328 vs 1697 (faster); 537 MB
-#: ((16, 64, 256^2), (8, 128, 256^2)): both slower (956 vs 754, 2211 vs 1851).
-#: With the ends outside the graphs (:data:`ENDS_MIN_BYTES`; docs/benchmarks.md, thirty-ninth
-#: run) the 268 MB layers gain in inference as well: forward 400-456 against 486-584 µs op by
-#: op at (32, 64, 128^2), 495-549 against 648-798 at (4, 32, 64^3); the 537 MB ones still
-#: tie or lose (769 vs 743, 885 vs 866, 2062 vs 2075; forward+backward 1821 vs 1754). On
-#: an H100 (forty-first run; two machines, whose hosts differed) the 537 MB ones gained in
-#: training, with the ends outside: forward+backward 1032 vs 1107 and 1154 vs 1194
-#: (bench_fno.py) on one, 1169 vs 1576 and 1250 vs 1509 (bench_fno.py), 883 vs 1698 and 988
-#: vs 1458 (tune-fno) on the other; 1.07 GB ((16, 128, 256^2, 64)) lost 7 % on both. A graph
-#: with its ends outside holds mode-sized buffers, not x and y, so the larger limit in training
-#: costs little memory.
+#: saves; past these sizes the passes cost more (scripts/bench_fno.py, graphed against op by
+#: op; docs/benchmarks.md). A graph with its ends outside (:data:`ENDS_MIN_BYTES`) holds
+#: mode-sized buffers, not x and y, so the larger limit in training costs little memory.
 AUTO_MAX_BYTES = 384 * 2**20
 AUTO_MAX_BYTES_TRAINING = 768 * 2**20
 
@@ -68,22 +55,11 @@ AUTO_MAX_BYTES_TRAINING = 768 * 2**20
 #: this many bytes of input and output together where gradients are wanted (a training step's
 #: forward and its backward): there the copies in and out that it saves cost more than the host
 #: time of launching two steps outside it in each. Below, where a layer waits for the host, the
-#: whole chain is in the graph: the ends outside were slower there on an H200 (thirty-ninth run,
-#: µs, whole chain against ends outside, two runs each): (32, 64, 64^2) forward+backward 779,
-#: 561 against 895, 1178; (20, 32, 85^2) 730, 551 against 1443, 1254; (1024, 64, 128) 881, 723
-#: against 856, 1224; at 268 MB ((32, 64, 128^2), (4, 32, 64^3)) they gained: forward 596, 478
-#: against 406, 456; forward+backward 1307, 1240 against 1173, 1164. On an H100 (forty-first
-#: run, fftmatvec tune-fno, forward+backward) the whole chains were 1.6-1.8x faster at 37-128
-#: MB (the 1-D layers 510 against 910 and 582 against 1000 µs, (32, 64, 64^2) 544 against 887),
-#: and at 268 MB split: (32, 64, 128^2) 793 against 898, (4, 32, 64^3) 957 against 909.
-#: Why (forty-second run, (1024, 64, 128) on the paired modes): the ends outside are four
-#: kernel launches from Python, 31-40 µs of host each inside a layer's call, against 15-25 for
-#: each copy in or clone out: 382 against 255 µs of host a forward, 387 against 262 a backward.
+#: whole chain is in the graph: the ends outside are four kernel launches from Python inside a
+#: layer's call, each more host time than a copy in or a clone out (docs/benchmarks.md).
 ENDS_MIN_BYTES = 192 * 2**20
 #: The same for a forward alone (no gradient wanted), which launches two steps outside its
-#: graph, not four: on an H100 (forty-first run, µs, ends outside against the whole chain) the
-#: forward gained from 37 MB: (20, 32, 85^2) 152 against 161, (32, 64, 64^2) 171 against 187,
-#: (1024, 64, 128) 271 against 285, (64, 64, 4096) 252 against 313.
+#: graph, not four.
 ENDS_MIN_BYTES_INFERENCE = 32 * 2**20
 
 
@@ -103,11 +79,8 @@ def ends_outside(x_shape, itemsize: int, cout: int, training: bool = True,
     their launches bound (``kernel_ends``: :func:`fftmatvec.fno._torch_dft.bound_ends`), above
     :data:`ENDS_MIN_BYTES_INFERENCE` in training too.
 
-    The ends bound, on H100 machines (forty-fourth run, forward+backward, µs, the ends outside
-    against the whole chain, in one call each): (64, 64, 4096) 467, 469, 526, 720 against 657,
-    660, 694, 763; (1024, 64, 128) 487, 437, 610, 745 against 521, 508, 660, 716. The two-axis
-    layers' plane kernels did not gain: (32, 64, 64^2) 491, 348, 591, 757 against 412, 371,
-    529, 673."""
+    The ends bound gain in training; the two-axis layers' plane kernels do not
+    (docs/benchmarks.md)."""
     limit = ENDS_MIN_BYTES_INFERENCE if not training or (
         kernel_ends and len(x_shape) == 3) else ENDS_MIN_BYTES
     return len(x_shape) >= 2 and _layer_bytes(x_shape, itemsize, cout) > limit
@@ -488,8 +461,8 @@ def capture(torch, fn, args, device, precision, keep=()):
 def explained(capture):
     """``capture`` whose failure raises FFTMatvecError saying what to do. The layer
     raises rather than running the eager chain: after a failed capture PyTorch's CUDA state
-    can stay inconsistent (its CUDA random generator, seen on an H200 with PyTorch 2.11, then
-    refuses every later ``torch.randn`` on the device), so the process should know at once."""
+    can stay inconsistent (its CUDA random generator, with PyTorch 2.11, then refuses every
+    later ``torch.randn`` on the device), so the process should know at once."""
     def run():
         try:
             return capture()

@@ -4,11 +4,12 @@ On the paired modes (:class:`._dft.PairedChain`) the forward's channel product i
 complex GEMM, ``Y[m] = X[m] W[m]`` for every kept mode ``m``: ``X`` ``(M, B, C)``, ``W`` ``(M, C,
 O)``, ``Y`` ``(M, B, O)``, complex64. With a batch of a few rows cuBLAS runs it in tiles of 32 x
 64 on those rows and reads the weight, the product's largest array, at about half the memory's
-rate (196 µs, 58 % of the bytes' time, at ``(2112, 16, 128, 128)`` on an H100).
+rate.
 ``fno_modes_cgemm_f32_b<NB>`` (``hip_kernels/fno.cuh``) streams the weight once, every thread
-two output columns of up to ``NB`` rows, the rows of ``X`` through shared memory (139 µs
-there, ``scripts/bench_fno_rows.py --products``). The planner takes it for batches of at most
-:data:`~fftmatvec.gpu.rules.FNO_PRODUCT_MAX_BATCH` rows (:func:`fftmatvec.gpu.planner.fno_product`);
+two output columns of up to ``NB`` rows, the rows of ``X`` through shared memory
+(``scripts/bench_fno_rows.py --products``; docs/benchmarks.md). The planner takes it for
+batches of at most
+:data:`~fftmatvec.fno._plan.FNO_PRODUCT_MAX_BATCH` rows (:func:`fftmatvec.fno._plan.fno_product`);
 the backward's products stay on cuBLAS.
 """
 

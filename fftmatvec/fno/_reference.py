@@ -98,7 +98,7 @@ def _dft_conv(xp, x, weight, modes, bias):
         name, device = "numpy", -1
     else:
         name, device = "cupy", int(backend.cupy.cuda.runtime.getDevice())
-    from ..gpu.planner import fno_chain
+    from ._plan import fno_chain
 
     spatial = tuple(x.shape[2:])
     choice = fno_chain(x.shape[0], x.shape[1], weight.shape[1], spatial, modes, real, device,

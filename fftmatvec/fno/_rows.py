@@ -3,7 +3,7 @@ axis (:class:`LastAxis`) and the last two axes at once (:class:`Plane`).
 
 The DFT-product chain (:mod:`._dft`) applies the truncated transform of the last axis as a GEMM
 with a ``(N, 2m)`` matrix: ``4 N m`` flops per row, which on large grids and many modes is most
-of the layer's time (an H200 ran those GEMMs at about a third of its float32 peak). The row FFT
+of the layer's time (GEMMs of that shape run well below the float32 peak). The row FFT
 kernels of the operator (:mod:`fftmatvec.gpu.rowfft`) transform a row in shared memory for the
 bytes it moves; here they keep only the ``m`` bins the layer needs, in the chain's layout (the
 ``m`` real parts, then the ``m`` imaginary parts), with a real scale per bin. A
@@ -17,7 +17,7 @@ between them. It takes the place of the chain's first two transforms (or last tw
 
 They run in float32 on CuPy arrays and on CUDA/ROCm tensors of PyTorch (zero-copy, on the
 current stream), for lengths whose complex FFT is 5-smooth and fits a block's shared memory;
-:func:`fftmatvec.gpu.planner.fno_rows` and :func:`~fftmatvec.gpu.planner.fno_plane` say where
+:func:`fftmatvec.fno._plan.fno_rows` and :func:`~fftmatvec.fno._plan.fno_plane` say where
 they are taken.
 """
 
@@ -34,9 +34,8 @@ from ..gpu import rowfft as _rowfft
 #: Launches kept per transform, one per number of rows (a layer sees a few batch sizes); beyond
 #: that the oldest made is dropped.
 MAX_LAUNCHES = 16
-#: Bytes of rows a block's buffer holds by default (at least one row): on an H200 8 KB blocks
-#: were the fastest or within 10 % of them for rows of 64-256 points in both directions, and
-#: one row of 4096 points the fastest (docs/benchmarks.md, thirty-sixth run).
+#: Bytes of rows a block's buffer holds by default (at least one row; the sweep behind it:
+#: docs/benchmarks.md).
 ROWS_BYTES = 8192
 
 _F32 = np.dtype(np.float32)
@@ -67,18 +66,15 @@ COLS_MIN_R = 16
 COLS_THREADS = 256
 #: The ``R`` that the column form's inverse kernel is also built for with ``R`` fixed
 #: (``fno_irfft_cols_f32_r<R>``: the offsets of a thread's stores in the instructions, rather
-#: than an address sum each; 4-12 % faster on an H100, docs/history.md, fifty-fourth run); other
+#: than an address sum each, which is faster: docs/history.md); other
 #: ``R``, and the forward (slower so built), take the kernels that read ``R`` at run time.
 COLS_FIXED_R = (16, 32, 64, 128)
-#: Threads of a column-form block by default: ``COLS_BLOCK_THREADS // R`` rows, at least one.
-#: On an H100 (docs/benchmarks.md, forty-fifth run; ``scripts/bench_fno_rows.py --long-rows``)
-#: blocks of 128 threads were the fastest or within 1 % of them forward, within 5 % inverse;
-#: blocks of 256 ran up to 15 % slower.
+#: Threads of a column-form block by default: ``COLS_BLOCK_THREADS // R`` rows, at least one
+#: (``scripts/bench_fno_rows.py --long-rows``; docs/benchmarks.md).
 COLS_BLOCK_THREADS = 128
 #: Whether ``variant="auto"`` takes the column form where it exists, for at most
 #: :data:`COLS_AUTO_MAX_BINS` kept bins (a thread's sums cost ``m`` products, where the pass
-#: form's cost does not grow with ``m``). On an H100 (forty-fifth run) it ran rows of 1024-16384
-#: points keeping 16-129 bins in 0.22-0.78 of the pass form's time forward, 0.19-0.76 inverse.
+#: form's cost does not grow with ``m``); there it is faster than the pass form both ways.
 ROW_COLS_AUTO = True
 COLS_AUTO_MAX_BINS = 129
 
@@ -162,18 +158,15 @@ def cols_twiddles(kind: str, n_last: int, m_last: int):
 #: The warp form of the last axis's kernels (``hip_kernels/fno.cuh``: ``fno_rfft_f32_w<P>``):
 #: rows of the plane kernels' warp form (:data:`WARP_ROWS` complex values, 64-256 points), a
 #: block of :data:`ROW_WARP_THREADS` threads transforming :data:`ROW_WARP_ROWS` rows, halved
-#: while their kept bins take more than :data:`ROW_WARP_MAX_BYTES` of shared memory. On an H100
-#: (docs/benchmarks.md, forty-first run; ``scripts/bench_fno_rows.py --row-forms``) blocks of 64
-#: rows were the fastest at every size, 2-8 % ahead of 32.
+#: while their kept bins take more than :data:`ROW_WARP_MAX_BYTES` of shared memory
+#: (``scripts/bench_fno_rows.py --row-forms``; docs/benchmarks.md).
 ROW_WARP_THREADS = 256
 ROW_WARP_ROWS = 64
 ROW_WARP_MAX_BYTES = 24 * 1024
 #: Whether ``variant="auto"`` takes the warp form of the last axis's kernels where
-#: :func:`row_warp_auto` does; ``variant="warp"`` takes them anywhere they exist. On an H100
-#: (forty-first run, µs, warp form against pass form) the forward ran 12-35 % faster on rows of
-#: 64-256 points ((1024, 64, 128) keeping 33 bins 31 against 35, 256 points keeping 33 293
-#: against 455) and the inverse 27-54 % on rows of 128 and 256 (39 against 54, 377 against
-#: 709); the inverse of 64-point rows ran slower (88 against 54).
+#: :func:`row_warp_auto` does; ``variant="warp"`` takes them anywhere they exist. The warp
+#: form is faster forward on rows of 64-256 points and inverse on rows of 128 and 256; the
+#: inverse of 64-point rows is slower in it.
 ROW_WARP_AUTO = True
 #: The shortest rows whose inverse transform takes the warp form by default.
 ROW_WARP_C2R_MIN = 128
@@ -209,8 +202,8 @@ def row_warp_rows(m: int, rows_per_block: int | None, smem_per_block: int) -> in
 def row_warp_p(n_last: int, m_last: int):
     """``P`` of the warp form for a last axis of ``n_last = 64 P`` points (P = 1, 2, 4) keeping
     ``m_last`` bins, None where it takes none. (Longer rows take the column form: a warp form
-    of them, a row's columns of ``64 P`` points a group's, ran 1.6-3.4x slower than the column
-    form and slower than the pass form; docs/history.md, forty-fifth run.)"""
+    of them, a row's columns of ``64 P`` points a group's, is slower than the column form and
+    the pass form; docs/history.md.)"""
     if n_last not in (64, 128, 256) or not 1 <= m_last <= n_last // 2 + 1:
         return None
     return n_last // 64
@@ -486,9 +479,7 @@ class LastAxis:
     def _torch_call(self, a, out, rows, bias=None):
         """The PyTorch side of :meth:`__call__`: on the tensor's current stream, with the
         device's context current (the backward runs on autograd's own threads). Every step
-        here is host time on a small layer's path (a launch in a layer's call cost 30-40 µs of
-        an H100 machine's host, against 10 in a loop of launches alone), so each attribute is
-        read once."""
+        here is host time on a small layer's path, so each attribute is read once."""
         import torch
 
         dev = a.device
@@ -539,8 +530,8 @@ def cached_launch(launches, lock, key, make):
 
 def _raw_stream(torch, device) -> int:
     """The current stream's handle on the CUDA ``device``, without the ``torch.cuda.Stream``
-    that ``torch.cuda.current_stream`` builds (about 10 µs of the host on an H200 machine, twice
-    a forward whose kernels run outside its graph)."""
+    that ``torch.cuda.current_stream`` builds (host time, twice a forward whose kernels run
+    outside its graph)."""
     return raw_stream_at(torch, device.index)
 
 
@@ -594,12 +585,11 @@ def last_axis_set(n_last: int, m_last: int, device_id: int, kinds=("r2c", "c2r")
 
 # ------------------------------------------------------------- the last two axes at once --
 
-# The plane kernels' defaults, from scripts/bench_fno_rows.py --plane on an H200
-# (docs/benchmarks.md, thirty-eighth run): 32 rows a step where two blocks still fit a
-# multiprocessor (16 for the 256 x 256 plane keeping 64 x 33 modes, whose kept columns take
-# 68 KB), about 2048 values of columns a step (all kept columns of a 64- or 128-point first
-# axis), and 128 threads for rows of up to 64 complex values, 256 above; the best of the sweep
-# or within 5 % of it on four of the five planes, 13 % on the (128, 128) one.
+# The plane kernels' defaults (scripts/bench_fno_rows.py --plane; docs/benchmarks.md): 32 rows
+# a step where two blocks still fit a multiprocessor (16 for the 256 x 256 plane keeping 64 x 33
+# modes, whose kept columns take 68 KB), about 2048 values of columns a step (all kept columns
+# of a 64- or 128-point first axis), and 128 threads for rows of up to 64 complex values, 256
+# above.
 #: Threads of a plane kernel's block at most (``hip_kernels/fno.cuh``: ``FNO_PLANE_THREADS``).
 PLANE_THREADS = 256
 #: Rows of the last axis a step transforms, the most (halved until two blocks fit).

@@ -20,7 +20,7 @@ import threading
 from .. import backend
 from ..gpu.plan import mode as plan_mode
 from ..gpu.plan import plan_key
-from ..gpu.planner import fno_ends
+from ._plan import fno_ends
 from . import _dft, _graphs, _rows, _tuning
 from ._graphs import grad_wanted
 
@@ -115,7 +115,7 @@ def chain_for(x, dtype, modes, cout=None, tuned=()):
     """The cached DFT matrices for ``x``'s grid and device in ``dtype`` (``cout`` output
     channels, default ``x``'s): the modes split (:class:`._dft.SplitChain`), the last axis on
     the row FFT kernels and the last two on the plane kernels where the planner says so
-    (:func:`fftmatvec.gpu.planner.fno_chain`), asked once per shape, device, dtype and value
+    (:func:`fftmatvec.fno._plan.fno_chain`), asked once per shape, device, dtype and value
     of ``FFTMATVEC_PLAN`` and tuned plan ``tuned`` (the pairs of the layer's FNO tuning table
     entry, :mod:`._tuning`)."""
     B, C = x.shape[:2]
@@ -128,7 +128,7 @@ def _planned_chain(device, dtype, spatial, modes, plan, channels, tuned=()):
     """:func:`chain_for`'s chain (``plan``: the raw ``FFTMATVEC_PLAN``, a key only;
     ``channels``: ``(B, Cin, Cout)``): on the path of every call, where the planner's
     questions cost a small layer's device tens of microseconds of waiting."""
-    from ..gpu.planner import fno_chain
+    from ._plan import fno_chain
 
     name = str(dtype).rsplit(".", 1)[-1]
     kernels = device.type == "cuda" and name == "float32"
@@ -231,7 +231,7 @@ def backward_middle(G, g_shape, Xs, weight, chain, cdtype, needs, meta):
     if need_b and chain.bias_mode is not None:
         shape, dtype = bias_meta
         # made contiguous first: summed in place over B along rows 2M values apart, the
-        # reduction took 21 us at (1024, 64, 128) on an H200, a copy and a sum about 6
+        # reduction is slower than a copy and a sum (docs/benchmarks.md)
         gb = chain.constant_mode(gY).contiguous().sum(0).to(dtype).reshape(shape)
     return gT, gw, gb
 
@@ -264,7 +264,7 @@ def backward_chain(g, Xs, weight, chain, cdtype, needs, meta):
 
 def _stream(torch, device):
     """The current stream's id on ``device`` (None off CUDA), without the ``torch.cuda.Stream``
-    that ``torch.cuda.current_stream`` builds (10 µs of the host on the H200 machine)."""
+    that ``torch.cuda.current_stream`` builds (host time on every call)."""
     if device.type != "cuda":
         return None
     get = getattr(torch._C, "_cuda_getCurrentStream", None)
@@ -371,7 +371,7 @@ def _replay(torch, key, device, cdtype, chain, fn, args, wanted, ends, token=Non
 def _replay_forward(torch, ctx, x, weight, bias, token, plan=None):
     """``(y, Xs)`` from the forward graph: ``Xs`` None, or with a ``token`` (a tensor the
     backward saves) the modes-major input left in the graph's buffer and lent
-    (:class:`._graphs.Lent`). Where ``ctx.outside`` (:func:`fftmatvec.gpu.planner.fno_ends`),
+    (:class:`._graphs.Lent`). Where ``ctx.outside`` (:func:`fftmatvec.fno._plan.fno_ends`),
     the graph holds the chain's middle (:func:`forward_middle`): its first step writes the
     graph's input buffer and its last reads the graph's output, outside it; else the whole
     chain, ``x`` copied in and ``y`` cloned out."""
@@ -401,9 +401,9 @@ def _replay_forward(torch, ctx, x, weight, bias, token, plan=None):
 
 
 # ---- the fast paths of a call whose signature was seen ---------------------------------------
-# A small layer's device waits for its host: on an H100 machine a forward's first kernel
-# launched 100-155 µs into the call (forty-third run), after the call's checks, its plan's
-# lookups, the graph's key and about 150 Python calls. A forward without gradients whose
+# A small layer's device waits for its host: a forward's first kernel launches after the
+# call's checks, its plan's lookups, the graph's key and about 150 Python calls
+# (docs/benchmarks.md). A forward without gradients whose
 # signature replayed a graph before replays it again after one lookup of that signature
 # (fast_key: everything those steps read), running only the replay and the chain's ends; a
 # call with gradients wanted takes the plan its signature's first call made (TrainingPlan).
@@ -459,7 +459,7 @@ def _transformed(torch):
 def layer_params(layer):
     """``(layer.weight, layer.bias)`` read from the module's own dictionaries. Python reaches
     ``torch.nn.Module.__getattr__``, which finds a parameter, only after its own lookup has
-    failed: about 1 µs of the host a read, three of them before the memo's launch."""
+    failed: host time on every read, three of them before the memo's launch."""
     params = layer._parameters
     return (params["weight"] if "weight" in params else layer.weight,
             params["bias"] if "bias" in params else layer.bias)
@@ -488,12 +488,12 @@ class LayerFast:
     as :func:`fast_forward` served it: the hit and its signature (:func:`fast_key`) kept as the
     values a call compares with its own, so that the layer's next such call finds the hit
     without building and hashing the signature, and without the module's and the function's
-    steps before it (on the device's host about half the host time of a small layer's forward
-    before its first launch: docs/benchmarks.md, forty-ninth run). The comparisons are the
+    steps before it (about half the host time of a small layer's forward before its first
+    launch: docs/benchmarks.md). The comparisons are the
     signature's items one by one, and what :func:`_fast_now` asks that the module's forward
     has not (it is not compiling, ``x`` is a plain tensor): those the first launch needs before
-    it, the rest (:meth:`holds`) while the device runs it (3-4 µs off a small forward:
-    fiftieth run); any that differs, or a released hit, takes the layer's full call. The
+    it, the rest (:meth:`holds`) while the device runs it; any that differs, or a released
+    hit, takes the layer's full call. The
     current stream is compared by its handle, which the hit's launches then take."""
 
     __slots__ = ("dtype", "index", "wtype", "wkey", "btype", "bkey", "options", "stream",
@@ -874,7 +874,7 @@ def _forward(torch, ctx, x, weight, bias, modes, cdtype, graphs, token, tuned=()
     """``(y, Xs)``, from the forward graph where ``graphs`` (``Xs`` None there unless a
     ``token`` is given: :func:`_replay_forward`), else from the eager chain; sets
     ``ctx.chain``, ``ctx.cdtype`` and, with graphs, ``ctx.problem`` and ``ctx.outside``
-    (whether the graphs hold the chains' middles: :func:`fftmatvec.gpu.planner.fno_ends`,
+    (whether the graphs hold the chains' middles: :func:`fftmatvec.fno._plan.fno_ends`,
     for a forward with a backward to come where ``training``), what the backward and the
     replay read: from ``plan`` where given (:class:`TrainingPlan`, a training call's fast
     path), else planned here, and kept for the fast path of the training call being made, if
@@ -951,8 +951,8 @@ class FusedForward:
     one launch after the lookup.
 
     The launch writes a spare output allocated after the previous call's launch, and the next
-    spare is allocated after this one's, while the device runs it: the allocation (1.6-3 µs
-    of the host, docs/benchmarks.md, forty-ninth and fiftieth runs) is then not between the
+    spare is allocated after this one's, while the device runs it: the allocation (host time,
+    docs/benchmarks.md) is then not between the
     call and its launch. A spare is made on the signature's stream and device, which the
     signature's calls run on, and is held until :func:`fftmatvec.fno.clear_graphs` or until
     the hit is dropped (from :data:`._graphs.FAST` and the layers' memos); none for outputs

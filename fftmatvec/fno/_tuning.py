@@ -1,7 +1,8 @@
 """FNO tuning tables: the measured fastest way to run one layer signature on one device.
 
-The built-in rules (:func:`fftmatvec.gpu.planner.fno_chain`, :func:`._dft.choose_method`, the
-CUDA graphs' size limits) were set from timings on an H200. ``fftmatvec tune-fno`` (or
+The built-in rules (:func:`fftmatvec.fno._plan.fno_chain`, :func:`._dft.choose_method`, the
+CUDA graphs' size limits) were set from timings on one device (docs/benchmarks.md).
+``fftmatvec tune-fno`` (or
 :func:`tune`) times, on the device at hand, the built-in choice of a layer signature against the
 alternatives (the FFT path, the DFT chain with each of its plan keys forced, with and without
 CUDA graphs), checks each one's output against the built-in's, and writes the fastest to a
@@ -74,7 +75,7 @@ _state = {"generation": 0, "off": 0}
 
 class Choice(tuple):
     """An entry's choice: ``(method, graphs, plan)``, ``plan`` as sorted ``(key, value)``
-    pairs (what :func:`fftmatvec.gpu.planner.fno_chain` takes as ``tuned``), and ``source``,
+    pairs (what :func:`fftmatvec.fno._plan.fno_chain` takes as ``tuned``), and ``source``,
     the table file."""
 
     __slots__ = ()
@@ -357,7 +358,7 @@ def candidates(device, batch, cin, cout, spatial, modes, dtype, compute_dtype):
     DFT chain once (plans the planner resolves to one chain are timed once), on a GPU without
     CUDA graphs and with graphs that hold the whole chains or only their middles
     (``fno_ends``)."""
-    from ..gpu.planner import fno_chain
+    from ._plan import fno_chain
 
     sixteen = compute_dtype in ("bfloat16", "float16")
     cuda = device.type == "cuda"
@@ -543,7 +544,7 @@ def _measure(torch, case, device, dtype, compute_dtype, grad, repeat, rounds, se
 def _builtin_twin(torch, x, w, bias, batch, cin, cout, spatial, modes, compute_dtype, grad):
     """The candidate of :func:`candidates` that runs what the built-in rules run for this
     call, ``(method, graphs, plan)``: timed once, as both."""
-    from ..gpu.planner import fno_ends
+    from ._plan import fno_ends
     from ._graphs import wanted
     from ._reference import resolve_method
     from ._torch_dft import chain_for, kernel_ends

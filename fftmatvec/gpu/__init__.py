@@ -1,13 +1,17 @@
-"""The GPU path (CuPy on NVIDIA and AMD): the engine and its planner.
+"""The GPU path (CuPy on NVIDIA and AMD): the planning function, the engine and its parts.
 
 Modules, one concern each:
 
+* :mod:`~fftmatvec.gpu.planning`: :func:`make_plan`, the plan of a product as a pure function
+  of the problem (:class:`Problem`), the device (:class:`DeviceInfo`), the rules
+  (:class:`Rules`) and the overrides (:class:`Overrides`);
 * :mod:`~fftmatvec.gpu.plan`: the :class:`Plan` of a product and the plan overrides
   (``BlockToeplitz(..., plan=...)``, ``FFTMATVEC_PLAN``);
 * :mod:`~fftmatvec.gpu.planner`: every choice a product makes, from
   :mod:`~fftmatvec.gpu.rules`, the measured rules (docs/gpu.md);
 * :mod:`~fftmatvec.gpu.engine`: ``Khat`` in the kernels' layout and the engine class;
-* :mod:`~fftmatvec.gpu.stage3`: the stage-3 launches;
+* :mod:`~fftmatvec.gpu.stage3`: the stage-3 launches; :mod:`~fftmatvec.gpu.blocks`: stage 3
+  of one block of ``Khat``;
 * :mod:`~fftmatvec.gpu.ffts`, :mod:`~fftmatvec.gpu.callbacks`, :mod:`~fftmatvec.gpu.rowfft`:
   the FFT stages (cuFFT/hipFFT, cuFFT callbacks, the package's row FFT kernels);
 * :mod:`~fftmatvec.gpu.fused`: fused products; :mod:`~fftmatvec.gpu.graphs`: CUDA graphs.
@@ -17,17 +21,21 @@ Nothing here imports CuPy at import time.
 
 from __future__ import annotations
 
-from . import callbacks, rowfft, rules  # noqa: F401
-from .engine import KernelEngine, khat_layout  # noqa: F401
-from .ffts import FusedPlans  # noqa: F401
-from .fused import _FusedProduct, _GemvIrfft  # noqa: F401
-from .graphs import _GraphRunner  # noqa: F401
-from .plan import (ENV, PLAN_KEYS, STAGE3_CHOICES, Plan, env_overrides, mode,  # noqa: F401
-                   parse_overrides, plan_key)
-from .planner import (Planner, batch_kernels, describe_launch, fused_adjoint_line,  # noqa: F401
-                      plan_for, row_fft_line)
-from .rules import *  # noqa: F401,F403
-from .rules import (_BATCH_SIZES, _CPLX_SUFFIX, _ELEM_BYTES, _MMA_ROWS, _ONE_BLOCK_SHIFT,  # noqa: F401
-                    _PER_THREAD_STREAM, _REAL_SUFFIX, _STAGED_J, _STORE_SUFFIX)
-from .stage3 import (_Launch, _Stage3, _fill_splits, _split_k, async_chunks,  # noqa: F401
-                     pipe_max_splits, pipe_split_count, pipe_split_time)
+from . import callbacks, engine, ffts, fused, graphs, plan, planner, planning, rowfft, rules, stage3
+from .engine import KernelEngine, khat_layout
+from .ffts import FusedPlans
+from .plan import ENV, PLAN_KEYS, STAGE3_CHOICES, Plan, env_overrides, mode, parse_overrides, plan_key
+from .planner import Planner, batch_kernels, fused_adjoint_line, row_fft_line
+from .planning import (DeviceInfo, KernelCode, KnownCode, Overrides, Problem, device_info,
+                       make_plan)
+from .rules import *  # noqa: F403  (the tile catalogues and thresholds: rules.__all__)
+from .rules import __all__ as _rules_all
+from .stage3 import async_chunks, pipe_max_splits, pipe_split_count, pipe_split_time
+
+__all__ = ["callbacks", "engine", "ffts", "fused", "graphs", "plan", "planner", "planning",
+           "rowfft", "rules", "stage3", "KernelEngine", "khat_layout", "FusedPlans", "ENV",
+           "PLAN_KEYS", "STAGE3_CHOICES", "Plan", "env_overrides", "mode", "parse_overrides",
+           "plan_key", "Planner", "batch_kernels", "fused_adjoint_line", "row_fft_line",
+           "DeviceInfo", "KernelCode", "KnownCode", "Overrides", "Problem", "device_info",
+           "make_plan", "async_chunks", "pipe_max_splits", "pipe_split_count",
+           "pipe_split_time", *_rules_all]

@@ -8,6 +8,7 @@ stages' layouts ``(k, n, Nf)`` directly, with no transpose pass.
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 
 import numpy as np
@@ -19,7 +20,10 @@ from .ffts import FFTStages
 from .fused import FusedProducts
 from .graphs import Graphs
 from .planner import Planner
-from .rules import (KHAT_BLOCK, KHAT_MAX_WASTE, PAD, _ELEM_BYTES, _ONE_BLOCK_SHIFT, _STORE_SUFFIX)
+from .plan import ENV
+from .planning import Overrides, device_info
+from .rules import (KHAT_BLOCK, KHAT_MAX_WASTE, PAD, _ELEM_BYTES, _ONE_BLOCK_SHIFT, _STORE_SUFFIX,
+                    rules_for)
 from .stage3 import Stage3Launches
 
 
@@ -53,8 +57,8 @@ class KernelEngine(Planner, Stage3Launches, FFTStages, FusedProducts, Graphs):
         self.compute = np.dtype(np.complex128 if letter == "d" else np.complex64)
         self._nbytes = int(self.data.itemsize * nd * nm * nf
                            + (0 if self.scale is None else 4 * nd * nf))
-        props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-        self.num_sms = int(props.get("multiProcessorCount", 108))
+        self.device = device = device_info(cp.cuda.Device().id)  # read once per device
+        self.num_sms = device.multiprocessors
         self._plans: dict = {}
         self._args: dict = {}  # (launch, adjoint, out dtype) -> kernel, arguments (_launch_args)
         self._stage3: dict = {}  # (adjoint, k, in dtype, out dtype) -> packed launches (_Stage3)
@@ -72,12 +76,13 @@ class KernelEngine(Planner, Stage3Launches, FFTStages, FusedProducts, Graphs):
         self._num_regs: dict = {}  # kernel name -> registers per thread (0: unknown)
         self._sm80 = None  # whether the sm_80+ kernels exist here (found on first use)
         self.async_waves = None  # split-K target of the cp.async kernel (None: default)
-        self.smem_per_sm, self.smem_per_block = backend.shared_memory_limits(props)
-        self.threads_per_sm = int(props.get("maxThreadsPerMultiProcessor", 0)) or 2048
-        self.regs_per_sm = int(props.get("regsPerMultiprocessor", 0)) or 65536
-        self.arch = backend.device_arch()
-        self.overrides: dict = {}  # the operator's plan overrides (plan.mode reads them)
-        self.tuned: dict = {}  # the tuning table's plan
+        self.smem_per_sm, self.smem_per_block = device.smem_per_sm, device.smem_per_block
+        self.threads_per_sm, self.regs_per_sm = device.threads_per_sm, device.regs_per_sm
+        self.arch = device.arch
+        self.rules = rules_for(self.arch)  # the thresholds of this architecture
+        # the plan overrides, resolved once (plan.mode reads them): FFTMATVEC_PLAN as it is at
+        # construction; an operator sets its own (plan=, the environment, its tuning table)
+        self.resolved = Overrides.resolve(env=os.environ.get(ENV))
 
 
     @property

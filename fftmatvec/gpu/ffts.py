@@ -14,7 +14,6 @@ from ..precision import PrecisionConfig
 from . import callbacks as _fftcb
 from . import rowfft as _rowfft
 from .plan import mode as plan_mode
-from .plan import plan_key
 from .stage3 import _i64
 from .rules import (_CTYPE2, _REAL_SUFFIX)
 
@@ -127,7 +126,7 @@ class FFTStages:
             return None
         n_in, n_out = (self.nd, self.nm) if adjoint else (self.nm, self.nd)
         fold = self.fold_splits(prec, adjoint, k) if inverse else 0
-        key = (adjoint, k, in_dtype, out_dtype, prec, plan_key(), inverse, fold)
+        key = (adjoint, k, in_dtype, out_dtype, prec, inverse, fold)
         if key not in self._cb_plans:
             fft_real, ifft_real = prec.real_dtype("fft"), prec.real_dtype("ifft")
             scaled = self.scales_input(adjoint)

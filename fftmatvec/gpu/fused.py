@@ -16,7 +16,6 @@ from .. import backend, kernels
 from ..precision import PrecisionConfig
 from . import rowfft as _rowfft
 from .ffts import FusedPlans
-from .plan import plan_key
 from .rules import (FUSED_MAX_ND, FUSED_MAX_RADIX, FUSED_MAX_SMEM, FUSED_ND, FUSED_THREADS,
                     HOLD_KHAT_FRACTION, HOLD_MAX_BYTES, HOLD_STREAMS, _CPLX_SUFFIX,
                     _PER_THREAD_STREAM, _REAL_SUFFIX)
@@ -33,12 +32,12 @@ class FusedProducts:
     def fused_product(self, prec: PrecisionConfig, adjoint: bool, k: int, in_dtype, out_dtype,
                       weight=None) -> "_FusedProduct | None":
         """The product with stages 1 and 5 inside the FFTs and stage 3 packed
-        (:class:`_FusedProduct`), made once per shape and value of FFTMATVEC_PLAN
-        (:func:`~fftmatvec.gpu.plan.plan_key`); None where :meth:`fused_plans` is."""
+        (:class:`_FusedProduct`), made once per shape (the plan overrides are fixed at the
+        engine's construction); None where :meth:`fused_plans` is."""
         if weight is not None:
             return None
         # on every product's path; the plan overrides choose the plans
-        key = (adjoint, k, np.dtype(in_dtype), np.dtype(out_dtype), prec, plan_key())
+        key = (adjoint, k, np.dtype(in_dtype), np.dtype(out_dtype), prec)
         product = self._products.get(key, False)
         if product is False:
             fused = None  # stages 3-5 as one kernel: then no inverse plan is made
@@ -149,9 +148,8 @@ class _FusedProduct:
     (cuFFT callbacks or the row FFT kernels) and stage 3's launches packed. A call queues the
     forward FFT, stage 3 (without its split-K sum where the inverse FFT adds the splits:
     :attr:`FusedPlans.split_sum`) and the inverse FFT, or the forward FFT and stages 3-5 as one
-    kernel (:meth:`KernelEngine.fused_adjoint`): 20-35 µs of host time (70-140 µs stage by
-    stage), of which a product that is waited for sees 1-14 µs (docs/history.md, fifteenth
-    run).
+    kernel (:meth:`KernelEngine.fused_adjoint`), in a fraction of the host time of the
+    stages one by one (docs/history.md).
 
     The intermediate arrays are held per stream where they are small next to ``Khat``
     (:data:`HOLD_MAX_BYTES`, :data:`HOLD_KHAT_FRACTION`), else taken from CuPy's pool at each

@@ -1,14 +1,16 @@
 """The plan of a GPU product: what it runs, and the overrides that change it.
 
 Every choice the GPU path makes for one product (shape, precision, right-hand sides,
-direction, device) is a method of :class:`fftmatvec.gpu.planner.Planner`, from the rules
-measured on an H200 (:mod:`fftmatvec.gpu.rules`, docs/gpu.md). :func:`plan_for` gathers those
-choices into a :class:`Plan`, small, immutable and printable: ``F.plan(k=1, adjoint=False)``.
+direction, device) is a method of :class:`fftmatvec.gpu.planner.Planner`, from the measured
+rules (:mod:`fftmatvec.gpu.rules`, docs/gpu.md). :func:`fftmatvec.gpu.planning.make_plan`
+gathers those choices into a :class:`Plan`, small, immutable and printable:
+``F.plan(k=1, adjoint=False)``.
 
 The rules can be overridden, key by key, for comparisons, debugging and tuning:
 
 * per operator, ``BlockToeplitz(..., plan={"row_fft": 0, "stage3": "mma"})``;
-* per process, ``FFTMATVEC_PLAN="stage3=mma,row_fft=0"`` (read at each product);
+* per process, ``FFTMATVEC_PLAN="stage3=mma,row_fft=0"`` (read once, when an operator is
+  built: a later change of the environment does not touch an existing operator);
 * by a tuning table's entry (docs/tuning.md).
 
 The operator's mapping wins over the environment, the environment over the tuning table.
@@ -125,11 +127,10 @@ def parse_overrides(overrides: Mapping | str | None, source: str = "plan") -> di
 def _env_reader(name: str = ENV, environ=os.environ):
     """A function of no arguments giving the raw value of ``name`` (None where unset).
 
-    Every one-vector product reads it before its first kernel, while the device waits.
-    ``os.environ.get`` encodes the name at every call (1-2 µs on the H200 benchmark host);
-    CPython keeps the environment as a dict of encoded names and values
-    (``os.environ._data``) that every assignment through ``os.environ`` updates, and this
-    reads it with the name encoded once (0.1 µs)."""
+    The FNO layer's calls read it on their path, while the device waits.
+    ``os.environ.get`` encodes the name at every call; CPython keeps the environment as a dict
+    of encoded names and values (``os.environ._data``) that every assignment through
+    ``os.environ`` updates, and this reads it with the name encoded once (docs/history.md)."""
     data, encode = getattr(environ, "_data", None), getattr(environ, "encodekey", None)
     if isinstance(data, dict) and callable(encode):
         return functools.partial(data.get, encode(name))
@@ -154,9 +155,13 @@ def env_overrides() -> dict:
 
 
 def mode(eng, key: str) -> str:
-    """``"auto"``, ``"0"`` or ``"1"`` for ``key`` on engine ``eng``: its operator's overrides
-    (``eng.overrides``), else ``FFTMATVEC_PLAN``, else its tuning table's plan
-    (``eng.tuned``), else ``"auto"``."""
+    """``"auto"``, ``"0"`` or ``"1"`` for ``key`` on engine ``eng``: where it holds overrides
+    resolved once (``eng.resolved``, :class:`~fftmatvec.gpu.planning.Overrides`: an
+    operator's, or a plan's), those alone; else its operator's overrides (``eng.overrides``),
+    else ``FFTMATVEC_PLAN``, else its tuning table's plan (``eng.tuned``), else ``"auto"``."""
+    resolved = getattr(eng, "resolved", None)
+    if resolved is not None:
+        return resolved.get(key)
     own = getattr(eng, "overrides", None)
     if own and key in own:
         return own[key]
@@ -183,21 +188,34 @@ class Plan:
 
     ``path``: ``"graph"`` (the product replayed as one CUDA graph), ``"fused"`` (stages 1 and
     5 inside the FFTs, stage 3 packed: three launches or two), ``"stages"`` (the five stages
-    one by one) or ``"cpu"``. ``ffts``: (forward, inverse) transforms. ``stage3``: one line a
-    launch (kernel family, right-hand sides, tile, split-K). ``fold``: stage 3's splits that the
-    inverse FFT adds as it loads them (0: none). ``overrides``: the plan keys in effect that are
-    not ``auto``, and where they came from."""
+    one by one) or ``"cpu"``. ``ffts``: (forward, inverse) transforms. ``launches``: stage 3's
+    launches in order (:class:`~fftmatvec.gpu.stage3._Launch`: kernel, right-hand sides, grid,
+    block, split-K), and :attr:`stage3` the same in words. ``fold``: stage 3's splits that the
+    inverse FFT adds as it loads them (0: none). ``workspace_bytes``: stage 3's split-K
+    workspace. ``overrides``: the plan keys in effect that are not ``auto``, and where they
+    came from. :func:`fftmatvec.gpu.planning.make_plan` makes it."""
 
     direction: str
     k: int
     precision: str
     path: str
     ffts: tuple = ()
-    stage3: tuple = ()
+    launches: tuple = ()
     fused_adjoint: bool = False
     fold: int = 0
     device: str = ""
     overrides: tuple = field(default=())
+    workspace_bytes: int = 0
+
+    @property
+    def stage3(self) -> tuple:
+        """Stage 3's launches in words, one line a launch."""
+        return tuple(launch.describe() for launch in self.launches)
+
+    @property
+    def graph(self) -> bool:
+        """Whether the product is replayed as one CUDA graph."""
+        return self.path == "graph"
 
     def __str__(self) -> str:
         lines = [f"{self.direction}, k={self.k}, precision {self.precision} on {self.device}: "
@@ -218,20 +236,6 @@ class Plan:
             lines.append("  overrides: " + ", ".join(f"{k}={v} ({src})"
                                                      for k, v, src in self.overrides))
         return "\n".join(lines)
-
-
-def set_env_key(key: str, value: str | None) -> None:
-    """Set (``value`` None: remove) one key of ``FFTMATVEC_PLAN`` in this process, keeping the
-    others: for benchmarks that compare plans."""
-    current = parse_overrides(os.environ.get(ENV, ""), ENV)
-    if value is None:
-        current.pop(key, None)
-    else:
-        current.update(parse_overrides({key: value}, ENV))
-    if current:
-        os.environ[ENV] = ",".join(f"{k}={v}" for k, v in current.items())
-    else:
-        os.environ.pop(ENV, None)
 
 
 def candidate_overrides(op, k: int = 1, adjoint: bool = False):

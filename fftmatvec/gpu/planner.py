@@ -1,12 +1,12 @@
 """Every choice of the GPU path, in one place: :class:`Planner`, a base class of the engine
-whose methods decide, from the rules (:mod:`fftmatvec.gpu.rules`) and the plan overrides
-(:func:`fftmatvec.gpu.plan.mode`), which kernels a product runs; :func:`plan_for` gathers them
-into a :class:`~fftmatvec.gpu.plan.Plan`. The other modules of this package launch what these
-methods chose."""
+whose methods decide, from the rules (:class:`~fftmatvec.gpu.rules.Rules`) and the plan
+overrides (:func:`fftmatvec.gpu.plan.mode`), which kernels a product runs;
+:func:`fftmatvec.gpu.planning.make_plan` gathers them into a
+:class:`~fftmatvec.gpu.plan.Plan`. The other modules of this package launch what these methods
+chose. The ``fftmatvec info`` lines of the rules are here too."""
 
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
@@ -18,21 +18,12 @@ from . import callbacks as _fftcb
 from . import rowfft as _rowfft
 from .ffts import _row_blocks
 from .fused import _GemvIrfft
-from .plan import PLAN_KEYS, Plan, env_overrides, unavailable
+from .plan import unavailable
 from .plan import mode as plan_mode
-from .rules import (_REAL_SUFFIX, ASYNC_DEFAULTS, ASYNC_FEW, ASYNC_FEW_ROWS, ASYNC_FILL_ALT, ASYNC_MIN_FILL,
-                    ASYNC_MIN_RED, ASYNC_MIN_RED_C64_INPUT, DMMA_C64_ARCHS, FOLD_MAX_SPLITS,
-                    FUSED_MAX_ND, FUSED_MIN_BLOCKS_PER_SM, FUSED_STORES, FUSED_THREADS,
-                    GRAPH_MAX_KHAT_BYTES, GRAPH_MAX_VECTOR_BYTES, GRAPH_MEDIUM_KHAT_BYTES,
-                    MMA_FEW_MIN_KB, MMA_FEW_OUT_MIN_KB, MMA_FEW_RED, MMA_MAX_KB, MMA_MIN_KB,
-                    PIPE_DEFAULTS, PIPE_FEW, PIPE_FEW_ROWS, PIPE_FEW_WAVES, ROW_FFT_DTYPES,
-                    ROW_FFT_MIN_BLOCKS_PER_SM, TILES, WIDE_DEFAULTS, WIDE_MIN_BLOCKS_PER_SM,
-                    WIDE_MIN_FILL, XREG_GEMV_KB, XREG_MAX_ND, XREG_MIN_KB, XREG_ND, XREG_TILES,
-                    _BATCH_SIZES, _STAGED_J)
-from .rules import (FNO_DIRECT, FNO_FUSED, FNO_FUSED_MIN_FILL, FNO_PAIRED, FNO_PAIRED_PLANE,
-                    FNO_PLANE_MIN_FRACTION, FNO_PLANE_WARP_MIN_FRACTION, FNO_PRODUCT_MAX_BATCH,
-                    FNO_ROWS_C2R_WARP, FNO_ROWS_COLS, FNO_ROWS_R2C_MIN,
-                    FNO_SPLIT_WITH_ROW_KERNELS)
+from .rules import (DMMA_C64_ARCHS, FUSED_MAX_ND, FUSED_MIN_BLOCKS_PER_SM, FUSED_STORES,
+                    FUSED_THREADS, MMA_FEW_OUT_MIN_KB, MMA_MAX_KB, ROW_FFT_DTYPES, TILES,
+                    XREG_GEMV_KB, XREG_MAX_ND, XREG_MIN_KB, XREG_ND, XREG_TILES, _BATCH_SIZES,
+                    _STAGED_J)
 from .stage3 import _Launch
 
 
@@ -101,427 +92,22 @@ def fused_adjoint_line(gpu: bool) -> str:
             + ", ".join(f"{s} {n}+" for s, n in FUSED_MIN_BLOCKS_PER_SM.items()))
 
 
-def _fno_mode(key: str, tuned) -> str:
-    """``"auto"``, ``"0"`` or ``"1"`` for the FNO plan ``key``: ``FFTMATVEC_PLAN``, else the
-    layer's tuned plan ``tuned`` (pairs ``(key, value)`` of an FNO tuning table's entry,
-    :mod:`fftmatvec.fno._tuning`), else ``"auto"``."""
-    return plan_mode(_Tuned(dict(tuned)) if tuned else None, key)
-
-
-class _Tuned:
-    """The tuned plan of an FNO layer as :func:`fftmatvec.gpu.plan.mode` reads an engine's."""
-
-    __slots__ = ("tuned",)
-
-    def __init__(self, tuned):
-        self.tuned = tuned
-
-
-def fno_rows(n_last: int, m_last: int, dtype, device_id: int, tuned=()) -> frozenset:
-    """Which transforms of the FNO layer's last axis (``n_last`` points, ``m_last`` bins kept)
-    the DFT chain (:mod:`fftmatvec.fno._dft`) runs on the row FFT kernels
-    (:mod:`fftmatvec.fno._rows`) instead of GEMMs with the DFT matrices: a subset of
-    ``{"r2c", "c2r"}`` (the forward transforms: the analysis and the adjoint of the synthesis;
-    the inverse ones: the synthesis and the adjoint of the analysis). By default
-    :func:`fno_rows_auto` where the kernels take the axis (float32 on a GPU, a 5-smooth complex
-    length that fits a block; the inverse ones not where plan ``fno_warp=0`` keeps the kernels
-    in their pass form, slower than the GEMMs there); plan key ``fno_rows``: ``0`` none, ``1``
-    both, an error where the kernels cannot; ``tuned``: the layer's tuned plan
-    (:func:`_fno_mode`)."""
-    mode = _fno_mode("fno_rows", tuned)
-    if mode == "0":
-        return frozenset()
-    warp = _fno_mode("fno_warp", tuned) != "0"
-    return _fno_rows(int(n_last), int(m_last), np.dtype(dtype).str, int(device_id), mode, warp)
-
-
-def fno_rows_auto(n_last: int, m_last: int, smem_per_block: int = 48 * 1024,
-                  warp: bool = True) -> frozenset:
-    """The transforms of :func:`fno_rows` by default: the forward ones where the GEMM's flops
-    per byte pass :data:`~fftmatvec.gpu.rules.FNO_ROWS_R2C_MIN`; the inverse ones where their
-    warp form takes the axis by default (:func:`fftmatvec.fno._rows.row_warp_auto`, a block's
-    ``smem_per_block`` bytes of shared memory fitting, ``warp``: the kernels not held to their
-    pass form by plan ``fno_warp=0``): :data:`~fftmatvec.gpu.rules.FNO_ROWS_C2R_WARP`; both
-    where their column form takes the axis by default (:func:`fftmatvec.fno._rows.row_cols_auto`,
-    fitting, ``warp``): :data:`~fftmatvec.gpu.rules.FNO_ROWS_COLS`."""
-    from ..fno import _rows
-
-    dense = n_last * m_last / (n_last + 2 * m_last)
-    out = {"r2c"} if dense >= FNO_ROWS_R2C_MIN else set()
-    if (FNO_ROWS_C2R_WARP and warp and _rows.row_warp_auto("c2r", n_last, m_last)
-            and _rows.row_warp_supported(n_last, m_last, smem_per_block)):
-        out.add("c2r")
-    if (FNO_ROWS_COLS and warp and _rows.row_cols_auto(n_last, m_last)
-            and _rows.row_cols_supported(n_last, m_last, smem_per_block)):
-        out |= {"r2c", "c2r"}
-    return frozenset(out)
-
-
-def _fno_kernels_why(dtype) -> str | None:
-    """Why the FNO layer's FFT kernels cannot run a layer computing in ``dtype`` (None where
-    they can): they run in float32, launched through CuPy."""
-    if np.dtype(dtype) != np.float32:
-        return f"they run in float32, the layer computes in {np.dtype(dtype)}"
-    if not kernels.available():
-        return "no GPU is present to CuPy (the kernels launch through it)"
-    return None
-
-
-def _block_smem(device_id: int) -> int:
-    """The bytes of shared memory one block may take on device ``device_id``."""
-    with backend.cupy.cuda.Device(device_id):
-        return backend.shared_memory_limits()[1]
-
-
-@functools.lru_cache(maxsize=256)
-def _fno_rows(n_last: int, m_last: int, dtype: str, device_id: int, mode: str,
-              warp: bool = True) -> frozenset:
-    """:func:`fno_rows` for a ``mode`` of ``"auto"`` or ``"1"``, once per layer shape (on the
-    path of every call)."""
-    why = _fno_rows_why(n_last, m_last, dtype, device_id)
-    if unavailable("fno_rows", mode, "the FNO row kernels cannot run this layer", why):
-        return frozenset()
-    return (frozenset({"r2c", "c2r"}) if mode == "1"
-            else fno_rows_auto(n_last, m_last, _block_smem(device_id), warp))
-
-
-def _fno_rows_why(n_last: int, m_last: int, dtype, device_id: int) -> str | None:
-    """Why the row kernels cannot take a last axis of ``n_last`` points keeping ``m_last``
-    bins of a layer computing in ``dtype`` on device ``device_id`` (None where they can)."""
-    why = _fno_kernels_why(dtype)
-    if why is None:
-        from ..fno import _rows
-
-        smem = _block_smem(device_id)
-        if not _rows.supported(n_last, m_last, smem):
-            why = (f"the row kernels take no last axis of {n_last} points keeping {m_last} "
-                   f"bins (a 5-smooth complex length that fits {smem} bytes of shared memory, "
-                   f"or 64 R points, {_rows.COLS_MIN_R} <= R <= {_rows.COLS_THREADS})")
-    return why
-
-
-def fno_plane(spatial, modes, dtype, device_id: int, tuned=()) -> frozenset:
-    """Which steps of the FNO layer's DFT chain run the last two axes (a plane) at once on the
-    plane kernels (:class:`fftmatvec.fno._rows.Plane`) instead of a GEMM an axis: a subset of
-    ``{"r2c", "c2r"}`` (the forward transforms: the analysis and the adjoint of the synthesis;
-    the inverse ones: the synthesis and the adjoint of the analysis). By default
-    :func:`fno_plane_auto` where the kernels take the plane (two or more axes, float32 on a
-    GPU, 5-smooth complex lengths that fit a block, or other lengths in the direct form:
-    :func:`fno_direct`); plan key ``fno_plane``: ``0`` none, ``1`` both, an error where the
-    kernels cannot; ``tuned`` as for :func:`fno_rows`."""
-    mode = _fno_mode("fno_plane", tuned)
-    if mode == "0":
-        return frozenset()
-    return _fno_plane(tuple(int(n) for n in spatial), tuple(int(m) for m in modes),
-                      np.dtype(dtype).str, int(device_id), mode, _fno_mode("fno_direct", tuned))
-
-
-def fno_plane_auto(spatial, modes, warp: bool = False, direct: bool = False) -> frozenset:
-    """The steps of :func:`fno_plane` by default: both, where the layer has two or more axes and
-    the first axis of the plane keeps at least
-    :data:`~fftmatvec.gpu.rules.FNO_PLANE_MIN_FRACTION` of its frequencies, or
-    :data:`~fftmatvec.gpu.rules.FNO_PLANE_WARP_MIN_FRACTION` where the kernels' warp form
-    takes the plane (``warp``), or at any fraction in the direct form (``direct``: its sums
-    cost in proportion to the modes)."""
-    least = FNO_PLANE_WARP_MIN_FRACTION if warp else FNO_PLANE_MIN_FRACTION
-    if len(spatial) < 2 or (modes[-2] < least * spatial[-2] and not direct):
-        return frozenset()
-    return frozenset({"r2c", "c2r"})
-
-
-@functools.lru_cache(maxsize=256)
-def _fno_plane(spatial: tuple, modes: tuple, dtype: str, device_id: int, mode: str,
-               direct_mode: str = "auto") -> frozenset:
-    """:func:`fno_plane` for a ``mode`` of ``"auto"`` or ``"1"`` and ``fno_direct``'s
-    ``direct_mode``, once per layer shape."""
-    why, warp, direct = _fno_plane_why(spatial, modes, dtype, device_id, direct_mode)
-    if unavailable("fno_plane", mode, "the FNO plane kernels cannot run this layer", why):
-        return frozenset()
-    return (frozenset({"r2c", "c2r"}) if mode == "1"
-            else fno_plane_auto(spatial, modes, warp, direct))
-
-
-def _fno_plane_why(spatial: tuple, modes: tuple, dtype, device_id: int,
-                   direct_mode: str = "auto"):
-    """``(why, warp, direct)``: why the plane kernels cannot take the last two axes of a layer
-    computing in ``dtype`` on device ``device_id`` (None where they can), whether their warp
-    form takes the plane, and whether they take it in the direct form (``direct_mode``, plan
-    ``fno_direct``'s mode: :func:`fno_direct`; by default where the FFT forms cannot, as
-    :data:`~fftmatvec.gpu.rules.FNO_DIRECT` says)."""
-    why = "the layer has one axis" if len(spatial) < 2 else _fno_kernels_why(dtype)
-    warp = direct = False
-    if why is None:
-        from ..fno import _rows
-
-        smem = _block_smem(device_id)
-        plane, kept = tuple(spatial[-2:]), tuple(modes[-2:])
-        fft = _rows.plane_supported(*plane, *kept, smem)
-        if direct_mode == "1" or (direct_mode == "auto" and FNO_DIRECT and not fft):
-            direct = _rows.direct_supported(*plane, *kept, smem)
-        warp = not direct and _rows.warp_supported(*plane, *kept, smem)
-        if not (fft or direct):
-            why = (f"they take no plane of {plane[0]} x {plane[1]} points keeping "
-                   f"{kept[0]} x {kept[1]} modes (5-smooth complex lengths, a row and a "
-                   f"column fitting {smem} bytes of shared memory, or in the direct form at "
-                   f"most {_rows.DIRECT_MAX_MODES} bins of the last axis and "
-                   f"{_rows.DIRECT_MAX_MODES0} modes of the first)")
-    return why, warp, direct
-
-
-def fno_direct(spatial, modes, dtype, device_id: int, tuned=()) -> bool:
-    """Whether the FNO layer's plane kernels (:func:`fno_plane`) run in their direct form
-    (:class:`fftmatvec.fno._rows.DirectPlane`: truncated DFTs as register-tiled sums, any plane
-    size, at most :data:`~fftmatvec.fno._rows.DIRECT_MAX_MODES` bins of the last axis): by
-    default (:data:`~fftmatvec.gpu.rules.FNO_DIRECT`) where it takes a plane that the FFT forms
-    cannot (lengths with prime factors past 5: 85 = 5 x 17); plan key ``fno_direct``: ``0``
-    never, ``1`` wherever it takes the plane (an error elsewhere); ``tuned`` as for
-    :func:`fno_rows`."""
-    mode = _fno_mode("fno_direct", tuned)
-    if mode == "0":
-        return False
-    why, _, direct = _fno_plane_why(tuple(int(n) for n in spatial),
-                                    tuple(int(m) for m in modes), dtype, device_id, mode)
-    if mode == "1" and why is None and not direct:
-        from ..fno import _rows
-
-        why = (f"the direct form takes at most {_rows.DIRECT_MAX_MODES} bins of the last axis "
-               f"and {_rows.DIRECT_MAX_MODES0} modes of the first, a plane fitting a block; got "
-               f"{tuple(spatial[-2:])} keeping {tuple(modes[-2:])}")
-    if unavailable("fno_direct", mode, "the planes' direct form cannot serve this layer", why):
-        return False
-    return direct
-
-
-def fno_chain(batch: int, cin: int, cout: int, spatial, modes, dtype, device_id: int,
-              kernels: bool, tuned=()):
-    """The FNO layer's DFT chain, ``(rows, plane, layout, variant, product, fused)``: the last
-    axis's
-    transforms on the row kernels (:func:`fno_rows`), the last two axes on the plane kernels
-    (:func:`fno_plane`), the layout of the modes (``"paired"``: :func:`fno_paired`, all four
-    transforms of the layer on the row kernels of its one axis or the plane kernels of its
-    two; ``"split"``: :func:`fno_split`; else ``"interleaved"``;
-    :data:`fftmatvec.fno._dft.LAYOUTS`), the kernels' form (:func:`fno_variant`), whether
-    the paired modes' forward channel product runs on the package's kernel
-    (:func:`fno_product`) and whether a forward without gradients runs as one kernel
-    (:func:`fno_fused`); the kernels only where ``kernels`` (float32 on a GPU); ``tuned``:
-    the plan of the layer's FNO tuning table entry (pairs ``(key, value)``), which
-    ``FFTMATVEC_PLAN`` overrides key by key."""
-    rows = fno_rows(spatial[-1], modes[-1], dtype, device_id, tuned) if kernels else frozenset()
-    split = fno_split(batch, cin, cout, spatial, dtype, row_kernels=bool(rows), tuned=tuned)
-    paired = fno_paired(spatial, modes, dtype, device_id, kernels, tuned)
-    both = frozenset({"r2c", "c2r"})
-    if paired and len(spatial) == 1:
-        rows, plane, layout = both, frozenset(), "paired"
-    elif paired:
-        rows, plane, layout = frozenset(), both, "paired"
-    else:
-        layout = "split" if split else "interleaved"
-        plane = fno_plane(spatial, modes, dtype, device_id, tuned) if kernels and not split \
-            else frozenset()
-    direct = bool(plane) and fno_direct(spatial, modes, dtype, device_id, tuned)
-    variant = ("direct" if direct else
-               fno_variant(spatial, modes, rows, plane, device_id, tuned) if kernels else "auto")
-    product = fno_product(batch, cin, cout, layout, kernels, tuned)
-    fused = fno_fused(batch, cin, cout, spatial, modes, layout, variant, kernels, device_id,
-                      tuned)
-    return rows, plane, layout, variant, product, fused
-
-
-def fno_fused(batch: int, cin: int, cout: int, spatial, modes, layout: str, variant: str,
-              kernels: bool, device_id: int, tuned=()) -> bool:
-    """Whether a forward without gradients of the FNO layer runs as one kernel
-    (:class:`fftmatvec.fno._fused1d.Layer1d`: the analysis, the channel product and the
-    synthesis between one read of ``x`` and one write of ``y``): by default
-    (:data:`~fftmatvec.gpu.rules.FNO_FUSED`) for one-axis layers on the paired modes
-    (``layout``) whose rows, channels and kept bins the kernel takes
-    (:func:`fftmatvec.fno._fused1d.supported`), the row kernels not forced into their pass form
-    (``variant``), float32 on a GPU (``kernels``), where its blocks fill at least
-    :data:`~fftmatvec.gpu.rules.FNO_FUSED_MIN_FILL` of the waves they take (the kernel's
-    time is a wave's, the chain's grows with the batch); plan key
-    ``fno_fused``: ``0`` never, ``1`` every layer it takes (an error elsewhere); ``tuned`` as
-    for :func:`fno_rows`. Training keeps the chain (its backward reads the modes)."""
-    mode = _fno_mode("fno_fused", tuned)
-    if mode == "0" or (mode == "auto" and not FNO_FUSED):
-        return False
-    spatial, modes = tuple(int(n) for n in spatial), tuple(int(m) for m in modes)
-    if len(spatial) != 1 or layout != "paired":
-        why = (f"it takes one-axis layers on the paired modes, got {len(spatial)} axes, "
-               f"{layout} modes")
-    elif not kernels:
-        why = "the kernel runs float32 layers on a GPU"
-    elif variant == "passes":
-        why = "plan fno_warp=0 keeps the row kernels' pass form"
-    else:
-        from ..fno import _fused1d
-
-        smem = _block_smem(device_id)
-        why = None
-        if not _fused1d.supported(spatial[0], modes[0], cin, cout, smem):
-            channels = " or ".join(map(str, _fused1d.CHANNELS))
-            why = (f"it takes rows of 64, 128 or 256 points and {channels} channels in and out,"
-                   f" {_fused1d.MIN_BATCH_ROWS} batch rows' modes fitting "
-                   f"{smem} bytes of shared memory; got {spatial[0]} points keeping {modes[0]} "
-                   f"bins, {cin} and {cout} channels")
-        elif mode == "auto":
-            nb = _fused1d.batch_rows(cin, modes[0], smem)
-            blocks, sms = -(-batch // nb), _sm_count(device_id)
-            if blocks < FNO_FUSED_MIN_FILL * sms * -(-blocks // sms):
-                return False
-    return not unavailable("fno_fused", mode, "the one-kernel layer cannot serve this layer", why)
-
-
-@functools.lru_cache(maxsize=16)
-def _sm_count(device_id: int) -> int:
-    """The multiprocessors of device ``device_id``."""
-    props = backend.cupy.cuda.runtime.getDeviceProperties(device_id)
-    return int(props["multiProcessorCount"])
-
-
-def fno_product(batch: int, cin: int, cout: int, layout: str, kernels: bool, tuned=()) -> bool:
-    """Whether the FNO layer's forward channel product on the paired modes (``layout``
-    ``"paired"``) runs on the package's kernel (:class:`fftmatvec.fno._product.ModeProduct`)
-    rather than cuBLAS: by default for batches of at most
-    :data:`~fftmatvec.gpu.rules.FNO_PRODUCT_MAX_BATCH` rows and even channel counts
-    (:func:`fftmatvec.fno._product.supported`), float32 on a GPU (``kernels``); plan key
-    ``fno_product``: ``0`` never, ``1`` every paired layer it takes (an error elsewhere);
-    ``tuned`` as for :func:`fno_rows`."""
-    mode = _fno_mode("fno_product", tuned)
-    if mode == "0":
-        return False
-    from ..fno._product import supported
-
-    if layout != "paired":
-        why = f"the modes are {layout}, not paired"
-    elif not kernels:
-        why = "the kernel runs float32 layers on a GPU"
-    elif not supported(cin, cout):
-        why = f"it takes even channel counts, up to 512 output channels, got {cin} and {cout}"
-    elif mode == "auto" and batch > FNO_PRODUCT_MAX_BATCH:
-        return False
-    else:
-        why = None
-    return not unavailable("fno_product", mode, "the channel product's kernel cannot serve "
-                           "this layer", why)
-
-
-def fno_paired(spatial, modes, dtype, device_id: int, kernels: bool, tuned=()) -> bool:
-    """Whether the FNO layer's DFT chain keeps its modes modes-major in complex pairs
-    (:class:`fftmatvec.fno._dft.PairedChain`: the row kernels of a one-axis layer, or the plane
-    kernels of a two-axis one, run all four transforms in that layout, the complex GEMM reads
-    and writes it in place). By default for one-axis layers where the row kernels take the axis
-    (:data:`~fftmatvec.gpu.rules.FNO_PAIRED`; ``kernels``: float32 on a GPU; a 5-smooth complex
-    length that fits a block) and neither the split modes (plan ``fno_split=1``) nor the GEMMs
-    (plan ``fno_rows=0``) are forced, and for two-axis layers that the plane kernels take both
-    ways by default (:data:`~fftmatvec.gpu.rules.FNO_PAIRED_PLANE`, :func:`fno_plane_auto`;
-    not beside plan ``fno_plane=0``); plan key ``fno_paired``: ``0`` never, ``1`` every layer
-    it takes (an error elsewhere, and beside ``fno_split=1``); ``tuned`` as for
-    :func:`fno_rows`."""
-    mode = _fno_mode("fno_paired", tuned)
-    spatial, modes = tuple(int(n) for n in spatial), tuple(int(m) for m in modes)
-    d = len(spatial)
-    if mode == "0" or (mode == "auto" and not (FNO_PAIRED if d == 1 else FNO_PAIRED_PLANE)):
-        return False
-    if d > 2:
-        why = f"the layer has {d} axes"
-    elif d == 1 and _fno_mode("fno_split", tuned) == "1":
-        why = "plan fno_split=1 keeps the modes split"
-    elif d == 1 and _fno_mode("fno_rows", tuned) == "0":
-        why = "plan fno_rows=0 keeps the last axis on GEMMs"
-    elif d == 2 and _fno_mode("fno_plane", tuned) == "0":
-        why = "plan fno_plane=0 keeps the plane on GEMMs"
-    elif not kernels:
-        why = f"the {'row' if d == 1 else 'plane'} kernels run float32 layers on a GPU"
-    elif d == 1:  # ``kernels``: the layer computes in float32
-        why = _fno_rows_why(spatial[0], modes[0], np.float32, int(device_id))
-    else:
-        why, warp, direct = _fno_plane_why(spatial, modes, np.float32, int(device_id),
-                                           _fno_mode("fno_direct", tuned))
-        if why is None and mode == "auto" and not fno_plane_auto(spatial, modes, warp, direct):
-            return False  # the plane on GEMMs, as fno_plane takes it
-    return not unavailable("fno_paired", mode, "the paired modes cannot serve this layer", why)
-
-
-def fno_variant(spatial, modes, rows, plane, device_id: int, tuned=()) -> str:
-    """The form of the FNO layer's row and plane kernels (:class:`fftmatvec.fno._rows.LastAxis`,
-    :class:`~fftmatvec.fno._rows.Plane` take it as ``variant``) for a layer taking the row
-    kernels ``rows`` and the plane kernels ``plane`` (:func:`fno_rows`, :func:`fno_plane`): by
-    default ``"auto"`` (the kernels' own rule: a plane's warp form wherever it takes the plane,
-    a row's where :data:`fftmatvec.fno._rows.ROW_WARP_AUTO`); plan key ``fno_warp``: ``0`` the
-    pass form, ``1`` the warp form (an error where a kernel the layer takes has none);
-    ``tuned`` as for :func:`fno_rows`."""
-    mode = _fno_mode("fno_warp", tuned)
-    if mode != "1":
-        return "passes" if mode == "0" else "auto"
-    why = None
-    if rows or plane:
-        from ..fno import _rows
-
-        smem = _block_smem(device_id)
-        if plane and not _rows.warp_supported(*spatial[-2:], *modes[-2:], smem):
-            why = (f"the plane of {spatial[-2]} x {spatial[-1]} points keeping {modes[-2]} x "
-                   f"{modes[-1]} modes has none (rows of {_rows.WARP_ROWS} complex values, "
-                   f"columns of {_rows.WARP_COLUMNS})")
-        elif not plane and not _rows.row_warp_supported(spatial[-1], modes[-1], smem):
-            why = (f"the last axis of {spatial[-1]} points keeping {modes[-1]} bins has none "
-                   "(rows of 64, 128 or 256 points)")
-    unavailable("fno_warp", mode, "the kernels' warp form cannot serve this layer", why)
-    return "warp"
-
-
-def fno_ends(x_shape, itemsize: int, cout: int, tuned=(), training: bool = True,
-             kernel_ends: bool = False) -> bool:
-    """Whether the CUDA graphs of an FNO layer (input ``x_shape`` of ``itemsize`` bytes an
-    element, ``cout`` output channels) hold only its chains' middles, the first and the last
-    step run outside them (:func:`fftmatvec.fno._graphs.ends_outside`: by default above
-    :data:`~fftmatvec.fno._graphs.ENDS_MIN_BYTES` of input and output where gradients are
-    wanted, ``training``, unless a one-axis layer's ends are the package's kernels
-    (``kernel_ends``), else above :data:`~fftmatvec.fno._graphs.ENDS_MIN_BYTES_INFERENCE`);
-    plan key ``fno_ends``: ``0`` the whole chains in the graphs, ``1`` the middles at any size;
-    ``tuned`` as for :func:`fno_rows`. One decision serves the forward and the backward (the
-    backward's input and output are the forward's output and input in size)."""
-    mode = _fno_mode("fno_ends", tuned)
-    if mode == "auto":
-        from ..fno._graphs import ends_outside
-
-        return ends_outside(x_shape, itemsize, cout, training, kernel_ends)
-    return mode == "1"
-
-
-def fno_split(batch: int, cin: int, cout: int, spatial, dtype, row_kernels: bool = False,
-              tuned=()) -> bool:
-    """Whether the FNO layer's DFT chain keeps its modes modes-major and split
-    (:class:`fftmatvec.fno._dft.SplitChain`: no permute around the channel product, the weight
-    copied into its real and imaginary parts) rather than interleaved
-    (:class:`fftmatvec.fno._dft.Chain`). By default (on any device) for one-axis layers in
-    float32 or float64 where :func:`~fftmatvec.fno._dft.split_pays`, and where the row kernels
-    of :func:`fno_rows` take the axis (``row_kernels``; they write and read either layout) only
-    with :data:`~fftmatvec.gpu.rules.FNO_SPLIT_WITH_ROW_KERNELS`; plan key ``fno_split``: ``0``
-    never, ``1`` every layer it takes (an error elsewhere: more than one axis, or 16-bit
-    storage); ``tuned`` as for :func:`fno_rows`."""
-    mode = _fno_mode("fno_split", tuned)
-    if mode == "0":
-        return False
-    from ..fno._dft import split_pays
-
-    spatial = tuple(int(n) for n in spatial)
-    try:
-        name = np.dtype(dtype).name
-    except TypeError:  # a torch dtype
-        name = str(dtype).rsplit(".", 1)[-1]
-    why = (f"the layer has {len(spatial)} axes" if len(spatial) != 1 else
-           None if name in ("float32", "float64") else
-           f"it computes in float32 or float64, the layer in {name}")
-    if unavailable("fno_split", mode, "the split modes cannot serve this layer", why):
-        return False
-    if mode == "1":
-        return True
-    if row_kernels and not FNO_SPLIT_WITH_ROW_KERNELS:
-        return False
-    return split_pays(int(batch), int(cin), int(cout), spatial)
-
-
 class Planner:
-    """The choices of a product (a base class of :class:`~fftmatvec.gpu.engine.KernelEngine`)."""
+    """The choices of a product: a base class of :class:`~fftmatvec.gpu.engine.KernelEngine`,
+    whose device it asks, and of the planning view of :func:`fftmatvec.gpu.planning.make_plan`,
+    which asks a :class:`~fftmatvec.gpu.planning.DeviceInfo` instead. Its methods read the
+    shape (``nd``, ``nm``, ``nf``, ``fft_len``, ``store``, ``compute``), the device
+    (``num_sms``, ``smem_per_block``, ...), ``rules`` (:class:`~fftmatvec.gpu.rules.Rules`) and
+    the plan overrides (:func:`fftmatvec.gpu.plan.mode`)."""
+
+    @property
+    def hip(self) -> bool:
+        """Whether the device is an AMD GPU (ROCm)."""
+        return backend.is_hip()
+
+    def has_kernel(self, name: str) -> bool:
+        """Whether the device's code object has the entry point ``name``."""
+        return kernels.has_function(name)
 
     @property
     def pipe_store(self) -> str:
@@ -530,11 +116,13 @@ class Planner:
         ``dmma_c64=0`` / ``=1`` never / always), else :attr:`store`."""
         if self.store != "c64":
             return self.store
-        return "c64dmma" if _c64_on_dmma(self.arch, self) else "c64"
+        mode = plan_mode(self, "dmma_c64")
+        dmma = self.rules.dmma_c64 if mode == "auto" else mode == "1"
+        return "c64dmma" if dmma else "c64"
 
     def _tile(self, kb: int, n_out: int, adjoint: bool) -> tuple[int, int]:
-        """(RT, V) for a launch of ``kb`` right-hand sides (defaults from scripts/tune_sbgemv.py
-        on an H200; see docs/history.md)."""
+        """(RT, V) for a launch of ``kb`` right-hand sides (defaults from the sweeps of
+        scripts/tune_sbgemv.py; see docs/history.md)."""
         if kb > 1:
             # several right-hand sides: the product becomes arithmetic-bound; the largest
             # register tile keeps the vector reads per multiply-add low
@@ -601,13 +189,13 @@ class Planner:
         if mode == "1":
             return 1
         key = (self.pipe_store, bool(adjoint))
-        least = MMA_MIN_KB[key]
-        if n_red is not None and n_red < MMA_FEW_RED and key in MMA_FEW_MIN_KB:
-            least = MMA_FEW_MIN_KB[key]
+        least = self.rules.mma_min_kb[key]
+        if n_red is not None and n_red < self.rules.mma_few_red and key in self.rules.mma_few_min_kb:
+            least = self.rules.mma_few_min_kb[key]
         if not adjoint and n_out is not None:
-            holds = [rows for rows in MMA_FEW_OUT_MIN_KB if n_out <= rows]
+            holds = [rows for rows in self.rules.mma_few_out_min_kb if n_out <= rows]
             if holds:  # forward over few outputs: the smallest cap that holds n_out
-                from_kb = MMA_FEW_OUT_MIN_KB[min(holds)]
+                from_kb = self.rules.mma_few_out_min_kb[min(holds)]
                 return None if from_kb is None else max(least, from_kb)
         return least
 
@@ -629,19 +217,19 @@ class Planner:
             why = "this device has none (NVIDIA sm_80 or newer)"
         else:
             name = self._xreg_name(self._xreg_fw(), in_dtype, out_dtype)
-            if not kernels.has_function(name):
+            if not self.has_kernel(name):
                 why = f"the code object has no {name}"
         if unavailable("xreg", mode, "the adjoint kernel with its input in registers "
                         "cannot take this product", why):
             return None
-        return 1 if mode == "1" else XREG_MIN_KB[self.store]
+        return 1 if mode == "1" else self.rules.xreg_min_kb[self.store]
 
 
     def _xreg_takes(self, kb: int) -> bool:
         """Whether a launch of ``kb`` right-hand sides (past the kernel's minimum) goes to the
         input-in-registers kernel: all of them with ``xreg=1``, else all but the
         batches of :data:`XREG_GEMV_KB` over more than the fewest sensors compiled."""
-        return (kb != XREG_GEMV_KB.get(self.store) or self.nd <= XREG_ND[0]
+        return (kb != self.rules.xreg_gemv_kb.get(self.store) or self.nd <= XREG_ND[0]
                 or plan_mode(self, "xreg") == "1")
 
 
@@ -650,15 +238,15 @@ class Planner:
         a tensor-core launch: the 16-row tile of ``PIPE_FEW`` for few outputs (forward) or few
         reduction rows (adjoint), else the storage's default."""
         store = self.pipe_store
-        few = PIPE_FEW.get((store, bool(adjoint)))
-        if few is not None and (n_red if adjoint else n_out) <= PIPE_FEW_ROWS:
-            return few, PIPE_FEW_WAVES
-        return PIPE_DEFAULTS[(store, bool(adjoint))], None
+        few = self.rules.pipe_few.get((store, bool(adjoint)))
+        if few is not None and (n_red if adjoint else n_out) <= self.rules.pipe_few_rows:
+            return few, self.rules.pipe_few_waves
+        return self.rules.pipe_defaults[(store, bool(adjoint))], None
 
 
     def _use_staged(self, kb: int, n_red: int, adjoint: bool) -> bool:
         """Whether one right-hand side goes through the staged kernel. From the sweeps of
-        scripts/tune_sbgemv.py on an H200 (docs/history.md): for `s` forward and `h` both
+        scripts/tune_sbgemv.py (docs/history.md): for `s` forward and `h` both
         ways, where the vector entries per byte of `Khat` are many; `d` streams as fast
         unstaged. Adjoints with less than one chunk of reduction rows stay unstaged.
         ``staged=0`` / ``=1`` never / always stages."""
@@ -682,8 +270,8 @@ class Planner:
         mode = plan_mode(self, "async")
         if mode == "0":
             return False
-        if mode == "auto" and (adjoint or n_out > ASYNC_FEW_ROWS):
-            table = ASYNC_MIN_RED_C64_INPUT if np.dtype(in_dtype) == np.complex64 else ASYNC_MIN_RED
+        if mode == "auto" and (adjoint or n_out > self.rules.async_few_rows):
+            table = self.rules.async_min_red_c64_input if np.dtype(in_dtype) == np.complex64 else self.rules.async_min_red
             min_red = table[(self.store, bool(adjoint))]
             if min_red is None or n_red < min_red:
                 return False
@@ -708,14 +296,14 @@ class Planner:
         """(tile, split-K target) of the cp.async kernel: the narrow tile for forward products
         with few outputs; ``ASYNC_FILL_ALT``'s tile where it fills the device's block slots
         better than a default that fills less than ``ASYNC_MIN_FILL`` of its last round."""
-        if not adjoint and n_out <= ASYNC_FEW_ROWS:
-            return ASYNC_FEW[self.store]
+        if not adjoint and n_out <= self.rules.async_few_rows:
+            return self.rules.async_few[self.store]
         key = (self.store, bool(adjoint))
-        default, alt = ASYNC_DEFAULTS[key], ASYNC_FILL_ALT.get(key)
+        default, alt = self.rules.async_defaults[key], self.rules.async_fill_alt.get(key)
         if alt is None:
             return default
         fill = self.async_fill(*default, n_out, n_red, in_dtype, adjoint)
-        if fill < ASYNC_MIN_FILL and self.async_fill(*alt, n_out, n_red, in_dtype, adjoint) > fill:
+        if fill < self.rules.async_min_fill and self.async_fill(*alt, n_out, n_red, in_dtype, adjoint) > fill:
             return alt
         return default
 
@@ -727,16 +315,16 @@ class Planner:
         with fewer than ``ASYNC_FEW_ROWS`` outputs, frequencies that fill less than
         ``WIDE_MIN_FILL`` of the blocks' spans, or too few blocks, even split, for
         ``WIDE_MIN_BLOCKS_PER_SM`` per multiprocessor keep the tiles of one group."""
-        wide = WIDE_DEFAULTS.get((self.store, bool(adjoint))) if kb == 1 else None
-        if wide is None or n_out < ASYNC_FEW_ROWS:
+        wide = self.rules.wide_defaults.get((self.store, bool(adjoint))) if kb == 1 else None
+        if wide is None or n_out < self.rules.async_few_rows:
             return None
         (rt, v, w), (bx, ty), per_sm = wide
         span = bx * w * v  # frequencies of one block
-        if self.nf < WIDE_MIN_FILL * math.ceil(self.nf / span) * span:
+        if self.nf < self.rules.wide_min_fill * math.ceil(self.nf / span) * span:
             return None
         ty = max(1, min(ty, math.ceil(n_out / rt)))
         base, splits = self._gemv_blocks(n_out, n_red, rt, v, w, bx, ty, per_sm)
-        if base * splits < WIDE_MIN_BLOCKS_PER_SM * self.num_sms:
+        if base * splits < self.rules.wide_min_blocks_per_sm * self.num_sms:
             return None
         return (rt, v, w), (bx, ty), per_sm
 
@@ -744,17 +332,17 @@ class Planner:
         """Whether a product with input ``x`` ``(k, n_in, Nt)`` replays a graph by default: a
         ``Khat`` under ``GRAPH_MAX_KHAT_BYTES``, or under ``GRAPH_MEDIUM_KHAT_BYTES`` with input
         and output vectors of at most ``GRAPH_MAX_VECTOR_BYTES`` together."""
-        if self.nbytes <= GRAPH_MAX_KHAT_BYTES:
+        if self.nbytes <= self.rules.graph_max_khat_bytes:
             return True
         vectors = x.shape[0] * (self.nm + self.nd) * self.nt * x.dtype.itemsize
-        return self.nbytes <= GRAPH_MEDIUM_KHAT_BYTES and vectors <= GRAPH_MAX_VECTOR_BYTES
+        return self.nbytes <= self.rules.graph_medium_khat_bytes and vectors <= self.rules.graph_max_vector_bytes
 
 
     def replays(self, x, fused: bool) -> bool:
         """Whether a product with input ``x`` replays a graph (:meth:`graph_runner`)."""
         mode = plan_mode(self, "graphs")
         if mode == "auto":
-            return not (fused or backend.is_hip()) and self.graph_pays(x)
+            return not (fused or self.hip) and self.graph_pays(x)
         return mode == "1"
 
     def callbacks(self) -> tuple[bool, str]:
@@ -792,7 +380,7 @@ class Planner:
                     f"row_fft=1, but the row FFT kernels do not take length "
                     f"{self.fft_len} in {', '.join(sorted({d.name for d in dtypes}))}")
         else:
-            ok = ok and (all(d in ROW_FFT_DTYPES for d in dtypes) or not self.callbacks()[0])
+            ok = ok and (all(d in self.rules.row_fft_dtypes for d in dtypes) or not self.callbacks()[0])
         self._row_ffts[key] = ok
         return ok
 
@@ -805,7 +393,7 @@ class Planner:
         if plan_mode(self, "row_fft") == "1" or not self.callbacks()[0]:
             return True
         blocks = _row_blocks(rows, self.fft_len, fft_dtype)
-        return blocks >= ROW_FFT_MIN_BLOCKS_PER_SM * self.num_sms
+        return blocks >= self.rules.row_fft_min_blocks_per_sm * self.num_sms
 
 
     def fold_splits(self, prec: PrecisionConfig, adjoint: bool, k: int) -> int:
@@ -816,7 +404,7 @@ class Planner:
         if len(launches) != 1:
             return 0
         splits = launches[0].splits
-        return splits if 1 < splits <= FOLD_MAX_SPLITS else 0
+        return splits if 1 < splits <= self.rules.fold_max_splits else 0
 
 
     def fused_adjoint(self, prec: PrecisionConfig, adjoint: bool, k: int,
@@ -854,76 +442,12 @@ class Planner:
             why = f"the row FFT kernels do not take length {self.fft_len} in {fft_real}"
         if why is None and mode == "auto" and (
                 _row_blocks(self.nm, self.fft_len, fft_real)
-                < FUSED_MIN_BLOCKS_PER_SM[self.store] * self.num_sms):
+                < self.rules.fused_min_blocks_per_sm[self.store] * self.num_sms):
             return False  # before the lookup, which compiles the kernel's section (run-time compile)
         if why is None and code:
             name = _GemvIrfft.kernel_name(self.store, self.xhat_dtype(prec), prec, out_dtype,
                                           self.nd)
-            if not kernels.has_function(name):
+            if not self.has_kernel(name):
                 why = f"the code object has no {name}"
         return not unavailable("fused_adjoint", mode,
                                "this product cannot run stages 3-5 as one kernel", why)
-
-
-def describe_launch(launch: _Launch) -> str:
-    """One stage-3 launch in words: kernel family, right-hand sides, kernel, grid, split-K."""
-    family = ("tensor cores" if launch.mma else "input in registers" if launch.xreg_rows
-              else "cp.async" if launch.name.startswith("sbgemva_")
-              else "staged" if launch.staged else "GEMV")
-    split = (f", split-K {launch.splits} x {launch.red_chunk} rows" if launch.splits > 1
-             else "")
-    sides = f"{launch.kb} right-hand side" + ("s" if launch.kb > 1 else "")
-    return f"{family}, {sides}: {launch.name}, grid {launch.grid}, block {launch.block}{split}"
-
-
-def plan_for(eng, prec, adjoint: bool, k: int, in_dtype, out_dtype, weighted: bool = False,
-             device: str = "") -> Plan:
-    """The :class:`Plan` of a product of ``k`` right-hand sides on engine ``eng``, from the
-    planner's methods alone (nothing is compiled or allocated, so it also describes a device
-    from its properties, without one). A cuFFT callback plan that cuFFT refuses at run time
-    falls back to the row FFT kernels or the stages one by one, with a warning."""
-    prec = PrecisionConfig(prec)
-    in_dtype, out_dtype = np.dtype(in_dtype), np.dtype(out_dtype)
-    n_in, n_out = (eng.nd, eng.nm) if adjoint else (eng.nm, eng.nd)
-    own, cb = eng.row_ffts(prec), eng.callbacks()[0]
-    fused = (not weighted and in_dtype in _REAL_SUFFIX and out_dtype in _REAL_SUFFIX
-             and (own or cb))
-    fused_adj, fold = False, 0
-    if fused:
-        fused_adj = eng.fused_adjoint_takes(prec, adjoint, k, out_dtype,
-                                            code=backend.gpu_available())
-        row_fwd = own and eng.row_fft_pays(k * n_in, prec.real_dtype("fft"))
-        fwd = "row FFT kernel" if row_fwd else "cuFFT with callbacks"
-        if fused_adj:
-            inv = "in the fused adjoint kernel"
-            launches = []
-        else:
-            row_inv = own and eng.row_fft_pays(k * n_out, prec.real_dtype("ifft"))
-            inv = "row FFT kernel" if row_inv else "cuFFT with callbacks"
-            fold = 0 if row_inv else eng.fold_splits(prec, adjoint, k)
-            launches = eng._plan(adjoint, k, eng.xhat_dtype(prec), eng.yhat_dtype(prec))
-        ffts = (fwd, inv)
-    else:
-        ffts = ("pad kernel, then cuFFT", "cuFFT, then unpad kernel")
-        launches = eng._plan(adjoint, k, prec.complex_dtype("fft"), prec.complex_dtype("ifft"))
-    x = _Shape((k, n_in, eng.nt), in_dtype)
-    graph = eng.replays(x, fused)
-    path = "graph" if graph else "fused" if fused else "stages"
-    env, own_keys = env_overrides(), getattr(eng, "overrides", None) or {}
-    sources = []
-    for key in PLAN_KEYS:
-        value = plan_mode(eng, key)
-        if value != "auto":
-            src = ("plan=" if key in own_keys else "FFTMATVEC_PLAN" if key in env
-                   else "tuning table")
-            sources.append((key, value, src))
-    return Plan("adjoint" if adjoint else "forward", int(k), prec.letters, path, ffts,
-                tuple(describe_launch(la) for la in launches), fused_adj, fold,
-                device or getattr(eng, "arch", "GPU"), tuple(sources))
-
-
-class _Shape:
-    """The shape and dtype of an input, for the rules that look at its size."""
-
-    def __init__(self, shape, dtype):
-        self.shape, self.dtype = shape, np.dtype(dtype)

@@ -33,16 +33,13 @@ MAX_PASSES = 10  # 6 bits per pass in one 64-bit kernel argument
 # family that takes all of its passes.
 FAMILIES = (8, 10)
 # The largest radix by default, per (FFT precision, kind): more registers per butterfly, fewer
-# passes. From scripts/bench_row_fft.py --radices on an H200 (docs/history.md, twenty-second
-# run, with the kernels' launch bounds): radix 10 (10 x 10 x 10 for L = 2000, 5 x 10 x 10 for
-# L = 1000, 10 x 10 for L = 200) was 1-7 % faster than radices up to 8 in float32 and in the
-# float64 forward transforms; the float64 inverse ones, whose radix-10 kernels spill, were up
-# to 5 % slower with it.
+# passes (scripts/bench_row_fft.py --radices; docs/history.md): radix 10 in float32 and in the
+# float64 forward transforms; the float64 inverse ones, whose radix-10 kernels spill their
+# registers, up to radix 8.
 MAX_RADIX = {(np.dtype(np.float64), "r2c"): 10, (np.dtype(np.float64), "c2r"): 8,
              (np.dtype(np.float32), "r2c"): 10, (np.dtype(np.float32), "c2r"): 10}
-# A block holds whole rows, about ROWS_BYTES of them per buffer, with THREADS threads: from
-# scripts/bench_row_fft.py --sweep on an H200 (docs/history.md, twenty-first run), where 1
-# row of 1000 complex128 values (or 2 of complex64) and 128 threads were fastest at L = 2000.
+# A block holds whole rows, about ROWS_BYTES bytes of them per buffer, with THREADS threads
+# (scripts/bench_row_fft.py --sweep; docs/history.md).
 ROWS_BYTES = 16 * 1024
 THREADS = 128
 MAX_THREADS = 128  # the kernels' launch bound (rowfft.cuh: ROWFFT_MAX_THREADS)
@@ -146,7 +143,7 @@ def supported(L: int, fft_dtype, smem_per_block: int) -> bool:
 def longest_length(fft_dtype, smem_per_block: int) -> int:
     """The longest even length the row FFT kernels take in ``fft_dtype`` on a device with
     ``smem_per_block`` bytes of shared memory per block (0 where none fits): 14400 in float64
-    within an H200's 227 KB, 4050 within the 64 KB of an AMD block."""
+    within 227 KB, 4050 within 64 KB."""
     n = smem_per_block // (2 * _complex_bytes(fft_dtype)) - 1  # the most values a row may hold
     while n >= 1 and radices(n) is None:
         n -= 1

@@ -1,12 +1,36 @@
 """The measured rules of the GPU path: tiles compiled in ``hip_kernels/``, and the thresholds
-that choose between kernels, each measured on an H200 (docs/gpu.md holds the table of the
-measurements; the comments here say what each constant means). The planner
-(:mod:`fftmatvec.gpu.planner`) reads them; a plan override (:mod:`fftmatvec.gpu.plan`) sets a
-choice aside."""
+that choose between kernels (docs/gpu.md and docs/benchmarks.md hold the measurements; the
+comments here say what each constant means). :class:`Rules` gathers the thresholds of one
+architecture (:func:`rules_for`), which the planner (:mod:`fftmatvec.gpu.planner`) reads; a
+plan override (:mod:`fftmatvec.gpu.plan`) sets a choice aside."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields, replace
+from types import MappingProxyType
+from typing import Mapping
+
 import numpy as np
+
+from .._errors import FFTMatvecValueError
+
+__all__ = ["Rules", "rules_for", "ASYNC_DEFAULTS", "ASYNC_FEW", "ASYNC_FEW_ROWS",
+           "ASYNC_FILL_ALT", "ASYNC_MIN_FILL", "ASYNC_MIN_RED",
+           "ASYNC_MIN_RED_C64_INPUT", "ASYNC_SPLIT_ROWS", "ASYNC_TILES",
+           "DMMA_C64_ARCHS", "FOLD_MAX_SPLITS", "FUSED_MAX_ND", "FUSED_MAX_RADIX",
+           "FUSED_MAX_SMEM", "FUSED_MIN_BLOCKS_PER_SM", "FUSED_ND", "FUSED_STORES",
+           "FUSED_THREADS", "GRAPH_MAX_KHAT_BYTES", "GRAPH_MAX_VECTOR_BYTES",
+           "GRAPH_MEDIUM_KHAT_BYTES", "HOLD_KHAT_FRACTION", "HOLD_MAX_BYTES",
+           "HOLD_STREAMS", "KHAT_BLOCK", "KHAT_MAX_WASTE", "MMA_FEW_MIN_KB",
+           "MMA_FEW_OUT_MIN_KB", "MMA_FEW_RED", "MMA_MAX_KB", "MMA_MIN_KB", "PAD",
+           "PIPE_DEFAULTS", "PIPE_FEW", "PIPE_FEW_ROWS", "PIPE_FEW_WAVES",
+           "PIPE_MAX_SPLIT_ROWS", "PIPE_SPLIT_MODEL", "PIPE_TILES", "REDUCE_LANES",
+           "REDUCE_SERIAL_MAX_SPLITS", "REDUCE_SERIAL_MIN_OUTPUTS",
+           "REDUCE_SERIAL_THREADS", "ROW_FFT_DTYPES", "ROW_FFT_MIN_BLOCKS_PER_SM",
+           "STAGED_TILES", "TILES", "WIDE_DEFAULTS", "WIDE_MIN_BLOCKS_PER_SM",
+           "WIDE_MIN_FILL", "WIDE_TILES", "XREG_FEW_ROWS", "XREG_GEMV_KB",
+           "XREG_MAX_ND", "XREG_MAX_SMEM", "XREG_MIN_KB", "XREG_ND", "XREG_ROWS",
+           "XREG_TILES"]
 
 _REAL_SUFFIX = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32"}
 _CPLX_SUFFIX = {np.dtype(np.complex128): "c128", np.dtype(np.complex64): "c64"}
@@ -210,119 +234,6 @@ ROW_FFT_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
 # fewer, a block's latency through its passes is the transform's time, and cuFFT with callbacks
 # was faster. Measurements: docs/gpu.md.
 ROW_FFT_MIN_BLOCKS_PER_SM = 3
-# The FNO layer's last axis (fftmatvec/fno/_rows.py): the forward transforms (rows of L points to
-# m bins) take the row FFT kernels by default where L m / (L + 2 m), the GEMM's flops per byte
-# over 4, is at least this. On an H200 (docs/benchmarks.md, thirty-sixth run) the GEMMs ran at
-# 20-28 TFLOPS and the kernels at 1.0-1.7 TB/s: the kernels took (256, 33) in 403 us against
-# 762, (4096, 33) in 67 against 101, (128, 33) in 32 against 57, tied (256, 17) at 200 against
-# 220, and lost (64, 9) and (128, 9) at 34 and 102 against 24 and 73. The inverse transforms
-# lost or tied at every size measured (46-659 us against 24-628), in their pass form.
-FNO_ROWS_R2C_MIN = 16.0
-# The inverse transforms (the synthesis and the adjoint of the analysis) take the row kernels by
-# default where the kernels' warp form takes the axis by default (fftmatvec/fno/_rows.py:
-# row_warp_auto: rows of 128 or 256 points). On an H100 (docs/benchmarks.md, forty-first run,
-# scripts/bench_fno_rows.py --row-forms, µs, warp form against the GEMM) they took (1024, 64,
-# 128) keeping 33 bins in 39 against 47, 128 points keeping 9 in 87 against 99, 256 keeping 17
-# in 161 against 234 and 256 keeping 33 in 377 against 687; on 64-point rows (88 against 28)
-# and the 4096-point ones (90 against 77) the GEMMs keep them.
-FNO_ROWS_C2R_WARP = True
-# Both transforms take the row kernels by default where their column form takes the axis by
-# default (fftmatvec/fno/_rows.py: row_cols_auto: rows of 64 R points, 16 <= R <= 256, keeping
-# at most 129 bins). On an H100 (docs/benchmarks.md, forty-fifth run, scripts/bench_fno_rows.py
-# --long-rows, µs, the column form against the GEMM) it took 4096-point rows keeping 16, 64
-# and 129 bins in 31 / 31, 36 / 39 and 54 / 63 (forward / inverse) against 47 / 50, 101 / 119
-# and 300 / 209, and 1024-point rows keeping 33 in 36 / 41 against 100 / 78.
-FNO_ROWS_COLS = True
-# The FNO layer's last two axes as one kernel a plane (fftmatvec/fno/_rows.py: Plane), both
-# ways, by default where the first of them keeps at least this fraction of its frequencies.
-# On an H200 (docs/benchmarks.md, thirty-eighth run; forward / inverse, the plane kernel against
-# the chain's last-axis transform and first-axis GEMM it replaces) the planes keeping a quarter
-# took (32, 64, 64^2, 16) in 46 / 49 us against 50 / 86, (4, 32, 64^3, 16) in 144 / 172 against
-# 176 / 189 and (16, 128, 256^2, 64) in 727 / 862 against 862 / 1086; those keeping an eighth,
-# whose GEMMs are cheaper, lost or tied: (32, 64, 128^2, 16) 139 / 151 against 122 / 145,
-# (16, 64, 256^2, 32) 284 / 351 against 312 / 291. plan fno_plane=1 forces it. Those times are
-# the pass form's, which the rule keeps where the warp form does not take the plane.
-FNO_PLANE_MIN_FRACTION = 0.25
-# The same where the warp form takes the plane (fortieth run): it took the 128^2 planes keeping
-# (16, 9) in 187 / 165 us for 4096 of them and the 256^2 ones keeping (32, 17) in 182 / 192 for
-# 1024, about 94 / 82 for (32, 64, 128^2, 16)'s 2048 and 182 / 192 for the 1024 of (16, 64,
-# 256^2, 32) and (8, 128, 256^2, 32), against the chain's 122 / 145 and 312 / 291 above (the
-# thirty-eighth run: the two runs on the same kind of device, not yet one run; bench_fno's
-# dft-noplane column is the chain).
-FNO_PLANE_WARP_MIN_FRACTION = 0.125
-# The FNO plane kernels' direct form (fftmatvec/fno/_rows.py: DirectPlane, the truncated DFTs
-# of both axes as register-tiled sums, a block a plane) by default for the planes whose lengths
-# the FFT forms cannot take (a prime factor past 5: 85 = 5 x 17), which otherwise run a GEMM an
-# axis. On an H100 (docs/benchmarks.md, forty-seventh run; bench_fno_rows.py --direct, µs a
-# launch, direct against the chain's GEMMs of both axes): 640 planes of 85² keeping 12 x 7
-# modes r2c 20 against 40, c2r 14 against 42 (10240 planes: 253 / 321, 163 / 653); the (20, 32,
-# 85², 12) layer's forward 75 against 129 µs (bench_fno.py dft / dft-nodirect), forward+backward
-# 297 against 323. Where the FFT forms take the plane they are faster: 2048 planes of 64²
-# keeping 16 x 9 r2c 56 against the warp form's 32, c2r 35 against 30; of 128², 183 / 94 and
-# 92 / 79. Plan fno_direct=1 forces it where it takes the plane, fno_direct=0 keeps the GEMMs.
-FNO_DIRECT = True
-# The one-axis FNO layers' split modes (fftmatvec/fno/_dft.py: SplitChain) by default also where
-# the row kernels take the last axis (writing and reading the modes modes-major). Off: on an H100
-# (docs/benchmarks.md, forty-first run; bench_fno.py's dft-split column against dft, µs) the
-# split took (1024, 64, 128, 64) forward in 237 against 285 but tied forward+backward (655,
-# 655), and lost on (64, 64, 4096, 64) (326 against 313, 687 against 666); its four real GEMMs
-# ran 1.07-2.3x the interleaved chain's permutes and complex GEMM (bench_fno_rows.py
-# --products). Plan fno_split=1 forces it; tune-fno times it per layer.
-FNO_SPLIT_WITH_ROW_KERNELS = False
-# The one-axis FNO layers' paired modes (fftmatvec/fno/_dft.py: PairedChain) by default where the
-# row kernels take all four transforms of the axis: the kernels write the modes modes-major in
-# complex pairs and read them back, so the complex GEMM reads and writes them in place, without
-# the two permutes of the interleaved chain (55 of the (1024, 64, 128, 64) forward's 226 µs of
-# GPU time on an H100, 115 of its forward+backward's 522: docs/benchmarks.md, forty-first run),
-# and the inverse transforms run on the kernels even where their GEMMs are as fast (4096-point
-# rows: 81 against 77 µs), since the GEMMs cannot read that layout. On an H100 (forty-second
-# run, bench_fno.py, µs, paired against fno_paired=0): (1024, 64, 128, 64) forward 193 against
-# 246, forward+backward 536 against 629; (64, 64, 4096, 64) 247 against 250 and 698 against 676
-# (a tie). Plan fno_paired=0 keeps the other layouts; tune-fno times both.
-FNO_PAIRED = True
-# The two-axis FNO layers' paired modes by default where the plane kernels take the plane (both
-# ways, fno_plane): the plane kernels write and read the modes modes-major in complex pairs, in
-# place of the interleaved chain's two permutes around the complex GEMM (149 of the (16, 128,
-# 256², 64) forward's 1168 µs of GPU time on an H100, 12 of (32, 64, 128², 16)'s 193). Their
-# pairs go out (come in) planes apart, which cost the (16, 128, 256², 64) plane kernels 8 %
-# (415 -> 453 and 404 -> 435 µs); its forward's GPU time went from 1168 to 1088 µs. On an H100
-# (forty-third run, bench_fno.py, µs, paired against fno_paired=0, one call): forward 146 / 163
-# (32, 64, 64², 16), 263 / 277 (32, 64, 128², 16), 481 / 515 (16, 64, 256², 32), 483 / 506
-# (8, 128, 256², 32), 1180 / 1249 (16, 128, 256², 64); forward+backward 427 / 436, 705 / 739,
-# 1059 / 1112, 1173 / 1174, 2557 / 2717. Plan fno_paired=0 keeps the planes' modes interleaved.
-FNO_PAIRED_PLANE = True
-# The paired modes' forward channel product (Y[m] = X[m] W[m]) on the package's kernel
-# (fftmatvec/fno/_product.py, fno_modes_cgemm_f32_b<NB> in hip_kernels/fno.cuh) for batches of
-# at most this many rows, both channel counts even: cuBLAS's batched complex GEMM runs tiles of
-# 32 x 64 on them and reads the weight at about half the memory's rate. On an H100 (forty-third
-# run, bench_fno_rows.py --products, µs, kernel against cuBLAS): (M, B, C, O) = (2112, 16, 128,
-# 128) 139 / 198, (544, 8, 128, 128) 55 / 59; before it went into the package, (144, 32, 64, 64)
-# 15 / 26, and it lost with larger batches ((2112, 32, 64, 64) 82 / 63, (64, 1024, 64, 64) 67 /
-# 60; the 1-D layers' (33, 1024, 64, 64) 45 / 39).
-FNO_PRODUCT_MAX_BATCH = 16
-# A one-axis FNO layer's forward without gradients as one kernel (fftmatvec/fno/_fused1d.py:
-# the row kernels' analysis, the channel product and the synthesis between one read of x and
-# one write of y, the modes in shared memory), where it takes the layer (rows of 64-256 points,
-# 64 or 128 channels in and out) and its blocks (of at most 8 batch rows, one a multiprocessor)
-# fill at least FNO_FUSED_MIN_FILL of the waves they take: a block's three steps run in turn,
-# so the kernel's time is a wave's whatever its blocks, where the chain's three launches take
-# time in proportion to the batch. On an H100 (forty-sixth run, bench_fno_rows.py --fused, µs,
-# the kernel against the three launches timed alone): 128 blocks on 132 multiprocessors (0.97)
-# (1024, 64, 128) keeping 33 bins 75 against 114, (512, 64, 256) keeping 65 85 against 115,
-# (512, 128, 128) keeping 33 115 against 137; 256 blocks (0.97) (2048, 64, 64) keeping 17 83
-# against 123; 64 blocks (0.48) (512, 64, 128) keeping 33 68 against 54; 32 blocks (0.24)
-# 74 against 47 ((128, 64, 256) keeping 65), 100 against 48 ((128, 128, 128)) and 39 against 47
-# ((256, 64, 64) keeping 17, a short block).
-FNO_FUSED = True
-FNO_FUSED_MIN_FILL = 0.75
-# The paired chains' bias added by the synthesis's end kernel (the row and plane kernels'
-# inverse transforms) to the constant mode as it loads it, where the chain's middle (its CUDA
-# graph on a small layer) would run a kernel of its own for it (fftmatvec/fno/_dft.py:
-# PairedChain.end_bias, kernel_bias); with it off the kernels are handed a null bias. On an H100
-# (fifty-second run, the rule off against on, alternating, in one process) the small forwards
-# took 0.6-1.7 µs less: (32, 64, 64², 16) 89.3 -> 88.7 µs, (64, 64, 4096, 64) 106.6 -> 105.6,
-# (20, 32, 85², 12) 67.8 -> 66.1, the outputs bit for bit the same.
-FNO_END_BIAS = True
 # Stages 3-5 of a one-vector adjoint as one kernel (hip_kernels/fused.cuh: its sums never go
 # through memory, the stage-3 output the inverse FFT would read back). By default for complex128
 # and complex64 storage with at most FUSED_MAX_ND sensors and FUSED_THREADS frequencies, where the
@@ -355,3 +266,85 @@ GRAPH_MAX_VECTOR_BYTES = 16 * 2**20
 HOLD_MAX_BYTES = 64 * 2**20
 HOLD_KHAT_FRACTION = 4
 HOLD_STREAMS = 4
+
+
+_RULE_NAMES = ("WIDE_DEFAULTS", "WIDE_MIN_FILL", "WIDE_MIN_BLOCKS_PER_SM", "ASYNC_MIN_RED",
+               "ASYNC_MIN_RED_C64_INPUT", "ASYNC_FEW_ROWS", "ASYNC_DEFAULTS", "ASYNC_FILL_ALT",
+               "ASYNC_SPLIT_ROWS", "ASYNC_MIN_FILL", "ASYNC_FEW", "PIPE_DEFAULTS", "PIPE_FEW_ROWS",
+               "PIPE_FEW", "PIPE_FEW_WAVES", "PIPE_SPLIT_MODEL", "PIPE_MAX_SPLIT_ROWS",
+               "MMA_MIN_KB", "MMA_FEW_MIN_KB", "MMA_FEW_RED", "MMA_FEW_OUT_MIN_KB", "XREG_ROWS",
+               "XREG_FEW_ROWS", "XREG_MIN_KB", "XREG_GEMV_KB", "REDUCE_SERIAL_MAX_SPLITS",
+               "REDUCE_SERIAL_MIN_OUTPUTS", "FOLD_MAX_SPLITS", "ROW_FFT_DTYPES",
+               "ROW_FFT_MIN_BLOCKS_PER_SM", "FUSED_MIN_BLOCKS_PER_SM", "GRAPH_MAX_KHAT_BYTES",
+               "GRAPH_MEDIUM_KHAT_BYTES", "GRAPH_MAX_VECTOR_BYTES")
+
+
+def _frozen(value):
+    """A read-only view of a table (a dict), other values as they are."""
+    return MappingProxyType(dict(value)) if isinstance(value, dict) else value
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The thresholds that choose between the kernels on one architecture, one field per
+    constant of this module of the same name in capitals (``mma_min_kb`` is
+    :data:`MMA_MIN_KB`): :func:`rules_for` makes them, a tuning table may override fields
+    (:meth:`with_table`). ``dmma_c64``: complex64 storage runs its tensor-core kernels on FP64
+    MMAs (:data:`DMMA_C64_ARCHS`)."""
+
+    arch: str
+    dmma_c64: bool
+    wide_defaults: Mapping
+    wide_min_fill: float
+    wide_min_blocks_per_sm: int
+    async_min_red: Mapping
+    async_min_red_c64_input: Mapping
+    async_few_rows: int
+    async_defaults: Mapping
+    async_fill_alt: Mapping
+    async_split_rows: Mapping
+    async_min_fill: float
+    async_few: Mapping
+    pipe_defaults: Mapping
+    pipe_few_rows: int
+    pipe_few: Mapping
+    pipe_few_waves: int
+    pipe_split_model: Mapping
+    pipe_max_split_rows: Mapping
+    mma_min_kb: Mapping
+    mma_few_min_kb: Mapping
+    mma_few_red: int
+    mma_few_out_min_kb: Mapping
+    xreg_rows: int
+    xreg_few_rows: Mapping
+    xreg_min_kb: Mapping
+    xreg_gemv_kb: Mapping
+    reduce_serial_max_splits: int
+    reduce_serial_min_outputs: int
+    fold_max_splits: int
+    row_fft_dtypes: tuple
+    row_fft_min_blocks_per_sm: int
+    fused_min_blocks_per_sm: Mapping
+    graph_max_khat_bytes: int
+    graph_medium_khat_bytes: int
+    graph_max_vector_bytes: int
+
+    def with_table(self, table: Mapping) -> "Rules":
+        """These rules with the fields of ``table`` (``{field: value}``, a tuning table's rules)
+        in place of their own; an unknown field is an error that names it."""
+        if not isinstance(table, Mapping):
+            raise FFTMatvecValueError(f"a table of rules must be a mapping, got "
+                                      f"{type(table).__name__}")
+        unknown = sorted(set(table) - {f.name for f in fields(self)} - {"arch"})
+        if unknown:
+            raise FFTMatvecValueError(f"unknown rules {', '.join(map(repr, unknown))}; the rules "
+                                      f"are {', '.join(f.name for f in fields(self)[1:])}")
+        return replace(self, **{k: _frozen(v) for k, v in table.items()})
+
+
+def rules_for(arch: str, table: Mapping | None = None) -> Rules:
+    """The :class:`Rules` of architecture ``arch`` (``sm_90``, ``gfx90a``), from this module's
+    constants as they are at the call, with the fields of ``table`` in place of theirs."""
+    values = {name.lower(): _frozen(globals()[name]) for name in _RULE_NAMES}
+    rules = Rules(arch=str(arch), dmma_c64=arch in DMMA_C64_ARCHS, **values)
+    return rules if not table else rules.with_table(table)

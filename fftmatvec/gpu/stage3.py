@@ -13,11 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import kernels
-from .rules import (ASYNC_SPLIT_ROWS, ASYNC_TILES, MMA_MAX_KB,
-                    PIPE_MAX_SPLIT_ROWS, PIPE_SPLIT_MODEL, PIPE_TILES, REDUCE_LANES,
-                    REDUCE_SERIAL_MAX_SPLITS, REDUCE_SERIAL_MIN_OUTPUTS, REDUCE_SERIAL_THREADS,
-                    STAGED_TILES, TILES, WIDE_TILES, XREG_FEW_ROWS, XREG_MAX_ND, XREG_MAX_SMEM,
-                    XREG_ND, XREG_ROWS, XREG_TILES, _CPLX_SUFFIX, _MMA_ROWS, _STAGED_J)
+from .rules import (ASYNC_TILES, MMA_MAX_KB, PIPE_TILES, REDUCE_LANES, REDUCE_SERIAL_THREADS,
+                    STAGED_TILES, TILES, WIDE_TILES, XREG_MAX_ND, XREG_MAX_SMEM, XREG_ND,
+                    XREG_TILES, _CPLX_SUFFIX, _MMA_ROWS, _STAGED_J)
 
 if TYPE_CHECKING:
     from .engine import KernelEngine
@@ -37,6 +35,16 @@ class _Launch:
     resident: int = 0  # blocks resident on the device at once (tensor-core launches)
     freq_major: bool = False  # consecutive blocks take consecutive frequency tiles (tensor cores)
     xreg_rows: int = 0  # output rows per block of an input-in-registers adjoint (sbgemvx_*), else 0
+
+    def describe(self) -> str:
+        """The launch in words: kernel family, right-hand sides, kernel, grid, split-K."""
+        family = ("tensor cores" if self.mma else "input in registers" if self.xreg_rows
+                  else "cp.async" if self.name.startswith("sbgemva_")
+                  else "staged" if self.staged else "GEMV")
+        split = (f", split-K {self.splits} x {self.red_chunk} rows" if self.splits > 1
+                 else "")
+        sides = f"{self.kb} right-hand side" + ("s" if self.kb > 1 else "")
+        return f"{family}, {sides}: {self.name}, grid {self.grid}, block {self.block}{split}"
 
 
 def async_chunks(tile) -> int:
@@ -129,7 +137,7 @@ class Stage3Launches:
     def xreg_rows(self, fw: int) -> int:
         """Output rows per block of an input-in-registers launch of ``fw`` frequencies, before
         the grid's limit: :data:`XREG_FEW_ROWS` for few sensors, else :data:`XREG_ROWS`."""
-        return XREG_FEW_ROWS.get((self.store, _holding(self.nd, XREG_ND), fw), XREG_ROWS)
+        return self.rules.xreg_few_rows.get((self.store, _holding(self.nd, XREG_ND), fw), self.rules.xreg_rows)
 
 
     def _launch_xreg(self, kb: int, in_dtype, out_dtype, fw: int | None = None,
@@ -212,16 +220,14 @@ class Stage3Launches:
         else:
             splits = pipe_split_count(base, resident, n_red, ks, max_splits,
                                       kb * n_out * self.nf * self.compute.itemsize,
-                                      PIPE_SPLIT_MODEL[(store, bool(adjoint))],
-                                      PIPE_MAX_SPLIT_ROWS.get(store))
+                                      self.rules.pipe_split_model[(store, bool(adjoint))],
+                                      self.rules.pipe_max_split_rows.get(store))
         splits, red_chunk = _split_k(splits, n_red, ks)
         name = self._pipe_name(tile, in_dtype, self.compute if splits > 1 else out_dtype)
         # Adjoints whose row tiles outnumber the resident blocks take the frequency tiles of a
         # row tile together: a round of blocks in the row order would read 128-byte runs of one
-        # frequency tile, 16 KB apart (k = 16, `d`: 3.77 against 4.76 ms on (5000, 100, 1000),
-        # 4.42 against 7.24 on (20000, 50, 500); 0.81 against 0.75 on (1000, 100, 1000), whose
-        # 32 row tiles fit one round). Forward products keep the row order: their row tiles share
-        # the large vectors' tiles in L2 (docs/history.md, tenth run).
+        # frequency tile, far apart. Forward products keep the row order: their row tiles share
+        # the large vectors' tiles in L2 (the measurements: docs/history.md).
         freq_major = bool(adjoint) and math.ceil(n_out / rows) > resident
         if self.pipe_freq_major is not None:
             freq_major = bool(self.pipe_freq_major)
@@ -238,17 +244,24 @@ class Stage3Launches:
         by_smem = self.smem_per_sm // (smem + 1024) if smem else 32
         by_threads = self.threads_per_sm // threads
         by_regs = 32
-        regs = 0 if name is None else self._num_regs.get(name)
+        regs = 0 if name is None else self.kernel_regs(name)
+        if regs:
+            per_warp = -(-regs * 32 // 256) * 256  # registers are allocated 256 per warp
+            by_regs = (self.regs_per_sm // per_warp) // max(1, threads // 32)
+        return max(1, min(by_smem, by_threads, by_regs, 32))
+
+
+    def kernel_regs(self, name: str) -> int:
+        """Registers per thread of kernel ``name`` in the device's code object (0 where the
+        driver does not report them or there is no such kernel), looked up once."""
+        regs = self._num_regs.get(name)
         if regs is None:
             try:
                 regs = int(kernels.get_function(name).attributes["num_regs"])
             except (RuntimeError, KeyError, AttributeError):  # KernelLoadError is a RuntimeError
                 regs = 0  # no such kernel, or no such attribute on this platform
             self._num_regs[name] = regs
-        if regs:
-            per_warp = -(-regs * 32 // 256) * 256  # registers are allocated 256 per warp
-            by_regs = (self.regs_per_sm // per_warp) // max(1, threads // 32)
-        return max(1, min(by_smem, by_threads, by_regs, 32))
+        return regs
 
 
     def _launch_staged(self, n_out, n_red, in_dtype, out_dtype, tile=None) -> _Launch:
@@ -289,7 +302,7 @@ class Stage3Launches:
         # each split keeps at least 2 * NS stages of reduction steps, and where one split's
         # blocks fill a round, ASYNC_SPLIT_ROWS rows
         most = n_red // (2 * ns * j)
-        rows = ASYNC_SPLIT_ROWS.get((self.store, bool(adjoint)))
+        rows = self.rules.async_split_rows.get((self.store, bool(adjoint)))
         if rows is not None and base >= slots:
             most = max(1, min(most, n_red // rows))
         splits = _fill_splits(base, waves * slots, most)
@@ -478,8 +491,8 @@ class Stage3Launches:
         pair = f"{_CPLX_SUFFIX[self.compute]}_{_CPLX_SUFFIX[np.dtype(out_dtype)]}"
         args = (_i64(n), np.int32(splits))
         if serial is None:
-            serial = (splits <= REDUCE_SERIAL_MAX_SPLITS
-                      and n >= REDUCE_SERIAL_MIN_OUTPUTS * self.num_sms)
+            serial = (splits <= self.rules.reduce_serial_max_splits
+                      and n >= self.rules.reduce_serial_min_outputs * self.num_sms)
         if serial:
             threads = REDUCE_SERIAL_THREADS
             blocks = min(math.ceil(n / threads), 8 * self.num_sms)

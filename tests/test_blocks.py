@@ -1,0 +1,93 @@
+"""The stage-level building blocks (fftmatvec.blocks) composed by hand: the input's spectra in
+two row chunks (pad_fft), stage 3 as four blocks of Khat accumulating into the output spectra
+(stage3_block, beta 0 then 1), the inverse in two row chunks (ifft_unpad): the whole product
+to rounding, forward and adjoint, against the operator's own product and the float64 dense
+matrix; on NumPy and, where present, CuPy (the package's kernels)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fftmatvec as fm
+from fftmatvec import FFTMatvecTypeError, FFTMatvecValueError
+from fftmatvec.blocks import ifft_unpad, pad_fft, stage3_block
+
+from conftest import dense_btt, rel_err, to_numpy
+
+# relative error to the dense float64 product, per precision
+TOL = {"ddddd": 1e-12, "dsddd": 1e-5, "sssss": 1e-5, "ddhdd": 2e-3}
+
+
+def _by_blocks(F, x, adjoint: bool):
+    """The product of ``x`` ``(k, n_in, Nt)`` by the building blocks: the input rows in two
+    chunks, Khat in 2 x 2 blocks, the output rows in two chunks."""
+    xp = F._xp
+    nd, nm = F.nd, F.nm
+    rs, cs = (0, nd // 2, nd), (0, nm // 3, nm)  # sensor and parameter splits
+    in_split, out_split = (rs, cs) if adjoint else (cs, rs)
+    k = x.shape[0]
+    xhat = [pad_fft(F, x[:, a:b]) for a, b in zip(in_split, in_split[1:])]
+    cd = F.precision.complex_dtype("ifft")
+    yhat = [xp.full((k, b - a, F.nf), complex(np.nan, np.nan), dtype=cd)  # poisoned
+            for a, b in zip(out_split, out_split[1:])]
+    for o, (o0, o1) in enumerate(zip(out_split, out_split[1:])):
+        for r, (r0, r1) in enumerate(zip(in_split, in_split[1:])):
+            rows, cols = ((r0, r1), (o0, o1)) if adjoint else ((o0, o1), (r0, r1))
+            stage3_block(F, xhat[r], yhat[o], rows, cols, adjoint=adjoint, beta=int(r > 0))
+    y = xp.concatenate([ifft_unpad(F, yh) for yh in yhat], axis=1)
+    return y
+
+
+@pytest.mark.parametrize("precision", ["ddddd", "dsddd", "sssss", "ddhdd"])
+@pytest.mark.parametrize("adjoint", [False, True])
+def test_blocks_compose_to_the_product(xp, rng, precision, adjoint):
+    nd, nm, nt, k = 5, 7, 9, 3
+    K = rng.standard_normal((nd, nm, nt))
+    F = fm.BlockToeplitz(xp.asarray(K), precision)
+    n_in = nd if adjoint else nm
+    x = rng.standard_normal((k, n_in, nt))
+    got = _by_blocks(F, xp.asarray(x), adjoint)
+    assert got.shape == (k, nm if adjoint else nd, nt) and got.dtype == F.dtype
+    whole = (F.rmatmat if adjoint else F.matmat)(xp.asarray(x))
+    A = dense_btt(K)
+    ref = np.stack([(A.T if adjoint else A) @ v.ravel() for v in x]).reshape(got.shape)
+    assert rel_err(got, ref) < TOL[precision]
+    # the whole product's rounding: the same stages on the same values
+    assert rel_err(got, to_numpy(whole)) < (1e-13 if precision == "ddddd" else TOL[precision])
+
+
+def test_stage3_block_accumulates_and_overwrites(xp, rng):
+    """beta=0 overwrites a poisoned output; beta=1 adds the block to what is there."""
+    K = rng.standard_normal((4, 6, 8))
+    F = fm.BlockToeplitz(xp.asarray(K))
+    x = xp.asarray(rng.standard_normal((2, 6, 8)))
+    xhat = pad_fft(F, x)
+    y = xp.full((2, 4, F.nf), complex(np.nan, np.nan), dtype=np.complex128)
+    stage3_block(F, xhat, y, (0, 4), (0, 6))
+    assert not bool(xp.isnan(y).any())
+    twice = y.copy()
+    stage3_block(F, xhat, twice, (0, 4), (0, 6), beta=1)
+    y2 = 2 * to_numpy(y)
+    assert np.linalg.norm(to_numpy(twice) - y2) <= 1e-15 * np.linalg.norm(y2)
+    w = xp.asarray(rng.standard_normal((4, 8)))
+    weighted = ifft_unpad(F, y.copy(), weight=w)
+    assert rel_err(weighted, to_numpy(ifft_unpad(F, y.copy())) * to_numpy(w)) < 1e-15
+
+
+def test_building_blocks_refuse_bad_arguments(rng):
+    F = fm.BlockToeplitz(rng.standard_normal((4, 6, 8)))
+    xhat = pad_fft(F, rng.standard_normal((1, 6, 8)))
+    y = np.empty((1, 4, F.nf), dtype=np.complex128)
+    with pytest.raises(FFTMatvecValueError, match="rows must be a non-empty range within 0..4"):
+        stage3_block(F, xhat, y, (2, 2), (0, 6))
+    with pytest.raises(FFTMatvecTypeError, match="cols must be a slice or a"):
+        stage3_block(F, xhat, y, (0, 4), [0, 6])
+    with pytest.raises(FFTMatvecValueError, match="beta must be 0 or 1, got 2"):
+        stage3_block(F, xhat, y, (0, 4), (0, 6), beta=2)
+    with pytest.raises(FFTMatvecValueError, match=rf"xhat must have shape \(k, 3, {F.nf}\)"):
+        stage3_block(F, xhat, y, (0, 4), (0, 3))
+    with pytest.raises(FFTMatvecValueError, match="yhat must be a C-contiguous complex128"):
+        stage3_block(F, xhat, y.astype(np.complex64), (0, 4), (0, 6))
+    with pytest.raises(FFTMatvecValueError, match=r"x must have shape \(k, n, 8\)"):
+        pad_fft(F, np.zeros((1, 6, 7)))
