@@ -116,6 +116,11 @@ class DataSpacePosterior:
     batch : int, optional
         Columns of ``H_d`` per batched product; by default sized to a quarter of the free
         memory (host or device), at most 2048.
+    chunks : int, default 8
+        Sensor chunks of the block columns (one process): the lower triangle of
+        ``chunks x chunks`` blocks is formed, about ``(chunks + 1) / (2 chunks)`` of the forward
+        products' ``Khat`` reads of the whole matrix; 1 forms every column with the whole
+        operator. More chunks read less but make thinner products.
 
     Raises
     ------
@@ -139,14 +144,14 @@ class DataSpacePosterior:
     """
 
     def __init__(self, F, prior, noise, *, prior_mean=None, precision=None, rtol=None,
-                 batch=None):
+                 batch=None, chunks=_CHUNKS):
         self._maps = Maps(F)
-        self._maps.agree("DataSpacePosterior", lambda: self._setup(F, prior, noise, prior_mean,
-                                                                   precision, rtol, batch))
+        self._maps.agree("DataSpacePosterior", lambda: self._setup(
+            F, prior, noise, prior_mean, precision, rtol, batch, chunks))
         self.chol = None  # the lower Cholesky factor of H_d, after factor() or load()
         self.factor_info: dict = {}
 
-    def _setup(self, F, prior, noise, prior_mean, precision, rtol, batch):
+    def _setup(self, F, prior, noise, prior_mean, precision, rtol, batch, chunks):
         """Check and keep the arguments (on a grid: on every rank, failing on all together)."""
         xp, nd, nm, nt = self._maps.xp, F.nd, F.nm, F.nt
         self.xp, self.nd, self.nm, self.nt = xp, nd, nm, nt
@@ -159,6 +164,9 @@ class DataSpacePosterior:
                                   or not isinstance(batch, (int, np.integer)) or batch < 1):
             raise FFTMatvecValueError(f"batch must be a positive integer, got {batch!r}")
         self.batch = None if batch is None else int(batch)
+        if isinstance(chunks, bool) or not isinstance(chunks, (int, np.integer)) or chunks < 1:
+            raise FFTMatvecValueError(f"chunks must be a positive integer, got {chunks!r}")
+        self.chunks = int(chunks)
         if precision is None and rtol is None:
             self.precision = self._maps.precision
         else:
@@ -214,7 +222,7 @@ class DataSpacePosterior:
             maps.agree("factor", lambda: _memory.require_memory(
                 2 * 8 * n * n, f"the data-space Hessian (Nd*Nt = {n})"))
         k = self._batch_size()
-        chunks = maps.sensor_chunks(_CHUNKS)
+        chunks = maps.sensor_chunks(self.chunks)
         subs = maps.chunk_operators(chunks, self.precision)
         full = None if subs is not None else maps.with_precision(self.precision)
         blocks = maps.my_blocks(len(chunks))
