@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._errors import FFTMatvecValueError
+from .._errors import FFTMatvecTypeError, FFTMatvecValueError
 from ..operator import _resolve_precision
 from ..precision import PrecisionConfig
 from ._checks import data_batch, noise_variances, param_vector
@@ -322,8 +322,10 @@ def _ladder(maps, precision, xp, nm, nd, nt) -> list:
 def _check(maps, prior, noise, d_obs, rtol, precision, prior_mean, maxiter, max_refinements):
     """The arguments of :func:`map_cg`, checked: ``(prior, 1 / noise, D, m_pr, ladder)``."""
     xp, nd, nm, nt = maps.xp, maps.nd, maps.nm, maps.nt
-    if isinstance(rtol, bool) or not isinstance(rtol, (int, float, np.floating)) or not 0 < rtol < 1:
-        raise FFTMatvecValueError(f"rtol must be a number in (0, 1), got {rtol!r}")
+    if isinstance(rtol, bool) or not isinstance(rtol, (int, float, np.floating)):
+        raise FFTMatvecTypeError(f"rtol must be a number, got {type(rtol).__name__}")
+    if not 0 < rtol < 1:
+        raise FFTMatvecValueError(f"rtol must be in (0, 1), got {rtol!r}")
     for name, v in (("maxiter", maxiter), ("max_refinements", max_refinements)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise FFTMatvecValueError(f"{name} must be a positive integer, got {v!r}")
