@@ -173,6 +173,8 @@ class DataSpacePosterior:
             p = "auto" if precision is None else precision
             letters, _, _, _ = _resolve_precision(xp, p, rtol, nm, nd, nt)
             self.precision = PrecisionConfig(letters).letters
+            if self._maps.distributed:  # a grid runs in its own precision only: refuse here
+                self._maps.with_precision(self.precision)
 
     @property
     def n_data(self) -> int:

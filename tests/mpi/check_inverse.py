@@ -76,6 +76,15 @@ for rows in [r for r in range(1, size + 1) if size % r == 0]:
         else:
             raise AssertionError(f"rank {rank}: a bad d_obs on rank {size - 1} was not refused")
 
+# a grid operator runs in its own precision: another one is refused on every rank
+try:
+    inverse.DataSpacePosterior(F, prior, noise, precision="sssss")
+except FFTMatvecDistributedError as exc:
+    assert exc.ranks == list(range(size)) and "precision" in str(exc), exc
+    cases += 1
+else:
+    raise AssertionError(f"rank {rank}: precision='sssss' on a grid was not refused")
+
 comm.Barrier()
 if rank == 0:
     import shutil
