@@ -338,3 +338,16 @@ def test_map_cg_never_declares_a_stalled_iterate_converged(rng):
     assert not info.converged and info.error_bounds[-1] > 1e-12
     assert info.stopped or info.refinements == 30
     assert rel_err(m.ravel(), m_ref) < 1e-6  # still the best float64 iterate
+
+
+def test_map_cg_on_each_array_module(xp, rng):
+    """The same solve on NumPy and CuPy operators (mixed precision, separable prior)."""
+    K, _, noise = _problem(rng)
+    prior, G = _kron_prior(rng, NM, NT, xp=xp)
+    m_pr = rng.standard_normal((NM, NT))
+    d = rng.standard_normal((ND, NT))
+    mean, _ = _dense_posterior(dense_btt(K), G, noise, d, m_pr)
+    m, info = inverse.map_cg(BlockToeplitz(xp.asarray(K)), prior, xp.asarray(noise),
+                             xp.asarray(d), prior_mean=xp.asarray(m_pr), rtol=1e-10)
+    assert m.dtype == np.float64 and info.converged
+    assert rel_err(to_numpy(m).ravel(), mean) < 1e-8
