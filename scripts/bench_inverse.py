@@ -17,7 +17,7 @@ For a random decaying kernel of size ``NdxNmxNt`` it measures, in one run:
 GPU times come from device events, CPU times from ``perf_counter``.
 
 Usage: python scripts/bench_inverse.py [--size 100x5000x100] [--device gpu|cpu]
-       [--batch K] [--chunks 8] [--precision ddddd] [--prior diagonal|separable] [--repeat 5]
+       [--batch K] [--chunks C] [--precision ddddd] [--prior diagonal|separable] [--repeat 5]
 CPU smoke test: python scripts/bench_inverse.py --device cpu --size 6x40x12 --repeat 2
 """
 
@@ -78,8 +78,9 @@ def main(argv=None) -> None:
                     help="columns per batched product (default: the posterior's, sized to memory)")
     ap.add_argument("--precision", default="ddddd", help="precision of the products forming H_d")
     ap.add_argument("--prior", choices=("diagonal", "separable"), default="diagonal")
-    ap.add_argument("--chunks", type=int, default=8,
-                    help="sensor chunks of H_d's block columns (1: whole-operator products)")
+    ap.add_argument("--chunks", type=int, default=None,
+                    help="sensor chunks of H_d's block columns (1: whole-operator products; "
+                         "default: the posterior's)")
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args(argv)
 

@@ -78,8 +78,9 @@ def test_diagonal_prior(rng):
 
 
 # ---- the data-space posterior ----------------------------------------------------------------
-@pytest.mark.parametrize("kind", ["linop", "diagonal", "separable"])
-def test_posterior_against_dense(xp, rng, kind):
+@pytest.mark.parametrize("kind, chunks", [("linop", 3), ("diagonal", 2), ("separable", 1)])
+def test_posterior_against_dense(xp, rng, kind, chunks):
+    """``chunks``: the lower triangle of 3 x 3 and 2 x 2 sensor blocks, or whole columns."""
     K, G, noise = _problem(rng)
     if kind == "linop":
         prior = spla.aslinearoperator(G) if xp is np else _cupy_linop(G)
@@ -93,7 +94,8 @@ def test_posterior_against_dense(xp, rng, kind):
     d = rng.standard_normal((ND, NT))
     mean, cov = _dense_posterior(Fd, G, noise, d, m_pr)
     post = inverse.DataSpacePosterior(BlockToeplitz(xp.asarray(K)), prior, xp.asarray(noise),
-                                      prior_mean=xp.asarray(m_pr), batch=5).factor()
+                                      prior_mean=xp.asarray(m_pr), batch=5,
+                                      chunks=chunks).factor()
     m = post.mean(xp.asarray(d))
     assert m.dtype == np.float64 and m.shape == (NM, NT)
     assert rel_err(m.ravel(), mean) < 1e-10

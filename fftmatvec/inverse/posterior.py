@@ -38,8 +38,11 @@ VERSION = 1
 # only grow the temporaries.
 _MAX_BATCH = 2048
 # Sensor chunks of the block columns: the lower triangle of (chunks x chunks) blocks is
-# computed, about (chunks + 1) / (2 chunks) of the forward products of the whole matrix.
+# computed, about (chunks + 1) / (2 chunks) of the forward products of the whole matrix. On a
+# GPU (bandwidth-bound products) at most _CHUNKS; on the CPU, whose stage 3 loses efficiency on
+# thin products faster than the triangle saves, chunks of at least _CPU_CHUNK_SENSORS sensors.
 _CHUNKS = 8
+_CPU_CHUNK_SENSORS = 8
 # Relative agreement of the probe values (a prior and an operator product) between a saved
 # factor and the operator and prior it is loaded with.
 _PROBE_RTOL = 1e-5
@@ -116,11 +119,12 @@ class DataSpacePosterior:
     batch : int, optional
         Columns of ``H_d`` per batched product; by default sized to a quarter of the free
         memory (host or device), at most 2048.
-    chunks : int, default 8
+    chunks : int, optional
         Sensor chunks of the block columns (one process): the lower triangle of
         ``chunks x chunks`` blocks is formed, about ``(chunks + 1) / (2 chunks)`` of the forward
         products' ``Khat`` reads of the whole matrix; 1 forms every column with the whole
-        operator. More chunks read less but make thinner products.
+        operator. More chunks read less but make thinner products. Default: 8 on a GPU; on
+        the CPU chunks of at least 8 sensors (at most 8 chunks).
 
     Raises
     ------
@@ -144,7 +148,7 @@ class DataSpacePosterior:
     """
 
     def __init__(self, F, prior, noise, *, prior_mean=None, precision=None, rtol=None,
-                 batch=None, chunks=_CHUNKS):
+                 batch=None, chunks=None):
         self._maps = Maps(F)
         self._maps.agree("DataSpacePosterior", lambda: self._setup(
             F, prior, noise, prior_mean, precision, rtol, batch, chunks))
@@ -164,6 +168,8 @@ class DataSpacePosterior:
                                   or not isinstance(batch, (int, np.integer)) or batch < 1):
             raise FFTMatvecValueError(f"batch must be a positive integer, got {batch!r}")
         self.batch = None if batch is None else int(batch)
+        if chunks is None:
+            chunks = _CHUNKS if xp is not np else max(1, min(_CHUNKS, nd // _CPU_CHUNK_SENSORS))
         if isinstance(chunks, bool) or not isinstance(chunks, (int, np.integer)) or chunks < 1:
             raise FFTMatvecValueError(f"chunks must be a positive integer, got {chunks!r}")
         self.chunks = int(chunks)
