@@ -9,7 +9,7 @@ algorithms above run unchanged, and redundantly, on every rank.
 
 Replicas: the columns of the data-space Hessian are split into blocks, and
 :meth:`Maps.my_blocks` says which blocks this rank's replica group computes;
-:meth:`Maps.combine` sums the groups' partial matrices. With one replica group (what the
+:meth:`Maps.combine` brings every group's blocks to every rank. With one replica group (what the
 distributed operator offers today) a group computes every block and combining is the
 identity; replicas plug in at these two methods.
 """
@@ -102,9 +102,11 @@ class Maps:
 
     # ---- the blocks of the data-space Hessian ----------------------------------------------
     def sensor_chunks(self, chunks: int) -> list[tuple[int, int]]:
-        """Sensor ranges of the Hessian's block columns: ``chunks`` of them on one process (the
-        lower triangle of blocks is computed from per-chunk operators); one on a grid."""
-        n = 1 if self.distributed else max(1, min(chunks, self.nd))
+        """Sensor ranges of the Hessian's block columns (at most ``chunks``, none empty). On one
+        process the lower triangle of blocks is computed from per-chunk operators; on a grid
+        every block column is a product of the whole operator, and the blocks are the units
+        that replica groups share."""
+        n = max(1, min(chunks, self.nd))
         return [(a, b) for a, b in block_partition(self.nd, n) if b > a]
 
     def chunk_operators(self, chunks, precision) -> list:
@@ -121,6 +123,8 @@ class Maps:
         return range(n_blocks)
 
     def combine(self, H):
-        """Sum of the replica groups' partial Hessians: ``H`` itself with one group."""
+        """Every replica group's block columns in every rank's ``H``: ``H`` itself with one
+        group. (With several, each group's ``H`` holds its own blocks and NaN elsewhere: an
+        exchange of the computed blocks, not a sum.)"""
         return H
 

@@ -227,8 +227,8 @@ class DataSpacePosterior:
         """
         xp, maps, n, nt = self.xp, self._maps, self.n_data, self.nt
         if xp is np:
-            maps.agree("factor", lambda: _memory.require_memory(
-                2 * 8 * n * n, f"the data-space Hessian (Nd*Nt = {n})"))
+            maps.agree("factor", lambda: _memory.require_memory(  # H_d, its triangle, a transpose
+                3 * 8 * n * n, f"the data-space Hessian (Nd*Nt = {n})"))
         k = self._batch_size()
         chunks = maps.sensor_chunks(self.chunks)
         subs = maps.chunk_operators(chunks, self.precision)
