@@ -118,6 +118,21 @@ class Maps:
         kernel = F._kernel  # the kernel the operator was built from (fingerprinted there)
         return [BlockToeplitz(kernel[a:b], precision, fft_len=F.fft_len) for a, b in chunks]
 
+    @staticmethod
+    def forward_chunks(subs, X) -> list:
+        """``[F_I X for F_I in subs]`` (chunk operators of one kernel, one precision).
+
+        In ``ddddd`` the five stages are composed from the operators' stage-level building
+        blocks so that ``X``'s padding and FFT (the parameter side, ``k Nm`` series: the larger
+        part of a product's work when ``Nm >> Nd``) run once for all chunks; each chunk then
+        runs only its stage 3 (its rows of ``Khat``), inverse FFT and unpadding. Precisions
+        with a reduced stage scale inputs per operator, so there each chunk runs a product."""
+        lead = subs[0]
+        if lead.precision.letters != "ddddd":
+            return [sub.matmat(X) for sub in subs]
+        xhat = lead.fft(lead.broadcast_and_pad(X))
+        return [sub.unpad_and_reduce(sub.ifft(sub.sbgemv(xhat))) for sub in subs]
+
     def my_blocks(self, n_blocks: int) -> range:
         """The block columns this rank's replica group computes: all of them (one group)."""
         return range(n_blocks)

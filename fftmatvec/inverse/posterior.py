@@ -221,9 +221,10 @@ class DataSpacePosterior:
         Notes
         -----
         Cost: ``Nd Nt`` columns in batches of ``batch``; each batch is one adjoint product of a
-        sensor chunk, one prior application and forward products of the chunks at and below
-        it, so about ``(1 + (C + 1) / (2 C)) Nd Nt / batch`` batched products of ``F``'s
-        size for ``C`` chunks; then ``(Nd Nt)^3 / 3`` flops of Cholesky.
+        sensor chunk, one prior application and the forward products of the chunks at and
+        below it (in ``ddddd`` sharing one FFT of their input: ``Maps.forward_chunks``), so
+        about ``(1 + (C + 1) / (2 C)) Nd Nt / batch`` reads of ``Khat`` for ``C`` chunks; then
+        ``(Nd Nt)^3 / 3`` flops of Cholesky.
         """
         xp, maps, n, nt = self.xp, self._maps, self.n_data, self.nt
         if xp is np:
@@ -254,9 +255,8 @@ class DataSpacePosterior:
                         X = full.adjoint(Efull)
                     X = self.prior.matmat(X)
                     if subs is not None:
-                        for I in range(J, len(chunks)):
+                        for I, Y in enumerate(maps.forward_chunks(subs[J:], X), start=J):
                             r0, r1 = chunks[I]
-                            Y = subs[I].matmat(X)
                             bytes_read += subs[I].khat_nbytes
                             H[r0 * nt:r1 * nt, c0:c1] = Y.reshape(c1 - c0, -1).T
                     else:
