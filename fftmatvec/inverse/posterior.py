@@ -38,9 +38,9 @@ VERSION = 1
 # only grow the temporaries.
 _MAX_BATCH = 2048
 # Sensor chunks of the block columns: the lower triangle of (chunks x chunks) blocks is
-# computed, about (chunks + 1) / (2 chunks) of the forward products of the whole matrix. On a
-# GPU (bandwidth-bound products) at most _CHUNKS; on the CPU, whose stage 3 loses efficiency on
-# thin products faster than the triangle saves, chunks of at least _CPU_CHUNK_SENSORS sensors.
+# computed, about (chunks + 1) / (2 chunks) of the forward products' Khat reads of the whole
+# matrix. On a GPU (bandwidth-bound products) at most _CHUNKS; on the CPU, whose stage 3 loses
+# efficiency on thin products, chunks of at least _CPU_CHUNK_SENSORS sensors.
 _CHUNKS = 8
 _CPU_CHUNK_SENSORS = 8
 # Relative agreement of the probe values (a prior and an operator product) between a saved
