@@ -16,8 +16,6 @@ identity; replicas plug in at these two methods.
 
 from __future__ import annotations
 
-import numpy as np
-
 from .._errors import FFTMatvecTypeError, FFTMatvecValueError
 from ..distributed.layout import block_partition
 from ..operator import BlockToeplitz

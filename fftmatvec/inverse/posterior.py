@@ -279,8 +279,8 @@ class DataSpacePosterior:
             L = None
         if L is None or not bool(xp.isfinite(xp.diagonal(L)).all()):
             raise FFTMatvecValueError(
-                "the data-space Hessian F Γpr F^T + Γnoise is not positive definite: the prior is "
-                f"not SPD, or the products' precision {self.precision!r} is too coarse for the "
+                "the data-space Hessian F Γpr F^T + Γnoise is not positive definite: the prior "
+                f"is not SPD, or the products' precision {self.precision!r} is too coarse for the "
                 "noise variances")
         self.chol = L
         self.factor_info = {"batch": k, "chunks": len(chunks), "precision": self.precision,
@@ -289,7 +289,8 @@ class DataSpacePosterior:
 
     def _need_factor(self):
         if self.chol is None:
-            raise FFTMatvecValueError("the posterior is not factored: call factor() or load() first")
+            raise FFTMatvecValueError(
+                "the posterior is not factored: call factor() or load() first")
 
     def _hinv(self, R):
         """``H_d^{-1}`` applied to the columns of ``R`` ``(n, k)``."""
@@ -347,7 +348,8 @@ class DataSpacePosterior:
         k = P.shape[0]
         G = self.prior.matmat(P)
         W = self._hinv(maps.forward(G).reshape(k, -1).T)
-        out = G - self.prior.matmat(maps.adjoint(xp.ascontiguousarray(W.T).reshape(k, self.nd, self.nt)))
+        Z = xp.ascontiguousarray(W.T).reshape(k, self.nd, self.nt)
+        out = G - self.prior.matmat(maps.adjoint(Z))
         return out if batched else out[0]
 
     def variance(self, times=None, *, progress=None):
