@@ -72,6 +72,21 @@ def _solve_triangular(xp, L, B, trans: bool):
     return cupyx.scipy.linalg.solve_triangular(L, B, lower=True, trans=1 if trans else 0)
 
 
+def _cho_inverse(xp, L):
+    """``H^{-1}`` from the lower Cholesky factor ``L`` of ``H`` (symmetric, full)."""
+    if xp is np:
+        from scipy.linalg.lapack import dpotri
+
+        inv, info = dpotri(np.asfortranarray(L), lower=1)
+        if info != 0:
+            raise FFTMatvecValueError(f"the inverse of H_d failed (LAPACK dpotri info={info})")
+        inv = np.tril(inv)
+        inv += np.tril(inv, -1).T
+        return np.ascontiguousarray(inv)
+    Linv = _solve_triangular(xp, L, xp.eye(L.shape[0]), False)
+    return Linv.T @ Linv
+
+
 def _free_memory(xp) -> int | None:
     if xp is np:
         return _memory.available_memory()
@@ -135,10 +150,11 @@ class DataSpacePosterior:
 
     Notes
     -----
-    Where things live: ``H_d``'s Cholesky factor ``L`` (``(Nd Nt)^2`` float64, 0.8 GB for
-    ``Nd Nt = 10^4``) on the operator's device; with a ``DistributedBlockToeplitz`` a copy on
-    every rank (its device), so ``8 (Nd Nt)^2`` bytes must fit on one rank (``Nd Nt`` up to
-    about 40,000 on an 80 GB GPU, half that while ``H_d`` is formed), and every rank answers
+    Where things live: ``H_d``'s Cholesky factor ``L`` and ``H_d^{-1}`` (each ``(Nd Nt)^2``
+    float64, 0.8 GB for ``Nd Nt = 10^4``) on the operator's device; with a ``DistributedBlockToeplitz`` a copy on
+    every rank (its device), so ``16 (Nd Nt)^2`` bytes must fit on one rank, and about twice
+    that while ``H_d`` is formed and inverted (``Nd Nt`` up to about 30,000 on an 80 GB GPU),
+    and every rank answers
     :meth:`mean` from global vectors. With one process the block columns are sensor chunks and
     only the lower triangle of blocks is formed: the adjoint of chunk ``J``'s unit vectors
     reads only chunk ``J``'s ``Khat`` and the forward only chunks ``I >= J`` (per-chunk
@@ -153,6 +169,7 @@ class DataSpacePosterior:
         self._maps.agree("DataSpacePosterior", lambda: self._setup(
             F, prior, noise, prior_mean, precision, rtol, batch, chunks))
         self.chol = None  # the lower Cholesky factor of H_d, after factor() or load()
+        self._inverse = None  # H_d^{-1} from it, for the online mean
         self.factor_info: dict = {}
 
     def _setup(self, F, prior, noise, prior_mean, precision, rtol, batch, chunks):
@@ -283,6 +300,7 @@ class DataSpacePosterior:
                 f"is not SPD, or the products' precision {self.precision!r} is too coarse for the "
                 "noise variances")
         self.chol = L
+        self._inverse = _cho_inverse(xp, L)
         self.factor_info = {"batch": k, "chunks": len(chunks), "precision": self.precision,
                             "khat_bytes_read": int(bytes_read)}
         return self
@@ -312,8 +330,12 @@ class DataSpacePosterior:
 
         Notes
         -----
-        One triangular solve pair (``2 (Nd Nt)^2`` flops per vector), one adjoint product and
-        one prior application; one more forward product with a nonzero prior mean.
+        One product with ``H_d^{-1}`` (formed from the Cholesky factor by :meth:`factor` or
+        :meth:`load`: a matrix-vector product reads its ``8 (Nd Nt)^2`` bytes once at memory
+        bandwidth, where a triangular solve pair reads the factor twice at a fraction of it;
+        the forward error is that of the solve, about ``cond(H_d)`` times the unit roundoff),
+        one adjoint product and one prior application; one more forward product with a
+        nonzero prior mean.
         """
         self._need_factor()
         xp, maps = self.xp, self._maps
@@ -321,7 +343,7 @@ class DataSpacePosterior:
         k = D.shape[0]
         if bool(xp.any(self.prior_mean != 0)):
             D = D - maps.forward(xp.broadcast_to(self.prior_mean, (k, self.nm, self.nt)).copy())
-        W = self._hinv(D.reshape(k, -1).T)
+        W = self._inverse @ D.reshape(k, -1).T
         M = self.prior.matmat(maps.adjoint(xp.ascontiguousarray(W.T).reshape(k, self.nd, self.nt)))
         M = M + self.prior_mean
         return M if batched else M[0]
@@ -590,5 +612,6 @@ class DataSpacePosterior:
                         path, f"{path!r} was formed with another {name}: its probe product was "
                               f"{float(saved):.12g}, the {name} given gives {now:.12g}")
             post.chol = F.xp.asarray(f["cholesky"][...])
+            post._inverse = _cho_inverse(post.xp, post.chol)
         post.factor_info = {"loaded_from": path, "precision": post.precision}
         return post
