@@ -343,8 +343,8 @@ class DataSpacePosterior:
         k = D.shape[0]
         if bool(xp.any(self.prior_mean != 0)):
             D = D - maps.forward(xp.broadcast_to(self.prior_mean, (k, self.nm, self.nt)).copy())
-        W = self._inverse @ D.reshape(k, -1).T
-        M = self.prior.matmat(maps.adjoint(xp.ascontiguousarray(W.T).reshape(k, self.nd, self.nt)))
+        W = D.reshape(k, -1) @ self._inverse  # rows (H_d^{-1} d)^T: H_d^{-1} is symmetric
+        M = self.prior.matmat(maps.adjoint(W.reshape(k, self.nd, self.nt)))
         M = M + self.prior_mean
         return M if batched else M[0]
 
