@@ -133,6 +133,20 @@ def test_variance_both_ways_agree(rng):
     assert rel_err(post.variance(times=range(4)), np.diag(cov).reshape(5, 4)) < 1e-10
 
 
+def test_factor_reads_khat_of_the_lower_triangle_only(rng):
+    """Khat bytes counted: 3 one-sensor chunks, 3 batches of 2 columns each: batch of chunk J
+    reads chunk J's Khat (adjoint) and chunks J.. 2's (forward): 3 * (4 + 3 + 2) one-sensor
+    Khats; whole columns (1 chunk), 9 batches of 2: 9 * 2 * 3 of them, twice as many."""
+    K, G, noise = _problem(rng)
+    prior = spla.aslinearoperator(G)
+    one = BlockToeplitz(K[:1]).khat_nbytes
+    tri = inverse.DataSpacePosterior(BlockToeplitz(K), prior, noise, batch=2, chunks=3).factor()
+    whole = inverse.DataSpacePosterior(BlockToeplitz(K), prior, noise, batch=2, chunks=1).factor()
+    assert tri.factor_info["khat_bytes_read"] == 27 * one
+    assert whole.factor_info["khat_bytes_read"] == 54 * one
+    assert rel_err(tri.chol, whole.chol) < 1e-13
+
+
 def test_factor_in_single_precision_is_close(rng):
     K, G, noise = _problem(rng)
     d = rng.standard_normal((ND, NT))
