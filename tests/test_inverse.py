@@ -78,8 +78,9 @@ def test_diagonal_prior(rng):
 
 
 # ---- the data-space posterior ----------------------------------------------------------------
-@pytest.mark.parametrize("kind", ["linop", "diagonal", "separable"])
-def test_posterior_against_dense(xp, rng, kind):
+@pytest.mark.parametrize("kind, chunks", [("linop", 3), ("diagonal", 2), ("separable", 1)])
+def test_posterior_against_dense(xp, rng, kind, chunks):
+    """``chunks``: the lower triangle of 3 x 3 and 2 x 2 sensor blocks, or whole columns."""
     K, G, noise = _problem(rng)
     if kind == "linop":
         prior = spla.aslinearoperator(G) if xp is np else _cupy_linop(G)
@@ -93,7 +94,8 @@ def test_posterior_against_dense(xp, rng, kind):
     d = rng.standard_normal((ND, NT))
     mean, cov = _dense_posterior(Fd, G, noise, d, m_pr)
     post = inverse.DataSpacePosterior(BlockToeplitz(xp.asarray(K)), prior, xp.asarray(noise),
-                                      prior_mean=xp.asarray(m_pr), batch=5).factor()
+                                      prior_mean=xp.asarray(m_pr), batch=5,
+                                      chunks=chunks).factor()
     m = post.mean(xp.asarray(d))
     assert m.dtype == np.float64 and m.shape == (NM, NT)
     assert rel_err(m.ravel(), mean) < 1e-10
@@ -129,6 +131,20 @@ def test_variance_both_ways_agree(rng):
     _, cov = _dense_posterior(dense_btt(K), G, noise, np.zeros((2, 4)), np.zeros((5, 4)))
     assert rel_err(post.variance(), np.diag(cov).reshape(5, 4)) < 1e-10
     assert rel_err(post.variance(times=range(4)), np.diag(cov).reshape(5, 4)) < 1e-10
+
+
+def test_factor_reads_khat_of_the_lower_triangle_only(rng):
+    """Khat bytes counted: 3 one-sensor chunks, 3 batches of 2 columns each: batch of chunk J
+    reads chunk J's Khat (adjoint) and chunks J.. 2's (forward): 3 * (4 + 3 + 2) one-sensor
+    Khats; whole columns (1 chunk), 9 batches of 2: 9 * 2 * 3 of them, twice as many."""
+    K, G, noise = _problem(rng)
+    prior = spla.aslinearoperator(G)
+    one = BlockToeplitz(K[:1]).khat_nbytes
+    tri = inverse.DataSpacePosterior(BlockToeplitz(K), prior, noise, batch=2, chunks=3).factor()
+    whole = inverse.DataSpacePosterior(BlockToeplitz(K), prior, noise, batch=2, chunks=1).factor()
+    assert tri.factor_info["khat_bytes_read"] == 27 * one
+    assert whole.factor_info["khat_bytes_read"] == 54 * one
+    assert rel_err(tri.chol, whole.chol) < 1e-13
 
 
 def test_factor_in_single_precision_is_close(rng):
@@ -338,3 +354,16 @@ def test_map_cg_never_declares_a_stalled_iterate_converged(rng):
     assert not info.converged and info.error_bounds[-1] > 1e-12
     assert info.stopped or info.refinements == 30
     assert rel_err(m.ravel(), m_ref) < 1e-6  # still the best float64 iterate
+
+
+def test_map_cg_on_each_array_module(xp, rng):
+    """The same solve on NumPy and CuPy operators (mixed precision, separable prior)."""
+    K, _, noise = _problem(rng)
+    prior, G = _kron_prior(rng, NM, NT, xp=xp)
+    m_pr = rng.standard_normal((NM, NT))
+    d = rng.standard_normal((ND, NT))
+    mean, _ = _dense_posterior(dense_btt(K), G, noise, d, m_pr)
+    m, info = inverse.map_cg(BlockToeplitz(xp.asarray(K)), prior, xp.asarray(noise),
+                             xp.asarray(d), prior_mean=xp.asarray(m_pr), rtol=1e-10)
+    assert m.dtype == np.float64 and info.converged
+    assert rel_err(to_numpy(m).ravel(), mean) < 1e-8

@@ -13,7 +13,12 @@ ones when the terminal shows them):
 5. time one block-Toeplitz forward, adjoint and Gauss-Newton (``F^T W F``) product;
 6. make noisy synthetic data of a known source (by time stepping the PDE) and compute the MAP
    source by prior-preconditioned CG;
-7. write the figure, ``summary.json``, the matrix (native HDF5) and the vectors.
+7. uncertainty (:mod:`fftmatvec.inverse`): form and factor the data-space Hessian offline,
+   answer the observation online (:meth:`~fftmatvec.inverse.DataSpacePosterior.mean`), compare
+   with the MAP of :func:`~fftmatvec.inverse.map_cg` in float64 and in mixed precision (their
+   ``Khat`` bytes), time the online mean of a new observation against the CG solve, and compute
+   the posterior standard deviation at the figure's times;
+8. write the figure, ``summary.json``, the matrix (native HDF5) and the vectors.
 """
 
 from __future__ import annotations
@@ -24,16 +29,18 @@ import platform
 import statistics
 import sys
 import time
+import warnings
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .. import __version__, backend, io
+from .. import __version__, backend, inverse, io
 from .._errors import FFTMatvecValueError
 from ..operator import BlockToeplitz
 from ..precision import PrecisionConfig
 from ._files import atomic_open
 from .inverse import SmoothnessPrior, noisy_observations, solve_map, true_source
+from .plot import panel_times
 from .pde import AdvectionDiffusion
 
 __all__ = ["DemoSize", "SIZES", "DEFAULT_OUT", "run_demo", "resolve_device"]
@@ -72,7 +79,8 @@ class DemoSize:
 
 SIZES = {
     "tiny": DemoSize(32, 8, 25, 48, "a few seconds; used by the tests"),
-    "small": DemoSize(80, 20, 40, 200, "the default; well under a minute on a 2-core CPU"),
+    "small": DemoSize(64, 16, 24, 56, "the default, with the data-space posterior (H_d of "
+                      "order 1344); under a minute on a 2-core CPU"),
     "medium": DemoSize(128, 32, 96, 400, "a few minutes on a 2-core CPU; fast on a GPU node"),
     "large": DemoSize(128, 48, 144, 800, "one GPU and its node's cores; Khat about 4 GiB"),
 }
@@ -81,6 +89,8 @@ SIZES = {
 _NOISE_LEVEL = 0.02  # noise standard deviation relative to the RMS of the noise-free data
 _PRIOR = dict(sigma=0.3, length_space=0.15, length_time=0.1)
 _PARALLEL_SOLVES = 2e8  # (solves x state size) above which the kernel uses worker processes
+_POSTERIOR_MAX = 12000  # largest Nd*Nt whose data-space Hessian the demo forms and factors
+_MAP_RTOL = 1e-9  # relative error bound of the CG MAP estimates compared with the data-space one
 
 
 def resolve_device(device: str) -> str:
@@ -233,7 +243,7 @@ def run_demo(size: str = "small", device: str = "auto", precision: str = "ddddd"
         raise FFTMatvecValueError(f"out must be a folder, but {out!r} is a file")
     os.makedirs(out, exist_ok=True)
     cfg = SIZES[size]
-    rep = _Reporter(7, quiet)
+    rep = _Reporter(8, quiet)
     rng = np.random.default_rng(seed)
     rep.say(f"fftmatvec demo: size={size}, device={dev}, precision={prec}, out={out}")
 
@@ -327,7 +337,20 @@ def run_demo(size: str = "small", device: str = "auto", precision: str = "ddddd"
             f" reconstruction rel. error {reconstruction_rel_error:.3f}; data misfit"
             f" {data_misfit:.4f} (RMS residual / noise = {misfit_noise:.2f})")
 
-    # 7. Outputs -------------------------------------------------------------------------
+    # 7. Uncertainty: the data-space posterior against CG ------------------------------------
+    rep.step("posterior: data-space Hessian F G F^T + s^2 I formed and factored offline; online "
+             "mean of a new observation against CG")
+    if cfg.nd * cfg.nt > _POSTERIOR_MAX:
+        posterior = {"skipped": f"H_d of order Nd*Nt = {cfg.nd * cfg.nt} is above the demo's "
+                                f"{_POSTERIOR_MAX}"}
+        std_map = None
+        rep.say(f"      skipped: {posterior['skipped']}")
+    else:
+        posterior = _posterior(F64, prior, sigma, xp.asarray(d_obs), problem, m_true, rng, rep)
+        std_map = posterior.pop("std_at_times")
+        _say_posterior(rep, cfg, posterior)
+
+    # 8. Outputs -------------------------------------------------------------------------
     rep.step(f"writing outputs to {out}")
     files = {
         "figure": "demo.png",
@@ -345,6 +368,10 @@ def run_demo(size: str = "small", device: str = "auto", precision: str = "ddddd"
     from .plot import plot_demo
 
     plot_demo(paths["figure"], problem, m_true, m_map, d_obs, d_pred, d_clean,
+              std=std_map, timings=None if std_map is None else {
+                  "online mean()": posterior["mean_seconds"],
+                  "CG, float64": posterior["cg_seconds"],
+                  "CG, mixed": posterior["cg_mixed_seconds"]},
               title=(f"fftmatvec demo ({size}): {cfg.nd} sensors, {cfg.nm} source cells x "
                      f"{cfg.nt} steps; {result.iterations} CG iterations, reconstruction error "
                      f"{reconstruction_rel_error:.2f}"))
@@ -397,6 +424,7 @@ def run_demo(size: str = "small", device: str = "auto", precision: str = "ddddd"
             "time_stepping": "backward Euler; K[:, :, l] = dt C A^-(l+1) B",
         },
         "prior": dict(_PRIOR),
+        "posterior": posterior,
         "files": files,
         "versions": {"fftmatvec": __version__, "python": platform.python_version(),
                      "numpy": np.__version__},
@@ -406,3 +434,74 @@ def run_demo(size: str = "small", device: str = "auto", precision: str = "ddddd"
     _write_json(paths["summary"], summary)
     rep.say(f"done in {rep.elapsed:.1f} s: " + ", ".join(files.values()))
     return summary
+
+
+def _posterior(F, prior, sigma, d_obs, problem, m_true, rng, rep) -> dict:
+    """Step 7: the data-space posterior of the demo problem, and CG on the same problem.
+
+    Returns the summary's ``posterior`` record, plus ``std_at_times``: the posterior standard
+    deviation ``(Nm, 3)`` at :func:`~fftmatvec.demo.plot.panel_times` (a NumPy array)."""
+    xp = F.xp
+    noise = sigma**2
+    t0 = time.perf_counter()
+    post = inverse.DataSpacePosterior(F, prior, noise)
+    post.factor(progress=None if not rep.quiet else False)
+    _sync(xp)
+    factor_seconds = time.perf_counter() - t0
+    m_ds = post.mean(d_obs)
+    # a new observation: another source drawn from the prior, observed through F, plus noise
+    m_new = prior.sample(rng)
+    d_new = F.matvec(m_new) + sigma * xp.asarray(rng.standard_normal(d_obs.shape))
+    mean_seconds = _median_seconds(lambda: post.mean(d_new), xp)
+    t0 = time.perf_counter()
+    m_cg, info = inverse.map_cg(F, prior, noise, d_obs, precision="ddddd", rtol=_MAP_RTOL)
+    _sync(xp)
+    cg_seconds = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():  # "no tuning table": the a-priori model chooses, as said
+        warnings.filterwarnings("ignore", message="no tuning table")
+        m_mx, info_mx = inverse.map_cg(F, prior, noise, d_obs, precision="auto", rtol=_MAP_RTOL)
+    _sync(xp)
+    cg_mixed_seconds = time.perf_counter() - t0
+    times = panel_times(problem.nt)
+    t0 = time.perf_counter()
+    var = post.variance(times=times, progress=None if not rep.quiet else False)
+    variance_seconds = time.perf_counter() - t0
+    std = _to_host(xp.sqrt(xp.maximum(var, 0.0)))
+    m_host = _to_host(m_ds)
+    inside = np.abs(m_host[:, times] - m_true[:, times]) <= 2 * std
+    return {
+        "n_data": post.n_data,
+        "factor_seconds": factor_seconds,
+        "factor_batch": post.factor_info["batch"],
+        "factor_khat_bytes": post.factor_info["khat_bytes_read"],
+        "mean_seconds": mean_seconds,
+        "cg_seconds": cg_seconds,
+        "cg_iterations": info.iterations,
+        "cg_converged": info.converged,
+        "cg_khat_bytes": info.khat_bytes,
+        "cg_mixed_seconds": cg_mixed_seconds,
+        "cg_mixed_iterations": info_mx.iterations,
+        "cg_mixed_converged": info_mx.converged,
+        "cg_mixed_products": info_mx.products,
+        "cg_mixed_khat_bytes": info_mx.khat_bytes,
+        "cg_mixed_raised": info_mx.raised,
+        "cg_rtol": _MAP_RTOL,
+        "mean_speedup_vs_cg": cg_seconds / mean_seconds,
+        "map_rel_diff_cg": _rel(m_host, _to_host(m_cg)),
+        "map_rel_diff_cg_mixed": _rel(m_host, _to_host(m_mx)),
+        "variance_seconds": variance_seconds,
+        "std_times": times,
+        "std_mean_at_times": [float(v) for v in std.mean(axis=0)],
+        "truth_within_2std_fraction": float(inside.mean()),
+        "std_at_times": std,
+    }
+
+def _say_posterior(rep, cfg, post) -> None:
+    """Step 7's result line."""
+    rep.say(f"      H_d of order {cfg.nd * cfg.nt}: formed and factored in "
+            f"{post['factor_seconds']:.2f} s; online mean {post['mean_seconds'] * 1e3:.2f} ms vs "
+            f"CG {post['cg_seconds']:.2f} s ({post['mean_speedup_vs_cg']:.0f}x); data-space vs "
+            f"CG MAP {post['map_rel_diff_cg']:.1e} (float64), {post['map_rel_diff_cg_mixed']:.1e}"
+            f" (mixed: {post['cg_mixed_khat_bytes'] / post['cg_khat_bytes']:.2f} of float64 "
+            f"CG's Khat bytes)")

@@ -57,7 +57,8 @@ def param_vector(m, name: str, nm: int, nt: int, xp):
 
 
 def data_batch(d, name: str, nd: int, nt: int, xp):
-    """``(batch (k, Nd, Nt) float64, batched)`` from ``(Nd, Nt)``, ``(Nd*Nt,)`` or ``(k, Nd, Nt)``."""
+    """``(batch (k, Nd, Nt) float64, batched)`` from ``(Nd, Nt)``, ``(Nd*Nt,)`` or
+    ``(k, Nd, Nt)``."""
     _array(d, name, xp)
     if d.shape in ((nd, nt), (nd * nt,)):
         return d.astype(np.float64).reshape(1, nd, nt), False

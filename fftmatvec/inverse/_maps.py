@@ -9,14 +9,12 @@ algorithms above run unchanged, and redundantly, on every rank.
 
 Replicas: the columns of the data-space Hessian are split into blocks, and
 :meth:`Maps.my_blocks` says which blocks this rank's replica group computes;
-:meth:`Maps.combine` sums the groups' partial matrices. With one replica group (what the
+:meth:`Maps.combine` brings every group's blocks to every rank. With one replica group (what the
 distributed operator offers today) a group computes every block and combining is the
 identity; replicas plug in at these two methods.
 """
 
 from __future__ import annotations
-
-import numpy as np
 
 from .._errors import FFTMatvecTypeError, FFTMatvecValueError
 from ..distributed.layout import block_partition
@@ -102,9 +100,11 @@ class Maps:
 
     # ---- the blocks of the data-space Hessian ----------------------------------------------
     def sensor_chunks(self, chunks: int) -> list[tuple[int, int]]:
-        """Sensor ranges of the Hessian's block columns: ``chunks`` of them on one process (the
-        lower triangle of blocks is computed from per-chunk operators); one on a grid."""
-        n = 1 if self.distributed else max(1, min(chunks, self.nd))
+        """Sensor ranges of the Hessian's block columns (at most ``chunks``, none empty). On one
+        process the lower triangle of blocks is computed from per-chunk operators; on a grid
+        every block column is a product of the whole operator, and the blocks are the units
+        that replica groups share."""
+        n = max(1, min(chunks, self.nd))
         return [(a, b) for a, b in block_partition(self.nd, n) if b > a]
 
     def chunk_operators(self, chunks, precision) -> list:
@@ -116,11 +116,28 @@ class Maps:
         kernel = F._kernel  # the kernel the operator was built from (fingerprinted there)
         return [BlockToeplitz(kernel[a:b], precision, fft_len=F.fft_len) for a, b in chunks]
 
+    @staticmethod
+    def forward_chunks(subs, X) -> list:
+        """``[F_I X for F_I in subs]`` (chunk operators of one kernel, one precision).
+
+        In ``ddddd`` the five stages are composed from the operators' stage-level building
+        blocks so that ``X``'s padding and FFT (the parameter side, ``k Nm`` series: the larger
+        part of a product's work when ``Nm >> Nd``) run once for all chunks; each chunk then
+        runs only its stage 3 (its rows of ``Khat``), inverse FFT and unpadding. Precisions
+        with a reduced stage scale inputs per operator, so there each chunk runs a product."""
+        lead = subs[0]
+        if lead.precision.letters != "ddddd":
+            return [sub.matmat(X) for sub in subs]
+        xhat = lead.fft(lead.broadcast_and_pad(X))
+        return [sub.unpad_and_reduce(sub.ifft(sub.sbgemv(xhat))) for sub in subs]
+
     def my_blocks(self, n_blocks: int) -> range:
         """The block columns this rank's replica group computes: all of them (one group)."""
         return range(n_blocks)
 
     def combine(self, H):
-        """Sum of the replica groups' partial Hessians: ``H`` itself with one group."""
+        """Every replica group's block columns in every rank's ``H``: ``H`` itself with one
+        group. (With several, each group's ``H`` holds its own blocks and NaN elsewhere: an
+        exchange of the computed blocks, not a sum.)"""
         return H
 

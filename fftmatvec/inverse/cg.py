@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._errors import FFTMatvecValueError
+from .._errors import FFTMatvecTypeError, FFTMatvecValueError
 from ..operator import _resolve_precision
 from ..precision import PrecisionConfig
 from ._checks import data_batch, noise_variances, param_vector
@@ -135,7 +135,7 @@ class _System:
 
 
 def _inner(system, letters, r, tol, maxit, info):
-    """PCG on ``H δ = r`` with products in ``letters``: ``(δ, Γpr^{-1} δ, iterations, stalled)``.
+    """PCG on ``H δ = r`` with products in ``letters``: ``(δ, Γpr^{-1} δ, stalled)``.
 
     ``stalled``: the estimated condition number times the products' error reached one."""
     xp = system.maps64.xp
@@ -233,7 +233,7 @@ def map_cg(F, prior, noise, d_obs, *, rtol: float = 1e-8, precision="auto", prio
     one prior application; each refinement one float64 forward and adjoint product.
     """
     maps = Maps(F)
-    xp, nd, nm, nt = maps.xp, F.nd, F.nm, F.nt
+    xp, nm, nt = maps.xp, F.nm, F.nt
     G, weight, D, m_pr, ladder = maps.agree("map_cg", lambda: _check(
         maps, prior, noise, d_obs, rtol, precision, prior_mean, maxiter, max_refinements))
     if maps.distributed:
@@ -259,15 +259,17 @@ def map_cg(F, prior, noise, d_obs, *, rtol: float = 1e-8, precision="auto", prio
     xn = 0.0  # |x|_Γpr^-1 = sqrt(<x, Γpr^-1 x>)
     while not info.converged and info.refinements < max_refinements and info.iterations < maxiter:
         letters = ladder[level]
-        # what this step must reach, relative to r: |r|_Γpr <= rtol |x|, with |x| estimated by
-        # |b|_Γpr before the first step (it can only be larger: H >= Γpr^-1)
+        # what this step must reach, relative to r: |r|_Γpr <= rtol |x|, with |x| taken as
+        # |b|_Γpr before the first step (a later step aims lower where |x| is smaller)
         target = 0.5 * rtol * (xn if xn > 0 else rn0) / rn
-        tol = target if letters == "ddddd" else min(0.5, max(target, _INNER_FACTOR * _eps(letters, nm)))
+        tol = (target if letters == "ddddd"
+               else min(0.5, max(target, _INNER_FACTOR * _eps(letters, nm))))
         delta, psi, stalled = _inner(system, letters, r, tol, maxiter - info.iterations, info)
         info.precisions.append(letters)
         if stalled and level + 1 < len(ladder):
+            cond = info.cond_estimates[-1] if info.cond_estimates else math.inf
             info.raised.append(f"{letters} -> {ladder[level + 1]}: eps * cond >= 1 "
-                               f"(cond ~ {info.cond_estimates[-1] if info.cond_estimates else math.inf:.3g})")
+                               f"(cond ~ {cond:.3g})")
             level += 1
         x_new, y_new = x + delta, y + psi
         r_new = b - system.misfit(maps64, x_new) - y_new
@@ -322,8 +324,10 @@ def _ladder(maps, precision, xp, nm, nd, nt) -> list:
 def _check(maps, prior, noise, d_obs, rtol, precision, prior_mean, maxiter, max_refinements):
     """The arguments of :func:`map_cg`, checked: ``(prior, 1 / noise, D, m_pr, ladder)``."""
     xp, nd, nm, nt = maps.xp, maps.nd, maps.nm, maps.nt
-    if isinstance(rtol, bool) or not isinstance(rtol, (int, float, np.floating)) or not 0 < rtol < 1:
-        raise FFTMatvecValueError(f"rtol must be a number in (0, 1), got {rtol!r}")
+    if isinstance(rtol, bool) or not isinstance(rtol, (int, float, np.floating)):
+        raise FFTMatvecTypeError(f"rtol must be a number, got {type(rtol).__name__}")
+    if not 0 < rtol < 1:
+        raise FFTMatvecValueError(f"rtol must be in (0, 1), got {rtol!r}")
     for name, v in (("maxiter", maxiter), ("max_refinements", max_refinements)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise FFTMatvecValueError(f"{name} must be a positive integer, got {v!r}")

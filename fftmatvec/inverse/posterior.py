@@ -38,8 +38,11 @@ VERSION = 1
 # only grow the temporaries.
 _MAX_BATCH = 2048
 # Sensor chunks of the block columns: the lower triangle of (chunks x chunks) blocks is
-# computed, about (chunks + 1) / (2 chunks) of the forward products of the whole matrix.
+# computed, about (chunks + 1) / (2 chunks) of the forward products' Khat reads of the whole
+# matrix. On a GPU (bandwidth-bound products) at most _CHUNKS; on the CPU, whose stage 3 loses
+# efficiency on thin products, chunks of at least _CPU_CHUNK_SENSORS sensors.
 _CHUNKS = 8
+_CPU_CHUNK_SENSORS = 8
 # Relative agreement of the probe values (a prior and an operator product) between a saved
 # factor and the operator and prior it is loaded with.
 _PROBE_RTOL = 1e-5
@@ -67,6 +70,22 @@ def _solve_triangular(xp, L, B, trans: bool):
     import cupyx.scipy.linalg
 
     return cupyx.scipy.linalg.solve_triangular(L, B, lower=True, trans=1 if trans else 0)
+
+
+def _cho_inverse(xp, L):
+    """``H^{-1} = L^{-T} L^{-1}`` from the lower Cholesky factor ``L`` of ``H`` (a triangular
+    solve with the identity and one matrix product: faster here than LAPACK's ``potri``)."""
+    Linv = _solve_triangular(xp, L, xp.eye(L.shape[0]), False)
+    return Linv.T @ Linv
+
+
+def _clock(xp) -> float:
+    """``perf_counter`` after the device's queued work (GPU) is done."""
+    import time
+
+    if xp is not np:
+        xp.cuda.get_current_stream().synchronize()
+    return time.perf_counter()
 
 
 def _free_memory(xp) -> int | None:
@@ -116,6 +135,12 @@ class DataSpacePosterior:
     batch : int, optional
         Columns of ``H_d`` per batched product; by default sized to a quarter of the free
         memory (host or device), at most 2048.
+    chunks : int, optional
+        Sensor chunks of the block columns (one process): the lower triangle of
+        ``chunks x chunks`` blocks is formed, about ``(chunks + 1) / (2 chunks)`` of the forward
+        products' ``Khat`` reads of the whole matrix; 1 forms every column with the whole
+        operator. More chunks read less but make thinner products. Default: 8 on a GPU; on
+        the CPU chunks of at least 8 sensors (at most 8 chunks).
 
     Raises
     ------
@@ -126,10 +151,11 @@ class DataSpacePosterior:
 
     Notes
     -----
-    Where things live: ``H_d``'s Cholesky factor ``L`` (``(Nd Nt)^2`` float64, 0.8 GB for
-    ``Nd Nt = 10^4``) on the operator's device; with a ``DistributedBlockToeplitz`` a copy on
-    every rank (its device), so ``8 (Nd Nt)^2`` bytes must fit on one rank (``Nd Nt`` up to
-    about 40,000 on an 80 GB GPU, half that while ``H_d`` is formed), and every rank answers
+    Where things live: ``H_d``'s Cholesky factor ``L`` and ``H_d^{-1}`` (each ``(Nd Nt)^2``
+    float64, 0.8 GB for ``Nd Nt = 10^4``) on the operator's device; with a ``DistributedBlockToeplitz`` a copy on
+    every rank (its device), so ``16 (Nd Nt)^2`` bytes must fit on one rank, and about twice
+    that while ``H_d`` is formed and inverted (``Nd Nt`` up to about 30,000 on an 80 GB GPU),
+    and every rank answers
     :meth:`mean` from global vectors. With one process the block columns are sensor chunks and
     only the lower triangle of blocks is formed: the adjoint of chunk ``J``'s unit vectors
     reads only chunk ``J``'s ``Khat`` and the forward only chunks ``I >= J`` (per-chunk
@@ -139,14 +165,15 @@ class DataSpacePosterior:
     """
 
     def __init__(self, F, prior, noise, *, prior_mean=None, precision=None, rtol=None,
-                 batch=None):
+                 batch=None, chunks=None):
         self._maps = Maps(F)
-        self._maps.agree("DataSpacePosterior", lambda: self._setup(F, prior, noise, prior_mean,
-                                                                   precision, rtol, batch))
+        self._maps.agree("DataSpacePosterior", lambda: self._setup(
+            F, prior, noise, prior_mean, precision, rtol, batch, chunks))
         self.chol = None  # the lower Cholesky factor of H_d, after factor() or load()
+        self._inverse = None  # H_d^{-1} from it, for the online mean
         self.factor_info: dict = {}
 
-    def _setup(self, F, prior, noise, prior_mean, precision, rtol, batch):
+    def _setup(self, F, prior, noise, prior_mean, precision, rtol, batch, chunks):
         """Check and keep the arguments (on a grid: on every rank, failing on all together)."""
         xp, nd, nm, nt = self._maps.xp, F.nd, F.nm, F.nt
         self.xp, self.nd, self.nm, self.nt = xp, nd, nm, nt
@@ -159,17 +186,30 @@ class DataSpacePosterior:
                                   or not isinstance(batch, (int, np.integer)) or batch < 1):
             raise FFTMatvecValueError(f"batch must be a positive integer, got {batch!r}")
         self.batch = None if batch is None else int(batch)
+        if chunks is None:
+            chunks = _CHUNKS if xp is not np else max(1, min(_CHUNKS, nd // _CPU_CHUNK_SENSORS))
+        if isinstance(chunks, bool) or not isinstance(chunks, (int, np.integer)) or chunks < 1:
+            raise FFTMatvecValueError(f"chunks must be a positive integer, got {chunks!r}")
+        self.chunks = int(chunks)
         if precision is None and rtol is None:
             self.precision = self._maps.precision
         else:
             p = "auto" if precision is None else precision
             letters, _, _, _ = _resolve_precision(xp, p, rtol, nm, nd, nt)
             self.precision = PrecisionConfig(letters).letters
+            if self._maps.distributed:  # a grid runs in its own precision only: refuse here
+                self._maps.with_precision(self.precision)
 
     @property
     def n_data(self) -> int:
         """``Nd * Nt``: the order of ``H_d``."""
         return self.nd * self.nt
+
+    @property
+    def batch_size(self) -> int:
+        """Columns of ``H_d`` per batched product: ``batch`` if given, else sized to a quarter of
+        the free memory (host or device) less ``H_d``'s, at most 2048."""
+        return self._batch_size()
 
     def _batch_size(self) -> int:
         if self.batch is not None:
@@ -205,19 +245,25 @@ class DataSpacePosterior:
         Notes
         -----
         Cost: ``Nd Nt`` columns in batches of ``batch``; each batch is one adjoint product of a
-        sensor chunk, one prior application and forward products of the chunks at and below
-        it, so about ``(1 + (C + 1) / (2 C)) Nd Nt / batch`` batched products of ``F``'s
-        size for ``C`` chunks; then ``(Nd Nt)^3 / 3`` flops of Cholesky.
+        sensor chunk, one prior application and the forward products of the chunks at and
+        below it (in ``ddddd`` sharing one FFT of their input: ``Maps.forward_chunks``). With
+        ``C`` chunks and a batch no wider than a chunk's ``Nd Nt / C`` columns, the ``Khat``
+        bytes read are ``(1/C + (C + 1) / (2 C)) Nd Nt / batch`` times one ``Khat``, against
+        ``2 Nd Nt / batch`` for whole columns (0.69 of it for ``C = 8``); a batch is never wider
+        than its chunk, so a batch wider than ``Nd Nt / C`` reads more. Then
+        ``(Nd Nt)^3 / 3`` flops of Cholesky and about ``2 (Nd Nt)^3 / 3`` of forming ``H_d^{-1}``
+        for :meth:`mean`.
         """
         xp, maps, n, nt = self.xp, self._maps, self.n_data, self.nt
         if xp is np:
-            maps.agree("factor", lambda: _memory.require_memory(
-                2 * 8 * n * n, f"the data-space Hessian (Nd*Nt = {n})"))
+            maps.agree("factor", lambda: _memory.require_memory(  # H_d, its triangle, a transpose
+                3 * 8 * n * n, f"the data-space Hessian (Nd*Nt = {n})"))
         k = self._batch_size()
-        chunks = maps.sensor_chunks(_CHUNKS)
+        chunks = maps.sensor_chunks(self.chunks)
         subs = maps.chunk_operators(chunks, self.precision)
         full = None if subs is not None else maps.with_precision(self.precision)
         blocks = maps.my_blocks(len(chunks))
+        t0 = _clock(xp)
         H = xp.empty((n, n))
         H.fill(np.nan)  # poisoned: an entry of the lower triangle never written fails below
         bytes_read = 0
@@ -238,9 +284,8 @@ class DataSpacePosterior:
                         X = full.adjoint(Efull)
                     X = self.prior.matmat(X)
                     if subs is not None:
-                        for I in range(J, len(chunks)):
+                        for I, Y in enumerate(maps.forward_chunks(subs[J:], X), start=J):
                             r0, r1 = chunks[I]
-                            Y = subs[I].matmat(X)
                             bytes_read += subs[I].khat_nbytes
                             H[r0 * nt:r1 * nt, c0:c1] = Y.reshape(c1 - c0, -1).T
                     else:
@@ -257,23 +302,29 @@ class DataSpacePosterior:
                                       "returned them, or a block was not computed)")
         H += xp.tril(H, -1).T
         H[xp.arange(n), xp.arange(n)] += self.noise.reshape(-1)
+        t1 = _clock(xp)
         try:
             L = _cholesky(xp, H)
         except np.linalg.LinAlgError:
             L = None
         if L is None or not bool(xp.isfinite(xp.diagonal(L)).all()):
             raise FFTMatvecValueError(
-                "the data-space Hessian F Γpr F^T + Γnoise is not positive definite: the prior is "
-                f"not SPD, or the products' precision {self.precision!r} is too coarse for the "
+                "the data-space Hessian F Γpr F^T + Γnoise is not positive definite: the prior "
+                f"is not SPD, or the products' precision {self.precision!r} is too coarse for the "
                 "noise variances")
+        t2 = _clock(xp)
         self.chol = L
+        self._inverse = _cho_inverse(xp, L)
+        t3 = _clock(xp)
         self.factor_info = {"batch": k, "chunks": len(chunks), "precision": self.precision,
-                            "khat_bytes_read": int(bytes_read)}
+                            "khat_bytes_read": int(bytes_read), "form_seconds": t1 - t0,
+                            "cholesky_seconds": t2 - t1, "inverse_seconds": t3 - t2}
         return self
 
     def _need_factor(self):
         if self.chol is None:
-            raise FFTMatvecValueError("the posterior is not factored: call factor() or load() first")
+            raise FFTMatvecValueError(
+                "the posterior is not factored: call factor() or load() first")
 
     def _hinv(self, R):
         """``H_d^{-1}`` applied to the columns of ``R`` ``(n, k)``."""
@@ -295,8 +346,12 @@ class DataSpacePosterior:
 
         Notes
         -----
-        One triangular solve pair (``2 (Nd Nt)^2`` flops per vector), one adjoint product and
-        one prior application; one more forward product with a nonzero prior mean.
+        One product with ``H_d^{-1}`` (formed from the Cholesky factor by :meth:`factor` or
+        :meth:`load`: a matrix-vector product reads its ``8 (Nd Nt)^2`` bytes once at memory
+        bandwidth, where a triangular solve pair reads the factor twice at a fraction of it;
+        the forward error is that of the solve, about ``cond(H_d)`` times the unit roundoff),
+        one adjoint product and one prior application; one more forward product with a
+        nonzero prior mean.
         """
         self._need_factor()
         xp, maps = self.xp, self._maps
@@ -304,8 +359,8 @@ class DataSpacePosterior:
         k = D.shape[0]
         if bool(xp.any(self.prior_mean != 0)):
             D = D - maps.forward(xp.broadcast_to(self.prior_mean, (k, self.nm, self.nt)).copy())
-        W = self._hinv(D.reshape(k, -1).T)
-        M = self.prior.matmat(maps.adjoint(xp.ascontiguousarray(W.T).reshape(k, self.nd, self.nt)))
+        W = D.reshape(k, -1) @ self._inverse  # rows (H_d^{-1} d)^T: H_d^{-1} is symmetric
+        M = self.prior.matmat(maps.adjoint(W.reshape(k, self.nd, self.nt)))
         M = M + self.prior_mean
         return M if batched else M[0]
 
@@ -331,7 +386,8 @@ class DataSpacePosterior:
         k = P.shape[0]
         G = self.prior.matmat(P)
         W = self._hinv(maps.forward(G).reshape(k, -1).T)
-        out = G - self.prior.matmat(maps.adjoint(xp.ascontiguousarray(W.T).reshape(k, self.nd, self.nt)))
+        Z = xp.ascontiguousarray(W.T).reshape(k, self.nd, self.nt)
+        out = G - self.prior.matmat(maps.adjoint(Z))
         return out if batched else out[0]
 
     def variance(self, times=None, *, progress=None):
@@ -572,5 +628,6 @@ class DataSpacePosterior:
                         path, f"{path!r} was formed with another {name}: its probe product was "
                               f"{float(saved):.12g}, the {name} given gives {now:.12g}")
             post.chol = F.xp.asarray(f["cholesky"][...])
+            post._inverse = _cho_inverse(post.xp, post.chol)
         post.factor_info = {"loaded_from": path, "precision": post.precision}
         return post

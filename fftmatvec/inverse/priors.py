@@ -61,7 +61,8 @@ class DiagonalPrior:
 
     def __init__(self, variance):
         if isinstance(variance, (bool, np.bool_)):
-            raise FFTMatvecTypeError(f"variance must be a number or an (Nm, Nt) array, got {variance!r}")
+            raise FFTMatvecTypeError(
+                f"variance must be a number or an (Nm, Nt) array, got {variance!r}")
         if isinstance(variance, (int, float, np.integer, np.floating)):
             v = float(variance)
             if not (math.isfinite(v) and v > 0):
@@ -128,9 +129,11 @@ class SeparablePrior:
         c = time_covariance
         xp = _check_real_array(c, "time_covariance")
         if c.ndim != 1 or c.size < 1:
-            raise FFTMatvecValueError(f"time_covariance must be a 1-D (Nt,) array, got shape {c.shape}")
+            raise FFTMatvecValueError(
+                f"time_covariance must be a 1-D (Nt,) array, got shape {c.shape}")
         if not float(c[0]) > 0:
-            raise FFTMatvecValueError(f"time_covariance[0] (the variance) must be > 0, got {float(c[0])}")
+            raise FFTMatvecValueError(
+                f"time_covariance[0] (the variance) must be > 0, got {float(c[0])}")
         self.xp, self.nt = xp, int(c.size)
         c_host = np.asarray(c.get() if xp is not np else c, dtype=np.float64)
         import scipy.linalg

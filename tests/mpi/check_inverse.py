@@ -51,7 +51,8 @@ folder = comm.bcast(tempfile.mkdtemp() if rank == 0 else None)
 
 for rows in [r for r in range(1, size + 1) if size % r == 0]:
     F = DistributedBlockToeplitz(ProcessGrid(comm, rows, size // rows), K)
-    post = inverse.DataSpacePosterior(F, prior, noise, prior_mean=m_pr, batch=4).factor()
+    post = inverse.DataSpacePosterior(F, prior, noise, prior_mean=m_pr, batch=4,
+                                      chunks=1 + rows % 2).factor()
     close(post.mean(d), mean, f"mean {F.grid.shape}", 1e-10)
     close(post.variance(), np.diag(cov), f"variance {F.grid.shape}", 1e-10)
     close(post.variance(times=[0, 6]), np.diag(cov).reshape(nm, nt)[:, [0, 6]],
@@ -75,6 +76,15 @@ for rows in [r for r in range(1, size + 1) if size % r == 0]:
             cases += 1
         else:
             raise AssertionError(f"rank {rank}: a bad d_obs on rank {size - 1} was not refused")
+
+# a grid operator runs in its own precision: another one is refused on every rank
+try:
+    inverse.DataSpacePosterior(F, prior, noise, precision="sssss")
+except FFTMatvecDistributedError as exc:
+    assert exc.ranks == list(range(size)) and "precision" in str(exc), exc
+    cases += 1
+else:
+    raise AssertionError(f"rank {rank}: precision='sssss' on a grid was not refused")
 
 comm.Barrier()
 if rank == 0:
