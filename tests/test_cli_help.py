@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 
+import numpy as np
 import pytest
 
 from fftmatvec import cli, io
@@ -125,3 +126,12 @@ def test_no_progress_bar_off_a_terminal(files, capsys):
     captured = capsys.readouterr()
     assert "tuning 1 entries" in captured.out
     assert "config" not in captured.err and "%|" not in captured.err, captured.err
+
+
+def test_no_progress_bar_off_a_terminal_on_convert(files, capsys):
+    assert cli.main(["convert", str(files / "k.h5"), str(files / "dir")]) == 0
+    captured = capsys.readouterr()
+    assert "-> " in captured.out
+    assert "row" not in captured.err and "%|" not in captured.err, captured.err
+    np.testing.assert_array_equal(io.load_matrix(str(files / "dir")),
+                                  io.load_matrix(str(files / "k.h5")))

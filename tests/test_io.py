@@ -159,8 +159,10 @@ def test_convert_streams_in_row_blocks(tmp_path, rng, monkeypatch):
     src = write_fftmatvec_dir(str(tmp_path / "src"), K)
     io.convert_matrix(src, str(tmp_path / "k.h5"))
     np.testing.assert_array_equal(io.load_matrix(str(tmp_path / "k.h5")), K)
-    io.convert_matrix(str(tmp_path / "k.h5"), str(tmp_path / "d"))
+    steps = []
+    io.convert_matrix(str(tmp_path / "k.h5"), str(tmp_path / "d"), progress=steps.append)
     np.testing.assert_array_equal(io.load_matrix(str(tmp_path / "d")), K)
+    assert steps == [2, 2, 2, 1]  # the rows of each block, as it is read
 
 
 def test_convert_refuses_same_path_and_existing_destination(tmp_path, rng):

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import sys
+
+from tqdm import tqdm
 
 from .. import _writes, io
 from .._errors import FFTMatvecValueError
@@ -36,8 +39,10 @@ def run(args) -> int:
     src = io.matrix_info(args.src)
     if os.path.lexists(args.dst) and not args.force:
         raise FFTMatvecValueError(f"DST {args.dst!r} exists; pass --force to replace it")
-    dst = io.convert_matrix(args.src, args.dst, layout=args.layout, prefix=args.prefix,
-                            overwrite=None if args.force else False)
+    # a bar of block rows, on a terminal only (disable=None): none in a log file
+    with tqdm(total=src.nd, unit="row", desc="convert", disable=None, file=sys.stderr) as bar:
+        dst = io.convert_matrix(args.src, args.dst, layout=args.layout, prefix=args.prefix,
+                                overwrite=None if args.force else False, progress=bar.update)
     print(f"{args.src} ({src.format}) -> {args.dst} ({dst.format}): "
           f"Nd={dst.nd} Nm={dst.nm} Nt={dst.nt}, p2q={int(bool(dst.p2q))}, checksum={dst.checksum}")
     return 0

@@ -108,7 +108,7 @@ def save_matrix(
 
 
 def convert_matrix(src, dst, *, layout: str | None = None, prefix: str | None = None,
-                   overwrite: bool | None = False) -> MatrixInfo:
+                   overwrite: bool | None = False, progress=None) -> MatrixInfo:
     """Convert a matrix between the two layouts, a block of rows at a time.
 
     Parameters
@@ -121,6 +121,9 @@ def convert_matrix(src, dst, *, layout: str | None = None, prefix: str | None = 
     overwrite : bool or None, default False
         False: replace nothing. None: replace an existing ``dst`` of the same kind. True: as
         None, and a native ``dst`` also replaces an HDF5 file of another kind (a vector file).
+    progress : callable, optional
+        Called with the number of block rows (sensors) of each block once it is read, e.g. a
+        ``tqdm`` bar's ``update``.
 
     Returns
     -------
@@ -156,7 +159,10 @@ def convert_matrix(src, dst, *, layout: str | None = None, prefix: str | None = 
         def blocks():
             for i0 in range(0, info.nd, step):
                 i1 = min(info.nd, i0 + step)
-                yield i0, reader.read(range(i0, i1), all_cols)
+                block = reader.read(range(i0, i1), all_cols)
+                if progress is not None:
+                    progress(i1 - i0)
+                yield i0, block
 
         p2q = bool(info.p2q)
         if layout == "native":
