@@ -154,7 +154,7 @@ def _from_capsule(x, name: str):
     CuPy array: a capsule is consumed once and names no array library)."""
     try:
         return np.from_dlpack(_CapsuleProducer(x)), _identity, contextlib.nullcontext()
-    except RuntimeError as exc:  # NumPy refuses device memory without consuming the capsule
+    except (BufferError, RuntimeError) as exc:  # NumPy refuses device memory unconsumed
         if "device" not in str(exc).lower() or backend.cupy is None:
             raise FFTMatvecTypeError(
                 f"{name} is a DLPack capsule that cannot be read: {exc}") from None

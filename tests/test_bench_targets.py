@@ -111,31 +111,32 @@ def test_against_takes_a_switch_setting():
 
 
 def test_plan_with_leaves_the_engine_cache():
-    """The batch table's --against plan is made with the switch set; the engine's cached plan
-    and the environment are as they were."""
-    import os
+    """The batch table's --against plan is made with the switch in place of the engine's
+    overrides; the engine's cached plan and its overrides are as they were."""
     from types import SimpleNamespace
 
     import numpy as np
 
+    from fftmatvec.gpu.planning import Overrides
+
     bench = load_script("bench_matvec")
     key = (True, 16, np.dtype(np.complex128), np.dtype(np.complex128))
-    eng = SimpleNamespace(_plans={key: ["default"]})
+    own = Overrides.resolve({"graphs": "0"})
+    eng = SimpleNamespace(_plans={key: ["default"]}, resolved=own)
 
     def plan(adjoint, k, in_dtype, out_dtype):
         eng._plans[(adjoint, k, np.dtype(in_dtype), np.dtype(out_dtype))] = made = [
-            os.environ.get("FFTMATVEC_PLAN")]
+            eng.resolved.mapping()]
         return made
 
     eng._plan = plan
-    before = os.environ.get("FFTMATVEC_PLAN")
     got = bench.plan_with(eng, ("xreg", "0"), True, 16, np.complex128, np.complex128)
-    assert got == ["xreg=0"] and eng._plans == {key: ["default"]}
-    assert os.environ.get("FFTMATVEC_PLAN") == before
+    assert got == [{"xreg": "0"}] and eng._plans == {key: ["default"]}
+    assert eng.resolved is own
     eng._plans.clear()
     assert bench.plan_with(eng, ("xreg", "1"), True, 16, np.complex128,
-                           np.complex128) == ["xreg=1"]
-    assert eng._plans == {}
+                           np.complex128) == [{"xreg": "1"}]
+    assert eng._plans == {} and eng.resolved is own
 
 
 def test_interleaved_alternates_and_keeps_the_best():

@@ -138,20 +138,27 @@ def main(argv: list[str] | None = None) -> int:
         with logging_to_stderr(args.command, int(args.verbose)):
             return int(args.func(args) or 0)
     except FFTMatvecError as exc:
-        print(f"fftmatvec {args.command}: error: {_one_line(exc)}", file=sys.stderr)
+        _say(f"fftmatvec {args.command}: error: {_one_line(exc)}")
         return 2
     except MemoryError as exc:
-        print(f"fftmatvec {args.command}: error: out of memory ({_one_line(exc)})", file=sys.stderr)
+        _say(f"fftmatvec {args.command}: error: out of memory ({_one_line(exc)})")
         return 1
     except OSError as exc:
-        print(f"fftmatvec {args.command}: error: {_one_line(exc)}", file=sys.stderr)
+        _say(f"fftmatvec {args.command}: error: {_one_line(exc)}")
         return 1
     except KeyboardInterrupt:
         writes = _writes_if_imported()
         if writes is not None:
             writes.remove_live()
-        print(f"fftmatvec {args.command}: interrupted by SIGINT", file=sys.stderr)
+        _say(f"fftmatvec {args.command}: interrupted by SIGINT")
         return 128 + signal.SIGINT
+
+
+def _say(line: str) -> None:
+    """``line`` on stderr in one write, newline included, so that the lines of MPI ranks that
+    share a stderr (mpiexec joins them) never split one another."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 if __name__ == "__main__":  # pragma: no cover
