@@ -136,10 +136,9 @@ class SpectralConv(torch.nn.Module):
 
     def __call__(self, *args, **kwargs):
         # a forward without gradients like one before, from the layer's memo ahead of
-        # torch.nn.Module's call, where that call would only call forward (_plain_call): its
-        # own steps cost a small forward 1.4 µs of an H100 machine's host before the first
-        # launch (docs/benchmarks.md, fifty-fifth run); outside torch.compile's tracing, which
-        # then sees the module's call as it is
+        # torch.nn.Module's call, where that call would only call forward (_plain_call), so that
+        # the host's steps before the first launch are fewer; outside torch.compile's tracing,
+        # which then sees the module's call as it is
         if (not torch.compiler.is_compiling() and self._fast and len(args) == 1
                 and (not kwargs or (len(kwargs) == 1 and "output_shape" in kwargs
                                     and kwargs["output_shape"] is None))

@@ -23,11 +23,9 @@ __all__ = ["SAFETY", "UNIT_ROUNDOFF", "GROWTH", "GROWTH_H", "table_paths", "choo
 SAFETY = 4.0  # a front point is taken when 4 x its largest measured error is within rtol
 UNIT_ROUNDOFF = {"d": 2.0**-53, "s": 2.0**-24, "h": 2.0**-11}
 # Growth factor per stage (relative error of the product / unit roundoff of that stage),
-# calibrated on tuning/sm_90.yaml (H200, 36 entries, 47 reduced configurations each): with
-# stage 3's factor times sqrt(n) (n the sum's length: Nm forward, Nd adjoint) in `s` and a
-# constant GROWTH_H in `h`, the model is at least every measured error_max there (the largest
-# measured / model: 0.99, `dsddd` normal on (5000, 100, 1000)). Stage by stage alone, the
-# largest measured were 0.67, 3.57, 0.48 sqrt(n), 2.92, 0.67 and, for `h`, 0.53.
+# calibrated on the shipped table tuning/sm_90.yaml (docs/tuning.md): with stage 3's factor
+# times sqrt(n) (n the sum's length: Nm forward, Nd adjoint) in `s` and a constant GROWTH_H in
+# `h`, the model is at least every error_max measured there.
 GROWTH = (0.7, 3.6, 0.5, 3.0, 0.7)
 GROWTH_H = 0.6
 _warned = set()
