@@ -7,11 +7,12 @@ count the ``Khat`` bytes their products read. :class:`Maps` wraps a
 operator its slices (``distribute``) and gathers the result (``collect``), so that the
 algorithms above run unchanged, and redundantly, on every rank.
 
-Replicas: the columns of the data-space Hessian are split into blocks, and
-:meth:`Maps.my_blocks` says which blocks this rank's replica group computes;
-:meth:`Maps.combine` brings every group's blocks to every rank. With one replica group (what the
-distributed operator offers today) a group computes every block and combining is the
-identity; replicas plug in at these two methods.
+Replicas: on a grid of several replica groups (``ProcessGrid(comm, replicas=R)``) the operator
+itself splits every batch across the groups (``distribute`` gives each group its share of the
+right-hand sides, ``collect`` joins them), so the batched products that form the data-space
+Hessian run on all the groups at once. :meth:`Maps.my_blocks` and :meth:`Maps.combine` are the
+seam for a coarser split (whole block columns per group, each group forming its own); today a
+group computes every block and combining is the identity.
 """
 
 from __future__ import annotations

@@ -49,11 +49,16 @@ cov = G - G @ Fd.T @ np.linalg.solve(H, Fd @ G)
 prior = spla.aslinearoperator(G)
 folder = comm.bcast(tempfile.mkdtemp() if rank == 0 else None)
 
-for rows in [r for r in range(1, size + 1) if size % r == 0]:
-    F = DistributedBlockToeplitz(ProcessGrid(comm, rows, size // rows), K)
+# every layout: R replica groups (each a whole operator; the batches of H_d's columns split
+# across them) of rows x cols grids
+layouts = [(R, rows, size // R // rows) for R in range(1, size + 1) if size % R == 0
+           for rows in range(1, size // R + 1) if (size // R) % rows == 0]
+for R, rows, cols in layouts:
+    F = DistributedBlockToeplitz(ProcessGrid(comm, rows, cols, replicas=R), K)
+    assert F.grid.replicas == R
     post = inverse.DataSpacePosterior(F, prior, noise, prior_mean=m_pr, batch=4,
                                       chunks=1 + rows % 2).factor()
-    close(post.mean(d), mean, f"mean {F.grid.shape}", 1e-10)
+    close(post.mean(d), mean, f"mean {R}x{F.grid.shape}", 1e-10)
     close(post.variance(), np.diag(cov), f"variance {F.grid.shape}", 1e-10)
     close(post.variance(times=[0, 6]), np.diag(cov).reshape(nm, nt)[:, [0, 6]],
           f"variance at two times {F.grid.shape}", 1e-10)
