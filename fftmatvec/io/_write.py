@@ -9,12 +9,13 @@ import re
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import h5py
 import numpy as np
 
 from .. import _writes
+from .._typing import Array, PathLike
 from .._errors import FFTMatvecFileError, FFTMatvecTypeError, FFTMatvecValueError
 from ._formats import (_INT32, _META, _ROW_DIGITS, _VEC_ATTRS,
                        DEFAULT_PREFIX, NATIVE_FORMAT, NATIVE_VERSION, SPACES, MatrixInfo,
@@ -31,8 +32,8 @@ _COPY_BYTES = 256 << 20  # rows converted per step: bounded memory for any matri
 # Public functions: check, then call the private writers
 # ------------------------------------------------------------------------------------------
 def save_matrix(
-    path,
-    kernel,
+    path: PathLike,
+    kernel: Array,
     *,
     layout: str = "native",
     prefix: str = DEFAULT_PREFIX,
@@ -107,8 +108,9 @@ def save_matrix(
     return matrix_info(path)
 
 
-def convert_matrix(src, dst, *, layout: str | None = None, prefix: str | None = None,
-                   overwrite: bool | None = False, progress=None) -> MatrixInfo:
+def convert_matrix(src: PathLike, dst: PathLike, *, layout: str | None = None,
+                   prefix: str | None = None, overwrite: bool | None = False,
+                   progress: Callable[[int], object] | None = None) -> MatrixInfo:
     """Convert a matrix between the two layouts, a block of rows at a time.
 
     Parameters
@@ -174,7 +176,7 @@ def convert_matrix(src, dst, *, layout: str | None = None, prefix: str | None = 
     return matrix_info(dst)
 
 
-def save_vector(path, v, space: str = "param", *, checksum: int = 0, qoi: bool = False,
+def save_vector(path: PathLike, v: Array, space: str = "param", *, checksum: int = 0, qoi: bool = False,
                 overwrite: bool | None = None) -> VectorInfo:
     """Write a vector file atomically, with FFTMatvec's attributes.
 
