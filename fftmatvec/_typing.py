@@ -11,3 +11,6 @@ Array = Any
 
 #: A file or directory path: a string or an ``os.PathLike`` of one.
 PathLike = Union[str, "os.PathLike[str]"]
+
+#: An mpi4py communicator (``mpi4py.MPI.Comm``). ``Any`` so that the hints import no mpi4py.
+Comm = Any

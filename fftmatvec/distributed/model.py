@@ -177,7 +177,8 @@ def local_compute_time(nd_loc: int, nm_loc: int, nt: int, k: int, machine: Machi
     return (khat + vectors) / machine.mem_bandwidth
 
 
-def choose_layout(size: int, nd: int, nm: int, nt: int, precision="ddddd", batch: int = 1,
+def choose_layout(size: int, nd: int, nm: int, nt: int, precision: str | PrecisionConfig = "ddddd",
+                  batch: int = 1,
                   memory: float | None = None, machine: Machine | None = None,
                   product: str = "pair") -> tuple[int, int, int]:
     """``(replicas, pr, pc)`` for ``size`` ranks and a batch of ``batch`` right-hand sides.

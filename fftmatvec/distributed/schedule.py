@@ -53,6 +53,7 @@ import numpy as np
 
 from .._errors import FFTMatvecTypeError, FFTMatvecValueError
 from ..precision import PrecisionConfig
+from .emulated import MachineModel
 from .layout import chunk_pieces
 
 __all__ = ["Step", "schedule", "DIRECTIONS", "ORDERS", "KINDS", "predict", "choose_chunks",
@@ -281,9 +282,10 @@ def predict(nd: int, nm: int, nt: int, k: int, precision, grid, network, bandwid
     return t_dev
 
 
-def choose_chunks(nd: int, nm: int, nt: int, k: int, precision, grid, network,
+def choose_chunks(nd: int, nm: int, nt: int, k: int, precision: str | PrecisionConfig,
+                  grid: tuple[int, int], network: MachineModel | str,
                   bandwidth: float, direction: str = "forward", order: str = "output",
-                  coords=(0, 0), max_chunks: int = 16, min_chunk: int = 1,
+                  coords: tuple[int, int] = (0, 0), max_chunks: int = 16, min_chunk: int = 1,
                   launch: float = LAUNCH) -> tuple[int, int]:
     """``(sensor_chunks, param_chunks)`` of least :func:`predict`-ed time, each at most
     ``max_chunks`` and leaving about ``min_chunk`` rows a chunk; an axis whose communicator
