@@ -184,7 +184,7 @@ class SeparablePrior:
         Xh = xp.fft.rfft(X, n=self._L, axis=-1)
         return xp.fft.irfft(Xh * self._chat, n=self._L, axis=-1)[..., : self.nt]
 
-    def matmat(self, X):
+    def matmat(self, X: Array) -> Array:
         """``Γpr X`` for ``X`` of shape ``(k, Nm, Nt)``."""
         return self._time_apply(self._space_apply(X))
 
