@@ -134,7 +134,8 @@ class MachineModel:
             return 0
         return p - 1 if self.algorithm == "ring" else math.ceil(math.log2(p))
 
-    def time(self, collective: str, ranks: Iterable[int], nbytes: float, own: float | None = None) -> float:
+    def time(self, collective: str, ranks: Iterable[int], nbytes: float,
+             own: float | None = None) -> float:
         """Seconds of ``collective`` over the grid ranks ``ranks`` moving ``nbytes`` in all, of
         which this rank owns ``own`` (default ``nbytes / p``); formulas in the module's notes.
 

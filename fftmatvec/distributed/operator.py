@@ -485,7 +485,8 @@ class DistributedBlockToeplitz(_Distributed):
         parameters), on every rank before any block is read.
     """
 
-    def __init__(self, grid: ProcessGrid, kernel: PathLike | Array | Callable[[slice, slice], Array],
+    def __init__(self, grid: ProcessGrid,
+                 kernel: PathLike | Array | Callable[[slice, slice], Array],
                  precision: str | PrecisionConfig = "ddddd", *,
                  shape: tuple[int, int, int] | None = None, dtype: DTypeLike = None,
                  fft_len: int | None = None, device: Literal["cpu", "gpu"] | None = None,

@@ -186,7 +186,8 @@ def _inner(system, letters, r, tol, maxit, info):
     return delta, psi, stalled
 
 
-def map_cg(F: BlockToeplitz | DistributedBlockToeplitz, prior: Any, noise: float | Array, d_obs: Array, *, rtol: float = 1e-8,
+def map_cg(F: BlockToeplitz | DistributedBlockToeplitz, prior: Any, noise: float | Array,
+           d_obs: Array, *, rtol: float = 1e-8,
            precision: str | PrecisionConfig = "auto", prior_mean: Array | None = None,
            maxiter: int = 2000, max_refinements: int = 30) -> tuple[Array, MapInfo]:
     """The MAP estimate by prior-preconditioned CG, in mixed precision with refinement.

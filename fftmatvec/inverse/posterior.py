@@ -168,7 +168,8 @@ class DataSpacePosterior:
     replica groups at one seam (``Maps.my_blocks`` / ``Maps.combine``: one group today).
     """
 
-    def __init__(self, F: BlockToeplitz | DistributedBlockToeplitz, prior: Any, noise: float | Array, *,
+    def __init__(self, F: BlockToeplitz | DistributedBlockToeplitz, prior: Any,
+                 noise: float | Array, *,
                  prior_mean: Array | None = None, precision: str | PrecisionConfig | None = None,
                  rtol: float | None = None, batch: int | None = None,
                  chunks: int | None = None) -> None:

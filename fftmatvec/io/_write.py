@@ -176,8 +176,8 @@ def convert_matrix(src: PathLike, dst: PathLike, *, layout: str | None = None,
     return matrix_info(dst)
 
 
-def save_vector(path: PathLike, v: Array, space: str = "param", *, checksum: int = 0, qoi: bool = False,
-                overwrite: bool | None = None) -> VectorInfo:
+def save_vector(path: PathLike, v: Array, space: str = "param", *, checksum: int = 0,
+                qoi: bool = False, overwrite: bool | None = None) -> VectorInfo:
     """Write a vector file atomically, with FFTMatvec's attributes.
 
     Parameters
