@@ -28,6 +28,8 @@ factor of two.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from .._errors import FFTMatvecTypeError, FFTMatvecValueError
 from .._typing import Comm
 from ..precision import PrecisionConfig
@@ -79,7 +81,8 @@ def _divisor_pairs(size: int):
 
 
 def choose_grid(size: int, nd: int, nm: int, nt: int, precision: str | PrecisionConfig = "ddddd",
-                product: str = "pair") -> tuple[int, int]:
+                product: Literal["pair", "forward", "adjoint", "normal"] = "pair"
+                ) -> tuple[int, int]:
     """The ``(pr, pc)`` with ``pr * pc == size`` that minimises :func:`comm_bytes` for
     ``product`` among the grids that fit (``pr <= nd``, ``pc <= nm``).
 
@@ -251,7 +254,8 @@ class ProcessGrid:
         return replica * self.group_size + c * self.shape[0] + r
 
     def resolve(self, nd: int, nm: int, nt: int, precision: str | PrecisionConfig = "ddddd",
-                product: str = "pair", batch: int = 1,
+                product: Literal["pair", "forward", "adjoint", "normal"] = "pair",
+                batch: int = 1,
                 memory: float | None = None) -> ProcessGrid:
         """This grid with its shape fixed: the given one (checked to fit), or the cost model's
         choice for the sizes (``batch`` right-hand sides per product and ``memory`` bytes of

@@ -248,15 +248,15 @@ class _Distributed:
         return Y.reshape(-1) if flat else Y[0]
 
     # ---- vectors ---------------------------------------------------------------------------
-    def local_range(self, space: str) -> tuple[int, int]:
+    def local_range(self, space: Literal["param", "obs"]) -> tuple[int, int]:
         """Global ``(start, stop)`` of the rows of ``space`` this rank owns."""
         return self.layout.owned(_space(space), *self.coords)
 
-    def local_shape(self, space: str) -> tuple[int, int]:
+    def local_shape(self, space: Literal["param", "obs"]) -> tuple[int, int]:
         """Shape ``(n_own, Nt)`` of this rank's slice of a vector of ``space``."""
         return (self._n_own[_space(space)], self.nt)
 
-    def distribute(self, v: Array, space: str = "param") -> Array:
+    def distribute(self, v: Array, space: Literal["param", "obs"] = "param") -> Array:
         """This rank's slice of the global vector ``v``: ``(N, Nt)``, ``(N*Nt,)`` or a batch
         ``(k, N, Nt)`` (``N`` = Nm for ``"param"``, Nd for ``"obs"``), same form back.
 
@@ -290,7 +290,7 @@ class _Distributed:
             f"v must have shape ({n}, {nt}), ({n * nt},) or (k, {n}, {nt}) for space "
             f"{space!r}, got {v.shape}")
 
-    def collect(self, v_local: Array, space: str = "param") -> Array:
+    def collect(self, v_local: Array, space: Literal["param", "obs"] = "param") -> Array:
         """The global vector (or batch) on every rank from every rank's slice (collective).
 
         A batch comes back whole: every replica's share, in replica order (the converse of

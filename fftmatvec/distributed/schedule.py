@@ -48,6 +48,7 @@ where communication is comparable to compute.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -124,8 +125,9 @@ def _half(steps, n_out, n_in, out_axis, in_axis, order, in_wait, out_start, half
             steps.append(_at(out_axis, b, out_start, half))
 
 
-def schedule(sensor_chunks: int, param_chunks: int, direction: str = "forward",
-             order: str = "output") -> list[Step]:
+def schedule(sensor_chunks: int, param_chunks: int,
+             direction: Literal["forward", "adjoint", "normal"] = "forward",
+             order: Literal["output", "input"] = "output") -> list[Step]:
     """The ordered steps of one product on a block cut into ``sensor_chunks x param_chunks``.
 
     Parameters
@@ -284,7 +286,8 @@ def predict(nd: int, nm: int, nt: int, k: int, precision, grid, network, bandwid
 
 def choose_chunks(nd: int, nm: int, nt: int, k: int, precision: str | PrecisionConfig,
                   grid: tuple[int, int], network: MachineModel | str,
-                  bandwidth: float, direction: str = "forward", order: str = "output",
+                  bandwidth: float, direction: Literal["forward", "adjoint", "normal"] = "forward",
+                  order: Literal["output", "input"] = "output",
                   coords: tuple[int, int] = (0, 0), max_chunks: int = 16, min_chunk: int = 1,
                   launch: float = LAUNCH) -> tuple[int, int]:
     """``(sensor_chunks, param_chunks)`` of least :func:`predict`-ed time, each at most

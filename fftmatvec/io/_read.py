@@ -7,7 +7,7 @@ import os
 import re
 from contextlib import contextmanager
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import h5py
 import numpy as np
@@ -101,7 +101,7 @@ def vector_info(path: PathLike) -> VectorInfo:
         return _vector_info(f, path, None)[0]
 
 
-def load_vector(path: PathLike, *, space: str | None = None,
+def load_vector(path: PathLike, *, space: Literal["param", "obs"] | None = None,
                 shape: tuple[int, int] | None = None) -> np.ndarray:
     """Read a vector file.
 

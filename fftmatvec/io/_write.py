@@ -9,7 +9,7 @@ import re
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Literal
 
 import h5py
 import numpy as np
@@ -35,7 +35,7 @@ def save_matrix(
     path: PathLike,
     kernel: Array,
     *,
-    layout: str = "native",
+    layout: Literal["native", "fftmatvec"] = "native",
     prefix: str = DEFAULT_PREFIX,
     p2q: bool = False,
     checksum: int = 0,
@@ -108,7 +108,8 @@ def save_matrix(
     return matrix_info(path)
 
 
-def convert_matrix(src: PathLike, dst: PathLike, *, layout: str | None = None,
+def convert_matrix(src: PathLike, dst: PathLike, *,
+                   layout: Literal["native", "fftmatvec"] | None = None,
                    prefix: str | None = None, overwrite: bool | None = False,
                    progress: Callable[[int], object] | None = None) -> MatrixInfo:
     """Convert a matrix between the two layouts, a block of rows at a time.
@@ -176,8 +177,8 @@ def convert_matrix(src: PathLike, dst: PathLike, *, layout: str | None = None,
     return matrix_info(dst)
 
 
-def save_vector(path: PathLike, v: Array, space: str = "param", *, checksum: int = 0,
-                qoi: bool = False, overwrite: bool | None = None) -> VectorInfo:
+def save_vector(path: PathLike, v: Array, space: Literal["param", "obs"] = "param", *,
+                checksum: int = 0, qoi: bool = False, overwrite: bool | None = None) -> VectorInfo:
     """Write a vector file atomically, with FFTMatvec's attributes.
 
     Parameters
