@@ -38,7 +38,7 @@ class FFTMatvecFileError(FFTMatvecValueError):
         The file or directory at fault.
     """
 
-    def __init__(self, path: str, message: str):
+    def __init__(self, path: str, message: str) -> None:
         super().__init__(message)
         self.path = path
 
@@ -53,7 +53,7 @@ class FFTMatvecDistributedError(FFTMatvecError):
         that failed.
     """
 
-    def __init__(self, message: str, errors: dict | None = None):
+    def __init__(self, message: str, errors: dict | None = None) -> None:
         super().__init__(message)
         self.errors = dict(errors or {})
 

@@ -20,10 +20,14 @@ one may over- or underflow in a reduced stage, which the whole product's own sca
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 
 from . import backend
 from ._errors import FFTMatvecTypeError, FFTMatvecValueError
+from ._typing import Array
+from .operator import BlockToeplitz
 
 __all__ = ["pad_fft", "stage3_block", "ifft_unpad"]
 
@@ -58,7 +62,7 @@ def _array3(F, a, name: str, rows: int | None, last: int):
     return a
 
 
-def pad_fft(F, x):
+def pad_fft(F: BlockToeplitz, x: Array) -> Array:
     """Stages 1 and 2 of a chunk of input rows: ``x`` ``(k, n, Nt)`` (parameter rows for a
     forward product, sensor rows for an adjoint) cast to stage 1's precision, zero-padded to
     ``L`` and transformed in stage 2's: the spectrum ``(k, n, Nf)`` in stage 2's complex
@@ -81,7 +85,9 @@ def pad_fft(F, x):
         return F.fft(F.broadcast_and_pad(x))
 
 
-def stage3_block(F, xhat, yhat, rows, cols, adjoint: bool = False, beta: int = 0):
+def stage3_block(F: BlockToeplitz, xhat: Array, yhat: Array, rows: slice | tuple[int, int],
+                 cols: slice | tuple[int, int], adjoint: bool = False,
+                 beta: Literal[0, 1] = 0) -> Array:
     """Stage 3 of the block ``Khat[rows, cols]`` (sensors ``rows``, parameters ``cols``):
     forward ``yhat = beta yhat + Khat[rows, cols] xhat``, ``xhat`` the spectra of parameter rows
     ``cols`` and ``yhat`` of sensor rows ``rows``; adjoint ``yhat = beta yhat + Khat[rows,
@@ -153,7 +159,7 @@ def _stage3_matmul(eng, xhat, yhat, i0, i1, j0, j1, adjoint: bool, beta: int):
     return yhat
 
 
-def ifft_unpad(F, yhat, weight=None):
+def ifft_unpad(F: BlockToeplitz, yhat: Array, weight: Array | None = None) -> Array:
     """Stages 4 and 5 of a chunk of output rows: the inverse FFT of ``yhat`` ``(k, n, Nf)`` in
     stage 4's precision, its first ``Nt`` samples rounded to stage 5's and returned in the
     operator's dtype, times the stored ``Khat``'s power of two undone, times ``weight``

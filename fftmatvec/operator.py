@@ -25,15 +25,18 @@ import math
 import numbers
 import os
 import threading
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 import numpy as np
 import scipy.fft
+from numpy.typing import DTypeLike
 
 from . import _interop, _memory, _scaling, _warnings, backend
 from .gpu.plan import ENV as _PLAN_ENV
-from .gpu.plan import parse_overrides
+from .gpu.plan import Plan, parse_overrides
 from .gpu.planning import Overrides
+from ._typing import Array, PathLike
 from ._errors import FFTMatvecTypeError, FFTMatvecValueError
 from ._matmul import MatmulEngine, rfft
 from .precision import PrecisionConfig
@@ -165,7 +168,7 @@ class _OperatorBase:
         return (self._n_out, self.nt)
 
     @property
-    def xp(self):
+    def xp(self) -> Any:
         """The array module (``numpy`` or ``cupy``) the operator lives on."""
         return self._xp
 
@@ -238,7 +241,7 @@ class _OperatorBase:
     # Each takes a NumPy or CuPy array, or any DLPack producer (a torch tensor, a JAX array)
     # viewed without a copy, and returns the caller's kind (fftmatvec/_interop.py).
     @_interop.accepts_arrays("m")
-    def matvec(self, m, *, check_finite=True):
+    def matvec(self, m: Array, *, check_finite: bool = True) -> Array:
         """Apply the operator to one vector.
 
         Parameters
@@ -270,7 +273,7 @@ class _OperatorBase:
         return y.reshape(-1) if flat else y[0]
 
     @_interop.accepts_arrays("d")
-    def rmatvec(self, d, *, check_finite=True):
+    def rmatvec(self, d: Array, *, check_finite: bool = True) -> Array:
         """Apply the adjoint to one vector: ``d`` is ``(n_out, Nt)`` or flat (``check_finite``
         as in :meth:`matvec`)."""
         x, flat, check = self._check_vector(d, self._n_out, "d", batched=False,
@@ -279,21 +282,21 @@ class _OperatorBase:
         return y.reshape(-1) if flat else y[0]
 
     @_interop.accepts_arrays("M")
-    def matmat(self, M, *, check_finite=True):
+    def matmat(self, M: Array, *, check_finite: bool = True) -> Array:
         """Apply the operator to a batch ``M`` of shape ``(k, n_in, Nt)`` in one batched product
         (``check_finite`` as in :meth:`matvec`)."""
         x, _, check = self._check_vector(M, self._n_in, "M", batched=True, check_finite=check_finite)
         return self._product(x, False, "M", check)
 
     @_interop.accepts_arrays("D")
-    def rmatmat(self, D, *, check_finite=True):
+    def rmatmat(self, D: Array, *, check_finite: bool = True) -> Array:
         """Apply the adjoint to a batch ``D`` of shape ``(k, n_out, Nt)`` (``check_finite`` as
         in :meth:`matvec`)."""
         x, _, check = self._check_vector(D, self._n_out, "D", batched=True,
                                          check_finite=check_finite)
         return self._product(x, True, "D", check)
 
-    def __matmul__(self, x):
+    def __matmul__(self, x: Array) -> Array:
         if getattr(x, "ndim", None) == 3:
             return self.matmat(x)
         return self.matvec(x)
@@ -307,13 +310,13 @@ class _OperatorBase:
         )
 
     @property
-    def T(self):
+    def T(self) -> _OperatorBase:
         """The adjoint (transpose) as an operator sharing this one's data."""
         return _Adjoint(self)
 
     H = T
 
-    def aslinearoperator(self):
+    def aslinearoperator(self) -> Any:
         """A ``scipy.sparse.linalg.LinearOperator`` (NumPy) or cupyx one (CuPy) on flat vectors,
         so SciPy's / cupyx's iterative solvers run on it.
 
@@ -351,14 +354,14 @@ class _OperatorBase:
         y = self._product(x, adjoint, name, check)
         return y.reshape(y.shape[0], -1).T
 
-    def aspylops(self):
+    def aspylops(self) -> Any:
         """A ``pylops.LinearOperator`` with ``dims = model_shape`` and ``dimsd = data_shape``
         (:class:`fftmatvec.pylops.PyLopsOperator`), so PyLops's solvers run on it."""
         from .pylops import PyLopsOperator
 
         return PyLopsOperator(self)
 
-    def as_torch(self):
+    def as_torch(self) -> Any:
         """A ``torch.nn.Module`` applying the operator to torch tensors, differentiable:
         gradients go through the adjoint (:class:`fftmatvec.torch.TorchOperator`)."""
         from .torch import TorchOperator
@@ -414,7 +417,7 @@ class NormalOperator(_OperatorBase):
         The diagonal of ``W``; ``None`` means the identity.
     """
 
-    def __init__(self, op: "BlockToeplitz", weight=None):
+    def __init__(self, op: BlockToeplitz, weight: float | Array | None = None) -> None:
         self._op = op
         self._xp, self._device = op._xp, op._device
         self.dtype = op.dtype
@@ -568,9 +571,10 @@ class BlockToeplitz(_OperatorBase):
     loses its relative accuracy.
     """
 
-    def __init__(self, kernel, precision="ddddd", *, dtype=None, fft_len=None, rtol=None,
-                 check_every=None, plan=None, _share=None, _tuned=None,
-                 _plan_env=_FROM_ENVIRONMENT):
+    def __init__(self, kernel: Array, precision: str | PrecisionConfig = "ddddd", *,
+                 dtype: DTypeLike = None, fft_len: int | None = None, rtol: float | None = None,
+                 check_every: int | None = None, plan: Mapping[str, str] | str | None = None,
+                 _share=None, _tuned=None, _plan_env=_FROM_ENVIRONMENT) -> None:
         kernel = _interop.asarray(kernel, "kernel")  # a DLPack producer: viewed, not copied
         if _share is None:  # before the kernel is read
             _memory.check_khat_fits(kernel, precision, fft_len)
@@ -654,8 +658,11 @@ class BlockToeplitz(_OperatorBase):
                 self._setup_khat()
 
     @classmethod
-    def from_file(cls, path, precision="ddddd", *, device="cpu", rows=None, cols=None,
-                  **kwargs) -> "BlockToeplitz":
+    def from_file(cls, path: PathLike, precision: str | PrecisionConfig = "ddddd", *,
+                  device: Literal["cpu", "gpu"] = "cpu",
+                  rows: slice | Sequence[int] | Sequence[bool] | None = None,
+                  cols: slice | Sequence[int] | Sequence[bool] | None = None,
+                  **kwargs: Any) -> BlockToeplitz:
         """The operator of a kernel stored in a file.
 
         Parameters
@@ -715,7 +722,7 @@ class BlockToeplitz(_OperatorBase):
             self._engine.store_rows(i0, khat)
             del khat
 
-    def with_precision(self, precision) -> "BlockToeplitz":
+    def with_precision(self, precision: str | PrecisionConfig) -> BlockToeplitz:
         """A new operator in another precision, sharing the kernel and, when stage 3's letter
         is unchanged, the stored ``Khat``."""
         if _fingerprint(self._xp, self._kernel) != self._kernel_print:
@@ -726,7 +733,7 @@ class BlockToeplitz(_OperatorBase):
         return BlockToeplitz(self._kernel, precision, dtype=self.dtype, fft_len=self.fft_len,
                              plan=self._plan_user or None, _share=self)
 
-    def plan(self, k: int = 1, adjoint: bool = False):
+    def plan(self, k: int = 1, adjoint: bool = False) -> Plan:
         """The :class:`~fftmatvec.gpu.plan.Plan` a product of ``k`` right-hand sides will run
         (``print`` it for the words): fused or stage by stage, the FFTs, stage 3's kernels with
         their tiles and split-K, CUDA-graph replay, and the overrides in effect. The overrides
@@ -759,7 +766,7 @@ class BlockToeplitz(_OperatorBase):
         self._plans[key] = hit
         return hit
 
-    def normal(self, weight=None) -> NormalOperator:
+    def normal(self, weight: float | Array | None = None) -> NormalOperator:
         """The Gauss-Newton operator ``F^T W F`` (``W`` diagonal: scalar or ``(Nd, Nt)``)."""
         return NormalOperator(self, weight)
 
@@ -855,11 +862,11 @@ class BlockToeplitz(_OperatorBase):
 
     # ---- one vector: the fused product without the general path's overhead ---------------
     @_interop.accepts_arrays("m")
-    def matvec(self, m, *, check_finite=True):
+    def matvec(self, m: Array, *, check_finite: bool = True) -> Array:
         return self._one(m, adjoint=False, check_finite=check_finite)
 
     @_interop.accepts_arrays("d")
-    def rmatvec(self, d, *, check_finite=True):
+    def rmatvec(self, d: Array, *, check_finite: bool = True) -> Array:
         return self._one(d, adjoint=True, check_finite=check_finite)
 
     matvec.__doc__ = _OperatorBase.matvec.__doc__
@@ -923,7 +930,8 @@ class BlockToeplitz(_OperatorBase):
     # ---- the five stages -----------------------------------------------------------------
     # Each stage honours its letter of the precision string; the engine (chosen once, at
     # construction) supplies the leaf that runs it on the operator's device.
-    def broadcast_and_pad(self, x, out=None, scale_exp=0):
+    def broadcast_and_pad(self, x: Array, out: Array | None = None,
+                          scale_exp: int | Array = 0) -> Array:
         """Stage 1: cast ``x`` ``(k, n, Nt)`` to stage 1's precision and zero-pad time to ``L``.
 
         The kernel engine writes the padded array directly in stage 2's precision (the cast of
@@ -935,11 +943,12 @@ class BlockToeplitz(_OperatorBase):
             return self._engine.pad(x, self.precision, out=out, scale_exp=scale_exp)
         return self._engine.pad(x, self.precision, out=out)
 
-    def fft(self, x, out=None):
+    def fft(self, x: Array, out: Array | None = None) -> Array:
         """Stage 2: real-to-complex FFT along time in stage 2's precision: ``(k, n, Nf)``."""
         return self._engine.fft(x.astype(self.precision.real_dtype("fft"), copy=False), out=out)
 
-    def sbgemv(self, xhat, adjoint: bool = False, out=None, workspace=None, xhat_scaled=False):
+    def sbgemv(self, xhat: Array, adjoint: bool = False, out: Array | None = None,
+               workspace: Any = None, xhat_scaled: bool = False) -> Array:
         """Stage 3: per-frequency product with ``Khat`` (``Khat^H`` for the adjoint), returned in
         stage 4's precision (the cast fused in). The stored ``Khat`` is scaled by
         ``2**-kernel_exponent`` (:attr:`kernel_exponent`; the products undo it).
@@ -950,12 +959,13 @@ class BlockToeplitz(_OperatorBase):
             xhat_scaled=xhat_scaled,
         )
 
-    def ifft(self, yhat, out=None):
+    def ifft(self, yhat: Array, out: Array | None = None) -> Array:
         """Stage 4: complex-to-real inverse FFT of length ``L`` in stage 4's precision."""
         cd = self.precision.complex_dtype("ifft")
         return self._engine.ifft(yhat.astype(cd, copy=False), out=out)
 
-    def unpad_and_reduce(self, y, weight=None, out=None, exponent=0):
+    def unpad_and_reduce(self, y: Array, weight: Array | None = None, out: Array | None = None,
+                         exponent: int | Array = 0) -> Array:
         """Stage 5: keep the first ``Nt`` samples, round to stage 5's precision, return in the
         interface dtype, times the diagonal ``weight`` ``(n, Nt)`` if given (the normal
         operator). (A distributed operator also sums partial outputs here.) ``exponent``:

@@ -43,7 +43,7 @@ class PrecisionConfig:
 
     letters: str
 
-    def __init__(self, spec: "str | PrecisionConfig" = "ddddd"):
+    def __init__(self, spec: str | PrecisionConfig = "ddddd") -> None:
         if isinstance(spec, PrecisionConfig):
             object.__setattr__(self, "letters", spec.letters)
             return

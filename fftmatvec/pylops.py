@@ -15,6 +15,7 @@ except ImportError as exc:  # optional dependency
     raise ImportError("F.aspylops() needs PyLops: pip install pylops") from exc
 
 from ._errors import FFTMatvecTypeError
+from .operator import _OperatorBase
 
 __all__ = ["PyLopsOperator"]
 
@@ -42,9 +43,7 @@ class PyLopsOperator(pylops.LinearOperator):
     The products check their inputs as the operator's own do.
     """
 
-    def __init__(self, op):
-        from .operator import _OperatorBase
-
+    def __init__(self, op: _OperatorBase) -> None:
         if not isinstance(op, _OperatorBase):
             raise FFTMatvecTypeError(
                 f"op must be a BlockToeplitz (or its adjoint or normal operator), got "

@@ -17,6 +17,7 @@ except ImportError as exc:  # optional dependency
     raise ImportError("F.as_torch() needs PyTorch: pip install torch") from exc
 
 from ._errors import FFTMatvecTypeError
+from .operator import _OperatorBase
 
 __all__ = ["TorchOperator", "apply"]
 
@@ -44,7 +45,7 @@ class _Apply(torch.autograd.Function):
         return gx.to(ctx.x_dtype), None
 
 
-def apply(op, x):
+def apply(op: _OperatorBase, x: torch.Tensor) -> torch.Tensor:
     """``op @ x`` for a torch tensor ``x``, recorded by autograd (gradient ``op.T @ g``).
 
     Parameters
@@ -84,9 +85,7 @@ class TorchOperator(torch.nn.Module):
     >>> loss.backward()                           # m.grad == 2 F^T (F m - d)
     """
 
-    def __init__(self, op):
-        from .operator import _OperatorBase
-
+    def __init__(self, op: _OperatorBase) -> None:
         if not isinstance(op, _OperatorBase):
             raise FFTMatvecTypeError(
                 f"op must be a BlockToeplitz (or its adjoint or normal operator), got "
@@ -94,12 +93,12 @@ class TorchOperator(torch.nn.Module):
         super().__init__()
         self.op = op
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``op @ x`` (see :func:`apply`)."""
         return apply(self.op, x)
 
     @property
-    def T(self) -> "TorchOperator":
+    def T(self) -> TorchOperator:
         """The adjoint as a module."""
         return TorchOperator(self.op.T)
 

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -116,7 +117,7 @@ class MachineModel:
             raise FFTMatvecValueError(
                 f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
 
-    def link(self, ranks) -> tuple[float, float]:
+    def link(self, ranks: Iterable[int]) -> tuple[float, float]:
         """``(alpha seconds, beta seconds per byte)`` of a collective over the grid ranks
         ``ranks`` (the slowest level it crosses; see the module's notes)."""
         nodes = {int(q) // self.ranks_per_node for q in ranks}
@@ -133,7 +134,8 @@ class MachineModel:
             return 0
         return p - 1 if self.algorithm == "ring" else math.ceil(math.log2(p))
 
-    def time(self, collective: str, ranks, nbytes: float, own: float | None = None) -> float:
+    def time(self, collective: str, ranks: Iterable[int], nbytes: float,
+             own: float | None = None) -> float:
         """Seconds of ``collective`` over the grid ranks ``ranks`` moving ``nbytes`` in all, of
         which this rank owns ``own`` (default ``nbytes / p``); formulas in the module's notes.
 

@@ -28,7 +28,10 @@ factor of two.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from .._errors import FFTMatvecTypeError, FFTMatvecValueError
+from .._typing import Comm
 from ..precision import PrecisionConfig
 from .layout import Layout, block_partition, check_fit
 
@@ -42,7 +45,8 @@ def _stage_bytes(precision) -> tuple[int, int]:
     return p.pad_dtype.itemsize, p.reduce_dtype.itemsize
 
 
-def comm_bytes(nd: int, nm: int, nt: int, pr: int, pc: int, precision="ddddd") -> dict:
+def comm_bytes(nd: int, nm: int, nt: int, pr: int, pc: int,
+               precision: str | PrecisionConfig = "ddddd") -> dict:
     """Bytes the busiest rank communicates per product on a ``pr x pc`` grid.
 
     Returns
@@ -76,8 +80,9 @@ def _divisor_pairs(size: int):
     return [(pr, size // pr) for pr in range(1, size + 1) if size % pr == 0]
 
 
-def choose_grid(size: int, nd: int, nm: int, nt: int, precision="ddddd",
-                product: str = "pair") -> tuple[int, int]:
+def choose_grid(size: int, nd: int, nm: int, nt: int, precision: str | PrecisionConfig = "ddddd",
+                product: Literal["pair", "forward", "adjoint", "normal"] = "pair"
+                ) -> tuple[int, int]:
     """The ``(pr, pc)`` with ``pr * pc == size`` that minimises :func:`comm_bytes` for
     ``product`` among the grids that fit (``pr <= nd``, ``pc <= nm``).
 
@@ -151,7 +156,8 @@ class ProcessGrid:
     that all ranks passed the same ``rows``, ``cols`` and ``replicas``.
     """
 
-    def __init__(self, comm, rows=None, cols=None, replicas=None, *, _resolved=None):
+    def __init__(self, comm: Comm, rows: int | None = None, cols: int | None = None,
+                 replicas: int | None = None, *, _resolved=None) -> None:
         if not all(hasattr(comm, a) for a in ("Get_size", "Get_rank", "Split", "Dup")):
             raise FFTMatvecTypeError(
                 f"comm must be an mpi4py communicator (mpi4py.MPI.Comm), got {type(comm).__name__}"
@@ -247,8 +253,10 @@ class ProcessGrid:
         """The communicator's rank at ``(r, c)`` of replica ``replica``."""
         return replica * self.group_size + c * self.shape[0] + r
 
-    def resolve(self, nd: int, nm: int, nt: int, precision="ddddd",
-                product: str = "pair", batch: int = 1, memory=None) -> "ProcessGrid":
+    def resolve(self, nd: int, nm: int, nt: int, precision: str | PrecisionConfig = "ddddd",
+                product: Literal["pair", "forward", "adjoint", "normal"] = "pair",
+                batch: int = 1,
+                memory: float | None = None) -> ProcessGrid:
         """This grid with its shape fixed: the given one (checked to fit), or the cost model's
         choice for the sizes (``batch`` right-hand sides per product and ``memory`` bytes of
         ``Khat`` per rank choose the replicas where they were not given). Collective (it
@@ -277,22 +285,22 @@ class ProcessGrid:
                                                              replica_comm)))
 
     @property
-    def base_comm(self):
+    def base_comm(self) -> Comm:
         """The grid's own duplicate of the communicator (every rank of every replica)."""
         return self._need_comms()[0]
 
     @property
-    def row_comm(self):
+    def row_comm(self) -> Comm:
         """The ranks of this rank's process row (in its replica), ordered by column."""
         return self._need_comms()[1]
 
     @property
-    def col_comm(self):
+    def col_comm(self) -> Comm:
         """The ranks of this rank's process column (in its replica), ordered by row."""
         return self._need_comms()[2]
 
     @property
-    def replica_comm(self):
+    def replica_comm(self) -> Comm:
         """The ranks of this rank's replica, in grid order (column-major)."""
         return self._need_comms()[3]
 

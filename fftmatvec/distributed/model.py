@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 from .._errors import FFTMatvecValueError
 from ..precision import PrecisionConfig
@@ -177,9 +178,11 @@ def local_compute_time(nd_loc: int, nm_loc: int, nt: int, k: int, machine: Machi
     return (khat + vectors) / machine.mem_bandwidth
 
 
-def choose_layout(size: int, nd: int, nm: int, nt: int, precision="ddddd", batch: int = 1,
+def choose_layout(size: int, nd: int, nm: int, nt: int, precision: str | PrecisionConfig = "ddddd",
+                  batch: int = 1,
                   memory: float | None = None, machine: Machine | None = None,
-                  product: str = "pair") -> tuple[int, int, int]:
+                  product: Literal["pair", "forward", "adjoint", "normal"] = "pair"
+                  ) -> tuple[int, int, int]:
     """``(replicas, pr, pc)`` for ``size`` ranks and a batch of ``batch`` right-hand sides.
 
     Every ``R`` dividing ``size`` with ``R <= batch`` is a candidate, its ``pr x pc`` grid of

@@ -61,14 +61,19 @@ from __future__ import annotations
 import math
 import os
 
+from typing import Any, Callable, Literal
+
 import numpy as np
+from numpy.typing import DTypeLike
 
 from .. import _scaling, backend
+from .._typing import Array, PathLike
 from .._errors import FFTMatvecDistributedError, FFTMatvecTypeError, FFTMatvecValueError
 from ..operator import (BlockToeplitz, _OperatorBase, _check_dtype, _fingerprint,
                         _resolve_precision)
 from ..precision import PrecisionConfig
 from .comm import make_transport, sync
+from .emulated import MachineModel
 from .grid import ProcessGrid
 from .layout import Layout
 
@@ -159,7 +164,7 @@ class _Distributed:
     """Shared parts: vector checks, distribute/collect, dot/norm, the product driver."""
 
     @property
-    def xp(self):
+    def xp(self) -> Any:
         """The array module (``numpy`` or ``cupy``) of the local slices."""
         return self._xp
 
@@ -243,15 +248,15 @@ class _Distributed:
         return Y.reshape(-1) if flat else Y[0]
 
     # ---- vectors ---------------------------------------------------------------------------
-    def local_range(self, space: str) -> tuple[int, int]:
+    def local_range(self, space: Literal["param", "obs"]) -> tuple[int, int]:
         """Global ``(start, stop)`` of the rows of ``space`` this rank owns."""
         return self.layout.owned(_space(space), *self.coords)
 
-    def local_shape(self, space: str) -> tuple[int, int]:
+    def local_shape(self, space: Literal["param", "obs"]) -> tuple[int, int]:
         """Shape ``(n_own, Nt)`` of this rank's slice of a vector of ``space``."""
         return (self._n_own[_space(space)], self.nt)
 
-    def distribute(self, v, space: str = "param"):
+    def distribute(self, v: Array, space: Literal["param", "obs"] = "param") -> Array:
         """This rank's slice of the global vector ``v``: ``(N, Nt)``, ``(N*Nt,)`` or a batch
         ``(k, N, Nt)`` (``N`` = Nm for ``"param"``, Nd for ``"obs"``), same form back.
 
@@ -285,7 +290,7 @@ class _Distributed:
             f"v must have shape ({n}, {nt}), ({n * nt},) or (k, {n}, {nt}) for space "
             f"{space!r}, got {v.shape}")
 
-    def collect(self, v_local, space: str = "param"):
+    def collect(self, v_local: Array, space: Literal["param", "obs"] = "param") -> Array:
         """The global vector (or batch) on every rank from every rank's slice (collective).
 
         A batch comes back whole: every replica's share, in replica order (the converse of
@@ -366,7 +371,7 @@ class _Distributed:
             exc = e
         sync(self.grid.base_comm, what, exc, self._where())
 
-    def dot(self, a, b) -> float:
+    def dot(self, a: Array, b: Array) -> float:
         """Global ``<a, b>`` of two distributed vectors (or batches: the sum over their
         vectors) of the same space (collective)."""
         self._check_slices("dot", a, b)
@@ -384,12 +389,12 @@ class _Distributed:
         comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
         return float(buf[0])
 
-    def norm(self, a) -> float:
+    def norm(self, a: Array) -> float:
         """Global 2-norm of a distributed vector (collective)."""
         self._check_slices("norm", a)
         return math.sqrt(max(self._dot_checked(a, a), 0.0))
 
-    def as_pylops_mpi(self):
+    def as_pylops_mpi(self) -> Any:
         """This operator as a ``pylops_mpi.MPILinearOperator`` on ``DistributedArray``
         vectors whose local arrays are this package's slices (see :mod:`.pylops`)."""
         from .pylops import as_pylops_mpi
@@ -480,10 +485,17 @@ class DistributedBlockToeplitz(_Distributed):
         parameters), on every rank before any block is read.
     """
 
-    def __init__(self, grid, kernel, precision="ddddd", *, shape=None, dtype=None, fft_len=None,
-                 device=None, transport=None, overlap=True, chunks=None, min_chunk=16,
-                 rtol=None, batch=1, memory=None, network=None, virtual_grid=None,
-                 virtual_coords=(0, 0)):
+    def __init__(self, grid: ProcessGrid,
+                 kernel: PathLike | Array | Callable[[slice, slice], Array],
+                 precision: str | PrecisionConfig = "ddddd", *,
+                 shape: tuple[int, int, int] | None = None, dtype: DTypeLike = None,
+                 fft_len: int | None = None, device: Literal["cpu", "gpu"] | None = None,
+                 transport: Literal["mpi", "nccl", "emulated"] | None = None,
+                 overlap: bool = True, chunks: int | None = None, min_chunk: int = 16,
+                 rtol: float | None = None, batch: int = 1, memory: float | None = None,
+                 network: MachineModel | str | None = None,
+                 virtual_grid: tuple[int, int] | None = None,
+                 virtual_coords: tuple[int, int] = (0, 0)) -> None:
         if not isinstance(grid, ProcessGrid):
             raise FFTMatvecTypeError(f"grid must be a ProcessGrid, got {type(grid).__name__}")
         comm = grid.comm
@@ -674,27 +686,27 @@ class DistributedBlockToeplitz(_Distributed):
                 f"transport={getattr(self.transport, 'name', None)})")
 
     # ---- products --------------------------------------------------------------------------
-    def matvec(self, m, *, check_finite=True):
+    def matvec(self, m: Array, *, check_finite: bool = True) -> Array:
         """``F m`` on distributed vectors: ``m`` is this rank's parameter slice
         ``(n_param, Nt)`` or flat; returns its observation slice in the same form."""
         return self._drive("matvec", m, "param", "m", False, check_finite, "forward")
 
-    def rmatvec(self, d, *, check_finite=True):
+    def rmatvec(self, d: Array, *, check_finite: bool = True) -> Array:
         """``F^T d``: ``d`` this rank's observation slice; returns its parameter slice."""
         return self._drive("rmatvec", d, "obs", "d", False, check_finite, "adjoint")
 
-    def matmat(self, M, *, check_finite=True):
+    def matmat(self, M: Array, *, check_finite: bool = True) -> Array:
         """``F`` on a batch: ``M`` is ``(k, n_param, Nt)``, the same ``k`` on every rank."""
         return self._drive("matmat", M, "param", "M", True, check_finite, "forward")
 
-    def rmatmat(self, D, *, check_finite=True):
+    def rmatmat(self, D: Array, *, check_finite: bool = True) -> Array:
         """``F^T`` on a batch ``(k, n_obs, Nt)``."""
         return self._drive("rmatmat", D, "obs", "D", True, check_finite, "adjoint")
 
     def __matmul__(self, x):
         return self.matmat(x) if getattr(x, "ndim", None) == 3 else self.matvec(x)
 
-    def normal(self, weight=None) -> "DistributedNormalOperator":
+    def normal(self, weight: float | Array | None = None) -> DistributedNormalOperator:
         """``F^T W F`` with ``W`` diagonal: None, a scalar, the global ``(Nd, Nt)`` weight, or
         this rank's observation slice of it."""
         return DistributedNormalOperator(self, weight)
@@ -871,7 +883,8 @@ class DistributedBlockToeplitz(_Distributed):
 class DistributedNormalOperator(_Distributed):
     """``F^T W F`` of a :class:`DistributedBlockToeplitz`, parameter slices in and out."""
 
-    def __init__(self, op: DistributedBlockToeplitz, weight=None):
+    def __init__(self, op: DistributedBlockToeplitz,
+                 weight: float | Array | None = None) -> None:
         self._parent = op
         for name in ("_xp", "dtype", "nt", "grid", "layout", "coords", "_n_own", "_device"):
             setattr(self, name, getattr(op, name))
@@ -925,13 +938,13 @@ class DistributedNormalOperator(_Distributed):
         n = self.nm * self.nt
         return (n, n)
 
-    def matvec(self, m, *, check_finite=True):
+    def matvec(self, m: Array, *, check_finite: bool = True) -> Array:
         """``F^T W F m`` on this rank's parameter slice."""
         return self._drive("normal", m, "param", "m", False, check_finite, "normal")
 
     rmatvec = matvec  # symmetric
 
-    def matmat(self, M, *, check_finite=True):
+    def matmat(self, M: Array, *, check_finite: bool = True) -> Array:
         return self._drive("normal", M, "param", "M", True, check_finite, "normal")
 
     rmatmat = matmat

@@ -48,11 +48,13 @@ where communication is comparable to compute.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
 from .._errors import FFTMatvecTypeError, FFTMatvecValueError
 from ..precision import PrecisionConfig
+from .emulated import MachineModel
 from .layout import chunk_pieces
 
 __all__ = ["Step", "schedule", "DIRECTIONS", "ORDERS", "KINDS", "predict", "choose_chunks",
@@ -123,8 +125,9 @@ def _half(steps, n_out, n_in, out_axis, in_axis, order, in_wait, out_start, half
             steps.append(_at(out_axis, b, out_start, half))
 
 
-def schedule(sensor_chunks: int, param_chunks: int, direction: str = "forward",
-             order: str = "output") -> list[Step]:
+def schedule(sensor_chunks: int, param_chunks: int,
+             direction: Literal["forward", "adjoint", "normal"] = "forward",
+             order: Literal["output", "input"] = "output") -> list[Step]:
     """The ordered steps of one product on a block cut into ``sensor_chunks x param_chunks``.
 
     Parameters
@@ -281,9 +284,11 @@ def predict(nd: int, nm: int, nt: int, k: int, precision, grid, network, bandwid
     return t_dev
 
 
-def choose_chunks(nd: int, nm: int, nt: int, k: int, precision, grid, network,
-                  bandwidth: float, direction: str = "forward", order: str = "output",
-                  coords=(0, 0), max_chunks: int = 16, min_chunk: int = 1,
+def choose_chunks(nd: int, nm: int, nt: int, k: int, precision: str | PrecisionConfig,
+                  grid: tuple[int, int], network: MachineModel | str,
+                  bandwidth: float, direction: Literal["forward", "adjoint", "normal"] = "forward",
+                  order: Literal["output", "input"] = "output",
+                  coords: tuple[int, int] = (0, 0), max_chunks: int = 16, min_chunk: int = 1,
                   launch: float = LAUNCH) -> tuple[int, int]:
     """``(sensor_chunks, param_chunks)`` of least :func:`predict`-ed time, each at most
     ``max_chunks`` and leaving about ``min_chunk`` rows a chunk; an axis whose communicator

@@ -12,8 +12,10 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
+from typing import Any, Callable
 
 from .. import backend
+from .._typing import Array
 from .._errors import FFTMatvecTypeError, FFTMatvecValueError
 
 __all__ = ["cg"]
@@ -42,7 +44,9 @@ def _check_args(A, rtol, maxiter, callback):
     return float(rtol), None if maxiter is None else int(maxiter)
 
 
-def cg(A, b, x0=None, *, rtol: float = 1e-10, maxiter: int | None = None, callback=None):
+def cg(A: Any, b: Array, x0: Array | None = None, *, rtol: float = 1e-10,
+       maxiter: int | None = None,
+       callback: Callable[[Array], object] | None = None) -> tuple[Array, int]:
     """Solve ``A x = b`` for symmetric positive (semi)definite ``A``.
 
     Parameters

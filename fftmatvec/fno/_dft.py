@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -132,7 +133,8 @@ def fft_flops(batch, cin, cout, spatial) -> float:
     return 2.5 * nt * max(math.log2(nt), 1.0) * batch * (cin + cout)
 
 
-def choose_method(batch, cin, cout, spatial, modes) -> str:
+def choose_method(batch: int, cin: int, cout: int, spatial: Sequence[int],
+                  modes: Sequence[int]) -> str:
     """``"dft"`` while its flops are at most :data:`DFT_FLOP_RATIO` times the FFT's."""
     dft = dft_flops(batch, cin, cout, spatial, modes)
     return "dft" if dft <= DFT_FLOP_RATIO * fft_flops(batch, cin, cout, spatial) else "fft"

@@ -3,6 +3,9 @@ loads it on first access to ``SpectralConv``)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any, Literal
+
 import numpy as np
 import torch
 from torch.nn.modules import module as _nn_module
@@ -96,9 +99,12 @@ class SpectralConv(torch.nn.Module):
         mixed-precision blocks: ``compute_dtype`` is this layer's).
     """
 
-    def __init__(self, in_channels, out_channels, n_modes, bias=True, init_std="auto",
-                 device=None, dtype=None, method="auto", compute_dtype=None,
-                 graphs="auto", **neuralop_options):
+    def __init__(self, in_channels: int, out_channels: int, n_modes: int | Sequence[int],
+                 bias: bool = True, init_std: float | Literal["auto"] = "auto",
+                 device: torch.device | str | None = None, dtype: torch.dtype | None = None,
+                 method: Literal["auto", "dft", "fft"] = "auto",
+                 compute_dtype: torch.dtype | None = None,
+                 graphs: bool | Literal["auto"] = "auto", **neuralop_options: Any) -> None:
         super().__init__()
         self.in_channels = _positive_int("in_channels", in_channels)
         self.out_channels = _positive_int("out_channels", out_channels)
@@ -134,7 +140,7 @@ class SpectralConv(torch.nn.Module):
             (out_channels,) + (1,) * d, dtype=real, device=device)) if bias else None)
         self._fast = {}  # forwards without gradients kept by input shape (forward)
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         # a forward without gradients like one before, from the layer's memo ahead of
         # torch.nn.Module's call, where that call would only call forward (_plain_call), so that
         # the host's steps before the first launch are fewer; outside torch.compile's tracing,
@@ -158,7 +164,7 @@ class SpectralConv(torch.nn.Module):
         if "_fast" not in self.__dict__:  # pickled before the memo
             self._fast = {}
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         extra = "".join(f", {k}={v!r}" for k, v, default in (
             ("method", self.method, "auto"), ("compute_dtype", self.compute_dtype, None),
             ("graphs", self.graphs, "auto")) if v != default)
@@ -166,7 +172,7 @@ class SpectralConv(torch.nn.Module):
                 f"bias={self.bias is not None}{extra}")
 
     @property
-    def n_modes(self):
+    def n_modes(self) -> tuple[int, ...]:
         """The modes per axis as given (both signs on all but the last axis)."""
         return self._n_modes
 
@@ -178,7 +184,8 @@ class SpectralConv(torch.nn.Module):
                 f"n_modes: the weight holds the modes {self._n_modes}; changing them to {new} "
                 f"(neuraloperator's incremental training) is not supported")
 
-    def forward(self, x, output_shape=None):
+    def forward(self, x: torch.Tensor,
+                output_shape: Sequence[int] | None = None) -> torch.Tensor:
         """Apply the layer to ``x`` of shape ``(B, Cin, *spatial)``; ``output_shape``
         (neuraloperator's argument) None or ``spatial``: the output is on the input's grid.
 
@@ -212,7 +219,8 @@ class SpectralConv(torch.nn.Module):
             remember_layer_forward(torch, self, x, n_modes)
         return y
 
-    def transform(self, x, output_shape=None):
+    def transform(self, x: torch.Tensor,
+                  output_shape: Sequence[int] | None = None) -> torch.Tensor:
         """neuraloperator's resampling of a skip connection onto the output grid: ``x`` itself,
         the output being on the input's grid."""
         _same_grid(x, output_shape)
@@ -226,7 +234,7 @@ class SpectralConv(torch.nn.Module):
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @classmethod
-    def from_neuralop(cls, layer, **kwargs):
+    def from_neuralop(cls, layer: Any, **kwargs: Any) -> SpectralConv:
         """Copy a dense-weight ``neuralop.layers.spectral_convolution.SpectralConv``.
 
         A layer whose weight holds more modes than it uses (``max_n_modes`` above its current
@@ -269,7 +277,7 @@ class SpectralConv(torch.nn.Module):
                 new.bias.copy_(layer.bias.detach())
         return new
 
-    def to_neuralop(self):
+    def to_neuralop(self) -> Any:
         """This layer as a neuraloperator ``SpectralConv`` (dense weight, the same modes, weight
         and bias, on the same device): the converse of :meth:`from_neuralop`. Its weight is
         complex64 (neuraloperator's only dtype): a float64 layer's is rounded."""

@@ -16,11 +16,15 @@ same transforms and product with the conjugate weights and the transposed gather
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Literal
+
 import numpy as np
 
 import functools
 
 from .. import backend
+from .._typing import Array
 from .._errors import FFTMatvecTypeError, FFTMatvecValueError
 from . import _dft
 from ._modes import check_bias, check_shapes, hermitian_weights, kept_modes, mode_indices
@@ -117,7 +121,8 @@ def _dft_conv(xp, x, weight, modes, bias):
     return y
 
 
-def spectral_conv(x, weight, n_modes, bias=None, method="auto"):
+def spectral_conv(x: Array, weight: Array, n_modes: int | Sequence[int], bias: Array | None = None,
+                  method: Literal["auto", "dft", "fft"] = "auto") -> Array:
     """FNO spectral convolution of ``x`` with per-mode complex channel weights.
 
     Parameters

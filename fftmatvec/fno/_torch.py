@@ -6,10 +6,13 @@ from __future__ import annotations
 import functools
 import math
 import operator
+from collections.abc import Sequence
+from typing import Any, Literal
 
 import numpy as np
 
 from .._errors import FFTMatvecTypeError, FFTMatvecValueError
+from .._typing import Array
 from . import _tuning
 from ._graphs import check_option
 from ._modes import check_bias, check_shapes, hermitian_weights, kept_modes, mode_indices
@@ -193,8 +196,10 @@ def _compute_dtype(torch, x, compute_dtype):
     return cd, name in _SIXTEEN
 
 
-def spectral_conv_torch(x, weight, n_modes, bias=None, method="auto", compute_dtype=None,
-                        graphs="auto"):
+def spectral_conv_torch(x: Array, weight: Array, n_modes: int | Sequence[int],
+                        bias: Array | None = None, method: Literal["auto", "dft", "fft"] = "auto",
+                        compute_dtype: Any = None,
+                        graphs: bool | Literal["auto"] = "auto") -> Array:
     """:func:`spectral_conv` on torch tensors, differentiable in ``x``, ``weight`` and ``bias``.
 
     Under ``torch.compile`` the call is one opaque step of the compiled model (a graph break,

@@ -37,12 +37,15 @@ import math
 import os
 import statistics
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any, Literal
 
 import yaml
 
 from .. import __version__
 from .._errors import FFTMatvecError, FFTMatvecValueError
+from .._typing import PathLike
 from .._writes import atomic_file
 from ..gpu.plan import ENV as PLAN_ENV
 from ..gpu.plan import _env_reader, parse_overrides
@@ -565,8 +568,12 @@ def _builtin_twin(torch, x, w, bias, batch, cin, cout, spatial, modes, compute_d
     return "dft", True, {"fno_ends": "1" if ends else "0"}
 
 
-def tune(cases, device=None, dtype="float32", compute_dtype=None, grad=True, repeat=20,
-         rounds=3, out=None, force=False, seed=0, progress=None):
+def tune(cases: Iterable[tuple | str], device: Any = None,
+         dtype: Literal["float32", "float64"] = "float32",
+         compute_dtype: Literal["float32", "float64", "bfloat16", "float16"] | None = None,
+         grad: bool = True, repeat: int = 20, rounds: int = 3, out: PathLike | None = None,
+         force: bool = False, seed: int = 0,
+         progress: Callable[[dict], object] | None = None) -> dict:
     """Time the choices of each layer signature in ``cases`` on ``device`` and write the
     fastest to the FNO table ``out`` (default: the user's cache file of the device's
     architecture, :func:`cache_table`), atomically after each entry; return the table.

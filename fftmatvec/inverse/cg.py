@@ -26,11 +26,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from .._errors import FFTMatvecTypeError, FFTMatvecValueError
-from ..operator import _resolve_precision
+from .._typing import Array
+from ..distributed.operator import DistributedBlockToeplitz
+from ..operator import BlockToeplitz, _resolve_precision
 from ..precision import PrecisionConfig
 from ._checks import data_batch, noise_variances, param_vector
 from ._maps import Maps
@@ -183,8 +186,10 @@ def _inner(system, letters, r, tol, maxit, info):
     return delta, psi, stalled
 
 
-def map_cg(F, prior, noise, d_obs, *, rtol: float = 1e-8, precision="auto", prior_mean=None,
-           maxiter: int = 2000, max_refinements: int = 30):
+def map_cg(F: BlockToeplitz | DistributedBlockToeplitz, prior: Any, noise: float | Array,
+           d_obs: Array, *, rtol: float = 1e-8,
+           precision: str | PrecisionConfig = "auto", prior_mean: Array | None = None,
+           maxiter: int = 2000, max_refinements: int = 30) -> tuple[Array, MapInfo]:
     """The MAP estimate by prior-preconditioned CG, in mixed precision with refinement.
 
     Parameters

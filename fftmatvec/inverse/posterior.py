@@ -19,12 +19,16 @@ from __future__ import annotations
 import math
 import os
 import sys
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from .. import _memory
+from .._typing import Array, PathLike
+from ..distributed.operator import DistributedBlockToeplitz
 from .._errors import FFTMatvecFileError, FFTMatvecTypeError, FFTMatvecValueError
-from ..operator import _resolve_precision
+from ..operator import BlockToeplitz, _resolve_precision
 from ..precision import PrecisionConfig
 from ._checks import data_batch, noise_variances, param_vector
 from ._maps import Maps
@@ -164,8 +168,11 @@ class DataSpacePosterior:
     replica groups at one seam (``Maps.my_blocks`` / ``Maps.combine``: one group today).
     """
 
-    def __init__(self, F, prior, noise, *, prior_mean=None, precision=None, rtol=None,
-                 batch=None, chunks=None):
+    def __init__(self, F: BlockToeplitz | DistributedBlockToeplitz, prior: Any,
+                 noise: float | Array, *,
+                 prior_mean: Array | None = None, precision: str | PrecisionConfig | None = None,
+                 rtol: float | None = None, batch: int | None = None,
+                 chunks: int | None = None) -> None:
         self._maps = Maps(F)
         self._maps.agree("DataSpacePosterior", lambda: self._setup(
             F, prior, noise, prior_mean, precision, rtol, batch, chunks))
@@ -222,7 +229,7 @@ class DataSpacePosterior:
         return int(max(1, min(_MAX_BATCH, self.n_data, room // per_col)))
 
     # ---- offline ---------------------------------------------------------------------------
-    def factor(self, *, progress=None) -> "DataSpacePosterior":
+    def factor(self, *, progress: bool | None = None) -> DataSpacePosterior:
         """Form ``H_d = F Γpr F^T + Γnoise`` and its Cholesky factor.
 
         Parameters
@@ -332,7 +339,7 @@ class DataSpacePosterior:
         return _solve_triangular(xp, self.chol, _solve_triangular(xp, self.chol, R, False), True)
 
     # ---- online ----------------------------------------------------------------------------
-    def mean(self, d_obs):
+    def mean(self, d_obs: Array) -> Array:
         """The posterior mean (MAP point) ``m_pr + Γpr F^T H_d^{-1} (d_obs - F m_pr)``.
 
         Parameters
@@ -364,7 +371,7 @@ class DataSpacePosterior:
         M = M + self.prior_mean
         return M if batched else M[0]
 
-    def covariance_matmat(self, X):
+    def covariance_matmat(self, X: Array) -> Array:
         """``Γpost X = Γpr X - Γpr F^T H_d^{-1} F Γpr X``.
 
         Parameters
@@ -390,7 +397,8 @@ class DataSpacePosterior:
         out = G - self.prior.matmat(maps.adjoint(Z))
         return out if batched else out[0]
 
-    def variance(self, times=None, *, progress=None):
+    def variance(self, times: Sequence[int] | None = None, *,
+                 progress: bool | None = None) -> Array:
         """The pointwise posterior variance ``diag(Γpost)``.
 
         Parameters
@@ -468,7 +476,7 @@ class DataSpacePosterior:
                 bar.update(c1 - c0)
         return self.prior.diagonal() - acc
 
-    def sample(self, n, rng, d_obs=None):
+    def sample(self, n: int, rng: np.random.Generator, d_obs: Array | None = None) -> Array:
         """Posterior samples, by perturbing the prior and the data (Matheron's rule).
 
         ``s = x - Γpr F^T H_d^{-1} (F x + e)`` with ``x ~ N(0, Γpr)``, ``e ~ N(0, Γnoise)``
@@ -517,7 +525,7 @@ class DataSpacePosterior:
         fv = self._maps.forward(v)
         return float(xp.vdot(v.ravel(), gv.ravel())), float(xp.vdot(u.ravel(), fv.ravel()))
 
-    def save(self, path, *, overwrite: bool = False) -> None:
+    def save(self, path: PathLike, *, overwrite: bool = False) -> None:
         """Write the factor to an HDF5 file, atomically (a temporary, then a rename).
 
         Parameters
@@ -575,7 +583,8 @@ class DataSpacePosterior:
                 f.create_dataset("prior_mean", data=m_pr)
 
     @classmethod
-    def load(cls, path, F, prior, noise) -> "DataSpacePosterior":
+    def load(cls, path: PathLike, F: BlockToeplitz | DistributedBlockToeplitz, prior: Any,
+             noise: float | Array) -> DataSpacePosterior:
         """A factored posterior from a file written by :meth:`save`.
 
         Parameters

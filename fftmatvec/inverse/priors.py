@@ -18,10 +18,12 @@ separable space-by-time :class:`SeparablePrior`.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
 from .. import backend
+from .._typing import Array
 from .._errors import FFTMatvecTypeError, FFTMatvecValueError
 from ..operator import fft_length
 
@@ -59,7 +61,7 @@ class DiagonalPrior:
         A variance ``<= 0``, NaN or Inf, or an array that is not 2-D.
     """
 
-    def __init__(self, variance):
+    def __init__(self, variance: float | Array) -> None:
         if isinstance(variance, (bool, np.bool_)):
             raise FFTMatvecTypeError(
                 f"variance must be a number or an (Nm, Nt) array, got {variance!r}")
@@ -77,16 +79,16 @@ class DiagonalPrior:
             raise FFTMatvecValueError("variance must be > 0 everywhere")
         self.variance, self.xp = xp.array(variance, dtype=np.float64, copy=True), xp
 
-    def matmat(self, X):
+    def matmat(self, X: Array) -> Array:
         """``Γpr X`` for ``X`` of shape ``(k, Nm, Nt)``."""
         return X * self.variance
 
-    def sqrt_matmat(self, Z):
+    def sqrt_matmat(self, Z: Array) -> Array:
         """``Γpr^{1/2} Z`` for white noise ``Z`` of shape ``(k, Nm, Nt)``."""
         xp = backend.get_array_module(Z, name="Z")
         return Z * (math.sqrt(self.variance) if self.xp is None else xp.sqrt(self.variance))
 
-    def diagonal(self, shape=None):
+    def diagonal(self, shape: tuple[int, int] | None = None) -> Array:
         """The prior variances, ``(Nm, Nt)`` (``shape`` is needed for a scalar variance)."""
         if self.xp is None:
             return np.full(shape, self.variance)
@@ -125,7 +127,7 @@ class SeparablePrior:
     ``O(Nm^3)``, once, on first use) and of the ``Nt x Nt`` Toeplitz ``C_t``.
     """
 
-    def __init__(self, space, time_covariance):
+    def __init__(self, space: Any, time_covariance: Array) -> None:
         c = time_covariance
         xp = _check_real_array(c, "time_covariance")
         if c.ndim != 1 or c.size < 1:
@@ -182,7 +184,7 @@ class SeparablePrior:
         Xh = xp.fft.rfft(X, n=self._L, axis=-1)
         return xp.fft.irfft(Xh * self._chat, n=self._L, axis=-1)[..., : self.nt]
 
-    def matmat(self, X):
+    def matmat(self, X: Array) -> Array:
         """``Γpr X`` for ``X`` of shape ``(k, Nm, Nt)``."""
         return self._time_apply(self._space_apply(X))
 
@@ -203,12 +205,12 @@ class SeparablePrior:
             return self._space
         return self.xp.asarray(self._space @ self.xp.eye(self.nm))
 
-    def sqrt_matmat(self, Z):
+    def sqrt_matmat(self, Z: Array) -> Array:
         """``(L_s ⊗ L_t) Z`` for white noise ``Z`` of shape ``(k, Nm, Nt)``."""
         xp = self.xp
         return xp.matmul(xp.matmul(self._space_factor(), Z), self._lt.T)
 
-    def diagonal(self, shape=None):
+    def diagonal(self, shape: tuple[int, int] | None = None) -> Array:
         """The pointwise prior variance ``diag(C_s) time_covariance[0]``, ``(Nm, Nt)``."""
         xp = self.xp
         ds = xp.diagonal(self._space_dense())
@@ -290,7 +292,7 @@ def _is_linear_operator(obj) -> bool:
     return False
 
 
-def as_prior(prior, nm: int, nt: int, xp=np) -> _Prior:
+def as_prior(prior: Any, nm: int, nt: int, xp: Any = np) -> _Prior:
     """``prior`` as the package's prior on ``(k, Nm, Nt)`` batches.
 
     Parameters

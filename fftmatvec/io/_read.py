@@ -6,12 +6,14 @@ from __future__ import annotations
 import os
 import re
 from contextlib import contextmanager
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Literal
 
 import h5py
 import numpy as np
 
 from .. import _memory
+from .._typing import PathLike
 from .._errors import FFTMatvecFileError, FFTMatvecTypeError, FFTMatvecValueError
 from ._formats import (_META, _META_FIELDS, _ROW_DIGITS, _VEC_ATTRS, NATIVE_FORMAT,
                        NATIVE_VERSION, SPACES, MatrixInfo, VectorInfo, _check_shape2, _dataset,
@@ -21,7 +23,7 @@ from ._formats import (_META, _META_FIELDS, _ROW_DIGITS, _VEC_ATTRS, NATIVE_FORM
 # ------------------------------------------------------------------------------------------
 # Public functions: check, then call the private readers
 # ------------------------------------------------------------------------------------------
-def matrix_info(path) -> MatrixInfo:
+def matrix_info(path: PathLike) -> MatrixInfo:
     """Metadata of a matrix, without reading its data.
 
     Parameters
@@ -44,7 +46,8 @@ def matrix_info(path) -> MatrixInfo:
         return reader.info
 
 
-def load_matrix(path, *, rows=None, cols=None) -> np.ndarray:
+def load_matrix(path: PathLike, *, rows: slice | Sequence[int] | Sequence[bool] | None = None,
+                cols: slice | Sequence[int] | Sequence[bool] | None = None) -> np.ndarray:
     """Read a kernel, or the block of it a process owns.
 
     Parameters
@@ -84,7 +87,7 @@ def load_matrix(path, *, rows=None, cols=None) -> np.ndarray:
         return reader.read(ridx, cidx)
 
 
-def vector_info(path) -> VectorInfo:
+def vector_info(path: PathLike) -> VectorInfo:
     """Metadata of a vector file (space, blocks, time steps), without reading the data.
 
     Raises
@@ -98,7 +101,8 @@ def vector_info(path) -> VectorInfo:
         return _vector_info(f, path, None)[0]
 
 
-def load_vector(path, *, space: str | None = None, shape=None) -> np.ndarray:
+def load_vector(path: PathLike, *, space: Literal["param", "obs"] | None = None,
+                shape: tuple[int, int] | None = None) -> np.ndarray:
     """Read a vector file.
 
     Parameters

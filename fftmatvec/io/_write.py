@@ -9,12 +9,13 @@ import re
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Literal
 
 import h5py
 import numpy as np
 
 from .. import _writes
+from .._typing import Array, PathLike
 from .._errors import FFTMatvecFileError, FFTMatvecTypeError, FFTMatvecValueError
 from ._formats import (_INT32, _META, _ROW_DIGITS, _VEC_ATTRS,
                        DEFAULT_PREFIX, NATIVE_FORMAT, NATIVE_VERSION, SPACES, MatrixInfo,
@@ -31,10 +32,10 @@ _COPY_BYTES = 256 << 20  # rows converted per step: bounded memory for any matri
 # Public functions: check, then call the private writers
 # ------------------------------------------------------------------------------------------
 def save_matrix(
-    path,
-    kernel,
+    path: PathLike,
+    kernel: Array,
     *,
-    layout: str = "native",
+    layout: Literal["native", "fftmatvec"] = "native",
     prefix: str = DEFAULT_PREFIX,
     p2q: bool = False,
     checksum: int = 0,
@@ -107,8 +108,10 @@ def save_matrix(
     return matrix_info(path)
 
 
-def convert_matrix(src, dst, *, layout: str | None = None, prefix: str | None = None,
-                   overwrite: bool | None = False, progress=None) -> MatrixInfo:
+def convert_matrix(src: PathLike, dst: PathLike, *,
+                   layout: Literal["native", "fftmatvec"] | None = None,
+                   prefix: str | None = None, overwrite: bool | None = False,
+                   progress: Callable[[int], object] | None = None) -> MatrixInfo:
     """Convert a matrix between the two layouts, a block of rows at a time.
 
     Parameters
@@ -174,8 +177,8 @@ def convert_matrix(src, dst, *, layout: str | None = None, prefix: str | None = 
     return matrix_info(dst)
 
 
-def save_vector(path, v, space: str = "param", *, checksum: int = 0, qoi: bool = False,
-                overwrite: bool | None = None) -> VectorInfo:
+def save_vector(path: PathLike, v: Array, space: Literal["param", "obs"] = "param", *,
+                checksum: int = 0, qoi: bool = False, overwrite: bool | None = None) -> VectorInfo:
     """Write a vector file atomically, with FFTMatvec's attributes.
 
     Parameters
