@@ -37,10 +37,8 @@ extensions = [
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 root_doc = "index"
 templates_path = ["_templates"]
-# docs/_build is the output; inverse.md and scaling.md, where they exist, are shown inside the
-# user guide's pages (see _optional_pages below) rather than as pages of their own.
-exclude_patterns = ["_build", "inverse.md", "scaling.md", "auto_examples/*.ipynb",
-                    "auto_examples/*.py", "auto_examples/*.zip"]
+# docs/_build is the output
+exclude_patterns = ["_build", "auto_examples/*.ipynb", "auto_examples/*.py", "auto_examples/*.zip"]
 
 # -- API reference: one page per public module, its members those of its __all__ -------------
 autosummary_generate = True
@@ -93,11 +91,6 @@ html_css_files = ["fftmatvec.css"]
 html_show_sourcelink = False
 
 
-# Pages of the user guide that show another page's content when it exists: the page named on
-# the left is replaced by ("replace"), or followed by ("append"), the Markdown file on the right.
-_OPTIONAL_PAGES = {"inverse_problems": ("inverse.md", "replace"), "cluster": ("scaling.md", "append")}
-
-
 # Pages that left the tree (git keeps them): a link to one, in a page not yet updated, is shown
 # as its text and where the page is kept instead of a broken link.
 _RETIRED = {"history.md": "the run-by-run history, kept in git's history of docs/history.md"}
@@ -110,19 +103,6 @@ def _retired_links(app, docname, source):
                            lambda m: f"{m.group(1)} ({where})", source[0])
 
 
-def _optional_pages(app, docname, source):
-    """Swap in or append an optional Markdown page where it exists (see _OPTIONAL_PAGES)."""
-    if docname not in _OPTIONAL_PAGES:
-        return
-    name, how = _OPTIONAL_PAGES[docname]
-    if not (DOCS / name).is_file():
-        return
-    if how == "replace":
-        source[0] = f"```{{include}} {name}\n```\n"
-    else:  # a section of the page: its headings one level down
-        source[0] += f"\n```{{include}} {name}\n:heading-offset: 1\n```\n"
-
-
 def _hide_private_parameters(app, what, name, obj, options, signature, return_annotation):
     """Drop keyword parameters whose names start with ``_`` (internal) from signatures."""
     if signature:
@@ -133,5 +113,4 @@ def _hide_private_parameters(app, what, name, obj, options, signature, return_an
 
 def setup(app):
     app.connect("autodoc-process-signature", _hide_private_parameters)
-    app.connect("source-read", _optional_pages)
     app.connect("source-read", _retired_links)
