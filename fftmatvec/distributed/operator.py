@@ -187,8 +187,8 @@ class _Distributed:
             raise _scaling.not_finite_error(name)
         return X, flat
 
-    def _empty_share(self, x, n, name):
-        """A replica's empty share ``(0, n, Nt)`` of a batch, checked as a batch is."""
+    def _check_real_slice(self, x, name: str) -> None:
+        """Raise unless ``x`` is a real floating-point array of the operator's array module."""
         xp = backend.get_array_module(x, name=name)
         if xp is not self._xp:
             raise FFTMatvecTypeError(
@@ -197,6 +197,10 @@ class _Distributed:
         if x.dtype.kind != "f":
             raise FFTMatvecTypeError(
                 f"{name} must be real floating point (float32 or float64), got dtype {x.dtype}")
+
+    def _empty_share(self, x, n, name):
+        """A replica's empty share ``(0, n, Nt)`` of a batch, checked as a batch is."""
+        self._check_real_slice(x, name)
         if x.shape[1:] != (n, self.nt):
             raise FFTMatvecValueError(f"{name} must have shape (k, {n}, {self.nt}), got {x.shape}")
         return x.astype(self.dtype, copy=False)
@@ -344,15 +348,7 @@ class _Distributed:
         try:
             shapes = []
             for i, a in enumerate(arrays):
-                name = "ab"[i] if len(arrays) > 1 else "a"
-                xp = backend.get_array_module(a, name=name)
-                if xp is not self._xp:
-                    raise FFTMatvecTypeError(
-                        f"{name} must be a {self._xp.__name__} array, as the operator's slices "
-                        f"are, got a {xp.__name__} one")
-                if a.dtype.kind != "f":
-                    raise FFTMatvecTypeError(
-                        f"{name} must be real floating point, got dtype {a.dtype}")
+                self._check_real_slice(a, "ab"[i] if len(arrays) > 1 else "a")
                 shapes.append(a.shape)
             if len(set(shapes)) > 1:
                 raise FFTMatvecValueError(
