@@ -66,15 +66,25 @@ def _max():
     return MPI.MAX
 
 
-def bench(comm, nd, nm, nt, k, precision, mode, device, repeat, chunks, min_chunk):
-    from fftmatvec import DistributedBlockToeplitz, ProcessGrid
-
+def _array_module(device):
+    """``(xp, sync)``: NumPy or CuPy, and a wait for the device."""
     xp = np
     if device == "gpu":
         import cupy as xp  # noqa: F811
     sync = (lambda: xp.cuda.Device().synchronize()) if xp is not np else (lambda: None)
+    return xp, sync
+
+
+def _pair(comm, grid, nd, nm, nt, k, precision, mode, device, repeat, chunks, min_chunk,
+          **transport):
+    """The operators overlapped and compute-then-communicate on ``grid`` (each rank makes only
+    its block of a random kernel), a random local input, and three times: overlapped,
+    compute-then-communicate and the local product alone (the ctc operator's whole block).
+    ``transport``: further arguments of the operators (the emulated network's)."""
+    from fftmatvec import DistributedBlockToeplitz
+
+    xp, sync = _array_module(device)
     rng = np.random.default_rng(1)
-    grid = ProcessGrid(comm)
 
     def kernel(rs, cs):  # each rank makes only its block
         r = np.random.default_rng([rs.start, cs.start])
@@ -82,23 +92,32 @@ def bench(comm, nd, nm, nt, k, precision, mode, device, repeat, chunks, min_chun
 
     ops = {ov: DistributedBlockToeplitz(grid, kernel, precision, shape=(nd, nm, nt),
                                         device=device, overlap=ov, chunks=chunks,
-                                        min_chunk=min_chunk)
+                                        min_chunk=min_chunk, **transport)
            for ov in (True, False)}
-    op = ops[True]
     space = "obs" if mode == "adjoint" else "param"
-    X = xp.asarray(rng.standard_normal((k,) + op.local_shape(space)))
+    X = xp.asarray(rng.standard_normal((k,) + ops[True].local_shape(space)))
     prods = {ov: {"forward": o.matmat, "adjoint": o.rmatmat,
                   "normal": o.normal().matmat}[mode] for ov, o in ops.items()}
     t_ov = _timed(comm, lambda: prods[True](X, check_finite=False), repeat, sync)
     t_ctc = _timed(comm, lambda: prods[False](X, check_finite=False), repeat, sync)
-
-    # the parts alone, on the sizes of the product (the whole block: the ctc operator's)
     loc = ops[False].local_operator
     n_in = loc.nd if mode == "adjoint" else loc.nm
     Xg = xp.asarray(rng.standard_normal((k, n_in, nt)))
     local = {"forward": lambda: loc.matmat(Xg), "adjoint": lambda: loc.rmatmat(Xg),
              "normal": lambda: loc.rmatmat(loc.matmat(Xg))}[mode]
     t_comp = _timed(comm, local, repeat, sync)
+    return ops, prods, X, (t_ov, t_ctc, t_comp)
+
+
+def bench(comm, nd, nm, nt, k, precision, mode, device, repeat, chunks, min_chunk):
+    from fftmatvec import ProcessGrid
+
+    xp, sync = _array_module(device)
+    ops, _, _, (t_ov, t_ctc, t_comp) = _pair(comm, ProcessGrid(comm), nd, nm, nt, k, precision,
+                                             mode, device, repeat, chunks, min_chunk)
+    op, loc = ops[True], ops[False].local_operator
+    space = "obs" if mode == "adjoint" else "param"
+    # the collectives alone, on the sizes of the product
     t, (w1, w5) = op.transport, op._wire
     g = op.grid
     nd_r, nm_c = loc.nd, loc.nm
@@ -130,10 +149,7 @@ def bench_replicas(comm, nd, nm, nt, k, precision, device, repeat, replicas):
     share of the batch on its own grid, a whole ``Khat`` per group)."""
     from fftmatvec import DistributedBlockToeplitz, ProcessGrid
 
-    xp = np
-    if device == "gpu":
-        import cupy as xp  # noqa: F811
-    sync = (lambda: xp.cuda.Device().synchronize()) if xp is not np else (lambda: None)
+    xp, sync = _array_module(device)
 
     def kernel(rs, cs):  # each rank makes only its block
         r = np.random.default_rng([rs.start, cs.start])
@@ -180,44 +196,20 @@ def bench_emulated(network, shape, nd, nm, nt, k, precision, mode, device, repea
     (0, 0), the local product alone, the modelled communication, the cost model's ratio."""
     from mpi4py import MPI
 
-    from fftmatvec import DistributedBlockToeplitz, ProcessGrid
+    from fftmatvec import ProcessGrid
     from fftmatvec.distributed.schedule import choose_chunks, predict
 
-    xp = np
-    if device == "gpu":
-        import cupy as xp  # noqa: F811
-    sync = (lambda: xp.cuda.Device().synchronize()) if xp is not np else (lambda: None)
+    _, sync = _array_module(device)
     comm = MPI.COMM_SELF
-    rng = np.random.default_rng(1)
-    grid = ProcessGrid(comm)
-
-    def kernel(rs, cs):  # only the emulated rank's block is made
-        r = np.random.default_rng([rs.start, cs.start])
-        return r.standard_normal((rs.stop - rs.start, cs.stop - cs.start, nt)) / np.sqrt(nm)
-
-    ops = {ov: DistributedBlockToeplitz(grid, kernel, precision, shape=(nd, nm, nt),
-                                        device=device, overlap=ov, chunks=chunks,
-                                        min_chunk=min_chunk, transport="emulated",
-                                        network=network, virtual_grid=shape)
-           for ov in (True, False)}
+    ops, prods, X, (t_ov, t_ctc, t_comp) = _pair(
+        comm, ProcessGrid(comm), nd, nm, nt, k, precision, mode, device, repeat, chunks,
+        min_chunk, transport="emulated", network=network, virtual_grid=shape)
     op = ops[True]
-    space = "obs" if mode == "adjoint" else "param"
-    X = xp.asarray(rng.standard_normal((k,) + op.local_shape(space)))
-    prods = {ov: {"forward": o.matmat, "adjoint": o.rmatmat,
-                  "normal": o.normal().matmat}[mode] for ov, o in ops.items()}
-    t_ov = _timed(comm, lambda: prods[True](X, check_finite=False), repeat, sync)
-    t_ctc = _timed(comm, lambda: prods[False](X, check_finite=False), repeat, sync)
-    log = ops[False].transport.log
+    log = ops[False].transport.log  # the model's time of one ctc product's collectives
     del log[:]
     prods[False](X, check_finite=False)
     sync()
     t_comm = sum(e[3] for e in log)
-    loc = ops[False].local_operator
-    n_in = loc.nd if mode == "adjoint" else loc.nm
-    Xg = xp.asarray(rng.standard_normal((k, n_in, nt)))
-    local = {"forward": lambda: loc.matmat(Xg), "adjoint": lambda: loc.rmatmat(Xg),
-             "normal": lambda: loc.rmatmat(loc.matmat(Xg))}[mode]
-    t_comp = _timed(comm, local, repeat, sync)
     s, p = op.blocks
     args = (nd, nm, nt, k, precision, shape, network, bandwidth)
     whole = predict(*args, 1, 1, mode)
@@ -239,10 +231,7 @@ def main_emulated(args) -> int:
     # the emulated collectives' device copies)
     network = (MachineModel("free", 1, 1e-12, 1e18, 1e-12, 1e18) if args.emulate == "free"
                else machine_model(args.emulate))
-    xp = np
-    if args.device == "gpu":
-        import cupy as xp  # noqa: F811
-    sync = (lambda: xp.cuda.Device().synchronize()) if xp is not np else (lambda: None)
+    xp, sync = _array_module(args.device)
     bandwidth = args.bandwidth * 1e9 if args.bandwidth else _bandwidth(xp, sync)
     kind = "weak (block fixed)" if args.weak else "strong"
     print(f"# emulated network {network.name!r}, one rank (0, 0) of each grid; {kind} scaling, "
