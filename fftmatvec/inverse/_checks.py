@@ -9,7 +9,7 @@ import numpy as np
 from .. import backend
 from .._errors import FFTMatvecTypeError, FFTMatvecValueError
 
-__all__ = ["noise_variances", "param_vector", "data_batch"]
+__all__ = ["noise_variances", "real_array", "param_vector", "data_batch"]
 
 
 def noise_variances(noise, nd: int, nt: int, xp):
@@ -36,20 +36,25 @@ def noise_variances(noise, nd: int, nt: int, xp):
     return xp.array(noise, dtype=np.float64, copy=True)
 
 
-def _array(x, name, xp):
+def real_array(x, name: str, xp=None, kinds: str = "f"):
+    """``x``'s array module, after checking that ``x`` is an array of ``xp`` (where given) of
+    a dtype of ``kinds`` (``"f"``: floating point; ``"fiu"``: any real number) with no NaN or
+    Inf."""
     axp = backend.get_array_module(x, name=name)
-    if axp is not xp:
+    if xp is not None and axp is not xp:
         raise FFTMatvecTypeError(f"{name} must live where the operator does ({xp.__name__}), got "
                                  f"a {axp.__name__} array")
-    if x.dtype.kind != "f":
-        raise FFTMatvecTypeError(f"{name} must be real floating point, got dtype {x.dtype}")
-    if x.size and not bool(xp.isfinite(x).all()):
+    if x.dtype.kind not in kinds:
+        what = "real floating point" if kinds == "f" else "real"
+        raise FFTMatvecTypeError(f"{name} must be {what}, got dtype {x.dtype}")
+    if x.size and not bool(axp.isfinite(x).all()):
         raise FFTMatvecValueError(f"{name} contains NaN or Inf values")
+    return axp
 
 
 def param_vector(m, name: str, nm: int, nt: int, xp):
     """A parameter vector ``(Nm, Nt)`` (or flat ``(Nm*Nt,)``) as float64 ``(Nm, Nt)``."""
-    _array(m, name, xp)
+    real_array(m, name, xp)
     if m.shape not in ((nm, nt), (nm * nt,)):
         raise FFTMatvecValueError(f"{name} must have shape ({nm}, {nt}) or ({nm * nt},), got "
                                   f"{m.shape}")
@@ -59,7 +64,7 @@ def param_vector(m, name: str, nm: int, nt: int, xp):
 def data_batch(d, name: str, nd: int, nt: int, xp):
     """``(batch (k, Nd, Nt) float64, batched)`` from ``(Nd, Nt)``, ``(Nd*Nt,)`` or
     ``(k, Nd, Nt)``."""
-    _array(d, name, xp)
+    real_array(d, name, xp)
     if d.shape in ((nd, nt), (nd * nt,)):
         return d.astype(np.float64).reshape(1, nd, nt), False
     if d.ndim == 3 and d.shape[1:] == (nd, nt) and d.shape[0] > 0:

@@ -26,23 +26,12 @@ from .. import backend
 from .._typing import Array
 from .._errors import FFTMatvecTypeError, FFTMatvecValueError
 from ..operator import fft_length
+from ._checks import real_array
 
 __all__ = ["DiagonalPrior", "SeparablePrior", "as_prior"]
 
 # Largest Nm*Nt for which a prior without ``sqrt_matmat`` is factored densely for sampling.
 _DENSE_SQRT_LIMIT = 8192
-
-
-def _check_real_array(a, name: str, xp=None):
-    axp = backend.get_array_module(a, name=name)
-    if xp is not None and axp is not xp:
-        raise FFTMatvecTypeError(
-            f"{name} must live where the operator does ({xp.__name__}), got a {axp.__name__} array")
-    if a.dtype.kind not in "fiu":
-        raise FFTMatvecTypeError(f"{name} must be real, got dtype {a.dtype}")
-    if a.size and not bool(axp.isfinite(a).all()):
-        raise FFTMatvecValueError(f"{name} contains NaN or Inf values")
-    return axp
 
 
 class DiagonalPrior:
@@ -71,7 +60,7 @@ class DiagonalPrior:
                 raise FFTMatvecValueError(f"variance must be finite and > 0, got {variance!r}")
             self.variance, self.xp = v, None
             return
-        xp = _check_real_array(variance, "variance")
+        xp = real_array(variance, "variance", kinds="fiu")
         if variance.ndim != 2:
             raise FFTMatvecValueError(f"variance must be a scalar or an (Nm, Nt) array, got shape "
                                       f"{variance.shape}")
@@ -129,7 +118,7 @@ class SeparablePrior:
 
     def __init__(self, space: Any, time_covariance: Array) -> None:
         c = time_covariance
-        xp = _check_real_array(c, "time_covariance")
+        xp = real_array(c, "time_covariance", kinds="fiu")
         if c.ndim != 1 or c.size < 1:
             raise FFTMatvecValueError(
                 f"time_covariance must be a 1-D (Nt,) array, got shape {c.shape}")
@@ -161,7 +150,7 @@ class SeparablePrior:
             raise FFTMatvecValueError(f"space must be a square (Nm, Nm) matrix or operator, got "
                                       f"shape {shape}")
         if backend.is_cupy_array(space) or isinstance(space, np.ndarray):
-            _check_real_array(space, "space", xp)
+            real_array(space, "space", xp, kinds="fiu")
             return xp.asarray(space, dtype=np.float64), "dense", int(shape[0])
         if hasattr(space, "tocsr") or hasattr(space, "matmat") or hasattr(space, "dot"):
             return space, "operator", int(shape[0])
