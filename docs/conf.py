@@ -91,18 +91,6 @@ html_css_files = ["fftmatvec.css"]
 html_show_sourcelink = False
 
 
-# Pages that left the tree (git keeps them): a link to one, in a page not yet updated, is shown
-# as its text and where the page is kept instead of a broken link.
-_RETIRED = {"history.md": "the run-by-run history, kept in git's history of docs/history.md"}
-
-
-def _retired_links(app, docname, source):
-    """Replace Markdown links to the pages of _RETIRED by their text and where the page is."""
-    for name, where in _RETIRED.items():
-        source[0] = re.sub(r"\[([^\]]*)\]\((?:docs/)?" + re.escape(name) + r"\)",
-                           lambda m: f"{m.group(1)} ({where})", source[0])
-
-
 def _hide_private_parameters(app, what, name, obj, options, signature, return_annotation):
     """Drop keyword parameters whose names start with ``_`` (internal) from signatures."""
     if signature:
@@ -113,4 +101,3 @@ def _hide_private_parameters(app, what, name, obj, options, signature, return_an
 
 def setup(app):
     app.connect("autodoc-process-signature", _hide_private_parameters)
-    app.connect("source-read", _retired_links)
