@@ -10,9 +10,7 @@ algorithms above run unchanged, and redundantly, on every rank.
 Replicas: on a grid of several replica groups (``ProcessGrid(comm, replicas=R)``) the operator
 itself splits every batch across the groups (``distribute`` gives each group its share of the
 right-hand sides, ``collect`` joins them), so the batched products that form the data-space
-Hessian run on all the groups at once. :meth:`Maps.my_blocks` and :meth:`Maps.combine` are the
-seam for a coarser split (whole block columns per group, each group forming its own); today a
-group computes every block and combining is the identity.
+Hessian run on all the groups at once.
 """
 
 from __future__ import annotations
@@ -131,14 +129,3 @@ class Maps:
             return [sub.matmat(X) for sub in subs]
         xhat = lead.fft(lead.broadcast_and_pad(X))
         return [sub.unpad_and_reduce(sub.ifft(sub.sbgemv(xhat))) for sub in subs]
-
-    def my_blocks(self, n_blocks: int) -> range:
-        """The block columns this rank's replica group computes: all of them (one group)."""
-        return range(n_blocks)
-
-    def combine(self, H):
-        """Every replica group's block columns in every rank's ``H``: ``H`` itself with one
-        group. (With several, each group's ``H`` holds its own blocks and NaN elsewhere: an
-        exchange of the computed blocks, not a sum.)"""
-        return H
-

@@ -164,8 +164,8 @@ class DataSpacePosterior:
     only the lower triangle of blocks is formed: the adjoint of chunk ``J``'s unit vectors
     reads only chunk ``J``'s ``Khat`` and the forward only chunks ``I >= J`` (per-chunk
     operators that together hold one more ``Khat`` while :meth:`factor` runs). On a grid
-    every block column is a product of the whole operator, and the columns are split across
-    replica groups at one seam (``Maps.my_blocks`` / ``Maps.combine``: one group today).
+    every block column is a product of the whole operator, whose batches the operator splits
+    across its replica groups (``ProcessGrid(comm, replicas=R)``).
     """
 
     def __init__(self, F: BlockToeplitz | DistributedBlockToeplitz, prior: Any,
@@ -269,13 +269,12 @@ class DataSpacePosterior:
         chunks = maps.sensor_chunks(self.chunks)
         subs = maps.chunk_operators(chunks, self.precision)
         full = None if subs is not None else maps.with_precision(self.precision)
-        blocks = maps.my_blocks(len(chunks))
         t0 = _clock(xp)
         H = xp.empty((n, n))
         H.fill(np.nan)  # poisoned: an entry of the lower triangle never written fails below
         bytes_read = 0
         with _progress(n, "H_d", progress) as bar:
-            for J in blocks:
+            for J in range(len(chunks)):
                 a, b = chunks[J]
                 for c0 in range(a * nt, b * nt, k):
                     c1 = min(c0 + k, b * nt)
@@ -302,7 +301,6 @@ class DataSpacePosterior:
         del subs
         if full is not None:
             bytes_read = full.bytes_read
-        H = maps.combine(H)
         H = xp.tril(H)
         if not bool(xp.isfinite(H).all()):
             raise FFTMatvecValueError("the data-space Hessian has NaN or Inf entries (the prior "
