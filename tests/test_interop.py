@@ -131,6 +131,11 @@ def test_numpy_dlpack_capsule(rng):
     assert rel_err(y.ravel(), A @ m.ravel()) < 1e-12
     G = fm.BlockToeplitz(K.__dlpack__())  # a kernel capsule too
     assert rel_err(G.matvec(m).ravel(), A @ m.ravel()) < 1e-12
+    used = m.__dlpack__()
+    F.matvec(used)
+    with pytest.raises(FFTMatvecTypeError, match=r"m is a DLPack capsule that cannot be read "
+                                                 r"\(a capsule is read once\)"):
+        F.matvec(used)
 
 
 class _Namespace:
