@@ -242,6 +242,25 @@ def test_as_torch_gradient_is_the_adjoint(rng):
         layer(d)
 
 
+def test_as_torch_inside_torch_compile(rng):
+    F = fm.BlockToeplitz(rng.standard_normal(SHAPE))
+    layer = F.as_torch()
+
+    def loss(x):
+        return torch.sin(layer(x)).square().sum()
+
+    x = torch.from_numpy(rng.standard_normal(SHAPE[1:])).requires_grad_()
+    compiled = torch.compile(loss, backend="eager")  # dynamo's tracing, no code generation
+    value = compiled(x)
+    value.backward()
+    grad = x.grad.clone()
+    x.grad = None
+    ref = loss(x)
+    ref.backward()
+    assert abs(value.item() - ref.item()) <= 1e-12 * abs(ref.item())
+    assert rel_err(grad.numpy(), x.grad.numpy()) < 1e-12
+
+
 # ---- PyLops ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype, rtol", [(np.float64, 1e-12), (np.float32, 1e-5)])
 @pytest.mark.parametrize("which", ["F", "F.T", "normal"])
