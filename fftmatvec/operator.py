@@ -373,6 +373,7 @@ class NormalOperator(_OperatorBase):
         self.nt = op.nt
         self._n_in = self._n_out = op.nm
         xp = op._xp
+        weight = _interop.asarray(weight, "weight")  # a DLPack producer: viewed (then copied)
         if weight is None:
             self._weight = None
         elif np.isscalar(weight) or (isinstance(weight, np.ndarray) and weight.ndim == 0):

@@ -97,6 +97,19 @@ def test_torch_kernel_is_viewed_not_copied(rng):
     assert F.with_precision("ddddd").precision.letters == "ddddd"  # derives from the view
 
 
+def test_torch_weight_of_the_normal_operator(rng):
+    nd, nm, nt = SHAPE
+    K = rng.standard_normal(SHAPE)
+    A = dense_btt(K)
+    w = rng.uniform(0.5, 2.0, (nd, nt))
+    N = fm.BlockToeplitz(K).normal(torch.from_numpy(w))
+    m = torch.from_numpy(rng.standard_normal((nm, nt)))
+    y = N.matvec(m)
+    assert isinstance(y, torch.Tensor) and y.dtype == torch.float64
+    ref = A.T @ (w.ravel() * (A @ m.numpy().ravel()))
+    assert rel_err(y.numpy().ravel(), ref) < 1e-12
+
+
 def test_torch_inputs_refused_with_reasons(rng):
     nd, nm, nt = SHAPE
     F = fm.BlockToeplitz(rng.standard_normal(SHAPE))
