@@ -370,6 +370,7 @@ def test_torch_cuda_zero_copy_on_the_callers_stream(rng, dtype):
         return one(v, adjoint, check_finite)
 
     F._one = product
+    stream.wait_stream(torch.cuda.current_stream())  # m was written on the default stream
     with torch.cuda.stream(stream):
         y = F.matvec(m)
     stream.synchronize()
@@ -408,7 +409,7 @@ def test_cupy_arrays_and_capsules(rng):
     assert type(y) is cp.ndarray
     assert rel_err(to_numpy(y).ravel(), A @ to_numpy(m).ravel()) < 1e-12
     seen = _spy(F, {})
-    z = F.matvec(m.toDlpack())  # a bare capsule of GPU memory
+    z = F.matvec(m.__dlpack__())  # a bare capsule of GPU memory
     assert type(z) is cp.ndarray and seen["in"].data.ptr == m.data.ptr
     assert rel_err(to_numpy(z).ravel(), A @ to_numpy(m).ravel()) < 1e-12
     P = F.aspylops()
