@@ -154,10 +154,14 @@ def _from_capsule(x, name: str):
     CuPy array: a capsule is consumed once and names no array library)."""
     try:
         return np.from_dlpack(_CapsuleProducer(x)), _identity, contextlib.nullcontext()
-    except (BufferError, RuntimeError) as exc:  # NumPy refuses device memory unconsumed
-        if "device" not in str(exc).lower() or backend.cupy is None:
+    except (BufferError, RuntimeError, TypeError, ValueError) as exc:
+        # NumPy refuses device memory (an error naming the device) without consuming the
+        # capsule, which CuPy then reads; a capsule already consumed has another name
+        if not (isinstance(exc, (BufferError, RuntimeError)) and "device" in str(exc).lower()
+                and backend.cupy is not None):
             raise FFTMatvecTypeError(
-                f"{name} is a DLPack capsule that cannot be read: {exc}") from None
+                f"{name} is a DLPack capsule that cannot be read (a capsule is read once): "
+                f"{exc}") from None
     return _dlpack_view(backend.cupy.from_dlpack, x, name), _identity, contextlib.nullcontext()
 
 

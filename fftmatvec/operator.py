@@ -427,6 +427,7 @@ class NormalOperator(_OperatorBase):
         if isinstance(weight, np.ma.MaskedArray):  # its mask would be ignored, NaN under it too
             raise FFTMatvecTypeError(
                 "weight is a masked array; pass weight.filled(...) or a plain ndarray")
+        weight = _interop.asarray(weight, "weight")  # a DLPack producer: viewed (then copied)
         if weight is None:
             self._weight = None
         elif getattr(weight, "ndim", 0) == 0:  # a number, or a 0-d array

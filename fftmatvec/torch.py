@@ -3,9 +3,10 @@
 :class:`TorchOperator` applies an operator to torch tensors inside a differentiable model:
 its forward is ``F x`` and its backward ``F^T g`` (the product of the adjoint with the
 output's gradient), through a ``torch.autograd.Function`` whose backward is itself
-differentiable (a second derivative goes through ``F`` again). The tensors are read and
-written without a copy through DLPack (fftmatvec/_interop.py): CPU tensors through NumPy, GPU
-tensors through CuPy on PyTorch's current stream. Gradients with respect to the kernel are not
+differentiable (a second derivative goes through ``F`` again); ``torch.compile`` leaves it
+out of its graphs and calls it as it is (the products run outside PyTorch). The tensors are
+read and written without a copy through DLPack (fftmatvec/_interop.py): CPU tensors through
+NumPy, GPU tensors through CuPy on PyTorch's current stream. Gradients with respect to the kernel are not
 computed: the operator is a fixed linear map.
 """
 
@@ -45,6 +46,7 @@ class _Apply(torch.autograd.Function):
         return gx.to(ctx.x_dtype), None
 
 
+@torch.compiler.disable  # torch.compile runs it as it is, between its compiled graphs
 def apply(op: _OperatorBase, x: torch.Tensor) -> torch.Tensor:
     """``op @ x`` for a torch tensor ``x``, recorded by autograd (gradient ``op.T @ g``).
 

@@ -79,6 +79,18 @@ def test_auto_precision_says_what_it_chose_and_from_where(files, capsys, monkeyp
     assert "chosen" not in out and "precision dsdsd" in out
 
 
+def test_a_warning_is_one_line_of_the_command(files, capsys, monkeypatch):
+    from fftmatvec.tuning import select
+
+    _model_only(monkeypatch)
+    monkeypatch.setattr(select, "_warned", set())  # the warning comes once per process
+    assert _matvec(files, "--precision", "auto") == 0
+    err = capsys.readouterr().err
+    assert err == ("fftmatvec matvec: warning: no tuning table for device 'cpu': "
+                   "precision='auto' uses the a-priori error model (run `fftmatvec tune` to "
+                   "measure this device)\n")
+
+
 def test_auto_precision_from_a_tuning_table(files, capsys, monkeypatch):
     table = files / "cpu.yaml"
     assert cli.main(["tune", "--nm", "4", "--nd", "3", "--nt", "8", "--ops", "matvec",

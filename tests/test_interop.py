@@ -97,6 +97,19 @@ def test_torch_kernel_is_viewed_not_copied(rng):
     assert F.with_precision("ddddd").precision.letters == "ddddd"  # derives from the view
 
 
+def test_torch_weight_of_the_normal_operator(rng):
+    nd, nm, nt = SHAPE
+    K = rng.standard_normal(SHAPE)
+    A = dense_btt(K)
+    w = rng.uniform(0.5, 2.0, (nd, nt))
+    N = fm.BlockToeplitz(K).normal(torch.from_numpy(w))
+    m = torch.from_numpy(rng.standard_normal((nm, nt)))
+    y = N.matvec(m)
+    assert isinstance(y, torch.Tensor) and y.dtype == torch.float64
+    ref = A.T @ (w.ravel() * (A @ m.numpy().ravel()))
+    assert rel_err(y.numpy().ravel(), ref) < 1e-12
+
+
 def test_torch_inputs_refused_with_reasons(rng):
     nd, nm, nt = SHAPE
     F = fm.BlockToeplitz(rng.standard_normal(SHAPE))
@@ -131,6 +144,11 @@ def test_numpy_dlpack_capsule(rng):
     assert rel_err(y.ravel(), A @ m.ravel()) < 1e-12
     G = fm.BlockToeplitz(K.__dlpack__())  # a kernel capsule too
     assert rel_err(G.matvec(m).ravel(), A @ m.ravel()) < 1e-12
+    used = m.__dlpack__()
+    F.matvec(used)
+    with pytest.raises(FFTMatvecTypeError, match=r"m is a DLPack capsule that cannot be read "
+                                                 r"\(a capsule is read once\)"):
+        F.matvec(used)
 
 
 class _Namespace:
@@ -237,6 +255,25 @@ def test_as_torch_gradient_is_the_adjoint(rng):
         layer(d)
 
 
+def test_as_torch_inside_torch_compile(rng):
+    F = fm.BlockToeplitz(rng.standard_normal(SHAPE))
+    layer = F.as_torch()
+
+    def loss(x):
+        return torch.sin(layer(x)).square().sum()
+
+    x = torch.from_numpy(rng.standard_normal(SHAPE[1:])).requires_grad_()
+    compiled = torch.compile(loss, backend="eager")  # dynamo's tracing, no code generation
+    value = compiled(x)
+    value.backward()
+    grad = x.grad.clone()
+    x.grad = None
+    ref = loss(x)
+    ref.backward()
+    assert abs(value.item() - ref.item()) <= 1e-12 * abs(ref.item())
+    assert rel_err(grad.numpy(), x.grad.numpy()) < 1e-12
+
+
 # ---- PyLops ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype, rtol", [(np.float64, 1e-12), (np.float32, 1e-5)])
 @pytest.mark.parametrize("which", ["F", "F.T", "normal"])
@@ -333,6 +370,7 @@ def test_torch_cuda_zero_copy_on_the_callers_stream(rng, dtype):
         return one(v, adjoint, check_finite)
 
     F._one = product
+    stream.wait_stream(torch.cuda.current_stream())  # m was written on the default stream
     with torch.cuda.stream(stream):
         y = F.matvec(m)
     stream.synchronize()
@@ -371,7 +409,7 @@ def test_cupy_arrays_and_capsules(rng):
     assert type(y) is cp.ndarray
     assert rel_err(to_numpy(y).ravel(), A @ to_numpy(m).ravel()) < 1e-12
     seen = _spy(F, {})
-    z = F.matvec(m.toDlpack())  # a bare capsule of GPU memory
+    z = F.matvec(m.__dlpack__())  # a bare capsule of GPU memory
     assert type(z) is cp.ndarray and seen["in"].data.ptr == m.data.ptr
     assert rel_err(to_numpy(z).ravel(), A @ to_numpy(m).ravel()) < 1e-12
     P = F.aspylops()

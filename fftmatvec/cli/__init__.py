@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import threading
+import warnings
 
 from .._errors import FFTMatvecError
 
@@ -62,8 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
 @contextlib.contextmanager
 def logging_to_stderr(command: str, verbosity: int):
     """Send the package's log records to stderr while a command runs: warnings always, INFO
-    with ``verbosity`` 1 (``-v``), DEBUG with 2 or more (``-vv``). The logger's level and
-    handlers are as before afterwards."""
+    with ``verbosity`` 1 (``-v``), DEBUG with 2 or more (``-vv``); a Python warning is one line
+    ``fftmatvec COMMAND: warning: ...``. The logger's level and handlers, and how warnings
+    show, are as before afterwards."""
     logger = logging.getLogger(LOGGER)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(f"fftmatvec {command}: %(message)s"))
@@ -71,8 +73,15 @@ def logging_to_stderr(command: str, verbosity: int):
     logger.setLevel(logging.WARNING if verbosity <= 0 else
                     logging.INFO if verbosity == 1 else logging.DEBUG)
     logger.addHandler(handler)
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        kind = "" if category is UserWarning else f" ({category.__name__})"
+        print(f"fftmatvec {command}: warning{kind}: {message}", file=sys.stderr)
+
     try:
-        yield
+        with warnings.catch_warnings():
+            warnings.showwarning = show
+            yield
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
