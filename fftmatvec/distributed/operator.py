@@ -607,10 +607,15 @@ class DistributedBlockToeplitz(_Distributed):
                     self._xp.asarray(cols[a:b, None]) for a, b in (p.span for p in self._pcut)]
         except Exception as e:
             exc = e
-        # the bound on the forward product's magnitude the normal operator's second half is
-        # scaled by: |F x| <= max|x| max|K| nm nt (the kernel's largest entry of every rank)
-        self._kernel_exp = sync(comm, "DistributedBlockToeplitz", exc, self._where(),
-                                values=(kexp,))[0] + _exponent(float(nm * nt))
+        # the bound on a product's magnitude its output's wire and the normal operator's
+        # second half are scaled by: |F x| <= max|x| max|K| max(nd, nm) nt, with the largest
+        # kernel entry of every rank
+        # and the scaling window of every rank's inputs: the narrowest of the ranks' (a rank
+        # with column scales has none), for the wire carries one rank's input to the others
+        window = self._op._window if exc is None else 0
+        kexp, window = sync(comm, "DistributedBlockToeplitz", exc, self._where(),
+                            values=(kexp, -window))
+        self._kernel_exp, self._window = kexp + _exponent(float(max(nd, nm) * nt)), -window
         exc = None
         try:  # after the sync: choosing NCCL compares the ranks' devices (a collective)
             with self._on_device():
@@ -725,11 +730,25 @@ class DistributedBlockToeplitz(_Distributed):
         return DistributedNormalOperator(self, weight)
 
     # ---- the pipeline ----------------------------------------------------------------------
-    def _scales(self, e: int) -> tuple[int, int]:
-        """The powers of two the pipeline's halves scale their inputs by (the module's notes):
-        from the largest magnitude of the input, ``< 2**e`` over every rank; the normal
-        operator's second half from its bound (:class:`DistributedNormalOperator`)."""
-        return _scale(e, self.dtype, self._op._window), 0
+    def _scales(self, e: int) -> tuple[int, ...]:
+        """``(in, out)`` powers of two of each half (the module's notes): its input's from
+        the input's largest magnitude (``< 2**e`` over every rank), its output's on the wire
+        from the bound ``|F x| <= max|x| max|K| max(Nd, Nm) Nt`` (the product's own scale
+        undone after the reduction, so a reduced wire neither over- nor underflows)."""
+        return self._half_scales(e, 0)
+
+    def _half_scales(self, e: int, *more: int) -> tuple[int, ...]:
+        """``(in_0, out_0, in_1, out_1, ...)`` of halves whose inputs' magnitudes are below
+        ``2**e`` times ``2**more[h]`` for half ``h``."""
+        if e == _NO_EXPONENT:
+            return (0, 0) * len(more)
+        window, wire = self._window, _WIRE_WINDOW[np.dtype(self._wire[1]).itemsize]
+        out = ()
+        for extra in more:
+            bound = e + extra
+            out += (_scale(bound, self.dtype, window),
+                    _scale(bound + self._kernel_exp, self.dtype, wire))
+        return out
 
     def _stage3(self, xhat, yhat, i: int, j: int, adjoint: bool, beta: int):
         """Stage 3 of block ``(i, j)`` (sensor chunk ``i``, parameter chunk ``j``) of the
@@ -766,16 +785,18 @@ class DistributedBlockToeplitz(_Distributed):
                 self._exc = e
             return make()
 
-    def _input(self, x, weight, chunk):
+    def _input(self, x, weight, chunk, exp: int = 0):
         """A chunk's input from the wire ``(n, k, Nt)`` to ``(k, n, Nt)``, contiguous, times the
-        weight's rows where given (the normal operator's second half)."""
+        weight's rows where given (the normal operator's second half) and ``2**exp``."""
         xp = self._xp
 
         def run():
             v = x
             if weight is not None:
                 w = _take(xp, weight, chunk.ranges, 0)
-                v = v.astype(self.dtype, copy=False) * w[:, None, :]
+                v = v.astype(self.dtype, copy=False) * (xp.ldexp(w, exp) if exp else w)[:, None]
+            elif exp:
+                v = xp.ldexp(v.astype(self.dtype, copy=False), exp)
             return xp.ascontiguousarray(v.transpose(1, 0, 2), dtype=self.dtype)
 
         return self._kept(run, lambda: xp.zeros((x.shape[1], x.shape[0], self.nt), self.dtype))
@@ -790,11 +811,11 @@ class DistributedBlockToeplitz(_Distributed):
             return obs * w5 >= params * w1
         return params * w5 >= obs * w1
 
-    def _run(self, mode: str, X, weight=None, scales=(0, 0)):
+    def _run(self, mode: str, X, weight=None, scales=(0, 0, 0, 0)):
         """Run the product's block pipeline, step after step of :func:`.schedule.schedule`, on
         the checked local input ``X`` ``(k, n, Nt)`` (None on a rank whose check failed: zeros
         of the right size take its place); ``scales``: the powers of two of each half's input
-        (:meth:`_scales`). Returns ``(Y, exception or None)``."""
+        and of its output on the wire (:meth:`_scales`). Returns ``(Y, exception or None)``."""
         from .schedule import schedule
 
         self._exc = None
@@ -814,15 +835,18 @@ class DistributedBlockToeplitz(_Distributed):
         order = "output" if mode == "normal" or self._out_major(mode) else "input"
         cd = op.precision.complex_dtype("ifft")
         cols = self._col_exps
+        s_in, s_out = scales[0::2], scales[1::2]
+        # what the second half's input, the first half's output from the wire, is scaled by
+        s_mid = s_in[1] - s_out[0] if mode == "normal" else 0
 
         def exps(half, axis, idx):
-            """The powers of two of an input chunk's stage 1 and of an output chunk's stage 5:
-            the half's scale, and on a parameter chunk its column scales (a forward's input,
-            an adjoint's output)."""
-            s = scales[half]
+            """The powers of two of an input chunk's stage 1 and of an output chunk's stage 5
+            (from the half's input scale to its output's): on a parameter chunk with its
+            column scales (a forward's input, an adjoint's output)."""
+            e = s_out[half] - s_in[half]
             if cols is None or axis != "param":
-                return s, -s
-            return cols[idx] + s, cols[idx] - s
+                return 0, e
+            return cols[idx], cols[idx] + e
 
         with self._on_device():
             if X is None:
@@ -856,14 +880,16 @@ class DistributedBlockToeplitz(_Distributed):
                     axis, idx = step.chunk
                     ch, key = cut[axis][idx], (half, axis, idx)
                     n = _len(ch.span)
-                    if kind == "gather":
+                    if kind == "gather":  # the input on the wire already scaled
                         a, b = ch.mine
-                        pend[key] = t.allgatherv(comm[axis], X[:, a:b].transpose(1, 0, 2),
+                        x = X[:, a:b] if not s_in[0] else xp.ldexp(X[:, a:b], s_in[0])
+                        pend[key] = t.allgatherv(comm[axis], x.transpose(1, 0, 2),
                                                  ch.counts, w1)
                     elif kind in ("gather_wait", "allreduce_wait"):
                         # gathers and all-reduces start in the first half
                         data[key] = self._input(pend.pop((0, axis, idx)).wait(),
-                                                weight if half else None, ch)
+                                                weight if half else None, ch,
+                                                s_mid if half else 0)
                     elif kind == "fft":
                         x, e = data.pop(key), exps(half, axis, idx)[0]
                         spectra[key] = self._kept(
@@ -878,9 +904,12 @@ class DistributedBlockToeplitz(_Distributed):
                                                      ch.counts, w5, **kw)
                     elif kind == "allreduce":
                         pend[key] = t.allreduce(comm[axis], outs.pop(key).transpose(1, 0, 2), w5)
-                    else:  # reduce_wait: this rank's rows of the output chunk
+                    else:  # reduce_wait: this rank's rows of the output chunk, unscaled
                         a, b = ch.mine
                         Y[:, a:b] = pend.pop(key).wait().transpose(1, 0, 2)
+                        if s_out[half]:
+                            ym = np if on_host else xp  # Y in pinned host memory, or not
+                            ym.ldexp(Y[:, a:b], -s_out[half], out=Y[:, a:b])
                 # start the collectives whose data the device has written, move those in flight
                 t.progress()
             if on_host:
@@ -963,16 +992,14 @@ class DistributedNormalOperator(_Distributed):
 
     rmatmat = matmat
 
-    def _scales(self, e: int) -> tuple[int, int]:
-        """The first half's scale as the forward product's; the second half's from the bound
-        ``|W F x| <= max|W| max|x| max|K| nm nt`` (its input arrives chunk by chunk, and
-        every chunk's spectrum must share one scale)."""
+    def _scales(self, e: int) -> tuple[int, ...]:
+        """The first half's scales as the forward product's; the second half's input from the
+        bound ``|W F x| <= max|W| max|x| max|K| max(Nd, Nm) Nt`` (it arrives chunk by chunk,
+        and every chunk's spectrum must share one scale)."""
         op = self._parent
-        window = op._op._window
-        second = e + op._kernel_exp + self._weight_exp if e != _NO_EXPONENT else e
-        return _scale(e, self.dtype, window), _scale(second, self.dtype, window)
+        return op._half_scales(e, 0, op._kernel_exp + self._weight_exp)
 
-    def _run(self, mode, X, scales=(0, 0)):
+    def _run(self, mode, X, scales=(0, 0, 0, 0)):
         return self._parent._run("normal", X, self._weight, scales)
 
     def __repr__(self) -> str:
@@ -1048,6 +1075,10 @@ def _chunks(counts, me: int, chunks: int, minimum: int) -> list[_Chunk]:
         start += n
     return out
 
+
+# binary orders either side of 1 a product's output may reach, by its bound, on a wire of
+# float32 (4 bytes) or float64 (8) before the wire is scaled: far inside each range
+_WIRE_WINDOW = {4: 64, 8: 512}
 
 # the exponent of a zero magnitude (below any other, far from overflowing a sum of a few)
 _NO_EXPONENT = -(1 << 40)

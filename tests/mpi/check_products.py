@@ -211,6 +211,32 @@ def check_columns_in_different_units():
             close(z / col[:, None], ref.rmatvec(d) / col[:, None], f"adjoint {tag}", 2e-3)
 
 
+def check_inputs_far_from_one():
+    """Inputs far outside float32's range in a reduced precision: the input chunks of a half
+    share one power of two (agreed across the ranks before the first arrives), the normal
+    operator's second half one from its bound; against the single-process operator, every
+    grid, the block pipeline cut or not."""
+    nd, nm, nt = 7, 9, 6
+    K = fresh(81, nd, nm, nt)
+    for prec, tol in (("sssss", 2e-5), ("ddddd", TOL)):
+        ref = BlockToeplitz(K, prec)
+        scale = 2.0 ** (140 if prec == "sssss" else 900)
+        m, d = fresh(82, 3, nm, nt) * scale, fresh(83, 2, nd, nt) / scale
+        w = np.abs(fresh(84, nd, nt)) + 0.5
+        for rows, cols in grids(size)[:-1]:
+            for chunks in (1, 2, 3):
+                op = DistributedBlockToeplitz(ProcessGrid(comm, rows, cols), dev(K), prec,
+                                              chunks=chunks, min_chunk=1, transport=TRANSPORT)
+                tag = f"inputs far from one {prec} {op.grid.shape} blocks={op.blocks}"
+                y = host(op.collect(op.matmat(op.distribute(dev(m), "param")), "obs"))
+                close(y, ref.matmat(m), f"forward {tag}", tol)
+                z = host(op.collect(op.rmatmat(op.distribute(dev(d), "obs")), "param"))
+                close(z, ref.rmatmat(d), f"adjoint {tag}", tol)
+                n = op.normal(dev(w)).matmat(op.distribute(dev(m), "param"))
+                close(host(op.collect(n, "param")), ref.normal(w).matmat(m), f"normal {tag}",
+                      1e2 * tol if tol > TOL else tol)
+
+
 class _Later:
     """A stand-in for a device event that passes ``seconds`` from now."""
 
@@ -262,7 +288,7 @@ def check_replicas():
     w = np.abs(fresh(58, nd, nt)) + 0.5
     for R, rows, cols in layouts(size):
         g = ProcessGrid(comm, rows, cols, replicas=R)
-        for chunks in (1, 2):
+        for chunks in (1, 2, 3):
             op = DistributedBlockToeplitz(g, dev(K), chunks=chunks, min_chunk=1,
                                           transport=TRANSPORT)
             assert (op.grid.replicas, op.grid.shape) == (R, (rows, cols)), op.grid
@@ -323,6 +349,7 @@ def main():
         check_progress()
     check_block_pipeline()
     check_columns_in_different_units()
+    check_inputs_far_from_one()
     check_replicas()
     tmp = comm.bcast(tempfile.mkdtemp() if rank == 0 else None)
     for nd, nm, nt in ((5, 7, 6), (6, 4, 9)):
