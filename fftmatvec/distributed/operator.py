@@ -477,12 +477,13 @@ class DistributedBlockToeplitz(_Distributed):
         sensors and parameters aligned with the collectives' slices, one chunk's
         communication moving while the next is computed. False: the whole block at once,
         compute-then-communicate.
-    chunks : int, optional
+    chunks : int or (int, int), optional
         Force the chunks per axis (sensors, parameters), so at most ``chunks**2`` blocks on a
-        2-D grid (for benchmarks and tests). Default: the cost model's choice
-        (:func:`~fftmatvec.distributed.schedule.choose_chunks`) for ``batch`` vectors, at
-        most :data:`~fftmatvec.distributed.schedule.MAX_CHUNKS` an axis. An axis whose
-        communicator has one rank is not cut.
+        2-D grid (for benchmarks and tests); an axis whose communicator has one rank is not
+        cut. A pair ``(sensor_chunks, param_chunks)`` cuts both axes so, whatever the grid
+        (on one rank: the pipeline's own cost, nothing to communicate). Default: the cost
+        model's choice (:func:`~fftmatvec.distributed.schedule.choose_chunks`) for ``batch``
+        vectors, at most :data:`~fftmatvec.distributed.schedule.MAX_CHUNKS` an axis.
     min_chunk : int, default 16
         Fewest sensors or parameters of a chunk, on average: an axis of ``n`` local rows is
         cut into at most ``n // min_chunk`` chunks (each block's stage 3 is a product of that
@@ -522,11 +523,14 @@ class DistributedBlockToeplitz(_Distributed):
             if not auto:
                 _resolve_precision(self._xp, precision, rtol, 1, 1, 1)  # rtol only with auto
             self.precision = None if auto else PrecisionConfig(precision)
+            pair = isinstance(chunks, (tuple, list)) and len(chunks) == 2
             for name, value in (("chunks", chunks), ("min_chunk", min_chunk), ("batch", batch)):
-                if value is not None and (isinstance(value, bool) or not isinstance(
-                        value, (int, np.integer)) or value < 1):
-                    raise FFTMatvecValueError(
-                        f"{name} must be a positive integer, got {value!r}")
+                for v in (value if name == "chunks" and pair else (value,)):
+                    if v is not None and (isinstance(v, bool) or not isinstance(
+                            v, (int, np.integer)) or v < 1):
+                        what = "or a pair of them " if name == "chunks" else ""
+                        raise FFTMatvecValueError(
+                            f"{name} must be a positive integer {what}got {value!r}")
             if memory is not None and (isinstance(memory, bool) or not isinstance(
                     memory, (int, float, np.integer, np.floating)) or not memory > 0
                     or not math.isfinite(memory)):
@@ -574,7 +578,8 @@ class DistributedBlockToeplitz(_Distributed):
         self._n_own = {"param": _len(self.layout.param_range(r, c)),
                        "obs": _len(self.layout.obs_range(r, c))}
         self.overlap = bool(overlap)
-        self.chunks = None if chunks is None else int(chunks)
+        self.chunks = (None if chunks is None else tuple(int(v) for v in chunks) if pair
+                       else int(chunks))
         self.min_chunk = int(min_chunk if min_chunk is not None else 16)
         # counts of the collectives: param slices in the column, obs slices in the row; the
         # chunks of both axes (rank r is row r of its column's communicator, c column c of its
@@ -583,8 +588,10 @@ class DistributedBlockToeplitz(_Distributed):
         self._obs_counts = [_len(t) for t in self.layout.obs_ranges_in_row(r)]
         pr, pc = self.grid.shape
         cs, cp = self._chunk_counts(int(batch or 1), transport, network)
-        self._pcut = _chunks(self._param_counts, r, cp if pr > 1 else 1, self.min_chunk)
-        self._scut = _chunks(self._obs_counts, c, cs if pc > 1 else 1, self.min_chunk)
+        if not isinstance(self.chunks, tuple):  # an axis whose communicator has one rank
+            cs, cp = (cs if pc > 1 else 1), (cp if pr > 1 else 1)
+        self._pcut = _chunks(self._param_counts, r, cp, self.min_chunk)
+        self._scut = _chunks(self._obs_counts, c, cs, self.min_chunk)
         self._device = None
         self._wire = (self.precision.pad_dtype, self.precision.reduce_dtype)
         self.transport = None
@@ -633,10 +640,14 @@ class DistributedBlockToeplitz(_Distributed):
         model or :data:`.schedule.NETWORK` of the device, at :data:`.schedule.BANDWIDTH`."""
         from .schedule import BANDWIDTH, MAX_CHUNKS, NETWORK, choose_chunks
 
-        if not self.overlap or self.grid.group_size == 1:
+        if not self.overlap:
             return 1, 1
+        if isinstance(self.chunks, tuple):
+            return self.chunks
         if self.chunks is not None:
             return self.chunks, self.chunks
+        if self.grid.group_size == 1:
+            return 1, 1
         where = "cpu" if self._xp is np else "gpu"
         net = network if transport == "emulated" else NETWORK[where]
         return choose_chunks(self.nd, self.nm, self.nt, batch, self.precision, self.grid.shape,

@@ -130,11 +130,13 @@ def check_blocks(op, K, ref, seed, chunks, tol=TOL):
     communicator has one rank), their Khat together that of the whole block, and the
     products (one vector, batches, both directions, the normal operator) against ``ref``."""
     pr, pc = op.grid.shape
+    pair = isinstance(chunks, tuple)  # (sensor, param) chunks: both axes cut, whatever the grid
+    cs, cp = chunks if pair else (chunks, chunks)
 
-    def most(counts, cut):
-        return min(max(counts), max(1, min(chunks, sum(counts) // op.min_chunk))) if cut else 1
+    def most(counts, n, cut):
+        return min(max(counts), max(1, min(n, sum(counts) // op.min_chunk))) if cut else 1
 
-    want = (most(op._obs_counts, pc > 1), most(op._param_counts, pr > 1))
+    want = (most(op._obs_counts, cs, pc > 1 or pair), most(op._param_counts, cp, pr > 1 or pair))
     assert op.blocks == want, (op.grid.shape, chunks, op.blocks, want)
     (r0, r1), (c0, c1) = op.rows, op.cols
     local = op.local_operator  # built from the blocks' kernels where the block is cut
@@ -170,7 +172,8 @@ def check_blocks(op, K, ref, seed, chunks, tol=TOL):
 
 def check_block_pipeline():
     """Uneven chunks, ranks whose slice is smaller than the number of chunks (one row, or
-    none: (9, 2) on 4 x 1 gives param slices 1, 1, 0, 0), every grid, chunks 1, 2, 3, 7."""
+    none: (9, 2) on 4 x 1 gives param slices 1, 1, 0, 0), every grid, chunks 1, 2, 3, 7, and
+    the pair (3, 2) that cuts both axes on any grid (on one rank too)."""
     for nd, nm, nt in ((11, 13, 5), (9, 2, 5), (2, 9, 5)):
         K = fresh(nd * nm, nd, nm, nt)
         ref = BlockToeplitz(K)
@@ -178,10 +181,10 @@ def check_block_pipeline():
             if rows > nd or cols > nm:
                 continue
             g = ProcessGrid(comm, rows, cols)
-            for chunks in (1, 2, 3, 7):
+            for chunks in (1, 2, 3, 7, (3, 2)):
                 op = DistributedBlockToeplitz(g, dev(K), chunks=chunks, min_chunk=1,
                                               transport=TRANSPORT)
-                check_blocks(op, K, ref, seed=chunks, chunks=chunks)
+                check_blocks(op, K, ref, seed=len(str(chunks)), chunks=chunks)
     # a float32 wire, and a min_chunk that bounds the chunks (13 // 4: at most 3 an axis)
     K = fresh(5, 13, 13, 6)
     for prec, tol in (("sddds", 2e-5), ("ddddd", TOL)):
