@@ -333,12 +333,14 @@ class NCCLTransport:
 
     name = "nccl"
 
-    def __init__(self, xp, reason: str = ""):
+    def __init__(self, xp, reason: str = "", alone: bool = True):
+        """``alone``: on a communicator of one rank a collective is a copy (False: through
+        NCCL all the same, so that its calls run on one GPU)."""
         if xp is np or not backend.has_cupy:
             raise FFTMatvecValueError("the NCCL transport needs a GPU operator (CuPy)")
         from cupy.cuda import nccl
 
-        self.xp, self._nccl, self.reason = xp, nccl, reason
+        self.xp, self._nccl, self.reason, self._alone = xp, nccl, reason, bool(alone)
         self.staging = "device"
         self._comms: dict = {}
         self.stream = xp.cuda.Stream(non_blocking=True)
@@ -383,7 +385,7 @@ class NCCLTransport:
                 self.xp.ascontiguousarray(a, dtype=dtype))
 
     def allgatherv(self, comm, a, counts, dtype) -> Pending:
-        if comm.Get_size() == 1:
+        if comm.Get_size() == 1 and self._alone:
             return _alone(self.xp, a, dtype)
         xp, nccl = self.xp, self._nccl
         nc, rest, per, send = self._operands(comm, a, dtype)
@@ -401,7 +403,7 @@ class NCCLTransport:
         return self._pending(out, send)
 
     def reduce_scatter(self, comm, a, counts, dtype) -> Pending:
-        if comm.Get_size() == 1:
+        if comm.Get_size() == 1 and self._alone:
             return _alone(self.xp, a, dtype)
         xp, nccl = self.xp, self._nccl
         nc, rest, per, send = self._operands(comm, a, dtype)
@@ -421,7 +423,7 @@ class NCCLTransport:
         return self._pending(out, send)
 
     def allreduce(self, comm, a, dtype) -> Pending:
-        if comm.Get_size() == 1:
+        if comm.Get_size() == 1 and self._alone:
             return _alone(self.xp, a, dtype)
         xp, nccl = self.xp, self._nccl
         nc = self._comm(comm)
