@@ -614,11 +614,11 @@ class DistributedBlockToeplitz(_Distributed):
                     self._xp.asarray(cols[a:b, None]) for a, b in (p.span for p in self._pcut)]
         except Exception as e:
             exc = e
-        # the bound on a product's magnitude its output's wire and the normal operator's
-        # second half are scaled by: |F x| <= max|x| max|K| max(nd, nm) nt, with the largest
-        # kernel entry of every rank
-        # and the scaling window of every rank's inputs: the narrowest of the ranks' (a rank
-        # with column scales has none), for the wire carries one rank's input to the others
+        # agreed by every rank: the bound on a product's magnitude that its output's wire and
+        # the normal operator's second half are scaled by, |F x| <= max|x| max|K| max(nd, nm)
+        # nt (max|K| over every rank's block), and the window of the input's scale, the
+        # narrowest of the ranks' (a rank with column scales has none): one rank's scaled
+        # input goes to the others on the wire
         window = self._op._window if exc is None else 0
         kexp, window = sync(comm, "DistributedBlockToeplitz", exc, self._where(),
                             values=(kexp, -window))
