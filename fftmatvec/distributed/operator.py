@@ -58,12 +58,17 @@ is cut only where its communicator has more than one rank. ``chunks`` forces a c
 benchmark compares with).
 
 Scaling (:mod:`fftmatvec._scaling`): the spectra of an output chunk's blocks are summed, so all
-the input chunks of a half share one power of two, chosen before the first arrives: from the
-largest magnitude of the input over every rank (agreed at the product's first sync point, as
-the single-process product takes it from the whole input), and for the normal operator's
-second half from the bound ``max|W| max|x| max|K| Nm Nt`` of its input. Each rank's stored
-``Khat`` keeps its own power of two (and, with ``h``, its own column scales), undone in stage 5
-before the reduction.
+the input chunks of a half share one power of two, the same on every rank (a rank's scaled
+input goes to the others on the wire): from the largest magnitude of the input over every rank
+(as the single-process product takes it from the whole input), for the normal operator's
+second half from the bound ``max|W| max|x| max|K| max(Nd, Nm) Nt`` of its input. The input is
+scaled before its gather, each output on its reduction's wire by the same kind of bound (a
+float32 wire neither over- nor underflows), undone after the reduction. On the CPU the ranks
+agree on the magnitude before the product; on a GPU the product runs on the input as given
+while the magnitude's reduction lands in host memory, the ranks agree on it at the closing
+sync point, and only an input outside the window runs again, scaled (the host does not wait
+for the device before the product). Each rank's stored ``Khat`` keeps its own power of two
+(and, with ``h``, its own column scales), undone in stage 5 before the reduction.
 """
 
 from __future__ import annotations
@@ -91,6 +96,8 @@ from .layout import Layout
 __all__ = ["DistributedBlockToeplitz", "DistributedNormalOperator"]
 
 _SPACES = ("param", "obs")
+# the exponent of a zero magnitude (below any other, far from overflowing a sum of a few)
+_NO_EXPONENT = -(1 << 40)
 
 
 # ------------------------------------------------------------------------------------------
@@ -192,13 +199,12 @@ class _Distributed:
         n = self._n_own[space]
         if batched and self.grid.replicas > 1 and getattr(x, "ndim", 0) == 3 \
                 and x.shape[0] == 0:  # a replica given none of a batch smaller than R
-            return self._empty_share(x, n, name), False, 0.0
+            return self._empty_share(x, n, name), False, (0.0, False)
         X, flat, check = _OperatorBase._check_vector(self, x, n, name, batched, check_finite)
-        # the largest magnitude: the finiteness check, and the products' input scale
-        amax = float(self._xp.abs(X).max()) if X.size else 0.0
-        if check and not math.isfinite(amax):
-            raise _scaling.not_finite_error(name)
-        return X, flat, amax
+        # the largest magnitude, for the finiteness check and the input's scale: on the host
+        # a float; on a device a reduction queued now, its value read later
+        amax = 0.0 if not X.size else _scaling.ops_for(self._xp).measure(X)
+        return X, flat, (amax, check)
 
     def _check_real_slice(self, x, name: str) -> None:
         """Raise unless ``x`` is a real floating-point array of the operator's array module."""
@@ -218,14 +224,13 @@ class _Distributed:
             raise FFTMatvecValueError(f"{name} must have shape (k, {n}, {self.nt}), got {x.shape}")
         return x.astype(self.dtype, copy=False)
 
-    def _agree(self, what, exc, k, name, amax: float = 0.0):
+    def _agree(self, what, exc, k, name, e: int = _NO_EXPONENT):
         """A sync point that also agrees on the batch: raise on every rank if ``exc`` is set on
         any, or if the ranks of a replica passed different batch sizes, or every replica none.
-        Returns the batch size of each replica, in replica order, and the binary exponent
-        ``e`` of the largest ``amax`` of the ranks (``amax < 2**e``; :data:`_NO_EXPONENT` for
-        zeros)."""
+        Returns the batch size of each replica, in replica order, and the largest of the
+        ranks' exponents ``e``."""
         R, g = self.grid.replicas, self.grid.replica
-        values = [_exponent(amax)]
+        values = [e]
         for i in range(R):  # per replica: the largest and minus the smallest k of its ranks
             values += [k if i == g else -1, -k if i == g else -(1 << 62)]
         got = sync(self.grid.base_comm, what, exc, self._where(), values=values)
@@ -246,24 +251,56 @@ class _Distributed:
         return ks, e
 
     def _drive(self, what, x, space_in, name, batched, check_finite, mode):
-        """Check locally, agree on the batch size and the input's scale, run the pipeline,
-        sync its errors. A replica given none of a batch (fewer vectors than replicas)
-        computes nothing."""
-        exc, X, flat, k, amax = None, None, False, 0, 0.0
+        """Check locally, agree on the batch size, run the pipeline, sync its errors. A
+        replica given none of a batch (fewer vectors than replicas) computes nothing.
+
+        The input's scale (the module's notes) needs its largest magnitude over every rank.
+        Where :attr:`_measure_first` (on the CPU, where it is at hand, and wherever the
+        scaling has no window: column scales), the ranks agree on it with the batch size,
+        before the product. Else (a GPU) the product is queued on the input as given while
+        the magnitude's reduction lands in host memory; the ranks agree on it at the closing
+        sync point, and only an input outside the window runs again, scaled: the host never
+        waits for the device before the product. Either way a rank whose input is not finite
+        (``check_finite``) raises on every rank."""
+        exc, X, flat, k, amax = None, None, False, 0, (0.0, False)
+        first = self._measure_first
+        e = _NO_EXPONENT
         try:
             X, flat, amax = self._check_local(x, space_in, name, batched, check_finite)
             k = int(X.shape[0])
-        except Exception as e:  # raised on every rank at the sync point below
-            exc = e
-        _, e = self._agree(what, exc, k, name, amax)
-        if k == 0:
-            space_out = "param" if mode in ("adjoint", "normal") else "obs"
-            with self._on_device():
-                Y = self._xp.empty((0, self._n_own[space_out], self.nt), dtype=self.dtype)
-            exc = None
-        else:
-            Y, exc = self._run(mode, X, scales=self._scales(e))
+            if first:
+                e = _checked_exponent(amax, name)
+        except Exception as err:  # raised on every rank at the sync point below
+            exc = err
+        _, e = self._agree(what, exc, k, name, e)
+        scales = self._scales(e) if first else (0, 0, 0, 0)
+        Y, exc = self._product(mode, X, k, scales)
+        if not first:
+            mine = _NO_EXPONENT
+            try:
+                if k:
+                    mine = _checked_exponent(amax, name)
+            except Exception as err:
+                exc = exc if exc is not None else err
+            e = sync(self.grid.base_comm, what, exc, self._where(), values=(mine,))[0]
+            scales, exc = self._scales(e), None
+            if not any(scales):
+                return self._shaped(Y, batched, flat)
+            Y, exc = self._product(mode, X, k, scales)  # outside the window: again, scaled
         sync(self.grid.base_comm, what, exc, self._where())
+        return self._shaped(Y, batched, flat)
+
+    def _product(self, mode, X, k: int, scales):
+        """``(Y, exception or None)`` of :meth:`_run`; an empty output on a replica with no
+        vector of the batch."""
+        if k:
+            return self._run(mode, X, scales=scales)
+        space_out = "param" if mode in ("adjoint", "normal") else "obs"
+        with self._on_device():
+            return self._xp.empty((0, self._n_own[space_out], self.nt), dtype=self.dtype), None
+
+    @staticmethod
+    def _shaped(Y, batched: bool, flat: bool):
         if batched:
             return Y
         return Y.reshape(-1) if flat else Y[0]
@@ -623,6 +660,8 @@ class DistributedBlockToeplitz(_Distributed):
         kexp, window = sync(comm, "DistributedBlockToeplitz", exc, self._where(),
                             values=(kexp, -window))
         self._kernel_exp, self._window = kexp + _exponent(float(max(nd, nm) * nt)), -window
+        # where the ranks agree on the input's magnitude before a product (_drive)
+        self._measure_first = self._xp is np or self._window == 0
         exc = None
         try:  # after the sync: choosing NCCL compares the ranks' devices (a collective)
             with self._on_device():
@@ -755,9 +794,12 @@ class DistributedBlockToeplitz(_Distributed):
             return (0, 0) * len(more)
         window, wire = self._window, _WIRE_WINDOW[np.dtype(self._wire[1]).itemsize]
         out = ()
-        for extra in more:
+        for half, extra in enumerate(more):
             bound = e + extra
-            out += (_scale(bound, self.dtype, window),
+            # a measured input within the operator's window, as a single-process product's; a
+            # bound (the second half's input) within twice it, whose values and their sums in
+            # a reduced stage still fit float32
+            out += (_scale(bound, self.dtype, window * (1 + half)),
                     _scale(bound + self._kernel_exp, self.dtype, wire))
         return out
 
@@ -934,7 +976,8 @@ class DistributedNormalOperator(_Distributed):
     def __init__(self, op: DistributedBlockToeplitz,
                  weight: float | Array | None = None) -> None:
         self._parent = op
-        for name in ("_xp", "dtype", "nt", "grid", "layout", "coords", "_n_own", "_device"):
+        for name in ("_xp", "dtype", "nt", "grid", "layout", "coords", "_n_own", "_device",
+                     "_measure_first"):
             setattr(self, name, getattr(op, name))
         self.nm = op.nm
         exc, w = None, None
@@ -1088,11 +1131,19 @@ def _chunks(counts, me: int, chunks: int, minimum: int) -> list[_Chunk]:
 
 
 # binary orders either side of 1 a product's output may reach, by its bound, on a wire of
-# float32 (4 bytes) or float64 (8) before the wire is scaled: far inside each range
-_WIRE_WINDOW = {4: 64, 8: 512}
+# float32 (4 bytes) or float64 (8) before the wire is scaled: with the bound's overestimate
+# (a few tens of binary orders) the values stay inside each dtype's normal range
+_WIRE_WINDOW = {4: 96, 8: 768}
 
-# the exponent of a zero magnitude (below any other, far from overflowing a sum of a few)
-_NO_EXPONENT = -(1 << 40)
+
+def _checked_exponent(amax, name: str) -> int:
+    """:func:`_exponent` of ``amax = (magnitude, check)`` (a float, or a device reduction
+    whose value is read now); raise if ``check`` and the magnitude is not finite."""
+    a, check = amax
+    a = a if isinstance(a, float) else a.value()
+    if check and not math.isfinite(a):
+        raise _scaling.not_finite_error(name)
+    return _exponent(a)
 
 
 def _exponent(amax: float) -> int:

@@ -65,6 +65,13 @@ def main():
     if rank == last:
         nan.reshape(-1)[0] = np.nan
     expect(lambda: op.matvec(nan), "NaN input", words=("NaN",))
+    # the same where the ranks agree on the magnitude after the product (as on a GPU)
+    op._measure_first = False
+    expect(lambda: op.matvec(nan), "NaN input, magnitude agreed after", words=("NaN",))
+    expect(lambda: op.normal().matvec(nan), "NaN input to the normal operator, after",
+           words=("NaN",))
+    assert np.array_equal(host(op.collect(op.matvec(m), "obs")), good)
+    op._measure_first = True
     # every method all ranks call raises on every rank: distribute, collect, dot, norm
     glob = dev(np.ones((7, 3) if rank == last else (7, 4)))
     expect(lambda: op.distribute(glob, "param"), "distribute's wrong shape",
