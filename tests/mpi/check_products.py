@@ -227,7 +227,7 @@ def check_inputs_far_from_one():
         m, d = fresh(82, 3, nm, nt) * scale, fresh(83, 2, nd, nt) / scale
         w = np.abs(fresh(84, nd, nt)) + 0.5
         for (rows, cols), chunks, first in ((g, c, f) for g in grids(size)[:-1]
-                                            for c in (1, 2, 3) for f in (True, False)):
+                                            for c in (1, 3) for f in (True, False)):
             op = DistributedBlockToeplitz(ProcessGrid(comm, rows, cols), dev(K), prec,
                                           chunks=chunks, min_chunk=1, transport=TRANSPORT)
             # the magnitude agreed before the product (CPU), or after it and the product run
