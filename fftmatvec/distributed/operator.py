@@ -675,8 +675,10 @@ class DistributedBlockToeplitz(_Distributed):
     def _chunk_counts(self, batch: int, transport, network) -> tuple[int, int]:
         """``(sensor chunks, parameter chunks)`` asked of the block pipeline: one each without
         overlap, ``chunks`` each where given, else :func:`.schedule.choose_chunks`'s choice
-        for a product of ``batch`` vectors on this rank's grid, under the emulated network's
-        model or :data:`.schedule.NETWORK` of the device, at :data:`.schedule.BANDWIDTH`."""
+        for a forward product of ``batch`` vectors on this grid, under the emulated network's
+        model or :data:`.schedule.NETWORK` of the device, at :data:`.schedule.BANDWIDTH`. The
+        choice is rank ``(0, 0)``'s on every rank: the ranks of a row (a column) must cut
+        their sensors (parameters) alike, for their collectives are chunk by chunk."""
         from .schedule import BANDWIDTH, MAX_CHUNKS, NETWORK, choose_chunks
 
         if not self.overlap:
@@ -690,7 +692,7 @@ class DistributedBlockToeplitz(_Distributed):
         where = "cpu" if self._xp is np else "gpu"
         net = network if transport == "emulated" else NETWORK[where]
         return choose_chunks(self.nd, self.nm, self.nt, batch, self.precision, self.grid.shape,
-                             net, BANDWIDTH[where], coords=self.coords, max_chunks=MAX_CHUNKS,
+                             net, BANDWIDTH[where], coords=(0, 0), max_chunks=MAX_CHUNKS,
                              min_chunk=self.min_chunk)
 
     def _chunk_major_operator(self, block, fft_len) -> BlockToeplitz:

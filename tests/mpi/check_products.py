@@ -214,6 +214,26 @@ def check_columns_in_different_units():
             close(z / col[:, None], ref.rmatvec(d) / col[:, None], f"adjoint {tag}", 2e-3)
 
 
+def check_automatic_chunks():
+    """The cost model's cut (no ``chunks``), on sizes where the ranks' own best cuts differ
+    (their blocks differ by a row): every rank takes the same, so the collectives of a row and
+    of a column match, and the products agree with the single-process operator."""
+    for nd, nm, nt in ((50, 255, 32), (99, 400, 32)):
+        K = fresh(nd + nm, nd, nm, nt)
+        ref = BlockToeplitz(K)
+        M = fresh(nd, 8, nm, nt)
+        for rows, cols in grids(size)[:-1]:
+            op = DistributedBlockToeplitz(ProcessGrid(comm, rows, cols), dev(K), batch=8,
+                                          min_chunk=1, transport=TRANSPORT)
+            seen = comm.allgather(op.blocks)
+            assert len(set(seen)) == 1, seen
+            tag = f"automatic chunks {op.grid.shape} blocks={op.blocks}"
+            Y = op.matmat(op.distribute(dev(M), "param"))
+            close(host(op.collect(Y, "obs")), ref.matmat(M), f"matmat {tag}")
+            N = op.normal(2.0).matmat(op.distribute(dev(M), "param"))
+            close(host(op.collect(N, "param")), ref.normal(2.0).matmat(M), f"normal {tag}")
+
+
 def check_inputs_far_from_one():
     """Inputs far outside float32's range in a reduced precision: the input chunks of a half
     share one power of two (agreed across the ranks before the first arrives), the normal
@@ -366,6 +386,7 @@ def main():
     check_block_pipeline()
     check_columns_in_different_units()
     check_inputs_far_from_one()
+    check_automatic_chunks()
     check_replicas()
     tmp = comm.bcast(tempfile.mkdtemp() if rank == 0 else None)
     for nd, nm, nt in ((5, 7, 6), (6, 4, 9)):
