@@ -6,9 +6,11 @@ or owning GPUs, ``mpiexec -n 4 python scripts/bench_scaling.py --device gpu``. F
 of ranks p = 1, 2, 4, ... up to the communicator's size (the first p ranks), it times:
 
 - ``overlap``: the block pipeline (``overlap=True``): the local kernel block cut into blocks of
-  sensors and parameters aligned with the collectives' slices, one product per block on the
-  whole batch, each chunk's non-blocking gather or reduction moving while other blocks are
-  computed (``blocks`` gives the sensor x parameter chunks; fftmatvec/distributed/operator.py);
+  sensors and parameters aligned with the collectives' slices, each input chunk's FFT once,
+  stage 3 of each block into its output chunk's spectrum, each output chunk's inverse FFT once
+  and its gather or reduction moving while later blocks are computed (``blocks`` gives the
+  sensor x parameter chunks, the cost model's choice unless ``--chunks`` forces them;
+  fftmatvec/distributed/operator.py);
 - ``ctc``: the same product on the whole block, compute then communicate (``overlap=False``);
 - ``compute``: the local product of this rank's whole block alone, on the same batch;
 - ``comm``: the collectives alone, on buffers of the product's sizes.
@@ -32,10 +34,36 @@ at the device bandwidth ``--bandwidth`` GB/s, measured by a copy where not given
 the cost model's own sensor x parameter chunks and its predicted ratio. Strong scaling keeps
 Nd x Nm; ``--weak`` keeps the local block (Nd x R by Nm x C).
 
+The emulated runs print, for each ``--k`` (e.g. ``--k 1,8``) and grid, ``ratio`` (overlapped
+/ ctc) and ``share``, the modelled communication's share of the ctc product (comm / ctc): the
+target is ``ratio <= 0.8`` wherever ``share >= 1/3``.
+
+``--chunk-cost SxP`` (repeatable) runs on one process with nothing to communicate: the
+pipelined product forced into S sensor x P parameter chunks (``chunks=(S, P)`` on a grid of one
+rank: every chunk's own FFT, blocks and inverse FFT, collectives of one rank) against the
+whole-block product, for each ``--k``; ``ratio`` is the chunks' own cost (target: within 5 %).
+
+``--chunks``: ``auto`` (default: the cost model's choice, as an operator makes it), ``N`` (at
+most N chunks on each axis whose communicator has more than one rank) or ``SxP`` (exactly that
+cut, on any grid).
+
+Ranks sharing one GPU under CUDA MPS, host-staged MPI (the ranks' kernels then run concurrently,
+as on GPUs of their own; NCCL refuses ranks sharing a device, so the automatic transport is MPI)::
+
+    nvidia-cuda-mps-control -d                       # as root, once
+    export FFTMATVEC_GPU_AWARE_MPI=0                 # host-staged MPI
+    mpiexec -n 2 python scripts/bench_scaling.py --device gpu --nd 64 --nm 2048 --nt 1024 --k 1,8
+    mpiexec -n 4 python scripts/bench_scaling.py --device gpu --nd 64 --nm 2048 --nt 1024 --k 1,8
+    echo quit | nvidia-cuda-mps-control              # as root, at the end
+
+The NCCL transport's calls on one GPU: ``pytest -m gpu tests/test_distributed.py -k nccl``.
+
 Usage: mpiexec -n 4 python scripts/bench_scaling.py [--nd 64] [--nm 512] [--nt 256] [--k 8]
-       [--chunks 4] [--min-chunk 16] [--precision ddddd] [--mode forward|adjoint|normal]
+       [--chunks auto] [--min-chunk 16] [--precision ddddd] [--mode forward|adjoint|normal]
        [--weak] [--repeat 5] [--replicas R]
-       python scripts/bench_scaling.py --emulate h100 --grid 2x2 --grid 8x8 [--device gpu] ...
+       python scripts/bench_scaling.py --emulate h100 --grid 2x2 --grid 8x8 --k 1,8 \
+           [--device gpu] ...
+       python scripts/bench_scaling.py --chunk-cost 2x2 --chunk-cost 4x4 --k 1,8 [--device gpu]
 """
 
 from __future__ import annotations
@@ -167,6 +195,62 @@ def bench_replicas(comm, nd, nm, nt, k, precision, device, repeat, replicas):
     return out
 
 
+def bench_chunk_cost(cut, nd, nm, nt, k, precision, mode, device, repeat, min_chunk):
+    """One process, nothing to communicate: the pipelined product forced into ``cut`` = (S, P)
+    chunks against the whole-block product (the same operator's code, one chunk)."""
+    from mpi4py import MPI
+
+    from fftmatvec import ProcessGrid
+
+    comm = MPI.COMM_SELF
+    ops, _, _, (t_ov, t_ctc, t_comp) = _pair(comm, ProcessGrid(comm), nd, nm, nt, k, precision,
+                                             mode, device, repeat, tuple(cut), min_chunk)
+    return dict(blocks="x".join(map(str, ops[True].blocks)), pipelined=t_ov, whole=t_ctc,
+                local=t_comp, ratio=t_ov / t_ctc)
+
+
+def main_chunk_cost(args) -> int:
+    print(f"# the pipeline's own cost: one process, nothing to communicate; {args.mode}, "
+          f"Nd={args.nd} Nm={args.nm} Nt={args.nt} precision={args.precision} "
+          f"device={args.device}; times in ms (median of {args.repeat}); whole: the same "
+          f"operator unchunked; local: BlockToeplitz alone")
+    print(f"{'k':>4} {'blocks':>6} | {'pipelined':>9} {'whole':>9} {'local':>9} | {'ratio':>6}")
+    for k in args.k:
+        for cut in args.chunk_cost:
+            r = bench_chunk_cost(cut, args.nd, args.nm, args.nt, k, args.precision, args.mode,
+                                 args.device, args.repeat, args.min_chunk)
+            print(f"{k:>4} {r['blocks']:>6} | {r['pipelined'] * 1e3:>9.3f} "
+                  f"{r['whole'] * 1e3:>9.3f} {r['local'] * 1e3:>9.3f} | {r['ratio']:>6.3f}",
+                  flush=True)
+    return 0
+
+
+def _ks(text: str) -> list[int]:
+    try:
+        ks = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--k is N or N,M,... (e.g. 1,8), got {text!r}") \
+            from None
+    if not ks or min(ks) < 1:
+        raise argparse.ArgumentTypeError(f"--k needs positive counts, got {text!r}")
+    return ks
+
+
+def _chunks_arg(text: str):
+    """``auto`` (None: the cost model's), ``N`` or ``SxP``."""
+    if text.strip().lower() == "auto":
+        return None
+    if "x" in text.lower():
+        return _grid(text)
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--chunks is auto, N or SxP, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"--chunks must be positive, got {text!r}")
+    return n
+
+
 def _grid(text: str) -> tuple[int, int]:
     try:
         rows, cols = (int(v) for v in text.lower().split("x"))
@@ -197,7 +281,7 @@ def bench_emulated(network, shape, nd, nm, nt, k, precision, mode, device, repea
     from mpi4py import MPI
 
     from fftmatvec import ProcessGrid
-    from fftmatvec.distributed.schedule import choose_chunks, predict
+    from fftmatvec.distributed.schedule import MAX_CHUNKS, choose_chunks, predict
 
     _, sync = _array_module(device)
     comm = MPI.COMM_SELF
@@ -214,14 +298,15 @@ def bench_emulated(network, shape, nd, nm, nt, k, precision, mode, device, repea
     args = (nd, nm, nt, k, precision, shape, network, bandwidth)
     whole = predict(*args, 1, 1, mode)
     model = predict(*args, s, p, mode) / whole
-    best = choose_chunks(*args, mode, min_chunk=min_chunk)
+    best = choose_chunks(*args, mode, min_chunk=min_chunk, max_chunks=MAX_CHUNKS)
     best_ratio = predict(*args, *best, mode) / whole
     # less than a microsecond communicated (one rank, the free network): nothing to hide
     hidden = ((t_comp + t_comm - t_ov) / min(t_comp, t_comm) if t_comm > 1e-6
               else float("nan"))
     return dict(grid=f"{shape[0]}x{shape[1]}", blocks=f"{s}x{p}", overlap=t_ov, ctc=t_ctc,
-                compute=t_comp, comm=t_comm, ratio=t_ov / t_ctc, hidden=hidden, model=model,
-                choice=f"{best[0]}x{best[1]}", choice_ratio=best_ratio)
+                compute=t_comp, comm=t_comm, ratio=t_ov / t_ctc, share=t_comm / t_ctc,
+                hidden=hidden, model=model, choice=f"{best[0]}x{best[1]}",
+                choice_ratio=best_ratio)
 
 
 def main_emulated(args) -> int:
@@ -234,23 +319,26 @@ def main_emulated(args) -> int:
     xp, sync = _array_module(args.device)
     bandwidth = args.bandwidth * 1e9 if args.bandwidth else _bandwidth(xp, sync)
     kind = "weak (block fixed)" if args.weak else "strong"
+    chunks = "auto" if args.chunks is None else args.chunks
     print(f"# emulated network {network.name!r}, one rank (0, 0) of each grid; {kind} scaling, "
-          f"{args.mode}, Nd={args.nd} Nm={args.nm} Nt={args.nt} k={args.k} "
-          f"precision={args.precision} device={args.device} chunks={args.chunks} "
-          f"min_chunk={args.min_chunk} bandwidth={bandwidth / 1e9:.0f} GB/s; times in ms "
-          f"(median of {args.repeat}); comm: the model's, of one ctc product")
-    print(f"{'grid':>7} {'blocks':>6} {'Nd':>7} {'Nm':>8} | {'overlap':>9} {'ctc':>9} "
-          f"{'compute':>9} {'comm':>9} | {'ratio':>6} {'hidden':>6} {'model':>6} | "
-          f"{'choice':>6} {'model':>6}")
-    for rows, cols in args.grid:
-        nd, nm = (args.nd * rows, args.nm * cols) if args.weak else (args.nd, args.nm)
-        r = bench_emulated(network, (rows, cols), nd, nm, args.nt, args.k, args.precision,
-                           args.mode, args.device, args.repeat, args.chunks, args.min_chunk,
-                           bandwidth)
-        print(f"{r['grid']:>7} {r['blocks']:>6} {nd:>7} {nm:>8} | {r['overlap'] * 1e3:>9.3f} "
-              f"{r['ctc'] * 1e3:>9.3f} {r['compute'] * 1e3:>9.3f} {r['comm'] * 1e3:>9.3f} | "
-              f"{r['ratio']:>6.2f} {r['hidden']:>6.2f} {r['model']:>6.2f} | "
-              f"{r['choice']:>6} {r['choice_ratio']:>6.2f}", flush=True)
+          f"{args.mode}, Nd={args.nd} Nm={args.nm} Nt={args.nt} precision={args.precision} "
+          f"device={args.device} chunks={chunks} min_chunk={args.min_chunk} "
+          f"bandwidth={bandwidth / 1e9:.0f} GB/s; times in ms (median of {args.repeat}); "
+          f"comm: the model's, of one ctc product; share: comm / ctc")
+    print(f"{'k':>4} {'grid':>7} {'blocks':>6} {'Nd':>7} {'Nm':>8} | {'overlap':>9} "
+          f"{'ctc':>9} {'compute':>9} {'comm':>9} | {'ratio':>6} {'share':>6} {'hidden':>6} "
+          f"{'model':>6} | {'choice':>6} {'model':>6}")
+    for k in args.k:
+        for rows, cols in args.grid:
+            nd, nm = (args.nd * rows, args.nm * cols) if args.weak else (args.nd, args.nm)
+            r = bench_emulated(network, (rows, cols), nd, nm, args.nt, k, args.precision,
+                               args.mode, args.device, args.repeat, args.chunks,
+                               args.min_chunk, bandwidth)
+            print(f"{k:>4} {r['grid']:>7} {r['blocks']:>6} {nd:>7} {nm:>8} | "
+                  f"{r['overlap'] * 1e3:>9.3f} {r['ctc'] * 1e3:>9.3f} "
+                  f"{r['compute'] * 1e3:>9.3f} {r['comm'] * 1e3:>9.3f} | {r['ratio']:>6.2f} "
+                  f"{r['share']:>6.2f} {r['hidden']:>6.2f} {r['model']:>6.2f} | "
+                  f"{r['choice']:>6} {r['choice_ratio']:>6.2f}", flush=True)
     return 0
 
 
@@ -259,9 +347,11 @@ def main(argv=None) -> int:
     ap.add_argument("--nd", type=int, default=64)
     ap.add_argument("--nm", type=int, default=512)
     ap.add_argument("--nt", type=int, default=256)
-    ap.add_argument("--k", type=int, default=8, help="right-hand sides per product")
-    ap.add_argument("--chunks", type=int, default=4,
-                    help="most chunks per axis (sensors, parameters) of the block pipeline")
+    ap.add_argument("--k", type=_ks, default=[8],
+                    help="right-hand sides per product; several: comma-separated (1,8)")
+    ap.add_argument("--chunks", type=_chunks_arg, default=None,
+                    help="the block pipeline's chunks: auto (the cost model's, default), N "
+                         "(most N on each axis with more than one rank) or SxP (exactly)")
     ap.add_argument("--min-chunk", type=int, default=16,
                     help="fewest rows (sensors or parameters) of a chunk, on average")
     ap.add_argument("--precision", default="ddddd")
@@ -279,7 +369,14 @@ def main(argv=None) -> int:
                     help="a virtual grid of --emulate (repeat for several)")
     ap.add_argument("--bandwidth", type=float, default=None,
                     help="device bandwidth in GB/s for the cost model (default: measured)")
+    ap.add_argument("--chunk-cost", type=_grid, action="append", metavar="SxP",
+                    help="one process, nothing to communicate: the pipeline forced into SxP "
+                         "chunks against the whole-block product (repeat for several)")
     args = ap.parse_args(argv)
+    if args.chunk_cost:
+        if args.emulate or args.grid:
+            ap.error("--chunk-cost runs alone (no --emulate, no --grid)")
+        return main_chunk_cost(args)
     if args.emulate:
         if not args.grid:
             ap.error("--emulate needs at least one --grid RxC")
@@ -293,42 +390,45 @@ def main(argv=None) -> int:
     if args.replicas is not None:
         if args.replicas < 1 or world.size % args.replicas:
             ap.error(f"--replicas must divide the {world.size} ranks, got {args.replicas}")
-        r = bench_replicas(world, args.nd, args.nm, args.nt, args.k, args.precision,
-                           args.device, args.repeat, args.replicas)
-        if world.rank == 0:
-            (lay1, t1), (lay_r, t_r) = r[1], r[args.replicas]
-            print(f"# matmat of k={args.k}, Nd={args.nd} Nm={args.nm} Nt={args.nt} "
-                  f"precision={args.precision} device={args.device} on {world.size} ranks; "
-                  f"ms (slowest rank, median of {args.repeat}); layout replicas x rows x cols")
-            print(f"{'layout':>10} {'ms':>9} | {'layout':>10} {'ms':>9} | {'ratio':>6}")
-            print(f"{lay1:>10} {t1 * 1e3:9.3f} | {lay_r:>10} {t_r * 1e3:9.3f} | "
-                  f"{t_r / t1:6.2f}")
+        for k in args.k:
+            r = bench_replicas(world, args.nd, args.nm, args.nt, k, args.precision,
+                               args.device, args.repeat, args.replicas)
+            if world.rank == 0:
+                (lay1, t1), (lay_r, t_r) = r[1], r[args.replicas]
+                print(f"# matmat of k={k}, Nd={args.nd} Nm={args.nm} Nt={args.nt} "
+                      f"precision={args.precision} device={args.device} on {world.size} "
+                      f"ranks; ms (slowest rank, median of {args.repeat}); layout replicas x "
+                      f"rows x cols")
+                print(f"{'layout':>10} {'ms':>9} | {'layout':>10} {'ms':>9} | {'ratio':>6}")
+                print(f"{lay1:>10} {t1 * 1e3:9.3f} | {lay_r:>10} {t_r * 1e3:9.3f} | "
+                      f"{t_r / t1:6.2f}")
         return 0
     sizes = [p for p in (2 ** i for i in range(16)) if p <= world.size]
     if world.rank == 0:
         kind = "weak (Nm x p)" if args.weak else "strong"
+        chunks = "auto" if args.chunks is None else args.chunks
         print(f"# {kind} scaling, {args.mode}, Nd={args.nd} Nm={args.nm} Nt={args.nt} "
-              f"k={args.k} precision={args.precision} device={args.device} "
-              f"chunks={args.chunks} min_chunk={args.min_chunk}; times in ms (slowest rank, "
-              f"median of {args.repeat})")
-        print(f"{'p':>4} {'grid':>6} {'blocks':>6} {'Nm':>7} | {'overlap':>9} {'ctc':>9} "
-              f"{'compute':>9} {'comm':>9} | {'ratio':>6} {'hidden':>6}")
-    for p in sizes:
-        sub = world.Split(0 if world.rank < p else MPI.UNDEFINED, world.rank)
-        if sub != MPI.COMM_NULL:
-            nm = args.nm * (p if args.weak else 1)
-            r = bench(sub, args.nd, nm, args.nt, args.k, args.precision, args.mode,
-                      args.device, args.repeat, args.chunks, args.min_chunk)
-            if sub.rank == 0:
-                print(f"{p:>4} {r['grid']:>6} {r['blocks']:>6} {nm:>7} | "
-                      f"{r['overlap'] * 1e3:>9.3f} "
-                      f"{r['ctc'] * 1e3:>9.3f} {r['compute'] * 1e3:>9.3f} "
-                      f"{r['comm'] * 1e3:>9.3f} | {r['ratio']:>6.2f} {r['hidden']:>6.2f}",
-                      flush=True)
-            sub.Free()
-        world.Barrier()
+              f"precision={args.precision} device={args.device} chunks={chunks} "
+              f"min_chunk={args.min_chunk}; times in ms (slowest rank, median of "
+              f"{args.repeat})")
+        print(f"{'k':>4} {'p':>4} {'grid':>6} {'blocks':>6} {'Nm':>7} | {'overlap':>9} "
+              f"{'ctc':>9} {'compute':>9} {'comm':>9} | {'ratio':>6} {'hidden':>6}")
+    for k in args.k:
+        for p in sizes:
+            sub = world.Split(0 if world.rank < p else MPI.UNDEFINED, world.rank)
+            if sub != MPI.COMM_NULL:
+                nm = args.nm * (p if args.weak else 1)
+                r = bench(sub, args.nd, nm, args.nt, k, args.precision, args.mode,
+                          args.device, args.repeat, args.chunks, args.min_chunk)
+                if sub.rank == 0:
+                    print(f"{k:>4} {p:>4} {r['grid']:>6} {r['blocks']:>6} {nm:>7} | "
+                          f"{r['overlap'] * 1e3:>9.3f} "
+                          f"{r['ctc'] * 1e3:>9.3f} {r['compute'] * 1e3:>9.3f} "
+                          f"{r['comm'] * 1e3:>9.3f} | {r['ratio']:>6.2f} {r['hidden']:>6.2f}",
+                          flush=True)
+                sub.Free()
+            world.Barrier()
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

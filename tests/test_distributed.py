@@ -10,9 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from fftmatvec import FFTMatvecDistributedError, FFTMatvecTypeError, FFTMatvecValueError
+from fftmatvec import (FFTMatvecDistributedError, FFTMatvecTypeError, FFTMatvecValueError,
+                       backend)
 from fftmatvec.distributed import Layout, block_partition, choose_grid, comm_bytes
 from fftmatvec.distributed.layout import check_fit
 
@@ -617,3 +619,43 @@ def test_distributed_rtol_numpy_scalars(rng):
     assert F.precision
     with pytest.raises(FFTMatvecDistributedError, match="rtol must be a real number"):
         DistributedBlockToeplitz(grid, K, precision="auto", rtol="1e-5")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not backend.gpu_available(), reason="no GPU (CuPy missing or no device)")
+def test_nccl_transport_runs_its_calls_on_one_gpu(rng):
+    """NCCL's calls (broadcasts, reduces, an all-reduce) on a communicator of one rank, made to
+    go through NCCL; then the block pipeline's products through them, cut into 2 x 3 blocks on
+    the one rank, against the single-process operator (all-d, 1e-12) and the dense product."""
+    from mpi4py import MPI
+
+    from conftest import dense_btt
+    from fftmatvec import BlockToeplitz, DistributedBlockToeplitz, ProcessGrid
+    from fftmatvec.distributed.comm import NCCLTransport
+
+    cp = backend.cupy
+    comm = MPI.COMM_SELF
+    t = NCCLTransport(cp, reason="one rank through NCCL", alone=False)
+    a = cp.asarray(rng.standard_normal((5, 3, 4)))
+    for got in (t.allgatherv(comm, a, [5], np.float64).wait(),
+                t.reduce_scatter(comm, a, [5], np.float64).wait(),
+                t.allreduce(comm, a, np.float64).wait()):
+        assert got.shape == a.shape and got.dtype == np.float64
+        np.testing.assert_array_equal(cp.asnumpy(got), cp.asnumpy(a))
+    nd, nm, nt = 7, 9, 6
+    K = rng.standard_normal((nd, nm, nt))
+    op = DistributedBlockToeplitz(ProcessGrid(comm), cp.asarray(K), chunks=(2, 3), min_chunk=1,
+                                  transport="nccl")
+    assert op.transport.name == "nccl" and op.blocks == (2, 3)
+    op.transport = t  # every collective through NCCL
+    ref, F = BlockToeplitz(K), dense_btt(K)
+    M, D = rng.standard_normal((3, nm, nt)), rng.standard_normal((2, nd, nt))
+    Y = cp.asnumpy(op.matmat(cp.asarray(M)))
+    assert Y.dtype == np.float64 and Y.shape == (3, nd, nt)
+    assert np.abs(Y - ref.matmat(M)).max() <= 1e-12 * np.abs(Y).max()
+    dense = (M.reshape(3, -1) @ F.T).reshape(Y.shape)
+    assert np.abs(Y - dense).max() <= 1e-12 * np.abs(dense).max()
+    Z = cp.asnumpy(op.rmatmat(cp.asarray(D)))
+    assert np.abs(Z - ref.rmatmat(D)).max() <= 1e-12 * np.abs(Z).max()
+    N = cp.asnumpy(op.normal(2.0).matmat(cp.asarray(M)))
+    assert np.abs(N - ref.normal(2.0).matmat(M)).max() <= 1e-12 * np.abs(N).max()

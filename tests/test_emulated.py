@@ -300,17 +300,37 @@ def test_emulation_errors(rng):
 
 
 def test_bench_scaling_emulate_runs(capsys):
-    """scripts/bench_scaling.py --emulate prints a row per virtual grid (a smoke run on the
-    CPU; its timings are not checked)."""
+    """scripts/bench_scaling.py --emulate prints a row per k and virtual grid, with the
+    modelled communication and its share (a smoke run on the CPU; its timings are not
+    checked)."""
     from conftest import load_script
 
     bench = load_script("bench_scaling")
     assert bench.main(["--emulate", "frontier", "--grid", "1x1", "--grid", "2x3", "--nd", "6",
-                       "--nm", "12", "--nt", "8", "--k", "2", "--repeat", "1", "--chunks", "2",
+                       "--nm", "12", "--nt", "8", "--k", "1,2", "--repeat", "1", "--chunks", "2",
                        "--min-chunk", "1", "--bandwidth", "10", "--mode", "normal"]) == 0
     rows = [line.split() for line in capsys.readouterr().out.splitlines()
             if not line.startswith("#")][1:]
-    assert [r[0] for r in rows] == ["1x1", "2x3"] and rows[0][1] == "1x1"
-    assert float(rows[1][8]) > 0  # the 2 x 3 grid's modelled communication
+    assert [(r[0], r[1]) for r in rows] == [("1", "1x1"), ("1", "2x3"), ("2", "1x1"),
+                                            ("2", "2x3")]
+    assert rows[0][2] == "1x1" and rows[1][2] == "1x2"  # one sensor a rank of the row
+    assert float(rows[1][9]) > 0 and 0 < float(rows[1][12]) < 1  # comm, and its share
     with pytest.raises(SystemExit):
         bench.main(["--emulate", "frontier"])  # no grid
+
+
+def test_bench_scaling_chunk_cost_runs(capsys):
+    """scripts/bench_scaling.py --chunk-cost times the pipeline forced into chunks on one
+    process against the whole block: a row per k and cut, the blocks as asked."""
+    from conftest import load_script
+
+    bench = load_script("bench_scaling")
+    assert bench.main(["--chunk-cost", "2x3", "--chunk-cost", "1x1", "--nd", "6", "--nm", "12",
+                       "--nt", "8", "--k", "1,3", "--repeat", "1", "--min-chunk", "1"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()
+            if not line.startswith("#")][1:]
+    assert [(r[0], r[1]) for r in rows] == [("1", "2x3"), ("1", "1x1"), ("3", "2x3"),
+                                            ("3", "1x1")]
+    assert all(float(r[-1]) > 0 for r in rows)
+    with pytest.raises(SystemExit):
+        bench.main(["--chunk-cost", "2x2", "--emulate", "h100", "--grid", "2x2"])

@@ -194,3 +194,103 @@ def test_cost_model_errors():
         choose_chunks(8, 8, 4, 1, "ddddd", (2, 2), "h100", 1e12, max_chunks=0)
     with pytest.raises(FFTMatvecValueError, match="does not fit the kernel"):
         choose_chunks(8, 8, 4, 1, "ddddd", (9, 1), "h100", 1e12)
+
+
+# ---- the operator runs the schedule --------------------------------------------------------
+def _emulated(K, vgrid, **kw):
+    from mpi4py import MPI
+
+    from fftmatvec import DistributedBlockToeplitz, ProcessGrid
+
+    return DistributedBlockToeplitz(ProcessGrid(MPI.COMM_SELF), K, transport="emulated",
+                                    network=kw.pop("network", "h100"), virtual_grid=vgrid,
+                                    min_chunk=1, **kw)
+
+
+def _record(op):
+    """Log, in order, what the operator's pipeline runs: its building blocks (each pad + FFT
+    with its input's rows, each stage-3 block with its chunks, transposition and beta, each
+    inverse FFT with its output's rows) and the collectives it starts."""
+    log = []
+    pad_fft, stage3, ifft_unpad = op._pad_fft, op._stage3, op._ifft_unpad
+    t = op.transport
+
+    def on_pad(x, exp):
+        log.append(("fft", x.shape[1]))
+        return pad_fft(x, exp)
+
+    def on_stage3(xhat, yhat, i, j, adjoint, beta):
+        log.append(("block", i, j, adjoint, beta))
+        return stage3(xhat, yhat, i, j, adjoint, beta)
+
+    def on_ifft(yhat, exp):
+        log.append(("ifft", yhat.shape[1]))
+        return ifft_unpad(yhat, exp)
+
+    op._pad_fft, op._stage3, op._ifft_unpad = on_pad, on_stage3, on_ifft
+    for name, kind in (("allgatherv", "gather"), ("reduce_scatter", "reduce"),
+                       ("allreduce", "allreduce")):
+        def start(*args, _run=getattr(t, name), _kind=kind, **kw):
+            log.append((_kind,))
+            return _run(*args, **kw)
+        setattr(t, name, start)
+    return log
+
+
+def _expected(op, direction):
+    """The steps :func:`schedule` gives for the operator's cut, in the log's form."""
+    order = "output" if direction == "normal" or op._out_major(direction) else "input"
+    ns, np_ = op.blocks
+    rows = {"sensor": [b - a for a, b in (ch.span for ch in op._scut)],
+            "param": [b - a for a, b in (ch.span for ch in op._pcut)]}
+    out, seen = [], set()
+    for s in schedule(ns, np_, direction, order):
+        if s.kind in ("gather", "reduce", "allreduce"):
+            out.append((s.kind,))
+        elif s.kind in ("fft", "ifft"):
+            axis, idx = s.chunk
+            out.append((s.kind, rows[axis][idx]))
+        elif s.kind == "block":
+            o = (s.half, s.param if s.adjoint else s.sensor)
+            out.append(("block", s.sensor, s.param, s.adjoint, int(o in seen)))
+            seen.add(o)
+    return out
+
+
+@pytest.mark.parametrize("vgrid, chunks", [((2, 2), 2), ((2, 3), 3), ((3, 2), 4), ((1, 4), 3),
+                                           ((4, 1), 3), ((2, 2), 1)])
+def test_the_operator_runs_the_schedule(rng, vgrid, chunks):
+    """Forward, adjoint and normal products of one rank of a virtual grid run exactly the
+    schedule's steps: every input chunk's pad + FFT once, every block once (beta 0 at its
+    output's first block, 1 after), every output's inverse FFT once right after its last
+    block, and its collective right after that."""
+    nd, nm, nt = 13, 14, 6
+    K = rng.standard_normal((nd, nm, nt))
+    op = _emulated(K, vgrid, chunks=chunks)
+    log = _record(op)
+    m = rng.standard_normal((3,) + op.local_shape("param"))
+    d = rng.standard_normal((2,) + op.local_shape("obs"))
+    runs = {"forward": lambda: op.matmat(m), "adjoint": lambda: op.rmatmat(d),
+            "normal": lambda: op.normal(2.0).matvec(m[0])}
+    for direction, run in runs.items():
+        log.clear()
+        run()
+        assert log == _expected(op, direction), direction
+
+
+def test_the_operator_takes_the_cost_models_chunks(rng):
+    """Without ``chunks`` the operator cuts its block as :func:`choose_chunks` chooses for
+    its batch on its (here emulated) network; without overlap, or on one rank, not at all."""
+    from fftmatvec.distributed.schedule import BANDWIDTH, MAX_CHUNKS
+
+    nd, nm, nt = 64, 256, 32
+    K = rng.standard_normal((nd, nm, nt))
+    slow = MachineModel("slow", 8, 1e-6, 1e8, 1e-6, 8e8)  # 100 MB/s a rank
+    for vgrid, batch in (((2, 2), 1), ((4, 2), 8), ((2, 4), 4)):
+        op = _emulated(K, vgrid, network=slow, batch=batch)
+        want = choose_chunks(nd, nm, nt, batch, "ddddd", vgrid, slow, BANDWIDTH["cpu"],
+                             max_chunks=MAX_CHUNKS, min_chunk=1)
+        assert op.blocks == want, (vgrid, batch, op.blocks, want)
+        assert op.blocks != (1, 1)  # this network is slow enough to cut
+        assert _emulated(K, vgrid, network=slow, batch=batch, overlap=False).blocks == (1, 1)
+    assert _emulated(K, (2, 2), network=FAST).blocks == (1, 1)  # free communication

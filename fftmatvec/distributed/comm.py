@@ -25,7 +25,8 @@ Progress
 MPI without a progress thread advances a non-blocking collective only inside MPI calls, and
 the ranks must start the collectives of a communicator in the same order. On a GPU the host
 never waits for the device to start a collective: a host-staged send queues the copy of the
-device buffer to pinned memory and records an event behind it (a GPU-aware send records the
+device buffer to pinned memory on a staging stream of its own (after the compute stream's work
+so far, which goes on meanwhile) and records an event behind it (a GPU-aware send records the
 event alone); the collective is queued, and started once its event and those of every
 collective queued before it have passed (:meth:`MPITransport.progress`, called between the
 products of a pipeline). So the host keeps queueing the next chunks' products while earlier
@@ -184,6 +185,7 @@ class MPITransport:
         self.reason = reason
         self._queue: collections.deque = collections.deque()  # queued, not started, in order
         self._inflight: list = []  # started, not yet seen complete
+        self._staging = None  # the host-staged copies' CUDA stream, made at the first
 
     @property
     def staging(self) -> str:
@@ -256,11 +258,17 @@ class MPITransport:
             return a, stream.record(), ()
         import cupyx
 
+        # the copy to host memory on a staging stream of its own, after the compute stream's
+        # work so far: the compute stream goes on with the next chunks meanwhile
+        if self._staging is None:
+            self._staging = xp.cuda.Stream(non_blocking=True)
+        staging = self._staging
+        staging.wait_event(stream.record())
         host = cupyx.empty_pinned(a.shape, dtype=a.dtype)
         if a.nbytes:
             xp.cuda.runtime.memcpyAsync(host.ctypes.data, a.data.ptr, a.nbytes,
-                                        xp.cuda.runtime.memcpyDeviceToHost, stream.ptr)
-        return host, stream.record(), (a,)
+                                        xp.cuda.runtime.memcpyDeviceToHost, staging.ptr)
+        return host, staging.record(), (a,)
 
     def _empty(self, shape, dtype):
         if self.xp is not np and self.direct:
@@ -325,12 +333,14 @@ class NCCLTransport:
 
     name = "nccl"
 
-    def __init__(self, xp, reason: str = ""):
+    def __init__(self, xp, reason: str = "", alone: bool = True):
+        """``alone``: on a communicator of one rank a collective is a copy (False: through
+        NCCL all the same, so that its calls run on one GPU)."""
         if xp is np or not backend.has_cupy:
             raise FFTMatvecValueError("the NCCL transport needs a GPU operator (CuPy)")
         from cupy.cuda import nccl
 
-        self.xp, self._nccl, self.reason = xp, nccl, reason
+        self.xp, self._nccl, self.reason, self._alone = xp, nccl, reason, bool(alone)
         self.staging = "device"
         self._comms: dict = {}
         self.stream = xp.cuda.Stream(non_blocking=True)
@@ -375,7 +385,7 @@ class NCCLTransport:
                 self.xp.ascontiguousarray(a, dtype=dtype))
 
     def allgatherv(self, comm, a, counts, dtype) -> Pending:
-        if comm.Get_size() == 1:
+        if comm.Get_size() == 1 and self._alone:
             return _alone(self.xp, a, dtype)
         xp, nccl = self.xp, self._nccl
         nc, rest, per, send = self._operands(comm, a, dtype)
@@ -393,7 +403,7 @@ class NCCLTransport:
         return self._pending(out, send)
 
     def reduce_scatter(self, comm, a, counts, dtype) -> Pending:
-        if comm.Get_size() == 1:
+        if comm.Get_size() == 1 and self._alone:
             return _alone(self.xp, a, dtype)
         xp, nccl = self.xp, self._nccl
         nc, rest, per, send = self._operands(comm, a, dtype)
@@ -413,7 +423,7 @@ class NCCLTransport:
         return self._pending(out, send)
 
     def allreduce(self, comm, a, dtype) -> Pending:
-        if comm.Get_size() == 1:
+        if comm.Get_size() == 1 and self._alone:
             return _alone(self.xp, a, dtype)
         xp, nccl = self.xp, self._nccl
         nc = self._comm(comm)

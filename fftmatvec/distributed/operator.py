@@ -1,8 +1,8 @@
 """The block Toeplitz operator distributed over a ``pr x pc`` process grid.
 
-Rank ``(r, c)`` holds the kernel block ``K[rows(r), cols(c), :]`` as local
-:class:`~fftmatvec.BlockToeplitz` operators (one, or one per block of the pipeline below), and
-a slice of each vector (:mod:`.layout`)::
+Rank ``(r, c)`` holds the kernel block ``K[rows(r), cols(c), :]`` as one local
+:class:`~fftmatvec.BlockToeplitz` operator (its rows and columns in the pipeline's order
+below), and a slice of each vector (:mod:`.layout`)::
 
     forward   m slices --all-gather in column c--> m[cols(c)] --local F--> partial d[rows(r)]
               --reduce-scatter in row r--> d slices
@@ -22,38 +22,53 @@ pipeline whole. The parameter slice of every rank of process column ``c`` is cut
 number of pieces (:func:`.layout.chunk_pieces`); parameter chunk ``j`` is the ``j``-th piece of
 every one, so its all-gather can start at once and brings a known set of local columns. The
 sensors are cut the same way along the observation slices of process row ``r``. Rank ``(r, c)``
-keeps one :class:`~fftmatvec.BlockToeplitz` per block ``F_ij`` (sensor chunk ``i``, parameter
-chunk ``j``) instead of one for its whole block, and runs::
+holds one :class:`~fftmatvec.BlockToeplitz` of its whole block with its rows and columns in
+chunk-major order (each chunk's rows of every rank, rank after rank: the collectives' order),
+so that block ``(i, j)`` (sensor chunk ``i``, parameter chunk ``j``) is one contiguous block of
+its ``Khat``, and runs the steps of :func:`.schedule.schedule` with the stage-level building
+blocks of :mod:`fftmatvec.blocks`::
 
-    forward   start the gathers of every x_j; y_i = sum_j F_ij x_j, each term one (batched)
-              product on its block; reduce-scatter y_i in the row as soon as it is complete
-    adjoint   the mirror: gathers of the d_i in the row, x_j = sum_i F_ij^T d_i,
-              reduce-scatter of each complete x_j in the column
-    normal    gathers of the x_j; y_i = sum_j F_ij x_j, all-reduce of y_i in the row; then
-              x_j = sum_i F_ij^T (W y_i), reduce-scatter of x_j in the column
+    forward   start the gathers of every x_j; at x_j's first block: wait for it, pad + FFT it
+              (once); stage 3 of every block (i, j) into y_i's spectrum (the first block
+              writes it, the others add); when y_i is complete: inverse FFT + unpad, and its
+              reduce-scatter in the row started while the next chunks are computed
+    adjoint   the mirror: gathers of the d_i in the row, the blocks transposed accumulating
+              into x_j's spectrum, reduce-scatter of each complete x_j in the column
+    normal    the forward half with an all-reduce of each complete y_i in the row; the
+              adjoint half on W y_i as the all-reduces bring them (no gather), reduce-scatter
+              of each complete x_j in the column
 
+No FFT is repeated: each input chunk is transformed once, each output chunk inverted once.
 Gather ``j`` is waited for only when block ``j`` is first needed, so the gathers of later
 chunks move while earlier blocks are computed, and the reduction of a complete chunk moves
-while the next chunks are. The forward and adjoint run chunk of the output after chunk of the
-output (each output's reduction starts early) where the reduction moves at least as many bytes
-as the gather, else chunk of the input after chunk of the input (each gather waited for late);
-the normal operator runs both halves output after output, so the all-reduce of ``y_i`` moves
-during the rest of the first half and the reduce-scatter of ``x_j`` during the rest of the
-second. On the CPU, MPI is driven between the five stages of each block's product; on a GPU
-the products are queued and the transport drives MPI while the host waits for the device
-(:mod:`.comm`). Every rank starts the collectives of each communicator in the same order (the
-gathers first, then the reductions in chunk order).
+while the next chunks are. The forward and adjoint run output chunk after output chunk (each
+output's reduction starts early) where the reduction moves at least as many bytes as the
+gather, else input chunk after input chunk (each gather waited for late); the normal operator
+runs both halves output after output. Every rank starts the collectives of each communicator
+in the same order (the gathers first, then the reductions in chunk order). On the CPU, MPI is
+driven between the steps; on a GPU the steps are queued on the compute stream and the
+transport starts each collective behind an event (:mod:`.comm`).
 
-Which axis is cut follows where the bytes are: parameters only where the process column has more
-than one rank (its gather and reduce-scatter move bytes), sensors only where the process row
-has; a ``1 x P`` grid cuts sensors, ``P x 1`` parameters, a 2-D grid both. Each axis gets at
-most ``chunks`` chunks of about ``min_chunk`` rows at least: on a GPU each block's product (one
-fused product) repeats the FFT of its input and the inverse FFT of its output, about ``2 k / n``
-of the block's ``Khat`` bytes for ``k`` vectors and ``n`` rows of the block's other axis (the
-comment in ``__init__``); on the CPU an input chunk's FFT is made once for all its blocks, only
-the inverse FFTs repeat. The blocks' operators hold one ``Khat`` of the local block together, as
-one operator would. ``overlap=False`` (or one chunk per axis) keeps the whole block in one
-operator: gather, compute, reduce (the baseline the benchmark compares with).
+The number of chunks of each axis is :func:`.schedule.choose_chunks`'s: the product's time
+predicted from the bytes of each step at the device's bandwidth and each collective's
+latency-bandwidth time on the network's model (the emulated network's, else
+:data:`.schedule.NETWORK` of the device), for the ``batch`` the operator is built for; an axis
+is cut only where its communicator has more than one rank. ``chunks`` forces a count;
+``overlap=False`` (or one chunk an axis) runs gather, compute, reduce (the baseline the
+benchmark compares with).
+
+Scaling (:mod:`fftmatvec._scaling`): the spectra of an output chunk's blocks are summed, so all
+the input chunks of a half share one power of two, the same on every rank (a rank's scaled
+input goes to the others on the wire): from the largest magnitude of the input over every rank
+(as the single-process product takes it from the whole input), for the normal operator's
+second half from the bound ``max|W| max|x| max|K| max(Nd, Nm) Nt`` of its input. The input is
+scaled before its gather, each output on its reduction's wire by the same kind of bound (a
+float32 wire neither over- nor underflows), undone after the reduction. On the CPU the ranks
+agree on the magnitude before the product; on a GPU the product runs on the input as given
+while the magnitude's reduction lands in host memory, the ranks agree on it at the closing
+sync point, and only an input outside the window runs again, scaled (the host does not wait
+for the device before the product). Each rank's stored ``Khat`` keeps its own power of two
+(and, with ``h``, its own column scales), undone in stage 5 before the reduction.
 """
 
 from __future__ import annotations
@@ -71,6 +86,7 @@ from .._typing import Array, PathLike
 from .._errors import FFTMatvecDistributedError, FFTMatvecTypeError, FFTMatvecValueError
 from ..operator import (BlockToeplitz, _OperatorBase, _check_dtype, _fingerprint,
                         _resolve_precision)
+from ..blocks import ifft_unpad, pad_fft, stage3_block
 from ..precision import PrecisionConfig
 from .comm import make_transport, sync
 from .emulated import MachineModel
@@ -80,6 +96,8 @@ from .layout import Layout
 __all__ = ["DistributedBlockToeplitz", "DistributedNormalOperator"]
 
 _SPACES = ("param", "obs")
+# the exponent of a zero magnitude (below any other, far from overflowing a sum of a few)
+_NO_EXPONENT = -(1 << 40)
 
 
 # ------------------------------------------------------------------------------------------
@@ -181,11 +199,12 @@ class _Distributed:
         n = self._n_own[space]
         if batched and self.grid.replicas > 1 and getattr(x, "ndim", 0) == 3 \
                 and x.shape[0] == 0:  # a replica given none of a batch smaller than R
-            return self._empty_share(x, n, name), False
+            return self._empty_share(x, n, name), False, (0.0, False)
         X, flat, check = _OperatorBase._check_vector(self, x, n, name, batched, check_finite)
-        if check and X.size and not math.isfinite(float(self._xp.abs(X).max())):
-            raise _scaling.not_finite_error(name)
-        return X, flat
+        # the largest magnitude, for the finiteness check and the input's scale: on the host
+        # a float; on a device a reduction queued now, its value read later
+        amax = 0.0 if not X.size else _scaling.ops_for(self._xp).measure(X)
+        return X, flat, (amax, check)
 
     def _check_real_slice(self, x, name: str) -> None:
         """Raise unless ``x`` is a real floating-point array of the operator's array module."""
@@ -205,15 +224,17 @@ class _Distributed:
             raise FFTMatvecValueError(f"{name} must have shape (k, {n}, {self.nt}), got {x.shape}")
         return x.astype(self.dtype, copy=False)
 
-    def _agree(self, what, exc, k, name):
+    def _agree(self, what, exc, k, name, e: int = _NO_EXPONENT):
         """A sync point that also agrees on the batch: raise on every rank if ``exc`` is set on
         any, or if the ranks of a replica passed different batch sizes, or every replica none.
-        Returns the batch size of each replica, in replica order."""
+        Returns the batch size of each replica, in replica order, and the largest of the
+        ranks' exponents ``e``."""
         R, g = self.grid.replicas, self.grid.replica
-        values = []
+        values = [e]
         for i in range(R):  # per replica: the largest and minus the smallest k of its ranks
             values += [k if i == g else -1, -k if i == g else -(1 << 62)]
         got = sync(self.grid.base_comm, what, exc, self._where(), values=values)
+        e, got = got[0], got[1:]
         ks = []
         for i in range(R):
             hi, lo = got[2 * i], -got[2 * i + 1]
@@ -227,26 +248,59 @@ class _Distributed:
         if not any(ks):
             raise FFTMatvecValueError(
                 f"{name} must hold at least one vector: every replica's batch is empty")
-        return ks
+        return ks, e
 
     def _drive(self, what, x, space_in, name, batched, check_finite, mode):
         """Check locally, agree on the batch size, run the pipeline, sync its errors. A
-        replica given none of a batch (fewer vectors than replicas) computes nothing."""
-        exc, X, flat, k = None, None, False, 0
+        replica given none of a batch (fewer vectors than replicas) computes nothing.
+
+        The input's scale (the module's notes) needs its largest magnitude over every rank.
+        Where :attr:`_measure_first` (on the CPU, where it is at hand, and wherever the
+        scaling has no window: column scales), the ranks agree on it with the batch size,
+        before the product. Else (a GPU) the product is queued on the input as given while
+        the magnitude's reduction lands in host memory; the ranks agree on it at the closing
+        sync point, and only an input outside the window runs again, scaled: the host never
+        waits for the device before the product. Either way a rank whose input is not finite
+        (``check_finite``) raises on every rank."""
+        exc, X, flat, k, amax = None, None, False, 0, (0.0, False)
+        first = self._measure_first
+        e = _NO_EXPONENT
         try:
-            X, flat = self._check_local(x, space_in, name, batched, check_finite)
+            X, flat, amax = self._check_local(x, space_in, name, batched, check_finite)
             k = int(X.shape[0])
-        except Exception as e:  # raised on every rank at the sync point below
-            exc = e
-        self._agree(what, exc, k, name)
-        if k == 0:
-            space_out = "param" if mode in ("adjoint", "normal") else "obs"
-            with self._on_device():
-                Y = self._xp.empty((0, self._n_own[space_out], self.nt), dtype=self.dtype)
-            exc = None
-        else:
-            Y, exc = self._run(mode, X)
+            if first:
+                e = _checked_exponent(amax, name)
+        except Exception as err:  # raised on every rank at the sync point below
+            exc = err
+        _, e = self._agree(what, exc, k, name, e)
+        scales = self._scales(e) if first else (0, 0, 0, 0)
+        Y, exc = self._product(mode, X, k, scales)
+        if not first:
+            mine = _NO_EXPONENT
+            try:
+                if k:
+                    mine = _checked_exponent(amax, name)
+            except Exception as err:
+                exc = exc if exc is not None else err
+            e = sync(self.grid.base_comm, what, exc, self._where(), values=(mine,))[0]
+            scales, exc = self._scales(e), None
+            if not any(scales):
+                return self._shaped(Y, batched, flat)
+            Y, exc = self._product(mode, X, k, scales)  # outside the window: again, scaled
         sync(self.grid.base_comm, what, exc, self._where())
+        return self._shaped(Y, batched, flat)
+
+    def _product(self, mode, X, k: int, scales):
+        """``(Y, exception or None)`` of :meth:`_run`; an empty output on a replica with no
+        vector of the batch."""
+        if k:
+            return self._run(mode, X, scales=scales)
+        space_out = "param" if mode in ("adjoint", "normal") else "obs"
+        with self._on_device():
+            return self._xp.empty((0, self._n_own[space_out], self.nt), dtype=self.dtype), None
+
+    @staticmethod
+    def _shaped(Y, batched: bool, flat: bool):
         if batched:
             return Y
         return Y.reshape(-1) if flat else Y[0]
@@ -310,11 +364,11 @@ class _Distributed:
         exc, X, flat, k = None, None, False, 0
         try:
             space = _space(space)
-            X, flat = self._check_local(v_local, space, "v_local", batched, False)
+            X, flat, _ = self._check_local(v_local, space, "v_local", batched, False)
             k = X.shape[0]
         except Exception as e:  # raised on every rank at the sync point below
             exc = e
-        ks = self._agree("collect", exc, k, "v_local")
+        ks, _ = self._agree("collect", exc, k, "v_local")
         grid = self.grid
         comm, groups = ((grid.base_comm, range(grid.replicas)) if batched
                         else (grid.replica_comm, [grid.replica]))
@@ -426,7 +480,8 @@ class DistributedBlockToeplitz(_Distributed):
         Right-hand sides per product the layout is chosen for, where ``grid`` leaves its
         replicas to the cost model (:func:`~fftmatvec.distributed.model.choose_layout`): one
         vector gives one replica, a batch may give ``R > 1`` replica groups, each holding the
-        whole operator over its own grid and computing its share of every batch.
+        whole operator over its own grid and computing its share of every batch; the block
+        pipeline's chunks are chosen for it too.
     memory : float, optional
         Bytes of ``Khat`` one rank may hold, for the same choice (each replica holds a whole
         ``Khat``); None: no bound.
@@ -456,20 +511,20 @@ class DistributedBlockToeplitz(_Distributed):
         With ``transport="emulated"`` only: the virtual rank emulated.
     overlap : bool, default True
         Run the block pipeline (the module's notes): the local block cut into blocks of
-        sensors and parameters aligned with the collectives' slices, one block's
-        communication moving while the next is computed. False: the whole block in one
-        operator, compute-then-communicate.
-    chunks : int, optional
-        Most chunks per axis (sensors, parameters), so at most ``chunks**2`` blocks on a 2-D
-        grid (default 4 with overlap for a GPU operator on more than one rank, else 1: on
-        the CPU the blocks' products cost more than the collectives they hide). An axis whose
-        communicator has one rank is not cut.
+        sensors and parameters aligned with the collectives' slices, one chunk's
+        communication moving while the next is computed. False: the whole block at once,
+        compute-then-communicate.
+    chunks : int or (int, int), optional
+        Force the chunks per axis (sensors, parameters), so at most ``chunks**2`` blocks on a
+        2-D grid (for benchmarks and tests); an axis whose communicator has one rank is not
+        cut. A pair ``(sensor_chunks, param_chunks)`` cuts both axes so, whatever the grid
+        (on one rank: the pipeline's own cost, nothing to communicate). Default: the cost
+        model's choice (:func:`~fftmatvec.distributed.schedule.choose_chunks`) for ``batch``
+        vectors, at most :data:`~fftmatvec.distributed.schedule.MAX_CHUNKS` an axis.
     min_chunk : int, default 16
         Fewest sensors or parameters of a chunk, on average: an axis of ``n`` local rows is
-        cut into at most ``n // min_chunk`` chunks. On a GPU each block's product repeats the
-        FFTs of its input and output (on the CPU the output's only), which costs about
-        ``2 k / n_rows`` of the block's ``Khat`` bytes (``k`` right-hand sides, ``n_rows`` the
-        rows of the block's other axis); this bound keeps it small.
+        cut into at most ``n // min_chunk`` chunks (each block's stage 3 is a product of that
+        many rows, and each chunk costs a few launches).
 
     Raises
     ------
@@ -505,11 +560,14 @@ class DistributedBlockToeplitz(_Distributed):
             if not auto:
                 _resolve_precision(self._xp, precision, rtol, 1, 1, 1)  # rtol only with auto
             self.precision = None if auto else PrecisionConfig(precision)
+            pair = isinstance(chunks, (tuple, list)) and len(chunks) == 2
             for name, value in (("chunks", chunks), ("min_chunk", min_chunk), ("batch", batch)):
-                if value is not None and (isinstance(value, bool) or not isinstance(
-                        value, (int, np.integer)) or value < 1):
-                    raise FFTMatvecValueError(
-                        f"{name} must be a positive integer, got {value!r}")
+                for v in (value if name == "chunks" and pair else (value,)):
+                    if v is not None and (isinstance(v, bool) or not isinstance(
+                            v, (int, np.integer)) or v < 1):
+                        what = "or a pair of them " if name == "chunks" else ""
+                        raise FFTMatvecValueError(
+                            f"{name} must be a positive integer {what}got {value!r}")
             if memory is not None and (isinstance(memory, bool) or not isinstance(
                     memory, (int, float, np.integer, np.floating)) or not memory > 0
                     or not math.isfinite(memory)):
@@ -557,50 +615,53 @@ class DistributedBlockToeplitz(_Distributed):
         self._n_own = {"param": _len(self.layout.param_range(r, c)),
                        "obs": _len(self.layout.obs_range(r, c))}
         self.overlap = bool(overlap)
-        # one chunk where nothing is communicated (one rank), and on the CPU, where the
-        # collectives are a few per cent of the product and smaller blocks' products cost more
-        # than they hide (two ranks on two cores, (64, 512, 256): 1.13x compute-then-
-        # communicate at k = 1 and 1.43x at k = 8 in 4 chunks); an axis is cut only where its
-        # communicator has more than one rank
-        default = 4 if self.overlap and self.grid.group_size > 1 and self._xp is not np else 1
-        self.chunks = int(chunks) if chunks is not None else default
+        self.chunks = (None if chunks is None else tuple(int(v) for v in chunks) if pair
+                       else int(chunks))
         self.min_chunk = int(min_chunk if min_chunk is not None else 16)
         # counts of the collectives: param slices in the column, obs slices in the row; the
         # chunks of both axes (rank r is row r of its column's communicator, c column c of its
         # row's)
         self._param_counts = [_len(t) for t in self.layout.param_ranges_in_col(c)]
         self._obs_counts = [_len(t) for t in self.layout.obs_ranges_in_row(r)]
-        # Redundant work (GPU; the CPU shares each x_j's FFT among its blocks): block F_ij's
-        # product makes its own FFT of x_j and inverse FFT of y_i.
-        # For k vectors the FFT of x_j moves about k * nm_j * L * 16 bytes (the padded input
-        # read, the spectrum written and read back by stage 3, complex128), the block's Khat
-        # nd_i * nm_j * Nf * 16 ~ nd_i * nm_j * L * 8: a ratio ~ 2 k / nd_i, and the inverse
-        # FFT's ~ 2 k / nm_j. With Cs sensor chunks the FFT of x_j is made Cs times instead
-        # of once (the inverse FFT of y_i Cp times): extra ~ 2 k (Cs - 1) / nd_r of the Khat
-        # bytes. At most `chunks` an axis, of `min_chunk` rows or more, bounds each extra
-        # FFT at 2 k / min_chunk of its block's Khat (1/8 for one vector, the default).
         pr, pc = self.grid.shape
-        cut = self.chunks if self.overlap else 1
-        self._pcut = _chunks(self._param_counts, r, cut if pr > 1 else 1, self.min_chunk)
-        self._scut = _chunks(self._obs_counts, c, cut if pc > 1 else 1, self.min_chunk)
+        cs, cp = self._chunk_counts(int(batch or 1), transport, network)
+        if not isinstance(self.chunks, tuple):  # an axis whose communicator has one rank
+            cs, cp = (cs if pc > 1 else 1), (cp if pr > 1 else 1)
+        self._pcut = _chunks(self._param_counts, r, cp, self.min_chunk)
+        self._scut = _chunks(self._obs_counts, c, cs, self.min_chunk)
         self._device = None
         self._wire = (self.precision.pad_dtype, self.precision.reduce_dtype)
         self.transport = None
-        exc = None
+        exc, kexp = None, _NO_EXPONENT
         try:
             if self._xp is not np:
                 dev = backend.cupy.cuda.Device(self.grid.device_id())
                 dev.use()
                 self._device = dev
             block = _load_block(kind, kernel, self.rows, self.cols, nt, self._xp)
-            self._op, self._subs = None, self._sub_operators(block, fft_len)
-            if len(self._subs) == len(self._subs[0]) == 1:
-                self._op = self._subs[0][0]
+            kexp = _exponent(_kernel_amax(self._xp, block))
+            self._op = self._chunk_major_operator(block, fft_len)
+            self._natural = None
             del block
-            self.fft_len, self.nf = self._subs[0][0].fft_len, self._subs[0][0].nf
+            self.fft_len, self.nf = self._op.fft_len, self._op.nf
+            # column scales (``h``): the exponents of each parameter chunk's rows, (n_j, 1)
+            cols = self._op._cols
+            with self._on_device():
+                self._col_exps = None if cols is None else [
+                    self._xp.asarray(cols[a:b, None]) for a, b in (p.span for p in self._pcut)]
         except Exception as e:
             exc = e
-        sync(comm, "DistributedBlockToeplitz", exc, self._where())
+        # agreed by every rank: the bound on a product's magnitude that its output's wire and
+        # the normal operator's second half are scaled by, |F x| <= max|x| max|K| max(nd, nm)
+        # nt (max|K| over every rank's block), and the window of the input's scale, the
+        # narrowest of the ranks' (a rank with column scales has none): one rank's scaled
+        # input goes to the others on the wire
+        window = self._op._window if exc is None else 0
+        kexp, window = sync(comm, "DistributedBlockToeplitz", exc, self._where(),
+                            values=(kexp, -window))
+        self._kernel_exp, self._window = kexp + _exponent(float(max(nd, nm) * nt)), -window
+        # where the ranks agree on the input's magnitude before a product (_drive)
+        self._measure_first = self._xp is np or self._window == 0
         exc = None
         try:  # after the sync: choosing NCCL compares the ranks' devices (a collective)
             with self._on_device():
@@ -611,33 +672,45 @@ class DistributedBlockToeplitz(_Distributed):
         sync(comm, "DistributedBlockToeplitz", exc, self._where())
         self._exc = None
 
-    def _sub_operators(self, block, fft_len):
-        """``subs[i][j]``: the operator of block ``F_ij`` (sensor chunk ``i``, parameter chunk
-        ``j``), on the block's rows and columns in the collectives' order (rank-major).
+    def _chunk_counts(self, batch: int, transport, network) -> tuple[int, int]:
+        """``(sensor chunks, parameter chunks)`` asked of the block pipeline: one each without
+        overlap, ``chunks`` each where given, else :func:`.schedule.choose_chunks`'s choice
+        for a forward product of ``batch`` vectors on this grid, under the emulated network's
+        model or :data:`.schedule.NETWORK` of the device, at :data:`.schedule.BANDWIDTH`. The
+        choice is rank ``(0, 0)``'s on every rank: the ranks of a row (a column) must cut
+        their sensors (parameters) alike, for their collectives are chunk by chunk."""
+        from .schedule import BANDWIDTH, MAX_CHUNKS, NETWORK, choose_chunks
 
-        Memory: each block's operator stores the ``Khat`` of its own rows and columns only, so
-        together they hold one ``Khat`` of the local block, as one operator would (the
-        whole-block operator is not built; :attr:`local_operator` builds it on demand). Each
-        keeps its part of the kernel (a copy: a chunk's rows are not contiguous in the block);
-        the loaded block is dropped once they are built, so two kernel blocks are alive only
-        during construction. On a GPU each block's operator keeps its products' small
-        intermediate arrays of its own sizes (the input's spectrum ``k x nm_j x Nf``, once per
-        sensor chunk)."""
+        if not self.overlap:
+            return 1, 1
+        if isinstance(self.chunks, tuple):
+            return self.chunks
+        if self.chunks is not None:
+            return self.chunks, self.chunks
+        if self.grid.group_size == 1:
+            return 1, 1
+        where = "cpu" if self._xp is np else "gpu"
+        net = network if transport == "emulated" else NETWORK[where]
+        return choose_chunks(self.nd, self.nm, self.nt, batch, self.precision, self.grid.shape,
+                             net, BANDWIDTH[where], coords=(0, 0), max_chunks=MAX_CHUNKS,
+                             min_chunk=self.min_chunk)
+
+    def _chunk_major_operator(self, block, fft_len) -> BlockToeplitz:
+        """The operator of the local block with its sensors and parameters in chunk-major
+        order (chunk 0's rows of every rank of the communicator, rank after rank, then chunk
+        1's, ...): every chunk a contiguous range :attr:`_Chunk.span` of it, every block
+        ``(i, j)`` of the pipeline one contiguous block of its ``Khat`` (rows
+        ``scut[i].span``, columns ``pcut[j].span``), its rows in the collectives' order. One
+        chunk an axis is the block's own order."""
         xp = self._xp
         opts = dict(dtype=self.dtype, fft_len=fft_len, plan=self._plan or None)
-        if len(self._scut) == len(self._pcut) == 1:
-            return [[BlockToeplitz(block, self.precision, **opts)]]
-        from .. import _memory
-
-        _memory.check_khat_fits(block, self.precision, fft_len)  # the whole block's, at once
-        subs = []
-        for s in self._scut:
-            rows = _take(xp, block, s.ranges, 0)
-            # a copy of each block's kernel, never a view that would keep the loaded block
-            subs.append([BlockToeplitz(xp.array(_take(xp, rows, p.ranges, 1), order="C"),
-                                       self.precision, **opts) for p in self._pcut])
-            del rows
-        return subs
+        rows = [rg for ch in self._scut for rg in ch.ranges]
+        cols = [rg for ch in self._pcut for rg in ch.ranges]
+        if len(rows) > 1:
+            block = _take(xp, block, rows, 0)
+        if len(cols) > 1:
+            block = _take(xp, block, cols, 1)
+        return BlockToeplitz(xp.ascontiguousarray(block), self.precision, **opts)
 
     # ---- shapes ----------------------------------------------------------------------------
     @property
@@ -648,33 +721,34 @@ class DistributedBlockToeplitz(_Distributed):
     @property
     def local_operator(self) -> BlockToeplitz:
         """This rank's block ``K[rows, cols, :]`` as a single-process operator. Where the block
-        pipeline cuts the block (:attr:`blocks` other than ``(1, 1)``), it is built on first
-        use from the blocks' kernels: an operator of its own, with another ``Khat``."""
-        if self._op is None:
-            xp = self._xp
-            with self._on_device():
-                first = self._subs[0][0]
-                block = xp.empty((_len(self.rows), _len(self.cols), self.nt),
-                                 dtype=first._kernel.dtype)
-                for s, row in zip(self._scut, self._subs):
-                    for p, sub in zip(self._pcut, row):
-                        for (a, b), i0 in zip(s.ranges, _starts(s.ranges)):
-                            for (c0, c1), j0 in zip(p.ranges, _starts(p.ranges)):
-                                block[a:b, c0:c1] = sub._kernel[i0:i0 + b - a, j0:j0 + c1 - c0]
-                self._op = BlockToeplitz(block, self.precision, dtype=self.dtype,
-                                         fft_len=self.fft_len, plan=self._plan or None)
-        return self._op
+        pipeline cuts the block (:attr:`blocks` other than ``(1, 1)``) the pipeline's operator
+        holds it in chunk-major order; this one, in the block's own order, is built on first
+        use from its kernel: an operator of its own, with another ``Khat``."""
+        if self._natural is None:
+            if self.blocks == (1, 1):
+                self._natural = self._op
+            else:
+                xp = self._xp
+                with self._on_device():
+                    block = self._op._kernel
+                    for axis, cut in ((0, self._scut), (1, self._pcut)):
+                        order = np.concatenate([np.arange(a, b) for ch in cut
+                                                for a, b in ch.ranges])
+                        block = xp.take(block, xp.asarray(np.argsort(order)), axis=axis)
+                    self._natural = BlockToeplitz(block, self.precision, dtype=self.dtype,
+                                                  fft_len=self.fft_len, plan=self._plan or None)
+        return self._natural
 
     @property
     def blocks(self) -> tuple[int, int]:
         """``(sensor chunks, parameter chunks)`` of the block pipeline; ``(1, 1)``: the whole
-        block in one operator."""
+        block in one piece."""
         return (len(self._scut), len(self._pcut))
 
     @property
     def khat_nbytes(self) -> int:
-        """Bytes of this rank's stored ``Khat`` (all its blocks' together)."""
-        return sum(sub.khat_nbytes for row in self._subs for sub in row)
+        """Bytes of this rank's stored ``Khat`` (one, however many blocks the pipeline has)."""
+        return self._op.khat_nbytes
 
     def __repr__(self) -> str:
         return (f"DistributedBlockToeplitz(nd={self.nd}, nm={self.nm}, nt={self.nt}, "
@@ -708,110 +782,79 @@ class DistributedBlockToeplitz(_Distributed):
         return DistributedNormalOperator(self, weight)
 
     # ---- the pipeline ----------------------------------------------------------------------
-    def _spectrum(self, op, x):
-        """CPU: stages 1 and 2 of a chunk's input ``x`` ``(k, n, Nt)``, computed once and
-        shared by every block the chunk enters (the blocks of one input chunk have the same
-        input rows, FFT length and precision): ``(xhat, s)``, ``s`` the power of two of
-        BlockToeplitz._apply's host path in stage 1's cast. MPI is driven between stages so
-        that the collectives in flight progress meanwhile."""
-        poll = self.transport.progress
-        s = _scaling.scale_exponent(_scaling.HostOps.measure(x) if x.size else 0.0,
-                                    x.dtype.itemsize, op._window)
-        y = op.broadcast_and_pad(x, scale_exp=s)
-        poll()
-        y = op.fft(y)
-        poll()
-        return y, s
+    def _scales(self, e: int) -> tuple[int, ...]:
+        """``(in, out)`` powers of two of each half (the module's notes): its input's from
+        the input's largest magnitude (``< 2**e`` over every rank), its output's on the wire
+        from the bound ``|F x| <= max|x| max|K| max(Nd, Nm) Nt`` (the product's own scale
+        undone after the reduction, so a reduced wire neither over- nor underflows)."""
+        return self._half_scales(e, 0)
 
-    def _from_spectrum(self, op, spectrum, adjoint: bool):
-        """CPU: stages 3 to 5 of one block on a chunk's shared :meth:`_spectrum`; the
-        block's kernel scale and the input's undone in stage 5's cast."""
-        poll = self.transport.progress
-        xhat, s = spectrum
-        y = op.sbgemv(xhat, adjoint)
-        poll()
-        y = op.ifft(y)
-        poll()
-        return op.unpad_and_reduce(y, exponent=op._kexp - s)
-
-    def _local(self, op, x, adjoint: bool, spectra: dict, key):
-        """One block's product of ``x`` ``(k, n_in, Nt)`` (contiguous on a GPU: :meth:`_input`):
-        on a GPU one fused product, on the CPU stages 3-5 on the input's spectrum (made at the
-        chunk's first block and kept in ``spectra[key]``). A block with column scales (``h``,
-        :func:`fftmatvec._scaling.column_exponents`) runs its own product: its input's
-        spectrum carries its own columns' scales."""
-        if self._xp is not np or op._cols is not None:
-            return op._apply(x, adjoint)
-        if key not in spectra:
-            spectra[key] = self._spectrum(op, x)
-        return self._from_spectrum(op, spectra[key], adjoint)
-
-    def _product(self, op, x, adjoint: bool, spectra: dict, key):
-        """:meth:`_local`, a failure kept for the next sync point: zeros of the output's size
-        go on, so the other ranks' collectives complete."""
-        try:
-            return self._local(op, x, adjoint, spectra, key)
-        except Exception as e:
-            if self._exc is None:
-                self._exc = e
-            n_out = op.nm if adjoint else op.nd
-            return self._xp.zeros((x.shape[0], n_out, self.nt), dtype=self.dtype)
-
-    def _gathers(self, comm, cut, X, dtype):
-        """Start the all-gather of every chunk of ``cut``: this rank sends its piece of its
-        slice of ``X`` ``(k, n_own, Nt)``; each result is the chunk's rows ``(n, k, Nt)``."""
-        t = self.transport
-        return [t.allgatherv(comm, X[:, ch.mine[0]:ch.mine[1]].transpose(1, 0, 2), ch.counts,
-                             dtype) for ch in cut]
-
-    def _half(self, out_cut, in_cut, inputs, adjoint, out_major, reduce, weight=None):
-        """``out_b = sum_a F_ba in_a`` over the blocks, in the order the module's notes give;
-        ``reduce(b, out_b)`` (wire layout ``(n, k, Nt)``) starts once ``out_b`` is complete.
-        ``inputs[a]``: the pending collective that brings ``in_a``, waited for at its first
-        use; ``weight``: the diagonal of ``W`` on the input rows (the normal operator's second
-        half). Returns the reductions' pending collectives, in chunk order."""
-        subs = self._subs
-        nb, na = len(out_cut), len(in_cut)
-        pairs = ([(b, a) for b in range(nb) for a in range(na)] if out_major
-                 else [(b, a) for a in range(na) for b in range(nb)])
-        data, acc, left, out = {}, [None] * nb, [na] * nb, [None] * nb
-        # CPU: each input chunk's FFT, once for all its blocks (output after output keeps
-        # them all: the spectrum of the whole input, as one block's product makes)
-        spectra: dict = {}
-        for b, a in pairs:
-            if a not in data:
-                data[a] = self._input(inputs[a].wait(), weight, in_cut[a])
-            y = self._product(subs[a][b] if adjoint else subs[b][a], data[a], adjoint,
-                              spectra, a)
-            if not out_major and b == nb - 1:
-                spectra.pop(a, None)  # input after input: chunk a's blocks are done
-            if acc[b] is None:
-                acc[b] = y
-            else:
-                acc[b] += y
-            left[b] -= 1
-            if not left[b]:
-                out[b], acc[b] = reduce(b, acc[b].transpose(1, 0, 2)), None
-            # start the collectives whose data the device has written, move those in flight
-            self.transport.progress()
+    def _half_scales(self, e: int, *more: int) -> tuple[int, ...]:
+        """``(in_0, out_0, in_1, out_1, ...)`` of halves whose inputs' magnitudes are below
+        ``2**e`` times ``2**more[h]`` for half ``h``."""
+        if e == _NO_EXPONENT:
+            return (0, 0) * len(more)
+        window, wire = self._window, _WIRE_WINDOW[np.dtype(self._wire[1]).itemsize]
+        out = ()
+        for half, extra in enumerate(more):
+            bound = e + extra
+            # a measured input within the operator's window, as a single-process product's; a
+            # bound (the second half's input) within twice it, whose values and their sums in
+            # a reduced stage still fit float32
+            out += (_scale(bound, self.dtype, window * (1 + half)),
+                    _scale(bound + self._kernel_exp, self.dtype, wire))
         return out
 
-    def _input(self, x, weight, chunk):
-        """A chunk's input from the wire ``(n, k, Nt)`` to ``(k, n, Nt)`` (contiguous on a
-        GPU, where the products take it so: once for all its blocks), times the weight's rows
-        where given; a failure is kept as in :meth:`_product`."""
-        xp = self._xp
-        n, k = x.shape[:2]
+    def _stage3(self, xhat, yhat, i: int, j: int, adjoint: bool, beta: int):
+        """Stage 3 of block ``(i, j)`` (sensor chunk ``i``, parameter chunk ``j``) of the
+        local ``Khat``: :func:`fftmatvec.blocks.stage3_block` on the block's rows and columns
+        of the chunk-major operator, into (``beta=0``) or added to (``beta=1``) ``yhat``."""
+        return stage3_block(self._op, xhat, yhat, self._scut[i].span, self._pcut[j].span,
+                            adjoint=adjoint, beta=beta)
+
+    def _pad_fft(self, x, exp):
+        """Stages 1 and 2 of an input chunk ``x`` ``(k, n, Nt)`` times ``2**exp`` (an int, or
+        ``(n, 1)`` ints: a forward's column scales), exact in the interface dtype before
+        stage 1's cast: :func:`fftmatvec.blocks.pad_fft`."""
+        if _nonzero(exp):
+            x = self._xp.ldexp(x, exp)
+        return pad_fft(self._op, x)
+
+    def _ifft_unpad(self, yhat, exp):
+        """Stages 4 and 5 of an output chunk's spectrum (:func:`fftmatvec.blocks.ifft_unpad`,
+        which undoes the stored ``Khat``'s scale), times ``2**exp`` (an int, or ``(n, 1)``
+        ints: an adjoint's column scales): ``(k, n, Nt)`` in the interface dtype."""
+        y = ifft_unpad(self._op, yhat)
+        if _nonzero(exp):
+            self._xp.ldexp(y, exp, out=y)
+        return y
+
+    def _kept(self, run, make):
+        """``run()``, or on a failure ``make()`` (zeros of the result's size) with the failure
+        kept for the next sync point: the rank's collectives go on with zeros, so the other
+        ranks' complete."""
         try:
-            if weight is not None:
-                w = _take(xp, weight, chunk.ranges, 0)
-                x = x.astype(self.dtype, copy=False) * w[:, None, :]
-            x = x.transpose(1, 0, 2)
-            return x if xp is np else xp.ascontiguousarray(x)
+            return run()
         except Exception as e:
             if self._exc is None:
                 self._exc = e
-            return xp.zeros((k, n, self.nt), dtype=self.dtype)
+            return make()
+
+    def _input(self, x, weight, chunk, exp: int = 0):
+        """A chunk's input from the wire ``(n, k, Nt)`` to ``(k, n, Nt)``, contiguous, times the
+        weight's rows where given (the normal operator's second half) and ``2**exp``."""
+        xp = self._xp
+
+        def run():
+            v = x
+            if weight is not None:
+                w = _take(xp, weight, chunk.ranges, 0)
+                v = v.astype(self.dtype, copy=False) * (xp.ldexp(w, exp) if exp else w)[:, None]
+            elif exp:
+                v = xp.ldexp(v.astype(self.dtype, copy=False), exp)
+            return xp.ascontiguousarray(v.transpose(1, 0, 2), dtype=self.dtype)
+
+        return self._kept(run, lambda: xp.zeros((x.shape[1], x.shape[0], self.nt), self.dtype))
 
     def _out_major(self, mode: str) -> bool:
         """Forward and adjoint: output chunk after output chunk where the reduction moves at
@@ -823,54 +866,107 @@ class DistributedBlockToeplitz(_Distributed):
             return obs * w5 >= params * w1
         return params * w5 >= obs * w1
 
-    def _run(self, mode: str, X, weight=None):
-        """Run the product's block pipeline on the checked local input ``X`` ``(k, n, Nt)``
-        (None on a rank whose check failed: zeros of the right size take its place). Returns
-        ``(Y, exception or None)``."""
+    def _run(self, mode: str, X, weight=None, scales=(0, 0, 0, 0)):
+        """Run the product's block pipeline, step after step of :func:`.schedule.schedule`, on
+        the checked local input ``X`` ``(k, n, Nt)`` (None on a rank whose check failed: zeros
+        of the right size take its place); ``scales``: the powers of two of each half's input
+        and of its output on the wire (:meth:`_scales`). Returns ``(Y, exception or None)``."""
+        from .schedule import schedule
+
         self._exc = None
-        xp = self._xp
+        xp, op, t = self._xp, self._op, self.transport
+        w1, w5 = self._wire
         space_in = "obs" if mode == "adjoint" else "param"
         space_out = "param" if mode in ("adjoint", "normal") else "obs"
         n_in, n_out = self._n_own[space_in], self._n_own[space_out]
-        t, (w1, w5) = self.transport, self._wire
-        row, col = self.grid.row_comm, self.grid.col_comm
-        S, P = self._scut, self._pcut
+        cut = {"sensor": self._scut, "param": self._pcut}
+        # parameters move within the process column, sensors within the process row
+        comm = {"sensor": self.grid.row_comm, "param": self.grid.col_comm}
         # host-staged GPU collectives: the output's chunks are assembled in host memory and
         # copied to the device once
         on_host = (xp is not np and t.staging == "host"
-                   and (row if mode == "forward" else col).Get_size() > 1)
+                   and comm["param" if mode != "forward" else "sensor"].Get_size() > 1)
         kw = {"device": False} if on_host else {}
+        order = "output" if mode == "normal" or self._out_major(mode) else "input"
+        cd = op.precision.complex_dtype("ifft")
+        cols = self._col_exps
+        s_in, s_out = scales[0::2], scales[1::2]
+        # what the second half's input, the first half's output from the wire, is scaled by
+        s_mid = s_in[1] - s_out[0] if mode == "normal" else 0
+
+        def exps(half, axis, idx):
+            """The powers of two of an input chunk's stage 1 and of an output chunk's stage 5
+            (from the half's input scale to its output's): on a parameter chunk with its
+            column scales (a forward's input, an adjoint's output)."""
+            e = s_out[half] - s_in[half]
+            if cols is None or axis != "param":
+                return 0, e
+            return cols[idx], cols[idx] + e
+
         with self._on_device():
             if X is None:
                 X = xp.zeros((1, n_in, self.nt), dtype=self.dtype)
             k = X.shape[0]
-            if mode == "forward":
-                out_cut = S
-                outs = self._half(S, P, self._gathers(col, P, X, w1), False,
-                                  self._out_major(mode),
-                                  lambda i, y: t.reduce_scatter(row, y, S[i].counts, w5, **kw))
-            elif mode == "adjoint":
-                out_cut = P
-                outs = self._half(P, S, self._gathers(row, S, X, w1), True,
-                                  self._out_major(mode),
-                                  lambda j, y: t.reduce_scatter(col, y, P[j].counts, w5, **kw))
-            else:  # normal: the all-reduce keeps the observation rows of the process row
-                out_cut = P
-                mids = self._half(S, P, self._gathers(col, P, X, w1), False, True,
-                                  lambda i, y: t.allreduce(row, y, w5))
-                outs = self._half(P, S, mids, True, True,
-                                  lambda j, y: t.reduce_scatter(col, y, P[j].counts, w5, **kw),
-                                  weight)
-            shape = (k, n_out, self.nt)
             if on_host:
                 import cupyx
 
-                Y = cupyx.empty_pinned(shape, dtype=self.dtype)
+                Y = cupyx.empty_pinned((k, n_out, self.nt), dtype=self.dtype)
             else:
-                Y = xp.empty(shape, dtype=self.dtype)
-            for ch, pend in zip(out_cut, outs):
-                a, b = ch.mine
-                Y[:, a:b] = pend.wait().transpose(1, 0, 2)
+                Y = xp.empty((k, n_out, self.nt), dtype=self.dtype)
+            # pending collectives, inputs from the wire, input spectra, output spectra being
+            # summed and complete outputs, each by (half, axis, chunk); blocks run per input
+            pend, data, spectra, acc, outs, used = {}, {}, {}, {}, {}, {}
+            for step in schedule(len(self._scut), len(self._pcut), mode, order):
+                kind, half = step.kind, step.half
+                if kind == "block":
+                    i, j, adj = step.sensor, step.param, step.adjoint
+                    (ia, ii), (oa, oi) = ((("sensor", i), ("param", j)) if adj
+                                          else (("param", j), ("sensor", i)))
+                    ikey, okey = (half, ia, ii), (half, oa, oi)
+                    beta = int(okey in acc)
+                    if not beta:
+                        acc[okey] = xp.empty((k, _len(cut[oa][oi].span), self.nf), dtype=cd)
+                    self._kept(lambda: self._stage3(spectra[ikey], acc[okey], i, j, adj, beta),
+                               lambda: acc[okey].fill(0) if not beta else None)
+                    used[ikey] = used.get(ikey, 0) + 1
+                    if used[ikey] == len(cut[oa]):  # the input's last block
+                        del spectra[ikey]
+                else:
+                    axis, idx = step.chunk
+                    ch, key = cut[axis][idx], (half, axis, idx)
+                    n = _len(ch.span)
+                    if kind == "gather":  # the input on the wire already scaled
+                        a, b = ch.mine
+                        x = X[:, a:b] if not s_in[0] else xp.ldexp(X[:, a:b], s_in[0])
+                        pend[key] = t.allgatherv(comm[axis], x.transpose(1, 0, 2),
+                                                 ch.counts, w1)
+                    elif kind in ("gather_wait", "allreduce_wait"):
+                        # gathers and all-reduces start in the first half
+                        data[key] = self._input(pend.pop((0, axis, idx)).wait(),
+                                                weight if half else None, ch,
+                                                s_mid if half else 0)
+                    elif kind == "fft":
+                        x, e = data.pop(key), exps(half, axis, idx)[0]
+                        spectra[key] = self._kept(
+                            lambda: self._pad_fft(x, e),
+                            lambda: xp.zeros((k, n, self.nf), op.precision.complex_dtype("fft")))
+                    elif kind == "ifft":
+                        yh, e = acc.pop(key), exps(half, axis, idx)[1]
+                        outs[key] = self._kept(lambda: self._ifft_unpad(yh, e),
+                                               lambda: xp.zeros((k, n, self.nt), self.dtype))
+                    elif kind == "reduce":
+                        pend[key] = t.reduce_scatter(comm[axis], outs.pop(key).transpose(1, 0, 2),
+                                                     ch.counts, w5, **kw)
+                    elif kind == "allreduce":
+                        pend[key] = t.allreduce(comm[axis], outs.pop(key).transpose(1, 0, 2), w5)
+                    else:  # reduce_wait: this rank's rows of the output chunk, unscaled
+                        a, b = ch.mine
+                        Y[:, a:b] = pend.pop(key).wait().transpose(1, 0, 2)
+                        if s_out[half]:
+                            ym = np if on_host else xp  # Y in pinned host memory, or not
+                            ym.ldexp(Y[:, a:b], -s_out[half], out=Y[:, a:b])
+                # start the collectives whose data the device has written, move those in flight
+                t.progress()
             if on_host:
                 Y = xp.asarray(Y)
         return Y, self._exc
@@ -882,7 +978,8 @@ class DistributedNormalOperator(_Distributed):
     def __init__(self, op: DistributedBlockToeplitz,
                  weight: float | Array | None = None) -> None:
         self._parent = op
-        for name in ("_xp", "dtype", "nt", "grid", "layout", "coords", "_n_own", "_device"):
+        for name in ("_xp", "dtype", "nt", "grid", "layout", "coords", "_n_own", "_device",
+                     "_measure_first"):
             setattr(self, name, getattr(op, name))
         self.nm = op.nm
         exc, w = None, None
@@ -892,8 +989,14 @@ class DistributedNormalOperator(_Distributed):
         except Exception as e:
             exc = e
         local = int(isinstance(w, tuple))
-        most, least = sync(op.grid.base_comm, "normal", exc, self._where(),
-                           values=(local, -local))
+        wmax = 0.0
+        if exc is None and w is not None:
+            wa = w[1] if isinstance(w, tuple) else w
+            wmax = float(xp.abs(wa).max()) if wa.size else 0.0
+        most, least, self._weight_exp = sync(op.grid.base_comm, "normal", exc, self._where(),
+                                             values=(local, -local, _exponent(wmax)))
+        if w is None:
+            self._weight_exp = 1  # W = I: largest magnitude 1 < 2**1
         if most != -least:  # the gather below needs every rank of a row, or none
             raise FFTMatvecDistributedError(
                 "normal: some ranks passed the weight as their slice of the observation "
@@ -945,8 +1048,15 @@ class DistributedNormalOperator(_Distributed):
 
     rmatmat = matmat
 
-    def _run(self, mode, X):
-        return self._parent._run("normal", X, self._weight)
+    def _scales(self, e: int) -> tuple[int, ...]:
+        """The first half's scales as the forward product's; the second half's input from the
+        bound ``|W F x| <= max|W| max|x| max|K| max(Nd, Nm) Nt`` (it arrives chunk by chunk,
+        and every chunk's spectrum must share one scale)."""
+        op = self._parent
+        return op._half_scales(e, 0, op._kernel_exp + self._weight_exp)
+
+    def _run(self, mode, X, scales=(0, 0, 0, 0)):
+        return self._parent._run("normal", X, self._weight, scales)
 
     def __repr__(self) -> str:
         return f"DistributedNormalOperator({self._parent!r})"
@@ -996,13 +1106,15 @@ def _host(a):
 
 class _Chunk:
     """One chunk of an axis of the local block: ``counts`` (rows of each rank of the
-    communicator), ``mine`` (this rank's piece of its own slice, ``(start, stop)``) and
-    ``ranges`` (the chunk's rows of the local block, rank-major: the collective's order)."""
+    communicator), ``mine`` (this rank's piece of its own slice, ``(start, stop)``),
+    ``ranges`` (the chunk's rows of the local block, rank-major: the collective's order) and
+    ``span`` (its rows ``(start, stop)`` in the chunk-major order of the pipeline's
+    operator)."""
 
-    __slots__ = ("counts", "mine", "ranges")
+    __slots__ = ("counts", "mine", "ranges", "span")
 
-    def __init__(self, counts, mine, ranges):
-        self.counts, self.mine, self.ranges = counts, mine, ranges
+    def __init__(self, counts, mine, ranges, span):
+        self.counts, self.mine, self.ranges, self.span = counts, mine, ranges, span
 
 
 def _chunks(counts, me: int, chunks: int, minimum: int) -> list[_Chunk]:
@@ -1011,11 +1123,59 @@ def _chunks(counts, me: int, chunks: int, minimum: int) -> list[_Chunk]:
     from .layout import chunk_pieces
 
     offs = _starts([(0, n) for n in counts])
-    out = []
+    out, start = [], 0
     for pieces in chunk_pieces(counts, chunks, minimum):
         ranges = [(o + a, o + b) for o, (a, b) in zip(offs, pieces) if b > a]
-        out.append(_Chunk([b - a for a, b in pieces], pieces[me], ranges))
+        n = sum(b - a for a, b in ranges)
+        out.append(_Chunk([b - a for a, b in pieces], pieces[me], ranges, (start, start + n)))
+        start += n
     return out
+
+
+# binary orders either side of 1 a product's output may reach, by its bound, on a wire of
+# float32 (4 bytes) or float64 (8) before the wire is scaled: with the bound's overestimate
+# (a few tens of binary orders) the values stay inside each dtype's normal range
+_WIRE_WINDOW = {4: 96, 8: 768}
+
+
+def _checked_exponent(amax, name: str) -> int:
+    """:func:`_exponent` of ``amax = (magnitude, check)`` (a float, or a device reduction
+    whose value is read now); raise if ``check`` and the magnitude is not finite."""
+    a, check = amax
+    a = a if isinstance(a, float) else a.value()
+    if check and not math.isfinite(a):
+        raise _scaling.not_finite_error(name)
+    return _exponent(a)
+
+
+def _exponent(amax: float) -> int:
+    """``e`` with ``amax < 2**e`` (``amax >= 2**(e-1)``); :data:`_NO_EXPONENT` for zero, 0
+    for NaN or Inf (left unscaled, as :func:`fftmatvec._scaling.scale_exponent` leaves
+    them)."""
+    if not math.isfinite(amax):
+        return 0
+    return math.frexp(amax)[1] if amax > 0 else _NO_EXPONENT
+
+
+def _scale(e: int, dtype, window: int) -> int:
+    """:func:`fftmatvec._scaling.scale_exponent` of a magnitude in ``[2**(e-1), 2**e)``."""
+    if e == _NO_EXPONENT:
+        return 0
+    return _scaling.scale_exponent(math.ldexp(0.5, max(-1100, min(1100, e))),
+                                   np.dtype(dtype).itemsize, window)
+
+
+def _nonzero(exp) -> bool:
+    """Whether a power of two to apply, an int or an array of them, is not 0."""
+    return getattr(exp, "ndim", 0) > 0 or bool(exp)
+
+
+def _kernel_amax(xp, block) -> float:
+    """The largest magnitude of a kernel block, on the host (no temporary of its size)."""
+    if not block.size:
+        return 0.0
+    hi, lo = block.max(), block.min()
+    return float(max(float(hi), -float(lo)))
 
 
 def _starts(ranges) -> list[int]:

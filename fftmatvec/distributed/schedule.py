@@ -54,11 +54,11 @@ import numpy as np
 
 from .._errors import FFTMatvecTypeError, FFTMatvecValueError
 from ..precision import PrecisionConfig
-from .emulated import MachineModel
+from .emulated import H100_CLUSTER, MachineModel
 from .layout import chunk_pieces
 
 __all__ = ["Step", "schedule", "DIRECTIONS", "ORDERS", "KINDS", "predict", "choose_chunks",
-           "LAUNCH"]
+           "LAUNCH", "BANDWIDTH", "NETWORK", "MAX_CHUNKS"]
 
 DIRECTIONS = ("forward", "adjoint", "normal")
 ORDERS = ("output", "input")
@@ -69,6 +69,26 @@ COLLECTIVE_KINDS = ("gather", "reduce", "allreduce")
 
 # seconds the device spends on a step besides its bytes (a kernel launch and its tail)
 LAUNCH = 5e-6
+
+# bytes per second a device streams from its memory, for the compute times of an operator's
+# choice of chunks: a CPU socket's DRAM, a data-centre GPU's HBM (of the order of the H100's
+# and MI250X GCD's)
+BANDWIDTH = {"cpu": 20e9, "gpu": 3e12}
+
+# the network an operator's choice of chunks assumes on a real transport: GPU ranks on the
+# H100 cluster's model (NVLink within a node, InfiniBand between); CPU ranks on MPI over
+# shared memory within a node (latency in seconds, bandwidth in bytes per second) and an
+# InfiniBand-class network between nodes
+NETWORK = {
+    "gpu": H100_CLUSTER,
+    "cpu": MachineModel("host", ranks_per_node=64, intra_latency=1e-6, intra_bandwidth=5e9,
+                        inter_latency=3e-6, inter_bandwidth=25e9,
+                        source="assumed: MPI over a node's shared memory, one 200 Gb/s "
+                               "network port a node"),
+}
+
+# most chunks per axis an operator's choice of chunks considers (at most its square blocks)
+MAX_CHUNKS = 8
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,13 @@ def main():
     if rank == last:
         nan.reshape(-1)[0] = np.nan
     expect(lambda: op.matvec(nan), "NaN input", words=("NaN",))
+    # the same where the ranks agree on the magnitude after the product (as on a GPU)
+    op._measure_first = False
+    expect(lambda: op.matvec(nan), "NaN input, magnitude agreed after", words=("NaN",))
+    expect(lambda: op.normal().matvec(nan), "NaN input to the normal operator, after",
+           words=("NaN",))
+    assert np.array_equal(host(op.collect(op.matvec(m), "obs")), good)
+    op._measure_first = True
     # every method all ranks call raises on every rank: distribute, collect, dot, norm
     glob = dev(np.ones((7, 3) if rank == last else (7, 4)))
     expect(lambda: op.distribute(glob, "param"), "distribute's wrong shape",
@@ -136,7 +143,7 @@ def main():
     if rank == last:
         def boom(*args):
             raise RuntimeError("boom in the local product")
-        op2._local = boom
+        op2._stage3 = boom
     Ml = dev(np.ones((3,) + op2.local_shape("param")))
     expect(lambda: op2.matmat(Ml), "mid-product failure", words=("boom",))
     expect(lambda: op2.normal().matmat(Ml), "mid-normal failure", words=("boom",))
@@ -146,19 +153,19 @@ def main():
     m3 = op3.distribute(dev(np.ones((7, 4))), "param")
     good3 = host(op3.collect(op3.matmat(m3[None]), "obs"))
     if rank == last:
-        bad_block, product = op3._subs[-1][-1], op3._local
+        bad_block, stage3 = (op3.blocks[0] - 1, op3.blocks[1] - 1), op3._stage3
 
-        def one_block_fails(sub, x, adjoint, *spectrum):
-            if sub is bad_block:
+        def one_block_fails(xhat, yhat, i, j, adjoint, beta):
+            if (i, j) == bad_block:
                 raise RuntimeError("boom in one block")
-            return product(sub, x, adjoint, *spectrum)
-        op3._local = one_block_fails
+            return stage3(xhat, yhat, i, j, adjoint, beta)
+        op3._stage3 = one_block_fails
     for what, run in (("forward", lambda: op3.matmat(m3[None])),
                       ("adjoint", lambda: op3.rmatvec(op3.distribute(dev(np.ones((5, 4))), "obs"))),
                       ("normal", lambda: op3.normal(2.0).matvec(m3))):
         expect(run, f"one block's failure, {what}", words=("boom in one block",))
     if rank == last:
-        del op3._local
+        del op3._stage3
     assert np.array_equal(host(op3.collect(op3.matmat(m3[None]), "obs")), good3)
     # the operator still works after the errors
     again = host(op.collect(op.matvec(m), "obs"))
@@ -199,10 +206,10 @@ def check_replicas():
     if rank == last:
         def boom(*args):
             raise RuntimeError("boom in one replica")
-        op._local = boom
+        op._stage3 = boom
     expect(lambda: op.matmat(M), "one replica's failure", words=("boom in one replica",))
     if rank == last:
-        del op._local
+        del op._stage3
     assert op.matmat(M).shape == M.shape[:1] + op.local_shape("obs")
     try:
         import pylops_mpi  # noqa: F401

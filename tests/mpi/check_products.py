@@ -130,11 +130,13 @@ def check_blocks(op, K, ref, seed, chunks, tol=TOL):
     communicator has one rank), their Khat together that of the whole block, and the
     products (one vector, batches, both directions, the normal operator) against ``ref``."""
     pr, pc = op.grid.shape
+    pair = isinstance(chunks, tuple)  # (sensor, param) chunks: both axes cut, whatever the grid
+    cs, cp = chunks if pair else (chunks, chunks)
 
-    def most(counts, cut):
-        return min(max(counts), max(1, min(chunks, sum(counts) // op.min_chunk))) if cut else 1
+    def most(counts, n, cut):
+        return min(max(counts), max(1, min(n, sum(counts) // op.min_chunk))) if cut else 1
 
-    want = (most(op._obs_counts, pc > 1), most(op._param_counts, pr > 1))
+    want = (most(op._obs_counts, cs, pc > 1 or pair), most(op._param_counts, cp, pr > 1 or pair))
     assert op.blocks == want, (op.grid.shape, chunks, op.blocks, want)
     (r0, r1), (c0, c1) = op.rows, op.cols
     local = op.local_operator  # built from the blocks' kernels where the block is cut
@@ -170,7 +172,8 @@ def check_blocks(op, K, ref, seed, chunks, tol=TOL):
 
 def check_block_pipeline():
     """Uneven chunks, ranks whose slice is smaller than the number of chunks (one row, or
-    none: (9, 2) on 4 x 1 gives param slices 1, 1, 0, 0), every grid, chunks 1, 2, 3, 7."""
+    none: (9, 2) on 4 x 1 gives param slices 1, 1, 0, 0), every grid, chunks 1, 2, 3, 7, and
+    the pair (3, 2) that cuts both axes on any grid (on one rank too)."""
     for nd, nm, nt in ((11, 13, 5), (9, 2, 5), (2, 9, 5)):
         K = fresh(nd * nm, nd, nm, nt)
         ref = BlockToeplitz(K)
@@ -178,10 +181,10 @@ def check_block_pipeline():
             if rows > nd or cols > nm:
                 continue
             g = ProcessGrid(comm, rows, cols)
-            for chunks in (1, 2, 3, 7):
+            for chunks in (1, 2, 3, 7, (3, 2)):
                 op = DistributedBlockToeplitz(g, dev(K), chunks=chunks, min_chunk=1,
                                               transport=TRANSPORT)
-                check_blocks(op, K, ref, seed=chunks, chunks=chunks)
+                check_blocks(op, K, ref, seed=len(str(chunks)), chunks=chunks)
     # a float32 wire, and a min_chunk that bounds the chunks (13 // 4: at most 3 an axis)
     K = fresh(5, 13, 13, 6)
     for prec, tol in (("sddds", 2e-5), ("ddddd", TOL)):
@@ -209,6 +212,65 @@ def check_columns_in_different_units():
             close(y, ref.matvec(m), f"forward {tag}", 2e-3)
             z = host(op.collect(op.rmatvec(op.distribute(dev(d), "obs")), "param"))
             close(z / col[:, None], ref.rmatvec(d) / col[:, None], f"adjoint {tag}", 2e-3)
+
+
+def check_automatic_chunks():
+    """The cost model's cut (no ``chunks``), on sizes where the ranks' own best cuts differ
+    (their blocks differ by a row): every rank takes the same, so the collectives of a row and
+    of a column match, and the products agree with the single-process operator."""
+    for nd, nm, nt in ((50, 255, 32), (99, 400, 32)):
+        K = fresh(nd + nm, nd, nm, nt)
+        ref = BlockToeplitz(K)
+        M = fresh(nd, 8, nm, nt)
+        for rows, cols in grids(size)[:-1]:
+            op = DistributedBlockToeplitz(ProcessGrid(comm, rows, cols), dev(K), batch=8,
+                                          min_chunk=1, transport=TRANSPORT)
+            seen = comm.allgather(op.blocks)
+            assert len(set(seen)) == 1, seen
+            tag = f"automatic chunks {op.grid.shape} blocks={op.blocks}"
+            Y = op.matmat(op.distribute(dev(M), "param"))
+            close(host(op.collect(Y, "obs")), ref.matmat(M), f"matmat {tag}")
+            N = op.normal(2.0).matmat(op.distribute(dev(M), "param"))
+            close(host(op.collect(N, "param")), ref.normal(2.0).matmat(M), f"normal {tag}")
+
+
+def check_inputs_far_from_one():
+    """Inputs far outside float32's range in a reduced precision: the input chunks of a half
+    share one power of two (agreed across the ranks before the first arrives), the normal
+    operator's second half one from its bound; against the single-process operator, every
+    grid, the block pipeline cut or not."""
+    nd, nm, nt = 7, 9, 6
+    K = fresh(81, nd, nm, nt)
+    for prec, tol in (("sssss", 2e-5), ("ddddd", TOL)):
+        ref = BlockToeplitz(K, prec)
+        scale = 2.0 ** (140 if prec == "sssss" else 900)
+        m, d = fresh(82, 3, nm, nt) * scale, fresh(83, 2, nd, nt) / scale
+        w = np.abs(fresh(84, nd, nt)) + 0.5
+        for (rows, cols), chunks, first in ((g, c, f) for g in grids(size)[:-1]
+                                            for c in (1, 3) for f in (True, False)):
+            op = DistributedBlockToeplitz(ProcessGrid(comm, rows, cols), dev(K), prec,
+                                          chunks=chunks, min_chunk=1, transport=TRANSPORT)
+            # the magnitude agreed before the product (CPU), or after it and the product run
+            # again, scaled, where it lies outside the window (GPU)
+            op._measure_first = first
+            tag = (f"inputs far from one {prec} {op.grid.shape} blocks={op.blocks} "
+                   f"measured {'first' if first else 'after'}")
+            with np.errstate(over="ignore", invalid="ignore"):  # the unscaled run's overflow
+                y = host(op.collect(op.matmat(op.distribute(dev(m), "param")), "obs"))
+                z = host(op.collect(op.rmatmat(op.distribute(dev(d), "obs")), "param"))
+                n = op.normal(dev(w)).matmat(op.distribute(dev(m), "param"))
+            close(y, ref.matmat(m), f"forward {tag}", tol)
+            close(z, ref.rmatmat(d), f"adjoint {tag}", tol)
+            close(host(op.collect(n, "param")), ref.normal(w).matmat(m), f"normal {tag}",
+                  1e2 * tol if tol > TOL else tol)
+            # inputs inside the window: one product each, never run again
+            runs = []
+            run = op._run
+            op._run = lambda *a, **kw: runs.append(1) or run(*a, **kw)
+            y = host(op.collect(op.matmat(op.distribute(dev(m / scale), "param")), "obs"))
+            close(y, ref.matmat(m / scale), f"forward in the window {tag}", tol)
+            assert len(runs) == 1, runs
+            del op._run
 
 
 class _Later:
@@ -262,7 +324,7 @@ def check_replicas():
     w = np.abs(fresh(58, nd, nt)) + 0.5
     for R, rows, cols in layouts(size):
         g = ProcessGrid(comm, rows, cols, replicas=R)
-        for chunks in (1, 2):
+        for chunks in (1, 2, 3):
             op = DistributedBlockToeplitz(g, dev(K), chunks=chunks, min_chunk=1,
                                           transport=TRANSPORT)
             assert (op.grid.replicas, op.grid.shape) == (R, (rows, cols)), op.grid
@@ -323,6 +385,8 @@ def main():
         check_progress()
     check_block_pipeline()
     check_columns_in_different_units()
+    check_inputs_far_from_one()
+    check_automatic_chunks()
     check_replicas()
     tmp = comm.bcast(tempfile.mkdtemp() if rank == 0 else None)
     for nd, nm, nt in ((5, 7, 6), (6, 4, 9)):
