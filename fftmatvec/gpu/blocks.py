@@ -42,8 +42,7 @@ def block_engine(eng: KernelEngine, i0: int, i1: int, j0: int, j1: int) -> Kerne
     view.scale = None if eng.scale is None else eng.scale[i0:i1]
     view._nbytes = int(eng.data.itemsize * view.nd * view.nm * eng.nf)
     view._plans, view._args, view._stage3 = {}, {}, {}
-    view._products, view._fft_plans, view._cb_plans = {}, {}, {}
-    view._graphs = type(eng._graphs)()
+    view._fft_plans = {}
     blocks[key] = view
     return view
 

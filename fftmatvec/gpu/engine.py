@@ -9,7 +9,6 @@ stages' layouts ``(k, n, Nf)`` directly, with no transpose pass.
 from __future__ import annotations
 
 import os
-from collections import OrderedDict
 
 import numpy as np
 
@@ -18,7 +17,6 @@ from .._matmul import quantize_half
 from ..precision import PrecisionConfig
 from .ffts import FFTStages
 from .fused import FusedProducts
-from .graphs import Graphs
 from .planner import Planner
 from .plan import ENV
 from .planning import Overrides, device_info
@@ -41,7 +39,7 @@ def khat_layout(store: str, nfp: int) -> tuple[int, int, int]:
     return block, blocks, block.bit_length() - 1
 
 
-class KernelEngine(Planner, Stage3Launches, FFTStages, FusedProducts, Graphs):
+class KernelEngine(Planner, Stage3Launches, FFTStages, FusedProducts):
     """Stages 1-5 of a GPU product through the package's kernels and cuFFT/hipFFT; the
     choices are the planner's (:class:`~fftmatvec.gpu.planner.Planner`)."""
 
@@ -62,12 +60,9 @@ class KernelEngine(Planner, Stage3Launches, FFTStages, FusedProducts, Graphs):
         self._plans: dict = {}
         self._args: dict = {}  # (launch, adjoint, out dtype) -> kernel, arguments (_launch_args)
         self._stage3: dict = {}  # (adjoint, k, in dtype, out dtype) -> packed launches (_Stage3)
-        self._products: dict = {}  # (adjoint, k, dtypes, precision) -> _FusedProduct
         self._fft_plans: dict = {}
-        self._graphs: OrderedDict = OrderedDict()
         self._callbacks: tuple[bool, str] | None = None  # cuFFT callbacks usable, and why not
         self._row_ffts: dict = {}  # (precision, switch, callbacks) -> row FFT kernels usable
-        self._cb_plans: dict = {}  # (adjoint, rows, dtypes) -> (r2c plan, c2r plan) or None
         self.blocks_per_sm = 8  # split-K target: thread blocks per multiprocessor
         self.staged_threads_per_sm = None  # split-K target of the staged kernel (None: default)
         self.pipe_waves = None  # split-K target of the tensor-core kernel (None: the model)

@@ -13,7 +13,7 @@ from .. import kernels
 from ..precision import PrecisionConfig
 from . import callbacks as _fftcb
 from . import rowfft as _rowfft
-from .plan import mode as plan_mode
+from .plan import FFT_CALLBACKS, FFT_IN_FUSED_ADJOINT, FFT_ROW
 from .stage3 import _i64
 from .rules import (_CTYPE2, _REAL_SUFFIX)
 
@@ -106,69 +106,43 @@ class FFTStages:
 
 
     def fused_plans(self, prec: PrecisionConfig, adjoint: bool, k: int, in_dtype, out_dtype,
-                    weight=None, inverse: bool = True):
-        """The FFT plans of a product with stages 1 and 5 inside (:class:`FusedPlans`): each
-        transform on the package's own row FFT kernels where :meth:`row_ffts` and
-        :meth:`row_fft_pays` say so, else a cuFFT plan with callbacks; None where the stages
-        run one by one: a weighted product (its weight changes per call), neither kind here, or
-        a callback plan cuFFT could not make where the kernels do not take the length (then a
-        warning says why, once per shape). An adjoint with float16 storage gets a forward FFT that
-        writes its output times the row scales. Where stage 3 computes in float32 and an FFT in
-        float64, that FFT's output (input) is complex64: :meth:`xhat_dtype`,
-        :meth:`yhat_dtype`. ``inverse=False``: no inverse plan (``inv`` None), for a product
-        whose stages 3-5 run as one kernel (:meth:`fused_adjoint`). An inverse cuFFT plan
-        adds stage 3's splits itself where :meth:`fold_splits` says so (``split_sum``)."""
+                    ffts: tuple, fold: int = 0) -> FusedPlans:
+        """The FFT plans of a product with stages 1 and 5 inside (:class:`FusedPlans`), of the
+        kinds a plan names (:attr:`~fftmatvec.gpu.plan.Plan.ffts`, ``ffts`` = (forward,
+        inverse)): :data:`~fftmatvec.gpu.plan.FFT_ROW` on the package's row FFT kernels,
+        :data:`~fftmatvec.gpu.plan.FFT_CALLBACKS` a cuFFT plan with callbacks,
+        :data:`~fftmatvec.gpu.plan.FFT_IN_FUSED_ADJOINT` no inverse plan (``inv`` None: stages
+        3-5 run as one kernel). An adjoint with float16 storage gets a forward FFT that writes its
+        output times the row scales. Where stage 3 computes in float32 and an FFT in float64,
+        that FFT's output (input) is complex64: :meth:`xhat_dtype`, :meth:`yhat_dtype`. An inverse
+        cuFFT plan adds ``fold`` splits of stage 3 itself (``split_sum``; the plan's ``fold``).
+        Nothing is chosen here; a callback plan cuFFT cannot make raises
+        :class:`fftmatvec.gpu.callbacks.CallbackError`."""
         in_dtype, out_dtype = np.dtype(in_dtype), np.dtype(out_dtype)
-        if weight is not None or in_dtype not in _REAL_SUFFIX or out_dtype not in _REAL_SUFFIX:
-            return None
-        own = self.row_ffts(prec)
-        if not own and not self.callbacks()[0]:
-            return None
-        n_in, n_out = (self.nd, self.nm) if adjoint else (self.nm, self.nd)
-        fold = self.fold_splits(prec, adjoint, k) if inverse else 0
-        key = (adjoint, k, in_dtype, out_dtype, prec, inverse, fold)
-        if key not in self._cb_plans:
-            fft_real, ifft_real = prec.real_dtype("fft"), prec.real_dtype("ifft")
-            scaled = self.scales_input(adjoint)
-            row_fwd = own and self.row_fft_pays(k * n_in, fft_real)
-            row_inv = own and self.row_fft_pays(k * n_out, ifft_real)
-            fwd = self._row_fft_fwd(prec, adjoint, k, in_dtype) if row_fwd else None
-            inv = self._row_fft_inv(prec, adjoint, k, out_dtype) if inverse and row_inv else None
-            want_inv = inverse and inv is None
-            fold = fold if want_inv else 0  # the row FFT kernels load plain sums
-            if fwd is None or want_inv:
-                try:
-                    cb_fwd, cb_inv = self._callback_plans(prec, adjoint, k, in_dtype, out_dtype,
-                                                          fwd is None, want_inv, fold)
-                except _fftcb.CallbackError as exc:
-                    if plan_mode(self, "fft_callbacks") == "1":
-                        raise
-                    if own:  # the row FFT kernels take both transforms
-                        if fwd is None:
-                            fwd = self._row_fft_fwd(prec, adjoint, k, in_dtype)
-                        if want_inv:
-                            inv = self._row_fft_inv(prec, adjoint, k, out_dtype)
-                            fold = 0
-                    else:
-                        from .. import _warnings
-
-                        _warnings.warn(f"cuFFT callbacks unavailable for this product, running "
-                                       f"the stages one by one: {exc}", RuntimeWarning)
-                        self._cb_plans[key] = None
-                        return None
-                else:
-                    fwd = cb_fwd if fwd is None else fwd
-                    inv = cb_inv if want_inv else inv
-            self._cb_plans[key] = FusedPlans(fwd, inv, scaled, fold)
-        return self._cb_plans[key]
+        fwd_kind, inv_kind = ffts
+        if fwd_kind not in (FFT_ROW, FFT_CALLBACKS) or inv_kind not in (
+                FFT_ROW, FFT_CALLBACKS, FFT_IN_FUSED_ADJOINT):
+            raise ValueError(f"a fused product's transforms are row FFT kernels or cuFFT with "
+                             f"callbacks, got {ffts}")
+        if fold and inv_kind != FFT_CALLBACKS:
+            raise ValueError("only an inverse cuFFT plan with callbacks adds stage 3's splits")
+        fwd = self._row_fft_fwd(prec, adjoint, k, in_dtype) if fwd_kind == FFT_ROW else None
+        inv = self._row_fft_inv(prec, adjoint, k, out_dtype) if inv_kind == FFT_ROW else None
+        want_fwd, want_inv = fwd_kind == FFT_CALLBACKS, inv_kind == FFT_CALLBACKS
+        if want_fwd or want_inv:
+            cb_fwd, cb_inv = self._callback_plans(prec, adjoint, k, in_dtype, out_dtype,
+                                                  want_fwd, want_inv, fold)
+            fwd = cb_fwd if want_fwd else fwd
+            inv = cb_inv if want_inv else inv
+        return FusedPlans(fwd, inv, self.scales_input(adjoint), fold)
 
 
     def _callback_plans(self, prec: PrecisionConfig, adjoint: bool, k: int, in_dtype, out_dtype,
                         want_fwd: bool = True, want_inv: bool = True, split_sum: int = 0) -> tuple:
         """The cuFFT callback plans (forward, inverse) of :meth:`fused_plans`, None for one not
-        wanted; a plan cuFFT cannot make raises :class:`fftmatvec._fftcb.CallbackError`.
+        wanted; a plan cuFFT cannot make raises :class:`fftmatvec.gpu.callbacks.CallbackError`.
         ``split_sum``: the inverse loads stage 3's partial sums of that many splits and adds
-        them (:meth:`fold_splits`)."""
+        them (the plan's ``fold``)."""
         n_in, n_out = (self.nd, self.nm) if adjoint else (self.nm, self.nd)
         L, nt = self.fft_len, self.nt
         fft_real, ifft_real = prec.real_dtype("fft"), prec.real_dtype("ifft")

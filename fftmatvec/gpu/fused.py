@@ -26,37 +26,9 @@ from .stage3 import _holding
 
 
 class FusedProducts:
-    """The fused products of an engine (a base class of
-    :class:`~fftmatvec.gpu.engine.KernelEngine`)."""
-
-    def fused_product(self, prec: PrecisionConfig, adjoint: bool, k: int, in_dtype, out_dtype,
-                      weight=None) -> "_FusedProduct | None":
-        """The product with stages 1 and 5 inside the FFTs and stage 3 packed
-        (:class:`_FusedProduct`), made once per shape (the plan overrides are fixed at the
-        engine's construction); None where :meth:`fused_plans` is."""
-        if weight is not None:
-            return None
-        # on every product's path; the plan overrides choose the plans
-        key = (adjoint, k, np.dtype(in_dtype), np.dtype(out_dtype), prec)
-        product = self._products.get(key, False)
-        if product is False:
-            fused = None  # stages 3-5 as one kernel: then no inverse plan is made
-            if (np.dtype(in_dtype) in _REAL_SUFFIX and np.dtype(out_dtype) in _REAL_SUFFIX
-                    and (self.row_ffts(prec) or self.callbacks()[0])):
-                fused = self.fused_adjoint(prec, adjoint, k, out_dtype)
-            plans = self.fused_plans(prec, adjoint, k, in_dtype, out_dtype,
-                                     inverse=fused is None)
-            product = None if plans is None else _FusedProduct(self, prec, adjoint, k, out_dtype,
-                                                               plans, fused)
-            self._products[key] = product
-        return product
-
-
-    def release_buffers(self) -> None:
-        """Give the intermediate arrays the fused products hold back to CuPy's pool."""
-        for product in self._products.values():
-            if product is not None:
-                product.release()
+    """The buffers of fused products (a base class of
+    :class:`~fftmatvec.gpu.engine.KernelEngine`); the products themselves are built by an
+    :class:`~fftmatvec.gpu.executor.Executor` from its plan."""
 
     # A fused product's arrays take the room of their plan's full logical input or output:
     # cuFFT may use its output buffer as scratch (in stage 2's complex dtype, where a complex64
@@ -158,7 +130,8 @@ class _FusedProduct:
     stream, one handle for a different stream in every thread, holds a set per thread."""
 
     def __init__(self, eng: KernelEngine, prec: PrecisionConfig, adjoint: bool, k: int,
-                 out_dtype, plans: FusedPlans, fused: "_GemvIrfft | None" = None):
+                 out_dtype, plans: FusedPlans, fused: "_GemvIrfft | None" = None,
+                 stage3=None):
         n_in, n_out = (eng.nd, eng.nm) if adjoint else (eng.nm, eng.nd)
         if plans.xhat_scaled != eng.scales_input(adjoint):
             raise ValueError("a float16 adjoint's forward FFT must apply the row scales")
@@ -168,6 +141,8 @@ class _FusedProduct:
         # stages 3-5 as one kernel (fused), or stage 3's launches and the inverse FFT
         if (fused is None) == (plans.inv is None):
             raise ValueError("a product takes an inverse plan, or stages 3-5 as one kernel")
+        if (fused is None) == (stage3 is None):
+            raise ValueError("a product takes stage 3's launches, or stages 3-5 as one kernel")
         self.fused = fused
         self.stage3 = None
         self.xhat_bytes = eng.xhat_nbytes(prec, k, n_in)
@@ -175,7 +150,7 @@ class _FusedProduct:
         self.split_sum = plans.split_sum
         self._partials = None  # stage 3's launch without its sum, where the inverse adds it
         if self.fused is None:
-            self.stage3 = eng.stage3(adjoint, k, eng.xhat_dtype(prec), eng.yhat_dtype(prec))
+            self.stage3 = stage3  # its plan's launches, packed (_Stage3)
             self.yhat_bytes = eng.yhat_nbytes(prec, k, n_out)
             self.work_bytes = self.stage3.workspace_bytes
             if self.split_sum:  # the inverse FFT reads the partial sums (and may overwrite

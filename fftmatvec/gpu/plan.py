@@ -27,9 +27,18 @@ from typing import Any, Mapping
 from .._errors import FFTMatvecValueError
 
 __all__ = ["PLAN_KEYS", "STAGE3_CHOICES", "Plan", "parse_overrides", "env_overrides", "mode",
-           "plan_key", "ENV"]
+           "plan_key", "ENV", "FFT_ROW", "FFT_CALLBACKS", "FFT_IN_FUSED_ADJOINT", "FFT_PAD",
+           "FFT_UNPAD"]
 
 ENV = "FFTMATVEC_PLAN"
+
+# the kinds of transform a plan names (Plan.ffts): stages 1+2 and 4+5 of a fused product ...
+FFT_ROW = "row FFT kernel"  # the package's row FFT kernels (fftmatvec.gpu.rowfft)
+FFT_CALLBACKS = "cuFFT with callbacks"  # a cuFFT plan with load and store callbacks
+FFT_IN_FUSED_ADJOINT = "in the fused adjoint kernel"  # stages 4+5 inside stages 3-5's kernel
+# ... and of a product run stage by stage
+FFT_PAD = "pad kernel, then cuFFT"
+FFT_UNPAD = "cuFFT, then unpad kernel"
 
 # key -> what "1" forces ("0" forbids it, "auto" leaves it to the rules)
 PLAN_KEYS = {
@@ -186,9 +195,11 @@ def unavailable(key: str, value: str, what: str, why: str | None) -> bool:
 class Plan:
     """What one product runs on the GPU (or the CPU), in words.
 
-    ``path``: ``"graph"`` (the product replayed as one CUDA graph), ``"fused"`` (stages 1 and
+    ``problem``: the :class:`~fftmatvec.gpu.planning.Problem` it plans (sizes, dtypes,
+    weight). ``path``: ``"graph"`` (the product replayed as one CUDA graph), ``"fused"`` (stages 1 and
     5 inside the FFTs, stage 3 packed: three launches or two), ``"stages"`` (the five stages
-    one by one) or ``"cpu"``. ``ffts``: (forward, inverse) transforms. ``launches``: stage 3's
+    one by one) or ``"cpu"``. ``ffts``: (forward, inverse) transforms (:data:`FFT_ROW`, :data:`FFT_CALLBACKS`,
+    :data:`FFT_IN_FUSED_ADJOINT`; :data:`FFT_PAD`, :data:`FFT_UNPAD` stage by stage). ``launches``: stage 3's
     launches in order (:class:`~fftmatvec.gpu.stage3._Launch`: kernel, right-hand sides, grid,
     block, split-K), and :attr:`stage3` the same in words. ``fold``: stage 3's splits that the
     inverse FFT adds as it loads them (0: none). ``workspace_bytes``: stage 3's split-K
@@ -206,6 +217,16 @@ class Plan:
     device: str = ""
     overrides: tuple = field(default=())
     workspace_bytes: int = 0
+    problem: Any = None
+
+    @property
+    def fused_ffts(self) -> bool:
+        """Whether stages 1 and 5 run inside the FFTs (a fused product, replayed or not)."""
+        return bool(self.ffts) and self.ffts[0] in (FFT_ROW, FFT_CALLBACKS)
+
+    def mode(self, key: str) -> str:
+        """``"auto"``, ``"0"`` or ``"1"``: the plan key ``key`` in effect for this plan."""
+        return next((v for k, v, _ in self.overrides if k == key), "auto")
 
     @property
     def stage3(self) -> tuple:

@@ -407,14 +407,6 @@ class Planner:
         return splits if 1 < splits <= self.rules.fold_max_splits else 0
 
 
-    def fused_adjoint(self, prec: PrecisionConfig, adjoint: bool, k: int,
-                      out_dtype) -> "_GemvIrfft | None":
-        """Stages 3-5 of a fused product as one kernel (:class:`_GemvIrfft`) where
-        :meth:`fused_adjoint_takes` says so, else None."""
-        if not Planner.fused_adjoint_takes(self, prec, adjoint, k, out_dtype):
-            return None
-        return _GemvIrfft(self, prec, out_dtype)
-
     def fused_adjoint_takes(self, prec: PrecisionConfig, adjoint: bool, k: int, out_dtype,
                             code: bool = True) -> bool:
         """Whether stages 3-5 of a fused product run as one kernel: by

@@ -16,12 +16,14 @@ import numpy as np
 from .. import backend
 from .._errors import FFTMatvecTypeError, FFTMatvecValueError
 from ..precision import PrecisionConfig
-from .plan import ENV, PLAN_KEYS, Plan, parse_overrides
+from .plan import (ENV, FFT_CALLBACKS, FFT_IN_FUSED_ADJOINT, FFT_PAD, FFT_ROW, FFT_UNPAD,
+                   PLAN_KEYS, Plan, parse_overrides)
 from .planner import Planner
 from .rules import _REAL_SUFFIX, _STORE_SUFFIX, Rules
 from .stage3 import Stage3Launches
 
-__all__ = ["Problem", "DeviceInfo", "Overrides", "KernelCode", "make_plan", "device_info"]
+__all__ = ["Problem", "DeviceInfo", "Overrides", "KernelCode", "make_plan",
+           "make_plan_without_callbacks", "device_info"]
 
 
 @dataclass(frozen=True)
@@ -300,22 +302,33 @@ def make_plan(problem: Problem, device: DeviceInfo, rules: Rules,
     if fused:
         fused_adj = view.fused_adjoint_takes(prec, adjoint, k, out_dtype)
         row_fwd = own and view.row_fft_pays(k * n_in, prec.real_dtype("fft"))
-        fwd = "row FFT kernel" if row_fwd else "cuFFT with callbacks"
+        fwd = FFT_ROW if row_fwd else FFT_CALLBACKS
         if fused_adj:
-            inv = "in the fused adjoint kernel"
+            inv = FFT_IN_FUSED_ADJOINT
             launches = []
         else:
             row_inv = own and view.row_fft_pays(k * n_out, prec.real_dtype("ifft"))
-            inv = "row FFT kernel" if row_inv else "cuFFT with callbacks"
+            inv = FFT_ROW if row_inv else FFT_CALLBACKS
             fold = 0 if row_inv else view.fold_splits(prec, adjoint, k)
             launches = view._plan(adjoint, k, view.xhat_dtype(prec), view.yhat_dtype(prec))
         ffts = (fwd, inv)
     else:
-        ffts = ("pad kernel, then cuFFT", "cuFFT, then unpad kernel")
+        ffts = (FFT_PAD, FFT_UNPAD)
         launches = view._plan(adjoint, k, prec.complex_dtype("fft"), prec.complex_dtype("ifft"))
     graph = view.replays(_Shape((k, n_in, view.nt), in_dtype), fused)
     path = "graph" if graph else "fused" if fused else "stages"
     work = max([la.splits * la.kb * n_out * view.nf * view.compute.itemsize
                 for la in launches if la.splits > 1] or [0])
     return Plan("adjoint" if adjoint else "forward", k, prec.letters, path, ffts,
-                tuple(launches), fused_adj, fold, device.arch, overrides.items, work)
+                tuple(launches), fused_adj, fold, device.arch, overrides.items, work, problem)
+
+
+def make_plan_without_callbacks(problem: Problem, device: DeviceInfo, rules: Rules,
+                                overrides: Overrides | None, why: str) -> Plan:
+    """The plan of ``problem`` where cuFFT could not make a plan with callbacks that ``plan``
+    named (``why``): :func:`make_plan` on ``device`` described without callbacks, so the
+    product takes the row FFT kernels where they serve it, else runs stage by stage."""
+    import dataclasses
+
+    return make_plan(problem, dataclasses.replace(device, callbacks=(False, str(why))), rules,
+                     overrides)

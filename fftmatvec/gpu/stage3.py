@@ -413,7 +413,8 @@ class Stage3Launches:
         """``xhat`` ``(k, n_in, Nf)`` -> ``(k, n_out, Nf)`` in ``out_dtype`` (into ``out`` if given,
         a C-contiguous array of that shape and dtype). The kernels of a float16 adjoint take
         their input times the row scales: ``xhat_scaled`` says ``xhat`` is so already (the FFT's
-        store callback), else :meth:`scale_xhat` makes it so first."""
+        store callback), else :meth:`scale_xhat` makes it so first. ``plan``: the launches to run,
+        packed (:meth:`stage3`: an executor's) or a list of launches; by default the engine's."""
         cp = self.cp
         xhat = cp.ascontiguousarray(xhat)
         scales = self.scales_input(adjoint)
@@ -425,7 +426,8 @@ class Stage3Launches:
         n_out = self.nm if adjoint else self.nd
         out_dtype = np.dtype(out_dtype)
         y = cp.empty((k, n_out, self.nf), dtype=out_dtype) if out is None else out
-        run = self.stage3(adjoint, k, xhat.dtype, out_dtype, plan)
+        run = plan if isinstance(plan, _Stage3) else self.stage3(adjoint, k, xhat.dtype,
+                                                                 out_dtype, plan)
         work = 0
         if run.workspace_bytes:
             if workspace is None:
@@ -442,16 +444,17 @@ class Stage3Launches:
 
     def stage3(self, adjoint: bool, k: int, in_dtype, out_dtype, plan=None) -> "_Stage3":
         """Stage 3 of a product of ``k`` right-hand sides, its launches packed once
-        (:class:`_Stage3`): the engine's plan, or ``plan`` (a list of launches: tests, tuning)."""
+        (:class:`_Stage3`): ``plan``'s launches (a :class:`~fftmatvec.gpu.plan.Plan`'s
+        ``launches``: an executor, tests, tuning), packed afresh for the caller to hold; without
+        ``plan``, the engine's own choice, packed once per shape."""
         in_dtype, out_dtype = np.dtype(in_dtype), np.dtype(out_dtype)
-        if plan is None:  # the engine's plan: re-packed if it was made afresh (tuning)
-            plan = self._plan(adjoint, k, in_dtype, out_dtype)
-            key = (adjoint, k, in_dtype, out_dtype)
-        else:
-            key = (adjoint, k, in_dtype, out_dtype, tuple(plan))
+        if plan is not None:
+            return _Stage3(self, adjoint, k, in_dtype, out_dtype, tuple(plan))
+        plan = self._plan(adjoint, k, in_dtype, out_dtype)
+        key = (adjoint, k, in_dtype, out_dtype)
         run = self._stage3.get(key)
-        if run is None or (len(key) == 4 and run.plan is not plan):
-            run = _Stage3(self, adjoint, k, in_dtype, out_dtype, plan)
+        if run is None or run.plan != tuple(plan):  # re-packed where the plan was made afresh
+            run = _Stage3(self, adjoint, k, in_dtype, out_dtype, tuple(plan))
             self._stage3[key] = run
         return run
 
