@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from fftmatvec.gpu.planning import Overrides
+from fftmatvec.gpu.plan import FFT_CALLBACKS
 
 
 def main(argv=None) -> int:
@@ -43,8 +43,7 @@ def main(argv=None) -> int:
     from bench_matvec import copy_bandwidth, median_time
 
     # this script compares cuFFT with callbacks against the stages one by one: the row FFT
-    # kernels (scripts/bench_row_fft.py) stay out of the fused plans (each engine's overrides)
-    no_row_fft = Overrides.resolve({"row_fft": "0"})
+    # kernels (scripts/bench_row_fft.py) stay out of the fused plans it builds
     ok, why = _fftcb.support()
     if not ok:
         print(f"cuFFT callbacks are not available here: {why}")
@@ -70,10 +69,10 @@ def main(argv=None) -> int:
             nf = L // 2 + 1
             prec = PrecisionConfig(p)
             eng = KernelEngine(prec, 1, rows, nf, nt, L)  # one output row: Khat stays small
-            eng.resolved = no_row_fft
+            cb = (FFT_CALLBACKS, FFT_CALLBACKS)  # cuFFT with callbacks, both ways
             t0 = time.perf_counter()
-            fwd = eng.fused_plans(prec, False, 1, np.float64, np.float64)  # rows -> 1 row
-            inv = eng.fused_plans(prec, True, 1, np.float64, np.float64)  # 1 row -> rows
+            fwd = eng.fused_plans(prec, False, 1, np.float64, np.float64, cb)  # rows -> 1 row
+            inv = eng.fused_plans(prec, True, 1, np.float64, np.float64, cb)  # 1 row -> rows
             plan_s = time.perf_counter() - t0
             # forward: pad kernel + cuFFT against the load callback
             padded = eng.pad(x, prec)

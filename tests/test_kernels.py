@@ -6,6 +6,8 @@ right-hand sides, large Nm with small Nd and the reverse, few and many frequenci
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -80,6 +82,17 @@ def _dense_product(khat, x, adjoint):
     return np.einsum("ijf,bjf->bif", khat, x.astype(np.complex128))
 
 
+def _view(F, adjoint=False, k=1, device=None, **rules):
+    """The planner of a product of ``F`` (its launch builders) with these rules in place of the
+    device's (split-K targets), on ``device`` (default the engine's)."""
+    from fftmatvec.gpu.planning import PlanningView, Problem
+
+    eng = F._engine
+    problem = Problem(F.nd, F.nm, F.nt, F.fft_len, k, adjoint, F.precision.letters)
+    return PlanningView(problem, device or eng.device, eng.rules.with_table(rules),
+                        F._overrides)
+
+
 def _tile_case(rng, shape, store, adjoint):
     """(operator, its engine, the float64 Khat / L, n_in, n_out, n_red) of a tile test."""
     cp = backend.cupy
@@ -108,11 +121,9 @@ def test_staged_tiles(rng, shape, store, adjoint):
     for rt, v in STAGED_TILES[eng.store]:
         for ty in (1, 4, 16):
             for sms in (eng.num_sms, 1):  # split-K on the device's count; none with one SM
-                eng.num_sms, saved = sms, eng.num_sms
-                try:
-                    la = eng._launch_staged(n_out, n_red, np.complex128, np.complex128, tile=(rt, v, ty))
-                finally:
-                    eng.num_sms = saved
+                device = dataclasses.replace(eng.device, multiprocessors=sms)
+                la = _view(F, adjoint, device=device)._launch_staged(
+                    n_out, n_red, np.complex128, np.complex128, tile=(rt, v, ty))
                 out = poisoned(cp, (1, n_out, F.nf), np.complex128)
                 eng.apply(cp.asarray(x), adjoint, np.complex128, out=out, plan=[la])
                 got = cp.asnumpy(out)
@@ -143,11 +154,8 @@ def test_wide_tiles(rng, shape, store, adjoint):
             x = rng.standard_normal((1, n_in, F.nf)) + 1j * rng.standard_normal((1, n_in, F.nf))
             x = x.astype(in_dt)
             ref = _dense_product(khat, x, adjoint)
-            eng.blocks_per_sm, saved = per_sm, eng.blocks_per_sm  # 0: no split-K
-            try:
-                la = eng._launch(1, n_out, n_red, in_dt, out_dt, tile=(rt, v, bx, ty, w))
-            finally:
-                eng.blocks_per_sm = saved
+            la = _view(F, adjoint, gemv_blocks_per_sm=per_sm)._launch(  # 0: no split-K
+                1, n_out, n_red, in_dt, out_dt, tile=(rt, v, bx, ty, w))
             assert la.name.endswith(f"_w{w}")
             out = poisoned(cp, (1, n_out, F.nf), out_dt)
             eng.apply(cp.asarray(x), adjoint, out_dt, out=out, plan=[la])
@@ -179,11 +187,8 @@ def test_async_tiles(rng, shape, store, adjoint):
             x = rng.standard_normal((1, n_in, F.nf)) + 1j * rng.standard_normal((1, n_in, F.nf))
             x = x.astype(in_dt)
             ref = _dense_product(khat, x, adjoint)
-            eng.async_waves = waves  # 0: no split-K
-            try:
-                la = eng._launch_async(n_out, n_red, in_dt, out_dt, tile=tile, adjoint=adjoint)
-            finally:
-                eng.async_waves = None
+            la = _view(F, adjoint, async_waves=waves)._launch_async(  # 0: no split-K
+                n_out, n_red, in_dt, out_dt, tile=tile, adjoint=adjoint)
             out = poisoned(cp, (1, n_out, F.nf), out_dt)
             eng.apply(cp.asarray(x), adjoint, out_dt, out=out, plan=[la])
             got = cp.asnumpy(out)
@@ -225,8 +230,8 @@ def test_pipe_tiles(rng, monkeypatch, shape, store, adjoint):
             for waves, freq_major in ((64, False), (0, True), (64, True), (0, False)):
                 for in_dt, out_dt in ((np.complex128, np.complex128),
                                       (np.complex64, np.complex64)):
-                    eng.pipe_waves, eng.pipe_freq_major = waves, freq_major
-                    la = eng._launch_pipe(kb, n_out, n_red, in_dt, out_dt, tile=tile)
+                    la = _view(F, adjoint, kb, pipe_waves=waves, pipe_freq_major=freq_major
+                               )._launch_pipe(kb, n_out, n_red, in_dt, out_dt, tile=tile)
                     assert la.freq_major == freq_major
                     out = poisoned(cp, (kb, n_out, F.nf), out_dt)
                     eng.apply(cp.asarray(x.astype(in_dt)), adjoint, out_dt, out=out, plan=[la])
@@ -264,15 +269,14 @@ def test_h_batch_vector_ranges(rng, adjoint):
         xs = eng.scale_xhat(xs)
     for tile in PIPE_TILES[eng.pipe_store]:
         for waves in (64, 0):
-            eng.pipe_waves = waves
-            la = eng._launch_pipe(kb, n_out, n_red, xs.dtype, np.complex128, tile=tile)
+            la = _view(F, adjoint, kb, pipe_waves=waves)._launch_pipe(
+                kb, n_out, n_red, xs.dtype, np.complex128, tile=tile)
             out = poisoned(cp, (kb, n_out, F.nf), np.complex128)
             eng.apply(xs, adjoint, np.complex128, out=out, plan=[la], xhat_scaled=adjoint)
             got = cp.asnumpy(out)
             assert np.isfinite(got).all(), (tile, la)
             err = np.linalg.norm(got - ref, axis=(1, 2)) / np.linalg.norm(ref, axis=(1, 2))
             assert err.max() < 2e-3, (tile, la, err)
-    eng.pipe_waves = None
 
 
 @pytest.mark.parametrize("shape", [(45, 77, 150), (100, 23, 1000), (1, 37, 40), (37, 1, 40),

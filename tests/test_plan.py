@@ -250,8 +250,6 @@ def _engine(nm, nd, nt, prec="ddddd", device="H200"):
     eng.threads_per_sm, eng.regs_per_sm = dev.threads_per_sm, dev.regs_per_sm
     eng._plans, eng._row_ffts, eng._num_regs = {}, {}, {}
     eng._callbacks, eng._sm80 = dev.callbacks, dev.mma_kernels
-    eng.blocks_per_sm, eng.staged_threads_per_sm = 8, None
-    eng.pipe_waves = eng.pipe_splits = eng.pipe_freq_major = eng.async_waves = None
     eng.resolved = Overrides.resolve(env=os.environ.get("FFTMATVEC_PLAN"))
     return eng
 
@@ -289,7 +287,7 @@ def test_operator_reads_the_environment_once(monkeypatch):
 
 @pytest.mark.skipif(not backend.gpu_available(), reason="no GPU (CuPy missing or no device)")
 def test_gpu_plan_is_what_runs(monkeypatch):
-    """On a GPU: F.plan() is the Plan whose launches the engine runs, before and after the
+    """On a GPU: F.plan() is the Plan whose launches its executor runs, before and after the
     environment changes."""
     import cupy as cp
 
@@ -302,13 +300,10 @@ def test_gpu_plan_is_what_runs(monkeypatch):
     monkeypatch.setenv("FFTMATVEC_PLAN", "stage3=gemv,graphs=1,row_fft=0")
     y1 = F.matmat(x)
     assert F.plan(16) is p
-    eng = F._engine
-    if p.path == "fused":
-        runs = eng._plan(False, 16, eng.xhat_dtype(F.precision), eng.yhat_dtype(F.precision))
-    else:
-        runs = eng._plan(False, 16, F.precision.complex_dtype("fft"),
-                         F.precision.complex_dtype("ifft"))
-    assert tuple(runs) == p.launches
+    executor = F._executors[(False, 16, F.dtype, False, "ddddd")]
+    assert executor.plan is p
+    packed = executor.stage3 if executor.product is None else executor.product.stage3
+    assert packed.plan == p.launches  # the launches packed are the plan's
     assert rel_err(y1, cp.asnumpy(y0)) < 1e-12
 
 

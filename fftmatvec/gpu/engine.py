@@ -63,14 +63,8 @@ class KernelEngine(Planner, Stage3Launches, FFTStages, FusedProducts):
         self._fft_plans: dict = {}
         self._callbacks: tuple[bool, str] | None = None  # cuFFT callbacks usable, and why not
         self._row_ffts: dict = {}  # (precision, switch, callbacks) -> row FFT kernels usable
-        self.blocks_per_sm = 8  # split-K target: thread blocks per multiprocessor
-        self.staged_threads_per_sm = None  # split-K target of the staged kernel (None: default)
-        self.pipe_waves = None  # split-K target of the tensor-core kernel (None: the model)
-        self.pipe_splits = None  # split-K count of the tensor-core kernel (None: the model)
-        self.pipe_freq_major = None  # block order of the tensor-core kernel (None: the rule)
         self._num_regs: dict = {}  # kernel name -> registers per thread (0: unknown)
         self._sm80 = None  # whether the sm_80+ kernels exist here (found on first use)
-        self.async_waves = None  # split-K target of the cp.async kernel (None: default)
         self.smem_per_sm, self.smem_per_block = device.smem_per_sm, device.smem_per_block
         self.threads_per_sm, self.regs_per_sm = device.threads_per_sm, device.regs_per_sm
         self.arch = device.arch

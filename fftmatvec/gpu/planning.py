@@ -22,8 +22,8 @@ from .planner import Planner
 from .rules import _REAL_SUFFIX, _STORE_SUFFIX, Rules
 from .stage3 import Stage3Launches
 
-__all__ = ["Problem", "DeviceInfo", "Overrides", "KernelCode", "make_plan",
-           "make_plan_without_callbacks", "device_info"]
+__all__ = ["Problem", "DeviceInfo", "Overrides", "KernelCode", "PlanningView", "make_plan",
+           "make_plan_without_callbacks", "stage3_launches", "device_info"]
 
 
 @dataclass(frozen=True)
@@ -215,9 +215,11 @@ class Overrides:
         return {k: v for k, v, _ in self.items}
 
 
-class _View(Planner, Stage3Launches):
-    """The planner's methods on a problem's shape and a described device: what
-    :func:`make_plan` asks (nothing is compiled, allocated or launched)."""
+class PlanningView(Planner, Stage3Launches):
+    """The planner's methods on a problem's shape, a described device, rules and overrides:
+    what :func:`make_plan` asks, and the stage-3 launch builders a tuning sweep calls with
+    rules of its own (``rules.with_table({"gemv_blocks_per_sm": 4})``). Nothing is compiled,
+    allocated or launched."""
 
     def __init__(self, problem: Problem, device: DeviceInfo, rules: Rules,
                  overrides: Overrides):
@@ -238,8 +240,6 @@ class _View(Planner, Stage3Launches):
         self.threads_per_sm, self.regs_per_sm = device.threads_per_sm, device.regs_per_sm
         self._callbacks, self._sm80 = tuple(device.callbacks), device.mma_kernels
         self._plans, self._row_ffts, self._num_regs = {}, {}, {}
-        self.blocks_per_sm, self.staged_threads_per_sm = 8, None
-        self.pipe_waves = self.pipe_splits = self.pipe_freq_major = self.async_waves = None
 
     @property
     def hip(self) -> bool:
@@ -291,7 +291,7 @@ def make_plan(problem: Problem, device: DeviceInfo, rules: Rules,
     if not isinstance(overrides, Overrides):
         raise FFTMatvecTypeError(f"overrides must be an Overrides, got "
                                  f"{type(overrides).__name__}")
-    view = _View(problem, device, rules, overrides)
+    view = PlanningView(problem, device, rules, overrides)
     prec, adjoint, k = view.prec, problem.adjoint, problem.k
     in_dtype, out_dtype = problem.in_dtype, problem.out_dtype
     n_in, n_out = (view.nd, view.nm) if adjoint else (view.nm, view.nd)
@@ -321,6 +321,17 @@ def make_plan(problem: Problem, device: DeviceInfo, rules: Rules,
                 for la in launches if la.splits > 1] or [0])
     return Plan("adjoint" if adjoint else "forward", k, prec.letters, path, ffts,
                 tuple(launches), fused_adj, fold, device.arch, overrides.items, work, problem)
+
+
+def stage3_launches(problem: Problem, device: DeviceInfo, rules: Rules,
+                    overrides: Overrides | None, in_dtype, out_dtype) -> tuple:
+    """Stage 3's launches (:class:`~fftmatvec.gpu.stage3._Launch`) of ``problem`` on
+    ``device`` for an input of ``in_dtype`` and an output of ``out_dtype`` (complex): the
+    choice :func:`make_plan` makes for those dtypes, for stage 3 run on its own (benchmarks,
+    tuning sweeps, the building blocks). A pure function of its arguments."""
+    overrides = Overrides() if overrides is None else overrides
+    view = PlanningView(problem, device, rules, overrides)
+    return tuple(view._plan(problem.adjoint, problem.k, np.dtype(in_dtype), np.dtype(out_dtype)))
 
 
 def make_plan_without_callbacks(problem: Problem, device: DeviceInfo, rules: Rules,

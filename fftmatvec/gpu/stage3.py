@@ -189,10 +189,10 @@ class Stage3Launches:
         KS, NS) overrides the default (:meth:`_pipe_tile`). The split-K count minimises
         ``PIPE_SPLIT_MODEL``'s time over the counts that leave each split at least 2 x NS
         stages, or for the few-row tile fills ``PIPE_FEW_WAVES`` rounds of the device's resident
-        blocks; ``pipe_splits`` sets it, and ``pipe_waves`` (the tile tests) sets the rounds."""
+        blocks; the rules' ``pipe_splits`` sets it, and their ``pipe_waves`` the rounds."""
         if not 1 <= kb <= MMA_MAX_KB:
             raise ValueError(f"a tensor-core launch takes 1 to {MMA_MAX_KB} right-hand sides, got {kb}")
-        waves = self.pipe_waves
+        waves = self.rules.pipe_waves
         if tile is None:
             tile, few_waves = self._pipe_tile(n_out, n_red, adjoint)
             if waves is None:
@@ -213,8 +213,8 @@ class Stage3Launches:
         resident = self.num_sms * self.resident_blocks(
             self._pipe_name(tile, in_dtype, self.compute), threads, smem)
         max_splits = pipe_max_splits(n_red, tile)
-        if self.pipe_splits is not None:
-            splits = max(1, min(self.pipe_splits, max_splits))
+        if self.rules.pipe_splits is not None:
+            splits = max(1, min(self.rules.pipe_splits, max_splits))
         elif waves is not None:
             splits = _fill_splits(base, waves * resident, max_splits)
         else:
@@ -229,8 +229,8 @@ class Stage3Launches:
         # frequency tile, far apart. Forward products keep the row order: their row tiles share
         # the large vectors' tiles in L2 (the measurements: docs/history.md).
         freq_major = bool(adjoint) and math.ceil(n_out / rows) > resident
-        if self.pipe_freq_major is not None:
-            freq_major = bool(self.pipe_freq_major)
+        if self.rules.pipe_freq_major is not None:
+            freq_major = bool(self.rules.pipe_freq_major)
         return _Launch(name, kb, (base, splits), (32, wr * wf), splits, red_chunk, mma=True,
                        smem=smem, resident=resident, freq_major=freq_major)
 
@@ -280,7 +280,7 @@ class Stage3Launches:
         ty = max(1, min(ty, math.ceil(n_out / rt)))
         threads = 32 * ty
         base = math.ceil(n_out / (rt * ty)) * math.ceil(self.nf / (32 * v))
-        per_sm = self.staged_threads_per_sm or (2048 if self.store == "c64" else 1024)
+        per_sm = self.rules.staged_threads_per_sm or (2048 if self.store == "c64" else 1024)
         target = self.num_sms * max(1, per_sm // threads)
         splits = _fill_splits(base, target, math.ceil(n_red / _STAGED_J))
         splits, red_chunk = _split_k(splits, n_red, _STAGED_J)
@@ -344,12 +344,12 @@ class Stage3Launches:
     def _launch_async(self, n_out, n_red, in_dtype, out_dtype, tile=None,
                       adjoint=False) -> _Launch:
         """A launch of the cp.async one-vector kernel; ``tile`` = (RT, TY, J, NS[, W]) overrides the
-        default. When the blocks fill less than ``async_waves`` rounds of the block slots the
+        default. When the blocks fill less than the rules' ``async_waves`` rounds of the block slots the
         shared memory and threads leave, split-K makes that many rounds of them."""
         default, waves = self._async_default(n_out, n_red, adjoint, in_dtype)
         tile = default if tile is None else tuple(tile)
-        if self.async_waves is not None:
-            waves = self.async_waves
+        if self.rules.async_waves is not None:
+            waves = self.rules.async_waves
         if tile not in ASYNC_TILES[self.store]:
             raise ValueError(f"cp.async tile {tile} is not compiled for {self.store}")
         ty = tile[1]
@@ -369,7 +369,7 @@ class Stage3Launches:
         if tile is None and self._use_staged(kb, n_red, adjoint):
             return self._launch_staged(n_out, n_red, in_dtype, out_dtype)
         bx = ty = None
-        w, per_sm = 1, self.blocks_per_sm
+        w, per_sm = 1, self.rules.gemv_blocks_per_sm
         if tile is not None:  # (rt, v, bx, ty) or (rt, v, bx, ty, w) from a tuning sweep
             rt, v, bx, ty, w = (tuple(tile) + (1,))[:5]
         else:
