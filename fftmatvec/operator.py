@@ -656,8 +656,6 @@ class BlockToeplitz(_OperatorBase):
         if self._engine is None:
             with self._on_device():
                 self._engine = self._make_engine()
-                if hasattr(self._engine, "resolved"):  # the GPU engine: its planner reads them
-                    self._engine.resolved = self._overrides
                 self._setup_khat()
 
     @classmethod
@@ -709,7 +707,8 @@ class BlockToeplitz(_OperatorBase):
             if kernels.available():
                 from .gpu.engine import KernelEngine
 
-                return KernelEngine(self.precision, self.nd, self.nm, self.nf, self.nt, self.fft_len)
+                return KernelEngine(self.precision, self.nd, self.nm, self.nf, self.nt,
+                                    self.fft_len, self._overrides)
         return MatmulEngine(self._xp, self.precision, self.nd, self.nm, self.nf, self.nt, self.fft_len)
 
     def _setup_khat(self):
@@ -933,7 +932,8 @@ class BlockToeplitz(_OperatorBase):
         return _scaling.run_scaled(ops, lambda x: product(x, y_shape, contiguous=True),
                                    v, amax, self._kexp,
                                    first=lambda x: product(x, y_shape, contiguous=True,
-                                                           amax=amax), window=self._window)
+                                                           amax=amax), window=self._window,
+                                   device_pass=self._overrides.get("scale_pass") == "1")
 
     def _remember_one(self, v, adjoint: bool, y_shape) -> None:
         """Record which path serves vectors like ``v`` (a CuPy array the general path has just
@@ -1026,7 +1026,8 @@ class BlockToeplitz(_OperatorBase):
             run = lambda v: self._run_stages(v, adjoint, weight)  # noqa: E731
             if cols is not None:
                 return _scaling.run_columns(ops, run, x, amax, self._kexp, cols, adjoint)
-            return _scaling.run_scaled(ops, run, x, amax, self._kexp, window=self._window)
+            return _scaling.run_scaled(ops, run, x, amax, self._kexp, window=self._window,
+                                       device_pass=self._overrides.get("scale_pass") == "1")
 
     def _run_stages(self, x, adjoint: bool, weight=None, in_exp=0, out_exp=0):
         """The product's executor run on ``x``: its plan's path (a graph replay, the fused

@@ -79,6 +79,17 @@ def load_script(name: str):
     return mod
 
 
+class EnvOverrides:
+    """The plan overrides of a stand-in engine in a host test: those of FFTMATVEC_PLAN as it
+    is at each look-up (the tests change it with :func:`set_plan` between calls); a real
+    engine's are resolved once, by its operator."""
+
+    def get(self, key: str) -> str:
+        from fftmatvec.gpu import ENV, Overrides
+
+        return Overrides.resolve(env=os.environ.get(ENV)).get(key)
+
+
 def set_plan(monkeypatch, key: str, value) -> None:
     """Set (or, with ``value`` None, remove) one key of ``FFTMATVEC_PLAN`` for a test, keeping
     the others."""

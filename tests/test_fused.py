@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from conftest import set_plan
+from conftest import EnvOverrides, set_plan
 
 import fftmatvec as fm
 from fftmatvec import gpu as _gpu, backend, kernels
@@ -32,7 +32,7 @@ def _engine(monkeypatch, store="c128", nd=10, nf=101, row_ffts=True, nm=100000):
     monkeypatch.setattr(kernels, "has_function", lambda name: True)
     monkeypatch.setattr(_gpu.fused._GemvIrfft, "__init__",
                         lambda self, eng, prec, out_dtype: made.append((prec, out_dtype)))
-    eng = SimpleNamespace(rules=_gpu.rules_for("sm_90"), has_kernel=lambda n: kernels.has_function(n),
+    eng = SimpleNamespace(resolved=EnvOverrides(), rules=_gpu.rules_for("sm_90"), has_kernel=lambda n: kernels.has_function(n),
                           store=store, nd=nd, nm=nm, nf=nf, fft_len=2 * nf - 2, num_sms=132,
                           compute=np.dtype(np.complex128 if store == "c128" else np.complex64),
                           row_ffts=lambda prec: row_ffts)

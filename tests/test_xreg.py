@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from conftest import set_plan
+from conftest import EnvOverrides, set_plan
 from conftest import poisoned
 
 import fftmatvec as fm
@@ -27,7 +27,7 @@ KERNELS = Path(__file__).parents[1] / "hip_kernels"
 def _engine(monkeypatch, store="c128", nd=10, nm=100000, nf=101, sm80=True, present=True):
     """A KernelEngine's host side for the rule and the launch geometry."""
     monkeypatch.setattr(kernels, "has_function", lambda name: present)
-    eng = SimpleNamespace(rules=_gpu.rules_for("sm_90"), has_kernel=lambda n: kernels.has_function(n),
+    eng = SimpleNamespace(resolved=EnvOverrides(), rules=_gpu.rules_for("sm_90"), has_kernel=lambda n: kernels.has_function(n),
                           store=store, nd=nd, nm=nm, nf=nf, smem_per_block=227 * 1024,
                           data=SimpleNamespace(itemsize=_gpu.rules._ELEM_BYTES[store]))
     for name in ("_xreg_fw", "_xreg_name", "xreg_smem", "xreg_rows", "_xreg_takes",

@@ -8,7 +8,6 @@ stages' layouts ``(k, n, Nf)`` directly, with no transpose pass.
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 
@@ -18,7 +17,6 @@ from ..precision import PrecisionConfig
 from .ffts import FFTStages
 from .fused import FusedProducts
 from .planner import Planner
-from .plan import ENV
 from .planning import Overrides, device_info
 from .rules import (KHAT_BLOCK, KHAT_MAX_WASTE, PAD, _ELEM_BYTES, _ONE_BLOCK_SHIFT, _STORE_SUFFIX,
                     rules_for)
@@ -45,7 +43,8 @@ class KernelEngine(Planner, Stage3Launches, FFTStages, FusedProducts):
 
     name = "kernels"
 
-    def __init__(self, prec: PrecisionConfig, nd: int, nm: int, nf: int, nt: int, fft_len: int):
+    def __init__(self, prec: PrecisionConfig, nd: int, nm: int, nf: int, nt: int, fft_len: int,
+                 overrides: Overrides | None = None):
         cp = backend.cupy
         self.cp, self.prec = cp, prec
         self.nd, self.nm, self.nf, self.nt, self.fft_len = nd, nm, nf, nt, fft_len
@@ -69,9 +68,9 @@ class KernelEngine(Planner, Stage3Launches, FFTStages, FusedProducts):
         self.threads_per_sm, self.regs_per_sm = device.threads_per_sm, device.regs_per_sm
         self.arch = device.arch
         self.rules = rules_for(self.arch)  # the thresholds of this architecture
-        # the plan overrides, resolved once (plan.mode reads them): FFTMATVEC_PLAN as it is at
-        # construction; an operator sets its own (plan=, the environment, its tuning table)
-        self.resolved = Overrides.resolve(env=os.environ.get(ENV))
+        # the plan overrides of the engine's own choices (stage 3 run on its own: the
+        # operator's sbgemv stage, the building blocks), resolved once by its operator
+        self.resolved = Overrides() if overrides is None else overrides
 
 
     @property

@@ -26,8 +26,7 @@ from typing import Any, Mapping
 
 from .._errors import FFTMatvecValueError
 
-__all__ = ["PLAN_KEYS", "STAGE3_CHOICES", "Plan", "parse_overrides", "env_overrides", "mode",
-           "plan_key", "ENV", "FFT_ROW", "FFT_CALLBACKS", "FFT_IN_FUSED_ADJOINT", "FFT_PAD",
+__all__ = ["PLAN_KEYS", "STAGE3_CHOICES", "Plan", "parse_overrides", "ENV", "FFT_ROW", "FFT_CALLBACKS", "FFT_IN_FUSED_ADJOINT", "FFT_PAD",
            "FFT_UNPAD"]
 
 ENV = "FFTMATVEC_PLAN"
@@ -134,50 +133,41 @@ def parse_overrides(overrides: Mapping | str | None, source: str = "plan") -> di
 
 
 def _env_reader(name: str = ENV, environ=os.environ):
-    """A function of no arguments giving the raw value of ``name`` (None where unset).
-
-    The FNO layer's calls read it on their path, while the device waits.
-    ``os.environ.get`` encodes the name at every call; CPython keeps the environment as a dict
-    of encoded names and values (``os.environ._data``) that every assignment through
-    ``os.environ`` updates, and this reads it with the name encoded once (docs/history.md)."""
-    data, encode = getattr(environ, "_data", None), getattr(environ, "encodekey", None)
-    if isinstance(data, dict) and callable(encode):
-        return functools.partial(data.get, encode(name))
+    """A function of no arguments giving the value of ``name`` in ``environ`` (None where
+    unset), read at each call. Kept for the FNO layer alone (fftmatvec.fno), until it reads
+    its settings once."""
     return functools.partial(environ.get, name)
 
 
-plan_key = _env_reader()
-plan_key.__doc__ = ("The raw value of FFTMATVEC_PLAN (None where unset), compared, never "
-                    "parsed: a cached product is valid while it keeps the value it was made with.")
+def plan_key():
+    """The raw value of FFTMATVEC_PLAN (None where unset), read at the call. Kept for the FNO
+    layer alone, which reads it per call until it reads it once; nothing in this package
+    uses it."""
+    return os.environ.get(ENV)
 
 
 @functools.lru_cache(maxsize=32)
-def _parse_env(raw) -> dict:
-    text = raw.decode() if isinstance(raw, bytes) else raw
-    return parse_overrides(text, ENV)
+def _parsed(raw) -> dict:
+    """The overrides of one value of FFTMATVEC_PLAN (parsed once per distinct value)."""
+    return parse_overrides(raw, ENV)
 
 
-def env_overrides() -> dict:
-    """The overrides of ``FFTMATVEC_PLAN`` (parsed once per distinct value)."""
-    raw = plan_key()
-    return {} if raw is None else _parse_env(raw)
-
-
-def mode(eng, key: str) -> str:
-    """``"auto"``, ``"0"`` or ``"1"`` for ``key`` on engine ``eng``: where it holds overrides
-    resolved once (``eng.resolved``, :class:`~fftmatvec.gpu.planning.Overrides`: an
-    operator's, or a plan's), those alone; else its operator's overrides (``eng.overrides``),
-    else ``FFTMATVEC_PLAN``, else its tuning table's plan (``eng.tuned``), else ``"auto"``."""
-    resolved = getattr(eng, "resolved", None)
+def mode(owner, key: str) -> str:
+    """``"auto"``, ``"0"`` or ``"1"`` for plan key ``key``: ``owner``'s overrides resolved once
+    (``owner.resolved``) where it has them, else its own (``owner.overrides``), then
+    ``FFTMATVEC_PLAN`` as it is at the call, then its tuning table's plan (``owner.tuned``).
+    Kept for the FNO layer alone (fftmatvec.fno); the GPU path reads the
+    :class:`~fftmatvec.gpu.overrides.Overrides` of an operator, resolved at its construction."""
+    resolved = getattr(owner, "resolved", None)
     if resolved is not None:
         return resolved.get(key)
-    own = getattr(eng, "overrides", None)
+    own = getattr(owner, "overrides", None)
     if own and key in own:
         return own[key]
-    env = env_overrides()
+    env = _parsed(plan_key())
     if key in env:
         return env[key]
-    tuned = getattr(eng, "tuned", None)
+    tuned = getattr(owner, "tuned", None)
     if tuned and key in tuned:
         return tuned[key]
     return "auto"

@@ -1,6 +1,6 @@
 """Every choice of the GPU path, in one place: :class:`Planner`, a base class of the engine
 whose methods decide, from the rules (:class:`~fftmatvec.gpu.rules.Rules`) and the plan
-overrides (:func:`fftmatvec.gpu.plan.mode`), which kernels a product runs;
+overrides (``resolved``, :class:`~fftmatvec.gpu.overrides.Overrides`), which kernels a product runs;
 :func:`fftmatvec.gpu.planning.make_plan` gathers them into a
 :class:`~fftmatvec.gpu.plan.Plan`. The other modules of this package launch what these methods
 chose. The ``fftmatvec info`` lines of the rules are here too."""
@@ -18,8 +18,8 @@ from . import callbacks as _fftcb
 from . import rowfft as _rowfft
 from .ffts import _row_blocks
 from .fused import _GemvIrfft
+from .overrides import Overrides
 from .plan import unavailable
-from .plan import mode as plan_mode
 from .rules import (DMMA_C64_ARCHS, FUSED_MAX_ND, FUSED_MIN_BLOCKS_PER_SM, FUSED_STORES,
                     FUSED_THREADS, MMA_FEW_OUT_MIN_KB, MMA_MAX_KB, ROW_FFT_DTYPES, TILES,
                     XREG_GEMV_KB, XREG_MAX_ND, XREG_MIN_KB, XREG_ND, XREG_TILES, _BATCH_SIZES,
@@ -27,21 +27,23 @@ from .rules import (DMMA_C64_ARCHS, FUSED_MAX_ND, FUSED_MIN_BLOCKS_PER_SM, FUSED
 from .stage3 import _Launch
 
 
-def _c64_on_dmma(arch: str, eng=None) -> bool:
+def _c64_on_dmma(arch: str, overrides: Overrides) -> bool:
     """Whether complex64 batches run on FP64 tensor cores on a GPU of ``arch``
     (:data:`DMMA_C64_ARCHS`, ``dmma_c64``)."""
-    mode = plan_mode(eng, "dmma_c64")
+    mode = overrides.get("dmma_c64")
     return arch in DMMA_C64_ARCHS if mode == "auto" else mode == "1"
 
 
-def batch_kernels(arch: str | None) -> str:
+def batch_kernels(arch: str | None, overrides: Overrides | None = None) -> str:
     """How stage 3 runs batches of right-hand sides on a GPU of ``arch`` (``sm_90``,
-    ``gfx90a``; None: no GPU), as ``fftmatvec info`` prints it."""
+    ``gfx90a``; None: no GPU) under ``overrides`` (none by default), as ``fftmatvec info``
+    prints it."""
+    overrides = Overrides() if overrides is None else overrides
     if not arch:
         return "no GPU"
     if not kernels.mma_options(arch):  # the build defines the tensor-core kernels from sm_80
         return "GEMV kernels (the tensor-core ones need NVIDIA sm_80 or newer)"
-    mode = plan_mode(None, "mma")
+    mode = overrides.get("mma")
     if mode == "0":
         return "GEMV kernels (mma=0)"
     few = ", ".join(f"over at most {rows} sensors " + ("never" if kb is None else f"from {kb}")
@@ -49,9 +51,9 @@ def batch_kernels(arch: str | None) -> str:
     which = ("every launch (mma=1)" if mode == "1"
              else f"batches of 4 to 16 right-hand sides or more (forward {few}), by storage "
                   "and direction")
-    s = "DMMA" if _c64_on_dmma(arch) else "3xTF32"
+    s = "DMMA" if _c64_on_dmma(arch, overrides) else "3xTF32"
     line = f"tensor cores for {which}: d DMMA, s {s}, h TF32"
-    xreg = plan_mode(None, "xreg")
+    xreg = overrides.get("xreg")
     if xreg == "0":
         return line + "; adjoints with the input in registers off (xreg=0)"
     sides = ("every launch (xreg=1)" if xreg == "1" else
@@ -62,10 +64,12 @@ def batch_kernels(arch: str | None) -> str:
             f"registers, {sides}")
 
 
-def row_fft_line(gpu: bool, smem_per_block: int | None = None) -> str:
-    """How the fused products run their FFTs, as ``fftmatvec info`` prints it; with the
-    device's shared memory per block, the longest lengths the kernels take there."""
-    mode = plan_mode(None, "row_fft")
+def row_fft_line(gpu: bool, smem_per_block: int | None = None,
+                 overrides: Overrides | None = None) -> str:
+    """How the fused products run their FFTs under ``overrides`` (none by default), as
+    ``fftmatvec info`` prints it; with the device's shared memory per block, the longest
+    lengths the kernels take there."""
+    mode = (Overrides() if overrides is None else overrides).get("row_fft")
     if not gpu:
         return "no GPU"
     if mode == "0":
@@ -79,9 +83,10 @@ def row_fft_line(gpu: bool, smem_per_block: int | None = None) -> str:
             f"{which}; cuFFT with callbacks otherwise")
 
 
-def fused_adjoint_line(gpu: bool) -> str:
-    """When stages 3-5 of an adjoint run as one kernel, as ``fftmatvec info`` prints it."""
-    mode = plan_mode(None, "fused_adjoint")
+def fused_adjoint_line(gpu: bool, overrides: Overrides | None = None) -> str:
+    """When stages 3-5 of an adjoint run as one kernel under ``overrides`` (none by default),
+    as ``fftmatvec info`` prints it."""
+    mode = (Overrides() if overrides is None else overrides).get("fused_adjoint")
     if not gpu:
         return "no GPU"
     if mode == "0":
@@ -98,7 +103,8 @@ class Planner:
     which asks a :class:`~fftmatvec.gpu.planning.DeviceInfo` instead. Its methods read the
     shape (``nd``, ``nm``, ``nf``, ``fft_len``, ``store``, ``compute``), the device
     (``num_sms``, ``smem_per_block``, ...), ``rules`` (:class:`~fftmatvec.gpu.rules.Rules`) and
-    the plan overrides (:func:`fftmatvec.gpu.plan.mode`)."""
+    the plan overrides (``resolved``: :class:`~fftmatvec.gpu.overrides.Overrides`, resolved
+    once)."""
 
     @property
     def hip(self) -> bool:
@@ -116,7 +122,7 @@ class Planner:
         ``dmma_c64=0`` / ``=1`` never / always), else :attr:`store`."""
         if self.store != "c64":
             return self.store
-        mode = plan_mode(self, "dmma_c64")
+        mode = self.resolved.get("dmma_c64")
         dmma = self.rules.dmma_c64 if mode == "auto" else mode == "1"
         return "c64dmma" if dmma else "c64"
 
@@ -177,7 +183,7 @@ class Planner:
         than ``MMA_FEW_RED`` reduction rows ``n_red``; forward over few outputs ``n_out``, at
         least ``MMA_FEW_OUT_MIN_KB``). ``mma=0`` never uses it, ``=1`` uses it for
         every launch, both directions, down to one right-hand side."""
-        mode = plan_mode(self, "mma")
+        mode = self.resolved.get("mma")
         if mode == "0":
             return None
         if not self._sm80_kernels():
@@ -205,7 +211,7 @@ class Planner:
         most :data:`XREG_MAX_ND` reduction rows ``n_red``), or None where that kernel is not
         used: by default from :data:`XREG_MIN_KB`. ``xreg=0`` never uses it; ``=1``
         uses it for every adjoint launch, and is an error that says why where it cannot."""
-        mode = plan_mode(self, "xreg")
+        mode = self.resolved.get("xreg")
         if mode == "0" or not adjoint:
             return None
         why = None
@@ -230,7 +236,7 @@ class Planner:
         input-in-registers kernel: all of them with ``xreg=1``, else all but the
         batches of :data:`XREG_GEMV_KB` over more than the fewest sensors compiled."""
         return (kb != self.rules.xreg_gemv_kb.get(self.store) or self.nd <= XREG_ND[0]
-                or plan_mode(self, "xreg") == "1")
+                or self.resolved.get("xreg") == "1")
 
 
     def _pipe_tile(self, n_out: int, n_red: int, adjoint: bool):
@@ -252,7 +258,7 @@ class Planner:
         ``staged=0`` / ``=1`` never / always stages."""
         if kb != 1:
             return False
-        mode = plan_mode(self, "staged")
+        mode = self.resolved.get("staged")
         if mode != "auto":
             return mode == "1"
         if self.store == "c32h":
@@ -267,7 +273,7 @@ class Planner:
         never uses it, ``=1`` always (an error where the device has none)."""
         if kb != 1:
             return False
-        mode = plan_mode(self, "async")
+        mode = self.resolved.get("async")
         if mode == "0":
             return False
         if mode == "auto" and (adjoint or n_out > self.rules.async_few_rows):
@@ -340,7 +346,7 @@ class Planner:
 
     def replays(self, x, fused: bool) -> bool:
         """Whether a product with input ``x`` replays a graph (:meth:`graph_runner`)."""
-        mode = plan_mode(self, "graphs")
+        mode = self.resolved.get("graphs")
         if mode == "auto":
             return not (fused or self.hip) and self.graph_pays(x)
         return mode == "1"
@@ -348,7 +354,7 @@ class Planner:
     def callbacks(self) -> tuple[bool, str]:
         """Whether the FFTs can take stages 1 and 5 as callbacks here, and if not, why not.
         ``fft_callbacks=0`` turns them off, ``=1`` makes their absence an error."""
-        mode = plan_mode(self, "fft_callbacks")
+        mode = self.resolved.get("fft_callbacks")
         if mode == "0":
             return False, "turned off (fft_callbacks=0)"
         if self._callbacks is None:
@@ -365,7 +371,7 @@ class Planner:
         these are :data:`ROW_FFT_DTYPES` or cuFFT has no callbacks here;
         ``row_fft=0`` never, ``=1`` in any precision they take, and an error where
         they do not take both FFTs."""
-        mode = plan_mode(self, "row_fft")
+        mode = self.resolved.get("row_fft")
         if mode == "0":
             return False
         key = (prec, mode, self.callbacks()[0])
@@ -390,7 +396,7 @@ class Planner:
         and cuFFT with callbacks take runs on the kernels: where its blocks fill
         :data:`ROW_FFT_MIN_BLOCKS_PER_SM` rounds of the multiprocessors; always with
         ``row_fft=1`` or where cuFFT has no callbacks."""
-        if plan_mode(self, "row_fft") == "1" or not self.callbacks()[0]:
+        if self.resolved.get("row_fft") == "1" or not self.callbacks()[0]:
             return True
         blocks = _row_blocks(rows, self.fft_len, fft_dtype)
         return blocks >= self.rules.row_fft_min_blocks_per_sm * self.num_sms
@@ -417,7 +423,7 @@ class Planner:
         ``fused_adjoint=0`` never; ``=1`` wherever the kernel takes the product, and an
         error that says why where it does not. ``code=False``: without looking the kernel up in
         the code object (a plan described without a GPU)."""
-        mode = plan_mode(self, "fused_adjoint")
+        mode = self.resolved.get("fused_adjoint")
         if mode == "0" or not adjoint:
             return False
         fft_real = prec.real_dtype("ifft")

@@ -16,8 +16,8 @@ import numpy as np
 from .. import backend
 from .._errors import FFTMatvecTypeError, FFTMatvecValueError
 from ..precision import PrecisionConfig
-from .plan import (ENV, FFT_CALLBACKS, FFT_IN_FUSED_ADJOINT, FFT_PAD, FFT_ROW, FFT_UNPAD,
-                   PLAN_KEYS, Plan, parse_overrides)
+from .overrides import Overrides
+from .plan import FFT_CALLBACKS, FFT_IN_FUSED_ADJOINT, FFT_PAD, FFT_ROW, FFT_UNPAD, Plan
 from .planner import Planner
 from .rules import _REAL_SUFFIX, _STORE_SUFFIX, Rules
 from .stage3 import Stage3Launches
@@ -178,41 +178,6 @@ def device_info(device_id: int | None = None) -> DeviceInfo:
                                           callbacks=callbacks, mma_kernels=mma,
                                           code=KernelCode())
     return info
-
-
-@dataclass(frozen=True)
-class Overrides:
-    """The plan keys set aside, resolved once: ``items`` ``(key, value, source)`` for the
-    keys not ``auto`` (:data:`~fftmatvec.gpu.plan.PLAN_KEYS`), the source ``plan=``,
-    ``FFTMATVEC_PLAN`` or ``tuning table``. :meth:`resolve` makes it."""
-
-    items: tuple = ()
-
-    @classmethod
-    def resolve(cls, user=None, env=None, tuned=None) -> "Overrides":
-        """The overrides of an operator: its ``plan=`` mapping or string ``user`` wins over the
-        environment's value ``env`` (``FFTMATVEC_PLAN``'s text, read by the caller, or None),
-        which wins over the tuning table's plan ``tuned``."""
-        layers = [(parse_overrides(tuned, "the tuning table's plan"), "tuning table"),
-                  (parse_overrides(env, ENV), ENV),
-                  (parse_overrides(user, "plan"), "plan=")]
-        chosen: dict = {}
-        for values, source in layers:
-            for key, value in values.items():
-                chosen[key] = (value, source)
-        return cls(tuple((key, *chosen[key]) for key in PLAN_KEYS
-                         if key in chosen and chosen[key][0] != "auto"))
-
-    def get(self, key: str) -> str:
-        """``"auto"``, ``"0"`` or ``"1"`` for plan key ``key``."""
-        for k, value, _ in self.items:
-            if k == key:
-                return value
-        return "auto"
-
-    def mapping(self) -> dict:
-        """``{key: value}`` of the keys set aside."""
-        return {k: v for k, v, _ in self.items}
 
 
 class PlanningView(Planner, Stage3Launches):
