@@ -91,3 +91,45 @@ def test_building_blocks_refuse_bad_arguments(rng):
         stage3_block(F, xhat, y.astype(np.complex64), (0, 4), (0, 6))
     with pytest.raises(FFTMatvecValueError, match=r"x must have shape \(k, n, 8\)"):
         pad_fft(F, np.zeros((1, 6, 7)))
+
+
+def test_block_view_reads_khat_in_place():
+    """On the kernel engine a block of Khat is a view (gpu.blocks.BlockView), made once per
+    block by the engine: its data starts at the block's first element, the strides that
+    address Khat are the whole array's, and its launches are the planning function's for a
+    product of the block's shape; the whole Khat is the engine itself. (Host side: an engine
+    described on NumPy arrays.)"""
+    from types import SimpleNamespace
+
+    from fftmatvec.gpu import KernelEngine, Overrides, Problem, stage3_launches
+    from fftmatvec.gpu.blocks import BlockView
+    from fftmatvec.gpu.planning import DeviceInfo
+    from fftmatvec.gpu.rules import rules_for
+    from fftmatvec.precision import PrecisionConfig
+
+    device = DeviceInfo.from_properties({"multiProcessorCount": 132,
+                                         "sharedMemPerMultiprocessor": 228 * 1024,
+                                         "sharedMemPerBlockOptin": 227 * 1024}, "sm_90")
+    nd, nm, nt, L = 6, 10, 20, 40
+    nf = L // 2 + 1
+    eng = SimpleNamespace(cp=np, prec=PrecisionConfig("ddddd"), store="c128",
+                          compute=np.dtype(np.complex128), nd=nd, nm=nm, nf=nf, nfp=nf + 3,
+                          nt=nt, fft_len=L, device=device, rules=rules_for("sm_90"),
+                          resolved=Overrides(), num_sms=132, khat_block=8, khat_shift=3,
+                          data=np.zeros((3, nd, nm, 8), dtype=np.complex128), scale=None,
+                          _blocks={})
+    whole = KernelEngine.khat_strides(eng, False), KernelEngine.khat_strides(eng, True)
+    view = KernelEngine.block(eng, 2, 5, 3, 9)
+    assert isinstance(view, BlockView) and KernelEngine.block(eng, 2, 5, 3, 9) is view
+    assert KernelEngine.block(eng, 0, nd, 0, nm) is eng
+    assert (view.nd, view.nm) == (3, 6)
+    assert np.shares_memory(view.data, eng.data) and view.data.shape == (3, 3, 6, 8)
+    eng.data[0, 2, 3, 0] = 7.0
+    assert view.data[0, 0, 0, 0] == 7.0  # the block's first element
+    assert (view.khat_strides(False), view.khat_strides(True)) == whole
+    for adjoint in (False, True):
+        want = stage3_launches(Problem(3, 6, nt, L, 4, adjoint), device, eng.rules,
+                               Overrides(), np.complex128, np.complex128)
+        assert view.launches(adjoint, 4, np.complex128, np.complex128) == want
+    with pytest.raises(ValueError, match="a block of Khat within its"):
+        BlockView(eng, 4, 4, 0, 1)

@@ -17,6 +17,7 @@ from ..precision import PrecisionConfig
 from .ffts import FFTStages
 from .fused import FusedProducts
 from .planner import Planner
+from .blocks import BlockView
 from .planning import Overrides, device_info
 from .rules import (KHAT_BLOCK, KHAT_MAX_WASTE, PAD, _ELEM_BYTES, _ONE_BLOCK_SHIFT, _STORE_SUFFIX,
                     rules_for)
@@ -57,6 +58,8 @@ class KernelEngine(Planner, Stage3Launches, FFTStages, FusedProducts):
         self.device = device = device_info(cp.cuda.Device().id)  # read once per device
         self.num_sms = device.multiprocessors
         self._plans: dict = {}
+        self._launches: dict = {}  # (adjoint, k, in dtype, out dtype) -> launches (launches())
+        self._blocks: dict = {}  # (i0, i1, j0, j1) -> BlockView (block())
         self._args: dict = {}  # (launch, adjoint, out dtype) -> kernel, arguments (_launch_args)
         self._stage3: dict = {}  # (adjoint, k, in dtype, out dtype) -> packed launches (_Stage3)
         self._fft_plans: dict = {}
@@ -72,6 +75,17 @@ class KernelEngine(Planner, Stage3Launches, FFTStages, FusedProducts):
         # operator's sbgemv stage, the building blocks), resolved once by its operator
         self.resolved = Overrides() if overrides is None else overrides
 
+
+    def block(self, i0: int, i1: int, j0: int, j1: int):
+        """Stage 3 of the block ``Khat[i0:i1, j0:j1]`` (:class:`~fftmatvec.gpu.blocks.BlockView`,
+        read in place), made once per block; the whole ``Khat`` is this engine."""
+        if (i0, i1, j0, j1) == (0, self.nd, 0, self.nm):
+            return self
+        key = (i0, i1, j0, j1)
+        hit = self._blocks.get(key)
+        if hit is None:
+            hit = self._blocks[key] = BlockView(self, i0, i1, j0, j1)
+        return hit
 
     @property
     def nbytes(self) -> int:

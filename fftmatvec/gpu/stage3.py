@@ -403,6 +403,22 @@ class Stage3Launches:
         return base, _fill_splits(base, target, n_red // 32)
 
 
+    def launches(self, adjoint: bool, k: int, in_dtype, out_dtype) -> tuple:
+        """Stage 3's launches for an input of ``in_dtype`` and an output of ``out_dtype`` run on
+        their own (the operator's sbgemv stage, the building blocks): those of
+        :func:`~fftmatvec.gpu.planning.stage3_launches` for this shape, device (``device``),
+        rules (``rules``) and overrides (``resolved``), asked once per shape."""
+        from .planning import Problem, stage3_launches
+
+        key = (bool(adjoint), int(k), np.dtype(in_dtype), np.dtype(out_dtype))
+        hit = self._launches.get(key)
+        if hit is None:
+            problem = Problem(self.nd, self.nm, self.nt, self.fft_len, k, adjoint,
+                              self.prec.letters)
+            hit = self._launches[key] = stage3_launches(problem, self.device, self.rules,
+                                                        self.resolved, in_dtype, out_dtype)
+        return hit
+
     def workspace_size(self, adjoint: bool, k: int, in_dtype, out_dtype) -> int:
         """Elements (of the compute dtype) of split-K workspace a product needs."""
         return self.stage3(adjoint, k, in_dtype, out_dtype).workspace_bytes // self.compute.itemsize
@@ -446,11 +462,12 @@ class Stage3Launches:
         """Stage 3 of a product of ``k`` right-hand sides, its launches packed once
         (:class:`_Stage3`): ``plan``'s launches (a :class:`~fftmatvec.gpu.plan.Plan`'s
         ``launches``: an executor, tests, tuning), packed afresh for the caller to hold; without
-        ``plan``, the engine's own choice, packed once per shape."""
+        ``plan``, the launches the planning function chooses for stage 3 on its own
+        (:meth:`~fftmatvec.gpu.engine.KernelEngine.launches`), packed once per shape."""
         in_dtype, out_dtype = np.dtype(in_dtype), np.dtype(out_dtype)
         if plan is not None:
             return _Stage3(self, adjoint, k, in_dtype, out_dtype, tuple(plan))
-        plan = self._plan(adjoint, k, in_dtype, out_dtype)
+        plan = self.launches(adjoint, k, in_dtype, out_dtype)
         key = (adjoint, k, in_dtype, out_dtype)
         run = self._stage3.get(key)
         if run is None or run.plan != tuple(plan):  # re-packed where the plan was made afresh
