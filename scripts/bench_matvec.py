@@ -74,12 +74,13 @@ def back_to_back_time(cp, fn, repeat: int, warmup: int = 5) -> float:
     return cp.cuda.get_elapsed_time(start, stop) * 1e-3 / repeat
 
 
-def stage3_input(eng, x, adjoint: bool):
-    """(x, scaled): stage 3's input as the product's forward FFT gives it. A float16 adjoint's
-    input carries the row scales where its forward FFT applies them (the fused products: the
-    row FFT kernels, or cuFFT's store callback); ``scaled`` is then True, to pass as
-    ``xhat_scaled``."""
-    scaled = eng.scales_input(adjoint) and (eng.row_ffts(eng.prec) or eng.callbacks()[0])
+def stage3_input(F, x, adjoint: bool):
+    """(x, scaled): stage 3's input as the one-vector product of ``F`` gives it from its forward
+    FFT. A float16 adjoint's input carries the row scales where its forward FFT applies them
+    (a fused product's plan: the row FFT kernels, or cuFFT's store callback); ``scaled`` is
+    then True, to pass as ``xhat_scaled``."""
+    eng = F._engine
+    scaled = eng.scales_input(adjoint) and F.plan(1, adjoint).fused_ffts
     return (eng.scale_xhat(x) if scaled else x), scaled
 
 
@@ -296,8 +297,7 @@ def stage_table(cp, fm, sizes, precs, bw, rng, repeat, results) -> None:
                                                      "row_fft": fused})
                     whole[name] = median_time(cp, lambda: Fp._apply(x, adjoint), repeat)
                     del Fp
-                eng = F._engine
-                if not (hasattr(eng, "callbacks") and (eng.callbacks()[0] or eng.row_ffts(eng.prec))):
+                if not F.plan(1, adjoint).fused_ffts:
                     whole["fused"] = float("nan")  # nothing fuses here: 'fused' ran stage by stage
                 d = "adj" if adjoint else "fwd"
                 print(f"{nm:>7} {nd:>4} {nt:>5} {p:>6} {d:>4} | " + " ".join(f"{v * 1e3:6.3f}" for v in t)
@@ -540,8 +540,8 @@ def main(argv=None) -> int:
                     n_in, n_out = (nd, nm) if adjoint else (nm, nd)
                     x1 = (cp.asarray(rng.standard_normal((1, n_in, F.nf))) + 0j).astype(cdt)
                     xk = (cp.asarray(rng.standard_normal((k, n_in, F.nf))) + 0j).astype(cdt)
-                    x1, scaled = stage3_input(eng, x1, adjoint)
-                    xk, _ = stage3_input(eng, xk, adjoint)
+                    x1, scaled = stage3_input(F, x1, adjoint)
+                    xk, _ = stage3_input(F, xk, adjoint)
                     t1 = median_time(cp, lambda: eng.apply(x1, adjoint, cdt, xhat_scaled=scaled),
                                      args.repeat)
                     tk = median_time(cp, lambda: eng.apply(xk, adjoint, cdt, xhat_scaled=scaled),

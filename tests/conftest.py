@@ -90,6 +90,18 @@ class EnvOverrides:
         return Overrides.resolve(env=os.environ.get(ENV)).get(key)
 
 
+def planning_view(F, adjoint: bool = False, k: int = 1, device=None, **rules):
+    """The planner of a product of the GPU operator ``F`` (its choices and stage-3 launch
+    builders: a :class:`~fftmatvec.gpu.planning.PlanningView`) on its engine's device (or
+    ``device``), with ``rules`` in place of the device's (split-K targets) and ``F``'s overrides."""
+    from fftmatvec.gpu import PlanningView, Problem
+
+    eng = F._engine
+    problem = Problem(F.nd, F.nm, F.nt, F.fft_len, k, adjoint, F.precision.letters)
+    return PlanningView(problem, device or eng.device, eng.rules.with_table(rules),
+                        F._overrides)
+
+
 def set_plan(monkeypatch, key: str, value) -> None:
     """Set (or, with ``value`` None, remove) one key of ``FFTMATVEC_PLAN`` for a test, keeping
     the others."""

@@ -17,7 +17,7 @@ import fftmatvec as fm
 from fftmatvec import backend
 from fftmatvec.gpu import callbacks as _fftcb
 from fftmatvec.gpu import rowfft as _rowfft
-from fftmatvec.gpu import KernelEngine
+from fftmatvec.gpu import KernelEngine, PlanningView
 from fftmatvec.gpu.plan import FFT_CALLBACKS, FFT_IN_FUSED_ADJOINT, FFT_PAD, FFT_ROW, FFT_UNPAD
 from fftmatvec.precision import PrecisionConfig
 
@@ -190,11 +190,11 @@ def test_fold_splits_takes_one_launch_of_few_splits(monkeypatch):
 
     prec = PrecisionConfig("ddddd")
     top = _gpu.FOLD_MAX_SPLITS
-    assert [KernelEngine.fold_splits(engine(s), prec, False, 1) for s in (1, 2, top, top + 1)] \
+    assert [PlanningView.fold_splits(engine(s), prec, False, 1) for s in (1, 2, top, top + 1)] \
         == [0, 2, top, 0]
-    assert KernelEngine.fold_splits(engine(4, 4), prec, False, 3) == 0
+    assert PlanningView.fold_splits(engine(4, 4), prec, False, 3) == 0
     off = _gpu.rules_for("sm_90").with_table({"fold_max_splits": 0})
-    assert KernelEngine.fold_splits(engine(2, rules=off), prec, False, 1) == 0
+    assert PlanningView.fold_splits(engine(2, rules=off), prec, False, 1) == 0
 
 
 def test_fused_plans_refuse_the_stages_kinds(monkeypatch):
@@ -368,7 +368,8 @@ def test_fused_agrees_with_stages_one_by_one(monkeypatch, rng, precision):
     for mode in ("0", "1"):
         set_plan(monkeypatch, "fft_callbacks", mode)
         F = fm.BlockToeplitz(backend.cupy.asarray(K), precision)
-        assert F._engine.callbacks()[0] is (mode == "1")
+        assert F.plan().ffts[0] != FFT_CALLBACKS or mode == "1"  # =0: never cuFFT callbacks
+        assert (mode == "0") is (F.plan().mode("fft_callbacks") == "0")
         out[mode] = (F.matvec(m), F.rmatvec(d))
     tol = {"ddddd": 1e-13, "sssss": 1e-6, "ddhdd": 1e-6}[precision]
     assert rel_err(out["1"][0], to_numpy(out["0"][0])) < tol

@@ -11,13 +11,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from conftest import EnvOverrides, set_plan
+from conftest import planning_view, EnvOverrides, set_plan
 from conftest import poisoned
 
 import fftmatvec as fm
 from fftmatvec import gpu as _gpu, backend, kernels
 from fftmatvec._errors import FFTMatvecValueError
-from fftmatvec.gpu import KernelEngine
+from fftmatvec.gpu import KernelEngine, PlanningView
 
 gpu = pytest.mark.skipif(not backend.gpu_available(), reason="no GPU (CuPy missing or no device)")
 KERNELS = Path(__file__).parents[1] / "hip_kernels"
@@ -32,14 +32,14 @@ def _engine(monkeypatch, store="c128", nd=10, nm=100000, nf=101, sm80=True, pres
                           data=SimpleNamespace(itemsize=_gpu.rules._ELEM_BYTES[store]))
     for name in ("_xreg_fw", "_xreg_name", "xreg_smem", "xreg_rows", "_xreg_takes",
                  "_launch_xreg"):
-        setattr(eng, name, getattr(KernelEngine, name).__get__(eng))
+        setattr(eng, name, getattr(PlanningView, name).__get__(eng))
     eng._sm80_kernels = lambda: sm80
     return eng
 
 
 def _min_kb(eng, adjoint=True, n_red=None):
     n_red = eng.nd if n_red is None else n_red
-    return KernelEngine._xreg_min_kb(eng, adjoint, n_red, np.complex128, np.complex128)
+    return PlanningView._xreg_min_kb(eng, adjoint, n_red, np.complex128, np.complex128)
 
 
 @pytest.mark.parametrize("change,expect", [
@@ -183,8 +183,8 @@ def test_xreg_kernels(rng, shape, store):
     nd, nm, nt = shape
     K = rng.standard_normal(shape)
     F = fm.BlockToeplitz(cp.asarray(K), f"dd{store}dd")
-    eng = F._engine
-    if not eng._sm80_kernels():
+    eng, view = F._engine, planning_view(F, True)
+    if not eng.device.mma_kernels:
         pytest.skip("no sm_80 kernels on this device")
     khat = np.fft.rfft(K, n=F.fft_len, axis=-1) / F.fft_len
     tol = {"d": 1e-13, "s": 2e-6, "h": 2e-3}[store]
@@ -194,7 +194,7 @@ def test_xreg_kernels(rng, shape, store):
         for fw in _gpu.XREG_TILES[eng.store]:
             for in_dt, out_dt in ((np.complex128, np.complex128), (np.complex64, np.complex64),
                                   (np.complex64, np.complex128), (np.complex128, np.complex64)):
-                la = eng._launch_xreg(kb, in_dt, out_dt, fw=fw)
+                la = view._launch_xreg(kb, in_dt, out_dt, fw=fw)
                 out = poisoned(cp, (kb, nm, F.nf), out_dt)
                 eng.apply(cp.asarray(x.astype(in_dt)), True, out_dt, out=out, plan=[la])
                 got = cp.asnumpy(out)
@@ -214,9 +214,9 @@ def test_xreg_many_rows(rng):
     K = cp.asarray(rng.standard_normal((nd, nm, nt)))
     F = fm.BlockToeplitz(K, "ddddd")
     eng = F._engine
-    if not eng._sm80_kernels():
+    if not eng.device.mma_kernels:
         pytest.skip("no sm_80 kernels on this device")
-    la = eng._launch_xreg(2, np.complex128, np.complex128)
+    la = planning_view(F, True)._launch_xreg(2, np.complex128, np.complex128)
     assert la.xreg_rows > _gpu.XREG_ROWS and la.grid[1] <= 65535
     x = cp.asarray(rng.standard_normal((2, nd, F.nf)) + 1j * rng.standard_normal((2, nd, F.nf)))
     khat = cp.fft.rfft(K, n=F.fft_len, axis=-1) / F.fft_len
@@ -249,7 +249,7 @@ def test_xreg_by_default(rng, monkeypatch):
         assert rel_err(got.ravel(), want.ravel()) < tol
         plans = [F.plan(17, True).launches]  # what the product's executor runs
         names = [la.name for la in plans[0]]
-        if F._engine._sm80_kernels():
+        if F._engine.device.mma_kernels:
             assert names[0].startswith("sbgemvx_") and plans[0][0].kb == 16, names
             assert not any(n.startswith("sbgemvx_") for n in names[1:]), names
         set_plan(monkeypatch, "xreg", "0")

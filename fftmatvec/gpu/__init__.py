@@ -12,9 +12,11 @@ Modules, one concern each:
   runs it;
 * :mod:`~fftmatvec.gpu.planner`: every choice a product makes, from
   :mod:`~fftmatvec.gpu.rules`, the measured rules (docs/gpu.md);
-* :mod:`~fftmatvec.gpu.engine`: ``Khat`` in the kernels' layout and the engine class;
-* :mod:`~fftmatvec.gpu.stage3`: the stage-3 launches; :mod:`~fftmatvec.gpu.blocks`: stage 3
-  of one block of ``Khat``;
+* :mod:`~fftmatvec.gpu.engine`: ``Khat`` in the kernels' layout and the engine class (the
+  stages' leaves; it chooses nothing);
+* :mod:`~fftmatvec.gpu.launches`: the stage-3 launch builders (planning);
+  :mod:`~fftmatvec.gpu.stage3`: stage 3 run, its launches packed;
+  :mod:`~fftmatvec.gpu.blocks`: stage 3 of one block of ``Khat``;
 * :mod:`~fftmatvec.gpu.ffts`, :mod:`~fftmatvec.gpu.callbacks`, :mod:`~fftmatvec.gpu.rowfft`:
   the FFT stages (cuFFT/hipFFT, cuFFT callbacks, the package's row FFT kernels);
 * :mod:`~fftmatvec.gpu.fused`: fused products; :mod:`~fftmatvec.gpu.graphs`: CUDA graphs.
@@ -24,8 +26,8 @@ Nothing here imports CuPy at import time.
 
 from __future__ import annotations
 
-from . import (callbacks, engine, executor, ffts, fused, graphs, overrides, plan, planner,
-               planning, rowfft, rules, stage3)
+from . import (callbacks, engine, executor, ffts, fused, graphs, launches, overrides, plan,
+               planner, planning, rowfft, rules, stage3)
 from .engine import KernelEngine, khat_layout
 from .executor import Executor
 from .ffts import FusedPlans
@@ -36,9 +38,10 @@ from .planning import (DeviceInfo, KernelCode, KnownCode, PlanningView, Problem,
                        make_plan, make_plan_without_callbacks, stage3_launches)
 from .rules import *  # noqa: F403  (the tile catalogues and thresholds: rules.__all__)
 from .rules import __all__ as _rules_all
-from .stage3 import async_chunks, pipe_max_splits, pipe_split_count, pipe_split_time
+from .launches import async_chunks, pipe_max_splits, pipe_split_count, pipe_split_time
 
-__all__ = ["callbacks", "engine", "executor", "ffts", "fused", "graphs", "overrides", "plan",
+__all__ = ["callbacks", "engine", "executor", "ffts", "fused", "graphs", "launches", "overrides",
+           "plan",
            "planner", "planning", "rowfft", "rules", "stage3", "KernelEngine", "khat_layout",
            "Executor", "FusedPlans", "ENV", "PLAN_KEYS", "STAGE3_CHOICES", "Plan",
            "parse_overrides", "Planner", "batch_kernels", "fused_adjoint_line", "row_fft_line",

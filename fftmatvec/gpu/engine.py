@@ -16,7 +16,6 @@ from .._matmul import quantize_half
 from ..precision import PrecisionConfig
 from .ffts import FFTStages
 from .fused import FusedProducts
-from .planner import Planner
 from .blocks import BlockView
 from .planning import Overrides, device_info
 from .rules import (KHAT_BLOCK, KHAT_MAX_WASTE, PAD, _ELEM_BYTES, _ONE_BLOCK_SHIFT, _STORE_SUFFIX,
@@ -38,9 +37,12 @@ def khat_layout(store: str, nfp: int) -> tuple[int, int, int]:
     return block, blocks, block.bit_length() - 1
 
 
-class KernelEngine(Planner, Stage3Launches, FFTStages, FusedProducts):
-    """Stages 1-5 of a GPU product through the package's kernels and cuFFT/hipFFT; the
-    choices are the planner's (:class:`~fftmatvec.gpu.planner.Planner`)."""
+class KernelEngine(Stage3Launches, FFTStages, FusedProducts):
+    """``Khat`` stored for the package's kernels, and the leaves of stages 1-5 on them and on
+    cuFFT/hipFFT: what an :class:`~fftmatvec.gpu.executor.Executor` builds its product from.
+    It chooses nothing: a product's launches and transforms are its plan's
+    (:func:`~fftmatvec.gpu.planning.make_plan`); stage 3 run on its own takes those of
+    :func:`~fftmatvec.gpu.planning.stage3_launches` (:meth:`launches`)."""
 
     name = "kernels"
 
@@ -57,16 +59,11 @@ class KernelEngine(Planner, Stage3Launches, FFTStages, FusedProducts):
                            + (0 if self.scale is None else 4 * nd * nf))
         self.device = device = device_info(cp.cuda.Device().id)  # read once per device
         self.num_sms = device.multiprocessors
-        self._plans: dict = {}
         self._launches: dict = {}  # (adjoint, k, in dtype, out dtype) -> launches (launches())
         self._blocks: dict = {}  # (i0, i1, j0, j1) -> BlockView (block())
         self._args: dict = {}  # (launch, adjoint, out dtype) -> kernel, arguments (_launch_args)
         self._stage3: dict = {}  # (adjoint, k, in dtype, out dtype) -> packed launches (_Stage3)
         self._fft_plans: dict = {}
-        self._callbacks: tuple[bool, str] | None = None  # cuFFT callbacks usable, and why not
-        self._row_ffts: dict = {}  # (precision, switch, callbacks) -> row FFT kernels usable
-        self._num_regs: dict = {}  # kernel name -> registers per thread (0: unknown)
-        self._sm80 = None  # whether the sm_80+ kernels exist here (found on first use)
         self.smem_per_sm, self.smem_per_block = device.smem_per_sm, device.smem_per_block
         self.threads_per_sm, self.regs_per_sm = device.threads_per_sm, device.regs_per_sm
         self.arch = device.arch

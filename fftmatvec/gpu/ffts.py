@@ -14,7 +14,7 @@ from ..precision import PrecisionConfig
 from . import callbacks as _fftcb
 from . import rowfft as _rowfft
 from .plan import FFT_CALLBACKS, FFT_IN_FUSED_ADJOINT, FFT_ROW
-from .stage3 import _i64
+from .launches import _i64
 from .rules import (_CTYPE2, _REAL_SUFFIX)
 
 

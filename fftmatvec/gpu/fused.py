@@ -22,7 +22,7 @@ from .rules import (FUSED_MAX_ND, FUSED_MAX_RADIX, FUSED_MAX_SMEM, FUSED_ND, FUS
 
 if TYPE_CHECKING:
     from .engine import KernelEngine
-from .stage3 import _holding
+from .launches import _holding
 
 
 class FusedProducts:

@@ -24,7 +24,7 @@ from .rules import (DMMA_C64_ARCHS, FUSED_MAX_ND, FUSED_MIN_BLOCKS_PER_SM, FUSED
                     FUSED_THREADS, MMA_FEW_OUT_MIN_KB, MMA_MAX_KB, ROW_FFT_DTYPES, TILES,
                     XREG_GEMV_KB, XREG_MAX_ND, XREG_MIN_KB, XREG_ND, XREG_TILES, _BATCH_SIZES,
                     _STAGED_J)
-from .stage3 import _Launch
+from .launches import _Launch
 
 
 def _c64_on_dmma(arch: str, overrides: Overrides) -> bool:
@@ -98,9 +98,9 @@ def fused_adjoint_line(gpu: bool, overrides: Overrides | None = None) -> str:
 
 
 class Planner:
-    """The choices of a product: a base class of :class:`~fftmatvec.gpu.engine.KernelEngine`,
-    whose device it asks, and of the planning view of :func:`fftmatvec.gpu.planning.make_plan`,
-    which asks a :class:`~fftmatvec.gpu.planning.DeviceInfo` instead. Its methods read the
+    """The choices of a product: a base class of
+    :class:`~fftmatvec.gpu.planning.PlanningView`, which :func:`fftmatvec.gpu.planning.make_plan`
+    asks, over a :class:`~fftmatvec.gpu.planning.DeviceInfo`. Its methods read the
     shape (``nd``, ``nm``, ``nf``, ``fft_len``, ``store``, ``compute``), the device
     (``num_sms``, ``smem_per_block``, ...), ``rules`` (:class:`~fftmatvec.gpu.rules.Rules`) and
     the plan overrides (``resolved``: :class:`~fftmatvec.gpu.overrides.Overrides`, resolved

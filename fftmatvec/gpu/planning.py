@@ -20,7 +20,7 @@ from .overrides import Overrides
 from .plan import FFT_CALLBACKS, FFT_IN_FUSED_ADJOINT, FFT_PAD, FFT_ROW, FFT_UNPAD, Plan
 from .planner import Planner
 from .rules import _REAL_SUFFIX, _STORE_SUFFIX, Rules
-from .stage3 import Stage3Launches
+from .launches import LaunchBuilders
 
 __all__ = ["Problem", "DeviceInfo", "Overrides", "KernelCode", "PlanningView", "make_plan",
            "make_plan_without_callbacks", "stage3_launches", "device_info"]
@@ -180,7 +180,7 @@ def device_info(device_id: int | None = None) -> DeviceInfo:
     return info
 
 
-class PlanningView(Planner, Stage3Launches):
+class PlanningView(Planner, LaunchBuilders):
     """The planner's methods on a problem's shape, a described device, rules and overrides:
     what :func:`make_plan` asks, and the stage-3 launch builders a tuning sweep calls with
     rules of its own (``rules.with_table({"gemv_blocks_per_sm": 4})``). Nothing is compiled,
@@ -204,7 +204,7 @@ class PlanningView(Planner, Stage3Launches):
         self.smem_per_sm, self.smem_per_block = device.smem_per_sm, device.smem_per_block
         self.threads_per_sm, self.regs_per_sm = device.threads_per_sm, device.regs_per_sm
         self._callbacks, self._sm80 = tuple(device.callbacks), device.mma_kernels
-        self._plans, self._row_ffts, self._num_regs = {}, {}, {}
+        self._plans, self._row_ffts = {}, {}
 
     @property
     def hip(self) -> bool:
@@ -212,9 +212,6 @@ class PlanningView(Planner, Stage3Launches):
 
     def has_kernel(self, name: str) -> bool:
         return self.device.code.has(name)
-
-    def kernel_regs(self, name: str) -> int:
-        return self.device.code.num_regs(name)
 
     def xhat_dtype(self, prec: PrecisionConfig) -> np.dtype:
         if self.compute == np.complex64:
