@@ -50,7 +50,7 @@ class _Recording(MatmulEngine):
         super().__init__(*args)
         self.device, self.rules = H200, RULES
         self.compute = np.dtype(np.complex128 if self.prec.letters[2] == "d" else np.complex64)
-        self.built, self.ran = [], []
+        self.built, self.ran, self.fft_plans = [], [], []
 
     # the fused product's sizes, as the kernel engine computes them
     xhat_nbytes, yhat_nbytes = FusedProducts.xhat_nbytes, FusedProducts.yhat_nbytes
@@ -70,6 +70,9 @@ class _Recording(MatmulEngine):
         self.ran.append(plan)
         return super().apply(xhat, adjoint, out_dtype, out=out, workspace=workspace,
                              xhat_scaled=xhat_scaled)
+
+    def fft_plan(self, kind, batch, dtype):
+        self.fft_plans.append((kind, batch, np.dtype(dtype)))
 
     def fused_plans(self, prec, adjoint, k, in_dtype, out_dtype, ffts, fold=0):
         self.built.append(("ffts", ffts, fold))
@@ -124,12 +127,14 @@ def test_gpu_plan_is_what_runs(recording, rng):
     assert executor.plan is p and executor.product is None
     assert eng.built == [("stage3", False, 16, np.dtype(np.complex128),
                           np.dtype(np.complex128), p.launches)]
+    assert eng.fft_plans == [("r2c", 16 * 40, np.dtype(np.float64)),  # stages 2 and 4's cuFFT
+                             ("c2r", 16 * 6, np.dtype(np.complex128))]
     x = rng.standard_normal((16, 40, 16))
     y = F.matmat(x)
     A = dense_btt(K)
     assert max(rel_err(y[b].ravel(), A @ x[b].ravel()) for b in range(16)) < 1e-13
     assert eng.ran == [executor.stage3] and executor.stage3.plan == p.launches
-    assert len(eng.built) == 1  # nothing built again
+    assert len(eng.built) == 1 and len(eng.fft_plans) == 2  # nothing built again
 
 
 def test_environment_set_after_a_first_product_changes_nothing(recording, monkeypatch, rng):
@@ -269,3 +274,52 @@ def test_gpu_launches_run_are_the_plans(monkeypatch, rng, k, adjoint):
     for b in range(k):
         assert rel_err(y0[b].ravel(), M @ xs[b].ravel()) < 1e-12
     assert rel_err(y1, cp.asnumpy(y0)) < 1e-12
+
+
+def _gpu_imports():
+    """{module: the gpu modules it imports at import time} for fftmatvec/gpu (imports inside
+    functions and under TYPE_CHECKING left out)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(fm.__file__).parent / "gpu"
+    names = {p.stem for p in root.glob("*.py")}
+    graph = {}
+    for path in root.glob("*.py"):
+        deps = set()
+        for node in ast.parse(path.read_text()).body:  # module level only
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                continue
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                if node.module:
+                    deps.add(node.module.split(".")[0])
+                else:
+                    deps.update(a.name for a in node.names)
+        graph[path.stem] = deps & names - {path.stem}
+    return graph
+
+
+def test_gpu_package_has_no_import_cycle_and_small_modules():
+    """fftmatvec/gpu: no module over 600 lines, and its modules import one another without a
+    cycle (a topological order exists); gpu/ does not import the FNO layer."""
+    import ast
+    from pathlib import Path
+
+    root = Path(fm.__file__).parent / "gpu"
+    for path in root.glob("*.py"):
+        text = path.read_text()
+        assert len(text.splitlines()) <= 600, path.name
+        for node in ast.walk(ast.parse(text)):  # anywhere, functions included
+            if isinstance(node, ast.ImportFrom):
+                assert not (node.level == 2 and (node.module or "").startswith("fno")), path.name
+                assert not (node.module or "").startswith("fftmatvec.fno"), path.name
+            elif isinstance(node, ast.Import):
+                assert not any(a.name.startswith("fftmatvec.fno") for a in node.names)
+    graph = _gpu_imports()
+    done, order = set(), []
+    while len(done) < len(graph):
+        ready = [m for m, deps in graph.items() if m not in done and deps <= done]
+        assert ready, f"an import cycle among {sorted(set(graph) - done)}"
+        done.update(ready)
+        order += ready
+    assert order.index("plan") < order.index("planning") < order.index("engine")

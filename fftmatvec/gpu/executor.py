@@ -102,6 +102,10 @@ class Executor:
         else:
             self.stage3 = eng.stage3(adjoint, plan.k, prec.complex_dtype("fft"),
                                      prec.complex_dtype("ifft"), plan.launches)
+            # the cuFFT plans of stages 2 and 4, made now (the engine holds them by size)
+            n_in, n_out = (problem.nd, problem.nm) if adjoint else (problem.nm, problem.nd)
+            eng.fft_plan("r2c", plan.k * n_in, prec.real_dtype("fft"))
+            eng.fft_plan("c2r", plan.k * n_out, prec.complex_dtype("ifft"))
         self._bind(plan)
 
     def _bind(self, plan: Plan) -> None:

@@ -46,7 +46,9 @@ def _partials_nbytes(eng, plans, rows: int) -> int:
 class FFTStages:
     """The FFT stages (a base class of :class:`~fftmatvec.gpu.engine.KernelEngine`)."""
 
-    def _fft_plan(self, kind: str, batch: int, dtype):
+    def fft_plan(self, kind: str, batch: int, dtype):
+        """The cuFFT plan of stage 2 (``kind`` "r2c", input ``dtype`` real) or stage 4 ("c2r",
+        input ``dtype`` complex) over ``batch`` rows of length ``L``, made once per size."""
         from cupy.cuda import cufft
 
         key = (kind, batch, np.dtype(dtype))
@@ -84,7 +86,7 @@ class FFTStages:
         if out is None:
             out = cp.empty((k, n, n_last), dtype=out_dtype)
         direction = cufft.CUFFT_FORWARD if kind == "r2c" else cufft.CUFFT_INVERSE
-        self._fft_plan(kind, k * n, a.dtype).fft(a, out, direction)
+        self.fft_plan(kind, k * n, a.dtype).fft(a, out, direction)
         return out
 
 
