@@ -741,8 +741,10 @@ class BlockToeplitz(_OperatorBase):
         their tiles and split-K, CUDA-graph replay, and the overrides in effect. The overrides
         are those of the operator's construction (``plan=``, ``FFTMATVEC_PLAN`` as it was then,
         the tuning table's): a later change of the environment changes neither the plan nor
-        what runs. Made once per ``(k, adjoint)`` by
-        :func:`~fftmatvec.gpu.planning.make_plan`, from the engine's device and rules."""
+        what runs. It is the plan of the :class:`~fftmatvec.gpu.executor.Executor` that runs
+        the products of ``k`` right-hand sides in the operator's dtype (made here if no product
+        made it yet): :func:`~fftmatvec.gpu.planning.make_plan` of the product, the engine's
+        device and rules, and those overrides."""
         k = _integer(k, "k")
         if k < 1:
             raise FFTMatvecValueError(f"k must be a positive integer, got {k}")
