@@ -323,3 +323,42 @@ def test_gpu_package_has_no_import_cycle_and_small_modules():
         done.update(ready)
         order += ready
     assert order.index("plan") < order.index("planning") < order.index("engine")
+
+
+def test_split_k_sum_is_the_plans(monkeypatch):
+    """Which kernel adds a launch's split-K partials (one thread an output, or lanes) is part
+    of the plan (``_Launch.serial_sum``, the rule of launches.serial_sum), and packing a launch
+    takes that kernel, not a choice of its own."""
+    from fftmatvec import kernels
+    from fftmatvec.gpu.engine import KernelEngine
+    from fftmatvec.gpu.launches import serial_sum
+
+    seen = {True: 0, False: 0}
+    for nm, nd, nt, adjoint in ((5000, 3, 100, False), (20, 3000, 40, True),
+                                (100000, 10, 100, False), (1000, 100, 1000, False),
+                                (5000, 100, 1000, False)):
+        problem = Problem(nd, nm, nt, fm.fft_length(nt), 1, adjoint)
+        for la in make_plan(problem, H200, RULES).launches:
+            n_out = nm if adjoint else nd
+            want = la.splits > 1 and serial_sum(RULES, 132, la.kb * n_out * problem.nf,
+                                                la.splits)
+            assert la.serial_sum is want
+            if la.splits > 1:
+                seen[want] += 1
+    assert seen[True] and seen[False]  # both kernels are planned somewhere
+    got = []
+    monkeypatch.setattr(kernels, "get_function",
+                        lambda name, shared_mem=0: got.append(name) or name)
+    problem = Problem(3, 5000, 100, fm.fft_length(100))
+    (la,) = make_plan(problem, H200, RULES).launches
+    assert la.splits > 1
+    eng = SimpleNamespace(nf=problem.nf, nfp=problem.nf + 3, rules=RULES, num_sms=132,
+                          compute=np.dtype(np.complex128), _args={},
+                          khat_strides=lambda adjoint: (8, 8, 3, 8))
+    eng.split_sum = lambda *a, **kw: KernelEngine.split_sum(eng, *a, **kw)
+    for serial in (True, False):  # the launch's word, whatever the rule says
+        import dataclasses
+
+        one = dataclasses.replace(la, serial_sum=serial)
+        _, _, (fn, _, _, _) = KernelEngine._launch_args(eng, one, False, 3, 5000, np.complex128)
+        assert fn.startswith("reduce_serial_" if serial else "reduce_c128")

@@ -30,6 +30,7 @@ class _Launch:
     resident: int = 0  # blocks resident on the device at once (tensor-core launches)
     freq_major: bool = False  # consecutive blocks take consecutive frequency tiles (tensor cores)
     xreg_rows: int = 0  # output rows per block of an input-in-registers adjoint (sbgemvx_*), else 0
+    serial_sum: bool = False  # split-K partials added one thread an output (reduce_serial_*)
 
     def describe(self) -> str:
         """The launch in words: kernel family, right-hand sides, kernel, grid, split-K."""
@@ -50,6 +51,14 @@ def async_chunks(tile) -> int:
 def _holding(n: int, compiled) -> int | None:
     """The smallest of the ``compiled`` counts (ascending) that holds ``n``, or None."""
     return next((c for c in compiled if c >= n), None)
+
+
+def serial_sum(rules, num_sms: int, n: int, splits: int) -> bool:
+    """Whether the split-K sum of ``splits`` partial results of ``n`` outputs each runs one
+    thread per output (``reduce_serial_*``: few splits over many outputs, the rules'
+    ``reduce_serial_*``), else lanes of threads summing each output's splits."""
+    return (splits <= rules.reduce_serial_max_splits
+            and n >= rules.reduce_serial_min_outputs * num_sms)
 
 
 def _i64(v) -> np.int64:
@@ -115,6 +124,11 @@ class LaunchBuilders:
     :class:`~fftmatvec.gpu.planning.PlanningView`): they read the problem's shape (``nd``,
     ``nm``, ``nf``, ``store``, ``compute``, ``data.itemsize``), the device (``num_sms``, shared
     memory, threads and registers per multiprocessor, ``device.code``) and ``rules``."""
+
+    def _serial_sum(self, rows: int, splits: int) -> bool:
+        """:func:`serial_sum` of a launch's ``rows`` output rows (right-hand sides times
+        outputs) of ``nf`` frequencies, where it splits (False without split-K)."""
+        return splits > 1 and serial_sum(self.rules, self.num_sms, rows * self.nf, splits)
 
     def _xreg_fw(self) -> int:
         """The frequencies per block of an input-in-registers launch (:data:`XREG_TILES`)."""
@@ -230,7 +244,8 @@ class LaunchBuilders:
         if self.rules.pipe_freq_major is not None:
             freq_major = bool(self.rules.pipe_freq_major)
         return _Launch(name, kb, (base, splits), (32, wr * wf), splits, red_chunk, mma=True,
-                       smem=smem, resident=resident, freq_major=freq_major)
+                       smem=smem, resident=resident, freq_major=freq_major,
+                       serial_sum=self._serial_sum(kb * n_out, splits))
 
 
     def resident_blocks(self, name: str | None, threads: int, smem: int) -> int:
@@ -277,7 +292,8 @@ class LaunchBuilders:
         splits, red_chunk = _split_k(splits, n_red, _STAGED_J)
         out_sfx = _CPLX_SUFFIX[self.compute if splits > 1 else np.dtype(out_dtype)]
         name = f"sbgemvs_{self.store}_{_CPLX_SUFFIX[np.dtype(in_dtype)]}_{out_sfx}_r{rt}_v{v}"
-        return _Launch(name, 1, (base, splits), (32, ty), splits, red_chunk, staged=True)
+        return _Launch(name, 1, (base, splits), (32, ty), splits, red_chunk, staged=True,
+                       serial_sum=self._serial_sum(n_out, splits))
 
 
     def _async_grid(self, tile, waves: int, n_out: int, n_red: int, in_dtype,
@@ -351,7 +367,8 @@ class LaunchBuilders:
         base, splits, red_chunk, _ = self._async_grid(tile, waves, n_out, n_red, in_dtype,
                                                       adjoint)
         name = self._async_name(tile, in_dtype, self.compute if splits > 1 else out_dtype)
-        return _Launch(name, 1, (base, splits), (32, ty), splits, red_chunk, staged=True, smem=smem)
+        return _Launch(name, 1, (base, splits), (32, ty), splits, red_chunk, staged=True, smem=smem,
+                       serial_sum=self._serial_sum(n_out, splits))
 
 
     def _launch(self, kb, n_out, n_red, in_dtype, out_dtype, tile=None, adjoint=False) -> _Launch:
@@ -382,7 +399,8 @@ class LaunchBuilders:
         out_sfx = _CPLX_SUFFIX[self.compute if splits > 1 else np.dtype(out_dtype)]
         name = (f"sbgemv_{self.store}_{_CPLX_SUFFIX[np.dtype(in_dtype)]}_{out_sfx}"
                 f"_r{rt}_k{kb}_v{v}" + (f"_w{w}" if w > 1 else ""))
-        return _Launch(name, kb, (base, splits), (bx, ty), splits, red_chunk)
+        return _Launch(name, kb, (base, splits), (bx, ty), splits, red_chunk,
+                       serial_sum=self._serial_sum(kb * n_out, splits))
 
 
     def _gemv_blocks(self, n_out, n_red, rt, v, w, bx, ty, per_sm) -> tuple[int, int]:

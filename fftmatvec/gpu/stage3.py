@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import kernels
 from .launches import (_Launch, _holding, _i64, _split_k, async_chunks, pipe_max_splits,
-                       pipe_split_count, pipe_split_time)
+                       pipe_split_count, pipe_split_time, serial_sum)
 from .rules import REDUCE_LANES, REDUCE_SERIAL_THREADS, XREG_MAX_SMEM, _CPLX_SUFFIX
 
 if TYPE_CHECKING:
@@ -131,14 +131,14 @@ class Stage3Launches:
     def split_sum(self, n: int, splits: int, out_dtype, serial: bool | None = None) -> tuple:
         """(kernel, grid, block, arguments after the two pointers) of the split-K sum of
         ``splits`` partial results of ``n`` outputs each (in the compute dtype) into
-        ``out_dtype``: one thread per output where there are few splits and many outputs,
-        else lanes of threads summing each output's splits (``serial`` True or False: that
-        kernel, for the probes)."""
+        ``out_dtype``: one thread per output (``serial`` True: a plan's launch says so,
+        :attr:`~fftmatvec.gpu.launches._Launch.serial_sum`), else lanes of threads summing each
+        output's splits; ``serial`` None: the rule (:func:`~fftmatvec.gpu.launches.serial_sum`),
+        for the probes."""
         pair = f"{_CPLX_SUFFIX[self.compute]}_{_CPLX_SUFFIX[np.dtype(out_dtype)]}"
         args = (_i64(n), np.int32(splits))
         if serial is None:
-            serial = (splits <= self.rules.reduce_serial_max_splits
-                      and n >= self.rules.reduce_serial_min_outputs * self.num_sms)
+            serial = serial_sum(self.rules, self.num_sms, n, splits)
         if serial:
             threads = REDUCE_SERIAL_THREADS
             blocks = min(math.ceil(n / threads), 8 * self.num_sms)
@@ -178,7 +178,7 @@ class Stage3Launches:
         reduce = None
         if launch.splits > 1:
             n = kb * n_out * nf
-            reduce = self.split_sum(n, launch.splits, out_dtype)
+            reduce = self.split_sum(n, launch.splits, out_dtype, launch.serial_sum)
         hit = (kernels.get_function(launch.name, shared_mem=smem), args, reduce)
         self._args[key] = hit
         return hit
