@@ -101,7 +101,7 @@ def test_block_view_reads_khat_in_place():
     described on NumPy arrays.)"""
     from types import SimpleNamespace
 
-    from fftmatvec.gpu import KernelEngine, Overrides, Problem, stage3_launches
+    from fftmatvec.gpu import KernelEngine, KhatStore, Overrides, Problem, stage3_launches
     from fftmatvec.gpu.blocks import BlockView
     from fftmatvec.gpu.planning import DeviceInfo
     from fftmatvec.gpu.rules import rules_for
@@ -112,21 +112,22 @@ def test_block_view_reads_khat_in_place():
                                          "sharedMemPerBlockOptin": 227 * 1024}, "sm_90")
     nd, nm, nt, L = 6, 10, 20, 40
     nf = L // 2 + 1
+    khat = KhatStore.zeros(np, "c128", nd, nm, nf, L, np.complex128)
     eng = SimpleNamespace(cp=np, prec=PrecisionConfig("ddddd"), store="c128",
-                          compute=np.dtype(np.complex128), nd=nd, nm=nm, nf=nf, nfp=nf + 3,
-                          nt=nt, fft_len=L, device=device, rules=rules_for("sm_90"),
-                          resolved=Overrides(), num_sms=132, khat_block=8, khat_shift=3,
-                          data=np.zeros((3, nd, nm, 8), dtype=np.complex128), scale=None,
-                          _blocks={})
-    whole = KernelEngine.khat_strides(eng, False), KernelEngine.khat_strides(eng, True)
+                          compute=np.dtype(np.complex128), nd=nd, nm=nm, nf=nf, nt=nt,
+                          fft_len=L, device=device, rules=rules_for("sm_90"),
+                          resolved=Overrides(), num_sms=132, khat_store=khat, _blocks={})
+    whole = khat.strides(False), khat.strides(True)
     view = KernelEngine.block(eng, 2, 5, 3, 9)
     assert isinstance(view, BlockView) and KernelEngine.block(eng, 2, 5, 3, 9) is view
     assert KernelEngine.block(eng, 0, nd, 0, nm) is eng
-    assert (view.nd, view.nm) == (3, 6)
-    assert np.shares_memory(view.data, eng.data) and view.data.shape == (3, 3, 6, 8)
-    eng.data[0, 2, 3, 0] = 7.0
-    assert view.data[0, 0, 0, 0] == 7.0  # the block's first element
-    assert (view.khat_strides(False), view.khat_strides(True)) == whole
+    assert (view.nd, view.nm) == (view.khat_store.nd, view.khat_store.nm) == (3, 6)
+    data = view.khat_store.data
+    assert np.shares_memory(data, khat.data) and data.shape == (khat.blocks, 3, 6,
+                                                                 khat.block_freqs)
+    khat.data[0, 2, 3, 0] = 7.0
+    assert data[0, 0, 0, 0] == 7.0  # the block's first element
+    assert (view.khat_store.strides(False), view.khat_store.strides(True)) == whole
     for adjoint in (False, True):
         want = stage3_launches(Problem(3, 6, nt, L, 4, adjoint), device, eng.rules,
                                Overrides(), np.complex128, np.complex128)

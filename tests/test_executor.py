@@ -352,9 +352,10 @@ def test_split_k_sum_is_the_plans(monkeypatch):
     problem = Problem(3, 5000, 100, fm.fft_length(100))
     (la,) = make_plan(problem, H200, RULES).launches
     assert la.splits > 1
-    eng = SimpleNamespace(nf=problem.nf, nfp=problem.nf + 3, rules=RULES, num_sms=132,
+    eng = SimpleNamespace(nf=problem.nf, rules=RULES, num_sms=132,
                           compute=np.dtype(np.complex128), _args={},
-                          khat_strides=lambda adjoint: (8, 8, 3, 8))
+                          khat_store=SimpleNamespace(nfp=problem.nf + 3,
+                                                     strides=lambda adjoint: (8, 8, 3, 8)))
     eng.split_sum = lambda *a, **kw: KernelEngine.split_sum(eng, *a, **kw)
     for serial in (True, False):  # the launch's word, whatever the rule says
         import dataclasses

@@ -63,8 +63,9 @@ def _host_engine(monkeypatch, ok=True, fail=None):
 
     monkeypatch.setattr(_fftcb, "get_plan", get_plan)
     # no planner methods: the plans are built from the kinds given, nothing is chosen
-    engine = SimpleNamespace(nd=3, nm=5, nf=11, nfp=12, nt=10, fft_len=20,
-                             compute=np.dtype(np.complex64), scale=None,
+    engine = SimpleNamespace(nd=3, nm=5, nf=11, nt=10, fft_len=20,
+                             compute=np.dtype(np.complex64),
+                             khat_store=SimpleNamespace(nfp=12, scale=None),
                              smem_per_block=227 * 1024)
     engine.xhat_dtype = lambda prec: KernelEngine.xhat_dtype(engine, prec)
     engine.yhat_dtype = lambda prec: KernelEngine.yhat_dtype(engine, prec)
@@ -108,7 +109,7 @@ def test_fused_plans_scale_float16_adjoints(monkeypatch):
     (read from the engine's scale array), in either FFT precision; the forward product keeps
     the plain complex64 store."""
     engine, calls = _host_engine(monkeypatch)
-    engine.scale = "the scales"
+    engine.khat_store.scale = "the scales"
     sizes = {"FMV_NF": "11ULL", "FMV_ND": "3ULL", "FMV_NFP": "12ULL"}
     for prec, cplx, double in (("ddhdd", "double2", True), ("sshss", "float2", False)):
         calls.clear()
@@ -228,7 +229,7 @@ def test_fused_plans_on_row_fft_kernels(monkeypatch):
     assert made == [("r2c", 20, 10, 2 * 5, "float64", "float32", "float64", "complex64", None, 3, 12),
                     ("c2r", 20, 10, 2 * 3, "complex64", "float32", "float64", "float32", None, 1, 0)]
     made.clear()
-    engine.scale = "the scales"
+    engine.khat_store.scale = "the scales"
     plans = KernelEngine.fused_plans(engine, PrecisionConfig("ddhdd"), True, 1, np.float32,
                                      np.float64, ROW)
     assert plans.xhat_scaled

@@ -295,7 +295,7 @@ def test_h_adjoint_prescaled(rng, monkeypatch, shape):
         ref = _dense_product(khat, x, True)
         xs = eng.scale_xhat(cp.asarray(x).astype(np.complex64))  # as the FFT's callback writes it
         assert xs.dtype == np.complex64 and xs.shape == x.shape
-        scale = cp.asnumpy(eng.scale)[:, : F.nf]
+        scale = cp.asnumpy(eng.khat_store.scale)[:, : F.nf]
         np.testing.assert_allclose(cp.asnumpy(xs), x.astype(np.complex64) * scale, rtol=1e-6)
         # in complex128 the product is exact to the last bit: x times the float32 scale
         np.testing.assert_array_equal(cp.asnumpy(eng.scale_xhat(cp.asarray(x))),

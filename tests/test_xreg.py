@@ -271,8 +271,9 @@ def test_xreg_launch_keeps_the_default_carveout(monkeypatch):
         if opt_in:  # none compiled passes 48 KB: 6 stages of the 32-frequency tile would
             monkeypatch.setitem(_gpu.XREG_TILES["c128"], 32, (2, 2, 6))
         eng = _engine(monkeypatch, store="c128", nd=nd, nf=101)
-        eng.nfp, eng._args = 102, {}
-        eng.khat_strides = lambda adjoint: (64, 64 * eng.nm, 6, eng.nd * eng.nm * 64)
+        eng._args = {}
+        eng.khat_store = SimpleNamespace(
+            nfp=102, strides=lambda adjoint: (64, 64 * eng.nm, 6, eng.nd * eng.nm * 64))
         la = eng._launch_xreg(16, np.complex128, np.complex128, fw=fw)
         assert (la.smem > _gpu.XREG_MAX_SMEM) is opt_in
         fn, args, reduce = KernelEngine._launch_args(eng, la, True, eng.nm, nd, np.complex128)

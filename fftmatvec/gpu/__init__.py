@@ -12,8 +12,8 @@ Modules, one concern each:
   runs it;
 * :mod:`~fftmatvec.gpu.planner`: every choice a product makes, from
   :mod:`~fftmatvec.gpu.rules`, the measured rules (docs/gpu.md);
-* :mod:`~fftmatvec.gpu.engine`: ``Khat`` in the kernels' layout and the engine class (the
-  stages' leaves; it chooses nothing);
+* :mod:`~fftmatvec.gpu.khat`: ``Khat`` in the kernels' layout (:class:`KhatStore`);
+  :mod:`~fftmatvec.gpu.engine`: the engine class (the stages' leaves; it chooses nothing);
 * :mod:`~fftmatvec.gpu.launches`: the stage-3 launch builders (planning);
   :mod:`~fftmatvec.gpu.stage3`: stage 3 run, its launches packed;
   :mod:`~fftmatvec.gpu.blocks`: stage 3 of one block of ``Khat``;
@@ -26,9 +26,10 @@ Nothing here imports CuPy at import time.
 
 from __future__ import annotations
 
-from . import (callbacks, engine, executor, ffts, fused, graphs, launches, overrides, plan,
-               planner, planning, rowfft, rules, stage3)
-from .engine import KernelEngine, khat_layout
+from . import (callbacks, engine, executor, ffts, fused, graphs, khat, launches, overrides,
+               plan, planner, planning, rowfft, rules, stage3)
+from .engine import KernelEngine
+from .khat import KhatStore, khat_layout
 from .executor import Executor
 from .ffts import FusedPlans
 from .overrides import Overrides
@@ -40,9 +41,11 @@ from .rules import *  # noqa: F403  (the tile catalogues and thresholds: rules._
 from .rules import __all__ as _rules_all
 from .launches import async_chunks, pipe_max_splits, pipe_split_count, pipe_split_time
 
-__all__ = ["callbacks", "engine", "executor", "ffts", "fused", "graphs", "launches", "overrides",
+__all__ = ["callbacks", "engine", "executor", "ffts", "fused", "graphs", "khat", "launches",
+           "overrides",
            "plan",
-           "planner", "planning", "rowfft", "rules", "stage3", "KernelEngine", "khat_layout",
+           "planner", "planning", "rowfft", "rules", "stage3", "KernelEngine", "KhatStore",
+           "khat_layout",
            "Executor", "FusedPlans", "ENV", "PLAN_KEYS", "STAGE3_CHOICES", "Plan",
            "parse_overrides", "Planner", "batch_kernels", "fused_adjoint_line", "row_fft_line",
            "DeviceInfo", "KernelCode", "KnownCode", "Overrides", "PlanningView", "Problem",

@@ -158,9 +158,9 @@ class FFTStages:
             if self.scales_input(adjoint):  # float16 adjoint: the row scales on the way out
                 store = ("FMV_XHAT_SCALE_STORE", {
                     "FMV_NF": f"{self.nf}ULL", "FMV_ND": f"{self.nd}ULL",
-                    "FMV_NFP": f"{self.nfp}ULL",
+                    "FMV_NFP": f"{self.khat_store.nfp}ULL",
                     "FMV_TFFTC": "double2" if fft_real == np.float64 else "float2"})
-                store_info = self.scale
+                store_info = self.khat_store.scale
             elif self.xhat_dtype(prec) != prec.complex_dtype("fft"):
                 store = ("FMV_XHAT_STORE", {})
             fwd = _fftcb.get_plan("r2c", L, k * n_in, fft_real == np.float64, load=pad,
@@ -190,7 +190,8 @@ class FFTStages:
         scaled = self.scales_input(adjoint)
         return _rowfft.RowFFT("r2c", self.fft_len, self.nt, k * n_in, in_dtype, prec.pad_dtype,
                               prec.real_dtype("fft"), self.xhat_dtype(prec),
-                              scale=self.scale if scaled else None, nd=self.nd, nfp=self.nfp,
+                              scale=self.khat_store.scale if scaled else None, nd=self.nd,
+                              nfp=self.khat_store.nfp,
                               smem_per_block=self.smem_per_block)
 
 

@@ -102,10 +102,10 @@ class _GemvIrfft:
         self.smem = _rowfft.block_bytes(L, fft_real, rpb)
         self.grid = (-(-nm // rpb),)
         self.name = self.kernel_name(eng.store, eng.xhat_dtype(prec), prec, out_dtype, eng.nd)
-        so, sr, shift, sb = eng.khat_strides(True)
+        so, sr, shift, sb = eng.khat_store.strides(True)
         packed = _rowfft.packed_radices(rads)
         i64, i32 = np.int64, np.int32
-        args = (eng.data, None, None, self.twiddles, i64(nm), i32(eng.nd), i32(eng.nt), i32(L),
+        args = (eng.khat_store.data, None, None, self.twiddles, i64(nm), i32(eng.nd), i32(eng.nt), i32(L),
                 i32(rpb), np.uint64(packed), i32(len(rads)), i64(so), i64(sr), i32(shift),
                 i64(sb))
         fn = kernels.get_function(self.name)  # no opt-in: the default carveout (FUSED_MAX_SMEM)

@@ -105,14 +105,15 @@ class Stage3Launches:
     def scales_input(self, adjoint: bool) -> bool:
         """Whether a product's stage-3 input must carry the float16 row scales: adjoints with
         `h` storage (the kernels of the adjoint read no scales)."""
-        return bool(adjoint) and self.scale is not None
+        return bool(adjoint) and self.khat_store.scale is not None
 
 
     def scale_xhat(self, xhat, out=None):
         """An adjoint's input ``(k, Nd, Nf)`` times the float16 row scales, in its own dtype
         (into ``out`` if given): what the forward FFT's store callback writes, as a kernel of
         its own for the products that run without callbacks."""
-        if self.scale is None:
+        khat = self.khat_store
+        if khat.scale is None:
             raise ValueError("only float16 storage has row scales")
         cp = self.cp
         xhat = cp.ascontiguousarray(xhat)
@@ -124,7 +125,7 @@ class Stage3Launches:
         rows = k * n
         kernels.get_function(f"scale_rows_{_CPLX_SUFFIX[xhat.dtype]}")(
             *self._rows_launch(rows, nf),
-            (xhat, self.scale, out, _i64(rows), _i64(self.nd), _i64(nf), _i64(self.nfp)))
+            (xhat, khat.scale, out, _i64(rows), _i64(self.nd), _i64(nf), _i64(khat.nfp)))
         return out
 
 
@@ -156,8 +157,8 @@ class Stage3Launches:
         hit = self._args.get(key)
         if hit is not None:
             return hit
-        nf, nfp, kb = self.nf, self.nfp, launch.kb
-        so, sr, shift, sb = self.khat_strides(adjoint)
+        nf, nfp, kb = self.nf, self.khat_store.nfp, launch.kb
+        so, sr, shift, sb = self.khat_store.strides(adjoint)
         args = (_i64(nf), _i64(nfp), _i64(n_out), _i64(n_red), _i64(so), _i64(sr),
                 np.int32(shift), _i64(sb))
         smem = launch.smem
@@ -197,7 +198,8 @@ class _Stage3:
             raise ValueError(f"the plan's launches take {sum(la.kb for la in plan)} "
                              f"right-hand sides, the product {k}")
         self.plan = plan
-        scale = np.uint64(0) if eng.scale is None or adjoint else eng.scale  # forward only
+        khat = eng.khat_store
+        scale = np.uint64(0) if khat.scale is None or adjoint else khat.scale  # forward only
         in_row, out_row = n_in * eng.nf * in_dtype.itemsize, n_out * eng.nf * out_dtype.itemsize
         self.steps = []  # (launch, split-K sum or None, input offset, output offset)
         self.workspace_bytes = 0
@@ -205,7 +207,7 @@ class _Stage3:
         for la in plan:
             fn, args, reduce = eng._launch_args(la, adjoint, n_out, n_red, out_dtype)
             main = kernels.PackedLaunch(fn, la.grid, la.block, la.smem,
-                                        (eng.data, scale, None, None) + args)
+                                        (khat.data, scale, None, None) + args)
             red = None
             if reduce is not None:
                 red_fn, grid, block, red_args = reduce
