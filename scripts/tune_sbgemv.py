@@ -77,8 +77,8 @@ def main(argv=None) -> int:
                 problem = Problem(nd, nm, nt, F.fft_len, k, adjoint, F.precision.letters)
 
                 def view(**rules):
-                    """The planner of this product with these rules in place of the device's
-                    (the split-K targets a candidate sets)."""
+                    """The planning of this product (its planner and launch builders) with these
+                    rules in place of the device's (the split-K targets a candidate sets)."""
                     return PlanningView(problem, eng.device, eng.rules.with_table(rules),
                                         F._overrides)
 
@@ -90,8 +90,9 @@ def main(argv=None) -> int:
                     x.dtype, np.complex128))
                 cands += [("unstaged default", unstaged), ("default", default)]
                 if k == 1:  # the default tile of one frequency group (default block), as a reference
-                    rt, v = base._tile(k, n_out, adjoint)
-                    la = base._launch(k, n_out, n_red, x.dtype, np.complex128, tile=(rt, v, None, None))
+                    rt, v = base.builders._tile(k, n_out, adjoint)
+                    la = base.builders._launch_gemv(k, n_out, n_red, x.dtype, np.complex128,
+                                                    tile=(rt, v, None, None))
                     cands.append(("one-group default", [la]))
                 # the GEMV tiles: RT x V (x W groups, one right-hand side) per thread
                 tiles = [(rt, v, 1) for rt, kb, v in TILES[eng.store]
@@ -101,40 +102,40 @@ def main(argv=None) -> int:
                 for rt, v, w in tiles:
                     for bx, ty in ((32, 4), (64, 2), (64, 4), (128, 1), (32, 8), (64, 1)):
                         for bps in (int(b) for b in args.blocks_per_sm.split(",")):
-                            la = view(gemv_blocks_per_sm=bps)._launch(
+                            la = view(gemv_blocks_per_sm=bps).builders._launch_gemv(
                                 k, n_out, n_red, x.dtype, np.complex128, tile=(rt, v, bx, ty, w))
                             cands.append((f"rt={rt} v={v} w={w} bx={bx} ty={ty} bps={bps}", [la]))
-                if k == 1 and base._sm80_kernels():
+                if k == 1 and base.planner._sm80_kernels():
                     # the cp.async kernel: (RT, TY, J, NS) and its split-K target
                     for tile in ASYNC_TILES[eng.store]:
                         for waves in (1, 2, 4, 8):
-                            la = view(async_waves=waves)._launch_async(
+                            la = view(async_waves=waves).builders._launch_async(
                                 n_out, n_red, x.dtype, np.complex128, tile=tile, adjoint=adjoint)
                             cands.append((f"async tile={tile} waves={waves}", [la]))
                 if k == 1 and not args.no_staged:  # the staged kernel: (RT, V, TY), split-K target
                     for rt, v in STAGED_TILES[eng.store]:
                         for ty in (4, 8, 16):
                             for tps in (1024, 2048):
-                                la = view(staged_threads_per_sm=tps)._launch_staged(
+                                la = view(staged_threads_per_sm=tps).builders._launch_staged(
                                     n_out, n_red, x.dtype, np.complex128, tile=(rt, v, ty))
                                 cands.append((f"staged rt={rt} v={v} ty={ty} threads/SM={tps}", [la]))
-                if k > 1 and base._mma_min_kb() is not None:  # the tensor-core kernel
-                    for tile in PIPE_TILES[base.pipe_store]:
+                if k > 1 and base.planner._mma_min_kb() is not None:  # the tensor-core kernel
+                    for tile in PIPE_TILES[base.builders.pipe_store]:
                         for waves in (1, 2, 4, 8):
-                            la = view(pipe_waves=waves)._launch_pipe(
+                            la = view(pipe_waves=waves).builders._launch_pipe(
                                 k, n_out, n_red, x.dtype, np.complex128, tile=tile, adjoint=adjoint)
                             cands.append((f"mma tile={tile} waves={waves}", [la]))
-                    tile, few_waves = base._pipe_tile(n_out, n_red, adjoint)
+                    tile, few_waves = base.builders._pipe_tile(n_out, n_red, adjoint)
                     launches = {}  # the default tile at each split-K count
                     # (the few-row tile splits by rounds, not by the model: no points to fit)
                     for want in (int(v) for v in args.pipe_splits.split(",") if v and few_waves is None):
-                        la = view(pipe_splits=want)._launch_pipe(k, n_out, n_red, x.dtype,
-                                                                 np.complex128, adjoint=adjoint)
+                        la = view(pipe_splits=want).builders._launch_pipe(
+                            k, n_out, n_red, x.dtype, np.complex128, adjoint=adjoint)
                         launches.setdefault(la.splits, la)
                     for sp, la in launches.items():
                         cands.append((f"mma default splits={sp}", [la]))
                         split_points.append((len(cands) - 1, {
-                            "case": (size, st, adjoint), "store": base.pipe_store, "adjoint": adjoint,
+                            "case": (size, st, adjoint), "store": base.builders.pipe_store, "adjoint": adjoint,
                             "splits": la.splits,
                             "chunk": la.red_chunk, "base": la.grid[0], "resident": la.resident,
                             "partial_bytes": k * n_out * F.nf * eng.compute.itemsize,
@@ -142,15 +143,15 @@ def main(argv=None) -> int:
                             "max_splits": pipe_max_splits(n_red, tile),
                             "model_choice": default[0].splits if default[0].mma else None}))
                     if default[0].mma:  # the default launch with the other block order
-                        la = view(pipe_freq_major=not default[0].freq_major)._launch_pipe(
+                        la = view(pipe_freq_major=not default[0].freq_major).builders._launch_pipe(
                             k, n_out, n_red, x.dtype, np.complex128, adjoint=adjoint)
                         cands.append((f"mma default order={'frequency' if la.freq_major else 'row'}-major",
                                       [la]))
-                if (adjoint and 1 < k <= 16 and eng.nd <= XREG_MAX_ND and base._sm80_kernels()
+                if (adjoint and 1 < k <= 16 and eng.nd <= XREG_MAX_ND and base.planner._sm80_kernels()
                         and eng.store in XREG_TILES):  # the input-in-registers kernel
                     for fw in XREG_TILES[eng.store]:
                         for per_block in (4, 8, 16, 32, 64, 128):
-                            la = base._launch_xreg(k, x.dtype, np.complex128, fw=fw, rows=per_block)
+                            la = base.builders._launch_xreg(k, x.dtype, np.complex128, fw=fw, rows=per_block)
                             cands.append((f"xreg fw={fw} rows={la.xreg_rows}", [la]))
                 timed = time_both_ways([plan for _, plan in cands], time_plan)
                 rows = sorted(((t, desc, plan[0]) for t, (desc, plan) in zip(timed, cands)),

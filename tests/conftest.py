@@ -91,9 +91,10 @@ class EnvOverrides:
 
 
 def planning_view(F, adjoint: bool = False, k: int = 1, device=None, **rules):
-    """The planner of a product of the GPU operator ``F`` (its choices and stage-3 launch
-    builders: a :class:`~fftmatvec.gpu.planning.PlanningView`) on its engine's device (or
-    ``device``), with ``rules`` in place of the device's (split-K targets) and ``F``'s overrides."""
+    """The planning of a product of the GPU operator ``F`` (a
+    :class:`~fftmatvec.gpu.planning.PlanningView`: its ``planner``, the choices, and its
+    ``builders``, the stage-3 launch builders) on its engine's device (or ``device``), with
+    ``rules`` in place of the device's (split-K targets) and ``F``'s overrides."""
     from fftmatvec.gpu import PlanningView, Problem
 
     eng = F._engine

@@ -17,7 +17,7 @@ import fftmatvec as fm
 from fftmatvec import backend
 from fftmatvec.gpu import callbacks as _fftcb
 from fftmatvec.gpu import rowfft as _rowfft
-from fftmatvec.gpu import KernelEngine, PlanningView
+from fftmatvec.gpu import KernelEngine, Planner
 from fftmatvec.gpu.plan import FFT_CALLBACKS, FFT_IN_FUSED_ADJOINT, FFT_PAD, FFT_ROW, FFT_UNPAD
 from fftmatvec.precision import PrecisionConfig
 
@@ -191,11 +191,11 @@ def test_fold_splits_takes_one_launch_of_few_splits(monkeypatch):
 
     prec = PrecisionConfig("ddddd")
     top = _gpu.FOLD_MAX_SPLITS
-    assert [PlanningView.fold_splits(engine(s), prec, False, 1) for s in (1, 2, top, top + 1)] \
+    assert [Planner.fold_splits(engine(s), prec, False, 1) for s in (1, 2, top, top + 1)] \
         == [0, 2, top, 0]
-    assert PlanningView.fold_splits(engine(4, 4), prec, False, 3) == 0
+    assert Planner.fold_splits(engine(4, 4), prec, False, 3) == 0
     off = _gpu.rules_for("sm_90").with_table({"fold_max_splits": 0})
-    assert PlanningView.fold_splits(engine(2, rules=off), prec, False, 1) == 0
+    assert Planner.fold_splits(engine(2, rules=off), prec, False, 1) == 0
 
 
 def test_fused_plans_refuse_the_stages_kinds(monkeypatch):

@@ -16,7 +16,7 @@ from conftest import EnvOverrides, set_plan
 import fftmatvec as fm
 from fftmatvec import gpu as _gpu, backend, kernels
 from fftmatvec._errors import FFTMatvecValueError
-from fftmatvec.gpu import KernelEngine, PlanningView
+from fftmatvec.gpu import KernelEngine, Planner
 from fftmatvec.precision import PrecisionConfig
 
 from conftest import dense_btt, rel_err, to_numpy
@@ -60,7 +60,7 @@ def test_fused_adjoint_rule(monkeypatch, change, expect):
     adjoint, k = change.pop("adjoint", True), change.pop("k", 1)
     eng, made = _engine(monkeypatch, **change)
     prec = PrecisionConfig("sssss" if eng.store == "c64" else "ddddd")
-    assert PlanningView.fused_adjoint_takes(eng, prec, adjoint, k, np.float64) is expect
+    assert Planner.fused_adjoint_takes(eng, prec, adjoint, k, np.float64) is expect
     assert not made  # the rule builds nothing: an executor builds what its plan names
 
 
@@ -70,26 +70,26 @@ def test_fused_adjoint_switch(monkeypatch):
     prec = PrecisionConfig("ddddd")
     set_plan(monkeypatch, "fused_adjoint", "0")
     eng, made = _engine(monkeypatch)
-    assert PlanningView.fused_adjoint_takes(eng, prec, True, 1, np.float64) is False
+    assert Planner.fused_adjoint_takes(eng, prec, True, 1, np.float64) is False
     set_plan(monkeypatch, "fused_adjoint", "1")
     eng, made = _engine(monkeypatch, store="c64", nm=100)
-    assert PlanningView.fused_adjoint_takes(eng, PrecisionConfig("sssss"), True, 1, np.float64) is True
-    assert PlanningView.fused_adjoint_takes(eng, prec, False, 1, np.float64) is False  # forward: never
+    assert Planner.fused_adjoint_takes(eng, PrecisionConfig("sssss"), True, 1, np.float64) is True
+    assert Planner.fused_adjoint_takes(eng, prec, False, 1, np.float64) is False  # forward: never
     for change, why in (({"store": "c32h"}, "c32h storage"), ({"nd": 13}, "Nd = 13 sensors"),
                         ({"nf": 129}, "Nf = 129 frequencies"),
                         ({"row_ffts": False}, "row FFT kernels do not take length")):
         eng, _ = _engine(monkeypatch, **change)
         with pytest.raises(FFTMatvecValueError, match=why):
-            PlanningView.fused_adjoint_takes(eng, prec, True, 1, np.float64)
+            Planner.fused_adjoint_takes(eng, prec, True, 1, np.float64)
     with pytest.raises(FFTMatvecValueError, match="3 right-hand sides"):
-        PlanningView.fused_adjoint_takes(_engine(monkeypatch)[0], prec, True, 3, np.float64)
+        Planner.fused_adjoint_takes(_engine(monkeypatch)[0], prec, True, 3, np.float64)
     monkeypatch.setattr(kernels, "has_function", lambda name: False)
     eng.store, eng.nd, eng.nf, eng.row_ffts = "c128", 10, 101, lambda p: True
     with pytest.raises(FFTMatvecValueError, match="no sbgemv_irfft_c128_c128_f64_f64_f64_n10"):
-        PlanningView.fused_adjoint_takes(eng, prec, True, 1, np.float64)
+        Planner.fused_adjoint_takes(eng, prec, True, 1, np.float64)
     set_plan(monkeypatch, "fused_adjoint", "yes")
     with pytest.raises(FFTMatvecValueError, match="fused_adjoint must be auto, 0 or 1"):
-        PlanningView.fused_adjoint_takes(eng, prec, True, 1, np.float64)
+        Planner.fused_adjoint_takes(eng, prec, True, 1, np.float64)
 
 
 @pytest.mark.parametrize("prec,out,nd,name", [

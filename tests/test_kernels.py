@@ -111,7 +111,7 @@ def test_staged_tiles(rng, shape, store, adjoint):
         for ty in (1, 4, 16):
             for sms in (eng.num_sms, 1):  # split-K on the device's count; none with one SM
                 device = dataclasses.replace(eng.device, multiprocessors=sms)
-                la = planning_view(F, adjoint, device=device)._launch_staged(
+                la = planning_view(F, adjoint, device=device).builders._launch_staged(
                     n_out, n_red, np.complex128, np.complex128, tile=(rt, v, ty))
                 out = poisoned(cp, (1, n_out, F.nf), np.complex128)
                 eng.apply(cp.asarray(x), adjoint, np.complex128, out=out, plan=[la])
@@ -143,7 +143,7 @@ def test_wide_tiles(rng, shape, store, adjoint):
             x = rng.standard_normal((1, n_in, F.nf)) + 1j * rng.standard_normal((1, n_in, F.nf))
             x = x.astype(in_dt)
             ref = _dense_product(khat, x, adjoint)
-            la = planning_view(F, adjoint, gemv_blocks_per_sm=per_sm)._launch(  # 0: no split-K
+            la = planning_view(F, adjoint, gemv_blocks_per_sm=per_sm).builders._launch_gemv(  # 0: no split-K
                 1, n_out, n_red, in_dt, out_dt, tile=(rt, v, bx, ty, w))
             assert la.name.endswith(f"_w{w}")
             out = poisoned(cp, (1, n_out, F.nf), out_dt)
@@ -176,7 +176,7 @@ def test_async_tiles(rng, shape, store, adjoint):
             x = rng.standard_normal((1, n_in, F.nf)) + 1j * rng.standard_normal((1, n_in, F.nf))
             x = x.astype(in_dt)
             ref = _dense_product(khat, x, adjoint)
-            la = planning_view(F, adjoint, async_waves=waves)._launch_async(  # 0: no split-K
+            la = planning_view(F, adjoint, async_waves=waves).builders._launch_async(  # 0: no split-K
                 n_out, n_red, in_dt, out_dt, tile=tile, adjoint=adjoint)
             out = poisoned(cp, (1, n_out, F.nf), out_dt)
             eng.apply(cp.asarray(x), adjoint, out_dt, out=out, plan=[la])
@@ -204,9 +204,9 @@ def test_pipe_tiles(rng, monkeypatch, shape, store, adjoint):
         set_plan(monkeypatch, "dmma_c64", "1" if mma == "dmma" else "0")
     F, eng, khat, n_in, n_out, n_red = _tile_case(rng, shape, store, adjoint)
     view = planning_view(F, adjoint)
-    if view._mma_min_kb() is None:
+    if view.planner._mma_min_kb() is None:
         pytest.skip("no tensor-core kernels on this device")
-    assert view.pipe_store == {"dmma": "c64dmma", "tf32": "c64", "": eng.store}[mma]
+    assert view.builders.pipe_store == {"dmma": "c64dmma", "tf32": "c64", "": eng.store}[mma]
     # 3xTF32 with each k-step's sum added in float32: a few 1e-7, like float32 FMAs; on DMMA
     # the products and sums are exact in float64 and the error is complex64 storage's (3e-8)
     tol = {"d": 1e-13, "s": 4e-6, "h": 2e-3}[store]
@@ -215,13 +215,13 @@ def test_pipe_tiles(rng, monkeypatch, shape, store, adjoint):
     for kb in (1, 5, 16):
         x = rng.standard_normal((kb, n_in, F.nf)) + 1j * rng.standard_normal((kb, n_in, F.nf))
         ref = _dense_product(khat, x, adjoint)
-        for tile in PIPE_TILES[view.pipe_store]:
+        for tile in PIPE_TILES[view.builders.pipe_store]:
             # split-K as far as the reduction allows, or none; both block orders
             for waves, freq_major in ((64, False), (0, True), (64, True), (0, False)):
                 for in_dt, out_dt in ((np.complex128, np.complex128),
                                       (np.complex64, np.complex64)):
                     la = planning_view(F, adjoint, kb, pipe_waves=waves, pipe_freq_major=freq_major
-                               )._launch_pipe(kb, n_out, n_red, in_dt, out_dt, tile=tile)
+                               ).builders._launch_pipe(kb, n_out, n_red, in_dt, out_dt, tile=tile)
                     assert la.freq_major == freq_major
                     out = poisoned(cp, (kb, n_out, F.nf), out_dt)
                     eng.apply(cp.asarray(x.astype(in_dt)), adjoint, out_dt, out=out, plan=[la])
@@ -244,7 +244,7 @@ def test_h_batch_vector_ranges(rng, adjoint):
 
     F, eng, khat, n_in, n_out, n_red = _tile_case(rng, (45, 300, 40), "h", adjoint)
     view = planning_view(F, adjoint)
-    if view._mma_min_kb() is None:
+    if view.planner._mma_min_kb() is None:
         pytest.skip("no tensor-core kernels on this device")
     kb = 16
     x = rng.standard_normal((kb, n_in, F.nf)) + 1j * rng.standard_normal((kb, n_in, F.nf))
@@ -258,9 +258,9 @@ def test_h_batch_vector_ranges(rng, adjoint):
     xs = cp.asarray(x.astype(np.complex64))
     if adjoint:
         xs = eng.scale_xhat(xs)
-    for tile in PIPE_TILES[view.pipe_store]:
+    for tile in PIPE_TILES[view.builders.pipe_store]:
         for waves in (64, 0):
-            la = planning_view(F, adjoint, kb, pipe_waves=waves)._launch_pipe(
+            la = planning_view(F, adjoint, kb, pipe_waves=waves).builders._launch_pipe(
                 kb, n_out, n_red, xs.dtype, np.complex128, tile=tile)
             out = poisoned(cp, (kb, n_out, F.nf), np.complex128)
             eng.apply(xs, adjoint, np.complex128, out=out, plan=[la], xhat_scaled=adjoint)
@@ -289,7 +289,7 @@ def test_h_adjoint_prescaled(rng, monkeypatch, shape):
     with pytest.raises(ValueError, match=r"\(k, %d, %d\)" % (nd, F.nf)):
         eng.scale_xhat(cp.zeros((1, nd + 1, F.nf), np.complex64))
     sm80 = eng.device.mma_kernels
-    view = planning_view(F, True)  # the launch builders
+    view = planning_view(F, True)  # the planner and the launch builders
     for k in (1, 17):
         x = rng.standard_normal((k, nd, F.nf)) + 1j * rng.standard_normal((k, nd, F.nf))
         ref = _dense_product(khat, x, True)
@@ -302,18 +302,18 @@ def test_h_adjoint_prescaled(rng, monkeypatch, shape):
                                       x * scale.astype(np.float64))
         plans = [None]  # the default plan
         if k == 1:
-            plans += [[view._launch_staged(nm, nd, xs.dtype, np.complex128, tile=(rt, v, 8))]
+            plans += [[view.builders._launch_staged(nm, nd, xs.dtype, np.complex128, tile=(rt, v, 8))]
                       for rt, v in STAGED_TILES[eng.store]]
-            plans += [[view._launch(1, nm, nd, xs.dtype, np.complex128, tile=(rt, v, 32, 4))]
+            plans += [[view.builders._launch_gemv(1, nm, nd, xs.dtype, np.complex128, tile=(rt, v, 32, 4))]
                       for rt, kb, v in [(2, 1, 4), (8, 1, 2)]]
             if sm80:
-                plans += [[view._launch_async(nm, nd, xs.dtype, np.complex128, tile=t,
+                plans += [[view.builders._launch_async(nm, nd, xs.dtype, np.complex128, tile=t,
                                               adjoint=True)]
                           for t in ASYNC_TILES[eng.store]]
         elif sm80:
-            plans += [[view._launch_pipe(16, nm, nd, xs.dtype, np.complex128, tile=t, adjoint=True),
-                       view._launch(1, nm, nd, xs.dtype, np.complex128, adjoint=True)]
-                      for t in PIPE_TILES[view.pipe_store]]
+            plans += [[view.builders._launch_pipe(16, nm, nd, xs.dtype, np.complex128, tile=t, adjoint=True),
+                       view.planner._launch(1, nm, nd, xs.dtype, np.complex128, adjoint=True)]
+                      for t in PIPE_TILES[view.builders.pipe_store]]
         for plan in plans:
             out = poisoned(cp, (k, nm, F.nf), np.complex128)
             eng.apply(xs, True, np.complex128, out=out, plan=plan, xhat_scaled=True)

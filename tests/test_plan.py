@@ -224,12 +224,12 @@ def test_forced_kernel_that_cannot_serve_says_why():
 
 
 def _engine(nm, nd, nt, prec="ddddd", device="H200"):
-    """The planner of a product described without a GPU (a PlanningView), the plan overrides
+    """The planner of a product described without a GPU (a PlanningView's), the plan overrides
     read from the environment as it is now."""
     dev = _device(device)
     problem = Problem(nd, nm, nt, fm.fft_length(nt), 1, False, prec)
     return PlanningView(problem, dev, rules_for(dev.arch),
-                        Overrides.resolve(env=os.environ.get("FFTMATVEC_PLAN")))
+                        Overrides.resolve(env=os.environ.get("FFTMATVEC_PLAN"))).planner
 
 
 def test_environment_changed_after_construction_changes_nothing(monkeypatch):

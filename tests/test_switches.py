@@ -13,7 +13,9 @@ from fftmatvec import FFTMatvecValueError
 from fftmatvec import kernels
 from fftmatvec.gpu import rowfft as _rowfft
 from fftmatvec.backend import shared_memory_limits
-from fftmatvec.gpu import KernelEngine, PlanningView, KnownCode, pipe_split_count, pipe_split_time
+from fftmatvec.gpu import KernelEngine, KnownCode, pipe_split_count, pipe_split_time
+from fftmatvec.gpu.launches import LaunchBuilders
+from fftmatvec.gpu.planner import Planner
 from fftmatvec.gpu.stage3 import _split_k
 from fftmatvec.gpu.plan import mode
 from fftmatvec.gpu.rules import rules_for
@@ -60,7 +62,7 @@ def test_pipe_store(monkeypatch, store, arch, switch, expected):
     else:
         set_plan(monkeypatch, "dmma_c64", switch)
     engine = SimpleNamespace(resolved=EnvOverrides(), store=store, arch=arch, rules=rules_for(arch))
-    got = PlanningView.pipe_store.fget(engine)
+    got = LaunchBuilders.pipe_store.fget(engine)
     assert got == expected
     assert (arch in DMMA_C64_ARCHS) == (arch == "sm_90")
     for adjoint in (False, True):  # every table knows the name
@@ -69,7 +71,7 @@ def test_pipe_store(monkeypatch, store, arch, switch, expected):
         assert MMA_MIN_KB[(got, adjoint)] >= 1
     set_plan(monkeypatch, "dmma_c64", "2")
     with pytest.raises(FFTMatvecValueError, match="dmma_c64"):
-        PlanningView.pipe_store.fget(SimpleNamespace(resolved=EnvOverrides(), store="c64", arch=arch,
+        LaunchBuilders.pipe_store.fget(SimpleNamespace(resolved=EnvOverrides(), store="c64", arch=arch,
                                                       rules=rules_for(arch)))
 
 
@@ -89,11 +91,11 @@ def test_pipe_store(monkeypatch, store, arch, switch, expected):
 def test_staged_choice(monkeypatch, store, kb, n_red, adjoint, expected):
     set_plan(monkeypatch, "staged", None)
     engine = SimpleNamespace(resolved=EnvOverrides(), rules=_RULES, store=store)
-    assert PlanningView._use_staged(engine, kb, n_red, adjoint) is expected
+    assert Planner._use_staged(engine, kb, n_red, adjoint) is expected
     set_plan(monkeypatch, "staged", "0")
-    assert PlanningView._use_staged(engine, kb, n_red, adjoint) is False
+    assert Planner._use_staged(engine, kb, n_red, adjoint) is False
     set_plan(monkeypatch, "staged", "1")
-    assert PlanningView._use_staged(engine, kb, n_red, adjoint) is (kb == 1)
+    assert Planner._use_staged(engine, kb, n_red, adjoint) is (kb == 1)
 
 
 @pytest.mark.parametrize("store", ["c128", "c64dmma", "c32h"])
@@ -104,12 +106,13 @@ def test_tensor_cores_forward_over_few_outputs(monkeypatch, store, n_out, expect
     take tensor cores from 9 right-hand sides (MMA_FEW_OUT_MIN_KB); adjoints are not affected."""
     from fftmatvec.gpu import MMA_MIN_KB
 
-    engine = SimpleNamespace(resolved=EnvOverrides(), rules=_RULES, _sm80_kernels=lambda: True, pipe_store=store, nd=n_out)
+    engine = SimpleNamespace(resolved=EnvOverrides(), rules=_RULES, _sm80_kernels=lambda: True,
+                             builders=SimpleNamespace(pipe_store=store), nd=n_out)
     set_plan(monkeypatch, "mma", None)
     least = MMA_MIN_KB[(store, False)]
     want = least if expected == "min" else None if expected is None else max(least, expected)
-    assert PlanningView._mma_min_kb(engine, False, 5000, n_out) == want
-    assert PlanningView._mma_min_kb(engine, True, 5000, n_out) == MMA_MIN_KB[(store, True)]
+    assert Planner._mma_min_kb(engine, False, 5000, n_out) == want
+    assert Planner._mma_min_kb(engine, True, 5000, n_out) == MMA_MIN_KB[(store, True)]
 
 
 @pytest.mark.parametrize("has_mma", [True, False])
@@ -123,29 +126,30 @@ def test_tensor_core_choice(monkeypatch, has_mma, adjoint, store, nd):
     =0."""
     from fftmatvec.gpu import MMA_FEW_MIN_KB, MMA_FEW_RED, MMA_MIN_KB
 
-    engine = SimpleNamespace(resolved=EnvOverrides(), rules=_RULES, _sm80_kernels=lambda: has_mma, pipe_store=store, nd=nd)
+    engine = SimpleNamespace(resolved=EnvOverrides(), rules=_RULES, _sm80_kernels=lambda: has_mma,
+                             builders=SimpleNamespace(pipe_store=store), nd=nd)
     set_plan(monkeypatch, "mma", None)
     expected = MMA_MIN_KB[(store, adjoint)] if has_mma else None
-    assert PlanningView._mma_min_kb(engine, adjoint) == expected
+    assert Planner._mma_min_kb(engine, adjoint) == expected
     n_red = nd if adjoint else 5000
     if has_mma and n_red < MMA_FEW_RED:
         expected = MMA_FEW_MIN_KB.get((store, adjoint), expected)
-    assert PlanningView._mma_min_kb(engine, adjoint, n_red) == expected
+    assert Planner._mma_min_kb(engine, adjoint, n_red) == expected
     if has_mma and (store, adjoint) == ("c128", True):
-        assert PlanningView._mma_min_kb(engine, adjoint, 17) == 8
-        assert PlanningView._mma_min_kb(engine, adjoint, 32) == 4
+        assert Planner._mma_min_kb(engine, adjoint, 17) == 8
+        assert Planner._mma_min_kb(engine, adjoint, 32) == 4
     set_plan(monkeypatch, "mma", "0")
-    assert PlanningView._mma_min_kb(engine, adjoint) is None
+    assert Planner._mma_min_kb(engine, adjoint) is None
     set_plan(monkeypatch, "mma", "1")
     if has_mma:
-        assert PlanningView._mma_min_kb(engine, adjoint) == 1
-        assert PlanningView._mma_min_kb(engine, adjoint, 5000, 2) == 1
+        assert Planner._mma_min_kb(engine, adjoint) == 1
+        assert Planner._mma_min_kb(engine, adjoint, 5000, 2) == 1
     else:
         with pytest.raises(FFTMatvecValueError, match="mma"):
-            PlanningView._mma_min_kb(engine, adjoint)
+            Planner._mma_min_kb(engine, adjoint)
     set_plan(monkeypatch, "mma", "maybe")
     with pytest.raises(FFTMatvecValueError, match="mma"):
-        PlanningView._mma_min_kb(engine, adjoint)
+        Planner._mma_min_kb(engine, adjoint)
 
 
 @pytest.mark.parametrize("has_async", [True, False])
@@ -171,22 +175,23 @@ def test_async_choice(monkeypatch, has_async, store, adjoint, n_out, n_red, expe
     """The cp.async kernel serves one vector where ASYNC_MIN_RED and ASYNC_FEW_ROWS say so, by
     default; always with async=1 (an error where the device has none); never with =0,
     for batches, or where a device has too little shared memory per block."""
+    builders = SimpleNamespace(rules=_RULES, store=store, async_smem=lambda tile, dt: 1024,
+                               async_fill=lambda *args: 1.0)
+    builders._async_default = lambda *args: LaunchBuilders._async_default(builders, *args)
     engine = SimpleNamespace(resolved=EnvOverrides(), rules=_RULES, store=store, smem_per_block=227 * 1024,
-                             _sm80_kernels=lambda: has_async, async_smem=lambda tile, dt: 1024,
-                             async_fill=lambda *args: 1.0)
-    engine._async_default = lambda *args: PlanningView._async_default(engine, *args)
+                             _sm80_kernels=lambda: has_async, builders=builders)
 
     def use(kb=1):
-        return PlanningView._use_async(engine, kb, n_out, n_red, adjoint, in_dtype)
+        return Planner._use_async(engine, kb, n_out, n_red, adjoint, in_dtype)
 
     if expected == "c64":  # the default only for complex64 input
         expected = in_dtype == np.complex64
     set_plan(monkeypatch, "async", None)
     assert use() is (expected and has_async)
     assert use(16) is False
-    engine.async_smem = lambda tile, dt: 228 * 1024
+    builders.async_smem = lambda tile, dt: 228 * 1024
     assert use() is False
-    engine.async_smem = lambda tile, dt: 1024
+    builders.async_smem = lambda tile, dt: 1024
     set_plan(monkeypatch, "async", "0")
     assert use() is False
     set_plan(monkeypatch, "async", "1")
@@ -209,7 +214,7 @@ def test_async_choice(monkeypatch, has_async, store, adjoint, n_out, n_red, expe
 def test_async_tile_shapes(store, itemsize, tile, in_dtype, freqs, smem, suffix):
     """The cp.async tiles' frequencies per block, shared memory (the kernel's AsyncTile::BYTES
     times NS) and entry-point names, with and without the W of two-chunk tiles."""
-    engine = object.__new__(PlanningView)
+    engine = object.__new__(LaunchBuilders)
     engine.resolved = EnvOverrides()
     engine.store = store
     engine.data = np.empty(1, dtype={4: np.uint32, 16: np.complex128}[itemsize])
@@ -220,7 +225,7 @@ def test_async_tile_shapes(store, itemsize, tile, in_dtype, freqs, smem, suffix)
 
 
 def _h200_engine(store: str, nf: int):
-    engine = object.__new__(PlanningView)
+    engine = object.__new__(LaunchBuilders)
     engine.resolved = EnvOverrides()
     engine.store, engine.nf = store, nf
     engine.data = np.empty(1, dtype={"c32h": np.uint32, "c128": np.complex128}[store])
@@ -298,7 +303,7 @@ def test_async_split_rows(nm, nd, nf, splits, unruled):
 def test_graph_choice(nbytes, k, nm, nd, nt, expected):
     engine = SimpleNamespace(resolved=EnvOverrides(), rules=_RULES, nbytes=nbytes, nm=nm, nd=nd, nt=nt)
     x = np.zeros((k, 1, 1))
-    assert PlanningView.graph_pays(engine, x) is expected
+    assert Planner.graph_pays(engine, x) is expected
 
 
 @pytest.mark.parametrize("mode,fused,pays,expected", [
@@ -318,7 +323,7 @@ def test_graph_replay_choice(monkeypatch, mode, fused, pays, expected):
     monkeypatch.setattr(backend, "is_hip", lambda: False)
     engine = SimpleNamespace(resolved=EnvOverrides(), rules=_RULES, graph_pays=lambda x: pays, hip=False)
     x = np.zeros((1, 3, 4))
-    assert PlanningView.replays(engine, x, fused) is expected
+    assert Planner.replays(engine, x, fused) is expected
 
 
 def test_plan_key_follows_the_environment(monkeypatch):
@@ -386,21 +391,21 @@ def test_row_ffts_by_length_and_switch(monkeypatch, mode, L, prec, callbacks, ex
                              callbacks=lambda: (callbacks, "why"))
     engine.rules = _RULES.with_table({"row_fft_dtypes": (np.dtype(np.float64),
                                                        np.dtype(np.float32))})
-    assert PlanningView.row_ffts(engine, PrecisionConfig(prec)) is expect
-    assert PlanningView.row_ffts(engine, PrecisionConfig(prec)) is expect  # from the cache
+    assert Planner.row_ffts(engine, PrecisionConfig(prec)) is expect
+    assert Planner.row_ffts(engine, PrecisionConfig(prec)) is expect  # from the cache
     if mode is None and expect:  # a precision out of ROW_FFT_DTYPES keeps cuFFT's callbacks
         engine.rules = _RULES.with_table({"row_fft_dtypes": ()})
         engine._row_ffts.clear()
-        assert PlanningView.row_ffts(engine, PrecisionConfig(prec)) is (not callbacks)
+        assert Planner.row_ffts(engine, PrecisionConfig(prec)) is (not callbacks)
     set_plan(monkeypatch, "row_fft", "1")
     if _gpu.rowfft.supported(L, np.float64, 227 * 1024) or prec == "sssss":
-        assert PlanningView.row_ffts(engine, PrecisionConfig(prec)) is True
+        assert Planner.row_ffts(engine, PrecisionConfig(prec)) is True
     else:
         with pytest.raises(kernels.KernelLoadError, match=f"length {L} in float64"):
-            PlanningView.row_ffts(engine, PrecisionConfig(prec))
+            Planner.row_ffts(engine, PrecisionConfig(prec))
     set_plan(monkeypatch, "row_fft", "yes")
     with pytest.raises(FFTMatvecValueError, match="row_fft must be auto, 0 or 1"):
-        PlanningView.row_ffts(engine, PrecisionConfig(prec))
+        Planner.row_ffts(engine, PrecisionConfig(prec))
 
 
 @pytest.mark.parametrize("mode,callbacks,rows,L,dtype,expect", [
@@ -420,7 +425,7 @@ def test_row_fft_pays_where_blocks_fill_the_device(monkeypatch, mode, callbacks,
     else:
         set_plan(monkeypatch, "row_fft", mode)
     engine = SimpleNamespace(resolved=EnvOverrides(), rules=_RULES, fft_len=L, num_sms=132, callbacks=lambda: (callbacks, "why"))
-    assert PlanningView.row_fft_pays(engine, rows, np.dtype(dtype)) is expect
+    assert Planner.row_fft_pays(engine, rows, np.dtype(dtype)) is expect
 
 
 def test_row_fft_line(monkeypatch):
@@ -500,8 +505,8 @@ def test_pipe_split_count_prefers_whole_rounds():
 def test_resident_blocks(regs, threads, smem, expected):
     engine = SimpleNamespace(resolved=EnvOverrides(), rules=_RULES, smem_per_sm=228 * 1024, threads_per_sm=2048, regs_per_sm=65536,
                              device=SimpleNamespace(code=KnownCode(regs={"k": regs})))
-    engine.kernel_regs = lambda name: PlanningView.kernel_regs(engine, name)
-    assert PlanningView.resident_blocks(engine, "k", threads, smem) == expected
+    engine.kernel_regs = lambda name: LaunchBuilders.kernel_regs(engine, name)
+    assert LaunchBuilders.resident_blocks(engine, "k", threads, smem) == expected
 
 
 def test_pipe_split_count_caps_the_rows_of_a_split():
@@ -525,7 +530,7 @@ def test_pipe_tile_for_few_rows(store, adjoint, nd):
 
     engine = SimpleNamespace(resolved=EnvOverrides(), rules=_RULES, pipe_store=store)
     n_out, n_red = (5000, nd) if adjoint else (nd, 5000)
-    tile, waves = PlanningView._pipe_tile(engine, n_out, n_red, adjoint)
+    tile, waves = LaunchBuilders._pipe_tile(engine, n_out, n_red, adjoint)
     few = nd <= PIPE_FEW_ROWS
     if few:
         assert tile == PIPE_FEW[(store, adjoint)] and waves == PIPE_FEW_WAVES
@@ -556,15 +561,15 @@ def test_wide_tile_choice(shape, adjoint, wide):
     nd, nm, nt = shape
     n_out, n_red = (nm, nd) if adjoint else (nd, nm)
     engine = SimpleNamespace(resolved=EnvOverrides(), rules=_RULES, store="c128", nf=nt + 1, num_sms=132)
-    engine._gemv_blocks = lambda *a: PlanningView._gemv_blocks(engine, *a)
-    got = PlanningView._wide_default(engine, 1, n_out, n_red, adjoint)
+    engine._gemv_blocks = lambda *a: LaunchBuilders._gemv_blocks(engine, *a)
+    got = LaunchBuilders._wide_default(engine, 1, n_out, n_red, adjoint)
     assert (got is not None) == wide
     if wide:
         assert got == WIDE_DEFAULTS[("c128", adjoint)] and got[0] in WIDE_TILES["c128"]
-    assert PlanningView._wide_default(engine, 2, n_out, n_red, adjoint) is None
+    assert LaunchBuilders._wide_default(engine, 2, n_out, n_red, adjoint) is None
     for store in ("c64", "c32h"):
         engine.store = store
-        assert PlanningView._wide_default(engine, 1, n_out, n_red, adjoint) is None
+        assert LaunchBuilders._wide_default(engine, 1, n_out, n_red, adjoint) is None
 
 
 def test_packed_launch_argument_block(monkeypatch):

@@ -14,7 +14,8 @@ Modules, one concern each:
   :mod:`~fftmatvec.gpu.rules`, the measured rules (docs/gpu.md);
 * :mod:`~fftmatvec.gpu.khat`: ``Khat`` in the kernels' layout (:class:`KhatStore`);
   :mod:`~fftmatvec.gpu.engine`: the engine class (the stages' leaves; it chooses nothing);
-* :mod:`~fftmatvec.gpu.launches`: the stage-3 launch builders (planning);
+* :mod:`~fftmatvec.gpu.launches`: the stage-3 launch builders and their default tiles
+  (:class:`LaunchBuilders`, which the :class:`Planner` asks);
   :mod:`~fftmatvec.gpu.stage3`: stage 3 run, its launches packed;
   :mod:`~fftmatvec.gpu.blocks`: stage 3 of one block of ``Khat``;
 * :mod:`~fftmatvec.gpu.ffts`, :mod:`~fftmatvec.gpu.callbacks`, :mod:`~fftmatvec.gpu.rowfft`:
@@ -39,7 +40,8 @@ from .planning import (DeviceInfo, KernelCode, KnownCode, PlanningView, Problem,
                        make_plan, make_plan_without_callbacks, stage3_launches)
 from .rules import *  # noqa: F403  (the tile catalogues and thresholds: rules.__all__)
 from .rules import __all__ as _rules_all
-from .launches import async_chunks, pipe_max_splits, pipe_split_count, pipe_split_time
+from .launches import (LaunchBuilders, async_chunks, pipe_max_splits, pipe_split_count,
+                       pipe_split_time)
 
 __all__ = ["callbacks", "engine", "executor", "ffts", "fused", "graphs", "khat", "launches",
            "overrides",
@@ -50,5 +52,5 @@ __all__ = ["callbacks", "engine", "executor", "ffts", "fused", "graphs", "khat",
            "parse_overrides", "Planner", "batch_kernels", "fused_adjoint_line", "row_fft_line",
            "DeviceInfo", "KernelCode", "KnownCode", "Overrides", "PlanningView", "Problem",
            "device_info", "make_plan", "make_plan_without_callbacks", "stage3_launches",
-           "async_chunks", "pipe_max_splits", "pipe_split_count",
+           "LaunchBuilders", "async_chunks", "pipe_max_splits", "pipe_split_count",
            "pipe_split_time", *_rules_all]

@@ -31,6 +31,25 @@ class FusedPlans(NamedTuple):
     split_sum: int = 0  # the splits the inverse FFT's load adds (0: stage 3 writes its sums)
 
 
+def xhat_dtype(compute, prec: PrecisionConfig) -> np.dtype:
+    """Dtype of the forward FFT's output in a fused product of ``prec`` whose stage 3 computes
+    in ``compute``: complex64 when that is float32 (stage 3 rounds its input so on load), else
+    stage 2's complex dtype."""
+    if np.dtype(compute) == np.complex64:
+        return np.dtype(np.complex64)
+    return prec.complex_dtype("fft")
+
+
+def yhat_dtype(compute, prec: PrecisionConfig) -> np.dtype:
+    """Dtype of the inverse FFT's input in a fused product of ``prec`` whose stage 3 computes
+    in ``compute``: complex64 when that is float32 (the FFT's load callback widens its sums
+    exactly), else stage 4's complex dtype. (Run stage by stage, stage 3 writes stage 4's
+    dtype.)"""
+    if np.dtype(compute) == np.complex64:
+        return np.dtype(np.complex64)
+    return prec.complex_dtype("ifft")
+
+
 def _row_blocks(rows: int, L: int, fft_dtype) -> int:
     """Blocks of a transform of ``rows`` rows of length ``L`` at the row FFT kernels' default
     rows per block (:func:`fftmatvec._rowfft.default_rows_per_block`)."""
@@ -91,20 +110,12 @@ class FFTStages:
 
 
     def xhat_dtype(self, prec: PrecisionConfig) -> np.dtype:
-        """Dtype of the forward FFT's output: complex64 when stage 3 computes in float32 (it
-        rounds its input so on load), else stage 2's complex dtype."""
-        if self.compute == np.complex64:
-            return np.dtype(np.complex64)
-        return prec.complex_dtype("fft")
-
+        """:func:`xhat_dtype` of this engine's compute dtype."""
+        return xhat_dtype(self.compute, prec)
 
     def yhat_dtype(self, prec: PrecisionConfig) -> np.dtype:
-        """Dtype of the inverse FFT's input in a fused product: complex64 when stage 3 computes
-        in float32 (the FFT's load callback widens its sums exactly), else stage 4's complex
-        dtype. (Run stage by stage, stage 3 writes stage 4's dtype.)"""
-        if self.compute == np.complex64:
-            return np.dtype(np.complex64)
-        return prec.complex_dtype("ifft")
+        """:func:`yhat_dtype` of this engine's compute dtype."""
+        return yhat_dtype(self.compute, prec)
 
 
     def fused_plans(self, prec: PrecisionConfig, adjoint: bool, k: int, in_dtype, out_dtype,

@@ -1,9 +1,9 @@
 """Stage 3's launch builders: the per-frequency products with ``Khat`` on the package's kernels
 (GEMV, staged, cp.async, input-in-registers, tensor cores) as typed launches
-(:class:`_Launch`: kernel, right-hand sides, grid, block, tile, split-K). Which of them a
-product takes is the planner's choice (:mod:`fftmatvec.gpu.planner`); both are asked on a
-:class:`~fftmatvec.gpu.planning.PlanningView` (a problem, a device, rules and overrides) by
-:func:`~fftmatvec.gpu.planning.make_plan`. Nothing here allocates or launches."""
+(:class:`_Launch`: kernel, right-hand sides, grid, block, tile, split-K), and their default
+tiles. Which of them a product takes is the planner's choice (:mod:`fftmatvec.gpu.planner`);
+a :class:`~fftmatvec.gpu.planning.PlanningView` holds both, for a problem, a device, rules and
+overrides (:func:`~fftmatvec.gpu.planning.make_plan`). Nothing here allocates or launches."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..precision import PrecisionConfig
 from .rules import (ASYNC_TILES, MMA_MAX_KB, PIPE_TILES, STAGED_TILES, TILES, WIDE_TILES,
-                    XREG_MAX_ND, XREG_ND, XREG_TILES, _CPLX_SUFFIX, _MMA_ROWS, _STAGED_J)
+                    XREG_MAX_ND, XREG_ND, XREG_TILES, _CPLX_SUFFIX, _MMA_ROWS, _STAGED_J,
+                    _STORE_SUFFIX)
 
 
 @dataclass(frozen=True)
@@ -119,11 +121,111 @@ def pipe_split_count(base: int, resident: int, n_red: int, step: int, max_splits
     return best
 
 
+# the element of each storage as the kernels read it: its itemsize sizes their shared memory
+_STORED_ELEMENT = {"c128": np.complex128, "c64": np.complex64, "c32h": np.uint32}
+
+
 class LaunchBuilders:
-    """Stage 3's launch builders (a base class of
-    :class:`~fftmatvec.gpu.planning.PlanningView`): they read the problem's shape (``nd``,
-    ``nm``, ``nf``, ``store``, ``compute``, ``data.itemsize``), the device (``num_sms``, shared
-    memory, threads and registers per multiprocessor, ``device.code``) and ``rules``."""
+    """Stage 3's launch builders and their default tiles, for ``problem``
+    (:class:`~fftmatvec.gpu.planning.Problem`: its shape and storage) on ``device``
+    (:class:`~fftmatvec.gpu.planning.DeviceInfo`: multiprocessors, shared memory, threads and
+    registers per multiprocessor, ``device.code``) under ``rules``
+    (:class:`~fftmatvec.gpu.rules.Rules`) and ``overrides``
+    (:class:`~fftmatvec.gpu.overrides.Overrides`: ``dmma_c64`` names the tensor-core kernels).
+    A :class:`~fftmatvec.gpu.planner.Planner` asks them for the launches it chooses; a tuning
+    sweep calls them with tiles and rules of its own. Nothing is compiled, allocated or
+    launched."""
+
+    def __init__(self, problem, device, rules, overrides):
+        letter = PrecisionConfig(problem.precision).letters[2]
+        self.store = _STORE_SUFFIX[letter]
+        self.nd, self.nm, self.nf = problem.nd, problem.nm, problem.nf
+        self.compute = np.dtype(np.complex128 if letter == "d" else np.complex64)
+        # the stored element: its itemsize sizes the kernels' shared memory
+        self.data = np.empty(0, dtype=_STORED_ELEMENT[self.store])
+        self.device, self.rules, self.resolved = device, rules, overrides
+        self.arch, self.num_sms = device.arch, device.multiprocessors
+        self.smem_per_sm, self.smem_per_block = device.smem_per_sm, device.smem_per_block
+        self.threads_per_sm, self.regs_per_sm = device.threads_per_sm, device.regs_per_sm
+
+    @property
+    def pipe_store(self) -> str:
+        """The storage name of the tensor-core kernels and their tables: ``c64dmma`` for
+        complex64 storage on FP64 MMAs (by default on :data:`DMMA_C64_ARCHS`;
+        ``dmma_c64=0`` / ``=1`` never / always), else :attr:`store`."""
+        if self.store != "c64":
+            return self.store
+        mode = self.resolved.get("dmma_c64")
+        dmma = self.rules.dmma_c64 if mode == "auto" else mode == "1"
+        return "c64dmma" if dmma else "c64"
+
+    def _tile(self, kb: int, n_out: int, adjoint: bool) -> tuple[int, int]:
+        """(RT, V) for a launch of ``kb`` right-hand sides (defaults from the sweeps of
+        scripts/tune_sbgemv.py; see docs/history.md)."""
+        if kb > 1:
+            # several right-hand sides: the product becomes arithmetic-bound; the largest
+            # register tile keeps the vector reads per multiply-add low
+            return max((rt, v) for rt, k, v in TILES[self.store] if k == kb)
+        # One right-hand side: 16-byte loads; RT rows share each vector read. Skinny outputs
+        # take fewer rows per thread (and more split-K blocks) so no thread idles.
+        rt, v = {
+            ("c128", False): (2, 1), ("c128", True): (4, 1),
+            ("c64", False): (4, 2), ("c64", True): (2, 2),
+            ("c32h", False): (4, 4), ("c32h", True): (8, 2),
+        }[(self.store, adjoint)]
+        if n_out < 16:
+            rt = {"c128": 1, "c64": 2, "c32h": 2}[self.store]
+            v = {"c128": 1, "c64": 2, "c32h": 4}[self.store]
+        return rt, v
+
+
+    def _pipe_tile(self, n_out: int, n_red: int, adjoint: bool):
+        """(tile, rounds of resident blocks its split-K fills, or None for the fitted model) of
+        a tensor-core launch: the 16-row tile of ``PIPE_FEW`` for few outputs (forward) or few
+        reduction rows (adjoint), else the storage's default."""
+        store = self.pipe_store
+        few = self.rules.pipe_few.get((store, bool(adjoint)))
+        if few is not None and (n_red if adjoint else n_out) <= self.rules.pipe_few_rows:
+            return few, self.rules.pipe_few_waves
+        return self.rules.pipe_defaults[(store, bool(adjoint))], None
+
+
+    def _async_default(self, n_out: int, n_red: int, adjoint: bool, in_dtype):
+        """(tile, split-K target) of the cp.async kernel: the narrow tile for forward products
+        with few outputs; ``ASYNC_FILL_ALT``'s tile where it fills the device's block slots
+        better than a default that fills less than ``ASYNC_MIN_FILL`` of its last round."""
+        if not adjoint and n_out <= self.rules.async_few_rows:
+            return self.rules.async_few[self.store]
+        key = (self.store, bool(adjoint))
+        default, alt = self.rules.async_defaults[key], self.rules.async_fill_alt.get(key)
+        if alt is None:
+            return default
+        fill = self.async_fill(*default, n_out, n_red, in_dtype, adjoint)
+        if fill < self.rules.async_min_fill and self.async_fill(*alt, n_out, n_red, in_dtype, adjoint) > fill:
+            return alt
+        return default
+
+
+    def _wide_default(self, kb: int, n_out: int, n_red: int, adjoint: bool):
+        """((RT, V, W), (BX, TY), split-K target in blocks per multiprocessor) of the wide GEMV
+        tile that serves one right-hand side by default (``WIDE_DEFAULTS``, TY cut to the rows
+        there are), or None: products
+        with fewer than ``ASYNC_FEW_ROWS`` outputs, frequencies that fill less than
+        ``WIDE_MIN_FILL`` of the blocks' spans, or too few blocks, even split, for
+        ``WIDE_MIN_BLOCKS_PER_SM`` per multiprocessor keep the tiles of one group."""
+        wide = self.rules.wide_defaults.get((self.store, bool(adjoint))) if kb == 1 else None
+        if wide is None or n_out < self.rules.async_few_rows:
+            return None
+        (rt, v, w), (bx, ty), per_sm = wide
+        span = bx * w * v  # frequencies of one block
+        if self.nf < self.rules.wide_min_fill * math.ceil(self.nf / span) * span:
+            return None
+        ty = max(1, min(ty, math.ceil(n_out / rt)))
+        base, splits = self._gemv_blocks(n_out, n_red, rt, v, w, bx, ty, per_sm)
+        if base * splits < self.rules.wide_min_blocks_per_sm * self.num_sms:
+            return None
+        return (rt, v, w), (bx, ty), per_sm
+
 
     def _serial_sum(self, rows: int, splits: int) -> bool:
         """:func:`serial_sum` of a launch's ``rows`` output rows (right-hand sides times
@@ -371,11 +473,10 @@ class LaunchBuilders:
                        serial_sum=self._serial_sum(n_out, splits))
 
 
-    def _launch(self, kb, n_out, n_red, in_dtype, out_dtype, tile=None, adjoint=False) -> _Launch:
-        if tile is None and self._use_async(kb, n_out, n_red, adjoint, in_dtype):
-            return self._launch_async(n_out, n_red, in_dtype, out_dtype, adjoint=adjoint)
-        if tile is None and self._use_staged(kb, n_red, adjoint):
-            return self._launch_staged(n_out, n_red, in_dtype, out_dtype)
+    def _launch_gemv(self, kb, n_out, n_red, in_dtype, out_dtype, tile=None,
+                     adjoint=False) -> _Launch:
+        """A launch of the GEMV kernels for ``kb`` right-hand sides; ``tile`` = (RT, V, BX,
+        TY[, W]) overrides the default (:meth:`_wide_default`, else :meth:`_tile`)."""
         bx = ty = None
         w, per_sm = 1, self.rules.gemv_blocks_per_sm
         if tile is not None:  # (rt, v, bx, ty) or (rt, v, bx, ty, w) from a tuning sweep

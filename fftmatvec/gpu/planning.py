@@ -2,8 +2,9 @@
 product), a :class:`DeviceInfo` (the device, read once), :class:`~fftmatvec.gpu.rules.Rules`
 (the thresholds of its architecture) and :class:`Overrides` (the user's, resolved once) gives
 the :class:`~fftmatvec.gpu.plan.Plan`: no globals, no environment, no engine. The choices are
-the :class:`~fftmatvec.gpu.planner.Planner`'s, the same methods the engine runs; here they
-ask the device description instead of the device."""
+the :class:`~fftmatvec.gpu.planner.Planner`'s, over the stage-3 launch builders
+(:class:`~fftmatvec.gpu.launches.LaunchBuilders`); both ask the device description, never
+the device."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from ..precision import PrecisionConfig
 from .overrides import Overrides
 from .plan import FFT_CALLBACKS, FFT_IN_FUSED_ADJOINT, FFT_PAD, FFT_ROW, FFT_UNPAD, Plan
 from .planner import Planner
-from .rules import _REAL_SUFFIX, _STORE_SUFFIX, Rules
+from .rules import _REAL_SUFFIX, Rules
 from .launches import LaunchBuilders
 
 __all__ = ["Problem", "DeviceInfo", "Overrides", "KernelCode", "PlanningView", "make_plan",
@@ -180,48 +181,19 @@ def device_info(device_id: int | None = None) -> DeviceInfo:
     return info
 
 
-class PlanningView(Planner, LaunchBuilders):
-    """The planner's methods on a problem's shape, a described device, rules and overrides:
-    what :func:`make_plan` asks, and the stage-3 launch builders a tuning sweep calls with
-    rules of its own (``rules.with_table({"gemv_blocks_per_sm": 4})``). Nothing is compiled,
-    allocated or launched."""
+class PlanningView:
+    """The planning of a problem on a described device under rules and overrides, as parts of
+    its own: :attr:`planner` (:class:`~fftmatvec.gpu.planner.Planner`, what :func:`make_plan`
+    asks) and :attr:`builders` (:class:`~fftmatvec.gpu.launches.LaunchBuilders`, the stage-3
+    launch builders a tuning sweep calls with rules of its own, e.g.
+    ``rules.with_table({"gemv_blocks_per_sm": 4})``). Nothing is compiled, allocated or
+    launched."""
 
     def __init__(self, problem: Problem, device: DeviceInfo, rules: Rules,
                  overrides: Overrides):
-        prec = PrecisionConfig(problem.precision)
-        letter = prec.letters[2]
-        self.prec, self.store = prec, _STORE_SUFFIX[letter]
-        self.nd, self.nm, self.nt = problem.nd, problem.nm, problem.nt
-        self.fft_len, self.nf = problem.fft_len, problem.nf
-        self.compute = np.dtype(np.complex128 if letter == "d" else np.complex64)
-        # the stored element: its itemsize sizes the kernels' shared memory
-        self.data = np.empty(0, dtype={"c128": np.complex128, "c64": np.complex64,
-                                       "c32h": np.uint32}[self.store])
-        self.nbytes = int(self.data.itemsize * problem.nd * problem.nm * problem.nf
-                          + (4 * problem.nd * problem.nf if letter == "h" else 0))
-        self.device, self.rules, self.resolved = device, rules, overrides
-        self.arch, self.num_sms = device.arch, device.multiprocessors
-        self.smem_per_sm, self.smem_per_block = device.smem_per_sm, device.smem_per_block
-        self.threads_per_sm, self.regs_per_sm = device.threads_per_sm, device.regs_per_sm
-        self._callbacks, self._sm80 = tuple(device.callbacks), device.mma_kernels
-        self._plans, self._row_ffts = {}, {}
-
-    @property
-    def hip(self) -> bool:
-        return self.device.vendor == "amd"
-
-    def has_kernel(self, name: str) -> bool:
-        return self.device.code.has(name)
-
-    def xhat_dtype(self, prec: PrecisionConfig) -> np.dtype:
-        if self.compute == np.complex64:
-            return np.dtype(np.complex64)
-        return prec.complex_dtype("fft")
-
-    def yhat_dtype(self, prec: PrecisionConfig) -> np.dtype:
-        if self.compute == np.complex64:
-            return np.dtype(np.complex64)
-        return prec.complex_dtype("ifft")
+        self.problem, self.device, self.rules, self.overrides = problem, device, rules, overrides
+        self.builders = LaunchBuilders(problem, device, rules, overrides)
+        self.planner = Planner(problem, device, rules, overrides, self.builders)
 
 
 class _Shape:
@@ -253,7 +225,7 @@ def make_plan(problem: Problem, device: DeviceInfo, rules: Rules,
     if not isinstance(overrides, Overrides):
         raise FFTMatvecTypeError(f"overrides must be an Overrides, got "
                                  f"{type(overrides).__name__}")
-    view = PlanningView(problem, device, rules, overrides)
+    view = PlanningView(problem, device, rules, overrides).planner
     prec, adjoint, k = view.prec, problem.adjoint, problem.k
     in_dtype, out_dtype = problem.in_dtype, problem.out_dtype
     n_in, n_out = (view.nd, view.nm) if adjoint else (view.nm, view.nd)
@@ -292,7 +264,7 @@ def stage3_launches(problem: Problem, device: DeviceInfo, rules: Rules,
     choice :func:`make_plan` makes for those dtypes, for stage 3 run on its own (benchmarks,
     tuning sweeps, the building blocks). A pure function of its arguments."""
     overrides = Overrides() if overrides is None else overrides
-    view = PlanningView(problem, device, rules, overrides)
+    view = PlanningView(problem, device, rules, overrides).planner
     return tuple(view._plan(problem.adjoint, problem.k, np.dtype(in_dtype), np.dtype(out_dtype)))
 
 

@@ -56,7 +56,7 @@ WIDE_TILES = {
     "c32h": [],
 }
 # Where one of them is the default for one vector, per (storage, adjoint): ((RT, V, W), (BX, TY)
-# block, split-K target in blocks per multiprocessor); see KernelEngine._wide_default.
+# block, split-K target in blocks per multiprocessor); see LaunchBuilders._wide_default.
 # Measurements: docs/gpu.md.
 WIDE_DEFAULTS = {
     ("c128", False): ((2, 1, 4), (32, 4), 16),
@@ -227,7 +227,7 @@ FOLD_MAX_SPLITS = 8
 
 
 # The FFT precisions whose fused products take the package's own row FFT kernels by default where
-# cuFFT has callbacks too (KernelEngine.row_ffts). Where cuFFT has no callbacks (ROCm) they take
+# cuFFT has callbacks too (Planner.row_ffts). Where cuFFT has no callbacks (ROCm) they take
 # every precision: the alternative is the stages one by one. Measurements: docs/gpu.md.
 ROW_FFT_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
 # ... for transforms whose blocks fill at least this many rounds of the multiprocessors: with
