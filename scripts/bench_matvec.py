@@ -80,8 +80,8 @@ def stage3_input(F, x, adjoint: bool):
     (a fused product's plan: the row FFT kernels, or cuFFT's store callback); ``scaled`` is
     then True, to pass as ``xhat_scaled``."""
     eng = F._engine
-    scaled = eng.scales_input(adjoint) and F.plan(1, adjoint).fused_ffts
-    return (eng.scale_xhat(x) if scaled else x), scaled
+    scaled = eng.khat_store.scales_input(adjoint) and F.plan(1, adjoint).fused_ffts
+    return (eng.stage3.scale_xhat(x) if scaled else x), scaled
 
 
 def copy_bandwidth(cp, nbytes: int = 4 * 2**30, repeat: int = 20) -> float:
@@ -138,21 +138,22 @@ def fft_stage_times(cp, F, x, adjoint: bool, repeat: int):
         plan = make_plan(plan.problem, eng.device, eng.rules, overrides)
     plans = None
     if plan.fused_ffts:
-        plans = eng.fused_plans(F.precision, adjoint, k, x.dtype, F.dtype, plan.ffts, plan.fold)
+        plans = eng.ffts.fused_plans(F.precision, adjoint, k, x.dtype, F.dtype, plan.ffts,
+                                     plan.fold)
     if plans is not None:
         n_in, n_out = (F.nd, F.nm) if adjoint else (F.nm, F.nd)
-        xb = eng.xhat_buffer(F.precision, k, n_in)
-        xhat = eng.pad_fft(plans, x, out=xb)
-        yhat = eng.yhat_buffer(F.precision, k, n_out)
+        xb = eng.buffers.xhat_buffer(F.precision, k, n_in)
+        xhat = eng.ffts.pad_fft(plans, x, out=xb)
+        yhat = eng.buffers.yhat_buffer(F.precision, k, n_out)
         eng.apply(xhat, adjoint, yhat.dtype, out=yhat, xhat_scaled=plans.xhat_scaled,
                   plan=plan.launches)
-        yb = eng.y_buffer(F.precision, k, n_out, F.dtype)
+        yb = eng.buffers.y_buffer(F.precision, k, n_out, F.dtype)
         scratch = yhat  # the inverse overwrites it: its time does not depend on the values
         if plans.split_sum:  # the inverse loads stage 3's partial sums and adds them
-            nbytes = eng.inverse_input_nbytes(F.precision, plans, k * n_out)
+            nbytes = eng.buffers.inverse_input_nbytes(F.precision, plans, k * n_out)
             scratch = cp.zeros(-(-nbytes // 16), dtype=np.complex128)
-        t_in = median_time(cp, lambda: eng.pad_fft(plans, x, out=xb), repeat)
-        t_out = median_time(cp, lambda: eng.ifft_unpad(plans, scratch, out=yb), repeat)
+        t_in = median_time(cp, lambda: eng.ffts.pad_fft(plans, x, out=xb), repeat)
+        t_out = median_time(cp, lambda: eng.ffts.ifft_unpad(plans, scratch, out=yb), repeat)
     else:
         xhat = F.fft(F.broadcast_and_pad(x))
         yhat = F.sbgemv(xhat, adjoint)
@@ -570,7 +571,7 @@ def main(argv=None) -> int:
                                tk=tk, matmul_t1=m1, matmul_tk=mk, bound=bound)
                     if args.against:  # the k-vector stage 3 on the switch's plan, interleaved
                         plan = plan_with(F, args.against, adjoint, k, xk.dtype, cdt)
-                        packed = eng.stage3(adjoint, k, xk.dtype, cdt, plan)  # packed once
+                        packed = eng.stage3.pack(adjoint, k, xk.dtype, cdt, plan)  # packed once
                         own, other = interleaved(
                             lambda: median_time(cp, lambda: eng.apply(
                                 xk, adjoint, cdt, xhat_scaled=scaled), args.repeat),

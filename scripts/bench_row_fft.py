@@ -2,7 +2,7 @@
 """Stages 1+2 and 4+5 as the package's own FFT kernels (``hip_kernels/rowfft.cuh``) against
 cuFFT with the padding and unpadding as callbacks, the operator's two ways to run them. Each
 pair is timed in the same run, on the plans a fused product makes
-(``KernelEngine.fused_plans`` of row FFT kernels and of cuFFT with callbacks), with its floor: the
+(``FFTStages.fused_plans`` of row FFT kernels and of cuFFT with callbacks), with its floor: the
 bytes the fused stage must move (the unpadded real rows once, the complex rows once, in the
 dtypes the product uses) over the copy bandwidth measured in that run. Also prints the largest
 difference between the two results, relative to the largest value.
@@ -79,11 +79,12 @@ def main(argv=None) -> int:
                 # the forward plan of a forward product (rows -> xhat), the inverse plan of
                 # an adjoint (yhat -> rows): row FFT kernels (mode 1) or cuFFT with callbacks
                 kinds = (FFT_ROW, FFT_ROW) if mode == "1" else (FFT_CALLBACKS, FFT_CALLBACKS)
-                plans[mode] = (eng.fused_plans(prec, False, 1, np.float64, np.float64, kinds).fwd,
-                               eng.fused_plans(prec, True, 1, np.float64, np.float64, kinds).inv)
-            xhat = {m: eng.xhat_buffer(prec, 1, rows) for m in plans}
-            yhat = eng.yhat_buffer(prec, 1, rows)
-            y = {m: eng.y_buffer(prec, 1, rows, np.float64) for m in plans}
+                ffts = eng.ffts
+                plans[mode] = (ffts.fused_plans(prec, False, 1, np.float64, np.float64, kinds).fwd,
+                               ffts.fused_plans(prec, True, 1, np.float64, np.float64, kinds).inv)
+            xhat = {m: eng.buffers.xhat_buffer(prec, 1, rows) for m in plans}
+            yhat = eng.buffers.yhat_buffer(prec, 1, rows)
+            y = {m: eng.buffers.y_buffer(prec, 1, rows, np.float64) for m in plans}
             for d, (src, dst, floor) in (
                     ("fwd", (lambda m: x, lambda m: xhat[m],
                              (x.nbytes + xhat["1"].nbytes) / bw)),

@@ -66,7 +66,7 @@ def main(argv=None) -> int:
                 x = cp.asarray(rng.standard_normal((k, n_in, F.nf)) + 1j * rng.standard_normal((k, n_in, F.nf)))
                 # the input as the product's forward FFT gives it (complex64 for s and h, where
                 # stage 3 computes in float32), the output in complex128 (stage 4's dtype)
-                x, scaled = stage3_input(F, x.astype(eng.xhat_dtype(F.precision)), adjoint)
+                x, scaled = stage3_input(F, x.astype(eng.ffts.xhat_dtype(F.precision)), adjoint)
 
                 def time_plan(plan):
                     return median_time(cp, lambda: eng.apply(x, adjoint, np.complex128, plan=plan,

@@ -94,17 +94,17 @@ def test_building_blocks_refuse_bad_arguments(rng):
 
 
 def test_block_view_reads_khat_in_place():
-    """On the kernel engine a block of Khat is a view (gpu.blocks.BlockView), made once per
-    block by the engine: its data starts at the block's first element, the strides that
-    address Khat are the whole array's, and its launches are the planning function's for a
-    product of the block's shape; the whole Khat is the engine itself. (Host side: an engine
-    described on NumPy arrays.)"""
+    """On the kernel engine a block of Khat is stage 3 on a block of the stored array (a
+    gpu.stage3.Stage3Runner of KhatStore.block), made once per block by the engine: its data
+    starts at the block's first element, the strides that address Khat are the whole array's,
+    and its launches are the planning function's for a product of the block's shape; the whole
+    Khat is the engine's own stage 3. (Host side: an engine described on NumPy arrays.)"""
     from types import SimpleNamespace
 
     from fftmatvec.gpu import KernelEngine, KhatStore, Overrides, Problem, stage3_launches
-    from fftmatvec.gpu.blocks import BlockView
     from fftmatvec.gpu.planning import DeviceInfo
     from fftmatvec.gpu.rules import rules_for
+    from fftmatvec.gpu.stage3 import Stage3Runner
     from fftmatvec.precision import PrecisionConfig
 
     device = DeviceInfo.from_properties({"multiProcessorCount": 132,
@@ -113,14 +113,14 @@ def test_block_view_reads_khat_in_place():
     nd, nm, nt, L = 6, 10, 20, 40
     nf = L // 2 + 1
     khat = KhatStore.zeros(np, "c128", nd, nm, nf, L, np.complex128)
-    eng = SimpleNamespace(cp=np, prec=PrecisionConfig("ddddd"), store="c128",
-                          compute=np.dtype(np.complex128), nd=nd, nm=nm, nf=nf, nt=nt,
-                          fft_len=L, device=device, rules=rules_for("sm_90"),
-                          resolved=Overrides(), num_sms=132, khat_store=khat, _blocks={})
+    prec, rules = PrecisionConfig("ddddd"), rules_for("sm_90")
+    whole_khat = Stage3Runner(khat, device, rules, Overrides(), prec, nt)
+    eng = SimpleNamespace(prec=prec, nd=nd, nm=nm, nt=nt, device=device, rules=rules,
+                          resolved=Overrides(), khat_store=khat, stage3=whole_khat, _blocks={})
     whole = khat.strides(False), khat.strides(True)
     view = KernelEngine.block(eng, 2, 5, 3, 9)
-    assert isinstance(view, BlockView) and KernelEngine.block(eng, 2, 5, 3, 9) is view
-    assert KernelEngine.block(eng, 0, nd, 0, nm) is eng
+    assert isinstance(view, Stage3Runner) and KernelEngine.block(eng, 2, 5, 3, 9) is view
+    assert KernelEngine.block(eng, 0, nd, 0, nm) is whole_khat
     assert (view.nd, view.nm) == (view.khat_store.nd, view.khat_store.nm) == (3, 6)
     data = view.khat_store.data
     assert np.shares_memory(data, khat.data) and data.shape == (khat.blocks, 3, 6,
@@ -133,4 +133,4 @@ def test_block_view_reads_khat_in_place():
                                Overrides(), np.complex128, np.complex128)
         assert view.launches(adjoint, 4, np.complex128, np.complex128) == want
     with pytest.raises(ValueError, match="a block of Khat within its"):
-        BlockView(eng, 4, 4, 0, 1)
+        KernelEngine.block(eng, 4, 4, 0, 1)

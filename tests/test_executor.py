@@ -21,8 +21,7 @@ from fftmatvec._errors import FFTMatvecTypeError
 from fftmatvec._matmul import MatmulEngine
 from fftmatvec.gpu import callbacks as _fftcb
 from fftmatvec.gpu.executor import Executor
-from fftmatvec.gpu.ffts import FFTStages
-from fftmatvec.gpu.fused import FusedProducts
+from fftmatvec.gpu.fused import FusedBuffers
 from fftmatvec.gpu.plan import FFT_CALLBACKS, FFT_PAD, FFT_ROW, FFT_UNPAD, Plan
 from fftmatvec.gpu.planning import (DeviceInfo, Overrides, Problem, make_plan,
                                     make_plan_without_callbacks)
@@ -40,9 +39,10 @@ STAGES = {"row_fft": 0, "fft_callbacks": 0, "graphs": 0}
 
 class _Recording(MatmulEngine):
     """The kernel engine's seam, on the CPU: ``name`` "kernels", the described H200 and its
-    rules; stage 3's packed launches and the FFT plans recorded as they are built, and the
-    launches each stage 3 runs, computed by the matmul engine. No planner method: an executor
-    that asked one would fail."""
+    rules, and the parts an executor builds from (``stage3``, ``ffts``, ``buffers``,
+    ``khat_store``); stage 3's packed launches and the FFT plans recorded as they are built,
+    and the launches each stage 3 runs, computed by the matmul engine. No planner method: an
+    executor that asked one would fail."""
 
     name = "kernels"
 
@@ -51,15 +51,14 @@ class _Recording(MatmulEngine):
         self.device, self.rules = H200, RULES
         self.compute = np.dtype(np.complex128 if self.prec.letters[2] == "d" else np.complex64)
         self.built, self.ran, self.fft_plans = [], [], []
+        self.stage3 = SimpleNamespace(pack=self._pack)
+        self.ffts = SimpleNamespace(fft_plan=self._fft_plan, fused_plans=self._fused_plans,
+                                    xhat_dtype=self._xhat_dtype, yhat_dtype=self._xhat_dtype)
+        # the fused product's sizes, as the kernel engine computes them
+        self.buffers = FusedBuffers(np, self.nf, self.nt, self.fft_len, self.compute)
+        self.khat_store = SimpleNamespace(scales_input=lambda adjoint: False)
 
-    # the fused product's sizes, as the kernel engine computes them
-    xhat_nbytes, yhat_nbytes = FusedProducts.xhat_nbytes, FusedProducts.yhat_nbytes
-    y_nbytes, inverse_input_nbytes = FusedProducts.y_nbytes, FFTStages.inverse_input_nbytes
-
-    def scales_input(self, adjoint):
-        return False
-
-    def stage3(self, adjoint, k, in_dtype, out_dtype, plan=None):
+    def _pack(self, adjoint, k, in_dtype, out_dtype, plan=None):
         self.built.append(("stage3", adjoint, k, np.dtype(in_dtype), np.dtype(out_dtype),
                            None if plan is None else tuple(plan)))
         return SimpleNamespace(plan=None if plan is None else tuple(plan), workspace_bytes=0,
@@ -71,17 +70,15 @@ class _Recording(MatmulEngine):
         return super().apply(xhat, adjoint, out_dtype, out=out, workspace=workspace,
                              xhat_scaled=xhat_scaled)
 
-    def fft_plan(self, kind, batch, dtype):
+    def _fft_plan(self, kind, batch, dtype):
         self.fft_plans.append((kind, batch, np.dtype(dtype)))
 
-    def fused_plans(self, prec, adjoint, k, in_dtype, out_dtype, ffts, fold=0):
+    def _fused_plans(self, prec, adjoint, k, in_dtype, out_dtype, ffts, fold=0):
         self.built.append(("ffts", ffts, fold))
         return SimpleNamespace(fwd="fwd", inv="inv", xhat_scaled=False, split_sum=fold)
 
-    def xhat_dtype(self, prec):
+    def _xhat_dtype(self, prec):
         return np.dtype(np.complex128 if prec.letters[2] == "d" else np.complex64)
-
-    yhat_dtype = xhat_dtype
 
 
 @pytest.fixture
@@ -187,7 +184,7 @@ def test_executor_plans_again_where_cufft_has_no_callback_plan(monkeypatch):
     def fail(*args, **kwargs):
         raise _fftcb.CallbackError("link failed")
 
-    eng.fused_plans = fail
+    eng.ffts.fused_plans = fail
     asked = []
 
     def replan(why, overrides=None):
@@ -325,12 +322,38 @@ def test_gpu_package_has_no_import_cycle_and_small_modules():
     assert order.index("plan") < order.index("planning") < order.index("engine")
 
 
+def test_gpu_classes_are_composed_not_mixed_in():
+    """No class of fftmatvec/gpu takes a base class of fftmatvec/gpu (the engine and the
+    planning are objects holding their parts, not mixins sharing one ``self``), except a true
+    specialisation named here."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import fftmatvec.gpu as gpu
+
+    allowed: set = set()  # ("module.Class", "module.Base") of a true specialisation: none
+    found = []
+    for info in pkgutil.iter_modules(gpu.__path__):
+        module = importlib.import_module(f"{gpu.__name__}.{info.name}")
+        for name, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ != module.__name__:
+                continue
+            for base in cls.__mro__[1:]:
+                if base.__module__.startswith(gpu.__name__ + "."):
+                    pair = (f"{info.name}.{name}",
+                            f"{base.__module__.rsplit('.', 1)[1]}.{base.__qualname__}")
+                    if pair not in allowed:
+                        found.append(pair)
+    assert not found, f"classes of fftmatvec/gpu with a base class of fftmatvec/gpu: {found}"
+
+
 def test_split_k_sum_is_the_plans(monkeypatch):
     """Which kernel adds a launch's split-K partials (one thread an output, or lanes) is part
     of the plan (``_Launch.serial_sum``, the rule of launches.serial_sum), and packing a launch
     takes that kernel, not a choice of its own."""
     from fftmatvec import kernels
-    from fftmatvec.gpu.engine import KernelEngine
+    from fftmatvec.gpu.stage3 import Stage3Runner
     from fftmatvec.gpu.launches import serial_sum
 
     seen = {True: 0, False: 0}
@@ -356,10 +379,10 @@ def test_split_k_sum_is_the_plans(monkeypatch):
                           compute=np.dtype(np.complex128), _args={},
                           khat_store=SimpleNamespace(nfp=problem.nf + 3,
                                                      strides=lambda adjoint: (8, 8, 3, 8)))
-    eng.split_sum = lambda *a, **kw: KernelEngine.split_sum(eng, *a, **kw)
+    eng.split_sum = lambda *a, **kw: Stage3Runner.split_sum(eng, *a, **kw)
     for serial in (True, False):  # the launch's word, whatever the rule says
         import dataclasses
 
         one = dataclasses.replace(la, serial_sum=serial)
-        _, _, (fn, _, _, _) = KernelEngine._launch_args(eng, one, False, 3, 5000, np.complex128)
+        _, _, (fn, _, _, _) = Stage3Runner._launch_args(eng, one, False, 3, 5000, np.complex128)
         assert fn.startswith("reduce_serial_" if serial else "reduce_c128")

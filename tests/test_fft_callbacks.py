@@ -17,7 +17,8 @@ import fftmatvec as fm
 from fftmatvec import backend
 from fftmatvec.gpu import callbacks as _fftcb
 from fftmatvec.gpu import rowfft as _rowfft
-from fftmatvec.gpu import KernelEngine, Planner
+from fftmatvec.gpu import KhatStore, Planner
+from fftmatvec.gpu.ffts import FFTStages
 from fftmatvec.gpu.plan import FFT_CALLBACKS, FFT_IN_FUSED_ADJOINT, FFT_PAD, FFT_ROW, FFT_UNPAD
 from fftmatvec.precision import PrecisionConfig
 
@@ -50,7 +51,8 @@ def test_ctype():
 
 
 def _host_engine(monkeypatch, ok=True, fail=None):
-    """A KernelEngine's host side (no GPU): sizes, and cuFFT plans recorded instead of made."""
+    """A kernel engine's FFT stages on the host (no GPU): sizes, and cuFFT plans recorded
+    instead of made."""
     calls = []
 
     def get_plan(kind, L, batch, double, load=None, store=None, store_info=None):
@@ -63,16 +65,11 @@ def _host_engine(monkeypatch, ok=True, fail=None):
 
     monkeypatch.setattr(_fftcb, "get_plan", get_plan)
     # no planner methods: the plans are built from the kinds given, nothing is chosen
-    engine = SimpleNamespace(nd=3, nm=5, nf=11, nt=10, fft_len=20,
-                             compute=np.dtype(np.complex64),
-                             khat_store=SimpleNamespace(nfp=12, scale=None),
-                             smem_per_block=227 * 1024)
-    engine.xhat_dtype = lambda prec: KernelEngine.xhat_dtype(engine, prec)
-    engine.yhat_dtype = lambda prec: KernelEngine.yhat_dtype(engine, prec)
-    engine.scales_input = lambda adjoint: KernelEngine.scales_input(engine, adjoint)
-    for name in ("_callback_plans", "_row_fft_fwd", "_row_fft_inv"):
-        setattr(engine, name, getattr(KernelEngine, name).__get__(engine))
-    return engine, calls
+    store = SimpleNamespace(xp=np, nd=3, nm=5, nf=11, fft_len=20, nfp=12, scale=None,
+                            compute=np.dtype(np.complex64))
+    store.scales_input = lambda adjoint: KhatStore.scales_input(store, adjoint)
+    device = SimpleNamespace(multiprocessors=132, smem_per_block=227 * 1024)
+    return FFTStages(store, device, nt=10), calls
 
 
 CB = (FFT_CALLBACKS, FFT_CALLBACKS)
@@ -82,7 +79,7 @@ def test_fused_plans_name_the_right_callbacks(monkeypatch):
     """Each plan gets the callbacks, sizes and types of its product."""
     engine, calls = _host_engine(monkeypatch)
     prec = PrecisionConfig("sdhds")  # stage 1 float32, FFTs float64, stage 3 h, stage 5 float32
-    plans = KernelEngine.fused_plans(engine, prec, False, 2, np.float64, np.float32, CB)
+    plans = engine.fused_plans(prec, False, 2, np.float64, np.float32, CB)
     assert plans == ("r2c plan", "c2r plan", False, 0) and not plans.xhat_scaled
     sizes = {"FMV_L": "20ULL", "FMV_NT": "10ULL"}
     assert calls == [
@@ -94,13 +91,13 @@ def test_fused_plans_name_the_right_callbacks(monkeypatch):
     ]
     # the adjoint transforms Nd rows forward and Nm back; float32 FFTs need no complex64 store
     calls.clear()
-    KernelEngine.fused_plans(engine, PrecisionConfig("sssss"), True, 1, np.float32, np.float32, CB)
+    engine.fused_plans(PrecisionConfig("sssss"), True, 1, np.float32, np.float32, CB)
     (_, _, b1, d1, _, store1), (_, _, b2, d2, load2, _) = calls
     assert (b1, b2, d1, d2, store1, load2) == (3, 5, False, False, None, None)
     # d stage 3 computes in complex128: no store callback, no widening load either
     calls.clear()
     engine.compute = np.dtype(np.complex128)
-    KernelEngine.fused_plans(engine, PrecisionConfig("ddddd"), False, 1, np.float64, np.float64, CB)
+    engine.fused_plans(PrecisionConfig("ddddd"), False, 1, np.float64, np.float64, CB)
     assert calls[0][5] is None and calls[1][4] is None
 
 
@@ -113,7 +110,7 @@ def test_fused_plans_scale_float16_adjoints(monkeypatch):
     sizes = {"FMV_NF": "11ULL", "FMV_ND": "3ULL", "FMV_NFP": "12ULL"}
     for prec, cplx, double in (("ddhdd", "double2", True), ("sshss", "float2", False)):
         calls.clear()
-        plans = KernelEngine.fused_plans(engine, PrecisionConfig(prec), True, 2, np.float64,
+        plans = engine.fused_plans(PrecisionConfig(prec), True, 2, np.float64,
                                          np.float64, CB)
         assert plans.xhat_scaled
         (kind, _, batch, dbl, _, store), info, (kind2, _, batch2, _, _, _) = calls
@@ -121,7 +118,7 @@ def test_fused_plans_scale_float16_adjoints(monkeypatch):
         assert store == ("FMV_XHAT_SCALE_STORE", {**sizes, "FMV_TFFTC": cplx})
         assert info == ("store_info", "the scales")
     calls.clear()
-    plans = KernelEngine.fused_plans(engine, PrecisionConfig("ddhdd"), False, 2, np.float64,
+    plans = engine.fused_plans(PrecisionConfig("ddhdd"), False, 2, np.float64,
                                      np.float64, CB)
     assert not plans.xhat_scaled and calls[0][5] == ("FMV_XHAT_STORE", {})
 
@@ -132,14 +129,14 @@ def test_fused_plans_add_the_splits_in_the_inverse_load(monkeypatch):
     FFT's), the splits k n_out Nf elements apart; the row FFT kernels never do (an error), nor
     a product with no inverse plan."""
     engine, calls = _host_engine(monkeypatch)
-    plans = KernelEngine.fused_plans(engine, PrecisionConfig("ddhdd"), False, 2, np.float64,
+    plans = engine.fused_plans(PrecisionConfig("ddhdd"), False, 2, np.float64,
                                      np.float64, CB, fold=6)
     assert plans.split_sum == 6
     assert calls[-1][4] == ("FMV_SPLIT_LOAD", {
         "FMV_SPLITS": "6", "FMV_SPLIT_STRIDE": f"{2 * 3 * 11}ULL", "FMV_TPART": "float2",
         "FMV_TYHAT": "float2", "FMV_TFFTC": "double2"})
     engine.compute = np.dtype(np.complex128)  # d stage 3, float32 inverse FFT
-    plans = KernelEngine.fused_plans(engine, PrecisionConfig("dddsd"), True, 1, np.float64,
+    plans = engine.fused_plans(PrecisionConfig("dddsd"), True, 1, np.float64,
                                      np.float64, CB, fold=6)
     assert plans.split_sum == 6
     assert calls[-1][:3] == ("c2r", 20, 5) and calls[-1][4] == ("FMV_SPLIT_LOAD", {
@@ -148,9 +145,9 @@ def test_fused_plans_add_the_splits_in_the_inverse_load(monkeypatch):
     monkeypatch.setattr(_rowfft, "RowFFT", lambda kind, *a, **kw: f"{kind} kernel")
     for ffts in ((FFT_CALLBACKS, FFT_IN_FUSED_ADJOINT), (FFT_ROW, FFT_ROW)):
         with pytest.raises(ValueError, match="only an inverse cuFFT plan with callbacks adds"):
-            KernelEngine.fused_plans(engine, PrecisionConfig("ddddd"), True, 1, np.float64,
+            engine.fused_plans(PrecisionConfig("ddddd"), True, 1, np.float64,
                                      np.float64, ffts, fold=6)
-    assert KernelEngine.fused_plans(engine, PrecisionConfig("ddddd"), False, 1, np.float64,
+    assert engine.fused_plans(PrecisionConfig("ddddd"), False, 1, np.float64,
                                     np.float64, (FFT_ROW, FFT_ROW)) == ("r2c kernel",
                                                                         "c2r kernel", False, 0)
 
@@ -172,9 +169,9 @@ def test_ifft_unpad_checks_what_it_reads():
                                (0, 2 * 3 * 11 * 8, "the spectra")):
         plans = FusedPlans("fwd", lambda i, o: ran.append((i, o)), False, splits)
         with pytest.raises(ValueError, match=what):
-            KernelEngine.ifft_unpad(engine, plans, arr(need - 1), out)
+            FFTStages.ifft_unpad(engine, plans, arr(need - 1), out)
         assert ran == []
-        assert KernelEngine.ifft_unpad(engine, plans, arr(need), out) is out
+        assert FFTStages.ifft_unpad(engine, plans, arr(need), out) is out
         assert ran == [(1, 2)]
         ran.clear()
 
@@ -205,7 +202,7 @@ def test_fused_plans_refuse_the_stages_kinds(monkeypatch):
     prec = PrecisionConfig("ddddd")
     for ffts in ((FFT_PAD, FFT_UNPAD), (FFT_IN_FUSED_ADJOINT, FFT_CALLBACKS)):
         with pytest.raises(ValueError, match="row FFT kernels or cuFFT with callbacks"):
-            KernelEngine.fused_plans(engine, prec, False, 1, np.float64, np.float64, ffts)
+            engine.fused_plans(prec, False, 1, np.float64, np.float64, ffts)
     assert calls == []
 
 
@@ -223,14 +220,14 @@ def test_fused_plans_on_row_fft_kernels(monkeypatch):
         return f"{kind} kernel"
 
     monkeypatch.setattr(_rowfft, "RowFFT", row_fft)
-    plans = KernelEngine.fused_plans(engine, PrecisionConfig("sdhds"), False, 2, np.float64,
+    plans = engine.fused_plans(PrecisionConfig("sdhds"), False, 2, np.float64,
                                      np.float32, ROW)
     assert plans == ("r2c kernel", "c2r kernel", False, 0)
     assert made == [("r2c", 20, 10, 2 * 5, "float64", "float32", "float64", "complex64", None, 3, 12),
                     ("c2r", 20, 10, 2 * 3, "complex64", "float32", "float64", "float32", None, 1, 0)]
     made.clear()
     engine.khat_store.scale = "the scales"
-    plans = KernelEngine.fused_plans(engine, PrecisionConfig("ddhdd"), True, 1, np.float32,
+    plans = engine.fused_plans(PrecisionConfig("ddhdd"), True, 1, np.float32,
                                      np.float64, ROW)
     assert plans.xhat_scaled
     assert made[0] == ("r2c", 20, 10, 3, "float32", "float64", "float64", "complex64",
@@ -238,11 +235,11 @@ def test_fused_plans_on_row_fft_kernels(monkeypatch):
     assert made[1][:8] == ("c2r", 20, 10, 5, "complex64", "float64", "float64", "float64")
     made.clear()
     engine.compute = np.dtype(np.complex128)
-    KernelEngine.fused_plans(engine, PrecisionConfig("ddddd"), False, 1, np.float64, np.float64,
+    engine.fused_plans(PrecisionConfig("ddddd"), False, 1, np.float64, np.float64,
                              ROW)
     assert made[0][7] == "complex128" and made[1][4] == "complex128"
     made.clear()  # stages 3-5 as one kernel: no inverse transform
-    plans = KernelEngine.fused_plans(engine, PrecisionConfig("ddddd"), True, 1, np.float64,
+    plans = engine.fused_plans(PrecisionConfig("ddddd"), True, 1, np.float64,
                                      np.float64, (FFT_ROW, FFT_IN_FUSED_ADJOINT))
     assert plans.inv is None and [m[0] for m in made] == ["r2c"]
     assert calls == []
@@ -255,13 +252,13 @@ def test_fused_plans_mix_kernels_and_callbacks(monkeypatch):
     engine, calls = _host_engine(monkeypatch)
     monkeypatch.setattr(_rowfft, "RowFFT", lambda kind, *a, **kw: f"{kind} kernel")
     prec = PrecisionConfig("ddddd")
-    plans = KernelEngine.fused_plans(engine, prec, False, 2, np.float64, np.float64,
+    plans = engine.fused_plans(prec, False, 2, np.float64, np.float64,
                                      (FFT_ROW, FFT_CALLBACKS))
     assert plans == ("r2c kernel", "c2r plan", False, 0)
     assert [c[0] for c in calls] == ["c2r"]
     engine, calls = _host_engine(monkeypatch, fail="link failed")
     with pytest.raises(_fftcb.CallbackError, match="link failed"):
-        KernelEngine.fused_plans(engine, prec, False, 2, np.float64, np.float64, CB)
+        engine.fused_plans(prec, False, 2, np.float64, np.float64, CB)
 
 
 CALLBACKS = Path(__file__).resolve().parents[1] / "hip_kernels" / "fft_callbacks.cu"
@@ -508,15 +505,16 @@ def test_split_load_adds_the_partials(rng, precision, nt, splits):
     total = np.zeros((rows, nf), dtype=eng.compute)
     for p in parts:  # in split order, from zero
         total += p
-    total = total.astype(eng.yhat_dtype(prec))
-    _, folded = eng._callback_plans(prec, False, 1, np.float64, np.float64, False, True, splits)
-    _, plain = eng._callback_plans(prec, False, 1, np.float64, np.float64, False, True)
-    room = eng.yhat_nbytes(prec, 1, rows)  # a complex-to-real input may be overwritten
+    total = total.astype(eng.ffts.yhat_dtype(prec))
+    _, folded = eng.ffts._callback_plans(prec, False, 1, np.float64, np.float64, False, True,
+                                         splits)
+    _, plain = eng.ffts._callback_plans(prec, False, 1, np.float64, np.float64, False, True)
+    room = eng.buffers.yhat_nbytes(prec, 1, rows)  # a complex-to-real input may be overwritten
     out = []
     for plan, data in ((folded, parts), (plain, total)):
         src = cp.cuda.alloc(max(data.nbytes, room))
         src.copy_from_host(data.ctypes.data, data.nbytes)
-        y = eng.y_buffer(prec, 1, rows, np.float64)
+        y = eng.buffers.y_buffer(prec, 1, rows, np.float64)
         y.fill(np.nan)
         plan(src.ptr, y.data.ptr)
         out.append(to_numpy(y))
@@ -546,24 +544,24 @@ def test_folded_product_in_steps(monkeypatch, rng):
     assert plans.split_sum == product.split_sum == F.plan().fold
     m = _rand(rng, 1, 3000, 40)
     want = to_numpy(F.matmat(m))
-    xb = eng.xhat_buffer(prec, 1, 3000)
-    yh = eng.yhat_buffer(prec, 1, 3)
-    work = cp.zeros(-(-eng.inverse_input_nbytes(prec, plans, 3) // 16), dtype=np.complex128)
+    xb = eng.buffers.xhat_buffer(prec, 1, 3000)
+    yh = eng.buffers.yhat_buffer(prec, 1, 3)
+    work = cp.zeros(-(-eng.buffers.inverse_input_nbytes(prec, plans, 3) // 16), dtype=np.complex128)
     assert work.nbytes >= product.work_bytes - 16
     stream = cp.cuda.get_current_stream().ptr
     for through in ("ifft_unpad", "plan"):
-        eng.pad_fft(plans, m, out=xb)
+        eng.ffts.pad_fft(plans, m, out=xb)
         src = product.queue_stage3(stream, xb.data.ptr, yh.data.ptr, work.data.ptr)
         assert src == work.data.ptr
-        y = eng.y_buffer(prec, 1, 3, np.float64)
+        y = eng.buffers.y_buffer(prec, 1, 3, np.float64)
         y.fill(np.nan)
         if through == "plan":
             plans.inv(src, y.data.ptr, stream)
         else:
-            eng.ifft_unpad(plans, work, out=y)
+            eng.ffts.ifft_unpad(plans, work, out=y)
         assert rel_err(y, want) < 1e-14
     with pytest.raises(ValueError, match="partial sums"):
-        eng.ifft_unpad(plans, yh, out=eng.y_buffer(prec, 1, 3, np.float64))
+        eng.ffts.ifft_unpad(plans, yh, out=eng.buffers.y_buffer(prec, 1, 3, np.float64))
 
 
 def _poison_held(product):
@@ -726,14 +724,14 @@ def test_fused_plans_without_the_inverse(monkeypatch):
     made, on the row FFT kernels or through cuFFT."""
     engine, calls = _host_engine(monkeypatch)
     prec = PrecisionConfig("ddddd")
-    plans = KernelEngine.fused_plans(engine, prec, True, 1, np.float64, np.float64,
+    plans = engine.fused_plans(prec, True, 1, np.float64, np.float64,
                                      (FFT_CALLBACKS, FFT_IN_FUSED_ADJOINT))
     assert plans.fwd == "r2c plan" and plans.inv is None
     assert [c[0] for c in calls] == ["r2c"]
-    full = KernelEngine.fused_plans(engine, prec, True, 1, np.float64, np.float64, CB)
+    full = engine.fused_plans(prec, True, 1, np.float64, np.float64, CB)
     assert full.inv == "c2r plan"
     engine, calls = _host_engine(monkeypatch, ok=False)
     monkeypatch.setattr(_rowfft, "RowFFT", lambda kind, *a, **kw: f"{kind} kernel")
-    plans = KernelEngine.fused_plans(engine, prec, True, 1, np.float64, np.float64,
+    plans = engine.fused_plans(prec, True, 1, np.float64, np.float64,
                                      (FFT_ROW, FFT_IN_FUSED_ADJOINT))
     assert plans == ("r2c kernel", None, False, 0) and calls == []

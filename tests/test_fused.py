@@ -16,7 +16,7 @@ from conftest import EnvOverrides, set_plan
 import fftmatvec as fm
 from fftmatvec import gpu as _gpu, backend, kernels
 from fftmatvec._errors import FFTMatvecValueError
-from fftmatvec.gpu import KernelEngine, Planner
+from fftmatvec.gpu import Planner
 from fftmatvec.precision import PrecisionConfig
 
 from conftest import dense_btt, rel_err, to_numpy
@@ -27,7 +27,7 @@ KERNELS = Path(__file__).parents[1] / "hip_kernels"
 
 # ---- host side (no GPU needed) --------------------------------------------------------------
 def _engine(monkeypatch, store="c128", nd=10, nf=101, row_ffts=True, nm=100000):
-    """A KernelEngine's host side, with the kernel's launch object recorded instead of made."""
+    """A planner's host side, with the kernel's launch object recorded instead of made."""
     made = []
     monkeypatch.setattr(kernels, "has_function", lambda name: True)
     monkeypatch.setattr(_gpu.fused._GemvIrfft, "__init__",
@@ -36,7 +36,7 @@ def _engine(monkeypatch, store="c128", nd=10, nf=101, row_ffts=True, nm=100000):
                           store=store, nd=nd, nm=nm, nf=nf, fft_len=2 * nf - 2, num_sms=132,
                           compute=np.dtype(np.complex128 if store == "c128" else np.complex64),
                           row_ffts=lambda prec: row_ffts)
-    eng.xhat_dtype = lambda prec: KernelEngine.xhat_dtype(eng, prec)
+    eng.xhat_dtype = lambda prec: Planner.xhat_dtype(eng, prec)
     return eng, made
 
 
@@ -168,7 +168,7 @@ def test_fused_adjoint_matches_dense(monkeypatch, rng, precision, dtype, shape):
     assert rel_err(z.ravel(), ref) < tol
 
     # the kernel alone, into a poisoned output, from the forward FFT's output
-    xhat = cp.empty((1, nd, eng.nf), dtype=eng.xhat_dtype(F.precision))
+    xhat = cp.empty((1, nd, eng.nf), dtype=eng.ffts.xhat_dtype(F.precision))
     stream = cp.cuda.get_current_stream().ptr
     product.plans.fwd(cp.ascontiguousarray(d[None]).data.ptr, xhat.data.ptr, stream)
     y = cp.full((1, nm, nt), np.nan, dtype=dtype)
@@ -216,7 +216,8 @@ def test_fused_adjoint_by_default(monkeypatch, rng, graphs):
 def test_fused_product_takes_the_kernel_or_the_inverse():
     """A fused product takes an inverse plan and stage 3's launches, or stages 3-5 as one
     kernel: never both, never neither."""
-    eng = SimpleNamespace(nd=10, nm=100000, scales_input=lambda adjoint: False)
+    eng = SimpleNamespace(nd=10, nm=100000,
+                          khat_store=SimpleNamespace(scales_input=lambda adjoint: False))
     prec = PrecisionConfig("ddddd")
     with pytest.raises(ValueError, match="an inverse plan, or stages 3-5 as one kernel"):
         _gpu.fused._FusedProduct(eng, prec, True, 1, np.float64, _gpu.FusedPlans("fwd", None), None)

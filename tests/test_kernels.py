@@ -257,7 +257,7 @@ def test_h_batch_vector_ranges(rng, adjoint):
     ref = _dense_product(khat, x, adjoint)
     xs = cp.asarray(x.astype(np.complex64))
     if adjoint:
-        xs = eng.scale_xhat(xs)
+        xs = eng.stage3.scale_xhat(xs)
     for tile in PIPE_TILES[view.builders.pipe_store]:
         for waves in (64, 0):
             la = planning_view(F, adjoint, kb, pipe_waves=waves).builders._launch_pipe(
@@ -287,18 +287,19 @@ def test_h_adjoint_prescaled(rng, monkeypatch, shape):
     with pytest.raises(ValueError, match="adjoint"):
         eng.apply(cp.zeros((1, nm, F.nf), np.complex64), False, np.complex128, xhat_scaled=True)
     with pytest.raises(ValueError, match=r"\(k, %d, %d\)" % (nd, F.nf)):
-        eng.scale_xhat(cp.zeros((1, nd + 1, F.nf), np.complex64))
+        eng.stage3.scale_xhat(cp.zeros((1, nd + 1, F.nf), np.complex64))
     sm80 = eng.device.mma_kernels
     view = planning_view(F, True)  # the planner and the launch builders
     for k in (1, 17):
         x = rng.standard_normal((k, nd, F.nf)) + 1j * rng.standard_normal((k, nd, F.nf))
         ref = _dense_product(khat, x, True)
-        xs = eng.scale_xhat(cp.asarray(x).astype(np.complex64))  # as the FFT's callback writes it
+        # as the FFT's callback writes it
+        xs = eng.stage3.scale_xhat(cp.asarray(x).astype(np.complex64))
         assert xs.dtype == np.complex64 and xs.shape == x.shape
         scale = cp.asnumpy(eng.khat_store.scale)[:, : F.nf]
         np.testing.assert_allclose(cp.asnumpy(xs), x.astype(np.complex64) * scale, rtol=1e-6)
         # in complex128 the product is exact to the last bit: x times the float32 scale
-        np.testing.assert_array_equal(cp.asnumpy(eng.scale_xhat(cp.asarray(x))),
+        np.testing.assert_array_equal(cp.asnumpy(eng.stage3.scale_xhat(cp.asarray(x))),
                                       x * scale.astype(np.float64))
         plans = [None]  # the default plan
         if k == 1:
@@ -402,7 +403,7 @@ def test_split_sums(rng, prec, out, n, splits):
     ref = ref.astype(out)
     dpart = cp.asarray(part)
     for serial in (False, True):
-        fn, grid, block, args = eng.split_sum(n, splits, out, serial=serial)
+        fn, grid, block, args = eng.stage3.split_sum(n, splits, out, serial=serial)
         y = poisoned(cp, n, out)
         kernels.PackedLaunch(fn, grid, block, 0, (None, None) + args)(
             cp.cuda.get_current_stream().ptr, dpart.data.ptr, y.data.ptr)
@@ -412,7 +413,7 @@ def test_split_sums(rng, prec, out, n, splits):
         else:
             tol = 1e-13 if eng.compute == np.complex128 and out == np.complex128 else 1e-5
             np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * splits)
-    picked = eng.split_sum(n, splits, out)[2]
+    picked = eng.stage3.split_sum(n, splits, out)[2]
     serial = (splits <= _gpu.REDUCE_SERIAL_MAX_SPLITS
               and n >= _gpu.REDUCE_SERIAL_MIN_OUTPUTS * eng.num_sms)
     assert (len(picked) == 1) is serial

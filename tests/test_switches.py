@@ -13,8 +13,8 @@ from fftmatvec import FFTMatvecValueError
 from fftmatvec import kernels
 from fftmatvec.gpu import rowfft as _rowfft
 from fftmatvec.backend import shared_memory_limits
-from fftmatvec.gpu import KernelEngine, KnownCode, pipe_split_count, pipe_split_time
-from fftmatvec.gpu.launches import LaunchBuilders
+from fftmatvec.gpu import KnownCode, pipe_split_count, pipe_split_time
+from fftmatvec.gpu.launches import LaunchBuilders, rows_launch
 from fftmatvec.gpu.planner import Planner
 from fftmatvec.gpu.stage3 import _split_k
 from fftmatvec.gpu.plan import mode
@@ -445,8 +445,7 @@ def test_row_fft_line(monkeypatch):
 def test_rows_launch_fills_the_device(rows, cols):
     """Pad and unpad launch enough blocks to fill the device: long-lived blocks over many rows,
     and several blocks per row when the rows are few."""
-    engine = SimpleNamespace(resolved=EnvOverrides(), rules=_RULES, num_sms=132)
-    (gx, gy), (bx, by) = KernelEngine._rows_launch(engine, rows, cols)
+    (gx, gy), (bx, by) = rows_launch(rows, cols, 132)
     assert bx * by == 256 and 32 <= bx <= 256
     assert gx <= 8 * 132 and gx * by >= min(rows, 8 * 132 * by)
     assert 1 <= gy <= 65535 and gx * gy <= 8 * 132

@@ -17,7 +17,7 @@ from conftest import poisoned
 import fftmatvec as fm
 from fftmatvec import gpu as _gpu, backend, kernels
 from fftmatvec._errors import FFTMatvecValueError
-from fftmatvec.gpu import KernelEngine
+from fftmatvec.gpu.stage3 import Stage3Runner
 from fftmatvec.gpu.launches import LaunchBuilders
 from fftmatvec.gpu.planner import Planner
 
@@ -27,7 +27,7 @@ KERNELS = Path(__file__).parents[1] / "hip_kernels"
 
 # ---- host side (no GPU needed) --------------------------------------------------------------
 def _engine(monkeypatch, store="c128", nd=10, nm=100000, nf=101, sm80=True, present=True):
-    """A KernelEngine's host side for the rule and the launch geometry."""
+    """The planner's and the launch builders' host side for the rule and the launch geometry."""
     monkeypatch.setattr(kernels, "has_function", lambda name: present)
     eng = SimpleNamespace(resolved=EnvOverrides(), rules=_gpu.rules_for("sm_90"), has_kernel=lambda n: kernels.has_function(n),
                           store=store, nd=nd, nm=nm, nf=nf, smem_per_block=227 * 1024,
@@ -279,8 +279,8 @@ def test_xreg_launch_keeps_the_default_carveout(monkeypatch):
             nfp=102, strides=lambda adjoint: (64, 64 * eng.nm, 6, eng.nd * eng.nm * 64))
         la = eng._launch_xreg(16, np.complex128, np.complex128, fw=fw)
         assert (la.smem > _gpu.XREG_MAX_SMEM) is opt_in
-        fn, args, reduce = KernelEngine._launch_args(eng, la, True, eng.nm, nd, np.complex128)
+        fn, args, reduce = Stage3Runner._launch_args(eng, la, True, eng.nm, nd, np.complex128)
         assert got[-1] == (la.name, la.smem if opt_in else 0) and reduce is None
         assert [int(a) for a in args[-2:]] == [16, la.xreg_rows]
         with pytest.raises(ValueError, match="adjoints only"):
-            KernelEngine._launch_args(eng, la, False, nd, eng.nm, np.complex128)
+            Stage3Runner._launch_args(eng, la, False, nd, eng.nm, np.complex128)

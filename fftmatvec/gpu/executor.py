@@ -93,19 +93,21 @@ class Executor:
             from .fused import _FusedProduct, _GemvIrfft
 
             fused = _GemvIrfft(eng, prec, problem.out_dtype) if plan.fused_adjoint else None
-            stage3 = None if fused is not None else eng.stage3(
-                adjoint, plan.k, eng.xhat_dtype(prec), eng.yhat_dtype(prec), plan.launches)
-            ffts = eng.fused_plans(prec, adjoint, plan.k, problem.in_dtype, problem.out_dtype,
+            stage3 = None if fused is not None else eng.stage3.pack(
+                adjoint, plan.k, eng.ffts.xhat_dtype(prec), eng.ffts.yhat_dtype(prec),
+                plan.launches)
+            ffts = eng.ffts.fused_plans(prec, adjoint, plan.k, problem.in_dtype, problem.out_dtype,
                                    plan.ffts, plan.fold)
             self.product = _FusedProduct(eng, prec, adjoint, plan.k, problem.out_dtype, ffts,
                                          fused, stage3)
         else:
-            self.stage3 = eng.stage3(adjoint, plan.k, prec.complex_dtype("fft"),
-                                     prec.complex_dtype("ifft"), plan.launches)
-            # the cuFFT plans of stages 2 and 4, made now (the engine holds them by size)
+            self.stage3 = eng.stage3.pack(adjoint, plan.k, prec.complex_dtype("fft"),
+                                          prec.complex_dtype("ifft"), plan.launches)
+            # the cuFFT plans of stages 2 and 4, made now (the engine's FFT stages hold them
+            # by size)
             n_in, n_out = (problem.nd, problem.nm) if adjoint else (problem.nm, problem.nd)
-            eng.fft_plan("r2c", plan.k * n_in, prec.real_dtype("fft"))
-            eng.fft_plan("c2r", plan.k * n_out, prec.complex_dtype("ifft"))
+            eng.ffts.fft_plan("r2c", plan.k * n_in, prec.real_dtype("fft"))
+            eng.ffts.fft_plan("c2r", plan.k * n_out, prec.complex_dtype("ifft"))
         self._bind(plan)
 
     def _bind(self, plan: Plan) -> None:
@@ -157,7 +159,7 @@ class Executor:
         xhat = eng.fft(padded.astype(prec.real_dtype("fft"), copy=False), out=get("xhat"))
         scaled = bufs is not None and bufs.xs is not None
         if scaled:
-            xhat = eng.scale_xhat(xhat, out=bufs.xs)
+            xhat = eng.stage3.scale_xhat(xhat, out=bufs.xs)
         yhat = eng.apply(xhat, self.adjoint, prec.complex_dtype("ifft"), out=get("yhat"),
                          workspace=get("workspace"), xhat_scaled=scaled, **self._apply_kw)
         y = eng.ifft(yhat.astype(prec.complex_dtype("ifft"), copy=False), out=get("ypad"))

@@ -4,7 +4,6 @@ run stage by stage."""
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import numpy as np
@@ -14,7 +13,7 @@ from ..precision import PrecisionConfig
 from . import callbacks as _fftcb
 from . import rowfft as _rowfft
 from .plan import FFT_CALLBACKS, FFT_IN_FUSED_ADJOINT, FFT_ROW
-from .launches import _i64
+from .launches import _i64, rows_launch
 from .rules import (_CTYPE2, _REAL_SUFFIX)
 
 
@@ -63,7 +62,20 @@ def _partials_nbytes(eng, plans, rows: int) -> int:
 
 
 class FFTStages:
-    """The FFT stages (a base class of :class:`~fftmatvec.gpu.engine.KernelEngine`)."""
+    """Stages 1+2 and 4+5 of the products on a stored ``Khat`` (``store``, a
+    :class:`~fftmatvec.gpu.khat.KhatStore`: its sizes, compute dtype, float16 row scales) over
+    ``nt`` time steps on ``device`` (:class:`~fftmatvec.gpu.planning.DeviceInfo`): cuFFT plans
+    made once per size, the fused products' transforms of the kinds a plan names, and the
+    pad/unpad kernels (an engine's :attr:`~fftmatvec.gpu.engine.KernelEngine.ffts`)."""
+
+    def __init__(self, store, device, nt: int):
+        self.khat_store = store  # its row scales and padded frequencies: the float16 adjoint's
+        self.cp = store.xp
+        self.nd, self.nm, self.nf, self.fft_len, self.nt = (store.nd, store.nm, store.nf,
+                                                            store.fft_len, nt)
+        self.compute = store.compute
+        self.num_sms, self.smem_per_block = device.multiprocessors, device.smem_per_block
+        self._fft_plans: dict = {}  # (kind, rows, input dtype) -> cuFFT plan (fft_plan())
 
     def fft_plan(self, kind: str, batch: int, dtype):
         """The cuFFT plan of stage 2 (``kind`` "r2c", input ``dtype`` real) or stage 4 ("c2r",
@@ -147,7 +159,7 @@ class FFTStages:
                                                   want_fwd, want_inv, fold)
             fwd = cb_fwd if want_fwd else fwd
             inv = cb_inv if want_inv else inv
-        return FusedPlans(fwd, inv, self.scales_input(adjoint), fold)
+        return FusedPlans(fwd, inv, self.khat_store.scales_input(adjoint), fold)
 
 
     def _callback_plans(self, prec: PrecisionConfig, adjoint: bool, k: int, in_dtype, out_dtype,
@@ -166,7 +178,7 @@ class FFTStages:
                                     "FMV_TMID": _fftcb.ctype(prec.pad_dtype),
                                     "FMV_TFFT": _fftcb.ctype(fft_real)})
             store, store_info = None, None
-            if self.scales_input(adjoint):  # float16 adjoint: the row scales on the way out
+            if self.khat_store.scales_input(adjoint):  # float16 adjoint: the row scales out
                 store = ("FMV_XHAT_SCALE_STORE", {
                     "FMV_NF": f"{self.nf}ULL", "FMV_ND": f"{self.nd}ULL",
                     "FMV_NFP": f"{self.khat_store.nfp}ULL",
@@ -198,7 +210,7 @@ class FFTStages:
         """:meth:`fused_plans`' forward transform on the row FFT kernels
         (:class:`fftmatvec._rowfft.RowFFT`)."""
         n_in = self.nd if adjoint else self.nm
-        scaled = self.scales_input(adjoint)
+        scaled = self.khat_store.scales_input(adjoint)
         return _rowfft.RowFFT("r2c", self.fft_len, self.nt, k * n_in, in_dtype, prec.pad_dtype,
                               prec.real_dtype("fft"), self.xhat_dtype(prec),
                               scale=self.khat_store.scale if scaled else None, nd=self.nd,
@@ -216,7 +228,8 @@ class FFTStages:
 
     def pad_fft(self, plans, x, out):
         """Stages 1 and 2: the forward FFT of ``x`` ``(k, n, Nt)`` zero-padded to ``L``, into
-        ``out`` (from :meth:`xhat_buffer`); the input is only read."""
+        ``out`` (from :meth:`FusedBuffers.xhat_buffer
+        <fftmatvec.gpu.fused.FusedBuffers.xhat_buffer>`); the input is only read."""
         x = self.cp.ascontiguousarray(x)
         plans[0](x.data.ptr, out.data.ptr)
         return out
@@ -224,9 +237,11 @@ class FFTStages:
 
     def ifft_unpad(self, plans, yhat, out):
         """Stages 4 and 5: the inverse FFT of ``yhat`` ``(k, n, Nf)``, its first ``Nt`` samples
-        written to ``out`` (from :meth:`y_buffer`). ``yhat`` is overwritten. Where the plan adds
-        stage 3's splits (``plans.split_sum``), ``yhat`` holds their partial sums instead,
-        ``(splits, k, n, Nf)`` in the compute dtype (:meth:`inverse_input_nbytes`)."""
+        written to ``out`` (from :meth:`FusedBuffers.y_buffer
+        <fftmatvec.gpu.fused.FusedBuffers.y_buffer>`). ``yhat`` is overwritten. Where the plan
+        adds stage 3's splits (``plans.split_sum``), ``yhat`` holds their partial sums instead,
+        ``(splits, k, n, Nf)`` in the compute dtype
+        (:meth:`~fftmatvec.gpu.fused.FusedBuffers.inverse_input_nbytes`)."""
         rows = out.shape[0] * out.shape[1]
         if plans.split_sum:
             need = _partials_nbytes(self, plans, rows)
@@ -241,27 +256,6 @@ class FFTStages:
         return out
 
 
-    def inverse_input_nbytes(self, prec: PrecisionConfig, plans, rows: int) -> int:
-        """Bytes an input of ``plans``' inverse over ``rows`` rows takes: the partial sums
-        where it adds stage 3's splits (``split_sum``), and at least the room of a
-        complex-to-real input of those rows, which cuFFT may overwrite (:meth:`yhat_nbytes`)."""
-        return max(_partials_nbytes(self, plans, rows), self.yhat_nbytes(prec, 1, rows))
-
-    def _rows_launch(self, rows: int, cols: int) -> tuple[tuple, tuple]:
-        """(grid, block) of the row kernels: blockDim.x threads along a row (about four
-        elements each, 32 to 256), 256 threads per block, enough long-lived blocks to fill the
-        device, each looping over its rows; with too few rows for that, several blocks share
-        each row (grid.y column chunks)."""
-        bx = 32
-        while bx < 256 and bx * 4 < cols:
-            bx *= 2
-        by = 256 // bx
-        target = 8 * self.num_sms
-        row_blocks = max(1, min(math.ceil(rows / by), target))
-        col_blocks = max(1, min(math.ceil(cols / (4 * bx)), target // row_blocks, 65535))
-        return (row_blocks, col_blocks), (bx, by)
-
-
     def pad(self, x, prec: PrecisionConfig, out=None):
         """Stage 1 fused with stage 2's input cast: ``(k, n, Nt)`` -> ``(k, n, L)`` in the FFT's
         real precision, each value rounded to stage 1's precision on the way."""
@@ -274,7 +268,8 @@ class FFTStages:
             out = cp.empty((k, n, L), dtype=out_dtype)
         name = f"pad_{_REAL_SUFFIX[x.dtype]}_{_REAL_SUFFIX[prec.pad_dtype]}_{_REAL_SUFFIX[out_dtype]}"
         rows = k * n
-        kernels.get_function(name)(*self._rows_launch(rows, L), (x, out, _i64(rows), _i64(nt), _i64(L)))
+        kernels.get_function(name)(*rows_launch(rows, L, self.num_sms),
+                                   (x, out, _i64(rows), _i64(nt), _i64(L)))
         return out
 
 
@@ -294,6 +289,7 @@ class FFTStages:
         else:
             w, n_w = cp.ascontiguousarray(weight, dtype=dtype), weight.shape[0]
         kernels.get_function(name)(
-            *self._rows_launch(rows, nt), (y, out, w, _i64(n_w), _i64(rows), _i64(nt), _i64(L))
+            *rows_launch(rows, nt, self.num_sms),
+            (y, out, w, _i64(n_w), _i64(rows), _i64(nt), _i64(L))
         )
         return out

@@ -34,14 +34,14 @@ class GraphRunner:
         if product is not None:  # stages 1 and 5 inside the FFTs
             self.buffers = [cp.empty(max(n, 1), dtype=np.uint8) for n in (
                 product.xhat_bytes, product.yhat_bytes, product.work_bytes)]
-            self.y = eng.y_buffer(prec, k, n_out, out_dtype)
+            self.y = eng.buffers.y_buffer(prec, k, n_out, out_dtype)
         else:
             xhat = cp.empty((k, n_in, nf), dtype=prec.complex_dtype("fft"))
             ws = executor.stage3.workspace_bytes // eng.compute.itemsize
             self.bufs = SimpleNamespace(
                 padded=cp.empty((k, n_in, L), dtype=prec.real_dtype("fft")), xhat=xhat,
                 # a float16 adjoint's input times the row scales, in a buffer the graph owns
-                xs=cp.empty_like(xhat) if eng.scales_input(adjoint) else None,
+                xs=cp.empty_like(xhat) if eng.khat_store.scales_input(adjoint) else None,
                 yhat=cp.empty((k, n_out, nf), dtype=prec.complex_dtype("ifft")),
                 ypad=cp.empty((k, n_out, L), dtype=prec.real_dtype("ifft")),
                 y=cp.empty((k, n_out, nt), dtype=out_dtype),

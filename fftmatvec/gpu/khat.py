@@ -61,6 +61,17 @@ class KhatStore:
         return cls(xp, store, nd, nm, nf, fft_len, data, scale)
 
     @property
+    def compute(self) -> np.dtype:
+        """The complex dtype stage 3 computes in on this storage: complex128 for ``c128``,
+        complex64 for ``c64`` and ``c32h``."""
+        return np.dtype(np.complex128 if self.store == "c128" else np.complex64)
+
+    def scales_input(self, adjoint: bool) -> bool:
+        """Whether a product's stage-3 input must carry the float16 row scales: adjoints with
+        ``c32h`` storage (the kernels of the adjoint read no scales)."""
+        return bool(adjoint) and self.scale is not None
+
+    @property
     def nbytes(self) -> int:
         """Bytes of ``Khat`` as stored (without the few padding frequencies)."""
         return int(self.data.itemsize * self.nd * self.nm * self.nf

@@ -67,6 +67,22 @@ def _i64(v) -> np.int64:
     return np.int64(v)
 
 
+def rows_launch(rows: int, cols: int, num_sms: int) -> tuple[tuple, tuple]:
+    """(grid, block) of the row kernels (pad, unpad, the float16 adjoint's input scaling) over
+    ``rows`` rows of ``cols`` elements on a device of ``num_sms`` multiprocessors: blockDim.x
+    threads along a row (about four elements each, 32 to 256), 256 threads per block, enough
+    long-lived blocks to fill the device, each looping over its rows; with too few rows for
+    that, several blocks share each row (grid.y column chunks)."""
+    bx = 32
+    while bx < 256 and bx * 4 < cols:
+        bx *= 2
+    by = 256 // bx
+    target = 8 * num_sms
+    row_blocks = max(1, min(math.ceil(rows / by), target))
+    col_blocks = max(1, min(math.ceil(cols / (4 * bx)), target // row_blocks, 65535))
+    return (row_blocks, col_blocks), (bx, by)
+
+
 def _split_k(splits: int, n_red: int, step: int) -> tuple[int, int]:
     """(splits, rows per split) for ``splits`` wanted over ``n_red`` reduction rows, each
     split a multiple of ``step`` rows (the kernel's chunk); fewer splits when rounding up the

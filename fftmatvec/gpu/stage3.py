@@ -4,30 +4,40 @@ launches a product takes is the planning function's choice (:mod:`fftmatvec.gpu.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import math
 
 import numpy as np
 
 from .. import kernels
 from .launches import (_Launch, _holding, _i64, _split_k, async_chunks, pipe_max_splits,
-                       pipe_split_count, pipe_split_time, serial_sum)
+                       pipe_split_count, pipe_split_time, rows_launch, serial_sum)
 from .rules import REDUCE_LANES, REDUCE_SERIAL_THREADS, XREG_MAX_SMEM, _CPLX_SUFFIX
 
-if TYPE_CHECKING:
-    from .engine import KernelEngine
-
-
-__all__ = ["Stage3Launches", "async_chunks", "pipe_max_splits", "pipe_split_count",
+__all__ = ["Stage3Runner", "async_chunks", "pipe_max_splits", "pipe_split_count",
            "pipe_split_time", "_split_k", "_holding"]
 
 
-class Stage3Launches:
-    """Stage 3 run on the stored ``Khat`` (a base class of
-    :class:`~fftmatvec.gpu.engine.KernelEngine` and :class:`~fftmatvec.gpu.blocks.BlockView`):
-    the launches given, or those the planning function chooses for stage 3 on its own
-    (:meth:`launches`), packed once."""
+class Stage3Runner:
+    """Stage 3 run on a stored ``Khat`` (``store``, a
+    :class:`~fftmatvec.gpu.khat.KhatStore`: the whole array, an engine's
+    :attr:`~fftmatvec.gpu.engine.KernelEngine.stage3`, or a block of it,
+    :meth:`~fftmatvec.gpu.engine.KernelEngine.block`) on ``device``
+    (:class:`~fftmatvec.gpu.planning.DeviceInfo`), of a product of ``precision`` over ``nt``
+    time steps: the launches given (a plan's), or those the planning function chooses for stage
+    3 on its own under ``rules`` and ``overrides`` (:meth:`launches`), packed once
+    (:meth:`pack`)."""
+
+    def __init__(self, store, device, rules, overrides, precision, nt: int):
+        self.khat_store = store  # read in place
+        self.cp, self.prec = store.xp, precision
+        self.nd, self.nm, self.nf, self.fft_len, self.nt = (store.nd, store.nm, store.nf,
+                                                            store.fft_len, nt)
+        self.compute = store.compute
+        self.device, self.rules, self.resolved = device, rules, overrides
+        self.num_sms = device.multiprocessors
+        self._launches: dict = {}  # (adjoint, k, in dtype, out dtype) -> launches (launches())
+        self._args: dict = {}  # (launch, adjoint, out dtype) -> kernel, arguments (_launch_args)
+        self._packed: dict = {}  # (adjoint, k, in dtype, out dtype) -> packed launches (pack())
 
     def launches(self, adjoint: bool, k: int, in_dtype, out_dtype) -> tuple:
         """Stage 3's launches for an input of ``in_dtype`` and an output of ``out_dtype`` run on
@@ -47,7 +57,7 @@ class Stage3Launches:
 
     def workspace_size(self, adjoint: bool, k: int, in_dtype, out_dtype) -> int:
         """Elements (of the compute dtype) of split-K workspace a product needs."""
-        return self.stage3(adjoint, k, in_dtype, out_dtype).workspace_bytes // self.compute.itemsize
+        return self.pack(adjoint, k, in_dtype, out_dtype).workspace_bytes // self.compute.itemsize
 
 
     def apply(self, xhat, adjoint: bool, out_dtype, out=None, workspace=None, plan=None,
@@ -56,10 +66,11 @@ class Stage3Launches:
         a C-contiguous array of that shape and dtype). The kernels of a float16 adjoint take
         their input times the row scales: ``xhat_scaled`` says ``xhat`` is so already (the FFT's
         store callback), else :meth:`scale_xhat` makes it so first. ``plan``: the launches to run,
-        packed (:meth:`stage3`: an executor's) or a list of launches; by default the engine's."""
+        packed (:meth:`pack`: an executor's) or a list of launches; by default those of
+        :meth:`launches`."""
         cp = self.cp
         xhat = cp.ascontiguousarray(xhat)
-        scales = self.scales_input(adjoint)
+        scales = self.khat_store.scales_input(adjoint)
         if xhat_scaled and not scales:
             raise ValueError("only a float16 adjoint's input carries the row scales")
         if scales and not xhat_scaled:
@@ -68,8 +79,8 @@ class Stage3Launches:
         n_out = self.nm if adjoint else self.nd
         out_dtype = np.dtype(out_dtype)
         y = cp.empty((k, n_out, self.nf), dtype=out_dtype) if out is None else out
-        run = plan if isinstance(plan, _Stage3) else self.stage3(adjoint, k, xhat.dtype,
-                                                                 out_dtype, plan)
+        run = plan if isinstance(plan, _Stage3) else self.pack(adjoint, k, xhat.dtype,
+                                                               out_dtype, plan)
         work = 0
         if run.workspace_bytes:
             if workspace is None:
@@ -84,28 +95,22 @@ class Stage3Launches:
         return y
 
 
-    def stage3(self, adjoint: bool, k: int, in_dtype, out_dtype, plan=None) -> "_Stage3":
+    def pack(self, adjoint: bool, k: int, in_dtype, out_dtype, plan=None) -> "_Stage3":
         """Stage 3 of a product of ``k`` right-hand sides, its launches packed once
         (:class:`_Stage3`): ``plan``'s launches (a :class:`~fftmatvec.gpu.plan.Plan`'s
         ``launches``: an executor, tests, tuning), packed afresh for the caller to hold; without
         ``plan``, the launches the planning function chooses for stage 3 on its own
-        (:meth:`~fftmatvec.gpu.engine.KernelEngine.launches`), packed once per shape."""
+        (:meth:`launches`), packed once per shape."""
         in_dtype, out_dtype = np.dtype(in_dtype), np.dtype(out_dtype)
         if plan is not None:
             return _Stage3(self, adjoint, k, in_dtype, out_dtype, tuple(plan))
         plan = self.launches(adjoint, k, in_dtype, out_dtype)
         key = (adjoint, k, in_dtype, out_dtype)
-        run = self._stage3.get(key)
+        run = self._packed.get(key)
         if run is None or run.plan != tuple(plan):  # re-packed where the plan was made afresh
             run = _Stage3(self, adjoint, k, in_dtype, out_dtype, tuple(plan))
-            self._stage3[key] = run
+            self._packed[key] = run
         return run
-
-
-    def scales_input(self, adjoint: bool) -> bool:
-        """Whether a product's stage-3 input must carry the float16 row scales: adjoints with
-        `h` storage (the kernels of the adjoint read no scales)."""
-        return bool(adjoint) and self.khat_store.scale is not None
 
 
     def scale_xhat(self, xhat, out=None):
@@ -124,7 +129,7 @@ class Stage3Launches:
             out = cp.empty_like(xhat)
         rows = k * n
         kernels.get_function(f"scale_rows_{_CPLX_SUFFIX[xhat.dtype]}")(
-            *self._rows_launch(rows, nf),
+            *rows_launch(rows, nf, self.num_sms),
             (xhat, khat.scale, out, _i64(rows), _i64(self.nd), _i64(nf), _i64(khat.nfp)))
         return out
 
@@ -191,7 +196,7 @@ class _Stage3:
     input, output and split-K workspace pointers; launches of a slice of the right-hand sides
     take them at that slice's offset."""
 
-    def __init__(self, eng: KernelEngine, adjoint: bool, k: int, in_dtype, out_dtype, plan):
+    def __init__(self, eng: Stage3Runner, adjoint: bool, k: int, in_dtype, out_dtype, plan):
         n_in, n_out, n_red = (eng.nd, eng.nm, eng.nd) if adjoint else (eng.nm, eng.nd, eng.nm)
         in_dtype, out_dtype = np.dtype(in_dtype), np.dtype(out_dtype)
         if sum(la.kb for la in plan) != k:
