@@ -237,7 +237,7 @@ ROW_FFT_MIN_BLOCKS_PER_SM = 3
 # Stages 3-5 of a one-vector adjoint as one kernel (hip_kernels/fused.cuh: its sums never go
 # through memory, the stage-3 output the inverse FFT would read back). By default for complex128
 # and complex64 storage with at most FUSED_MAX_ND sensors and FUSED_THREADS frequencies, where the
-# row FFT kernels take the inverse transform (KernelEngine.fused_adjoint). Measurements:
+# row FFT kernels take the inverse transform (Planner.fused_adjoint_takes). Measurements:
 # docs/gpu.md.
 FUSED_ND = (4, 8, 10, 12)  # the sensors its kernels hold (fftmatvec_kernels.cu)
 # (FUSED_ND: the smallest that holds Nd, whose loads are then all in use.) Measurements: docs/gpu.md.
