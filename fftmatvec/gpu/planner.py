@@ -12,7 +12,6 @@ import numpy as np
 from .. import kernels
 from .._errors import FFTMatvecValueError
 from ..precision import PrecisionConfig
-from . import callbacks as _fftcb
 from . import rowfft as _rowfft
 from .ffts import _row_blocks, xhat_dtype, yhat_dtype
 from .fused import _GemvIrfft
@@ -285,9 +284,8 @@ class Planner:
 
     def _sm80_kernels(self) -> bool:
         """Whether the code object has the kernels compiled for NVIDIA sm_80 and newer only
-        (mma: the tensor-core and the cp.async ones), found once."""
-        if self._sm80 is None:
-            self._sm80 = kernels.has_mma_kernels()
+        (mma: the tensor-core and the cp.async ones), as the device description says
+        (``DeviceInfo.mma_kernels``)."""
         return self._sm80
 
 
@@ -314,8 +312,6 @@ class Planner:
         mode = self.resolved.get("fft_callbacks")
         if mode == "0":
             return False, "turned off (fft_callbacks=0)"
-        if self._callbacks is None:
-            self._callbacks = _fftcb.support()
         if mode == "1" and not self._callbacks[0]:
             raise kernels.KernelLoadError(f"fft_callbacks=1, but {self._callbacks[1]}")
         return self._callbacks
