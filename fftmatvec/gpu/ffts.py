@@ -57,7 +57,7 @@ def _row_blocks(rows: int, L: int, fft_dtype) -> int:
 
 def _partials_nbytes(eng, plans, rows: int) -> int:
     """Bytes of the stage-3 partial sums over ``rows`` rows that ``plans``' inverse adds
-    (:attr:`FusedPlans.split_sum`), in the engine ``eng``'s compute dtype."""
+    (:attr:`FusedPlans.split_sum`), in the compute dtype of ``eng`` (FFT stages or buffers)."""
     return plans.split_sum * rows * eng.nf * eng.compute.itemsize
 
 
@@ -122,11 +122,11 @@ class FFTStages:
 
 
     def xhat_dtype(self, prec: PrecisionConfig) -> np.dtype:
-        """:func:`xhat_dtype` of this engine's compute dtype."""
+        """:func:`xhat_dtype` of stage 3's compute dtype."""
         return xhat_dtype(self.compute, prec)
 
     def yhat_dtype(self, prec: PrecisionConfig) -> np.dtype:
-        """:func:`yhat_dtype` of this engine's compute dtype."""
+        """:func:`yhat_dtype` of stage 3's compute dtype."""
         return yhat_dtype(self.compute, prec)
 
 
