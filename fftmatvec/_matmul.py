@@ -96,18 +96,6 @@ class MatmulEngine:
             self.data[:, i0:i1] = q
             self.scale[:, i0:i1] = s
 
-    def graph_runner(self, op, adjoint, x, weight, fused=False):
-        return None  # no graph capture: the stages run one by one
-
-    def fused_plans(self, prec, adjoint, k, in_dtype, out_dtype, weight=None):
-        return None  # no FFT callbacks: stages 1 and 5 run as stages of their own
-
-    def fused_product(self, prec, adjoint, k, in_dtype, out_dtype, weight=None):
-        return None
-
-    def release_buffers(self) -> None:
-        pass  # nothing held between products
-
     # ---- stages ----------------------------------------------------------------------------
     def pad(self, x, prec: PrecisionConfig, out=None, scale_exp=0):
         """Stage 1; ``scale_exp``: ``x * 2**scale_exp`` in the cast (exact: a normal power of

@@ -408,17 +408,8 @@ def checked(ops, x, name: str, run, fold: bool = False):
     return y
 
 
-def scale_on_device() -> bool:
-    """``FFTMATVEC_PLAN="scale_pass=1"``: a GPU product scales every input by an element-wise
-    pass with the exponent computed on the device, and rescales its output, instead of
-    running on the input as given and again on a scaled input only where the input's largest
-    magnitude lies outside the window (the default, :func:`run_scaled`)."""
-    from .gpu.plan import env_overrides
-
-    return env_overrides().get("scale_pass") == "1"
-
-
-def run_scaled(ops, run, x, a, kexp: int, first=None, window: int = WINDOW):
+def run_scaled(ops, run, x, a, kexp: int, first=None, window: int = WINDOW,
+               device_pass: bool = False):
     """``run(x')`` on a GPU, with the input and the output scaled (kernel exponent ``kexp``).
 
     By default the product is queued on ``x`` as it is; then the host waits for the
@@ -428,9 +419,11 @@ def run_scaled(ops, run, x, a, kexp: int, first=None, window: int = WINDOW):
     the exponent is not 0 (a pass over the output). ``a``: a :class:`_DeviceAmax`, or None.
     ``first``: the first run on ``x`` as given, where it differs from ``run`` (a product that
     computes ``a`` as it reads ``x``). ``window``: the operator's (:func:`window`; the device
-    pass of ``scale_pass=1`` uses :data:`WINDOW`, exact as well).
+    pass uses :data:`WINDOW`, exact as well). ``device_pass``: the operator's plan key
+    ``scale_pass=1`` (read once, at its construction): scale every input by an element-wise
+    pass with the exponent computed on the device, and rescale the output, instead.
     """
-    if scale_on_device():
+    if device_pass:
         if a is not None:
             a.ensure(x)
         dev = ops.device_amax(x)

@@ -131,10 +131,9 @@ def stage3_block(F: BlockToeplitz, xhat: Array, yhat: Array, rows: slice | tuple
     eng = F._engine
     with F._on_device():
         if eng.name == "kernels":
-            from .gpu.blocks import block_engine, stage3_into
+            from .gpu.blocks import stage3_into
 
-            return stage3_into(block_engine(eng, i0, i1, j0, j1), xhat, yhat, bool(adjoint),
-                               beta)
+            return stage3_into(eng.block(i0, i1, j0, j1), xhat, yhat, bool(adjoint), beta)
         return _stage3_matmul(eng, xhat, yhat, i0, i1, j0, j1, bool(adjoint), beta)
 
 

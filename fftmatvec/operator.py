@@ -608,7 +608,10 @@ class BlockToeplitz(_OperatorBase):
         self._plan_env = _plan_env
         self._overrides = Overrides.resolve(self._plan_user, self._plan_env, self._plan_tuned)
         self.plan_overrides = {**self._plan_tuned, **self._plan_user}
-        self._plans: dict = {}  # (k, adjoint, precision) -> the Plan of F.plan()
+        # (adjoint, k, input dtype, weighted, precision) -> the Executor of that product, made
+        # at its first product or plan() (fftmatvec.gpu.executor); a precision switch drops them
+        self._executors: dict = {}
+        self._executors_lock = threading.Lock()
         self._n_in, self._n_out = self.nm, self.nd
         self.fft_len = _check_fft_len(fft_len, self.nt)
         self.nf = self.fft_len // 2 + 1
@@ -654,8 +657,6 @@ class BlockToeplitz(_OperatorBase):
         if self._engine is None:
             with self._on_device():
                 self._engine = self._make_engine()
-                if hasattr(self._engine, "resolved"):  # the GPU engine: its planner reads them
-                    self._engine.resolved = self._overrides
                 self._setup_khat()
 
     @classmethod
@@ -707,7 +708,8 @@ class BlockToeplitz(_OperatorBase):
             if kernels.available():
                 from .gpu.engine import KernelEngine
 
-                return KernelEngine(self.precision, self.nd, self.nm, self.nf, self.nt, self.fft_len)
+                return KernelEngine(self.precision, self.nd, self.nm, self.nf, self.nt,
+                                    self.fft_len, self._overrides)
         return MatmulEngine(self._xp, self.precision, self.nd, self.nm, self.nf, self.nt, self.fft_len)
 
     def _setup_khat(self):
@@ -740,31 +742,50 @@ class BlockToeplitz(_OperatorBase):
         their tiles and split-K, CUDA-graph replay, and the overrides in effect. The overrides
         are those of the operator's construction (``plan=``, ``FFTMATVEC_PLAN`` as it was then,
         the tuning table's): a later change of the environment changes neither the plan nor
-        what runs. Made once per ``(k, adjoint)`` by
-        :func:`~fftmatvec.gpu.planning.make_plan`, from the engine's device and rules."""
-        from .gpu.plan import Plan
-
+        what runs. It is the plan of the :class:`~fftmatvec.gpu.executor.Executor` that runs
+        the products of ``k`` right-hand sides in the operator's dtype (made here if no product
+        made it yet): :func:`~fftmatvec.gpu.planning.make_plan` of the product, the engine's
+        device and rules, and those overrides."""
         k = _integer(k, "k")
         if k < 1:
             raise FFTMatvecValueError(f"k must be a positive integer, got {k}")
-        key = (int(k), bool(adjoint), self.precision.letters)  # the guard may change precision
-        hit = self._plans.get(key)
+        return self._executor(bool(adjoint), int(k), self.dtype, False).plan
+
+    def _executor(self, adjoint: bool, k: int, in_dtype, weighted: bool):
+        """The :class:`~fftmatvec.gpu.executor.Executor` of a product of ``k`` right-hand sides
+        of ``in_dtype`` (weighted or not), made once: its plan from
+        :func:`~fftmatvec.gpu.planning.make_plan` with the engine's device and rules and the
+        overrides of the operator's construction."""
+        key = (adjoint, k, in_dtype, weighted, self.precision.letters)
+        hit = self._executors.get(key)
         if hit is not None:
             return hit
-        if self._engine.name != "kernels":
-            hit = Plan("adjoint" if adjoint else "forward", int(k), self.precision.letters,
-                       "cpu" if self._xp is np else "stages",
-                       device="CPU" if self._xp is np else "GPU (CuPy, no package kernels)",
-                       overrides=self._overrides.items)
-        else:
-            from .gpu.planning import Problem, make_plan
+        from .gpu.executor import Executor
+        from .gpu.plan import Plan
+        from .gpu.planning import Problem
 
+        with self._executors_lock:  # one executor a product, whichever thread comes first
+            hit = self._executors.get(key)
+            if hit is not None:
+                return hit
             eng = self._engine
-            problem = Problem(self.nd, self.nm, self.nt, self.fft_len, int(k), bool(adjoint),
-                              self.precision.letters, self.dtype, self.dtype)
-            with self._on_device():
-                hit = make_plan(problem, eng.device, eng.rules, self._overrides)
-        self._plans[key] = hit
+            problem = Problem(self.nd, self.nm, self.nt, self.fft_len, k, adjoint,
+                              self.precision.letters, in_dtype, self.dtype, weighted)
+            if eng.name != "kernels":
+                plan = Plan("adjoint" if adjoint else "forward", k, self.precision.letters,
+                            "cpu" if self._xp is np else "stages",
+                            device="CPU" if self._xp is np else "GPU (CuPy, no package kernels)",
+                            overrides=self._overrides.items, problem=problem)
+                hit = Executor(plan, eng)
+            else:
+                from .gpu.planning import make_plan, make_plan_without_callbacks
+
+                overrides = self._overrides
+                with self._on_device():
+                    plan = make_plan(problem, eng.device, eng.rules, overrides)
+                    hit = Executor(plan, eng, replan=lambda why: make_plan_without_callbacks(
+                        problem, eng.device, eng.rules, overrides, why))
+            self._executors[key] = hit
         return hit
 
     def normal(self, weight: float | Array | None = None) -> NormalOperator:
@@ -779,7 +800,8 @@ class BlockToeplitz(_OperatorBase):
         that a call spends no host time on allocations before its first kernel. They are made
         again by the next product; ``cupy.get_default_memory_pool().free_all_blocks()`` frees
         them only after this call."""
-        self._engine.release_buffers()
+        for executor in list(self._executors.values()):
+            executor.release()
 
     @property
     def kernel_exponent(self) -> int:
@@ -913,7 +935,8 @@ class BlockToeplitz(_OperatorBase):
         return _scaling.run_scaled(ops, lambda x: product(x, y_shape, contiguous=True),
                                    v, amax, self._kexp,
                                    first=lambda x: product(x, y_shape, contiguous=True,
-                                                           amax=amax), window=self._window)
+                                                           amax=amax), window=self._window,
+                                   device_pass=self._overrides.get("scale_pass") == "1")
 
     def _remember_one(self, v, adjoint: bool, y_shape) -> None:
         """Record which path serves vectors like ``v`` (a CuPy array the general path has just
@@ -922,10 +945,9 @@ class BlockToeplitz(_OperatorBase):
             return  # copied first on the general path; a contiguous one may follow
         product = None
         if v.dtype in _INTERFACE_DTYPES:
-            eng = self._engine
-            product = eng.fused_product(self.precision, adjoint, 1, v.dtype, self.dtype)
-            if product is not None and eng.replays(v, fused=True):
-                product = None
+            executor = self._executor(adjoint, 1, v.dtype, False)
+            if executor.plan.path == "fused":
+                product = executor.product
         self._one_paths[(adjoint, v.shape, v.dtype)] = (product, y_shape)
 
     # ---- the five stages -----------------------------------------------------------------
@@ -1007,23 +1029,15 @@ class BlockToeplitz(_OperatorBase):
             run = lambda v: self._run_stages(v, adjoint, weight)  # noqa: E731
             if cols is not None:
                 return _scaling.run_columns(ops, run, x, amax, self._kexp, cols, adjoint)
-            return _scaling.run_scaled(ops, run, x, amax, self._kexp, window=self._window)
+            return _scaling.run_scaled(ops, run, x, amax, self._kexp, window=self._window,
+                                       device_pass=self._overrides.get("scale_pass") == "1")
 
     def _run_stages(self, x, adjoint: bool, weight=None, in_exp=0, out_exp=0):
-        """The five stages; ``in_exp`` / ``out_exp`` (CPU): the powers of two of the input's
-        scale and of the output's (the engine has neither fused products nor graphs there)."""
-        eng = self._engine
-        product = eng.fused_product(self.precision, adjoint, x.shape[0], x.dtype, self.dtype, weight)
-        runner = eng.graph_runner(self, adjoint, x, weight, fused=product is not None)
-        if runner is not None:  # small problems on a GPU: one CUDA graph replay
-            return runner(x)
-        if product is not None:  # NVIDIA: stages 1 and 5 inside the FFTs (callbacks), 3 packed
-            return product(x)
-        padded = self.broadcast_and_pad(x, scale_exp=in_exp)
-        xhat = self.fft(padded)
-        yhat = self.sbgemv(xhat, adjoint)
-        y = self.ifft(yhat)
-        return self.unpad_and_reduce(y, weight, exponent=out_exp)
+        """The product's executor run on ``x``: its plan's path (a graph replay, the fused
+        product, or the five stages); ``in_exp`` / ``out_exp`` (CPU): the powers of two of the
+        input's scale and of the output's."""
+        executor = self._executor(adjoint, x.shape[0], x.dtype, weight is not None)
+        return executor(x, weight, in_exp, out_exp)
 
     def _matmat(self, x, amax=None):
         if self._guard is None:
@@ -1244,6 +1258,7 @@ class _Guard:
         new = op.with_precision(nxt)
         old = op._engine
         op.precision, op._engine, op._one_paths = new.precision, new._engine, {}
+        op._executors = {}  # the old precision's: their plans, products and graphs go with it
         op._kexp, op._window, op._cols, op._cols_xp = new._kexp, new._window, new._cols, new._cols_xp
         op.precision_source = f"{op.precision_source} (guard: {cur} -> {nxt})"
         if op._device is not None and old is not op._engine:

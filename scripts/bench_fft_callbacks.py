@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from fftmatvec.gpu.planning import Overrides
+from fftmatvec.gpu.plan import FFT_CALLBACKS
 
 
 def main(argv=None) -> int:
@@ -43,8 +43,7 @@ def main(argv=None) -> int:
     from bench_matvec import copy_bandwidth, median_time
 
     # this script compares cuFFT with callbacks against the stages one by one: the row FFT
-    # kernels (scripts/bench_row_fft.py) stay out of the fused plans (each engine's overrides)
-    no_row_fft = Overrides.resolve({"row_fft": "0"})
+    # kernels (scripts/bench_row_fft.py) stay out of the fused plans it builds
     ok, why = _fftcb.support()
     if not ok:
         print(f"cuFFT callbacks are not available here: {why}")
@@ -70,36 +69,37 @@ def main(argv=None) -> int:
             nf = L // 2 + 1
             prec = PrecisionConfig(p)
             eng = KernelEngine(prec, 1, rows, nf, nt, L)  # one output row: Khat stays small
-            eng.resolved = no_row_fft
+            cb = (FFT_CALLBACKS, FFT_CALLBACKS)  # cuFFT with callbacks, both ways
             t0 = time.perf_counter()
-            fwd = eng.fused_plans(prec, False, 1, np.float64, np.float64)  # rows -> 1 row
-            inv = eng.fused_plans(prec, True, 1, np.float64, np.float64)  # 1 row -> rows
+            fwd = eng.ffts.fused_plans(prec, False, 1, np.float64, np.float64, cb)  # rows -> 1 row
+            inv = eng.ffts.fused_plans(prec, True, 1, np.float64, np.float64, cb)  # 1 row -> rows
             plan_s = time.perf_counter() - t0
             # forward: pad kernel + cuFFT against the load callback
             padded = eng.pad(x, prec)
             xhat = eng.fft(padded)
-            fused_xhat = eng.xhat_buffer(prec, 1, rows)
-            eng.pad_fft(fwd, x, out=fused_xhat)
+            fused_xhat = eng.buffers.xhat_buffer(prec, 1, rows)
+            eng.ffts.pad_fft(fwd, x, out=fused_xhat)
             diff = float(cp.abs(fused_xhat - xhat).max() / cp.abs(xhat).max())
             t_pad = median_time(cp, lambda: eng.pad(x, prec, out=padded), args.repeat)
             t_fft = median_time(cp, lambda: eng.fft(padded, out=xhat), args.repeat)
-            t_fwd = median_time(cp, lambda: eng.pad_fft(fwd, x, out=fused_xhat), args.repeat)
+            t_fwd = median_time(cp, lambda: eng.ffts.pad_fft(fwd, x, out=fused_xhat), args.repeat)
             floor_f = (x.nbytes + fused_xhat.nbytes) / bw
             # inverse: cuFFT + unpad kernel against the store callback (the input is overwritten)
             yhat = xhat.astype(prec.complex_dtype("ifft"))
             work = yhat.copy()
             ypad = eng.ifft(work)
             y = eng.unpad(ypad, prec, nt, np.float64)
-            fused_y = eng.y_buffer(prec, 1, rows, np.float64)
+            fused_y = eng.buffers.y_buffer(prec, 1, rows, np.float64)
             # the fused inverse reads stage 3's output in its own dtype (complex64 where stage
             # 3 computes in float32): the same values, exactly widened
-            fused_in = eng.yhat_buffer(prec, 1, rows)
+            fused_in = eng.buffers.yhat_buffer(prec, 1, rows)
             fused_in[...] = yhat
-            eng.ifft_unpad(inv, fused_in, out=fused_y)
+            eng.ffts.ifft_unpad(inv, fused_in, out=fused_y)
             diff = max(diff, float(cp.abs(fused_y - y).max() / cp.abs(y).max()))
             t_ifft = median_time(cp, lambda: eng.ifft(work, out=ypad), args.repeat)
             t_unpad = median_time(cp, lambda: eng.unpad(ypad, prec, nt, np.float64, out=y), args.repeat)
-            t_inv = median_time(cp, lambda: eng.ifft_unpad(inv, fused_in, out=fused_y), args.repeat)
+            t_inv = median_time(cp, lambda: eng.ffts.ifft_unpad(inv, fused_in, out=fused_y),
+                                args.repeat)
             floor_i = (fused_in.nbytes + fused_y.nbytes) / bw
             ms = [v * 1e3 for v in (t_pad, t_fft, t_pad + t_fft, t_fwd, floor_f,
                                     t_ifft, t_unpad, t_ifft + t_unpad, t_inv, floor_i)]

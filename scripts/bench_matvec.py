@@ -26,7 +26,7 @@ import sys
 
 import numpy as np
 
-from fftmatvec.gpu.planning import Overrides
+from fftmatvec.gpu.planning import Overrides, Problem, make_plan, stage3_launches
 
 SIZES = [(1000, 100, 1000), (5000, 100, 1000), (20000, 50, 500), (100000, 10, 100)]
 SMALL = [(289, 15, 10), (1000, 20, 100)]
@@ -74,13 +74,14 @@ def back_to_back_time(cp, fn, repeat: int, warmup: int = 5) -> float:
     return cp.cuda.get_elapsed_time(start, stop) * 1e-3 / repeat
 
 
-def stage3_input(eng, x, adjoint: bool):
-    """(x, scaled): stage 3's input as the product's forward FFT gives it. A float16 adjoint's
-    input carries the row scales where its forward FFT applies them (the fused products: the
-    row FFT kernels, or cuFFT's store callback); ``scaled`` is then True, to pass as
-    ``xhat_scaled``."""
-    scaled = eng.scales_input(adjoint) and (eng.row_ffts(eng.prec) or eng.callbacks()[0])
-    return (eng.scale_xhat(x) if scaled else x), scaled
+def stage3_input(F, x, adjoint: bool):
+    """(x, scaled): stage 3's input as the one-vector product of ``F`` gives it from its forward
+    FFT. A float16 adjoint's input carries the row scales where its forward FFT applies them
+    (a fused product's plan: the row FFT kernels, or cuFFT's store callback); ``scaled`` is
+    then True, to pass as ``xhat_scaled``."""
+    eng = F._engine
+    scaled = eng.khat_store.scales_input(adjoint) and F.plan(1, adjoint).fused_ffts
+    return (eng.stage3.scale_xhat(x) if scaled else x), scaled
 
 
 def copy_bandwidth(cp, nbytes: int = 4 * 2**30, repeat: int = 20) -> float:
@@ -131,20 +132,28 @@ def fft_stage_times(cp, F, x, adjoint: bool, repeat: int):
     input and its output."""
     eng = F._engine
     k, _, _ = x.shape
-    plans = eng.fused_plans(F.precision, adjoint, k, x.dtype, F.dtype)
+    plan = F._executor(adjoint, k, x.dtype, False).plan
+    if plan.fused_adjoint:  # stages 3-5 as one kernel: the inverse its plan apart would take
+        overrides = Overrides.resolve({**F._overrides.mapping(), "fused_adjoint": "0"})
+        plan = make_plan(plan.problem, eng.device, eng.rules, overrides)
+    plans = None
+    if plan.fused_ffts:
+        plans = eng.ffts.fused_plans(F.precision, adjoint, k, x.dtype, F.dtype, plan.ffts,
+                                     plan.fold)
     if plans is not None:
         n_in, n_out = (F.nd, F.nm) if adjoint else (F.nm, F.nd)
-        xb = eng.xhat_buffer(F.precision, k, n_in)
-        xhat = eng.pad_fft(plans, x, out=xb)
-        yhat = eng.yhat_buffer(F.precision, k, n_out)
-        eng.apply(xhat, adjoint, yhat.dtype, out=yhat, xhat_scaled=plans.xhat_scaled)
-        yb = eng.y_buffer(F.precision, k, n_out, F.dtype)
+        xb = eng.buffers.xhat_buffer(F.precision, k, n_in)
+        xhat = eng.ffts.pad_fft(plans, x, out=xb)
+        yhat = eng.buffers.yhat_buffer(F.precision, k, n_out)
+        eng.apply(xhat, adjoint, yhat.dtype, out=yhat, xhat_scaled=plans.xhat_scaled,
+                  plan=plan.launches)
+        yb = eng.buffers.y_buffer(F.precision, k, n_out, F.dtype)
         scratch = yhat  # the inverse overwrites it: its time does not depend on the values
         if plans.split_sum:  # the inverse loads stage 3's partial sums and adds them
-            nbytes = eng.inverse_input_nbytes(F.precision, plans, k * n_out)
+            nbytes = eng.buffers.inverse_input_nbytes(F.precision, plans, k * n_out)
             scratch = cp.zeros(-(-nbytes // 16), dtype=np.complex128)
-        t_in = median_time(cp, lambda: eng.pad_fft(plans, x, out=xb), repeat)
-        t_out = median_time(cp, lambda: eng.ifft_unpad(plans, scratch, out=yb), repeat)
+        t_in = median_time(cp, lambda: eng.ffts.pad_fft(plans, x, out=xb), repeat)
+        t_out = median_time(cp, lambda: eng.ffts.ifft_unpad(plans, scratch, out=yb), repeat)
     else:
         xhat = F.fft(F.broadcast_and_pad(x))
         yhat = F.sbgemv(xhat, adjoint)
@@ -289,8 +298,7 @@ def stage_table(cp, fm, sizes, precs, bw, rng, repeat, results) -> None:
                                                      "row_fft": fused})
                     whole[name] = median_time(cp, lambda: Fp._apply(x, adjoint), repeat)
                     del Fp
-                eng = F._engine
-                if not (hasattr(eng, "callbacks") and (eng.callbacks()[0] or eng.row_ffts(eng.prec))):
+                if not F.plan(1, adjoint).fused_ffts:
                     whole["fused"] = float("nan")  # nothing fuses here: 'fused' ran stage by stage
                 d = "adj" if adjoint else "fwd"
                 print(f"{nm:>7} {nd:>4} {nt:>5} {p:>6} {d:>4} | " + " ".join(f"{v * 1e3:6.3f}" for v in t)
@@ -389,20 +397,14 @@ def interleaved(time_own, time_other, rounds: int = 3) -> tuple[float, float]:
     return min(own), min(other)
 
 
-def plan_with(eng, setting, adjoint, k, in_dtype, out_dtype):
-    """The engine's stage-3 plan of a product made with the switch ``setting`` (NAME, VALUE)
-    in place of the engine's overrides; the engine's overrides and cached plan are left as
-    they were."""
-    key = (adjoint, k, np.dtype(in_dtype), np.dtype(out_dtype))
-    saved, resolved = eng._plans.pop(key, None), eng.resolved
-    eng.resolved = Overrides.resolve(dict([setting]))
-    try:
-        return eng._plan(adjoint, k, in_dtype, out_dtype)
-    finally:
-        eng.resolved = resolved
-        eng._plans.pop(key, None)
-        if saved is not None:
-            eng._plans[key] = saved
+def plan_with(F, setting, adjoint, k, in_dtype, out_dtype):
+    """Stage 3's launches of a product of ``F`` made with the switch ``setting`` (NAME, VALUE)
+    in place of the operator's overrides (:func:`fftmatvec.gpu.planning.stage3_launches`);
+    the operator is left as it was."""
+    eng = F._engine
+    problem = Problem(F.nd, F.nm, F.nt, F.fft_len, k, adjoint, F.precision.letters)
+    return stage3_launches(problem, eng.device, eng.rules, Overrides.resolve(dict([setting])),
+                           in_dtype, out_dtype)
 
 
 def main(argv=None) -> int:
@@ -539,8 +541,8 @@ def main(argv=None) -> int:
                     n_in, n_out = (nd, nm) if adjoint else (nm, nd)
                     x1 = (cp.asarray(rng.standard_normal((1, n_in, F.nf))) + 0j).astype(cdt)
                     xk = (cp.asarray(rng.standard_normal((k, n_in, F.nf))) + 0j).astype(cdt)
-                    x1, scaled = stage3_input(eng, x1, adjoint)
-                    xk, _ = stage3_input(eng, xk, adjoint)
+                    x1, scaled = stage3_input(F, x1, adjoint)
+                    xk, _ = stage3_input(F, xk, adjoint)
                     t1 = median_time(cp, lambda: eng.apply(x1, adjoint, cdt, xhat_scaled=scaled),
                                      args.repeat)
                     tk = median_time(cp, lambda: eng.apply(xk, adjoint, cdt, xhat_scaled=scaled),
@@ -568,12 +570,14 @@ def main(argv=None) -> int:
                     row = dict(nm=nm, nd=nd, nt=nt, precision=p, direction=dname, k=k, t1=t1,
                                tk=tk, matmul_t1=m1, matmul_tk=mk, bound=bound)
                     if args.against:  # the k-vector stage 3 on the switch's plan, interleaved
-                        plan = plan_with(eng, args.against, adjoint, k, xk.dtype, cdt)
+                        plan = plan_with(F, args.against, adjoint, k, xk.dtype, cdt)
+                        packed = eng.stage3.pack(adjoint, k, xk.dtype, cdt, plan)  # packed once
                         own, other = interleaved(
                             lambda: median_time(cp, lambda: eng.apply(
                                 xk, adjoint, cdt, xhat_scaled=scaled), args.repeat),
                             lambda: median_time(cp, lambda: eng.apply(
-                                xk, adjoint, cdt, xhat_scaled=scaled, plan=plan), args.repeat))
+                                xk, adjoint, cdt, xhat_scaled=scaled, plan=packed),
+                                args.repeat))
                         row.update(against="=".join(args.against), interleaved_seconds=own,
                                    against_seconds=other,
                                    against_kernels=[la.name for la in plan])

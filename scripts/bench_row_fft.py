@@ -2,7 +2,7 @@
 """Stages 1+2 and 4+5 as the package's own FFT kernels (``hip_kernels/rowfft.cuh``) against
 cuFFT with the padding and unpadding as callbacks, the operator's two ways to run them. Each
 pair is timed in the same run, on the plans a fused product makes
-(``KernelEngine.fused_plans`` with ``row_fft=1`` and ``=0``), with its floor: the
+(``FFTStages.fused_plans`` of row FFT kernels and of cuFFT with callbacks), with its floor: the
 bytes the fused stage must move (the unpadded real rows once, the complex rows once, in the
 dtypes the product uses) over the copy bandwidth measured in that run. Also prints the largest
 difference between the two results, relative to the largest value.
@@ -25,7 +25,7 @@ import sys
 
 import numpy as np
 
-from fftmatvec.gpu.planning import Overrides
+from fftmatvec.gpu.plan import FFT_CALLBACKS, FFT_ROW
 
 
 def main(argv=None) -> int:
@@ -76,16 +76,15 @@ def main(argv=None) -> int:
             for mode in ("0", "1"):
                 if mode == "0" and not callbacks:
                     continue
-                # an engine's plan overrides are fixed: one engine for each mode
-                eng_mode = KernelEngine(prec, 1, rows, L // 2 + 1, nt, L)
-                eng_mode.resolved = Overrides.resolve({"row_fft": mode})
                 # the forward plan of a forward product (rows -> xhat), the inverse plan of
-                # an adjoint (yhat -> rows)
-                plans[mode] = (eng_mode.fused_plans(prec, False, 1, np.float64, np.float64).fwd,
-                               eng_mode.fused_plans(prec, True, 1, np.float64, np.float64).inv)
-            xhat = {m: eng.xhat_buffer(prec, 1, rows) for m in plans}
-            yhat = eng.yhat_buffer(prec, 1, rows)
-            y = {m: eng.y_buffer(prec, 1, rows, np.float64) for m in plans}
+                # an adjoint (yhat -> rows): row FFT kernels (mode 1) or cuFFT with callbacks
+                kinds = (FFT_ROW, FFT_ROW) if mode == "1" else (FFT_CALLBACKS, FFT_CALLBACKS)
+                ffts = eng.ffts
+                plans[mode] = (ffts.fused_plans(prec, False, 1, np.float64, np.float64, kinds).fwd,
+                               ffts.fused_plans(prec, True, 1, np.float64, np.float64, kinds).inv)
+            xhat = {m: eng.buffers.xhat_buffer(prec, 1, rows) for m in plans}
+            yhat = eng.buffers.yhat_buffer(prec, 1, rows)
+            y = {m: eng.buffers.y_buffer(prec, 1, rows, np.float64) for m in plans}
             for d, (src, dst, floor) in (
                     ("fwd", (lambda m: x, lambda m: xhat[m],
                              (x.nbytes + xhat["1"].nbytes) / bw)),

@@ -17,7 +17,6 @@ Usage: python scripts/tune_sbgemv.py [--sizes 5000x100x1000,...]
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 import numpy as np
@@ -44,6 +43,7 @@ def main(argv=None) -> int:
     import fftmatvec as fm
     from fftmatvec.gpu import (ASYNC_TILES, PIPE_TILES, STAGED_TILES, TILES, WIDE_TILES,
                                 XREG_MAX_ND, XREG_TILES, pipe_max_splits)
+    from fftmatvec.gpu.planning import Overrides, PlanningView, Problem, stage3_launches
 
     sys.path.insert(0, __file__.rsplit("/", 1)[0])
     from bench_matvec import copy_bandwidth, median_time, stage3_input, write_json
@@ -66,7 +66,7 @@ def main(argv=None) -> int:
                 x = cp.asarray(rng.standard_normal((k, n_in, F.nf)) + 1j * rng.standard_normal((k, n_in, F.nf)))
                 # the input as the product's forward FFT gives it (complex64 for s and h, where
                 # stage 3 computes in float32), the output in complex128 (stage 4's dtype)
-                x, scaled = stage3_input(eng, x.astype(eng.xhat_dtype(F.precision)), adjoint)
+                x, scaled = stage3_input(F, x.astype(eng.ffts.xhat_dtype(F.precision)), adjoint)
 
                 def time_plan(plan):
                     return median_time(cp, lambda: eng.apply(x, adjoint, np.complex128, plan=plan,
@@ -74,20 +74,25 @@ def main(argv=None) -> int:
 
                 floor = (F.khat_nbytes + k * F.nf * (n_in * x.itemsize + n_out * 16)) / bw
                 cands = []  # (description, plan): all made first, then timed (time_both_ways)
-                default = eng._plan(adjoint, k, x.dtype, np.complex128)
-                eng._plans.clear()
-                saved = os.environ.get("FFTMATVEC_PLAN")
-                os.environ["FFTMATVEC_PLAN"] = "stage3=gemv"
-                unstaged = eng._plan(adjoint, k, x.dtype, np.complex128)  # the GEMV kernel
-                if saved is None:
-                    os.environ.pop("FFTMATVEC_PLAN")
-                else:
-                    os.environ["FFTMATVEC_PLAN"] = saved
-                eng._plans.clear()
+                problem = Problem(nd, nm, nt, F.fft_len, k, adjoint, F.precision.letters)
+
+                def view(**rules):
+                    """The planning of this product (its planner and launch builders) with these
+                    rules in place of the device's (the split-K targets a candidate sets)."""
+                    return PlanningView(problem, eng.device, eng.rules.with_table(rules),
+                                        F._overrides)
+
+                base = view()
+                default = list(stage3_launches(problem, eng.device, eng.rules, F._overrides,
+                                               x.dtype, np.complex128))
+                unstaged = list(stage3_launches(  # the GEMV kernel
+                    problem, eng.device, eng.rules, Overrides.resolve({"stage3": "gemv"}),
+                    x.dtype, np.complex128))
                 cands += [("unstaged default", unstaged), ("default", default)]
                 if k == 1:  # the default tile of one frequency group (default block), as a reference
-                    rt, v = eng._tile(k, n_out, adjoint)
-                    la = eng._launch(k, n_out, n_red, x.dtype, np.complex128, tile=(rt, v, None, None))
+                    rt, v = base.builders._tile(k, n_out, adjoint)
+                    la = base.builders._launch_gemv(k, n_out, n_red, x.dtype, np.complex128,
+                                                    tile=(rt, v, None, None))
                     cands.append(("one-group default", [la]))
                 # the GEMV tiles: RT x V (x W groups, one right-hand side) per thread
                 tiles = [(rt, v, 1) for rt, kb, v in TILES[eng.store]
@@ -97,47 +102,40 @@ def main(argv=None) -> int:
                 for rt, v, w in tiles:
                     for bx, ty in ((32, 4), (64, 2), (64, 4), (128, 1), (32, 8), (64, 1)):
                         for bps in (int(b) for b in args.blocks_per_sm.split(",")):
-                            eng.blocks_per_sm = bps
-                            la = eng._launch(k, n_out, n_red, x.dtype, np.complex128,
-                                             tile=(rt, v, bx, ty, w))
+                            la = view(gemv_blocks_per_sm=bps).builders._launch_gemv(
+                                k, n_out, n_red, x.dtype, np.complex128, tile=(rt, v, bx, ty, w))
                             cands.append((f"rt={rt} v={v} w={w} bx={bx} ty={ty} bps={bps}", [la]))
-                eng.blocks_per_sm = 8
-                if k == 1 and eng._sm80_kernels():
+                if k == 1 and base.planner._sm80_kernels():
                     # the cp.async kernel: (RT, TY, J, NS) and its split-K target
                     for tile in ASYNC_TILES[eng.store]:
                         for waves in (1, 2, 4, 8):
-                            eng.async_waves = waves
-                            la = eng._launch_async(n_out, n_red, x.dtype, np.complex128, tile=tile,
-                                                   adjoint=adjoint)
+                            la = view(async_waves=waves).builders._launch_async(
+                                n_out, n_red, x.dtype, np.complex128, tile=tile, adjoint=adjoint)
                             cands.append((f"async tile={tile} waves={waves}", [la]))
-                    eng.async_waves = None
                 if k == 1 and not args.no_staged:  # the staged kernel: (RT, V, TY), split-K target
                     for rt, v in STAGED_TILES[eng.store]:
                         for ty in (4, 8, 16):
                             for tps in (1024, 2048):
-                                eng.staged_threads_per_sm = tps
-                                la = eng._launch_staged(n_out, n_red, x.dtype, np.complex128, tile=(rt, v, ty))
+                                la = view(staged_threads_per_sm=tps).builders._launch_staged(
+                                    n_out, n_red, x.dtype, np.complex128, tile=(rt, v, ty))
                                 cands.append((f"staged rt={rt} v={v} ty={ty} threads/SM={tps}", [la]))
-                    eng.staged_threads_per_sm = None
-                if k > 1 and eng._mma_min_kb() is not None:  # the tensor-core kernel
-                    for tile in PIPE_TILES[eng.pipe_store]:
+                if k > 1 and base.planner._mma_min_kb() is not None:  # the tensor-core kernel
+                    for tile in PIPE_TILES[base.builders.pipe_store]:
                         for waves in (1, 2, 4, 8):
-                            eng.pipe_waves = waves
-                            la = eng._launch_pipe(k, n_out, n_red, x.dtype, np.complex128, tile=tile, adjoint=adjoint)
+                            la = view(pipe_waves=waves).builders._launch_pipe(
+                                k, n_out, n_red, x.dtype, np.complex128, tile=tile, adjoint=adjoint)
                             cands.append((f"mma tile={tile} waves={waves}", [la]))
-                    eng.pipe_waves = None
-                    tile, few_waves = eng._pipe_tile(n_out, n_red, adjoint)
+                    tile, few_waves = base.builders._pipe_tile(n_out, n_red, adjoint)
                     launches = {}  # the default tile at each split-K count
                     # (the few-row tile splits by rounds, not by the model: no points to fit)
                     for want in (int(v) for v in args.pipe_splits.split(",") if v and few_waves is None):
-                        eng.pipe_splits = want
-                        la = eng._launch_pipe(k, n_out, n_red, x.dtype, np.complex128, adjoint=adjoint)
+                        la = view(pipe_splits=want).builders._launch_pipe(
+                            k, n_out, n_red, x.dtype, np.complex128, adjoint=adjoint)
                         launches.setdefault(la.splits, la)
-                    eng.pipe_splits = None
                     for sp, la in launches.items():
                         cands.append((f"mma default splits={sp}", [la]))
                         split_points.append((len(cands) - 1, {
-                            "case": (size, st, adjoint), "store": eng.pipe_store, "adjoint": adjoint,
+                            "case": (size, st, adjoint), "store": base.builders.pipe_store, "adjoint": adjoint,
                             "splits": la.splits,
                             "chunk": la.red_chunk, "base": la.grid[0], "resident": la.resident,
                             "partial_bytes": k * n_out * F.nf * eng.compute.itemsize,
@@ -145,16 +143,15 @@ def main(argv=None) -> int:
                             "max_splits": pipe_max_splits(n_red, tile),
                             "model_choice": default[0].splits if default[0].mma else None}))
                     if default[0].mma:  # the default launch with the other block order
-                        eng.pipe_freq_major = not default[0].freq_major
-                        la = eng._launch_pipe(k, n_out, n_red, x.dtype, np.complex128, adjoint=adjoint)
-                        eng.pipe_freq_major = None
+                        la = view(pipe_freq_major=not default[0].freq_major).builders._launch_pipe(
+                            k, n_out, n_red, x.dtype, np.complex128, adjoint=adjoint)
                         cands.append((f"mma default order={'frequency' if la.freq_major else 'row'}-major",
                                       [la]))
-                if (adjoint and 1 < k <= 16 and eng.nd <= XREG_MAX_ND and eng._sm80_kernels()
+                if (adjoint and 1 < k <= 16 and eng.nd <= XREG_MAX_ND and base.planner._sm80_kernels()
                         and eng.store in XREG_TILES):  # the input-in-registers kernel
                     for fw in XREG_TILES[eng.store]:
                         for per_block in (4, 8, 16, 32, 64, 128):
-                            la = eng._launch_xreg(k, x.dtype, np.complex128, fw=fw, rows=per_block)
+                            la = base.builders._launch_xreg(k, x.dtype, np.complex128, fw=fw, rows=per_block)
                             cands.append((f"xreg fw={fw} rows={la.xreg_rows}", [la]))
                 timed = time_both_ways([plan for _, plan in cands], time_plan)
                 rows = sorted(((t, desc, plan[0]) for t, (desc, plan) in zip(timed, cands)),

@@ -79,6 +79,30 @@ def load_script(name: str):
     return mod
 
 
+class EnvOverrides:
+    """The plan overrides of a stand-in engine in a host test: those of FFTMATVEC_PLAN as it
+    is at each look-up (the tests change it with :func:`set_plan` between calls); a real
+    engine's are resolved once, by its operator."""
+
+    def get(self, key: str) -> str:
+        from fftmatvec.gpu import ENV, Overrides
+
+        return Overrides.resolve(env=os.environ.get(ENV)).get(key)
+
+
+def planning_view(F, adjoint: bool = False, k: int = 1, device=None, **rules):
+    """The planning of a product of the GPU operator ``F`` (a
+    :class:`~fftmatvec.gpu.planning.PlanningView`: its ``planner``, the choices, and its
+    ``builders``, the stage-3 launch builders) on its engine's device (or ``device``), with
+    ``rules`` in place of the device's (split-K targets) and ``F``'s overrides."""
+    from fftmatvec.gpu import PlanningView, Problem
+
+    eng = F._engine
+    problem = Problem(F.nd, F.nm, F.nt, F.fft_len, k, adjoint, F.precision.letters)
+    return PlanningView(problem, device or eng.device, eng.rules.with_table(rules),
+                        F._overrides)
+
+
 def set_plan(monkeypatch, key: str, value) -> None:
     """Set (or, with ``value`` None, remove) one key of ``FFTMATVEC_PLAN`` for a test, keeping
     the others."""

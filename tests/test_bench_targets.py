@@ -110,33 +110,34 @@ def test_against_takes_a_switch_setting():
             bench._plan_setting(bad)
 
 
-def test_plan_with_leaves_the_engine_cache():
-    """The batch table's --against plan is made with the switch in place of the engine's
-    overrides; the engine's cached plan and its overrides are as they were."""
+def test_plan_with_plans_with_the_switch_alone():
+    """The batch table's --against launches are stage3_launches with the switch in place of
+    the operator's overrides, on the engine's device and rules; the operator is left as it
+    was."""
     from types import SimpleNamespace
 
     import numpy as np
 
-    from fftmatvec.gpu.planning import Overrides
+    from fftmatvec.gpu.planning import DeviceInfo, Overrides, Problem, stage3_launches
+    from fftmatvec.gpu.rules import rules_for
+    from fftmatvec.precision import PrecisionConfig
 
     bench = load_script("bench_matvec")
-    key = (True, 16, np.dtype(np.complex128), np.dtype(np.complex128))
+    dev = DeviceInfo.from_properties({"multiProcessorCount": 132,
+                                      "sharedMemPerMultiprocessor": 228 * 1024,
+                                      "sharedMemPerBlockOptin": 227 * 1024}, "sm_90")
+    eng = SimpleNamespace(device=dev, rules=rules_for("sm_90"))
     own = Overrides.resolve({"graphs": "0"})
-    eng = SimpleNamespace(_plans={key: ["default"]}, resolved=own)
-
-    def plan(adjoint, k, in_dtype, out_dtype):
-        eng._plans[(adjoint, k, np.dtype(in_dtype), np.dtype(out_dtype))] = made = [
-            eng.resolved.mapping()]
-        return made
-
-    eng._plan = plan
-    got = bench.plan_with(eng, ("xreg", "0"), True, 16, np.complex128, np.complex128)
-    assert got == [{"xreg": "0"}] and eng._plans == {key: ["default"]}
-    assert eng.resolved is own
-    eng._plans.clear()
-    assert bench.plan_with(eng, ("xreg", "1"), True, 16, np.complex128,
-                           np.complex128) == [{"xreg": "1"}]
-    assert eng._plans == {} and eng.resolved is own
+    F = SimpleNamespace(nd=10, nm=300, nt=40, fft_len=80, precision=PrecisionConfig("ddddd"),
+                        _engine=eng, _overrides=own)
+    problem = Problem(10, 300, 40, 80, 16, True)
+    for value in ("0", "1"):
+        got = bench.plan_with(F, ("xreg", value), True, 16, np.complex128, np.complex128)
+        assert got == stage3_launches(problem, dev, eng.rules,
+                                      Overrides.resolve({"xreg": value}), np.complex128,
+                                      np.complex128)
+        assert got[0].name.startswith("sbgemvx_") is (value == "1")
+    assert F._overrides is own and F._engine is eng
 
 
 def test_interleaved_alternates_and_keeps_the_best():

@@ -91,3 +91,46 @@ def test_building_blocks_refuse_bad_arguments(rng):
         stage3_block(F, xhat, y.astype(np.complex64), (0, 4), (0, 6))
     with pytest.raises(FFTMatvecValueError, match=r"x must have shape \(k, n, 8\)"):
         pad_fft(F, np.zeros((1, 6, 7)))
+
+
+def test_block_view_reads_khat_in_place():
+    """On the kernel engine a block of Khat is stage 3 on a block of the stored array (a
+    gpu.stage3.Stage3Runner of KhatStore.block), made once per block by the engine: its data
+    starts at the block's first element, the strides that address Khat are the whole array's,
+    and its launches are the planning function's for a product of the block's shape; the whole
+    Khat is the engine's own stage 3. (Host side: an engine described on NumPy arrays.)"""
+    from types import SimpleNamespace
+
+    from fftmatvec.gpu import KernelEngine, KhatStore, Overrides, Problem, stage3_launches
+    from fftmatvec.gpu.planning import DeviceInfo
+    from fftmatvec.gpu.rules import rules_for
+    from fftmatvec.gpu.stage3 import Stage3Runner
+    from fftmatvec.precision import PrecisionConfig
+
+    device = DeviceInfo.from_properties({"multiProcessorCount": 132,
+                                         "sharedMemPerMultiprocessor": 228 * 1024,
+                                         "sharedMemPerBlockOptin": 227 * 1024}, "sm_90")
+    nd, nm, nt, L = 6, 10, 20, 40
+    nf = L // 2 + 1
+    khat = KhatStore.zeros(np, "c128", nd, nm, nf, L, np.complex128)
+    prec, rules = PrecisionConfig("ddddd"), rules_for("sm_90")
+    whole_khat = Stage3Runner(khat, device, rules, Overrides(), prec, nt)
+    eng = SimpleNamespace(prec=prec, nd=nd, nm=nm, nt=nt, device=device, rules=rules,
+                          resolved=Overrides(), khat_store=khat, stage3=whole_khat, _blocks={})
+    whole = khat.strides(False), khat.strides(True)
+    view = KernelEngine.block(eng, 2, 5, 3, 9)
+    assert isinstance(view, Stage3Runner) and KernelEngine.block(eng, 2, 5, 3, 9) is view
+    assert KernelEngine.block(eng, 0, nd, 0, nm) is whole_khat
+    assert (view.nd, view.nm) == (view.khat_store.nd, view.khat_store.nm) == (3, 6)
+    data = view.khat_store.data
+    assert np.shares_memory(data, khat.data) and data.shape == (khat.blocks, 3, 6,
+                                                                 khat.block_freqs)
+    khat.data[0, 2, 3, 0] = 7.0
+    assert data[0, 0, 0, 0] == 7.0  # the block's first element
+    assert (view.khat_store.strides(False), view.khat_store.strides(True)) == whole
+    for adjoint in (False, True):
+        want = stage3_launches(Problem(3, 6, nt, L, 4, adjoint), device, eng.rules,
+                               Overrides(), np.complex128, np.complex128)
+        assert view.launches(adjoint, 4, np.complex128, np.complex128) == want
+    with pytest.raises(ValueError, match="a block of Khat within its"):
+        KernelEngine.block(eng, 4, 4, 0, 1)

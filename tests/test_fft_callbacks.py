@@ -17,7 +17,9 @@ import fftmatvec as fm
 from fftmatvec import backend
 from fftmatvec.gpu import callbacks as _fftcb
 from fftmatvec.gpu import rowfft as _rowfft
-from fftmatvec.gpu import KernelEngine
+from fftmatvec.gpu import KhatStore, Planner
+from fftmatvec.gpu.ffts import FFTStages
+from fftmatvec.gpu.plan import FFT_CALLBACKS, FFT_IN_FUSED_ADJOINT, FFT_PAD, FFT_ROW, FFT_UNPAD
 from fftmatvec.precision import PrecisionConfig
 
 from conftest import dense_btt, rel_err, to_numpy
@@ -49,7 +51,8 @@ def test_ctype():
 
 
 def _host_engine(monkeypatch, ok=True, fail=None):
-    """A KernelEngine's host side (no GPU): sizes, and cuFFT plans recorded instead of made."""
+    """A kernel engine's FFT stages on the host (no GPU): sizes, and cuFFT plans recorded
+    instead of made."""
     calls = []
 
     def get_plan(kind, L, batch, double, load=None, store=None, store_info=None):
@@ -61,25 +64,22 @@ def _host_engine(monkeypatch, ok=True, fail=None):
         return f"{kind} plan"
 
     monkeypatch.setattr(_fftcb, "get_plan", get_plan)
-    engine = SimpleNamespace(nd=3, nm=5, nf=11, nfp=12, nt=10, fft_len=20, _cb_plans={},
-                             compute=np.dtype(np.complex64), callbacks=lambda: (ok, "why"),
-                             scale=None, smem_per_block=227 * 1024,
-                             row_ffts=lambda prec: False)  # the callback plans
-    engine.xhat_dtype = lambda prec: KernelEngine.xhat_dtype(engine, prec)
-    engine.yhat_dtype = lambda prec: KernelEngine.yhat_dtype(engine, prec)
-    engine.scales_input = lambda adjoint: KernelEngine.scales_input(engine, adjoint)
-    for name in ("_callback_plans", "_row_fft_fwd", "_row_fft_inv"):
-        setattr(engine, name, getattr(KernelEngine, name).__get__(engine))
-    engine.row_fft_pays = lambda rows, dtype: True
-    engine.fold_splits = lambda prec, adjoint, k: 0  # stage 3 sums its splits itself
-    return engine, calls
+    # no planner methods: the plans are built from the kinds given, nothing is chosen
+    store = SimpleNamespace(xp=np, nd=3, nm=5, nf=11, fft_len=20, nfp=12, scale=None,
+                            compute=np.dtype(np.complex64))
+    store.scales_input = lambda adjoint: KhatStore.scales_input(store, adjoint)
+    device = SimpleNamespace(multiprocessors=132, smem_per_block=227 * 1024)
+    return FFTStages(store, device, nt=10), calls
+
+
+CB = (FFT_CALLBACKS, FFT_CALLBACKS)
 
 
 def test_fused_plans_name_the_right_callbacks(monkeypatch):
-    """Each plan gets the callbacks, sizes and types of its product, once per shape."""
+    """Each plan gets the callbacks, sizes and types of its product."""
     engine, calls = _host_engine(monkeypatch)
     prec = PrecisionConfig("sdhds")  # stage 1 float32, FFTs float64, stage 3 h, stage 5 float32
-    plans = KernelEngine.fused_plans(engine, prec, False, 2, np.float64, np.float32)
+    plans = engine.fused_plans(prec, False, 2, np.float64, np.float32, CB)
     assert plans == ("r2c plan", "c2r plan", False, 0) and not plans.xhat_scaled
     sizes = {"FMV_L": "20ULL", "FMV_NT": "10ULL"}
     assert calls == [
@@ -89,17 +89,15 @@ def test_fused_plans_name_the_right_callbacks(monkeypatch):
         ("c2r", 20, 2 * 3, True, ("FMV_YHAT_LOAD", {}),  # stage 3's complex64 sums, widened
          ("FMV_UNPAD_STORE", {**sizes, "FMV_TOUT": "float", "FMV_TMID": "float", "FMV_TFFT": "double"})),
     ]
-    assert KernelEngine.fused_plans(engine, prec, False, 2, np.float64, np.float32) is plans
-    assert len(calls) == 2
     # the adjoint transforms Nd rows forward and Nm back; float32 FFTs need no complex64 store
     calls.clear()
-    KernelEngine.fused_plans(engine, PrecisionConfig("sssss"), True, 1, np.float32, np.float32)
+    engine.fused_plans(PrecisionConfig("sssss"), True, 1, np.float32, np.float32, CB)
     (_, _, b1, d1, _, store1), (_, _, b2, d2, load2, _) = calls
     assert (b1, b2, d1, d2, store1, load2) == (3, 5, False, False, None, None)
     # d stage 3 computes in complex128: no store callback, no widening load either
     calls.clear()
     engine.compute = np.dtype(np.complex128)
-    KernelEngine.fused_plans(engine, PrecisionConfig("ddddd"), False, 1, np.float64, np.float64)
+    engine.fused_plans(PrecisionConfig("ddddd"), False, 1, np.float64, np.float64, CB)
     assert calls[0][5] is None and calls[1][4] is None
 
 
@@ -108,57 +106,50 @@ def test_fused_plans_scale_float16_adjoints(monkeypatch):
     (read from the engine's scale array), in either FFT precision; the forward product keeps
     the plain complex64 store."""
     engine, calls = _host_engine(monkeypatch)
-    engine.scale = "the scales"
+    engine.khat_store.scale = "the scales"
     sizes = {"FMV_NF": "11ULL", "FMV_ND": "3ULL", "FMV_NFP": "12ULL"}
     for prec, cplx, double in (("ddhdd", "double2", True), ("sshss", "float2", False)):
         calls.clear()
-        plans = KernelEngine.fused_plans(engine, PrecisionConfig(prec), True, 2, np.float64,
-                                         np.float64)
+        plans = engine.fused_plans(PrecisionConfig(prec), True, 2, np.float64,
+                                         np.float64, CB)
         assert plans.xhat_scaled
         (kind, _, batch, dbl, _, store), info, (kind2, _, batch2, _, _, _) = calls
         assert (kind, batch, dbl, kind2, batch2) == ("r2c", 2 * 3, double, "c2r", 2 * 5)
         assert store == ("FMV_XHAT_SCALE_STORE", {**sizes, "FMV_TFFTC": cplx})
         assert info == ("store_info", "the scales")
     calls.clear()
-    plans = KernelEngine.fused_plans(engine, PrecisionConfig("ddhdd"), False, 2, np.float64,
-                                     np.float64)
+    plans = engine.fused_plans(PrecisionConfig("ddhdd"), False, 2, np.float64,
+                                     np.float64, CB)
     assert not plans.xhat_scaled and calls[0][5] == ("FMV_XHAT_STORE", {})
 
 
 def test_fused_plans_add_the_splits_in_the_inverse_load(monkeypatch):
-    """Where stage 3 leaves few splits, the inverse cuFFT plan loads its partial sums and adds
-    them (in stage 3's compute type, rounded to the type of its sums, widened to the FFT's),
-    the splits k n_out Nf elements apart; the row FFT kernels never do, nor a product with
-    no inverse plan."""
+    """Where the plan's fold says so, the inverse cuFFT plan loads stage 3's partial sums and
+    adds them (in stage 3's compute type, rounded to the type of its sums, widened to the
+    FFT's), the splits k n_out Nf elements apart; the row FFT kernels never do (an error), nor
+    a product with no inverse plan."""
     engine, calls = _host_engine(monkeypatch)
-    engine.fold_splits = lambda prec, adjoint, k: 6
-    plans = KernelEngine.fused_plans(engine, PrecisionConfig("ddhdd"), False, 2, np.float64,
-                                     np.float64)
+    plans = engine.fused_plans(PrecisionConfig("ddhdd"), False, 2, np.float64,
+                                     np.float64, CB, fold=6)
     assert plans.split_sum == 6
     assert calls[-1][4] == ("FMV_SPLIT_LOAD", {
         "FMV_SPLITS": "6", "FMV_SPLIT_STRIDE": f"{2 * 3 * 11}ULL", "FMV_TPART": "float2",
         "FMV_TYHAT": "float2", "FMV_TFFTC": "double2"})
     engine.compute = np.dtype(np.complex128)  # d stage 3, float32 inverse FFT
-    plans = KernelEngine.fused_plans(engine, PrecisionConfig("dddsd"), True, 1, np.float64,
-                                     np.float64)
+    plans = engine.fused_plans(PrecisionConfig("dddsd"), True, 1, np.float64,
+                                     np.float64, CB, fold=6)
     assert plans.split_sum == 6
     assert calls[-1][:3] == ("c2r", 20, 5) and calls[-1][4] == ("FMV_SPLIT_LOAD", {
         "FMV_SPLITS": "6", "FMV_SPLIT_STRIDE": f"{5 * 11}ULL", "FMV_TPART": "double2",
         "FMV_TYHAT": "float2", "FMV_TFFTC": "float2"})
-    assert KernelEngine.fused_plans(engine, PrecisionConfig("ddddd"), True, 1, np.float64,
-                                    np.float64, inverse=False).split_sum == 0
-    engine, calls = _host_engine(monkeypatch)
-    engine.fold_splits = lambda prec, adjoint, k: 6
-    engine.row_ffts = lambda prec: True
     monkeypatch.setattr(_rowfft, "RowFFT", lambda kind, *a, **kw: f"{kind} kernel")
-    assert KernelEngine.fused_plans(engine, PrecisionConfig("ddddd"), False, 1, np.float64,
-                                    np.float64) == ("r2c kernel", "c2r kernel", False, 0)
-    engine, calls = _host_engine(monkeypatch, fail="link failed")  # cuFFT fails: the kernels
-    engine.fold_splits = lambda prec, adjoint, k: 6
-    engine.row_ffts = lambda prec: True
-    engine.row_fft_pays = lambda rows, dtype: False
-    assert KernelEngine.fused_plans(engine, PrecisionConfig("ddddd"), False, 1, np.float64,
-                                    np.float64) == ("r2c kernel", "c2r kernel", False, 0)
+    for ffts in ((FFT_CALLBACKS, FFT_IN_FUSED_ADJOINT), (FFT_ROW, FFT_ROW)):
+        with pytest.raises(ValueError, match="only an inverse cuFFT plan with callbacks adds"):
+            engine.fused_plans(PrecisionConfig("ddddd"), True, 1, np.float64,
+                                     np.float64, ffts, fold=6)
+    assert engine.fused_plans(PrecisionConfig("ddddd"), False, 1, np.float64,
+                                    np.float64, (FFT_ROW, FFT_ROW)) == ("r2c kernel",
+                                                                        "c2r kernel", False, 0)
 
 
 def test_ifft_unpad_checks_what_it_reads():
@@ -178,9 +169,9 @@ def test_ifft_unpad_checks_what_it_reads():
                                (0, 2 * 3 * 11 * 8, "the spectra")):
         plans = FusedPlans("fwd", lambda i, o: ran.append((i, o)), False, splits)
         with pytest.raises(ValueError, match=what):
-            KernelEngine.ifft_unpad(engine, plans, arr(need - 1), out)
+            FFTStages.ifft_unpad(engine, plans, arr(need - 1), out)
         assert ran == []
-        assert KernelEngine.ifft_unpad(engine, plans, arr(need), out) is out
+        assert FFTStages.ifft_unpad(engine, plans, arr(need), out) is out
         assert ran == [(1, 2)]
         ran.clear()
 
@@ -197,30 +188,30 @@ def test_fold_splits_takes_one_launch_of_few_splits(monkeypatch):
 
     prec = PrecisionConfig("ddddd")
     top = _gpu.FOLD_MAX_SPLITS
-    assert [KernelEngine.fold_splits(engine(s), prec, False, 1) for s in (1, 2, top, top + 1)] \
+    assert [Planner.fold_splits(engine(s), prec, False, 1) for s in (1, 2, top, top + 1)] \
         == [0, 2, top, 0]
-    assert KernelEngine.fold_splits(engine(4, 4), prec, False, 3) == 0
+    assert Planner.fold_splits(engine(4, 4), prec, False, 3) == 0
     off = _gpu.rules_for("sm_90").with_table({"fold_max_splits": 0})
-    assert KernelEngine.fold_splits(engine(2, rules=off), prec, False, 1) == 0
+    assert Planner.fold_splits(engine(2, rules=off), prec, False, 1) == 0
 
 
-def test_fused_plans_none_where_stages_run_one_by_one(monkeypatch):
+def test_fused_plans_refuse_the_stages_kinds(monkeypatch):
+    """The transforms of a product run stage by stage are not a fused product's: an error,
+    and cuFFT is not asked."""
     engine, calls = _host_engine(monkeypatch)
     prec = PrecisionConfig("ddddd")
-    w = np.ones((3, 10))
-    assert KernelEngine.fused_plans(engine, prec, False, 1, np.float64, np.float64, weight=w) is None
-    assert KernelEngine.fused_plans(engine, prec, False, 1, np.float16, np.float64) is None
-    engine.callbacks = lambda: (False, "no GPU")
-    assert KernelEngine.fused_plans(engine, prec, False, 1, np.float64, np.float64) is None
+    for ffts in ((FFT_PAD, FFT_UNPAD), (FFT_IN_FUSED_ADJOINT, FFT_CALLBACKS)):
+        with pytest.raises(ValueError, match="row FFT kernels or cuFFT with callbacks"):
+            engine.fused_plans(prec, False, 1, np.float64, np.float64, ffts)
     assert calls == []
 
 
 def test_fused_plans_on_row_fft_kernels(monkeypatch):
-    """Where the engine takes its own FFT kernels, the plans are those, with each stage's
+    """Where the plan names the row FFT kernels, the plans are those, with each stage's
     precisions and the float16 adjoint's scales, and cuFFT is not asked (no callbacks needed)."""
     engine, calls = _host_engine(monkeypatch, ok=False)
-    engine.row_ffts = lambda prec: True
     made = []
+    ROW = (FFT_ROW, FFT_ROW)
 
     def row_fft(kind, L, nt, rows, in_dtype, mid_dtype, fft_dtype, out_dtype, scale=None,
                 nd=1, nfp=0, **kw):
@@ -229,63 +220,45 @@ def test_fused_plans_on_row_fft_kernels(monkeypatch):
         return f"{kind} kernel"
 
     monkeypatch.setattr(_rowfft, "RowFFT", row_fft)
-    plans = KernelEngine.fused_plans(engine, PrecisionConfig("sdhds"), False, 2, np.float64,
-                                     np.float32)
+    plans = engine.fused_plans(PrecisionConfig("sdhds"), False, 2, np.float64,
+                                     np.float32, ROW)
     assert plans == ("r2c kernel", "c2r kernel", False, 0)
     assert made == [("r2c", 20, 10, 2 * 5, "float64", "float32", "float64", "complex64", None, 3, 12),
                     ("c2r", 20, 10, 2 * 3, "complex64", "float32", "float64", "float32", None, 1, 0)]
     made.clear()
-    engine.scale = "the scales"
-    plans = KernelEngine.fused_plans(engine, PrecisionConfig("ddhdd"), True, 1, np.float32,
-                                     np.float64)
+    engine.khat_store.scale = "the scales"
+    plans = engine.fused_plans(PrecisionConfig("ddhdd"), True, 1, np.float32,
+                                     np.float64, ROW)
     assert plans.xhat_scaled
     assert made[0] == ("r2c", 20, 10, 3, "float32", "float64", "float64", "complex64",
                        "the scales", 3, 12)
     assert made[1][:8] == ("c2r", 20, 10, 5, "complex64", "float64", "float64", "float64")
     made.clear()
     engine.compute = np.dtype(np.complex128)
-    KernelEngine.fused_plans(engine, PrecisionConfig("ddddd"), False, 1, np.float64, np.float64)
+    engine.fused_plans(PrecisionConfig("ddddd"), False, 1, np.float64, np.float64,
+                             ROW)
     assert made[0][7] == "complex128" and made[1][4] == "complex128"
+    made.clear()  # stages 3-5 as one kernel: no inverse transform
+    plans = engine.fused_plans(PrecisionConfig("ddddd"), True, 1, np.float64,
+                                     np.float64, (FFT_ROW, FFT_IN_FUSED_ADJOINT))
+    assert plans.inv is None and [m[0] for m in made] == ["r2c"]
     assert calls == []
 
 
 def test_fused_plans_mix_kernels_and_callbacks(monkeypatch):
-    """A transform of too few rows to fill the device keeps cuFFT with callbacks; the other
-    transform of the product still runs on the row FFT kernels. A callback plan cuFFT cannot
-    make falls back to the kernels, which take every transform, without a warning."""
+    """A plan may name the row FFT kernels for one transform and cuFFT with callbacks for the
+    other (make_plan: a transform of too few rows to fill the device); only that one is asked
+    of cuFFT. A callback plan cuFFT cannot make raises (the executor plans again)."""
     engine, calls = _host_engine(monkeypatch)
-    engine.row_ffts = lambda prec: True
-    engine.row_fft_pays = lambda rows, dtype: rows >= 10  # forward: 2 x 5 rows, inverse 2 x 3
     monkeypatch.setattr(_rowfft, "RowFFT", lambda kind, *a, **kw: f"{kind} kernel")
     prec = PrecisionConfig("ddddd")
-    plans = KernelEngine.fused_plans(engine, prec, False, 2, np.float64, np.float64)
+    plans = engine.fused_plans(prec, False, 2, np.float64, np.float64,
+                                     (FFT_ROW, FFT_CALLBACKS))
     assert plans == ("r2c kernel", "c2r plan", False, 0)
     assert [c[0] for c in calls] == ["c2r"]
     engine, calls = _host_engine(monkeypatch, fail="link failed")
-    engine.row_ffts = lambda prec: True
-    engine.row_fft_pays = lambda rows, dtype: False
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        plans = KernelEngine.fused_plans(engine, prec, False, 2, np.float64, np.float64)
-    assert plans == ("r2c kernel", "c2r kernel", False, 0)
-
-
-def test_fused_plans_warn_and_fall_back(monkeypatch):
-    """A plan cuFFT cannot make: a warning and the separate kernels, or with
-    fft_callbacks=1 the error."""
-    engine, _ = _host_engine(monkeypatch, fail="link failed")
-    prec = PrecisionConfig("ddddd")
-    set_plan(monkeypatch, "fft_callbacks", None)
-    with pytest.warns(RuntimeWarning, match="link failed") as caught:
-        assert KernelEngine.fused_plans(engine, prec, False, 1, np.float64, np.float64) is None
-    assert [w.filename for w in caught] == [__file__]  # the caller's line, not the engine's
-    assert KernelEngine.fused_plans(engine, prec, False, 1, np.float64, np.float64) is None
-    set_plan(monkeypatch, "fft_callbacks", "1")
-    engine._cb_plans.clear()
     with pytest.raises(_fftcb.CallbackError, match="link failed"):
-        KernelEngine.fused_plans(engine, prec, False, 1, np.float64, np.float64)
+        engine.fused_plans(prec, False, 2, np.float64, np.float64, CB)
 
 
 CALLBACKS = Path(__file__).resolve().parents[1] / "hip_kernels" / "fft_callbacks.cu"
@@ -393,7 +366,8 @@ def test_fused_agrees_with_stages_one_by_one(monkeypatch, rng, precision):
     for mode in ("0", "1"):
         set_plan(monkeypatch, "fft_callbacks", mode)
         F = fm.BlockToeplitz(backend.cupy.asarray(K), precision)
-        assert F._engine.callbacks()[0] is (mode == "1")
+        assert F.plan().ffts[0] != FFT_CALLBACKS or mode == "1"  # =0: never cuFFT callbacks
+        assert (mode == "0") is (F.plan().mode("fft_callbacks") == "0")
         out[mode] = (F.matvec(m), F.rmatvec(d))
     tol = {"ddddd": 1e-13, "sssss": 1e-6, "ddhdd": 1e-6}[precision]
     assert rel_err(out["1"][0], to_numpy(out["0"][0])) < tol
@@ -429,10 +403,10 @@ def test_weighted_products_run_unfused(monkeypatch, rng):
     set_plan(monkeypatch, "graphs", "0")
     shape = (3, 4, 10)
     K, F = _op(rng, shape, "ddddd")
-    eng = F._engine
-    assert eng.fused_plans(F.precision, False, 1, np.float64, np.float64) is not None
+    assert F.plan().fused_ffts
     w = abs(_rand(rng, shape[0], shape[2]))  # a noise precision: >= 0
-    assert eng.fused_plans(F.precision, False, 1, np.float64, np.float64, weight=w) is None
+    weighted = F._executor(False, 1, np.dtype(np.float64), True)
+    assert weighted.plan.ffts == (FFT_PAD, FFT_UNPAD) and weighted.product is None
     A = dense_btt(K)
     m = _rand(rng, shape[1], shape[2])
     got = F.normal(w).matvec(m)
@@ -459,10 +433,10 @@ def test_fused_product_made_once_any_stream_any_layout(monkeypatch, rng, precisi
         wide = _rand(rng, 3, n_in, 2 * shape[2])
         x = wide[..., 1::2]  # (3, n_in, Nt), not C-contiguous
         assert not x.flags.c_contiguous
-        first = eng.fused_product(F.precision, adjoint, 3, np.float64, np.float64)
+        first = F._executor(adjoint, 3, np.dtype(np.float64), False).product
         assert first is not None
         y0 = F._apply(x, adjoint)
-        assert eng.fused_product(F.precision, adjoint, 3, np.float64, np.float64) is first
+        assert F._executor(adjoint, 3, np.dtype(np.float64), False).product is first
         stream = cp.cuda.Stream(non_blocking=True)
         with stream:
             y1 = F._apply(x, adjoint)
@@ -494,7 +468,7 @@ def test_fused_product_with_split_k(monkeypatch, rng, fold, graphs, precision):
         K, F = _op(rng, shape, precision)
         eng = F._engine
         n_in = shape[0] if adjoint else shape[1]
-        product = eng.fused_product(F.precision, adjoint, 1, np.float64, np.float64)
+        product = F._executor(adjoint, 1, np.dtype(np.float64), False).product
         assert product.work_bytes > 0, product.stage3.plan  # split-K
         splits = product.stage3.plan[0].splits
         assert product.split_sum == (splits if fold and len(product.stage3.plan) == 1 else 0)
@@ -531,15 +505,16 @@ def test_split_load_adds_the_partials(rng, precision, nt, splits):
     total = np.zeros((rows, nf), dtype=eng.compute)
     for p in parts:  # in split order, from zero
         total += p
-    total = total.astype(eng.yhat_dtype(prec))
-    _, folded = eng._callback_plans(prec, False, 1, np.float64, np.float64, False, True, splits)
-    _, plain = eng._callback_plans(prec, False, 1, np.float64, np.float64, False, True)
-    room = eng.yhat_nbytes(prec, 1, rows)  # a complex-to-real input may be overwritten
+    total = total.astype(eng.ffts.yhat_dtype(prec))
+    _, folded = eng.ffts._callback_plans(prec, False, 1, np.float64, np.float64, False, True,
+                                         splits)
+    _, plain = eng.ffts._callback_plans(prec, False, 1, np.float64, np.float64, False, True)
+    room = eng.buffers.yhat_nbytes(prec, 1, rows)  # a complex-to-real input may be overwritten
     out = []
     for plan, data in ((folded, parts), (plain, total)):
         src = cp.cuda.alloc(max(data.nbytes, room))
         src.copy_from_host(data.ctypes.data, data.nbytes)
-        y = eng.y_buffer(prec, 1, rows, np.float64)
+        y = eng.buffers.y_buffer(prec, 1, rows, np.float64)
         y.fill(np.nan)
         plan(src.ptr, y.data.ptr)
         out.append(to_numpy(y))
@@ -563,30 +538,30 @@ def test_folded_product_in_steps(monkeypatch, rng):
     cp = backend.cupy
     K, F = _op(rng, (3, 3000, 40), "ddddd")
     eng, prec = F._engine, F.precision
-    product = eng.fused_product(prec, False, 1, np.float64, np.float64)
+    product = F._executor(False, 1, np.dtype(np.float64), False).product
     assert product.split_sum > 1
-    plans = eng.fused_plans(prec, False, 1, np.float64, np.float64)
-    assert plans.split_sum == product.split_sum
+    plans = product.plans
+    assert plans.split_sum == product.split_sum == F.plan().fold
     m = _rand(rng, 1, 3000, 40)
     want = to_numpy(F.matmat(m))
-    xb = eng.xhat_buffer(prec, 1, 3000)
-    yh = eng.yhat_buffer(prec, 1, 3)
-    work = cp.zeros(-(-eng.inverse_input_nbytes(prec, plans, 3) // 16), dtype=np.complex128)
+    xb = eng.buffers.xhat_buffer(prec, 1, 3000)
+    yh = eng.buffers.yhat_buffer(prec, 1, 3)
+    work = cp.zeros(-(-eng.buffers.inverse_input_nbytes(prec, plans, 3) // 16), dtype=np.complex128)
     assert work.nbytes >= product.work_bytes - 16
     stream = cp.cuda.get_current_stream().ptr
     for through in ("ifft_unpad", "plan"):
-        eng.pad_fft(plans, m, out=xb)
+        eng.ffts.pad_fft(plans, m, out=xb)
         src = product.queue_stage3(stream, xb.data.ptr, yh.data.ptr, work.data.ptr)
         assert src == work.data.ptr
-        y = eng.y_buffer(prec, 1, 3, np.float64)
+        y = eng.buffers.y_buffer(prec, 1, 3, np.float64)
         y.fill(np.nan)
         if through == "plan":
             plans.inv(src, y.data.ptr, stream)
         else:
-            eng.ifft_unpad(plans, work, out=y)
+            eng.ffts.ifft_unpad(plans, work, out=y)
         assert rel_err(y, want) < 1e-14
     with pytest.raises(ValueError, match="partial sums"):
-        eng.ifft_unpad(plans, yh, out=eng.y_buffer(prec, 1, 3, np.float64))
+        eng.ffts.ifft_unpad(plans, yh, out=eng.buffers.y_buffer(prec, 1, 3, np.float64))
 
 
 def _poison_held(product):
@@ -647,7 +622,7 @@ def test_one_vector_shortcut(monkeypatch, rng, precision):
             # the plan is read once, when F was built: a switch changed since changes nothing
             set_plan(monkeypatch, "graphs", "1")
             check(_rand(rng, n_in, shape[2]), 0)
-            assert not F._engine._graphs
+            assert all(e._graphs is None for e in F._executors.values())
             set_plan(monkeypatch, "graphs", None)
             check(_rand(rng, n_in, shape[2]), 0)
             assert product._held
@@ -708,7 +683,7 @@ def test_held_buffers_across_streams_and_threads(monkeypatch, rng):
         for th in threads:
             th.join()
         assert not errors, errors
-        product = F._engine.fused_product(F.precision, False, 1, np.float64, np.float64)
+        product = F._executor(False, 1, np.dtype(np.float64), False).product
         assert product.holds and product._held
         for t in range(n_threads):
             for i in range(n_calls):
@@ -740,22 +715,23 @@ def test_fused_product_without_held_buffers(monkeypatch, rng, precision):
                 for b in range(k):
                     assert rel_err(y[b].ravel(), M @ to_numpy(x[b]).ravel()) < TOL[precision]
                 assert rel_err(z.ravel(), M @ to_numpy(v).ravel()) < TOL[precision]
-            product = F._engine.fused_product(F.precision, adjoint, 1, np.float64, np.float64)
+            product = F._executor(adjoint, 1, np.dtype(np.float64), False).product
             assert not product.holds and not product._held
 
 
 def test_fused_plans_without_the_inverse(monkeypatch):
-    """inverse=False (stages 3-5 as one kernel): the forward plan only, no inverse made, on the
-    row FFT kernels or through cuFFT, cached apart from the full plans."""
+    """Stages 3-5 as one kernel (FFT_IN_FUSED_ADJOINT): the forward plan only, no inverse
+    made, on the row FFT kernels or through cuFFT."""
     engine, calls = _host_engine(monkeypatch)
     prec = PrecisionConfig("ddddd")
-    plans = KernelEngine.fused_plans(engine, prec, True, 1, np.float64, np.float64, inverse=False)
+    plans = engine.fused_plans(prec, True, 1, np.float64, np.float64,
+                                     (FFT_CALLBACKS, FFT_IN_FUSED_ADJOINT))
     assert plans.fwd == "r2c plan" and plans.inv is None
     assert [c[0] for c in calls] == ["r2c"]
-    full = KernelEngine.fused_plans(engine, prec, True, 1, np.float64, np.float64)
-    assert full.inv == "c2r plan" and full is not plans
+    full = engine.fused_plans(prec, True, 1, np.float64, np.float64, CB)
+    assert full.inv == "c2r plan"
     engine, calls = _host_engine(monkeypatch, ok=False)
-    engine.row_ffts = lambda prec: True
     monkeypatch.setattr(_rowfft, "RowFFT", lambda kind, *a, **kw: f"{kind} kernel")
-    plans = KernelEngine.fused_plans(engine, prec, True, 1, np.float64, np.float64, inverse=False)
+    plans = engine.fused_plans(prec, True, 1, np.float64, np.float64,
+                                     (FFT_ROW, FFT_IN_FUSED_ADJOINT))
     assert plans == ("r2c kernel", None, False, 0) and calls == []

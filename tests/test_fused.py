@@ -11,12 +11,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from conftest import set_plan
+from conftest import EnvOverrides, set_plan
 
 import fftmatvec as fm
 from fftmatvec import gpu as _gpu, backend, kernels
 from fftmatvec._errors import FFTMatvecValueError
-from fftmatvec.gpu import KernelEngine
+from fftmatvec.gpu import Planner
 from fftmatvec.precision import PrecisionConfig
 
 from conftest import dense_btt, rel_err, to_numpy
@@ -27,16 +27,16 @@ KERNELS = Path(__file__).parents[1] / "hip_kernels"
 
 # ---- host side (no GPU needed) --------------------------------------------------------------
 def _engine(monkeypatch, store="c128", nd=10, nf=101, row_ffts=True, nm=100000):
-    """A KernelEngine's host side, with the kernel's launch object recorded instead of made."""
+    """A planner's host side, with the kernel's launch object recorded instead of made."""
     made = []
     monkeypatch.setattr(kernels, "has_function", lambda name: True)
     monkeypatch.setattr(_gpu.fused._GemvIrfft, "__init__",
                         lambda self, eng, prec, out_dtype: made.append((prec, out_dtype)))
-    eng = SimpleNamespace(rules=_gpu.rules_for("sm_90"), has_kernel=lambda n: kernels.has_function(n),
+    eng = SimpleNamespace(resolved=EnvOverrides(), rules=_gpu.rules_for("sm_90"), has_kernel=lambda n: kernels.has_function(n),
                           store=store, nd=nd, nm=nm, nf=nf, fft_len=2 * nf - 2, num_sms=132,
                           compute=np.dtype(np.complex128 if store == "c128" else np.complex64),
                           row_ffts=lambda prec: row_ffts)
-    eng.xhat_dtype = lambda prec: KernelEngine.xhat_dtype(eng, prec)
+    eng.xhat_dtype = lambda prec: Planner.xhat_dtype(eng, prec)
     return eng, made
 
 
@@ -60,9 +60,8 @@ def test_fused_adjoint_rule(monkeypatch, change, expect):
     adjoint, k = change.pop("adjoint", True), change.pop("k", 1)
     eng, made = _engine(monkeypatch, **change)
     prec = PrecisionConfig("sssss" if eng.store == "c64" else "ddddd")
-    got = KernelEngine.fused_adjoint(eng, prec, adjoint, k, np.float64)
-    assert (got is not None) is expect
-    assert len(made) == int(expect)
+    assert Planner.fused_adjoint_takes(eng, prec, adjoint, k, np.float64) is expect
+    assert not made  # the rule builds nothing: an executor builds what its plan names
 
 
 def test_fused_adjoint_switch(monkeypatch):
@@ -71,26 +70,26 @@ def test_fused_adjoint_switch(monkeypatch):
     prec = PrecisionConfig("ddddd")
     set_plan(monkeypatch, "fused_adjoint", "0")
     eng, made = _engine(monkeypatch)
-    assert KernelEngine.fused_adjoint(eng, prec, True, 1, np.float64) is None
+    assert Planner.fused_adjoint_takes(eng, prec, True, 1, np.float64) is False
     set_plan(monkeypatch, "fused_adjoint", "1")
     eng, made = _engine(monkeypatch, store="c64", nm=100)
-    assert KernelEngine.fused_adjoint(eng, PrecisionConfig("sssss"), True, 1, np.float64) is not None
-    assert KernelEngine.fused_adjoint(eng, prec, False, 1, np.float64) is None  # forward: never
+    assert Planner.fused_adjoint_takes(eng, PrecisionConfig("sssss"), True, 1, np.float64) is True
+    assert Planner.fused_adjoint_takes(eng, prec, False, 1, np.float64) is False  # forward: never
     for change, why in (({"store": "c32h"}, "c32h storage"), ({"nd": 13}, "Nd = 13 sensors"),
                         ({"nf": 129}, "Nf = 129 frequencies"),
                         ({"row_ffts": False}, "row FFT kernels do not take length")):
         eng, _ = _engine(monkeypatch, **change)
         with pytest.raises(FFTMatvecValueError, match=why):
-            KernelEngine.fused_adjoint(eng, prec, True, 1, np.float64)
+            Planner.fused_adjoint_takes(eng, prec, True, 1, np.float64)
     with pytest.raises(FFTMatvecValueError, match="3 right-hand sides"):
-        KernelEngine.fused_adjoint(_engine(monkeypatch)[0], prec, True, 3, np.float64)
+        Planner.fused_adjoint_takes(_engine(monkeypatch)[0], prec, True, 3, np.float64)
     monkeypatch.setattr(kernels, "has_function", lambda name: False)
     eng.store, eng.nd, eng.nf, eng.row_ffts = "c128", 10, 101, lambda p: True
     with pytest.raises(FFTMatvecValueError, match="no sbgemv_irfft_c128_c128_f64_f64_f64_n10"):
-        KernelEngine.fused_adjoint(eng, prec, True, 1, np.float64)
+        Planner.fused_adjoint_takes(eng, prec, True, 1, np.float64)
     set_plan(monkeypatch, "fused_adjoint", "yes")
     with pytest.raises(FFTMatvecValueError, match="fused_adjoint must be auto, 0 or 1"):
-        KernelEngine.fused_adjoint(eng, prec, True, 1, np.float64)
+        Planner.fused_adjoint_takes(eng, prec, True, 1, np.float64)
 
 
 @pytest.mark.parametrize("prec,out,nd,name", [
@@ -156,7 +155,7 @@ def test_fused_adjoint_matches_dense(monkeypatch, rng, precision, dtype, shape):
     F = fm.BlockToeplitz(cp.asarray(K), precision, dtype=dtype)
     nd, nm, nt = shape
     eng = F._engine
-    product = eng.fused_product(F.precision, True, 1, dtype, dtype)
+    product = F._executor(True, 1, np.dtype(dtype), False).product
     assert product is not None and product.fused is not None and product.stage3 is None
     assert product.fused.smem <= _gpu.FUSED_MAX_SMEM
     assert max(product.fused.radices, default=2) <= _gpu.FUSED_MAX_RADIX
@@ -169,7 +168,7 @@ def test_fused_adjoint_matches_dense(monkeypatch, rng, precision, dtype, shape):
     assert rel_err(z.ravel(), ref) < tol
 
     # the kernel alone, into a poisoned output, from the forward FFT's output
-    xhat = cp.empty((1, nd, eng.nf), dtype=eng.xhat_dtype(F.precision))
+    xhat = cp.empty((1, nd, eng.nf), dtype=eng.ffts.xhat_dtype(F.precision))
     stream = cp.cuda.get_current_stream().ptr
     product.plans.fwd(cp.ascontiguousarray(d[None]).data.ptr, xhat.data.ptr, stream)
     y = cp.full((1, nm, nt), np.nan, dtype=dtype)
@@ -181,7 +180,7 @@ def test_fused_adjoint_matches_dense(monkeypatch, rng, precision, dtype, shape):
     # built)
     G = fm.BlockToeplitz(cp.asarray(K), precision, dtype=dtype, plan={"fused_adjoint": 0})
     apart = G.rmatvec(d)
-    assert G._engine.fused_product(G.precision, True, 1, dtype, dtype).fused is None
+    assert G._executor(True, 1, np.dtype(dtype), False).product.fused is None
     assert rel_err(z.ravel(), to_numpy(apart).ravel()) < tol
 
 
@@ -200,7 +199,7 @@ def test_fused_adjoint_by_default(monkeypatch, rng, graphs):
     for precision in ("ddddd", "sssss", "ddhdd"):
         F = fm.BlockToeplitz(K, precision)
         eng = F._engine
-        product = eng.fused_product(F.precision, True, 1, np.float64, np.float64)
+        product = F._executor(True, 1, np.dtype(np.float64), False).product
         rows = _gpu.rowfft.default_rows_per_block(eng.fft_len, F.precision.real_dtype("ifft"))
         fills = (-(-shape[1] // rows)
                  >= _gpu.FUSED_MIN_BLOCKS_PER_SM.get(eng.store, 0) * eng.num_sms)
@@ -214,22 +213,14 @@ def test_fused_adjoint_by_default(monkeypatch, rng, graphs):
     cp.get_default_memory_pool().free_all_blocks()
 
 
-@pytest.mark.parametrize("fused", [None, "stages 3-5"])
-def test_fused_product_takes_the_kernel_or_the_inverse(monkeypatch, fused):
-    """fused_product asks for no inverse plan where stages 3-5 run as one kernel, and hands
-    the kernel to the product; a product takes one or the other."""
-    set_plan(monkeypatch, "fused_adjoint", None)
-    asked, made = [], []
-    eng = SimpleNamespace(_products={}, row_ffts=lambda prec: True, callbacks=lambda: (True, ""),
-                          fused_adjoint=lambda prec, adjoint, k, out: fused, nd=10, nm=100000,
-                          scales_input=lambda adjoint: False)
-    eng.fused_plans = lambda prec, adjoint, k, i, o, inverse: (
-        asked.append(inverse) or _gpu.FusedPlans("fwd", "inv" if inverse else None))
-    monkeypatch.setattr(_gpu.fused, "_FusedProduct", lambda *args: made.append(args) or "product")
+def test_fused_product_takes_the_kernel_or_the_inverse():
+    """A fused product takes an inverse plan and stage 3's launches, or stages 3-5 as one
+    kernel: never both, never neither."""
+    eng = SimpleNamespace(nd=10, nm=100000,
+                          khat_store=SimpleNamespace(scales_input=lambda adjoint: False))
     prec = PrecisionConfig("ddddd")
-    assert KernelEngine.fused_product(eng, prec, True, 1, np.float64, np.float64) == "product"
-    assert asked == [fused is None]
-    assert made[0][-1] == fused and made[0][-2].inv == (None if fused else "inv")
-    monkeypatch.undo()
     with pytest.raises(ValueError, match="an inverse plan, or stages 3-5 as one kernel"):
         _gpu.fused._FusedProduct(eng, prec, True, 1, np.float64, _gpu.FusedPlans("fwd", None), None)
+    with pytest.raises(ValueError, match="stage 3's launches, or stages 3-5 as one kernel"):
+        _gpu.fused._FusedProduct(eng, prec, True, 1, np.float64, _gpu.FusedPlans("fwd", "inv"),
+                                 None, None)

@@ -6,10 +6,12 @@ right-hand sides, large Nm with small Nd and the reverse, few and many frequenci
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
-from conftest import set_plan
+from conftest import planning_view, set_plan
 from conftest import poisoned
 
 import fftmatvec as fm
@@ -108,11 +110,9 @@ def test_staged_tiles(rng, shape, store, adjoint):
     for rt, v in STAGED_TILES[eng.store]:
         for ty in (1, 4, 16):
             for sms in (eng.num_sms, 1):  # split-K on the device's count; none with one SM
-                eng.num_sms, saved = sms, eng.num_sms
-                try:
-                    la = eng._launch_staged(n_out, n_red, np.complex128, np.complex128, tile=(rt, v, ty))
-                finally:
-                    eng.num_sms = saved
+                device = dataclasses.replace(eng.device, multiprocessors=sms)
+                la = planning_view(F, adjoint, device=device).builders._launch_staged(
+                    n_out, n_red, np.complex128, np.complex128, tile=(rt, v, ty))
                 out = poisoned(cp, (1, n_out, F.nf), np.complex128)
                 eng.apply(cp.asarray(x), adjoint, np.complex128, out=out, plan=[la])
                 got = cp.asnumpy(out)
@@ -143,11 +143,8 @@ def test_wide_tiles(rng, shape, store, adjoint):
             x = rng.standard_normal((1, n_in, F.nf)) + 1j * rng.standard_normal((1, n_in, F.nf))
             x = x.astype(in_dt)
             ref = _dense_product(khat, x, adjoint)
-            eng.blocks_per_sm, saved = per_sm, eng.blocks_per_sm  # 0: no split-K
-            try:
-                la = eng._launch(1, n_out, n_red, in_dt, out_dt, tile=(rt, v, bx, ty, w))
-            finally:
-                eng.blocks_per_sm = saved
+            la = planning_view(F, adjoint, gemv_blocks_per_sm=per_sm).builders._launch_gemv(  # 0: no split-K
+                1, n_out, n_red, in_dt, out_dt, tile=(rt, v, bx, ty, w))
             assert la.name.endswith(f"_w{w}")
             out = poisoned(cp, (1, n_out, F.nf), out_dt)
             eng.apply(cp.asarray(x), adjoint, out_dt, out=out, plan=[la])
@@ -170,7 +167,7 @@ def test_async_tiles(rng, shape, store, adjoint):
     from fftmatvec.gpu import ASYNC_TILES
 
     F, eng, khat, n_in, n_out, n_red = _tile_case(rng, shape, store, adjoint)
-    if not eng._sm80_kernels():
+    if not eng.device.mma_kernels:
         pytest.skip("no cp.async kernels on this device")
     tol = {"d": 1e-13, "s": 2e-6, "h": 2e-3}[store]
     for tile in ASYNC_TILES[eng.store]:
@@ -179,11 +176,8 @@ def test_async_tiles(rng, shape, store, adjoint):
             x = rng.standard_normal((1, n_in, F.nf)) + 1j * rng.standard_normal((1, n_in, F.nf))
             x = x.astype(in_dt)
             ref = _dense_product(khat, x, adjoint)
-            eng.async_waves = waves  # 0: no split-K
-            try:
-                la = eng._launch_async(n_out, n_red, in_dt, out_dt, tile=tile, adjoint=adjoint)
-            finally:
-                eng.async_waves = None
+            la = planning_view(F, adjoint, async_waves=waves).builders._launch_async(  # 0: no split-K
+                n_out, n_red, in_dt, out_dt, tile=tile, adjoint=adjoint)
             out = poisoned(cp, (1, n_out, F.nf), out_dt)
             eng.apply(cp.asarray(x), adjoint, out_dt, out=out, plan=[la])
             got = cp.asnumpy(out)
@@ -209,9 +203,10 @@ def test_pipe_tiles(rng, monkeypatch, shape, store, adjoint):
     if mma:
         set_plan(monkeypatch, "dmma_c64", "1" if mma == "dmma" else "0")
     F, eng, khat, n_in, n_out, n_red = _tile_case(rng, shape, store, adjoint)
-    if eng._mma_min_kb() is None:
+    view = planning_view(F, adjoint)
+    if view.planner._mma_min_kb() is None:
         pytest.skip("no tensor-core kernels on this device")
-    assert eng.pipe_store == {"dmma": "c64dmma", "tf32": "c64", "": eng.store}[mma]
+    assert view.builders.pipe_store == {"dmma": "c64dmma", "tf32": "c64", "": eng.store}[mma]
     # 3xTF32 with each k-step's sum added in float32: a few 1e-7, like float32 FMAs; on DMMA
     # the products and sums are exact in float64 and the error is complex64 storage's (3e-8)
     tol = {"d": 1e-13, "s": 4e-6, "h": 2e-3}[store]
@@ -220,13 +215,13 @@ def test_pipe_tiles(rng, monkeypatch, shape, store, adjoint):
     for kb in (1, 5, 16):
         x = rng.standard_normal((kb, n_in, F.nf)) + 1j * rng.standard_normal((kb, n_in, F.nf))
         ref = _dense_product(khat, x, adjoint)
-        for tile in PIPE_TILES[eng.pipe_store]:
+        for tile in PIPE_TILES[view.builders.pipe_store]:
             # split-K as far as the reduction allows, or none; both block orders
             for waves, freq_major in ((64, False), (0, True), (64, True), (0, False)):
                 for in_dt, out_dt in ((np.complex128, np.complex128),
                                       (np.complex64, np.complex64)):
-                    eng.pipe_waves, eng.pipe_freq_major = waves, freq_major
-                    la = eng._launch_pipe(kb, n_out, n_red, in_dt, out_dt, tile=tile)
+                    la = planning_view(F, adjoint, kb, pipe_waves=waves, pipe_freq_major=freq_major
+                               ).builders._launch_pipe(kb, n_out, n_red, in_dt, out_dt, tile=tile)
                     assert la.freq_major == freq_major
                     out = poisoned(cp, (kb, n_out, F.nf), out_dt)
                     eng.apply(cp.asarray(x.astype(in_dt)), adjoint, out_dt, out=out, plan=[la])
@@ -248,7 +243,8 @@ def test_h_batch_vector_ranges(rng, adjoint):
     from fftmatvec.gpu import PIPE_TILES
 
     F, eng, khat, n_in, n_out, n_red = _tile_case(rng, (45, 300, 40), "h", adjoint)
-    if eng._mma_min_kb() is None:
+    view = planning_view(F, adjoint)
+    if view.planner._mma_min_kb() is None:
         pytest.skip("no tensor-core kernels on this device")
     kb = 16
     x = rng.standard_normal((kb, n_in, F.nf)) + 1j * rng.standard_normal((kb, n_in, F.nf))
@@ -261,18 +257,17 @@ def test_h_batch_vector_ranges(rng, adjoint):
     ref = _dense_product(khat, x, adjoint)
     xs = cp.asarray(x.astype(np.complex64))
     if adjoint:
-        xs = eng.scale_xhat(xs)
-    for tile in PIPE_TILES[eng.pipe_store]:
+        xs = eng.stage3.scale_xhat(xs)
+    for tile in PIPE_TILES[view.builders.pipe_store]:
         for waves in (64, 0):
-            eng.pipe_waves = waves
-            la = eng._launch_pipe(kb, n_out, n_red, xs.dtype, np.complex128, tile=tile)
+            la = planning_view(F, adjoint, kb, pipe_waves=waves).builders._launch_pipe(
+                kb, n_out, n_red, xs.dtype, np.complex128, tile=tile)
             out = poisoned(cp, (kb, n_out, F.nf), np.complex128)
             eng.apply(xs, adjoint, np.complex128, out=out, plan=[la], xhat_scaled=adjoint)
             got = cp.asnumpy(out)
             assert np.isfinite(got).all(), (tile, la)
             err = np.linalg.norm(got - ref, axis=(1, 2)) / np.linalg.norm(ref, axis=(1, 2))
             assert err.max() < 2e-3, (tile, la, err)
-    eng.pipe_waves = None
 
 
 @pytest.mark.parametrize("shape", [(45, 77, 150), (100, 23, 1000), (1, 37, 40), (37, 1, 40),
@@ -292,31 +287,34 @@ def test_h_adjoint_prescaled(rng, monkeypatch, shape):
     with pytest.raises(ValueError, match="adjoint"):
         eng.apply(cp.zeros((1, nm, F.nf), np.complex64), False, np.complex128, xhat_scaled=True)
     with pytest.raises(ValueError, match=r"\(k, %d, %d\)" % (nd, F.nf)):
-        eng.scale_xhat(cp.zeros((1, nd + 1, F.nf), np.complex64))
-    sm80 = eng._sm80_kernels()
+        eng.stage3.scale_xhat(cp.zeros((1, nd + 1, F.nf), np.complex64))
+    sm80 = eng.device.mma_kernels
+    view = planning_view(F, True)  # the planner and the launch builders
     for k in (1, 17):
         x = rng.standard_normal((k, nd, F.nf)) + 1j * rng.standard_normal((k, nd, F.nf))
         ref = _dense_product(khat, x, True)
-        xs = eng.scale_xhat(cp.asarray(x).astype(np.complex64))  # as the FFT's callback writes it
+        # as the FFT's callback writes it
+        xs = eng.stage3.scale_xhat(cp.asarray(x).astype(np.complex64))
         assert xs.dtype == np.complex64 and xs.shape == x.shape
-        scale = cp.asnumpy(eng.scale)[:, : F.nf]
+        scale = cp.asnumpy(eng.khat_store.scale)[:, : F.nf]
         np.testing.assert_allclose(cp.asnumpy(xs), x.astype(np.complex64) * scale, rtol=1e-6)
         # in complex128 the product is exact to the last bit: x times the float32 scale
-        np.testing.assert_array_equal(cp.asnumpy(eng.scale_xhat(cp.asarray(x))),
+        np.testing.assert_array_equal(cp.asnumpy(eng.stage3.scale_xhat(cp.asarray(x))),
                                       x * scale.astype(np.float64))
         plans = [None]  # the default plan
         if k == 1:
-            plans += [[eng._launch_staged(nm, nd, xs.dtype, np.complex128, tile=(rt, v, 8))]
+            plans += [[view.builders._launch_staged(nm, nd, xs.dtype, np.complex128, tile=(rt, v, 8))]
                       for rt, v in STAGED_TILES[eng.store]]
-            plans += [[eng._launch(1, nm, nd, xs.dtype, np.complex128, tile=(rt, v, 32, 4))]
+            plans += [[view.builders._launch_gemv(1, nm, nd, xs.dtype, np.complex128, tile=(rt, v, 32, 4))]
                       for rt, kb, v in [(2, 1, 4), (8, 1, 2)]]
             if sm80:
-                plans += [[eng._launch_async(nm, nd, xs.dtype, np.complex128, tile=t, adjoint=True)]
+                plans += [[view.builders._launch_async(nm, nd, xs.dtype, np.complex128, tile=t,
+                                              adjoint=True)]
                           for t in ASYNC_TILES[eng.store]]
         elif sm80:
-            plans += [[eng._launch_pipe(16, nm, nd, xs.dtype, np.complex128, tile=t, adjoint=True),
-                       eng._launch(1, nm, nd, xs.dtype, np.complex128, adjoint=True)]
-                      for t in PIPE_TILES[eng.pipe_store]]
+            plans += [[view.builders._launch_pipe(16, nm, nd, xs.dtype, np.complex128, tile=t, adjoint=True),
+                       view.planner._launch(1, nm, nd, xs.dtype, np.complex128, adjoint=True)]
+                      for t in PIPE_TILES[view.builders.pipe_store]]
         for plan in plans:
             out = poisoned(cp, (k, nm, F.nf), np.complex128)
             eng.apply(xs, True, np.complex128, out=out, plan=plan, xhat_scaled=True)
@@ -405,7 +403,7 @@ def test_split_sums(rng, prec, out, n, splits):
     ref = ref.astype(out)
     dpart = cp.asarray(part)
     for serial in (False, True):
-        fn, grid, block, args = eng.split_sum(n, splits, out, serial=serial)
+        fn, grid, block, args = eng.stage3.split_sum(n, splits, out, serial=serial)
         y = poisoned(cp, n, out)
         kernels.PackedLaunch(fn, grid, block, 0, (None, None) + args)(
             cp.cuda.get_current_stream().ptr, dpart.data.ptr, y.data.ptr)
@@ -415,7 +413,7 @@ def test_split_sums(rng, prec, out, n, splits):
         else:
             tol = 1e-13 if eng.compute == np.complex128 and out == np.complex128 else 1e-5
             np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * splits)
-    picked = eng.split_sum(n, splits, out)[2]
+    picked = eng.stage3.split_sum(n, splits, out)[2]
     serial = (splits <= _gpu.REDUCE_SERIAL_MAX_SPLITS
               and n >= _gpu.REDUCE_SERIAL_MIN_OUTPUTS * eng.num_sms)
     assert (len(picked) == 1) is serial
@@ -459,5 +457,6 @@ def test_graph_replay_matches_stages(rng, monkeypatch, precision, shape):
             assert rel_err(got.ravel(), ref) < tol
         results[mode] = cp.asnumpy(y1)
         if mode == "1":
-            assert F._engine._graphs, "the graph path was not taken"
+            assert any(e.plan.path == "graph" and e._graphs for e in F._executors.values()), \
+                "the graph path was not taken"
     np.testing.assert_allclose(results["0"], results["1"], rtol=1e-12 if precision == "ddddd" else 1e-5, atol=0)

@@ -1,5 +1,5 @@
 """The stored Khat's layout in blocks of frequencies, on the host (no GPU): every element that
-``KernelEngine.store_rows`` writes is where the kernels' address (``khat_foff`` in
+``KhatStore.store_rows`` (the engine's) writes is where the kernels' address (``khat_foff`` in
 hip_kernels/common.cuh, mirrored by ``khat_offset`` below) looks for it, in both directions."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fftmatvec import gpu as _gpu
-from fftmatvec.gpu import KernelEngine, khat_layout
+from fftmatvec.gpu import KhatStore, khat_layout
 
 
 def khat_offset(o, r, f, so: int, sr: int, shift: int, block_stride: int):
@@ -40,11 +40,10 @@ def test_layout_rejects_bad_blocks(monkeypatch, block):
         khat_layout("c32h", 1008)
 
 
-def _engine(store: str, nd: int, nm: int, nf: int) -> KernelEngine:
-    """A KernelEngine on NumPy with only what store_rows and the addressing need."""
-    eng = object.__new__(KernelEngine)
-    eng.cp, eng.store, eng.nd, eng.nm, eng.nf, eng.fft_len = np, store, nd, nm, nf, 8
-    eng._alloc_khat(np.uint32 if store == "c32h" else np.complex128)
+def _engine(store: str, nd: int, nm: int, nf: int) -> KhatStore:
+    """The stored Khat of an engine (KhatStore) on NumPy, L = 8."""
+    eng = KhatStore.zeros(np, store, nd, nm, nf, 8,
+                          np.uint32 if store == "c32h" else np.complex128)
     eng.data[...] = 0xDEADBEEF if store == "c32h" else np.nan  # poisoned before store_rows
     return eng
 
@@ -53,7 +52,7 @@ def _engine(store: str, nd: int, nm: int, nf: int) -> KernelEngine:
 @pytest.mark.parametrize("nf", [5, 37, 64, 250])
 def test_store_rows_meets_kernel_addresses(monkeypatch, store, block, nf):
     monkeypatch.setitem(_gpu.KHAT_BLOCK, store, block)
-    monkeypatch.setattr(_gpu.engine, "KHAT_MAX_WASTE", 1.0)  # last blocks with unused frequencies too
+    monkeypatch.setattr(_gpu.khat, "KHAT_MAX_WASTE", 1.0)  # last blocks with unused frequencies too
     rng = np.random.default_rng(nf)
     nd, nm = 3, 7
     eng = _engine(store, nd, nm, nf)
@@ -69,7 +68,7 @@ def test_store_rows_meets_kernel_addresses(monkeypatch, store, block, nf):
         flat = eng.data.reshape(-1)
     d, m, f = np.meshgrid(np.arange(nd), np.arange(nm), np.arange(nf), indexing="ij")
     for adjoint in (False, True):
-        so, sr, shift, sb = eng.khat_strides(adjoint)
+        so, sr, shift, sb = eng.strides(adjoint)
         o, r = (m, d) if adjoint else (d, m)  # output row, reduction row
         got = flat[khat_offset(o, r, f, so, sr, shift, sb)]
         if store == "c32h":
@@ -77,12 +76,12 @@ def test_store_rows_meets_kernel_addresses(monkeypatch, store, block, nf):
             np.testing.assert_allclose(got, khat / 8, rtol=0, atol=2e-3 * np.abs(khat).max() / 8)
         else:
             np.testing.assert_array_equal(got, khat / 8)
-    if eng.khat_blocks > 1:  # every stored word is one of Khat's: no two frequencies collide
-        offsets = khat_offset(d, m, f, *eng.khat_strides(False))
+    if eng.blocks > 1:  # every stored word is one of Khat's: no two frequencies collide
+        offsets = khat_offset(d, m, f, *eng.strides(False))
         assert len(np.unique(offsets)) == offsets.size
     plain = eng.khat()  # (nd, nm, nfp), as a reader of the old layout expects it
     assert plain.shape == (nd, nm, eng.nfp)
     np.testing.assert_array_equal(plain[:, :, :nf],
-                                  eng.data.reshape(-1)[khat_offset(d, m, f, *eng.khat_strides(False))])
+                                  eng.data.reshape(-1)[khat_offset(d, m, f, *eng.strides(False))])
     if store != "c32h":
         np.testing.assert_array_equal(plain[:, :, :nf], khat / 8)

@@ -14,11 +14,9 @@ import pytest
 
 import fftmatvec as fm
 from fftmatvec import FFTMatvecValueError, backend
-from fftmatvec.gpu.engine import KernelEngine
 from fftmatvec.gpu.plan import PLAN_KEYS, Plan, parse_overrides
-from fftmatvec.gpu.planning import DeviceInfo, Overrides, Problem, make_plan
+from fftmatvec.gpu.planning import DeviceInfo, Overrides, PlanningView, Problem, make_plan
 from fftmatvec.gpu.rules import rules_for
-from fftmatvec.precision import PrecisionConfig
 
 from conftest import rel_err
 
@@ -226,41 +224,19 @@ def test_forced_kernel_that_cannot_serve_says_why():
 
 
 def _engine(nm, nd, nt, prec="ddddd", device="H200"):
-    """A KernelEngine without a GPU: its planning state set as its constructor sets it, the
-    plan overrides read from the environment as it is now."""
-    from fftmatvec.gpu.engine import khat_layout
-    from fftmatvec.gpu.rules import _STORE_SUFFIX, PAD
-
+    """The planner of a product described without a GPU (a PlanningView's), the plan overrides
+    read from the environment as it is now."""
     dev = _device(device)
-    eng = object.__new__(KernelEngine)
-    pc = PrecisionConfig(prec)
-    L = fm.fft_length(nt)
-    eng.prec, eng.nd, eng.nm, eng.nt, eng.fft_len, eng.nf = pc, nd, nm, nt, L, L // 2 + 1
-    eng.store = _STORE_SUFFIX[pc.letters[2]]
-    eng.compute = np.dtype(np.complex128 if pc.letters[2] == "d" else np.complex64)
-    eng.nfp = -(-eng.nf // PAD[eng.store]) * PAD[eng.store]
-    eng.khat_block, eng.khat_blocks, eng.khat_shift = khat_layout(eng.store, eng.nfp)
-    eng.data = np.zeros(1, dtype={"c128": np.complex128, "c64": np.complex64,
-                                  "c32h": np.uint32}[eng.store])
-    eng.scale = None if eng.store != "c32h" else np.zeros(1, np.float32)
-    eng._nbytes = eng.data.itemsize * nd * nm * eng.nf
-    eng.device, eng.rules, eng.arch = dev, rules_for(dev.arch), dev.arch
-    eng.num_sms, eng.smem_per_sm, eng.smem_per_block = (dev.multiprocessors, dev.smem_per_sm,
-                                                        dev.smem_per_block)
-    eng.threads_per_sm, eng.regs_per_sm = dev.threads_per_sm, dev.regs_per_sm
-    eng._plans, eng._row_ffts, eng._num_regs = {}, {}, {}
-    eng._callbacks, eng._sm80 = dev.callbacks, dev.mma_kernels
-    eng.blocks_per_sm, eng.staged_threads_per_sm = 8, None
-    eng.pipe_waves = eng.pipe_splits = eng.pipe_freq_major = eng.async_waves = None
-    eng.resolved = Overrides.resolve(env=os.environ.get("FFTMATVEC_PLAN"))
-    return eng
+    problem = Problem(nd, nm, nt, fm.fft_length(nt), 1, False, prec)
+    return PlanningView(problem, dev, rules_for(dev.arch),
+                        Overrides.resolve(env=os.environ.get("FFTMATVEC_PLAN"))).planner
 
 
 def test_environment_changed_after_construction_changes_nothing(monkeypatch):
     """The stale-cache defect: FFTMATVEC_PLAN set after a shape's first product made the
     engine build later products on the old stage-3 launches while a fresh plan reported new
-    ones. Read once at construction, the change reaches neither what runs nor the plan: the
-    engine's launches, cached or made afresh, are the plan's."""
+    ones. Read once, when the planner's overrides are resolved, the change reaches neither the
+    launches, cached or made afresh, nor the plan (tests/test_executor.py: nor what runs)."""
     monkeypatch.delenv("FFTMATVEC_PLAN", raising=False)
     eng = _engine(5000, 100, 1000)
     first = eng._plan(False, 16, np.complex128, np.complex128)
@@ -289,7 +265,7 @@ def test_operator_reads_the_environment_once(monkeypatch):
 
 @pytest.mark.skipif(not backend.gpu_available(), reason="no GPU (CuPy missing or no device)")
 def test_gpu_plan_is_what_runs(monkeypatch):
-    """On a GPU: F.plan() is the Plan whose launches the engine runs, before and after the
+    """On a GPU: F.plan() is the Plan whose launches its executor runs, before and after the
     environment changes."""
     import cupy as cp
 
@@ -302,13 +278,10 @@ def test_gpu_plan_is_what_runs(monkeypatch):
     monkeypatch.setenv("FFTMATVEC_PLAN", "stage3=gemv,graphs=1,row_fft=0")
     y1 = F.matmat(x)
     assert F.plan(16) is p
-    eng = F._engine
-    if p.path == "fused":
-        runs = eng._plan(False, 16, eng.xhat_dtype(F.precision), eng.yhat_dtype(F.precision))
-    else:
-        runs = eng._plan(False, 16, F.precision.complex_dtype("fft"),
-                         F.precision.complex_dtype("ifft"))
-    assert tuple(runs) == p.launches
+    executor = F._executors[(False, 16, F.dtype, False, "ddddd")]
+    assert executor.plan is p
+    packed = executor.stage3 if executor.product is None else executor.product.stage3
+    assert packed.plan == p.launches  # the launches packed are the plan's
     assert rel_err(y1, cp.asnumpy(y0)) < 1e-12
 
 

@@ -7,13 +7,15 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from conftest import set_plan
+from conftest import EnvOverrides, set_plan
 
 from fftmatvec import FFTMatvecValueError
 from fftmatvec import kernels
 from fftmatvec.gpu import rowfft as _rowfft
 from fftmatvec.backend import shared_memory_limits
-from fftmatvec.gpu import KernelEngine, pipe_split_count, pipe_split_time
+from fftmatvec.gpu import KnownCode, pipe_split_count, pipe_split_time
+from fftmatvec.gpu.launches import LaunchBuilders, rows_launch
+from fftmatvec.gpu.planner import Planner
 from fftmatvec.gpu.stage3 import _split_k
 from fftmatvec.gpu.plan import mode
 from fftmatvec.gpu.rules import rules_for
@@ -59,8 +61,8 @@ def test_pipe_store(monkeypatch, store, arch, switch, expected):
         set_plan(monkeypatch, "dmma_c64", None)
     else:
         set_plan(monkeypatch, "dmma_c64", switch)
-    engine = SimpleNamespace(store=store, arch=arch, rules=rules_for(arch))
-    got = KernelEngine.pipe_store.fget(engine)
+    engine = SimpleNamespace(resolved=EnvOverrides(), store=store, arch=arch, rules=rules_for(arch))
+    got = LaunchBuilders.pipe_store.fget(engine)
     assert got == expected
     assert (arch in DMMA_C64_ARCHS) == (arch == "sm_90")
     for adjoint in (False, True):  # every table knows the name
@@ -69,7 +71,7 @@ def test_pipe_store(monkeypatch, store, arch, switch, expected):
         assert MMA_MIN_KB[(got, adjoint)] >= 1
     set_plan(monkeypatch, "dmma_c64", "2")
     with pytest.raises(FFTMatvecValueError, match="dmma_c64"):
-        KernelEngine.pipe_store.fget(SimpleNamespace(store="c64", arch=arch,
+        LaunchBuilders.pipe_store.fget(SimpleNamespace(resolved=EnvOverrides(), store="c64", arch=arch,
                                                       rules=rules_for(arch)))
 
 
@@ -88,12 +90,12 @@ def test_pipe_store(monkeypatch, store, arch, switch, expected):
 )
 def test_staged_choice(monkeypatch, store, kb, n_red, adjoint, expected):
     set_plan(monkeypatch, "staged", None)
-    engine = SimpleNamespace(rules=_RULES, store=store)
-    assert KernelEngine._use_staged(engine, kb, n_red, adjoint) is expected
+    engine = SimpleNamespace(resolved=EnvOverrides(), rules=_RULES, store=store)
+    assert Planner._use_staged(engine, kb, n_red, adjoint) is expected
     set_plan(monkeypatch, "staged", "0")
-    assert KernelEngine._use_staged(engine, kb, n_red, adjoint) is False
+    assert Planner._use_staged(engine, kb, n_red, adjoint) is False
     set_plan(monkeypatch, "staged", "1")
-    assert KernelEngine._use_staged(engine, kb, n_red, adjoint) is (kb == 1)
+    assert Planner._use_staged(engine, kb, n_red, adjoint) is (kb == 1)
 
 
 @pytest.mark.parametrize("store", ["c128", "c64dmma", "c32h"])
@@ -104,12 +106,13 @@ def test_tensor_cores_forward_over_few_outputs(monkeypatch, store, n_out, expect
     take tensor cores from 9 right-hand sides (MMA_FEW_OUT_MIN_KB); adjoints are not affected."""
     from fftmatvec.gpu import MMA_MIN_KB
 
-    engine = SimpleNamespace(rules=_RULES, _sm80_kernels=lambda: True, pipe_store=store, nd=n_out)
+    engine = SimpleNamespace(resolved=EnvOverrides(), rules=_RULES, _sm80_kernels=lambda: True,
+                             builders=SimpleNamespace(pipe_store=store), nd=n_out)
     set_plan(monkeypatch, "mma", None)
     least = MMA_MIN_KB[(store, False)]
     want = least if expected == "min" else None if expected is None else max(least, expected)
-    assert KernelEngine._mma_min_kb(engine, False, 5000, n_out) == want
-    assert KernelEngine._mma_min_kb(engine, True, 5000, n_out) == MMA_MIN_KB[(store, True)]
+    assert Planner._mma_min_kb(engine, False, 5000, n_out) == want
+    assert Planner._mma_min_kb(engine, True, 5000, n_out) == MMA_MIN_KB[(store, True)]
 
 
 @pytest.mark.parametrize("has_mma", [True, False])
@@ -123,29 +126,30 @@ def test_tensor_core_choice(monkeypatch, has_mma, adjoint, store, nd):
     =0."""
     from fftmatvec.gpu import MMA_FEW_MIN_KB, MMA_FEW_RED, MMA_MIN_KB
 
-    engine = SimpleNamespace(rules=_RULES, _sm80_kernels=lambda: has_mma, pipe_store=store, nd=nd)
+    engine = SimpleNamespace(resolved=EnvOverrides(), rules=_RULES, _sm80_kernels=lambda: has_mma,
+                             builders=SimpleNamespace(pipe_store=store), nd=nd)
     set_plan(monkeypatch, "mma", None)
     expected = MMA_MIN_KB[(store, adjoint)] if has_mma else None
-    assert KernelEngine._mma_min_kb(engine, adjoint) == expected
+    assert Planner._mma_min_kb(engine, adjoint) == expected
     n_red = nd if adjoint else 5000
     if has_mma and n_red < MMA_FEW_RED:
         expected = MMA_FEW_MIN_KB.get((store, adjoint), expected)
-    assert KernelEngine._mma_min_kb(engine, adjoint, n_red) == expected
+    assert Planner._mma_min_kb(engine, adjoint, n_red) == expected
     if has_mma and (store, adjoint) == ("c128", True):
-        assert KernelEngine._mma_min_kb(engine, adjoint, 17) == 8
-        assert KernelEngine._mma_min_kb(engine, adjoint, 32) == 4
+        assert Planner._mma_min_kb(engine, adjoint, 17) == 8
+        assert Planner._mma_min_kb(engine, adjoint, 32) == 4
     set_plan(monkeypatch, "mma", "0")
-    assert KernelEngine._mma_min_kb(engine, adjoint) is None
+    assert Planner._mma_min_kb(engine, adjoint) is None
     set_plan(monkeypatch, "mma", "1")
     if has_mma:
-        assert KernelEngine._mma_min_kb(engine, adjoint) == 1
-        assert KernelEngine._mma_min_kb(engine, adjoint, 5000, 2) == 1
+        assert Planner._mma_min_kb(engine, adjoint) == 1
+        assert Planner._mma_min_kb(engine, adjoint, 5000, 2) == 1
     else:
         with pytest.raises(FFTMatvecValueError, match="mma"):
-            KernelEngine._mma_min_kb(engine, adjoint)
+            Planner._mma_min_kb(engine, adjoint)
     set_plan(monkeypatch, "mma", "maybe")
     with pytest.raises(FFTMatvecValueError, match="mma"):
-        KernelEngine._mma_min_kb(engine, adjoint)
+        Planner._mma_min_kb(engine, adjoint)
 
 
 @pytest.mark.parametrize("has_async", [True, False])
@@ -171,22 +175,23 @@ def test_async_choice(monkeypatch, has_async, store, adjoint, n_out, n_red, expe
     """The cp.async kernel serves one vector where ASYNC_MIN_RED and ASYNC_FEW_ROWS say so, by
     default; always with async=1 (an error where the device has none); never with =0,
     for batches, or where a device has too little shared memory per block."""
-    engine = SimpleNamespace(rules=_RULES, store=store, smem_per_block=227 * 1024,
-                             _sm80_kernels=lambda: has_async, async_smem=lambda tile, dt: 1024,
-                             async_fill=lambda *args: 1.0)
-    engine._async_default = lambda *args: KernelEngine._async_default(engine, *args)
+    builders = SimpleNamespace(rules=_RULES, store=store, async_smem=lambda tile, dt: 1024,
+                               async_fill=lambda *args: 1.0)
+    builders._async_default = lambda *args: LaunchBuilders._async_default(builders, *args)
+    engine = SimpleNamespace(resolved=EnvOverrides(), rules=_RULES, store=store, smem_per_block=227 * 1024,
+                             _sm80_kernels=lambda: has_async, builders=builders)
 
     def use(kb=1):
-        return KernelEngine._use_async(engine, kb, n_out, n_red, adjoint, in_dtype)
+        return Planner._use_async(engine, kb, n_out, n_red, adjoint, in_dtype)
 
     if expected == "c64":  # the default only for complex64 input
         expected = in_dtype == np.complex64
     set_plan(monkeypatch, "async", None)
     assert use() is (expected and has_async)
     assert use(16) is False
-    engine.async_smem = lambda tile, dt: 228 * 1024
+    builders.async_smem = lambda tile, dt: 228 * 1024
     assert use() is False
-    engine.async_smem = lambda tile, dt: 1024
+    builders.async_smem = lambda tile, dt: 1024
     set_plan(monkeypatch, "async", "0")
     assert use() is False
     set_plan(monkeypatch, "async", "1")
@@ -209,7 +214,8 @@ def test_async_choice(monkeypatch, has_async, store, adjoint, n_out, n_red, expe
 def test_async_tile_shapes(store, itemsize, tile, in_dtype, freqs, smem, suffix):
     """The cp.async tiles' frequencies per block, shared memory (the kernel's AsyncTile::BYTES
     times NS) and entry-point names, with and without the W of two-chunk tiles."""
-    engine = object.__new__(KernelEngine)
+    engine = object.__new__(LaunchBuilders)
+    engine.resolved = EnvOverrides()
     engine.store = store
     engine.data = np.empty(1, dtype={4: np.uint32, 16: np.complex128}[itemsize])
     assert engine._async_freqs(tile) == freqs
@@ -219,7 +225,8 @@ def test_async_tile_shapes(store, itemsize, tile, in_dtype, freqs, smem, suffix)
 
 
 def _h200_engine(store: str, nf: int):
-    engine = object.__new__(KernelEngine)
+    engine = object.__new__(LaunchBuilders)
+    engine.resolved = EnvOverrides()
     engine.store, engine.nf = store, nf
     engine.data = np.empty(1, dtype={"c32h": np.uint32, "c128": np.complex128}[store])
     engine.num_sms, engine.smem_per_sm, engine.smem_per_block = 132, 228 * 1024, 227 * 1024
@@ -294,9 +301,9 @@ def test_async_split_rows(nm, nd, nf, splits, unruled):
     ],
 )
 def test_graph_choice(nbytes, k, nm, nd, nt, expected):
-    engine = SimpleNamespace(rules=_RULES, nbytes=nbytes, nm=nm, nd=nd, nt=nt)
+    engine = SimpleNamespace(resolved=EnvOverrides(), rules=_RULES, nbytes=nbytes, nm=nm, nd=nd, nt=nt)
     x = np.zeros((k, 1, 1))
-    assert KernelEngine.graph_pays(engine, x) is expected
+    assert Planner.graph_pays(engine, x) is expected
 
 
 @pytest.mark.parametrize("mode,fused,pays,expected", [
@@ -306,32 +313,22 @@ def test_graph_choice(nbytes, k, nm, nd, nt, expected):
     ("1", True, False, True),  # always
     ("0", False, True, False),  # never
 ])
-def test_graph_runner_choice(monkeypatch, mode, fused, pays, expected):
+def test_graph_replay_choice(monkeypatch, mode, fused, pays, expected):
     """By default a graph replays only the products that run stage by stage, at the sizes
-    graph_pays names; graphs=1 and =0 override both."""
-    from fftmatvec import gpu as _gpu, backend
+    graph_pays names; graphs=1 and =0 override both (the plan's path; an executor builds the
+    graph its plan names)."""
+    from fftmatvec import backend
 
     set_plan(monkeypatch, "graphs", mode)
     monkeypatch.setattr(backend, "is_hip", lambda: False)
-    made = []
-    monkeypatch.setattr(_gpu.graphs, "_GraphRunner", lambda *args: made.append(args) or "runner")
-    from collections import OrderedDict
-
-    engine = SimpleNamespace(rules=_RULES, _graphs=OrderedDict(), graph_pays=lambda x: pays,
-                             callbacks=lambda: (fused, ""), hip=False)
-    engine.replays = lambda x, fused: KernelEngine.replays(engine, x, fused)
-    op = SimpleNamespace(precision="ddddd", dtype=np.dtype(np.float64))
+    engine = SimpleNamespace(resolved=EnvOverrides(), rules=_RULES, graph_pays=lambda x: pays, hip=False)
     x = np.zeros((1, 3, 4))
-    got = KernelEngine.graph_runner(engine, op, False, x, None, fused=fused)
-    assert (got == "runner") is expected and len(made) == int(expected)
-    assert KernelEngine.replays(engine, x, fused) is expected
+    assert Planner.replays(engine, x, fused) is expected
 
 
 def test_plan_key_follows_the_environment(monkeypatch):
-    """The one-vector shortcut is keyed on the raw value of FFTMATVEC_PLAN: every assignment
-    and deletion through os.environ changes it, as os.environ.get sees it."""
-    import os
-
+    """plan_key (kept for the FNO layer alone) reads FFTMATVEC_PLAN at the call: every
+    assignment and deletion through os.environ changes it."""
     from fftmatvec.gpu.plan import ENV, plan_key
 
     monkeypatch.delenv(ENV, raising=False)
@@ -339,14 +336,14 @@ def test_plan_key_follows_the_environment(monkeypatch):
     seen = {None}
     for value in ("row_fft=0", "row_fft=0,graphs=1", "stage3=mma"):
         monkeypatch.setenv(ENV, value)
-        assert plan_key() == os.environ.encodevalue(value) and plan_key() not in seen
+        assert plan_key() == value and plan_key() not in seen
         seen.add(plan_key())
     monkeypatch.delenv(ENV)
     assert plan_key() is None
 
 
-def test_env_reader_without_cpython_dict():
-    """A mapping without os.environ's internal dict is read through its get."""
+def test_env_reader_reads_at_each_call():
+    """_env_reader (kept for the FNO layer alone) reads its mapping's get at each call."""
     from fftmatvec.gpu.plan import _env_reader
 
     env = {"A": "1"}
@@ -354,6 +351,21 @@ def test_env_reader_without_cpython_dict():
     assert read() == "1"
     del env["A"]
     assert read() is None
+
+
+def test_gpu_modules_read_no_environment():
+    """Nothing in fftmatvec/gpu reads the environment but plan.py's plan_key and _env_reader
+    (the FNO layer's, until it reads its settings once), and no module reaches into
+    os.environ's private dict."""
+    from pathlib import Path
+
+    import fftmatvec
+
+    for path in (Path(fftmatvec.__file__).parent / "gpu").glob("*.py"):
+        text = path.read_text()
+        assert "environ._data" not in text and "encodekey" not in text, path.name
+        reads = text.count("os.environ")
+        assert reads == (2 if path.name == "plan.py" else 0), path.name
 
 
 @pytest.mark.parametrize("mode,L,prec,callbacks,expect", [
@@ -375,25 +387,25 @@ def test_row_ffts_by_length_and_switch(monkeypatch, mode, L, prec, callbacks, ex
         set_plan(monkeypatch, "row_fft", None)
     else:
         set_plan(monkeypatch, "row_fft", mode)
-    engine = SimpleNamespace(rules=_RULES, fft_len=L, smem_per_block=227 * 1024, _row_ffts={},
+    engine = SimpleNamespace(resolved=EnvOverrides(), rules=_RULES, fft_len=L, smem_per_block=227 * 1024, _row_ffts={},
                              callbacks=lambda: (callbacks, "why"))
     engine.rules = _RULES.with_table({"row_fft_dtypes": (np.dtype(np.float64),
                                                        np.dtype(np.float32))})
-    assert KernelEngine.row_ffts(engine, PrecisionConfig(prec)) is expect
-    assert KernelEngine.row_ffts(engine, PrecisionConfig(prec)) is expect  # from the cache
+    assert Planner.row_ffts(engine, PrecisionConfig(prec)) is expect
+    assert Planner.row_ffts(engine, PrecisionConfig(prec)) is expect  # from the cache
     if mode is None and expect:  # a precision out of ROW_FFT_DTYPES keeps cuFFT's callbacks
         engine.rules = _RULES.with_table({"row_fft_dtypes": ()})
         engine._row_ffts.clear()
-        assert KernelEngine.row_ffts(engine, PrecisionConfig(prec)) is (not callbacks)
+        assert Planner.row_ffts(engine, PrecisionConfig(prec)) is (not callbacks)
     set_plan(monkeypatch, "row_fft", "1")
     if _gpu.rowfft.supported(L, np.float64, 227 * 1024) or prec == "sssss":
-        assert KernelEngine.row_ffts(engine, PrecisionConfig(prec)) is True
+        assert Planner.row_ffts(engine, PrecisionConfig(prec)) is True
     else:
         with pytest.raises(kernels.KernelLoadError, match=f"length {L} in float64"):
-            KernelEngine.row_ffts(engine, PrecisionConfig(prec))
+            Planner.row_ffts(engine, PrecisionConfig(prec))
     set_plan(monkeypatch, "row_fft", "yes")
     with pytest.raises(FFTMatvecValueError, match="row_fft must be auto, 0 or 1"):
-        KernelEngine.row_ffts(engine, PrecisionConfig(prec))
+        Planner.row_ffts(engine, PrecisionConfig(prec))
 
 
 @pytest.mark.parametrize("mode,callbacks,rows,L,dtype,expect", [
@@ -412,28 +424,28 @@ def test_row_fft_pays_where_blocks_fill_the_device(monkeypatch, mode, callbacks,
         set_plan(monkeypatch, "row_fft", None)
     else:
         set_plan(monkeypatch, "row_fft", mode)
-    engine = SimpleNamespace(rules=_RULES, fft_len=L, num_sms=132, callbacks=lambda: (callbacks, "why"))
-    assert KernelEngine.row_fft_pays(engine, rows, np.dtype(dtype)) is expect
+    engine = SimpleNamespace(resolved=EnvOverrides(), rules=_RULES, fft_len=L, num_sms=132, callbacks=lambda: (callbacks, "why"))
+    assert Planner.row_fft_pays(engine, rows, np.dtype(dtype)) is expect
 
 
 def test_row_fft_line(monkeypatch):
     from fftmatvec import gpu as _gpu
 
-    set_plan(monkeypatch, "row_fft", None)
-    assert _gpu.row_fft_line(False) == "no GPU"
-    assert _gpu.row_fft_line(True).startswith("stages 1+2 and 4+5 as the package's own FFT")
-    set_plan(monkeypatch, "row_fft", "0")
-    assert _gpu.row_fft_line(True).startswith("off (row_fft=0)")
-    set_plan(monkeypatch, "row_fft", "1")
-    assert "any precision" in _gpu.row_fft_line(True)
+    def line(gpu, value="auto"):
+        return _gpu.row_fft_line(gpu, overrides=_gpu.Overrides.resolve({"row_fft": value}))
+
+    assert line(False) == "no GPU"
+    assert line(True).startswith("stages 1+2 and 4+5 as the package's own FFT")
+    assert _gpu.row_fft_line(True) == line(True)  # no overrides: the built-in rules
+    assert line(True, "0").startswith("off (row_fft=0)")
+    assert "any precision" in line(True, "1")
 
 
 @pytest.mark.parametrize("rows,cols", [(1, 1), (5000, 2000), (3, 100000), (100000, 200), (1, 10**7)])
 def test_rows_launch_fills_the_device(rows, cols):
     """Pad and unpad launch enough blocks to fill the device: long-lived blocks over many rows,
     and several blocks per row when the rows are few."""
-    engine = SimpleNamespace(rules=_RULES, num_sms=132)
-    (gx, gy), (bx, by) = KernelEngine._rows_launch(engine, rows, cols)
+    (gx, gy), (bx, by) = rows_launch(rows, cols, 132)
     assert bx * by == 256 and 32 <= bx <= 256
     assert gx <= 8 * 132 and gx * by >= min(rows, 8 * 132 * by)
     assert 1 <= gy <= 65535 and gx * gy <= 8 * 132
@@ -490,10 +502,10 @@ def test_pipe_split_count_prefers_whole_rounds():
     (255, 32, 0, 8),        # one warp of 255 registers (256 allocated): 8 of them
 ])
 def test_resident_blocks(regs, threads, smem, expected):
-    engine = SimpleNamespace(rules=_RULES, smem_per_sm=228 * 1024, threads_per_sm=2048, regs_per_sm=65536,
-                             _num_regs={"k": regs})
-    engine.kernel_regs = lambda name: KernelEngine.kernel_regs(engine, name)
-    assert KernelEngine.resident_blocks(engine, "k", threads, smem) == expected
+    engine = SimpleNamespace(resolved=EnvOverrides(), rules=_RULES, smem_per_sm=228 * 1024, threads_per_sm=2048, regs_per_sm=65536,
+                             device=SimpleNamespace(code=KnownCode(regs={"k": regs})))
+    engine.kernel_regs = lambda name: LaunchBuilders.kernel_regs(engine, name)
+    assert LaunchBuilders.resident_blocks(engine, "k", threads, smem) == expected
 
 
 def test_pipe_split_count_caps_the_rows_of_a_split():
@@ -515,9 +527,9 @@ def test_pipe_tile_for_few_rows(store, adjoint, nd):
     fitted model. Every tile chosen is compiled."""
     from fftmatvec.gpu import PIPE_DEFAULTS, PIPE_FEW, PIPE_FEW_ROWS, PIPE_FEW_WAVES, PIPE_TILES
 
-    engine = SimpleNamespace(rules=_RULES, pipe_store=store)
+    engine = SimpleNamespace(resolved=EnvOverrides(), rules=_RULES, pipe_store=store)
     n_out, n_red = (5000, nd) if adjoint else (nd, 5000)
-    tile, waves = KernelEngine._pipe_tile(engine, n_out, n_red, adjoint)
+    tile, waves = LaunchBuilders._pipe_tile(engine, n_out, n_red, adjoint)
     few = nd <= PIPE_FEW_ROWS
     if few:
         assert tile == PIPE_FEW[(store, adjoint)] and waves == PIPE_FEW_WAVES
@@ -547,16 +559,16 @@ def test_wide_tile_choice(shape, adjoint, wide):
 
     nd, nm, nt = shape
     n_out, n_red = (nm, nd) if adjoint else (nd, nm)
-    engine = SimpleNamespace(rules=_RULES, store="c128", nf=nt + 1, num_sms=132)
-    engine._gemv_blocks = lambda *a: KernelEngine._gemv_blocks(engine, *a)
-    got = KernelEngine._wide_default(engine, 1, n_out, n_red, adjoint)
+    engine = SimpleNamespace(resolved=EnvOverrides(), rules=_RULES, store="c128", nf=nt + 1, num_sms=132)
+    engine._gemv_blocks = lambda *a: LaunchBuilders._gemv_blocks(engine, *a)
+    got = LaunchBuilders._wide_default(engine, 1, n_out, n_red, adjoint)
     assert (got is not None) == wide
     if wide:
         assert got == WIDE_DEFAULTS[("c128", adjoint)] and got[0] in WIDE_TILES["c128"]
-    assert KernelEngine._wide_default(engine, 2, n_out, n_red, adjoint) is None
+    assert LaunchBuilders._wide_default(engine, 2, n_out, n_red, adjoint) is None
     for store in ("c64", "c32h"):
         engine.store = store
-        assert KernelEngine._wide_default(engine, 1, n_out, n_red, adjoint) is None
+        assert LaunchBuilders._wide_default(engine, 1, n_out, n_red, adjoint) is None
 
 
 def test_packed_launch_argument_block(monkeypatch):
@@ -617,12 +629,11 @@ def test_packed_launch_argument_block(monkeypatch):
 ])
 def test_batch_kernels_line(monkeypatch, arch, mma, dmma, xreg, expected):
     """``fftmatvec info`` names the batches' kernels as the engine picks them."""
-    from fftmatvec.gpu import batch_kernels
+    from fftmatvec.gpu import Overrides, batch_kernels
 
-    for name, value in (("mma", mma), ("dmma_c64", dmma),
-                        ("xreg", xreg)):
-        set_plan(monkeypatch, name, value)
-    line = batch_kernels(arch)
+    overrides = Overrides.resolve({name: value for name, value in (
+        ("mma", mma), ("dmma_c64", dmma), ("xreg", xreg)) if value is not None})
+    line = batch_kernels(arch, overrides)
     assert expected in line
     if expected == "no GPU" or expected.startswith("GEMV"):
         assert line == expected

@@ -11,13 +11,15 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from conftest import set_plan
+from conftest import planning_view, EnvOverrides, set_plan
 from conftest import poisoned
 
 import fftmatvec as fm
 from fftmatvec import gpu as _gpu, backend, kernels
 from fftmatvec._errors import FFTMatvecValueError
-from fftmatvec.gpu import KernelEngine
+from fftmatvec.gpu.stage3 import Stage3Runner
+from fftmatvec.gpu.launches import LaunchBuilders
+from fftmatvec.gpu.planner import Planner
 
 gpu = pytest.mark.skipif(not backend.gpu_available(), reason="no GPU (CuPy missing or no device)")
 KERNELS = Path(__file__).parents[1] / "hip_kernels"
@@ -25,21 +27,22 @@ KERNELS = Path(__file__).parents[1] / "hip_kernels"
 
 # ---- host side (no GPU needed) --------------------------------------------------------------
 def _engine(monkeypatch, store="c128", nd=10, nm=100000, nf=101, sm80=True, present=True):
-    """A KernelEngine's host side for the rule and the launch geometry."""
+    """The planner's and the launch builders' host side for the rule and the launch geometry."""
     monkeypatch.setattr(kernels, "has_function", lambda name: present)
-    eng = SimpleNamespace(rules=_gpu.rules_for("sm_90"), has_kernel=lambda n: kernels.has_function(n),
+    eng = SimpleNamespace(resolved=EnvOverrides(), rules=_gpu.rules_for("sm_90"), has_kernel=lambda n: kernels.has_function(n),
                           store=store, nd=nd, nm=nm, nf=nf, smem_per_block=227 * 1024,
                           data=SimpleNamespace(itemsize=_gpu.rules._ELEM_BYTES[store]))
-    for name in ("_xreg_fw", "_xreg_name", "xreg_smem", "xreg_rows", "_xreg_takes",
-                 "_launch_xreg"):
-        setattr(eng, name, getattr(KernelEngine, name).__get__(eng))
+    for name in ("_xreg_fw", "_xreg_name", "xreg_smem", "xreg_rows", "_launch_xreg"):
+        setattr(eng, name, getattr(LaunchBuilders, name).__get__(eng))
+    eng._xreg_takes = Planner._xreg_takes.__get__(eng)
+    eng.builders = eng  # the planner's rule asks the launch builders: here the same stand-in
     eng._sm80_kernels = lambda: sm80
     return eng
 
 
 def _min_kb(eng, adjoint=True, n_red=None):
     n_red = eng.nd if n_red is None else n_red
-    return KernelEngine._xreg_min_kb(eng, adjoint, n_red, np.complex128, np.complex128)
+    return Planner._xreg_min_kb(eng, adjoint, n_red, np.complex128, np.complex128)
 
 
 @pytest.mark.parametrize("change,expect", [
@@ -183,8 +186,8 @@ def test_xreg_kernels(rng, shape, store):
     nd, nm, nt = shape
     K = rng.standard_normal(shape)
     F = fm.BlockToeplitz(cp.asarray(K), f"dd{store}dd")
-    eng = F._engine
-    if not eng._sm80_kernels():
+    eng, view = F._engine, planning_view(F, True).builders
+    if not eng.device.mma_kernels:
         pytest.skip("no sm_80 kernels on this device")
     khat = np.fft.rfft(K, n=F.fft_len, axis=-1) / F.fft_len
     tol = {"d": 1e-13, "s": 2e-6, "h": 2e-3}[store]
@@ -194,7 +197,7 @@ def test_xreg_kernels(rng, shape, store):
         for fw in _gpu.XREG_TILES[eng.store]:
             for in_dt, out_dt in ((np.complex128, np.complex128), (np.complex64, np.complex64),
                                   (np.complex64, np.complex128), (np.complex128, np.complex64)):
-                la = eng._launch_xreg(kb, in_dt, out_dt, fw=fw)
+                la = view._launch_xreg(kb, in_dt, out_dt, fw=fw)
                 out = poisoned(cp, (kb, nm, F.nf), out_dt)
                 eng.apply(cp.asarray(x.astype(in_dt)), True, out_dt, out=out, plan=[la])
                 got = cp.asnumpy(out)
@@ -214,9 +217,9 @@ def test_xreg_many_rows(rng):
     K = cp.asarray(rng.standard_normal((nd, nm, nt)))
     F = fm.BlockToeplitz(K, "ddddd")
     eng = F._engine
-    if not eng._sm80_kernels():
+    if not eng.device.mma_kernels:
         pytest.skip("no sm_80 kernels on this device")
-    la = eng._launch_xreg(2, np.complex128, np.complex128)
+    la = planning_view(F, True).builders._launch_xreg(2, np.complex128, np.complex128)
     assert la.xreg_rows > _gpu.XREG_ROWS and la.grid[1] <= 65535
     x = cp.asarray(rng.standard_normal((2, nd, F.nf)) + 1j * rng.standard_normal((2, nd, F.nf)))
     khat = cp.fft.rfft(K, n=F.fft_len, axis=-1) / F.fft_len
@@ -247,17 +250,16 @@ def test_xreg_by_default(rng, monkeypatch):
         F = fm.BlockToeplitz(cp.asarray(K), precision)
         got = to_numpy(F.rmatmat(cp.asarray(D))).reshape(17, -1)
         assert rel_err(got.ravel(), want.ravel()) < tol
-        plans = [plan for key, plan in F._engine._plans.items() if key[:2] == (True, 17)]
-        assert len(plans) == 1
+        plans = [F.plan(17, True).launches]  # what the product's executor runs
         names = [la.name for la in plans[0]]
-        if F._engine._sm80_kernels():
+        if F._engine.device.mma_kernels:
             assert names[0].startswith("sbgemvx_") and plans[0][0].kb == 16, names
             assert not any(n.startswith("sbgemvx_") for n in names[1:]), names
         set_plan(monkeypatch, "xreg", "0")
         G = fm.BlockToeplitz(cp.asarray(K), precision)
         got = to_numpy(G.rmatmat(cp.asarray(D))).reshape(17, -1)
         assert rel_err(got.ravel(), want.ravel()) < tol
-        plans = [plan for key, plan in G._engine._plans.items() if key[:2] == (True, 17)]
+        plans = [G.plan(17, True).launches]
         assert plans and not any(la.name.startswith("sbgemvx_") for la in plans[0])
         set_plan(monkeypatch, "xreg", None)
 
@@ -272,12 +274,13 @@ def test_xreg_launch_keeps_the_default_carveout(monkeypatch):
         if opt_in:  # none compiled passes 48 KB: 6 stages of the 32-frequency tile would
             monkeypatch.setitem(_gpu.XREG_TILES["c128"], 32, (2, 2, 6))
         eng = _engine(monkeypatch, store="c128", nd=nd, nf=101)
-        eng.nfp, eng._args = 102, {}
-        eng.khat_strides = lambda adjoint: (64, 64 * eng.nm, 6, eng.nd * eng.nm * 64)
+        eng._args = {}
+        eng.khat_store = SimpleNamespace(
+            nfp=102, strides=lambda adjoint: (64, 64 * eng.nm, 6, eng.nd * eng.nm * 64))
         la = eng._launch_xreg(16, np.complex128, np.complex128, fw=fw)
         assert (la.smem > _gpu.XREG_MAX_SMEM) is opt_in
-        fn, args, reduce = KernelEngine._launch_args(eng, la, True, eng.nm, nd, np.complex128)
+        fn, args, reduce = Stage3Runner._launch_args(eng, la, True, eng.nm, nd, np.complex128)
         assert got[-1] == (la.name, la.smem if opt_in else 0) and reduce is None
         assert [int(a) for a in args[-2:]] == [16, la.xreg_rows]
         with pytest.raises(ValueError, match="adjoints only"):
-            KernelEngine._launch_args(eng, la, False, nd, eng.nm, np.complex128)
+            Stage3Runner._launch_args(eng, la, False, nd, eng.nm, np.complex128)

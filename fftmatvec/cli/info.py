@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 
 
@@ -33,13 +34,15 @@ def collect() -> dict:
     info["backends"] = ["numpy"] + (["cupy"] if gpu_ok else [])
     info.update(backend.device_description())
     info["kernels"] = kernels.describe()
-    info["batches"] = gpu.batch_kernels(info.get("arch"))
+    # the overrides of FFTMATVEC_PLAN as an operator built now would read them
+    env = gpu.parse_overrides(os.environ.get(gpu.ENV), gpu.ENV)
+    overrides = gpu.Overrides.resolve(env=os.environ.get(gpu.ENV))
+    info["batches"] = gpu.batch_kernels(info.get("arch"), overrides)
     ok, why = gpu.callbacks.support()
     info["fft_callbacks"] = "stages 1 and 5 inside cuFFT (LTO callbacks)" if ok else f"off: {why}"
     smem = backend.shared_memory_limits()[1] if gpu_ok else None
-    info["row_ffts"] = gpu.row_fft_line(gpu_ok, smem)
-    info["fused_adjoint"] = gpu.fused_adjoint_line(gpu_ok)
-    env = gpu.env_overrides()
+    info["row_ffts"] = gpu.row_fft_line(gpu_ok, smem, overrides)
+    info["fused_adjoint"] = gpu.fused_adjoint_line(gpu_ok, overrides)
     info["plan"] = (", ".join(f"{k}={v}" for k, v in env.items()) + f" ({gpu.ENV})" if env
                     else "the built-in rules (docs/gpu.md); override with FFTMATVEC_PLAN")
     from ..tuning import select

@@ -1,138 +1,109 @@
-"""The GPU engine: ``Khat`` stored in the kernels' layout, and the product's stages through
-the package's kernels. It executes what the planner (:mod:`fftmatvec.gpu.planner`) chooses.
-
-``Khat`` is stored in blocks of frequencies, ``(blocks, Nd, Nm, B)``, as :func:`khat_layout`
-says: the stage-3 kernels read it coalesced in both directions, and read and write the FFT
-stages' layouts ``(k, n, Nf)`` directly, with no transpose pass.
-"""
+"""The GPU engine: ``Khat`` stored for the kernels (:class:`~fftmatvec.gpu.khat.KhatStore`)
+and the parts that run the product's stages on it, from which an
+:class:`~fftmatvec.gpu.executor.Executor` builds what its plan names: stage 3
+(:class:`~fftmatvec.gpu.stage3.Stage3Runner`), the FFT stages
+(:class:`~fftmatvec.gpu.ffts.FFTStages`) and the fused products' buffers
+(:class:`~fftmatvec.gpu.fused.FusedBuffers`)."""
 
 from __future__ import annotations
 
-import os
-from collections import OrderedDict
 
 import numpy as np
 
 from .. import backend
-from .._matmul import quantize_half
 from ..precision import PrecisionConfig
 from .ffts import FFTStages
-from .fused import FusedProducts
-from .graphs import Graphs
-from .planner import Planner
-from .plan import ENV
+from .fused import FusedBuffers
 from .planning import Overrides, device_info
-from .rules import (KHAT_BLOCK, KHAT_MAX_WASTE, PAD, _ELEM_BYTES, _ONE_BLOCK_SHIFT, _STORE_SUFFIX,
-                    rules_for)
-from .stage3 import Stage3Launches
+from .khat import KhatStore
+from .rules import _STORE_SUFFIX, rules_for
+from .stage3 import Stage3Runner
 
 
-def khat_layout(store: str, nfp: int) -> tuple[int, int, int]:
-    """(frequencies per block, blocks, khat_foff's shift) of a stored ``Khat`` with ``nfp``
-    padded frequencies (:data:`KHAT_BLOCK`)."""
-    block = KHAT_BLOCK.get(store)
-    if block is not None and (block <= 0 or block & (block - 1) or block % (16 // _ELEM_BYTES[store])):
-        raise ValueError(f"KHAT_BLOCK[{store!r}] = {block}: a block of Khat's frequencies must "
-                         f"be a power of two of whole 16-byte chunks ({16 // _ELEM_BYTES[store]} "
-                         f"frequencies)")
-    blocks = 1 if block is None else -(-nfp // block)
-    if blocks == 1 or blocks * block > (1 + KHAT_MAX_WASTE) * nfp:
-        return nfp, 1, _ONE_BLOCK_SHIFT  # one block: (Nd, Nm, Nfp)
-    return block, blocks, block.bit_length() - 1
+class KernelEngine:
+    """``Khat`` stored for the package's kernels, and its parts, each holding its own state:
+    :attr:`stage3` (a :class:`~fftmatvec.gpu.stage3.Stage3Runner` of the whole ``Khat``;
+    :meth:`block` one of a block), :attr:`ffts` (:class:`~fftmatvec.gpu.ffts.FFTStages`) and
+    :attr:`buffers` (:class:`~fftmatvec.gpu.fused.FusedBuffers`). It chooses nothing: a
+    product's launches and transforms are its plan's
+    (:func:`~fftmatvec.gpu.planning.make_plan`); stage 3 run on its own takes those of
+    :func:`~fftmatvec.gpu.planning.stage3_launches`
+    (:meth:`Stage3Runner.launches <fftmatvec.gpu.stage3.Stage3Runner.launches>`).
 
-
-class KernelEngine(Planner, Stage3Launches, FFTStages, FusedProducts, Graphs):
-    """Stages 1-5 of a GPU product through the package's kernels and cuFFT/hipFFT; the
-    choices are the planner's (:class:`~fftmatvec.gpu.planner.Planner`)."""
+    Its :meth:`pad`, :meth:`fft`, :meth:`apply`, :meth:`ifft` and :meth:`unpad` are the
+    stages' leaves that :class:`~fftmatvec._matmul.MatmulEngine` has too (the operator's
+    stages and an executor's stage-by-stage product call either engine's): here they are its
+    parts'."""
 
     name = "kernels"
 
-    def __init__(self, prec: PrecisionConfig, nd: int, nm: int, nf: int, nt: int, fft_len: int):
+    def __init__(self, prec: PrecisionConfig, nd: int, nm: int, nf: int, nt: int, fft_len: int,
+                 overrides: Overrides | None = None):
         cp = backend.cupy
         self.cp, self.prec = cp, prec
         self.nd, self.nm, self.nf, self.nt, self.fft_len = nd, nm, nf, nt, fft_len
         letter = prec.letters[2]
         self.store = _STORE_SUFFIX[letter]
-        self._alloc_khat(np.uint32 if letter == "h" else prec.sbgemv_dtype)
-        self.compute = np.dtype(np.complex128 if letter == "d" else np.complex64)
-        self._nbytes = int(self.data.itemsize * nd * nm * nf
-                           + (0 if self.scale is None else 4 * nd * nf))
+        self.khat_store = KhatStore.zeros(cp, self.store, nd, nm, nf, fft_len,
+                                          np.uint32 if letter == "h" else prec.sbgemv_dtype)
+        self.compute = self.khat_store.compute
         self.device = device = device_info(cp.cuda.Device().id)  # read once per device
         self.num_sms = device.multiprocessors
-        self._plans: dict = {}
-        self._args: dict = {}  # (launch, adjoint, out dtype) -> kernel, arguments (_launch_args)
-        self._stage3: dict = {}  # (adjoint, k, in dtype, out dtype) -> packed launches (_Stage3)
-        self._products: dict = {}  # (adjoint, k, dtypes, precision) -> _FusedProduct
-        self._fft_plans: dict = {}
-        self._graphs: OrderedDict = OrderedDict()
-        self._callbacks: tuple[bool, str] | None = None  # cuFFT callbacks usable, and why not
-        self._row_ffts: dict = {}  # (precision, switch, callbacks) -> row FFT kernels usable
-        self._cb_plans: dict = {}  # (adjoint, rows, dtypes) -> (r2c plan, c2r plan) or None
-        self.blocks_per_sm = 8  # split-K target: thread blocks per multiprocessor
-        self.staged_threads_per_sm = None  # split-K target of the staged kernel (None: default)
-        self.pipe_waves = None  # split-K target of the tensor-core kernel (None: the model)
-        self.pipe_splits = None  # split-K count of the tensor-core kernel (None: the model)
-        self.pipe_freq_major = None  # block order of the tensor-core kernel (None: the rule)
-        self._num_regs: dict = {}  # kernel name -> registers per thread (0: unknown)
-        self._sm80 = None  # whether the sm_80+ kernels exist here (found on first use)
-        self.async_waves = None  # split-K target of the cp.async kernel (None: default)
-        self.smem_per_sm, self.smem_per_block = device.smem_per_sm, device.smem_per_block
-        self.threads_per_sm, self.regs_per_sm = device.threads_per_sm, device.regs_per_sm
         self.arch = device.arch
         self.rules = rules_for(self.arch)  # the thresholds of this architecture
-        # the plan overrides, resolved once (plan.mode reads them): FFTMATVEC_PLAN as it is at
-        # construction; an operator sets its own (plan=, the environment, its tuning table)
-        self.resolved = Overrides.resolve(env=os.environ.get(ENV))
+        # the plan overrides of stage 3 run on its own (the operator's sbgemv stage, the
+        # building blocks), resolved once by its operator
+        self.resolved = Overrides() if overrides is None else overrides
+        self.stage3 = Stage3Runner(self.khat_store, device, self.rules, self.resolved, prec, nt)
+        self.ffts = FFTStages(self.khat_store, device, nt)
+        self.buffers = FusedBuffers(cp, nf, nt, fft_len, self.compute)
+        self._blocks: dict = {}  # (i0, i1, j0, j1) -> Stage3Runner of that block (block())
 
+    def block(self, i0: int, i1: int, j0: int, j1: int) -> Stage3Runner:
+        """Stage 3 of the block ``Khat[i0:i1, j0:j1]``: a
+        :class:`~fftmatvec.gpu.stage3.Stage3Runner` of the block of the stored ``Khat``
+        (:meth:`KhatStore.block <fftmatvec.gpu.khat.KhatStore.block>`, read in place) on the
+        engine's device, rules and overrides, made once per block; the whole ``Khat`` is
+        :attr:`stage3`."""
+        if (i0, i1, j0, j1) == (0, self.nd, 0, self.nm):
+            return self.stage3
+        key = (i0, i1, j0, j1)
+        hit = self._blocks.get(key)
+        if hit is None:
+            hit = self._blocks[key] = Stage3Runner(self.khat_store.block(i0, i1, j0, j1),
+                                                   self.device, self.rules, self.resolved,
+                                                   self.prec, self.nt)
+        return hit
 
     @property
     def nbytes(self) -> int:
         """Bytes of the stored Khat (without the few padding frequencies)."""
-        return self._nbytes
-
-    def _alloc_khat(self, dtype) -> None:
-        """The zeroed arrays of the stored ``Khat`` (:func:`khat_layout`: blocks of frequencies)
-        and, for float16 storage, its row scales ``(Nd, Nfp)``."""
-        cp = self.cp
-        self.nfp = -(-self.nf // PAD[self.store]) * PAD[self.store]
-        self.khat_block, self.khat_blocks, self.khat_shift = khat_layout(self.store, self.nfp)
-        self.data = cp.zeros((self.khat_blocks, self.nd, self.nm, self.khat_block), dtype=dtype)
-        self.scale = (cp.zeros((self.nd, self.nfp), dtype=np.float32) if self.store == "c32h"
-                      else None)
-
+        return self.khat_store.nbytes
 
     def store_rows(self, i0: int, khat_rows) -> None:
-        """Store rows ``i0:i0+c`` of ``Khat`` given as ``(c, Nm, Nf)`` complex128.
+        """Store rows ``i0:i0+c`` of ``Khat`` given as ``(c, Nm, Nf)`` complex128
+        (:meth:`KhatStore.store_rows <fftmatvec.gpu.khat.KhatStore.store_rows>`)."""
+        self.khat_store.store_rows(i0, khat_rows)
 
-        What is stored is ``Khat / L``: the normalisation of the inverse FFT is folded in, so
-        stage 4 runs the raw (unnormalised) complex-to-real transform with no extra pass."""
-        cp = self.cp
-        i1 = i0 + khat_rows.shape[0]
-        khat_rows = khat_rows * (1.0 / self.fft_len)
-        nf = self.nf
-        if self.scale is None:
-            words = khat_rows
-        else:
-            q, s = quantize_half(cp, khat_rows, axis=1)  # q (c, Nm, Nf, 2) float16, s (c, Nf)
-            bits = q.view(np.uint16).astype(np.uint32)
-            words = bits[..., 0] | (bits[..., 1] << 16)
-            self.scale[i0:i1, :nf] = s
-        B = self.khat_block
-        for b in range(self.khat_blocks):  # frequencies b B .. b B + B - 1 in block b
-            f0, f1 = b * B, min(nf, (b + 1) * B)
-            if f1 > f0:
-                self.data[b, i0:i1, :, :f1 - f0] = words[..., f0:f1]
+    # the stages' leaves of the engine seam (those of MatmulEngine too), on the parts
+    def pad(self, x, prec: PrecisionConfig, out=None):
+        """Stage 1 (:meth:`FFTStages.pad <fftmatvec.gpu.ffts.FFTStages.pad>`)."""
+        return self.ffts.pad(x, prec, out=out)
 
+    def fft(self, x, out=None):
+        """Stage 2 (:meth:`FFTStages.fft <fftmatvec.gpu.ffts.FFTStages.fft>`)."""
+        return self.ffts.fft(x, out=out)
 
-    def khat_strides(self, adjoint: bool) -> tuple[int, int, int, int]:
-        """(so, sr, shift, block stride) that address ``Khat`` for the kernels of one direction
-        (hip_kernels/common.cuh: khat_foff): output rows are Nd forward, Nm adjoint."""
-        B = self.khat_block
-        so, sr = (B, self.nm * B) if adjoint else (self.nm * B, B)
-        return so, sr, self.khat_shift, self.nd * self.nm * B
+    def apply(self, xhat, adjoint: bool, out_dtype, out=None, workspace=None, plan=None,
+              xhat_scaled: bool = False):
+        """Stage 3 (:meth:`Stage3Runner.apply <fftmatvec.gpu.stage3.Stage3Runner.apply>`)."""
+        return self.stage3.apply(xhat, adjoint, out_dtype, out=out, workspace=workspace,
+                                 plan=plan, xhat_scaled=xhat_scaled)
 
+    def ifft(self, y, out=None):
+        """Stage 4 (:meth:`FFTStages.ifft <fftmatvec.gpu.ffts.FFTStages.ifft>`)."""
+        return self.ffts.ifft(y, out=out)
 
-    def khat(self):
-        """The stored ``Khat`` as ``(Nd, Nm, Nfp)`` (a copy; raw float16 words for ``h``)."""
-        d = self.data.transpose(1, 2, 0, 3).reshape(self.nd, self.nm, -1)
-        return self.cp.ascontiguousarray(d[:, :, :self.nfp])
+    def unpad(self, y, prec: PrecisionConfig, nt: int, dtype, weight=None, out=None):
+        """Stage 5 (:meth:`FFTStages.unpad <fftmatvec.gpu.ffts.FFTStages.unpad>`)."""
+        return self.ffts.unpad(y, prec, nt, dtype, weight=weight, out=out)

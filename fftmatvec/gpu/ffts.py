@@ -4,7 +4,6 @@ run stage by stage."""
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import numpy as np
@@ -13,8 +12,8 @@ from .. import kernels
 from ..precision import PrecisionConfig
 from . import callbacks as _fftcb
 from . import rowfft as _rowfft
-from .plan import mode as plan_mode
-from .stage3 import _i64
+from .plan import FFT_CALLBACKS, FFT_IN_FUSED_ADJOINT, FFT_ROW
+from .launches import _i64, rows_launch
 from .rules import (_CTYPE2, _REAL_SUFFIX)
 
 
@@ -31,6 +30,25 @@ class FusedPlans(NamedTuple):
     split_sum: int = 0  # the splits the inverse FFT's load adds (0: stage 3 writes its sums)
 
 
+def xhat_dtype(compute, prec: PrecisionConfig) -> np.dtype:
+    """Dtype of the forward FFT's output in a fused product of ``prec`` whose stage 3 computes
+    in ``compute``: complex64 when that is float32 (stage 3 rounds its input so on load), else
+    stage 2's complex dtype."""
+    if np.dtype(compute) == np.complex64:
+        return np.dtype(np.complex64)
+    return prec.complex_dtype("fft")
+
+
+def yhat_dtype(compute, prec: PrecisionConfig) -> np.dtype:
+    """Dtype of the inverse FFT's input in a fused product of ``prec`` whose stage 3 computes
+    in ``compute``: complex64 when that is float32 (the FFT's load callback widens its sums
+    exactly), else stage 4's complex dtype. (Run stage by stage, stage 3 writes stage 4's
+    dtype.)"""
+    if np.dtype(compute) == np.complex64:
+        return np.dtype(np.complex64)
+    return prec.complex_dtype("ifft")
+
+
 def _row_blocks(rows: int, L: int, fft_dtype) -> int:
     """Blocks of a transform of ``rows`` rows of length ``L`` at the row FFT kernels' default
     rows per block (:func:`fftmatvec._rowfft.default_rows_per_block`)."""
@@ -39,14 +57,29 @@ def _row_blocks(rows: int, L: int, fft_dtype) -> int:
 
 def _partials_nbytes(eng, plans, rows: int) -> int:
     """Bytes of the stage-3 partial sums over ``rows`` rows that ``plans``' inverse adds
-    (:attr:`FusedPlans.split_sum`), in the engine ``eng``'s compute dtype."""
+    (:attr:`FusedPlans.split_sum`), in the compute dtype of ``eng`` (FFT stages or buffers)."""
     return plans.split_sum * rows * eng.nf * eng.compute.itemsize
 
 
 class FFTStages:
-    """The FFT stages (a base class of :class:`~fftmatvec.gpu.engine.KernelEngine`)."""
+    """Stages 1+2 and 4+5 of the products on a stored ``Khat`` (``store``, a
+    :class:`~fftmatvec.gpu.khat.KhatStore`: its sizes, compute dtype, float16 row scales) over
+    ``nt`` time steps on ``device`` (:class:`~fftmatvec.gpu.planning.DeviceInfo`): cuFFT plans
+    made once per size, the fused products' transforms of the kinds a plan names, and the
+    pad/unpad kernels (an engine's :attr:`~fftmatvec.gpu.engine.KernelEngine.ffts`)."""
 
-    def _fft_plan(self, kind: str, batch: int, dtype):
+    def __init__(self, store, device, nt: int):
+        self.khat_store = store  # its row scales and padded frequencies: the float16 adjoint's
+        self.cp = store.xp
+        self.nd, self.nm, self.nf, self.fft_len, self.nt = (store.nd, store.nm, store.nf,
+                                                            store.fft_len, nt)
+        self.compute = store.compute
+        self.num_sms, self.smem_per_block = device.multiprocessors, device.smem_per_block
+        self._fft_plans: dict = {}  # (kind, rows, input dtype) -> cuFFT plan (fft_plan())
+
+    def fft_plan(self, kind: str, batch: int, dtype):
+        """The cuFFT plan of stage 2 (``kind`` "r2c", input ``dtype`` real) or stage 4 ("c2r",
+        input ``dtype`` complex) over ``batch`` rows of length ``L``, made once per size."""
         from cupy.cuda import cufft
 
         key = (kind, batch, np.dtype(dtype))
@@ -84,91 +117,57 @@ class FFTStages:
         if out is None:
             out = cp.empty((k, n, n_last), dtype=out_dtype)
         direction = cufft.CUFFT_FORWARD if kind == "r2c" else cufft.CUFFT_INVERSE
-        self._fft_plan(kind, k * n, a.dtype).fft(a, out, direction)
+        self.fft_plan(kind, k * n, a.dtype).fft(a, out, direction)
         return out
 
 
     def xhat_dtype(self, prec: PrecisionConfig) -> np.dtype:
-        """Dtype of the forward FFT's output: complex64 when stage 3 computes in float32 (it
-        rounds its input so on load), else stage 2's complex dtype."""
-        if self.compute == np.complex64:
-            return np.dtype(np.complex64)
-        return prec.complex_dtype("fft")
-
+        """:func:`xhat_dtype` of stage 3's compute dtype."""
+        return xhat_dtype(self.compute, prec)
 
     def yhat_dtype(self, prec: PrecisionConfig) -> np.dtype:
-        """Dtype of the inverse FFT's input in a fused product: complex64 when stage 3 computes
-        in float32 (the FFT's load callback widens its sums exactly), else stage 4's complex
-        dtype. (Run stage by stage, stage 3 writes stage 4's dtype.)"""
-        if self.compute == np.complex64:
-            return np.dtype(np.complex64)
-        return prec.complex_dtype("ifft")
+        """:func:`yhat_dtype` of stage 3's compute dtype."""
+        return yhat_dtype(self.compute, prec)
 
 
     def fused_plans(self, prec: PrecisionConfig, adjoint: bool, k: int, in_dtype, out_dtype,
-                    weight=None, inverse: bool = True):
-        """The FFT plans of a product with stages 1 and 5 inside (:class:`FusedPlans`): each
-        transform on the package's own row FFT kernels where :meth:`row_ffts` and
-        :meth:`row_fft_pays` say so, else a cuFFT plan with callbacks; None where the stages
-        run one by one: a weighted product (its weight changes per call), neither kind here, or
-        a callback plan cuFFT could not make where the kernels do not take the length (then a
-        warning says why, once per shape). An adjoint with float16 storage gets a forward FFT that
-        writes its output times the row scales. Where stage 3 computes in float32 and an FFT in
-        float64, that FFT's output (input) is complex64: :meth:`xhat_dtype`,
-        :meth:`yhat_dtype`. ``inverse=False``: no inverse plan (``inv`` None), for a product
-        whose stages 3-5 run as one kernel (:meth:`fused_adjoint`). An inverse cuFFT plan
-        adds stage 3's splits itself where :meth:`fold_splits` says so (``split_sum``)."""
+                    ffts: tuple, fold: int = 0) -> FusedPlans:
+        """The FFT plans of a product with stages 1 and 5 inside (:class:`FusedPlans`), of the
+        kinds a plan names (:attr:`~fftmatvec.gpu.plan.Plan.ffts`, ``ffts`` = (forward,
+        inverse)): :data:`~fftmatvec.gpu.plan.FFT_ROW` on the package's row FFT kernels,
+        :data:`~fftmatvec.gpu.plan.FFT_CALLBACKS` a cuFFT plan with callbacks,
+        :data:`~fftmatvec.gpu.plan.FFT_IN_FUSED_ADJOINT` no inverse plan (``inv`` None: stages
+        3-5 run as one kernel). An adjoint with float16 storage gets a forward FFT that writes its
+        output times the row scales. Where stage 3 computes in float32 and an FFT in float64,
+        that FFT's output (input) is complex64: :meth:`xhat_dtype`, :meth:`yhat_dtype`. An inverse
+        cuFFT plan adds ``fold`` splits of stage 3 itself (``split_sum``; the plan's ``fold``).
+        Nothing is chosen here; a callback plan cuFFT cannot make raises
+        :class:`fftmatvec.gpu.callbacks.CallbackError`."""
         in_dtype, out_dtype = np.dtype(in_dtype), np.dtype(out_dtype)
-        if weight is not None or in_dtype not in _REAL_SUFFIX or out_dtype not in _REAL_SUFFIX:
-            return None
-        own = self.row_ffts(prec)
-        if not own and not self.callbacks()[0]:
-            return None
-        n_in, n_out = (self.nd, self.nm) if adjoint else (self.nm, self.nd)
-        fold = self.fold_splits(prec, adjoint, k) if inverse else 0
-        key = (adjoint, k, in_dtype, out_dtype, prec, inverse, fold)
-        if key not in self._cb_plans:
-            fft_real, ifft_real = prec.real_dtype("fft"), prec.real_dtype("ifft")
-            scaled = self.scales_input(adjoint)
-            row_fwd = own and self.row_fft_pays(k * n_in, fft_real)
-            row_inv = own and self.row_fft_pays(k * n_out, ifft_real)
-            fwd = self._row_fft_fwd(prec, adjoint, k, in_dtype) if row_fwd else None
-            inv = self._row_fft_inv(prec, adjoint, k, out_dtype) if inverse and row_inv else None
-            want_inv = inverse and inv is None
-            fold = fold if want_inv else 0  # the row FFT kernels load plain sums
-            if fwd is None or want_inv:
-                try:
-                    cb_fwd, cb_inv = self._callback_plans(prec, adjoint, k, in_dtype, out_dtype,
-                                                          fwd is None, want_inv, fold)
-                except _fftcb.CallbackError as exc:
-                    if plan_mode(self, "fft_callbacks") == "1":
-                        raise
-                    if own:  # the row FFT kernels take both transforms
-                        if fwd is None:
-                            fwd = self._row_fft_fwd(prec, adjoint, k, in_dtype)
-                        if want_inv:
-                            inv = self._row_fft_inv(prec, adjoint, k, out_dtype)
-                            fold = 0
-                    else:
-                        from .. import _warnings
-
-                        _warnings.warn(f"cuFFT callbacks unavailable for this product, running "
-                                       f"the stages one by one: {exc}", RuntimeWarning)
-                        self._cb_plans[key] = None
-                        return None
-                else:
-                    fwd = cb_fwd if fwd is None else fwd
-                    inv = cb_inv if want_inv else inv
-            self._cb_plans[key] = FusedPlans(fwd, inv, scaled, fold)
-        return self._cb_plans[key]
+        fwd_kind, inv_kind = ffts
+        if fwd_kind not in (FFT_ROW, FFT_CALLBACKS) or inv_kind not in (
+                FFT_ROW, FFT_CALLBACKS, FFT_IN_FUSED_ADJOINT):
+            raise ValueError(f"a fused product's transforms are row FFT kernels or cuFFT with "
+                             f"callbacks, got {ffts}")
+        if fold and inv_kind != FFT_CALLBACKS:
+            raise ValueError("only an inverse cuFFT plan with callbacks adds stage 3's splits")
+        fwd = self._row_fft_fwd(prec, adjoint, k, in_dtype) if fwd_kind == FFT_ROW else None
+        inv = self._row_fft_inv(prec, adjoint, k, out_dtype) if inv_kind == FFT_ROW else None
+        want_fwd, want_inv = fwd_kind == FFT_CALLBACKS, inv_kind == FFT_CALLBACKS
+        if want_fwd or want_inv:
+            cb_fwd, cb_inv = self._callback_plans(prec, adjoint, k, in_dtype, out_dtype,
+                                                  want_fwd, want_inv, fold)
+            fwd = cb_fwd if want_fwd else fwd
+            inv = cb_inv if want_inv else inv
+        return FusedPlans(fwd, inv, self.khat_store.scales_input(adjoint), fold)
 
 
     def _callback_plans(self, prec: PrecisionConfig, adjoint: bool, k: int, in_dtype, out_dtype,
                         want_fwd: bool = True, want_inv: bool = True, split_sum: int = 0) -> tuple:
         """The cuFFT callback plans (forward, inverse) of :meth:`fused_plans`, None for one not
-        wanted; a plan cuFFT cannot make raises :class:`fftmatvec._fftcb.CallbackError`.
+        wanted; a plan cuFFT cannot make raises :class:`fftmatvec.gpu.callbacks.CallbackError`.
         ``split_sum``: the inverse loads stage 3's partial sums of that many splits and adds
-        them (:meth:`fold_splits`)."""
+        them (the plan's ``fold``)."""
         n_in, n_out = (self.nd, self.nm) if adjoint else (self.nm, self.nd)
         L, nt = self.fft_len, self.nt
         fft_real, ifft_real = prec.real_dtype("fft"), prec.real_dtype("ifft")
@@ -179,12 +178,12 @@ class FFTStages:
                                     "FMV_TMID": _fftcb.ctype(prec.pad_dtype),
                                     "FMV_TFFT": _fftcb.ctype(fft_real)})
             store, store_info = None, None
-            if self.scales_input(adjoint):  # float16 adjoint: the row scales on the way out
+            if self.khat_store.scales_input(adjoint):  # float16 adjoint: the row scales out
                 store = ("FMV_XHAT_SCALE_STORE", {
                     "FMV_NF": f"{self.nf}ULL", "FMV_ND": f"{self.nd}ULL",
-                    "FMV_NFP": f"{self.nfp}ULL",
+                    "FMV_NFP": f"{self.khat_store.nfp}ULL",
                     "FMV_TFFTC": "double2" if fft_real == np.float64 else "float2"})
-                store_info = self.scale
+                store_info = self.khat_store.scale
             elif self.xhat_dtype(prec) != prec.complex_dtype("fft"):
                 store = ("FMV_XHAT_STORE", {})
             fwd = _fftcb.get_plan("r2c", L, k * n_in, fft_real == np.float64, load=pad,
@@ -211,10 +210,11 @@ class FFTStages:
         """:meth:`fused_plans`' forward transform on the row FFT kernels
         (:class:`fftmatvec._rowfft.RowFFT`)."""
         n_in = self.nd if adjoint else self.nm
-        scaled = self.scales_input(adjoint)
+        scaled = self.khat_store.scales_input(adjoint)
         return _rowfft.RowFFT("r2c", self.fft_len, self.nt, k * n_in, in_dtype, prec.pad_dtype,
                               prec.real_dtype("fft"), self.xhat_dtype(prec),
-                              scale=self.scale if scaled else None, nd=self.nd, nfp=self.nfp,
+                              scale=self.khat_store.scale if scaled else None, nd=self.nd,
+                              nfp=self.khat_store.nfp,
                               smem_per_block=self.smem_per_block)
 
 
@@ -228,7 +228,8 @@ class FFTStages:
 
     def pad_fft(self, plans, x, out):
         """Stages 1 and 2: the forward FFT of ``x`` ``(k, n, Nt)`` zero-padded to ``L``, into
-        ``out`` (from :meth:`xhat_buffer`); the input is only read."""
+        ``out`` (from :meth:`FusedBuffers.xhat_buffer
+        <fftmatvec.gpu.fused.FusedBuffers.xhat_buffer>`); the input is only read."""
         x = self.cp.ascontiguousarray(x)
         plans[0](x.data.ptr, out.data.ptr)
         return out
@@ -236,9 +237,11 @@ class FFTStages:
 
     def ifft_unpad(self, plans, yhat, out):
         """Stages 4 and 5: the inverse FFT of ``yhat`` ``(k, n, Nf)``, its first ``Nt`` samples
-        written to ``out`` (from :meth:`y_buffer`). ``yhat`` is overwritten. Where the plan adds
-        stage 3's splits (``plans.split_sum``), ``yhat`` holds their partial sums instead,
-        ``(splits, k, n, Nf)`` in the compute dtype (:meth:`inverse_input_nbytes`)."""
+        written to ``out`` (from :meth:`FusedBuffers.y_buffer
+        <fftmatvec.gpu.fused.FusedBuffers.y_buffer>`). ``yhat`` is overwritten. Where the plan
+        adds stage 3's splits (``plans.split_sum``), ``yhat`` holds their partial sums instead,
+        ``(splits, k, n, Nf)`` in the compute dtype
+        (:meth:`~fftmatvec.gpu.fused.FusedBuffers.inverse_input_nbytes`)."""
         rows = out.shape[0] * out.shape[1]
         if plans.split_sum:
             need = _partials_nbytes(self, plans, rows)
@@ -253,27 +256,6 @@ class FFTStages:
         return out
 
 
-    def inverse_input_nbytes(self, prec: PrecisionConfig, plans, rows: int) -> int:
-        """Bytes an input of ``plans``' inverse over ``rows`` rows takes: the partial sums
-        where it adds stage 3's splits (``split_sum``), and at least the room of a
-        complex-to-real input of those rows, which cuFFT may overwrite (:meth:`yhat_nbytes`)."""
-        return max(_partials_nbytes(self, plans, rows), self.yhat_nbytes(prec, 1, rows))
-
-    def _rows_launch(self, rows: int, cols: int) -> tuple[tuple, tuple]:
-        """(grid, block) of the row kernels: blockDim.x threads along a row (about four
-        elements each, 32 to 256), 256 threads per block, enough long-lived blocks to fill the
-        device, each looping over its rows; with too few rows for that, several blocks share
-        each row (grid.y column chunks)."""
-        bx = 32
-        while bx < 256 and bx * 4 < cols:
-            bx *= 2
-        by = 256 // bx
-        target = 8 * self.num_sms
-        row_blocks = max(1, min(math.ceil(rows / by), target))
-        col_blocks = max(1, min(math.ceil(cols / (4 * bx)), target // row_blocks, 65535))
-        return (row_blocks, col_blocks), (bx, by)
-
-
     def pad(self, x, prec: PrecisionConfig, out=None):
         """Stage 1 fused with stage 2's input cast: ``(k, n, Nt)`` -> ``(k, n, L)`` in the FFT's
         real precision, each value rounded to stage 1's precision on the way."""
@@ -286,7 +268,8 @@ class FFTStages:
             out = cp.empty((k, n, L), dtype=out_dtype)
         name = f"pad_{_REAL_SUFFIX[x.dtype]}_{_REAL_SUFFIX[prec.pad_dtype]}_{_REAL_SUFFIX[out_dtype]}"
         rows = k * n
-        kernels.get_function(name)(*self._rows_launch(rows, L), (x, out, _i64(rows), _i64(nt), _i64(L)))
+        kernels.get_function(name)(*rows_launch(rows, L, self.num_sms),
+                                   (x, out, _i64(rows), _i64(nt), _i64(L)))
         return out
 
 
@@ -306,6 +289,7 @@ class FFTStages:
         else:
             w, n_w = cp.ascontiguousarray(weight, dtype=dtype), weight.shape[0]
         kernels.get_function(name)(
-            *self._rows_launch(rows, nt), (y, out, w, _i64(n_w), _i64(rows), _i64(nt), _i64(L))
+            *rows_launch(rows, nt, self.num_sms),
+            (y, out, w, _i64(n_w), _i64(rows), _i64(nt), _i64(L))
         )
         return out

@@ -15,48 +15,26 @@ import numpy as np
 from .. import backend, kernels
 from ..precision import PrecisionConfig
 from . import rowfft as _rowfft
-from .ffts import FusedPlans
+from .ffts import FusedPlans, _partials_nbytes, xhat_dtype, yhat_dtype
 from .rules import (FUSED_MAX_ND, FUSED_MAX_RADIX, FUSED_MAX_SMEM, FUSED_ND, FUSED_THREADS,
                     HOLD_KHAT_FRACTION, HOLD_MAX_BYTES, HOLD_STREAMS, _CPLX_SUFFIX,
                     _PER_THREAD_STREAM, _REAL_SUFFIX)
 
 if TYPE_CHECKING:
     from .engine import KernelEngine
-from .stage3 import _holding
+from .launches import _holding
 
 
-class FusedProducts:
-    """The fused products of an engine (a base class of
-    :class:`~fftmatvec.gpu.engine.KernelEngine`)."""
+class FusedBuffers:
+    """The sizes and the arrays of a fused product's intermediates, on the array module ``xp``
+    (CuPy), for ``nf`` frequencies, ``nt`` time steps, FFT length ``fft_len`` and stage 3's
+    ``compute`` dtype (an engine's :attr:`~fftmatvec.gpu.engine.KernelEngine.buffers`); the
+    products themselves are built by an :class:`~fftmatvec.gpu.executor.Executor` from its
+    plan, and hold their arrays per stream."""
 
-    def fused_product(self, prec: PrecisionConfig, adjoint: bool, k: int, in_dtype, out_dtype,
-                      weight=None) -> "_FusedProduct | None":
-        """The product with stages 1 and 5 inside the FFTs and stage 3 packed
-        (:class:`_FusedProduct`), made once per shape (the plan overrides are fixed at the
-        engine's construction); None where :meth:`fused_plans` is."""
-        if weight is not None:
-            return None
-        # on every product's path; the plan overrides choose the plans
-        key = (adjoint, k, np.dtype(in_dtype), np.dtype(out_dtype), prec)
-        product = self._products.get(key, False)
-        if product is False:
-            fused = None  # stages 3-5 as one kernel: then no inverse plan is made
-            if (np.dtype(in_dtype) in _REAL_SUFFIX and np.dtype(out_dtype) in _REAL_SUFFIX
-                    and (self.row_ffts(prec) or self.callbacks()[0])):
-                fused = self.fused_adjoint(prec, adjoint, k, out_dtype)
-            plans = self.fused_plans(prec, adjoint, k, in_dtype, out_dtype,
-                                     inverse=fused is None)
-            product = None if plans is None else _FusedProduct(self, prec, adjoint, k, out_dtype,
-                                                               plans, fused)
-            self._products[key] = product
-        return product
-
-
-    def release_buffers(self) -> None:
-        """Give the intermediate arrays the fused products hold back to CuPy's pool."""
-        for product in self._products.values():
-            if product is not None:
-                product.release()
+    def __init__(self, xp, nf: int, nt: int, fft_len: int, compute):
+        self.cp, self.nf, self.nt, self.fft_len = xp, nf, nt, fft_len
+        self.compute = np.dtype(compute)
 
     # A fused product's arrays take the room of their plan's full logical input or output:
     # cuFFT may use its output buffer as scratch (in stage 2's complex dtype, where a complex64
@@ -74,6 +52,12 @@ class FusedProducts:
         return max(k * n * self.fft_len * prec.real_dtype("ifft").itemsize,
                    k * n * self.nt * np.dtype(dtype).itemsize)
 
+    def inverse_input_nbytes(self, prec: PrecisionConfig, plans, rows: int) -> int:
+        """Bytes an input of ``plans``' inverse over ``rows`` rows takes: the partial sums
+        where it adds stage 3's splits (``split_sum``), and at least the room of a
+        complex-to-real input of those rows, which cuFFT may overwrite (:meth:`yhat_nbytes`)."""
+        return max(_partials_nbytes(self, plans, rows), self.yhat_nbytes(prec, 1, rows))
+
 
     def _buffer(self, shape, dtype, nbytes: int):
         """An array ``shape`` of ``dtype`` at the start of a buffer of at least ``nbytes``."""
@@ -84,13 +68,15 @@ class FusedProducts:
 
     def xhat_buffer(self, prec: PrecisionConfig, k: int, n: int):
         """The forward FFT's output ``(k, n, Nf)`` (:meth:`xhat_nbytes`)."""
-        return self._buffer((k, n, self.nf), self.xhat_dtype(prec), self.xhat_nbytes(prec, k, n))
+        return self._buffer((k, n, self.nf), xhat_dtype(self.compute, prec),
+                            self.xhat_nbytes(prec, k, n))
 
 
     def yhat_buffer(self, prec: PrecisionConfig, k: int, n: int):
-        """Stage 3's output ``(k, n, Nf)`` in a fused product (:meth:`yhat_dtype`,
-        :meth:`yhat_nbytes`)."""
-        return self._buffer((k, n, self.nf), self.yhat_dtype(prec), self.yhat_nbytes(prec, k, n))
+        """Stage 3's output ``(k, n, Nf)`` in a fused product
+        (:func:`~fftmatvec.gpu.ffts.yhat_dtype`, :meth:`yhat_nbytes`)."""
+        return self._buffer((k, n, self.nf), yhat_dtype(self.compute, prec),
+                            self.yhat_nbytes(prec, k, n))
 
 
     def y_buffer(self, prec: PrecisionConfig, k: int, n: int, dtype):
@@ -101,7 +87,8 @@ class FusedProducts:
 class _GemvIrfft:
     """Stages 3-5 of a one-vector adjoint as one kernel (``hip_kernels/fused.cuh``): a callable
     ``plan(x_ptr, y_ptr, stream)`` from the forward FFT's output ``(1, Nd, Nf)`` (in
-    :meth:`KernelEngine.xhat_dtype`) to the unpadded output ``(1, Nm, Nt)``. Each block takes the
+    :func:`~fftmatvec.gpu.ffts.xhat_dtype`) to the unpadded output ``(1, Nm, Nt)``. Each block
+    takes the
     rows of a block of the row FFT kernels (:func:`fftmatvec._rowfft.default_rows_per_block`,
     fewer where they would pass :data:`FUSED_MAX_SMEM`), one thread per frequency."""
 
@@ -129,11 +116,12 @@ class _GemvIrfft:
         self.rows_per_block, self.radices = rpb, rads
         self.smem = _rowfft.block_bytes(L, fft_real, rpb)
         self.grid = (-(-nm // rpb),)
-        self.name = self.kernel_name(eng.store, eng.xhat_dtype(prec), prec, out_dtype, eng.nd)
-        so, sr, shift, sb = eng.khat_strides(True)
+        self.name = self.kernel_name(eng.store, xhat_dtype(eng.compute, prec), prec, out_dtype,
+                                     eng.nd)
+        so, sr, shift, sb = eng.khat_store.strides(True)
         packed = _rowfft.packed_radices(rads)
         i64, i32 = np.int64, np.int32
-        args = (eng.data, None, None, self.twiddles, i64(nm), i32(eng.nd), i32(eng.nt), i32(L),
+        args = (eng.khat_store.data, None, None, self.twiddles, i64(nm), i32(eng.nd), i32(eng.nt), i32(L),
                 i32(rpb), np.uint64(packed), i32(len(rads)), i64(so), i64(sr), i32(shift),
                 i64(sb))
         fn = kernels.get_function(self.name)  # no opt-in: the default carveout (FUSED_MAX_SMEM)
@@ -148,7 +136,7 @@ class _FusedProduct:
     (cuFFT callbacks or the row FFT kernels) and stage 3's launches packed. A call queues the
     forward FFT, stage 3 (without its split-K sum where the inverse FFT adds the splits:
     :attr:`FusedPlans.split_sum`) and the inverse FFT, or the forward FFT and stages 3-5 as one
-    kernel (:meth:`KernelEngine.fused_adjoint`), in a fraction of the host time of the
+    kernel (:class:`_GemvIrfft`), in a fraction of the host time of the
     stages one by one (docs/history.md).
 
     The intermediate arrays are held per stream where they are small next to ``Khat``
@@ -158,9 +146,10 @@ class _FusedProduct:
     stream, one handle for a different stream in every thread, holds a set per thread."""
 
     def __init__(self, eng: KernelEngine, prec: PrecisionConfig, adjoint: bool, k: int,
-                 out_dtype, plans: FusedPlans, fused: "_GemvIrfft | None" = None):
+                 out_dtype, plans: FusedPlans, fused: "_GemvIrfft | None" = None,
+                 stage3=None):
         n_in, n_out = (eng.nd, eng.nm) if adjoint else (eng.nm, eng.nd)
-        if plans.xhat_scaled != eng.scales_input(adjoint):
+        if plans.xhat_scaled != eng.khat_store.scales_input(adjoint):
             raise ValueError("a float16 adjoint's forward FFT must apply the row scales")
         self.plans = plans
         # its first kernel computes the input's largest magnitude as it reads it
@@ -168,15 +157,17 @@ class _FusedProduct:
         # stages 3-5 as one kernel (fused), or stage 3's launches and the inverse FFT
         if (fused is None) == (plans.inv is None):
             raise ValueError("a product takes an inverse plan, or stages 3-5 as one kernel")
+        if (fused is None) == (stage3 is None):
+            raise ValueError("a product takes stage 3's launches, or stages 3-5 as one kernel")
         self.fused = fused
         self.stage3 = None
-        self.xhat_bytes = eng.xhat_nbytes(prec, k, n_in)
+        self.xhat_bytes = eng.buffers.xhat_nbytes(prec, k, n_in)
         self.yhat_bytes = self.work_bytes = 0
         self.split_sum = plans.split_sum
         self._partials = None  # stage 3's launch without its sum, where the inverse adds it
         if self.fused is None:
-            self.stage3 = eng.stage3(adjoint, k, eng.xhat_dtype(prec), eng.yhat_dtype(prec))
-            self.yhat_bytes = eng.yhat_nbytes(prec, k, n_out)
+            self.stage3 = stage3  # its plan's launches, packed (_Stage3)
+            self.yhat_bytes = eng.buffers.yhat_nbytes(prec, k, n_out)
             self.work_bytes = self.stage3.workspace_bytes
             if self.split_sum:  # the inverse FFT reads the partial sums (and may overwrite
                 # them, as it may any complex-to-real input): no array of sums
@@ -185,13 +176,13 @@ class _FusedProduct:
                     raise ValueError(f"the inverse plan adds {self.split_sum} splits, stage 3 "
                                      f"has {[la.splits for la in plan]}")
                 self._partials = self.stage3.partials_launch()  # checked once, not per call
-                self.work_bytes = eng.inverse_input_nbytes(prec, plans, k * n_out)
+                self.work_bytes = eng.buffers.inverse_input_nbytes(prec, plans, k * n_out)
                 self.yhat_bytes = 0
         elif self.split_sum:
             raise ValueError("stages 3-5 as one kernel leave no partial sums")
         self.out_dtype = np.dtype(out_dtype)
         self.y_shape = (k, n_out, eng.nt)
-        self.y_bytes = eng.y_nbytes(prec, k, n_out, out_dtype)
+        self.y_bytes = eng.buffers.y_nbytes(prec, k, n_out, out_dtype)
         held = self.xhat_bytes + self.yhat_bytes + self.work_bytes
         self.holds = held <= max(HOLD_MAX_BYTES, eng.nbytes // HOLD_KHAT_FRACTION)
         self._held: OrderedDict = OrderedDict()  # stream key -> (xhat, yhat, work) memory

@@ -26,10 +26,18 @@ from typing import Any, Mapping
 
 from .._errors import FFTMatvecValueError
 
-__all__ = ["PLAN_KEYS", "STAGE3_CHOICES", "Plan", "parse_overrides", "env_overrides", "mode",
-           "plan_key", "ENV"]
+__all__ = ["PLAN_KEYS", "STAGE3_CHOICES", "Plan", "parse_overrides", "ENV", "FFT_ROW", "FFT_CALLBACKS", "FFT_IN_FUSED_ADJOINT", "FFT_PAD",
+           "FFT_UNPAD"]
 
 ENV = "FFTMATVEC_PLAN"
+
+# the kinds of transform a plan names (Plan.ffts): stages 1+2 and 4+5 of a fused product ...
+FFT_ROW = "row FFT kernel"  # the package's row FFT kernels (fftmatvec.gpu.rowfft)
+FFT_CALLBACKS = "cuFFT with callbacks"  # a cuFFT plan with load and store callbacks
+FFT_IN_FUSED_ADJOINT = "in the fused adjoint kernel"  # stages 4+5 inside stages 3-5's kernel
+# ... and of a product run stage by stage
+FFT_PAD = "pad kernel, then cuFFT"
+FFT_UNPAD = "cuFFT, then unpad kernel"
 
 # key -> what "1" forces ("0" forbids it, "auto" leaves it to the rules)
 PLAN_KEYS = {
@@ -125,50 +133,41 @@ def parse_overrides(overrides: Mapping | str | None, source: str = "plan") -> di
 
 
 def _env_reader(name: str = ENV, environ=os.environ):
-    """A function of no arguments giving the raw value of ``name`` (None where unset).
-
-    The FNO layer's calls read it on their path, while the device waits.
-    ``os.environ.get`` encodes the name at every call; CPython keeps the environment as a dict
-    of encoded names and values (``os.environ._data``) that every assignment through
-    ``os.environ`` updates, and this reads it with the name encoded once (docs/history.md)."""
-    data, encode = getattr(environ, "_data", None), getattr(environ, "encodekey", None)
-    if isinstance(data, dict) and callable(encode):
-        return functools.partial(data.get, encode(name))
+    """A function of no arguments giving the value of ``name`` in ``environ`` (None where
+    unset), read at each call. Kept for the FNO layer alone (fftmatvec.fno), until it reads
+    its settings once."""
     return functools.partial(environ.get, name)
 
 
-plan_key = _env_reader()
-plan_key.__doc__ = ("The raw value of FFTMATVEC_PLAN (None where unset), compared, never "
-                    "parsed: a cached product is valid while it keeps the value it was made with.")
+def plan_key():
+    """The raw value of FFTMATVEC_PLAN (None where unset), read at the call. Kept for the FNO
+    layer alone, which reads it per call until it reads it once; nothing in this package
+    uses it."""
+    return os.environ.get(ENV)
 
 
 @functools.lru_cache(maxsize=32)
-def _parse_env(raw) -> dict:
-    text = raw.decode() if isinstance(raw, bytes) else raw
-    return parse_overrides(text, ENV)
+def _parsed(raw) -> dict:
+    """The overrides of one value of FFTMATVEC_PLAN (parsed once per distinct value)."""
+    return parse_overrides(raw, ENV)
 
 
-def env_overrides() -> dict:
-    """The overrides of ``FFTMATVEC_PLAN`` (parsed once per distinct value)."""
-    raw = plan_key()
-    return {} if raw is None else _parse_env(raw)
-
-
-def mode(eng, key: str) -> str:
-    """``"auto"``, ``"0"`` or ``"1"`` for ``key`` on engine ``eng``: where it holds overrides
-    resolved once (``eng.resolved``, :class:`~fftmatvec.gpu.planning.Overrides`: an
-    operator's, or a plan's), those alone; else its operator's overrides (``eng.overrides``),
-    else ``FFTMATVEC_PLAN``, else its tuning table's plan (``eng.tuned``), else ``"auto"``."""
-    resolved = getattr(eng, "resolved", None)
+def mode(owner, key: str) -> str:
+    """``"auto"``, ``"0"`` or ``"1"`` for plan key ``key``: ``owner``'s overrides resolved once
+    (``owner.resolved``) where it has them, else its own (``owner.overrides``), then
+    ``FFTMATVEC_PLAN`` as it is at the call, then its tuning table's plan (``owner.tuned``).
+    Kept for the FNO layer alone (fftmatvec.fno); the GPU path reads the
+    :class:`~fftmatvec.gpu.overrides.Overrides` of an operator, resolved at its construction."""
+    resolved = getattr(owner, "resolved", None)
     if resolved is not None:
         return resolved.get(key)
-    own = getattr(eng, "overrides", None)
+    own = getattr(owner, "overrides", None)
     if own and key in own:
         return own[key]
-    env = env_overrides()
+    env = _parsed(plan_key())
     if key in env:
         return env[key]
-    tuned = getattr(eng, "tuned", None)
+    tuned = getattr(owner, "tuned", None)
     if tuned and key in tuned:
         return tuned[key]
     return "auto"
@@ -186,9 +185,11 @@ def unavailable(key: str, value: str, what: str, why: str | None) -> bool:
 class Plan:
     """What one product runs on the GPU (or the CPU), in words.
 
-    ``path``: ``"graph"`` (the product replayed as one CUDA graph), ``"fused"`` (stages 1 and
+    ``problem``: the :class:`~fftmatvec.gpu.planning.Problem` it plans (sizes, dtypes,
+    weight). ``path``: ``"graph"`` (the product replayed as one CUDA graph), ``"fused"`` (stages 1 and
     5 inside the FFTs, stage 3 packed: three launches or two), ``"stages"`` (the five stages
-    one by one) or ``"cpu"``. ``ffts``: (forward, inverse) transforms. ``launches``: stage 3's
+    one by one) or ``"cpu"``. ``ffts``: (forward, inverse) transforms (:data:`FFT_ROW`, :data:`FFT_CALLBACKS`,
+    :data:`FFT_IN_FUSED_ADJOINT`; :data:`FFT_PAD`, :data:`FFT_UNPAD` stage by stage). ``launches``: stage 3's
     launches in order (:class:`~fftmatvec.gpu.stage3._Launch`: kernel, right-hand sides, grid,
     block, split-K), and :attr:`stage3` the same in words. ``fold``: stage 3's splits that the
     inverse FFT adds as it loads them (0: none). ``workspace_bytes``: stage 3's split-K
@@ -206,6 +207,16 @@ class Plan:
     device: str = ""
     overrides: tuple = field(default=())
     workspace_bytes: int = 0
+    problem: Any = None
+
+    @property
+    def fused_ffts(self) -> bool:
+        """Whether stages 1 and 5 run inside the FFTs (a fused product, replayed or not)."""
+        return bool(self.ffts) and self.ffts[0] in (FFT_ROW, FFT_CALLBACKS)
+
+    def mode(self, key: str) -> str:
+        """``"auto"``, ``"0"`` or ``"1"``: the plan key ``key`` in effect for this plan."""
+        return next((v for k, v, _ in self.overrides if k == key), "auto")
 
     @property
     def stage3(self) -> tuple:

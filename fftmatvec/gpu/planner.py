@@ -1,47 +1,46 @@
-"""Every choice of the GPU path, in one place: :class:`Planner`, a base class of the engine
-whose methods decide, from the rules (:class:`~fftmatvec.gpu.rules.Rules`) and the plan
-overrides (:func:`fftmatvec.gpu.plan.mode`), which kernels a product runs;
+"""Every choice of the GPU path, in one place: :class:`Planner`, whose methods decide, for a
+problem on a described device, from the rules (:class:`~fftmatvec.gpu.rules.Rules`) and the plan
+overrides (``resolved``, :class:`~fftmatvec.gpu.overrides.Overrides`), which kernels a product runs;
 :func:`fftmatvec.gpu.planning.make_plan` gathers them into a
 :class:`~fftmatvec.gpu.plan.Plan`. The other modules of this package launch what these methods
 chose. The ``fftmatvec info`` lines of the rules are here too."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from .. import backend, kernels
+from .. import kernels
 from .._errors import FFTMatvecValueError
 from ..precision import PrecisionConfig
-from . import callbacks as _fftcb
 from . import rowfft as _rowfft
-from .ffts import _row_blocks
+from .ffts import _row_blocks, xhat_dtype, yhat_dtype
 from .fused import _GemvIrfft
+from .overrides import Overrides
 from .plan import unavailable
-from .plan import mode as plan_mode
 from .rules import (DMMA_C64_ARCHS, FUSED_MAX_ND, FUSED_MIN_BLOCKS_PER_SM, FUSED_STORES,
-                    FUSED_THREADS, MMA_FEW_OUT_MIN_KB, MMA_MAX_KB, ROW_FFT_DTYPES, TILES,
+                    FUSED_THREADS, MMA_FEW_OUT_MIN_KB, MMA_MAX_KB, ROW_FFT_DTYPES,
                     XREG_GEMV_KB, XREG_MAX_ND, XREG_MIN_KB, XREG_ND, XREG_TILES, _BATCH_SIZES,
                     _STAGED_J)
-from .stage3 import _Launch
+from .launches import _Launch
 
 
-def _c64_on_dmma(arch: str, eng=None) -> bool:
+def _c64_on_dmma(arch: str, overrides: Overrides) -> bool:
     """Whether complex64 batches run on FP64 tensor cores on a GPU of ``arch``
     (:data:`DMMA_C64_ARCHS`, ``dmma_c64``)."""
-    mode = plan_mode(eng, "dmma_c64")
+    mode = overrides.get("dmma_c64")
     return arch in DMMA_C64_ARCHS if mode == "auto" else mode == "1"
 
 
-def batch_kernels(arch: str | None) -> str:
+def batch_kernels(arch: str | None, overrides: Overrides | None = None) -> str:
     """How stage 3 runs batches of right-hand sides on a GPU of ``arch`` (``sm_90``,
-    ``gfx90a``; None: no GPU), as ``fftmatvec info`` prints it."""
+    ``gfx90a``; None: no GPU) under ``overrides`` (none by default), as ``fftmatvec info``
+    prints it."""
+    overrides = Overrides() if overrides is None else overrides
     if not arch:
         return "no GPU"
     if not kernels.mma_options(arch):  # the build defines the tensor-core kernels from sm_80
         return "GEMV kernels (the tensor-core ones need NVIDIA sm_80 or newer)"
-    mode = plan_mode(None, "mma")
+    mode = overrides.get("mma")
     if mode == "0":
         return "GEMV kernels (mma=0)"
     few = ", ".join(f"over at most {rows} sensors " + ("never" if kb is None else f"from {kb}")
@@ -49,9 +48,9 @@ def batch_kernels(arch: str | None) -> str:
     which = ("every launch (mma=1)" if mode == "1"
              else f"batches of 4 to 16 right-hand sides or more (forward {few}), by storage "
                   "and direction")
-    s = "DMMA" if _c64_on_dmma(arch) else "3xTF32"
+    s = "DMMA" if _c64_on_dmma(arch, overrides) else "3xTF32"
     line = f"tensor cores for {which}: d DMMA, s {s}, h TF32"
-    xreg = plan_mode(None, "xreg")
+    xreg = overrides.get("xreg")
     if xreg == "0":
         return line + "; adjoints with the input in registers off (xreg=0)"
     sides = ("every launch (xreg=1)" if xreg == "1" else
@@ -62,10 +61,12 @@ def batch_kernels(arch: str | None) -> str:
             f"registers, {sides}")
 
 
-def row_fft_line(gpu: bool, smem_per_block: int | None = None) -> str:
-    """How the fused products run their FFTs, as ``fftmatvec info`` prints it; with the
-    device's shared memory per block, the longest lengths the kernels take there."""
-    mode = plan_mode(None, "row_fft")
+def row_fft_line(gpu: bool, smem_per_block: int | None = None,
+                 overrides: Overrides | None = None) -> str:
+    """How the fused products run their FFTs under ``overrides`` (none by default), as
+    ``fftmatvec info`` prints it; with the device's shared memory per block, the longest
+    lengths the kernels take there."""
+    mode = (Overrides() if overrides is None else overrides).get("row_fft")
     if not gpu:
         return "no GPU"
     if mode == "0":
@@ -79,9 +80,10 @@ def row_fft_line(gpu: bool, smem_per_block: int | None = None) -> str:
             f"{which}; cuFFT with callbacks otherwise")
 
 
-def fused_adjoint_line(gpu: bool) -> str:
-    """When stages 3-5 of an adjoint run as one kernel, as ``fftmatvec info`` prints it."""
-    mode = plan_mode(None, "fused_adjoint")
+def fused_adjoint_line(gpu: bool, overrides: Overrides | None = None) -> str:
+    """When stages 3-5 of an adjoint run as one kernel under ``overrides`` (none by default),
+    as ``fftmatvec info`` prints it."""
+    mode = (Overrides() if overrides is None else overrides).get("fused_adjoint")
     if not gpu:
         return "no GPU"
     if mode == "0":
@@ -93,52 +95,47 @@ def fused_adjoint_line(gpu: bool) -> str:
 
 
 class Planner:
-    """The choices of a product: a base class of :class:`~fftmatvec.gpu.engine.KernelEngine`,
-    whose device it asks, and of the planning view of :func:`fftmatvec.gpu.planning.make_plan`,
-    which asks a :class:`~fftmatvec.gpu.planning.DeviceInfo` instead. Its methods read the
-    shape (``nd``, ``nm``, ``nf``, ``fft_len``, ``store``, ``compute``), the device
-    (``num_sms``, ``smem_per_block``, ...), ``rules`` (:class:`~fftmatvec.gpu.rules.Rules`) and
-    the plan overrides (:func:`fftmatvec.gpu.plan.mode`)."""
+    """The choices of a product (:func:`fftmatvec.gpu.planning.make_plan` asks them):
+    ``problem`` (:class:`~fftmatvec.gpu.planning.Problem`: its shape and storage) on
+    ``device`` (:class:`~fftmatvec.gpu.planning.DeviceInfo`: multiprocessors, shared memory,
+    callbacks, the code object) under ``rules`` (:class:`~fftmatvec.gpu.rules.Rules`) and the
+    plan overrides (``overrides``: :class:`~fftmatvec.gpu.overrides.Overrides`, resolved
+    once). Stage 3's launches are those it chooses of ``builders``
+    (:class:`~fftmatvec.gpu.launches.LaunchBuilders` of the same problem, device, rules and
+    overrides). Nothing is compiled, allocated or launched."""
+
+    def __init__(self, problem, device, rules, overrides, builders):
+        prec = PrecisionConfig(problem.precision)
+        self.prec, self.store = prec, builders.store
+        self.nd, self.nm, self.nt = problem.nd, problem.nm, problem.nt
+        self.fft_len, self.nf = problem.fft_len, problem.nf
+        self.compute = builders.compute
+        # bytes of the stored Khat (row scales included): the graph rules read it
+        self.nbytes = int(builders.data.itemsize * problem.nd * problem.nm * problem.nf
+                          + (4 * problem.nd * problem.nf if self.store == "c32h" else 0))
+        self.device, self.rules, self.resolved = device, rules, overrides
+        self.builders = builders
+        self.arch, self.num_sms = device.arch, device.multiprocessors
+        self.smem_per_block = device.smem_per_block
+        self._callbacks, self._sm80 = tuple(device.callbacks), device.mma_kernels
+        self._plans, self._row_ffts = {}, {}
 
     @property
     def hip(self) -> bool:
         """Whether the device is an AMD GPU (ROCm)."""
-        return backend.is_hip()
+        return self.device.vendor == "amd"
 
     def has_kernel(self, name: str) -> bool:
         """Whether the device's code object has the entry point ``name``."""
-        return kernels.has_function(name)
+        return self.device.code.has(name)
 
-    @property
-    def pipe_store(self) -> str:
-        """The storage name of the tensor-core kernels and their tables: ``c64dmma`` for
-        complex64 storage on FP64 MMAs (by default on :data:`DMMA_C64_ARCHS`;
-        ``dmma_c64=0`` / ``=1`` never / always), else :attr:`store`."""
-        if self.store != "c64":
-            return self.store
-        mode = plan_mode(self, "dmma_c64")
-        dmma = self.rules.dmma_c64 if mode == "auto" else mode == "1"
-        return "c64dmma" if dmma else "c64"
+    def xhat_dtype(self, prec: PrecisionConfig) -> np.dtype:
+        """:func:`~fftmatvec.gpu.ffts.xhat_dtype` of the product's compute dtype."""
+        return xhat_dtype(self.compute, prec)
 
-    def _tile(self, kb: int, n_out: int, adjoint: bool) -> tuple[int, int]:
-        """(RT, V) for a launch of ``kb`` right-hand sides (defaults from the sweeps of
-        scripts/tune_sbgemv.py; see docs/history.md)."""
-        if kb > 1:
-            # several right-hand sides: the product becomes arithmetic-bound; the largest
-            # register tile keeps the vector reads per multiply-add low
-            return max((rt, v) for rt, k, v in TILES[self.store] if k == kb)
-        # One right-hand side: 16-byte loads; RT rows share each vector read. Skinny outputs
-        # take fewer rows per thread (and more split-K blocks) so no thread idles.
-        rt, v = {
-            ("c128", False): (2, 1), ("c128", True): (4, 1),
-            ("c64", False): (4, 2), ("c64", True): (2, 2),
-            ("c32h", False): (4, 4), ("c32h", True): (8, 2),
-        }[(self.store, adjoint)]
-        if n_out < 16:
-            rt = {"c128": 1, "c64": 2, "c32h": 2}[self.store]
-            v = {"c128": 1, "c64": 2, "c32h": 4}[self.store]
-        return rt, v
-
+    def yhat_dtype(self, prec: PrecisionConfig) -> np.dtype:
+        """:func:`~fftmatvec.gpu.ffts.yhat_dtype` of the product's compute dtype."""
+        return yhat_dtype(self.compute, prec)
 
     def _plan(self, adjoint: bool, k: int, in_dtype, out_dtype) -> list[_Launch]:
         key = (adjoint, k, np.dtype(in_dtype), np.dtype(out_dtype))
@@ -149,24 +146,36 @@ class Planner:
         plan = []
         remaining = k
         mma_min = self._mma_min_kb(adjoint, n_red, n_out)
-        tile, _ = self._pipe_tile(n_out, n_red, adjoint)
-        if mma_min is not None and self.pipe_smem(tile, in_dtype) > self.smem_per_block:
+        tile, _ = self.builders._pipe_tile(n_out, n_red, adjoint)
+        if mma_min is not None and self.builders.pipe_smem(tile, in_dtype) > self.smem_per_block:
             mma_min = None  # a device with less shared memory per block than the tile needs
         xreg_min = self._xreg_min_kb(adjoint, n_red, in_dtype, out_dtype)
         while xreg_min is not None and remaining >= xreg_min and self._xreg_takes(remaining):
             kb = min(remaining, MMA_MAX_KB)
             remaining -= kb
-            plan.append(self._launch_xreg(kb, in_dtype, out_dtype))
+            plan.append(self.builders._launch_xreg(kb, in_dtype, out_dtype))
         while mma_min is not None and remaining >= mma_min:
             kb = min(remaining, MMA_MAX_KB)
             remaining -= kb
-            plan.append(self._launch_pipe(kb, n_out, n_red, in_dtype, out_dtype, adjoint=adjoint))
+            plan.append(self.builders._launch_pipe(kb, n_out, n_red, in_dtype, out_dtype, adjoint=adjoint))
         for kb in _BATCH_SIZES:
             while remaining >= kb:
                 remaining -= kb
                 plan.append(self._launch(kb, n_out, n_red, in_dtype, out_dtype, adjoint=adjoint))
         self._plans[key] = plan
         return plan
+
+
+    def _launch(self, kb, n_out, n_red, in_dtype, out_dtype, adjoint=False) -> _Launch:
+        """The launch of ``kb`` right-hand sides (past the tensor-core and input-in-registers
+        kernels' share): the cp.async kernel (:meth:`_use_async`), the staged one
+        (:meth:`_use_staged`), else the GEMV kernels at their default tile."""
+        b = self.builders
+        if self._use_async(kb, n_out, n_red, adjoint, in_dtype):
+            return b._launch_async(n_out, n_red, in_dtype, out_dtype, adjoint=adjoint)
+        if self._use_staged(kb, n_red, adjoint):
+            return b._launch_staged(n_out, n_red, in_dtype, out_dtype)
+        return b._launch_gemv(kb, n_out, n_red, in_dtype, out_dtype, adjoint=adjoint)
 
 
     def _mma_min_kb(self, adjoint: bool = False, n_red: int | None = None,
@@ -177,7 +186,7 @@ class Planner:
         than ``MMA_FEW_RED`` reduction rows ``n_red``; forward over few outputs ``n_out``, at
         least ``MMA_FEW_OUT_MIN_KB``). ``mma=0`` never uses it, ``=1`` uses it for
         every launch, both directions, down to one right-hand side."""
-        mode = plan_mode(self, "mma")
+        mode = self.resolved.get("mma")
         if mode == "0":
             return None
         if not self._sm80_kernels():
@@ -188,7 +197,7 @@ class Planner:
             return None
         if mode == "1":
             return 1
-        key = (self.pipe_store, bool(adjoint))
+        key = (self.builders.pipe_store, bool(adjoint))
         least = self.rules.mma_min_kb[key]
         if n_red is not None and n_red < self.rules.mma_few_red and key in self.rules.mma_few_min_kb:
             least = self.rules.mma_few_min_kb[key]
@@ -205,7 +214,7 @@ class Planner:
         most :data:`XREG_MAX_ND` reduction rows ``n_red``), or None where that kernel is not
         used: by default from :data:`XREG_MIN_KB`. ``xreg=0`` never uses it; ``=1``
         uses it for every adjoint launch, and is an error that says why where it cannot."""
-        mode = plan_mode(self, "xreg")
+        mode = self.resolved.get("xreg")
         if mode == "0" or not adjoint:
             return None
         why = None
@@ -216,7 +225,7 @@ class Planner:
         elif not self._sm80_kernels():
             why = "this device has none (NVIDIA sm_80 or newer)"
         else:
-            name = self._xreg_name(self._xreg_fw(), in_dtype, out_dtype)
+            name = self.builders._xreg_name(self.builders._xreg_fw(), in_dtype, out_dtype)
             if not self.has_kernel(name):
                 why = f"the code object has no {name}"
         if unavailable("xreg", mode, "the adjoint kernel with its input in registers "
@@ -230,18 +239,7 @@ class Planner:
         input-in-registers kernel: all of them with ``xreg=1``, else all but the
         batches of :data:`XREG_GEMV_KB` over more than the fewest sensors compiled."""
         return (kb != self.rules.xreg_gemv_kb.get(self.store) or self.nd <= XREG_ND[0]
-                or plan_mode(self, "xreg") == "1")
-
-
-    def _pipe_tile(self, n_out: int, n_red: int, adjoint: bool):
-        """(tile, rounds of resident blocks its split-K fills, or None for the fitted model) of
-        a tensor-core launch: the 16-row tile of ``PIPE_FEW`` for few outputs (forward) or few
-        reduction rows (adjoint), else the storage's default."""
-        store = self.pipe_store
-        few = self.rules.pipe_few.get((store, bool(adjoint)))
-        if few is not None and (n_red if adjoint else n_out) <= self.rules.pipe_few_rows:
-            return few, self.rules.pipe_few_waves
-        return self.rules.pipe_defaults[(store, bool(adjoint))], None
+                or self.resolved.get("xreg") == "1")
 
 
     def _use_staged(self, kb: int, n_red: int, adjoint: bool) -> bool:
@@ -252,7 +250,7 @@ class Planner:
         ``staged=0`` / ``=1`` never / always stages."""
         if kb != 1:
             return False
-        mode = plan_mode(self, "staged")
+        mode = self.resolved.get("staged")
         if mode != "auto":
             return mode == "1"
         if self.store == "c32h":
@@ -267,7 +265,7 @@ class Planner:
         never uses it, ``=1`` always (an error where the device has none)."""
         if kb != 1:
             return False
-        mode = plan_mode(self, "async")
+        mode = self.resolved.get("async")
         if mode == "0":
             return False
         if mode == "auto" and (adjoint or n_out > self.rules.async_few_rows):
@@ -275,8 +273,8 @@ class Planner:
             min_red = table[(self.store, bool(adjoint))]
             if min_red is None or n_red < min_red:
                 return False
-        tile = self._async_default(n_out, n_red, adjoint, in_dtype)[0]
-        ok = self._sm80_kernels() and self.async_smem(tile, in_dtype) <= self.smem_per_block
+        tile = self.builders._async_default(n_out, n_red, adjoint, in_dtype)[0]
+        ok = self._sm80_kernels() and self.builders.async_smem(tile, in_dtype) <= self.smem_per_block
         if mode == "1" and not ok:
             raise FFTMatvecValueError(
                 "async=1, but this device has no cp.async kernels (NVIDIA sm_80 or "
@@ -286,47 +284,10 @@ class Planner:
 
     def _sm80_kernels(self) -> bool:
         """Whether the code object has the kernels compiled for NVIDIA sm_80 and newer only
-        (mma: the tensor-core and the cp.async ones), found once."""
-        if self._sm80 is None:
-            self._sm80 = kernels.has_mma_kernels()
+        (mma: the tensor-core and the cp.async ones), as the device description says
+        (``DeviceInfo.mma_kernels``)."""
         return self._sm80
 
-
-    def _async_default(self, n_out: int, n_red: int, adjoint: bool, in_dtype):
-        """(tile, split-K target) of the cp.async kernel: the narrow tile for forward products
-        with few outputs; ``ASYNC_FILL_ALT``'s tile where it fills the device's block slots
-        better than a default that fills less than ``ASYNC_MIN_FILL`` of its last round."""
-        if not adjoint and n_out <= self.rules.async_few_rows:
-            return self.rules.async_few[self.store]
-        key = (self.store, bool(adjoint))
-        default, alt = self.rules.async_defaults[key], self.rules.async_fill_alt.get(key)
-        if alt is None:
-            return default
-        fill = self.async_fill(*default, n_out, n_red, in_dtype, adjoint)
-        if fill < self.rules.async_min_fill and self.async_fill(*alt, n_out, n_red, in_dtype, adjoint) > fill:
-            return alt
-        return default
-
-
-    def _wide_default(self, kb: int, n_out: int, n_red: int, adjoint: bool):
-        """((RT, V, W), (BX, TY), split-K target in blocks per multiprocessor) of the wide GEMV
-        tile that serves one right-hand side by default (``WIDE_DEFAULTS``, TY cut to the rows
-        there are), or None: products
-        with fewer than ``ASYNC_FEW_ROWS`` outputs, frequencies that fill less than
-        ``WIDE_MIN_FILL`` of the blocks' spans, or too few blocks, even split, for
-        ``WIDE_MIN_BLOCKS_PER_SM`` per multiprocessor keep the tiles of one group."""
-        wide = self.rules.wide_defaults.get((self.store, bool(adjoint))) if kb == 1 else None
-        if wide is None or n_out < self.rules.async_few_rows:
-            return None
-        (rt, v, w), (bx, ty), per_sm = wide
-        span = bx * w * v  # frequencies of one block
-        if self.nf < self.rules.wide_min_fill * math.ceil(self.nf / span) * span:
-            return None
-        ty = max(1, min(ty, math.ceil(n_out / rt)))
-        base, splits = self._gemv_blocks(n_out, n_red, rt, v, w, bx, ty, per_sm)
-        if base * splits < self.rules.wide_min_blocks_per_sm * self.num_sms:
-            return None
-        return (rt, v, w), (bx, ty), per_sm
 
     def graph_pays(self, x) -> bool:
         """Whether a product with input ``x`` ``(k, n_in, Nt)`` replays a graph by default: a
@@ -340,7 +301,7 @@ class Planner:
 
     def replays(self, x, fused: bool) -> bool:
         """Whether a product with input ``x`` replays a graph (:meth:`graph_runner`)."""
-        mode = plan_mode(self, "graphs")
+        mode = self.resolved.get("graphs")
         if mode == "auto":
             return not (fused or self.hip) and self.graph_pays(x)
         return mode == "1"
@@ -348,11 +309,9 @@ class Planner:
     def callbacks(self) -> tuple[bool, str]:
         """Whether the FFTs can take stages 1 and 5 as callbacks here, and if not, why not.
         ``fft_callbacks=0`` turns them off, ``=1`` makes their absence an error."""
-        mode = plan_mode(self, "fft_callbacks")
+        mode = self.resolved.get("fft_callbacks")
         if mode == "0":
             return False, "turned off (fft_callbacks=0)"
-        if self._callbacks is None:
-            self._callbacks = _fftcb.support()
         if mode == "1" and not self._callbacks[0]:
             raise kernels.KernelLoadError(f"fft_callbacks=1, but {self._callbacks[1]}")
         return self._callbacks
@@ -365,7 +324,7 @@ class Planner:
         these are :data:`ROW_FFT_DTYPES` or cuFFT has no callbacks here;
         ``row_fft=0`` never, ``=1`` in any precision they take, and an error where
         they do not take both FFTs."""
-        mode = plan_mode(self, "row_fft")
+        mode = self.resolved.get("row_fft")
         if mode == "0":
             return False
         key = (prec, mode, self.callbacks()[0])
@@ -390,7 +349,7 @@ class Planner:
         and cuFFT with callbacks take runs on the kernels: where its blocks fill
         :data:`ROW_FFT_MIN_BLOCKS_PER_SM` rounds of the multiprocessors; always with
         ``row_fft=1`` or where cuFFT has no callbacks."""
-        if plan_mode(self, "row_fft") == "1" or not self.callbacks()[0]:
+        if self.resolved.get("row_fft") == "1" or not self.callbacks()[0]:
             return True
         blocks = _row_blocks(rows, self.fft_len, fft_dtype)
         return blocks >= self.rules.row_fft_min_blocks_per_sm * self.num_sms
@@ -407,14 +366,6 @@ class Planner:
         return splits if 1 < splits <= self.rules.fold_max_splits else 0
 
 
-    def fused_adjoint(self, prec: PrecisionConfig, adjoint: bool, k: int,
-                      out_dtype) -> "_GemvIrfft | None":
-        """Stages 3-5 of a fused product as one kernel (:class:`_GemvIrfft`) where
-        :meth:`fused_adjoint_takes` says so, else None."""
-        if not Planner.fused_adjoint_takes(self, prec, adjoint, k, out_dtype):
-            return None
-        return _GemvIrfft(self, prec, out_dtype)
-
     def fused_adjoint_takes(self, prec: PrecisionConfig, adjoint: bool, k: int, out_dtype,
                             code: bool = True) -> bool:
         """Whether stages 3-5 of a fused product run as one kernel: by
@@ -425,7 +376,7 @@ class Planner:
         ``fused_adjoint=0`` never; ``=1`` wherever the kernel takes the product, and an
         error that says why where it does not. ``code=False``: without looking the kernel up in
         the code object (a plan described without a GPU)."""
-        mode = plan_mode(self, "fused_adjoint")
+        mode = self.resolved.get("fused_adjoint")
         if mode == "0" or not adjoint:
             return False
         fft_real = prec.real_dtype("ifft")

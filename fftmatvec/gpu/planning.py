@@ -2,8 +2,9 @@
 product), a :class:`DeviceInfo` (the device, read once), :class:`~fftmatvec.gpu.rules.Rules`
 (the thresholds of its architecture) and :class:`Overrides` (the user's, resolved once) gives
 the :class:`~fftmatvec.gpu.plan.Plan`: no globals, no environment, no engine. The choices are
-the :class:`~fftmatvec.gpu.planner.Planner`'s, the same methods the engine runs; here they
-ask the device description instead of the device."""
+the :class:`~fftmatvec.gpu.planner.Planner`'s, over the stage-3 launch builders
+(:class:`~fftmatvec.gpu.launches.LaunchBuilders`); both ask the device description, never
+the device."""
 
 from __future__ import annotations
 
@@ -16,12 +17,14 @@ import numpy as np
 from .. import backend
 from .._errors import FFTMatvecTypeError, FFTMatvecValueError
 from ..precision import PrecisionConfig
-from .plan import ENV, PLAN_KEYS, Plan, parse_overrides
+from .overrides import Overrides
+from .plan import FFT_CALLBACKS, FFT_IN_FUSED_ADJOINT, FFT_PAD, FFT_ROW, FFT_UNPAD, Plan
 from .planner import Planner
-from .rules import _REAL_SUFFIX, _STORE_SUFFIX, Rules
-from .stage3 import Stage3Launches
+from .rules import _REAL_SUFFIX, Rules
+from .launches import LaunchBuilders
 
-__all__ = ["Problem", "DeviceInfo", "Overrides", "KernelCode", "make_plan", "device_info"]
+__all__ = ["Problem", "DeviceInfo", "Overrides", "KernelCode", "PlanningView", "make_plan",
+           "make_plan_without_callbacks", "stage3_launches", "device_info"]
 
 
 @dataclass(frozen=True)
@@ -178,86 +181,19 @@ def device_info(device_id: int | None = None) -> DeviceInfo:
     return info
 
 
-@dataclass(frozen=True)
-class Overrides:
-    """The plan keys set aside, resolved once: ``items`` ``(key, value, source)`` for the
-    keys not ``auto`` (:data:`~fftmatvec.gpu.plan.PLAN_KEYS`), the source ``plan=``,
-    ``FFTMATVEC_PLAN`` or ``tuning table``. :meth:`resolve` makes it."""
-
-    items: tuple = ()
-
-    @classmethod
-    def resolve(cls, user=None, env=None, tuned=None) -> "Overrides":
-        """The overrides of an operator: its ``plan=`` mapping or string ``user`` wins over the
-        environment's value ``env`` (``FFTMATVEC_PLAN``'s text, read by the caller, or None),
-        which wins over the tuning table's plan ``tuned``."""
-        layers = [(parse_overrides(tuned, "the tuning table's plan"), "tuning table"),
-                  (parse_overrides(env, ENV), ENV),
-                  (parse_overrides(user, "plan"), "plan=")]
-        chosen: dict = {}
-        for values, source in layers:
-            for key, value in values.items():
-                chosen[key] = (value, source)
-        return cls(tuple((key, *chosen[key]) for key in PLAN_KEYS
-                         if key in chosen and chosen[key][0] != "auto"))
-
-    def get(self, key: str) -> str:
-        """``"auto"``, ``"0"`` or ``"1"`` for plan key ``key``."""
-        for k, value, _ in self.items:
-            if k == key:
-                return value
-        return "auto"
-
-    def mapping(self) -> dict:
-        """``{key: value}`` of the keys set aside."""
-        return {k: v for k, v, _ in self.items}
-
-
-class _View(Planner, Stage3Launches):
-    """The planner's methods on a problem's shape and a described device: what
-    :func:`make_plan` asks (nothing is compiled, allocated or launched)."""
+class PlanningView:
+    """The planning of a problem on a described device under rules and overrides, as parts of
+    its own: :attr:`planner` (:class:`~fftmatvec.gpu.planner.Planner`, what :func:`make_plan`
+    asks) and :attr:`builders` (:class:`~fftmatvec.gpu.launches.LaunchBuilders`, the stage-3
+    launch builders a tuning sweep calls with rules of its own, e.g.
+    ``rules.with_table({"gemv_blocks_per_sm": 4})``). Nothing is compiled, allocated or
+    launched."""
 
     def __init__(self, problem: Problem, device: DeviceInfo, rules: Rules,
                  overrides: Overrides):
-        prec = PrecisionConfig(problem.precision)
-        letter = prec.letters[2]
-        self.prec, self.store = prec, _STORE_SUFFIX[letter]
-        self.nd, self.nm, self.nt = problem.nd, problem.nm, problem.nt
-        self.fft_len, self.nf = problem.fft_len, problem.nf
-        self.compute = np.dtype(np.complex128 if letter == "d" else np.complex64)
-        # the stored element: its itemsize sizes the kernels' shared memory
-        self.data = np.empty(0, dtype={"c128": np.complex128, "c64": np.complex64,
-                                       "c32h": np.uint32}[self.store])
-        self.nbytes = int(self.data.itemsize * problem.nd * problem.nm * problem.nf
-                          + (4 * problem.nd * problem.nf if letter == "h" else 0))
-        self.device, self.rules, self.resolved = device, rules, overrides
-        self.arch, self.num_sms = device.arch, device.multiprocessors
-        self.smem_per_sm, self.smem_per_block = device.smem_per_sm, device.smem_per_block
-        self.threads_per_sm, self.regs_per_sm = device.threads_per_sm, device.regs_per_sm
-        self._callbacks, self._sm80 = tuple(device.callbacks), device.mma_kernels
-        self._plans, self._row_ffts, self._num_regs = {}, {}, {}
-        self.blocks_per_sm, self.staged_threads_per_sm = 8, None
-        self.pipe_waves = self.pipe_splits = self.pipe_freq_major = self.async_waves = None
-
-    @property
-    def hip(self) -> bool:
-        return self.device.vendor == "amd"
-
-    def has_kernel(self, name: str) -> bool:
-        return self.device.code.has(name)
-
-    def kernel_regs(self, name: str) -> int:
-        return self.device.code.num_regs(name)
-
-    def xhat_dtype(self, prec: PrecisionConfig) -> np.dtype:
-        if self.compute == np.complex64:
-            return np.dtype(np.complex64)
-        return prec.complex_dtype("fft")
-
-    def yhat_dtype(self, prec: PrecisionConfig) -> np.dtype:
-        if self.compute == np.complex64:
-            return np.dtype(np.complex64)
-        return prec.complex_dtype("ifft")
+        self.problem, self.device, self.rules, self.overrides = problem, device, rules, overrides
+        self.builders = LaunchBuilders(problem, device, rules, overrides)
+        self.planner = Planner(problem, device, rules, overrides, self.builders)
 
 
 class _Shape:
@@ -289,7 +225,7 @@ def make_plan(problem: Problem, device: DeviceInfo, rules: Rules,
     if not isinstance(overrides, Overrides):
         raise FFTMatvecTypeError(f"overrides must be an Overrides, got "
                                  f"{type(overrides).__name__}")
-    view = _View(problem, device, rules, overrides)
+    view = PlanningView(problem, device, rules, overrides).planner
     prec, adjoint, k = view.prec, problem.adjoint, problem.k
     in_dtype, out_dtype = problem.in_dtype, problem.out_dtype
     n_in, n_out = (view.nd, view.nm) if adjoint else (view.nm, view.nd)
@@ -300,22 +236,44 @@ def make_plan(problem: Problem, device: DeviceInfo, rules: Rules,
     if fused:
         fused_adj = view.fused_adjoint_takes(prec, adjoint, k, out_dtype)
         row_fwd = own and view.row_fft_pays(k * n_in, prec.real_dtype("fft"))
-        fwd = "row FFT kernel" if row_fwd else "cuFFT with callbacks"
+        fwd = FFT_ROW if row_fwd else FFT_CALLBACKS
         if fused_adj:
-            inv = "in the fused adjoint kernel"
+            inv = FFT_IN_FUSED_ADJOINT
             launches = []
         else:
             row_inv = own and view.row_fft_pays(k * n_out, prec.real_dtype("ifft"))
-            inv = "row FFT kernel" if row_inv else "cuFFT with callbacks"
+            inv = FFT_ROW if row_inv else FFT_CALLBACKS
             fold = 0 if row_inv else view.fold_splits(prec, adjoint, k)
             launches = view._plan(adjoint, k, view.xhat_dtype(prec), view.yhat_dtype(prec))
         ffts = (fwd, inv)
     else:
-        ffts = ("pad kernel, then cuFFT", "cuFFT, then unpad kernel")
+        ffts = (FFT_PAD, FFT_UNPAD)
         launches = view._plan(adjoint, k, prec.complex_dtype("fft"), prec.complex_dtype("ifft"))
     graph = view.replays(_Shape((k, n_in, view.nt), in_dtype), fused)
     path = "graph" if graph else "fused" if fused else "stages"
     work = max([la.splits * la.kb * n_out * view.nf * view.compute.itemsize
                 for la in launches if la.splits > 1] or [0])
     return Plan("adjoint" if adjoint else "forward", k, prec.letters, path, ffts,
-                tuple(launches), fused_adj, fold, device.arch, overrides.items, work)
+                tuple(launches), fused_adj, fold, device.arch, overrides.items, work, problem)
+
+
+def stage3_launches(problem: Problem, device: DeviceInfo, rules: Rules,
+                    overrides: Overrides | None, in_dtype, out_dtype) -> tuple:
+    """Stage 3's launches (:class:`~fftmatvec.gpu.stage3._Launch`) of ``problem`` on
+    ``device`` for an input of ``in_dtype`` and an output of ``out_dtype`` (complex): the
+    choice :func:`make_plan` makes for those dtypes, for stage 3 run on its own (benchmarks,
+    tuning sweeps, the building blocks). A pure function of its arguments."""
+    overrides = Overrides() if overrides is None else overrides
+    view = PlanningView(problem, device, rules, overrides).planner
+    return tuple(view._plan(problem.adjoint, problem.k, np.dtype(in_dtype), np.dtype(out_dtype)))
+
+
+def make_plan_without_callbacks(problem: Problem, device: DeviceInfo, rules: Rules,
+                                overrides: Overrides | None, why: str) -> Plan:
+    """The plan of ``problem`` where cuFFT could not make a plan with callbacks that ``plan``
+    named (``why``): :func:`make_plan` on ``device`` described without callbacks, so the
+    product takes the row FFT kernels where they serve it, else runs stage by stage."""
+    import dataclasses
+
+    return make_plan(problem, dataclasses.replace(device, callbacks=(False, str(why))), rules,
+                     overrides)

@@ -56,7 +56,7 @@ WIDE_TILES = {
     "c32h": [],
 }
 # Where one of them is the default for one vector, per (storage, adjoint): ((RT, V, W), (BX, TY)
-# block, split-K target in blocks per multiprocessor); see KernelEngine._wide_default.
+# block, split-K target in blocks per multiprocessor); see LaunchBuilders._wide_default.
 # Measurements: docs/gpu.md.
 WIDE_DEFAULTS = {
     ("c128", False): ((2, 1, 4), (32, 4), 16),
@@ -227,7 +227,7 @@ FOLD_MAX_SPLITS = 8
 
 
 # The FFT precisions whose fused products take the package's own row FFT kernels by default where
-# cuFFT has callbacks too (KernelEngine.row_ffts). Where cuFFT has no callbacks (ROCm) they take
+# cuFFT has callbacks too (Planner.row_ffts). Where cuFFT has no callbacks (ROCm) they take
 # every precision: the alternative is the stages one by one. Measurements: docs/gpu.md.
 ROW_FFT_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
 # ... for transforms whose blocks fill at least this many rounds of the multiprocessors: with
@@ -237,7 +237,7 @@ ROW_FFT_MIN_BLOCKS_PER_SM = 3
 # Stages 3-5 of a one-vector adjoint as one kernel (hip_kernels/fused.cuh: its sums never go
 # through memory, the stage-3 output the inverse FFT would read back). By default for complex128
 # and complex64 storage with at most FUSED_MAX_ND sensors and FUSED_THREADS frequencies, where the
-# row FFT kernels take the inverse transform (KernelEngine.fused_adjoint). Measurements:
+# row FFT kernels take the inverse transform (Planner.fused_adjoint_takes). Measurements:
 # docs/gpu.md.
 FUSED_ND = (4, 8, 10, 12)  # the sensors its kernels hold (fftmatvec_kernels.cu)
 # (FUSED_ND: the smallest that holds Nd, whose loads are then all in use.) Measurements: docs/gpu.md.
@@ -262,6 +262,20 @@ FUSED_MAX_SMEM = 48 * 1024
 GRAPH_MAX_KHAT_BYTES = 64 * 2**20
 GRAPH_MEDIUM_KHAT_BYTES = 2 * 2**30
 GRAPH_MAX_VECTOR_BYTES = 16 * 2**20
+# The split-K targets of stage 3's launches, which a tuning sweep (scripts/tune_sbgemv.py) sets
+# through the rules it plans with: GEMV_BLOCKS_PER_SM thread blocks of 128 threads per
+# multiprocessor for the GEMV kernels; STAGED_THREADS_PER_SM threads per multiprocessor for the
+# staged kernel (None: 2048 for complex64 storage, 1024 for the others); ASYNC_WAVES rounds of
+# the block slots for the cp.async kernel (None: its tile's default); PIPE_WAVES rounds of the
+# resident blocks for the tensor-core kernel (None: the split model, or PIPE_FEW_WAVES for its
+# few-row tile); PIPE_SPLITS a split-K count for it (None: chosen); PIPE_FREQ_MAJOR its block
+# order (None: chosen). 0 rounds or blocks: no split-K.
+GEMV_BLOCKS_PER_SM = 8
+STAGED_THREADS_PER_SM = None
+ASYNC_WAVES = None
+PIPE_WAVES = None
+PIPE_SPLITS = None
+PIPE_FREQ_MAJOR = None
 # At most HOLD_STREAMS streams' sets are kept. Measurements: docs/gpu.md.
 HOLD_MAX_BYTES = 64 * 2**20
 HOLD_KHAT_FRACTION = 4
@@ -276,7 +290,9 @@ _RULE_NAMES = ("WIDE_DEFAULTS", "WIDE_MIN_FILL", "WIDE_MIN_BLOCKS_PER_SM", "ASYN
                "XREG_FEW_ROWS", "XREG_MIN_KB", "XREG_GEMV_KB", "REDUCE_SERIAL_MAX_SPLITS",
                "REDUCE_SERIAL_MIN_OUTPUTS", "FOLD_MAX_SPLITS", "ROW_FFT_DTYPES",
                "ROW_FFT_MIN_BLOCKS_PER_SM", "FUSED_MIN_BLOCKS_PER_SM", "GRAPH_MAX_KHAT_BYTES",
-               "GRAPH_MEDIUM_KHAT_BYTES", "GRAPH_MAX_VECTOR_BYTES")
+               "GRAPH_MEDIUM_KHAT_BYTES", "GRAPH_MAX_VECTOR_BYTES", "GEMV_BLOCKS_PER_SM",
+               "STAGED_THREADS_PER_SM", "ASYNC_WAVES", "PIPE_WAVES", "PIPE_SPLITS",
+               "PIPE_FREQ_MAJOR")
 
 
 def _frozen(value):
@@ -328,6 +344,12 @@ class Rules:
     graph_max_khat_bytes: int
     graph_medium_khat_bytes: int
     graph_max_vector_bytes: int
+    gemv_blocks_per_sm: int
+    staged_threads_per_sm: int | None
+    async_waves: int | None
+    pipe_waves: int | None
+    pipe_splits: int | None
+    pipe_freq_major: bool | None
 
     def with_table(self, table: Mapping) -> "Rules":
         """These rules with the fields of ``table`` (``{field: value}``, a tuning table's rules)
