@@ -71,12 +71,11 @@ COLLECTIVE_KINDS = ("gather", "reduce", "allreduce")
 LAUNCH = 5e-6
 
 # bytes per second a device streams from its memory, for the compute times of an operator's
-# choice of chunks: a CPU socket's DRAM, a data-centre GPU's HBM (of the order of the H100's
-# and MI250X GCD's)
+# choice of chunks: a CPU socket's DRAM, a data-centre GPU's HBM
 BANDWIDTH = {"cpu": 20e9, "gpu": 3e12}
 
 # the network an operator's choice of chunks assumes on a real transport: GPU ranks on the
-# H100 cluster's model (NVLink within a node, InfiniBand between); CPU ranks on MPI over
+# GPU cluster model H100_CLUSTER (NVLink within a node, InfiniBand between); CPU ranks on MPI over
 # shared memory within a node (latency in seconds, bandwidth in bytes per second) and an
 # InfiniBand-class network between nodes
 NETWORK = {
