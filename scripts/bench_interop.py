@@ -21,29 +21,10 @@ Usage: python scripts/bench_interop.py [--size 200x100x400] [--precision ddddd]
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 
-
-def waited_time(xp, fn, repeat: int) -> float:
-    """Median seconds of ``fn()``, each call waited for (device events on a GPU)."""
-    times = []
-    if xp is np:
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        return float(np.median(times))
-    xp.cuda.Device().synchronize()
-    start, stop = xp.cuda.Event(), xp.cuda.Event()
-    for _ in range(repeat):
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(xp.cuda.get_elapsed_time(start, stop) * 1e-3)
-    return float(np.median(times))
+from bench_check import waited_time  # the same timer: each call waited for
 
 
 def main() -> None:

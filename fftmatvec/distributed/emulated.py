@@ -162,18 +162,15 @@ class MachineModel:
         return self.steps(p) * alpha + (nbytes - own) * beta
 
 
-# Frontier (OLCF): 8 MI250X GCDs a node; GCDs of different MI250X joined by 50-100 GB/s of
-# Infinity Fabric (the ring's slowest in-node link: 50 GB/s); four Slingshot-11 NICs of
-# 25 GB/s a node. Latencies are assumptions of the order of published microbenchmarks.
+# The two shipped machine models (ranks a node; latency in seconds and bandwidth in bytes per
+# second a rank within a node, a node between nodes). Their published sources are each model's
+# `source` and the table of docs/emulated_network.md; the latencies are assumptions.
 FRONTIER = MachineModel(
     "frontier", ranks_per_node=8, intra_latency=2e-6, intra_bandwidth=50e9,
     inter_latency=3e-6, inter_bandwidth=4 * 25e9,
     source="OLCF Frontier User Guide (node: 4 MI250X = 8 GCDs, Infinity Fabric GPU-GPU "
            "50-200 GB/s, 4 HPE Slingshot-11 NICs of 25 GB/s)")
 
-# An NVIDIA H100 cluster of DGX H100-like nodes: 8 GPUs joined by NVLink 4 through NVSwitch
-# (900 GB/s a GPU both directions together: 450 GB/s each way); 8 InfiniBand NDR ports of
-# 400 Gb/s = 50 GB/s a node. Latencies as above.
 H100_CLUSTER = MachineModel(
     "h100", ranks_per_node=8, intra_latency=2e-6, intra_bandwidth=450e9,
     inter_latency=3e-6, inter_bandwidth=8 * 50e9,

@@ -75,9 +75,8 @@ LAUNCH = 5e-6
 BANDWIDTH = {"cpu": 20e9, "gpu": 3e12}
 
 # the network an operator's choice of chunks assumes on a real transport: GPU ranks on the
-# GPU cluster model H100_CLUSTER (NVLink within a node, InfiniBand between); CPU ranks on MPI over
-# shared memory within a node (latency in seconds, bandwidth in bytes per second) and an
-# InfiniBand-class network between nodes
+# GPU cluster model of emulated.py; CPU ranks on MPI over shared memory within a node (latency
+# in seconds, bandwidth in bytes per second) and an InfiniBand-class network between nodes
 NETWORK = {
     "gpu": H100_CLUSTER,
     "cpu": MachineModel("host", ranks_per_node=64, intra_latency=1e-6, intra_bandwidth=5e9,
