@@ -241,6 +241,115 @@ def test_a_gpu_collective_starts_in_order_once_its_data_is_on_the_host():
     assert q0.test() and q0.wait() == "c"
 
 
+def test_the_collective_thread_keeps_the_order_and_returns_the_results():
+    """The helper thread posts the collectives in the order submitted, each once its data is
+    ready (a slow first one holds the later ones back: MPI requires one order on every
+    rank), waits for each request and returns its result through the future."""
+    import time
+
+    from fftmatvec.distributed.comm import CollectiveThread
+
+    worker, log = CollectiveThread(), []
+
+    def ready(i, seconds):
+        def go():
+            time.sleep(seconds)
+            log.append(("ready", i))
+        return go
+
+    def start(i, n):
+        def go():
+            log.append(("start", i))
+            return _Request(n)
+        return go
+
+    futs = [worker.submit(ready(i, s), start(i, n), lambda i=i: f"result {i}")
+            for i, (s, n) in enumerate([(0.2, 3), (0.0, 1), (0.05, 2), (0.0, 1)])]
+    assert [f.result(timeout=10) for f in futs] == [f"result {i}" for i in range(4)]
+    assert log == [(w, i) for i in range(4) for w in ("ready", "start")]
+    assert worker.pending == 0 and worker.drain() is None
+    worker.close()
+
+
+def test_the_collective_thread_posts_a_failed_collective_and_raises_after_it():
+    """A failure while waiting for the data: the send buffer is zeroed and the collective
+    posted all the same (the other ranks' collectives complete), then the failure is raised
+    to the caller; the collectives after it run as usual. A failing post is raised too."""
+    from fftmatvec.distributed.comm import CollectiveThread
+
+    worker, log = CollectiveThread(), []
+
+    def broken():
+        raise RuntimeError("the device copy failed")
+
+    def refused():
+        raise ValueError("MPI refused it")
+
+    f0 = worker.submit(broken, lambda: log.append("posted 0") or _Request(1),
+                       lambda: "never", spoil=lambda: log.append("zeroed 0"))
+    f1 = worker.submit(lambda: None, refused, lambda: "never")
+    f2 = worker.submit(lambda: None, lambda: log.append("posted 2"), lambda: "fine")
+    with pytest.raises(RuntimeError, match="the device copy failed"):
+        f0.result(timeout=10)
+    with pytest.raises(ValueError, match="MPI refused it"):
+        f1.result(timeout=10)
+    assert f2.result(timeout=10) == "fine"
+    assert log == ["zeroed 0", "posted 0", "posted 2"]
+    f3 = worker.submit(broken, lambda: None, lambda: None)
+    assert isinstance(worker.drain(), RuntimeError) and worker.pending == 0 and f3.done()
+    worker.close()
+
+
+def test_the_collective_thread_starts_lazily_and_closes_cleanly():
+    """No thread before the first collective; close() waits for the pending ones and ends
+    the thread; a later collective makes another."""
+    import threading
+    import time
+
+    from fftmatvec.distributed.comm import CollectiveThread
+
+    def threads():
+        return [t for t in threading.enumerate() if t.name.startswith("fftmatvec-test")]
+
+    worker = CollectiveThread(name="fftmatvec-test")
+    assert threads() == []
+    done = []
+    fut = worker.submit(lambda: time.sleep(0.1), lambda: None, lambda: done.append(1))
+    assert len(threads()) == 1
+    worker.close()
+    assert fut.done() and done == [1] and threads() == []
+    assert worker.submit(lambda: None, lambda: None, lambda: "again").result(timeout=10) == \
+        "again"
+    worker.close()
+    assert threads() == []
+
+
+def test_a_transport_with_the_helper_thread_hands_its_collectives_over():
+    """``MPITransport(helper=True)``: a collective goes to the helper thread (nothing to
+    drive on the calling thread), which waits for its event first; ``wait()`` gives its
+    result, and a failure to wait for the event reaches the caller after the collective,
+    its send buffer zeroed."""
+    import numpy as np
+
+    from fftmatvec.distributed.comm import MPITransport
+
+    class Failing:
+        def synchronize(self):
+            raise RuntimeError("no event")
+
+    t = MPITransport(np, helper=True)
+    assert t.helper and not MPITransport(np).helper
+    ev, req, send = _Event(0), _Request(2), np.ones(3)
+    pend = t._pending(lambda: req, lambda: "got", (), ev)
+    assert pend.wait() == "got" and ev.waited and req.tests >= 2 and t.in_flight == 0
+    bad = t._pending(lambda: _Request(1), lambda: "never", (), Failing(),
+                     lambda: send.fill(0))
+    with pytest.raises(RuntimeError, match="no event"):
+        bad.wait()
+    assert not send.any() and isinstance(t.drain(), RuntimeError) and t.drain() is None
+    t.close()
+
+
 def test_process_grid_needs_a_communicator():
     from fftmatvec import ProcessGrid
 

@@ -33,19 +33,38 @@ products of a pipeline). So the host keeps queueing the next chunks' products wh
 chunks' data reaches host memory, and one chunk's collectives move while the next is
 computed. A wait for a collective not yet started starts those before it in order, testing
 the collectives in flight meanwhile.
+
+The helper thread
+-----------------
+Host-staged MPI on a GPU goes further where MPI allows it: one helper thread per transport
+(:class:`CollectiveThread`, made at the first collective) takes each collective in the order
+the product queues it, waits for its staging copy's event, posts the MPI call, waits for it
+and copies the result back to the device on a stream of its own. The calling thread only
+queues device work and hands the collectives over; it never waits for the device or for MPI
+before the product's end, where it waits for every collective in order. Every rank queues a
+communicator's collectives in one order and the one thread posts them in that order, as MPI
+requires. Between a product's first collective and its last wait the helper is the only thread
+that calls MPI (the calling thread makes no MPI call until it has waited for them all), so
+``MPI_THREAD_SERIALIZED`` is enough; ``MPI_THREAD_MULTIPLE`` (mpi4py's default request) is
+used the same way. Below ``MPI_THREAD_SERIALIZED`` (``MPI.Query_thread()``) the transport
+drives MPI from the calling thread between the steps, as above. A failure in the helper
+(waiting for the device, the copy back) is raised by that collective's ``wait()`` after the
+collective has run, with zeros sent in place of the data it could not stage, so the other
+ranks' collectives complete and the error reaches every rank at the next sync point.
 """
 
 from __future__ import annotations
 
 import collections
 import os
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
 from .. import backend
 from .._errors import FFTMatvecDistributedError, FFTMatvecValueError
 
-__all__ = ["sync", "Pending", "MPITransport", "NCCLTransport", "make_transport", "gpu_aware_mpi",
+__all__ = ["sync", "Pending", "CollectiveThread", "MPITransport", "NCCLTransport", "make_transport", "gpu_aware_mpi",
            "shared_device", "TRANSPORTS"]
 
 # the values of an operator's ``transport`` argument (None: chosen per the ranks' devices)
@@ -168,24 +187,151 @@ def _alone(xp, a, dtype) -> Pending:
     return Pending(None, lambda: out)
 
 
+class CollectiveThread:
+    """One helper thread that runs collectives one after another, in the order submitted.
+
+    Transport-independent: a collective is three callables. The thread calls ``ready()``
+    (waits until its data may be read), ``start()`` (posts it and returns a request with a
+    ``Wait()``, or None), waits for the request, and returns ``finish()`` (its result) through
+    the :class:`concurrent.futures.Future` that :meth:`submit` returns. Where ``ready()``
+    raises, ``spoil()`` makes the data zeros and the collective is posted all the same (the
+    other ranks' collectives complete); its future then raises the failure after the
+    collective. The thread is made at the first :meth:`submit` and ends at :meth:`close`
+    (or when the object is collected).
+    """
+
+    def __init__(self, name: str = "fftmatvec-mpi"):
+        self._name = name
+        self._pool: ThreadPoolExecutor | None = None
+        self._futures: collections.deque = collections.deque()  # submitted, in order
+
+    @property
+    def pending(self) -> int:
+        """Collectives submitted and not yet finished."""
+        return sum(not f.done() for f in self._futures)
+
+    def submit(self, ready, start, finish, spoil=None) -> Future:
+        """Queue a collective (the class's notes); returns its future."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self._name)
+        while self._futures and self._futures[0].done():
+            self._futures.popleft()
+        fut = self._pool.submit(_run_collective, ready, start, finish, spoil)
+        self._futures.append(fut)
+        return fut
+
+    def drain(self) -> BaseException | None:
+        """Wait for every collective submitted, in order; the first failure, or None."""
+        first = None
+        while self._futures:
+            exc = self._futures.popleft().exception()
+            if first is None:
+                first = exc
+        return first
+
+    def close(self) -> None:
+        """Wait for the collectives submitted, then end the thread (a later :meth:`submit`
+        makes another)."""
+        self.drain()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+
+def _run_collective(ready, start, finish, spoil):
+    """One collective on the helper thread (:class:`CollectiveThread`)."""
+    failed = None
+    try:
+        ready()
+    except BaseException as exc:  # post zeros: the other ranks' collectives complete
+        failed = exc
+        if spoil is not None:
+            spoil()
+    req = start()
+    if req is not None:
+        req.Wait()
+    if failed is not None:
+        raise failed
+    return finish()
+
+
+def _thread_level_allows_helper() -> bool:
+    """Whether MPI was initialised with at least ``MPI_THREAD_SERIALIZED`` (the helper thread
+    is then the only thread calling MPI while collectives are pending)."""
+    from mpi4py import MPI
+
+    return MPI.Query_thread() >= MPI.THREAD_SERIALIZED
+
+
 class MPITransport:
     """Collectives through mpi4py on NumPy buffers, or CuPy ones (direct or host-staged).
 
     Every collective takes its input in the layout ``(n, ...)`` with the distributed axis
     first, casts it to the wire dtype ``dtype`` and returns ``(n_total, ...)`` in that dtype.
     On a GPU a collective is queued behind an event and started, in order, once the device has
-    written its data (see the module's notes).
+    written its data (see the module's notes); host-staged, by the helper thread where MPI's
+    thread level allows it.
+
+    Parameters
+    ----------
+    xp : module
+        ``numpy`` or ``cupy``.
+    gpu_aware : bool, optional
+        Whether CuPy buffers go to MPI directly; None: :func:`gpu_aware_mpi`.
+    reason : str
+        Why this transport was chosen (:attr:`reason`).
+    helper : bool, optional
+        Run the collectives on a helper thread (:class:`CollectiveThread`, the module's
+        notes). None: for host-staged CuPy buffers where MPI was initialised with at least
+        ``MPI_THREAD_SERIALIZED``, else not (a CPU rank computes on the calling thread and
+        waits in MPI; a GPU-aware MPI starts its collectives behind events). True forces it
+        on NumPy buffers too (the same thread on the CPU, for tests).
+
+    Raises
+    ------
+    FFTMatvecValueError
+        ``helper=True`` where MPI's thread level is below ``MPI_THREAD_SERIALIZED``.
     """
 
     name = "mpi"
 
-    def __init__(self, xp, gpu_aware: bool | None = None, reason: str = ""):
+    def __init__(self, xp, gpu_aware: bool | None = None, reason: str = "",
+                 helper: bool | None = None):
         self.xp = xp
         self.direct = xp is np or (gpu_aware_mpi() if gpu_aware is None else bool(gpu_aware))
         self.reason = reason
         self._queue: collections.deque = collections.deque()  # queued, not started, in order
         self._inflight: list = []  # started, not yet seen complete
         self._staging = None  # the host-staged copies' CUDA stream, made at the first
+        self._landing = None  # the helper's copies back to the device, its own CUDA stream
+        staged = xp is not np and not self.direct
+        if helper is None:
+            helper = staged and _thread_level_allows_helper()
+            if staged and not helper:
+                self.reason += ("; MPI's thread level is below MPI_THREAD_SERIALIZED: the "
+                                "collectives are driven from the calling thread")
+        elif helper and not _thread_level_allows_helper():
+            raise FFTMatvecValueError(
+                "helper=True needs MPI initialised with at least MPI_THREAD_SERIALIZED, got "
+                "a lower level (MPI.Query_thread())")
+        self._helper = CollectiveThread() if helper else None
+        # the device the helper's copies back run on (the current one at construction)
+        self._device_id = xp.cuda.Device().id if helper and staged else None
+
+    @property
+    def helper(self) -> bool:
+        """Whether the collectives run on the helper thread (the module's notes)."""
+        return self._helper is not None
+
+    def drain(self) -> BaseException | None:
+        """Wait for every collective handed to the helper thread; the first failure, or
+        None (nothing to wait for without the helper: the caller's waits drive MPI)."""
+        return None if self._helper is None else self._helper.drain()
+
+    def close(self) -> None:
+        """Wait for the collectives pending and end the helper thread, if any."""
+        if self._helper is not None:
+            self._helper.close()
 
     @property
     def staging(self) -> str:
@@ -197,7 +343,8 @@ class MPITransport:
     def in_flight(self) -> int:
         """Collectives queued or started and neither waited for nor seen complete by
         :meth:`progress`."""
-        return len(self._queue) + sum(not p.done for p in self._inflight)
+        helper = 0 if self._helper is None else self._helper.pending
+        return len(self._queue) + sum(not p.done for p in self._inflight) + helper
 
     def _launch(self) -> None:
         """Start the queued collectives, in order, while the first one's event has passed."""
@@ -236,9 +383,15 @@ class MPITransport:
         while not pend.test():
             self.progress()
 
-    def _pending(self, start, finish, keep, ready=None) -> Pending:
+    def _pending(self, start, finish, keep, ready=None, spoil=None) -> Pending:
         """Queue the collective that ``start()`` starts (returning its request) once the
-        device event ``ready`` (None: none) and those queued before it have passed."""
+        device event ``ready`` (None: none) and those queued before it have passed; with the
+        helper thread, hand it over (``finish()`` runs there too, and ``spoil()`` zeros the
+        send buffer if waiting for ``ready`` fails)."""
+        if self._helper is not None:
+            wait = (lambda: None) if ready is None else ready.synchronize
+            fut = self._helper.submit(wait, start, finish, spoil)
+            return Pending(None, fut.result, keep)
         pend = Pending(None, finish, keep, start=start, ready=ready, owner=self)
         self._inflight = [p for p in self._inflight if not p.done]
         self._queue.append(pend)
@@ -268,7 +421,12 @@ class MPITransport:
         if a.nbytes:
             xp.cuda.runtime.memcpyAsync(host.ctypes.data, a.data.ptr, a.nbytes,
                                         xp.cuda.runtime.memcpyDeviceToHost, staging.ptr)
-        return host, staging.record(), (a,)
+        if self._helper is None:
+            return host, staging.record(), (a,)
+        # the helper thread waits for this event: a blocking one yields the CPU meanwhile
+        done = xp.cuda.Event(block=True, disable_timing=True)
+        done.record(staging)
+        return host, done, (a,)
 
     def _empty(self, shape, dtype):
         if self.xp is not np and self.direct:
@@ -276,7 +434,34 @@ class MPITransport:
         return np.empty(shape, dtype=dtype)
 
     def _back(self, a):
-        return a if self.xp is np or self.direct else self.xp.asarray(a)
+        """What gives a collective's result from its receive buffer ``a``: ``a`` itself, or
+        ``a`` copied to the device. With the helper thread the device array is made now, on
+        the calling thread's stream (after the work queued so far, which the staging copy's
+        event covers), and the helper copies into it on a stream of its own and waits for
+        the copy, so the calling thread's stream may use it at once."""
+        xp = self.xp
+        if xp is np or self.direct:
+            return lambda: a
+        if self._helper is None:
+            return lambda: xp.asarray(a)
+        out = xp.empty(a.shape, dtype=a.dtype)
+
+        def land():
+            with xp.cuda.Device(self._device_id):
+                if self._landing is None:
+                    self._landing = xp.cuda.Stream(non_blocking=True)
+                out.set(a, stream=self._landing)
+                self._landing.synchronize()
+            return out
+
+        return land
+
+    def _zeros(self, send):
+        """What zeros a staged send buffer (a copy in pinned memory), or None where ``send``
+        may be the caller's own array."""
+        if self.xp is np or self.direct:
+            return None
+        return lambda: send.fill(0)
 
     def allgatherv(self, comm, a, counts, dtype) -> Pending:
         """Concatenate every rank's ``a`` (``counts[q]`` rows from rank ``q``) on every rank."""
@@ -290,7 +475,7 @@ class MPITransport:
         displs = np.concatenate([[0], np.cumsum(cnt)[:-1]]).astype(int).tolist()
         return self._pending(
             lambda: comm.Iallgatherv(send, [recv, cnt, displs, _mpi_type(dtype)]),
-            lambda: self._back(recv), (send, *keep), ready)
+            self._back(recv), (send, *keep), ready, self._zeros(send))
 
     def reduce_scatter(self, comm, a, counts, dtype, device: bool = True) -> Pending:
         """Sum ``a`` over the ranks and give rank ``q`` its ``counts[q]`` rows of the sum.
@@ -306,9 +491,9 @@ class MPITransport:
         send, ready, keep = self._send(a, dtype)
         recv = self._empty((int(counts[comm.Get_rank()]),) + tuple(rest), dtype)
         cnt = [int(n) * per for n in counts]
-        back = self._back if device else (lambda r: r)
+        back = self._back(recv) if device else (lambda: recv)
         return self._pending(lambda: comm.Ireduce_scatter(send, recv, cnt, op=MPI.SUM),
-                             lambda: back(recv), (send, *keep), ready)
+                             back, (send, *keep), ready, self._zeros(send))
 
     def allreduce(self, comm, a, dtype) -> Pending:
         """Sum ``a`` over the ranks, on every rank."""
@@ -319,7 +504,7 @@ class MPITransport:
         send, ready, keep = self._send(a, dtype)
         recv = self._empty(send.shape, dtype)
         return self._pending(lambda: comm.Iallreduce(send, recv, op=MPI.SUM),
-                             lambda: self._back(recv), (send, *keep), ready)
+                             self._back(recv), (send, *keep), ready, self._zeros(send))
 
 
 class NCCLTransport:

@@ -712,6 +712,14 @@ class DistributedBlockToeplitz(_Distributed):
             block = _take(xp, block, cols, 1)
         return BlockToeplitz(xp.ascontiguousarray(block), self.precision, **opts)
 
+    def close(self) -> None:
+        """End the transport's helper thread, if it has one (host-staged MPI on a GPU: the
+        notes of :mod:`.comm`), after the collectives pending; a later product makes
+        another. Not collective."""
+        close = getattr(self.transport, "close", None)
+        if close is not None:
+            close()
+
     # ---- shapes ----------------------------------------------------------------------------
     @property
     def shape(self) -> tuple[int, int]:
@@ -942,8 +950,10 @@ class DistributedBlockToeplitz(_Distributed):
                                                  ch.counts, w1)
                     elif kind in ("gather_wait", "allreduce_wait"):
                         # gathers and all-reduces start in the first half
-                        data[key] = self._input(pend.pop((0, axis, idx)).wait(),
-                                                weight if half else None, ch,
+                        wire = w1 if kind == "gather_wait" else w5
+                        got = self._kept(pend.pop((0, axis, idx)).wait,
+                                         lambda: xp.zeros((n, k, self.nt), wire))
+                        data[key] = self._input(got, weight if half else None, ch,
                                                 s_mid if half else 0)
                     elif kind == "fft":
                         x, e = data.pop(key), exps(half, axis, idx)[0]
@@ -961,12 +971,18 @@ class DistributedBlockToeplitz(_Distributed):
                         pend[key] = t.allreduce(comm[axis], outs.pop(key).transpose(1, 0, 2), w5)
                     else:  # reduce_wait: this rank's rows of the output chunk, unscaled
                         a, b = ch.mine
-                        Y[:, a:b] = pend.pop(key).wait().transpose(1, 0, 2)
+                        ym = np if on_host else xp  # Y in pinned host memory, or not
+                        Y[:, a:b] = self._kept(pend.pop(key).wait,
+                                               lambda: ym.zeros((b - a, k, self.nt), w5)
+                                               ).transpose(1, 0, 2)
                         if s_out[half]:
-                            ym = np if on_host else xp  # Y in pinned host memory, or not
                             ym.ldexp(Y[:, a:b], -s_out[half], out=Y[:, a:b])
                 # start the collectives whose data the device has written, move those in flight
                 t.progress()
+            # every collective has been waited for; a helper thread holds none now
+            failed = t.drain() if hasattr(t, "drain") else None
+            if failed is not None and self._exc is None:
+                self._exc = failed
             if on_host:
                 Y = xp.asarray(Y)
         return Y, self._exc

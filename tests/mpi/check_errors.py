@@ -167,6 +167,8 @@ def main():
     if rank == last:
         del op3._stage3
     assert np.array_equal(host(op3.collect(op3.matmat(m3[None]), "obs")), good3)
+    if not GPU:
+        check_helper_thread_failure()
     # the operator still works after the errors
     again = host(op.collect(op.matvec(m), "obs"))
     assert np.array_equal(again, good)
@@ -176,6 +178,47 @@ def main():
 
         shutil.rmtree(tmp, ignore_errors=True)
         print(f"OK {size} {cases}")
+
+
+def check_helper_thread_failure():
+    """The helper thread (host-staged MPI's on a GPU, forced on NumPy buffers): on the last
+    rank waiting for a collective's data fails; the collective is posted with zeros, so the
+    other ranks' complete, and every rank raises (no hang). The thread then goes on."""
+    from fftmatvec import BlockToeplitz
+    from fftmatvec.distributed.comm import MPITransport
+
+    class Failing:
+        def synchronize(self):
+            raise RuntimeError("boom while staging")
+
+    class Staging(MPITransport):
+        """Sends staged as copies, whose event fails on the last rank while ``fail``."""
+
+        fail = True
+
+        def _send(self, a, dtype):
+            send = np.array(a, dtype=dtype, order="C", copy=True)
+            return send, Failing() if rank == last and self.fail else None, ()
+
+        def _zeros(self, send):
+            return lambda: send.fill(0)
+
+    for rows, cols in ((1, size), (size, 1), (None, None)):
+        op = DistributedBlockToeplitz(ProcessGrid(comm, rows, cols), dev(K), chunks=2,
+                                      min_chunk=1)
+        op.transport = Staging(np, helper=True)
+        m = op.distribute(np.ones((7, 4)), "param")
+        d = op.distribute(np.ones((5, 4)), "obs")
+        for what, run in (("forward", lambda: op.matvec(m)), ("adjoint", lambda: op.rmatvec(d)),
+                          ("normal", lambda: op.normal(2.0).matmat(m[None]))):
+            expect(run, f"helper thread's failure, {what} on {op.grid.shape}",
+                   words=("boom while staging",))
+        assert op.transport.in_flight == 0
+        op.transport.fail = False
+        y = op.collect(op.matvec(m), "obs")
+        want = BlockToeplitz(K).matvec(np.ones((7, 4)))
+        assert np.abs(y - want).max() <= 1e-12 * np.abs(want).max(), "after the failure"
+        op.close()
 
 
 def check_replicas():
