@@ -64,8 +64,8 @@ import numpy as np
 from .. import backend
 from .._errors import FFTMatvecDistributedError, FFTMatvecValueError
 
-__all__ = ["sync", "Pending", "CollectiveThread", "MPITransport", "NCCLTransport", "make_transport", "gpu_aware_mpi",
-           "shared_device", "TRANSPORTS"]
+__all__ = ["sync", "Pending", "CollectiveThread", "MPITransport", "NCCLTransport",
+           "make_transport", "gpu_aware_mpi", "shared_device", "TRANSPORTS"]
 
 # the values of an operator's ``transport`` argument (None: chosen per the ranks' devices)
 TRANSPORTS = (None, "mpi", "nccl", "emulated")
