@@ -4,8 +4,9 @@ import pytest
 
 from fftmatvec import FFTMatvecTypeError, FFTMatvecValueError
 from fftmatvec.distributed.emulated import MachineModel
-from fftmatvec.distributed.schedule import (DIRECTIONS, LAUNCH, ORDERS, Step, choose_chunks,
-                                            predict, schedule)
+from fftmatvec.distributed.schedule import (DIRECTIONS, LAUNCH, OPERATOR_DIRECTIONS, ORDERS,
+                                            Step, choose_chunks, pipeline_order, predict,
+                                            schedule)
 
 # for each direction: the halves as (input axis, output axis, the input's collective waited
 # for, the output's collective, blocks transposed)
@@ -183,6 +184,76 @@ def test_choose_chunks_behaves():
     assert s <= 3 and p <= 3 and s <= (nd // 4) // 4
 
 
+def test_pipeline_order_by_hand():
+    """Output after output where the reduction moves at least the gather's bytes, else input
+    after input; the normal operator always output after output."""
+    # 2 x 2, 8 x 8: rank (0, 0) gathers the 2 parameters of its column's other rank and
+    # reduces the 2 sensors of its row's other rank
+    assert pipeline_order(8, 8, (2, 2), "ddddd", "forward") == "output"
+    assert pipeline_order(8, 8, (2, 2), "ddddd", "adjoint") == "output"
+    # a float64 gather (stage 1) against a float32 reduction (stage 5): the gather's bytes
+    # are more, so input after input
+    assert pipeline_order(8, 8, (2, 2), "dddds", "forward") == "input"
+    assert pipeline_order(8, 8, (2, 2), "dddds", "adjoint") == "input"
+    # 1 x 4: the forward gathers nothing (one rank a column), the adjoint reduces nothing
+    assert pipeline_order(8, 8, (1, 4), "ddddd", "forward") == "output"
+    assert pipeline_order(8, 8, (1, 4), "ddddd", "adjoint") == "input"
+    assert pipeline_order(8, 8, (4, 1), "ddddd", "forward") == "input"
+    assert pipeline_order(8, 8, (4, 1), "ddddd", "adjoint") == "output"
+    assert pipeline_order(8, 8, (4, 1), "ddddd", "normal") == "output"
+    with pytest.raises(FFTMatvecValueError, match="direction must be one of"):
+        pipeline_order(8, 8, (2, 2), "ddddd", "sideways")
+    with pytest.raises(FFTMatvecValueError, match="coords must lie in the 2x2 grid"):
+        pipeline_order(8, 8, (2, 2), "ddddd", "forward", coords=(2, 0))
+
+
+def _options(n, ranks, max_chunks, min_chunk):
+    return [1] if ranks == 1 else list(range(1, min(max_chunks, n // min_chunk, n) + 1))
+
+
+@pytest.mark.parametrize("grid, k", [((2, 2), 4), ((4, 2), 4), ((2, 4), 8), ((1, 4), 8),
+                                     ((4, 1), 4), ((8, 2), 8), ((4, 4), 1)])
+def test_one_cut_for_both_directions(grid, k):
+    """An operator's cut: the least summed predicted time of its forward and its adjoint, each
+    in the order the operator runs it, found by trying every cut; never slower in that sum
+    than the forward's own cut or the adjoint's."""
+    nd, nm, nt, mc = 64, 256, 32, 8
+    slow = MachineModel("slow", 8, 1e-6, 1e8, 1e-6, 8e8)
+    args = (nd, nm, nt, k, "ddddd", grid, slow, 20e9)  # a CPU socket's bytes per second
+    order = {d: pipeline_order(nd, nm, grid, "ddddd", d) for d in DIRECTIONS}
+
+    def total(cut):
+        return sum(predict(*args, *cut, d, order[d]) for d in OPERATOR_DIRECTIONS)
+
+    cuts = [(s, p) for s in _options(nd // grid[0], grid[1], mc, 1)
+            for p in _options(nm // grid[1], grid[0], mc, 1)]
+    want = min(cuts, key=lambda c: (total(c), c[0] * c[1]))
+    got = choose_chunks(*args, OPERATOR_DIRECTIONS, order=None, max_chunks=mc)
+    assert got == want
+    own = {d: choose_chunks(*args, d, order=None, max_chunks=mc) for d in OPERATOR_DIRECTIONS}
+    assert all(total(got) <= total(c) for c in own.values())
+    # one direction alone, in its own order, is the same as a tuple of one
+    assert own["adjoint"] == choose_chunks(*args, ("adjoint",), order=None, max_chunks=mc)
+
+
+def test_the_directions_own_cuts_differ_and_the_joint_one_is_better():
+    """Where the forward's and the adjoint's best cuts differ, the cut the forward alone
+    would choose costs the pair more than the joint cut (the adjoint moves other bytes)."""
+    nd, nm, nt, k, grid = 64, 256, 32, 4, (1, 4)
+    slow = MachineModel("slow", 8, 1e-6, 1e8, 1e-6, 8e8)
+    args = (nd, nm, nt, k, "ddddd", grid, slow, 20e9)  # a CPU socket's bytes per second
+    fwd = choose_chunks(*args, "forward", order=None, max_chunks=8)
+    adj = choose_chunks(*args, "adjoint", order=None, max_chunks=8)
+    joint = choose_chunks(*args, OPERATOR_DIRECTIONS, order=None, max_chunks=8)
+    assert fwd != adj
+
+    def total(cut):
+        return sum(predict(*args, *cut, d, pipeline_order(nd, nm, grid, "ddddd", d))
+                   for d in OPERATOR_DIRECTIONS)
+
+    assert total(joint) < total(fwd) and total(joint) <= total(adj)
+
+
 def test_cost_model_errors():
     with pytest.raises(FFTMatvecValueError, match="bandwidth must be a positive number"):
         predict(8, 8, 4, 1, "ddddd", (2, 2), "h100", 0.0, 1, 1)
@@ -194,6 +265,11 @@ def test_cost_model_errors():
         choose_chunks(8, 8, 4, 1, "ddddd", (2, 2), "h100", 1e12, max_chunks=0)
     with pytest.raises(FFTMatvecValueError, match="does not fit the kernel"):
         choose_chunks(8, 8, 4, 1, "ddddd", (9, 1), "h100", 1e12)
+    for bad in ((), ("forward", "sideways"), "sideways"):
+        with pytest.raises(FFTMatvecValueError, match="direction must be one of"):
+            choose_chunks(8, 8, 4, 1, "ddddd", (2, 2), "h100", 1e12, bad)
+    with pytest.raises(FFTMatvecValueError, match="order must be one of"):
+        choose_chunks(8, 8, 4, 1, "ddddd", (2, 2), "h100", 1e12, order="sideways")
 
 
 # ---- the operator runs the schedule --------------------------------------------------------
@@ -280,17 +356,24 @@ def test_the_operator_runs_the_schedule(rng, vgrid, chunks):
 
 def test_the_operator_takes_the_cost_models_chunks(rng):
     """Without ``chunks`` the operator cuts its block as :func:`choose_chunks` chooses for
-    its batch on its (here emulated) network; without overlap, or on one rank, not at all."""
+    its batch on its (here emulated) network, one cut for its forward and its adjoint (here
+    other than the forward's own, on two of the grids); without overlap, or on one rank, not
+    at all."""
     from fftmatvec.distributed.schedule import BANDWIDTH, MAX_CHUNKS
 
     nd, nm, nt = 64, 256, 32
     K = rng.standard_normal((nd, nm, nt))
     slow = MachineModel("slow", 8, 1e-6, 1e8, 1e-6, 8e8)  # 100 MB/s a rank
+    differ = 0
     for vgrid, batch in (((2, 2), 1), ((4, 2), 8), ((2, 4), 4)):
         op = _emulated(K, vgrid, network=slow, batch=batch)
-        want = choose_chunks(nd, nm, nt, batch, "ddddd", vgrid, slow, BANDWIDTH["cpu"],
-                             max_chunks=MAX_CHUNKS, min_chunk=1)
+        args = (nd, nm, nt, batch, "ddddd", vgrid, slow, BANDWIDTH["cpu"])
+        want = choose_chunks(*args, OPERATOR_DIRECTIONS, order=None, max_chunks=MAX_CHUNKS,
+                             min_chunk=1)
         assert op.blocks == want, (vgrid, batch, op.blocks, want)
         assert op.blocks != (1, 1)  # this network is slow enough to cut
+        differ += want != choose_chunks(*args, "forward", order=None, max_chunks=MAX_CHUNKS,
+                                        min_chunk=1)
         assert _emulated(K, vgrid, network=slow, batch=batch, overlap=False).blocks == (1, 1)
+    assert differ == 2
     assert _emulated(K, (2, 2), network=FAST).blocks == (1, 1)  # free communication

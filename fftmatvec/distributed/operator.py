@@ -675,11 +675,13 @@ class DistributedBlockToeplitz(_Distributed):
     def _chunk_counts(self, batch: int, transport, network) -> tuple[int, int]:
         """``(sensor chunks, parameter chunks)`` asked of the block pipeline: one each without
         overlap, ``chunks`` each where given, else :func:`.schedule.choose_chunks`'s choice
-        for a forward product of ``batch`` vectors on this grid, under the emulated network's
+        for ``batch`` vectors on this grid (the least summed time of a forward and an adjoint
+        product: :data:`.schedule.OPERATOR_DIRECTIONS`), under the emulated network's
         model or :data:`.schedule.NETWORK` of the device, at :data:`.schedule.BANDWIDTH`. The
         choice is rank ``(0, 0)``'s on every rank: the ranks of a row (a column) must cut
         their sensors (parameters) alike, for their collectives are chunk by chunk."""
-        from .schedule import BANDWIDTH, MAX_CHUNKS, NETWORK, choose_chunks
+        from .schedule import (BANDWIDTH, MAX_CHUNKS, NETWORK, OPERATOR_DIRECTIONS,
+                               choose_chunks)
 
         if not self.overlap:
             return 1, 1
@@ -692,8 +694,8 @@ class DistributedBlockToeplitz(_Distributed):
         where = "cpu" if self._xp is np else "gpu"
         net = network if transport == "emulated" else NETWORK[where]
         return choose_chunks(self.nd, self.nm, self.nt, batch, self.precision, self.grid.shape,
-                             net, BANDWIDTH[where], coords=(0, 0), max_chunks=MAX_CHUNKS,
-                             min_chunk=self.min_chunk)
+                             net, BANDWIDTH[where], OPERATOR_DIRECTIONS, order=None,
+                             coords=(0, 0), max_chunks=MAX_CHUNKS, min_chunk=self.min_chunk)
 
     def _chunk_major_operator(self, block, fft_len) -> BlockToeplitz:
         """The operator of the local block with its sensors and parameters in chunk-major
@@ -866,13 +868,12 @@ class DistributedBlockToeplitz(_Distributed):
 
     def _out_major(self, mode: str) -> bool:
         """Forward and adjoint: output chunk after output chunk where the reduction moves at
-        least as many bytes as the gather (this rank's share of each), else input after input."""
-        w1, w5 = (np.dtype(w).itemsize for w in self._wire)
-        params = (_len(self.cols) - self._n_own["param"])
-        obs = (_len(self.rows) - self._n_own["obs"])
-        if mode == "forward":
-            return obs * w5 >= params * w1
-        return params * w5 >= obs * w1
+        least as many bytes as the gather (this rank's share of each), else input after input
+        (:func:`.schedule.pipeline_order`)."""
+        from .schedule import pipeline_order
+
+        return pipeline_order(self.nd, self.nm, self.grid.shape, self.precision, mode,
+                              self.coords) == "output"
 
     def _run(self, mode: str, X, weight=None, scales=(0, 0, 0, 0)):
         """Run the product's block pipeline, step after step of :func:`.schedule.schedule`, on

@@ -43,6 +43,15 @@ length ``L`` and ``F = L // 2 + 1`` frequencies (itemsizes of the stage's precis
 its communicator has more than one rank (sensors along the process row, parameters along the
 column): one chunk where communication is negligible (more chunks only add launches), more
 where communication is comparable to compute.
+
+One cut serves both directions. An operator holds one chunk-major ``Khat`` (block ``(i, j)``
+contiguous), so its forward and its adjoint run on one cut, chosen for the least sum of their
+predicted times (:data:`OPERATOR_DIRECTIONS`), each in the order the operator runs it
+(:func:`pipeline_order`). The adjoint moves other bytes (it gathers sensor chunks and
+reduce-scatters parameter chunks) and its own best cut may differ from the forward's; on the
+shipped machine models a cut of its own for each direction would save at most about 1 % of
+the sum (docs/emulated_network.md), less than the extra blocks a grid fine enough for both
+cuts would cost.
 """
 
 from __future__ import annotations
@@ -58,7 +67,8 @@ from .emulated import H100_CLUSTER, MachineModel
 from .layout import chunk_pieces
 
 __all__ = ["Step", "schedule", "DIRECTIONS", "ORDERS", "KINDS", "predict", "choose_chunks",
-           "LAUNCH", "BANDWIDTH", "NETWORK", "MAX_CHUNKS"]
+           "pipeline_order", "LAUNCH", "BANDWIDTH", "NETWORK", "MAX_CHUNKS",
+           "OPERATOR_DIRECTIONS"]
 
 DIRECTIONS = ("forward", "adjoint", "normal")
 ORDERS = ("output", "input")
@@ -88,6 +98,10 @@ NETWORK = {
 # most chunks per axis an operator's choice of chunks considers (at most its square blocks)
 MAX_CHUNKS = 8
 
+# the products whose predicted times, summed, an operator's one cut minimises: its forward and
+# its adjoint (the normal operator runs on the same cut)
+OPERATOR_DIRECTIONS = ("forward", "adjoint")
+
 
 @dataclass(frozen=True)
 class Step:
@@ -116,6 +130,10 @@ def _count(value, name: str) -> int:
     if value < 1:
         raise FFTMatvecValueError(f"{name} must be >= 1, got {value}")
     return int(value)
+
+
+def _span(t) -> int:
+    return t[1] - t[0]
 
 
 def _at(axis: str, index: int, kind: str, half: int) -> Step:
@@ -304,20 +322,35 @@ def predict(nd: int, nm: int, nt: int, k: int, precision, grid, network, bandwid
 
 def choose_chunks(nd: int, nm: int, nt: int, k: int, precision: str | PrecisionConfig,
                   grid: tuple[int, int], network: MachineModel | str,
-                  bandwidth: float, direction: Literal["forward", "adjoint", "normal"] = "forward",
-                  order: Literal["output", "input"] = "output",
+                  bandwidth: float,
+                  direction: str | tuple[str, ...] = "forward",
+                  order: Literal["output", "input"] | None = "output",
                   coords: tuple[int, int] = (0, 0), max_chunks: int = 16, min_chunk: int = 1,
                   launch: float = LAUNCH) -> tuple[int, int]:
     """``(sensor_chunks, param_chunks)`` of least :func:`predict`-ed time, each at most
     ``max_chunks`` and leaving about ``min_chunk`` rows a chunk; an axis whose communicator
-    has one rank is not cut. Ties go to fewer blocks. Arguments as for :func:`predict`."""
+    has one rank is not cut. Ties go to fewer blocks. Arguments as for :func:`predict`, but
+
+    direction : str or tuple of str
+        One of :data:`DIRECTIONS`, or several: the cut of least summed time over their
+        products (an operator's cut serves every direction: :data:`OPERATOR_DIRECTIONS`).
+    order : {"output", "input"} or None
+        None: each direction in the order an operator runs it (:func:`pipeline_order`).
+    """
     max_chunks, min_chunk = _count(max_chunks, "max_chunks"), _count(min_chunk, "min_chunk")
     from .layout import Layout
 
+    directions = (direction,) if isinstance(direction, str) else tuple(direction)
+    if not directions or any(d not in DIRECTIONS for d in directions):
+        raise FFTMatvecValueError(
+            f"direction must be one of {DIRECTIONS} or a tuple of them, got {direction!r}")
+    if order is not None and order not in ORDERS:
+        raise FFTMatvecValueError(f"order must be one of {ORDERS} or None, got {order!r}")
     pr, pc = (int(v) for v in grid)
     lay = Layout(nd, nm, pr, pc)
     r, c = _coords(coords, pr, pc)
     nd_r, nm_c = (b - a for a, b in (lay.rows(r), lay.cols(c)))
+    orders = [order or pipeline_order(nd, nm, grid, precision, d, coords) for d in directions]
 
     def options(n, ranks):
         if ranks == 1:
@@ -327,9 +360,36 @@ def choose_chunks(nd: int, nm: int, nt: int, k: int, precision: str | PrecisionC
     best = None
     for s in options(nd_r, pc):
         for p in options(nm_c, pr):
-            t = predict(nd, nm, nt, k, precision, grid, network, bandwidth, s, p, direction,
-                        order, coords, launch)
+            t = sum(predict(nd, nm, nt, k, precision, grid, network, bandwidth, s, p, d, o,
+                            coords, launch) for d, o in zip(directions, orders))
             key = (t, s * p)
             if best is None or key < best[0]:
                 best = (key, (s, p))
     return best[1]
+
+
+def pipeline_order(nd: int, nm: int, grid: tuple[int, int], precision: str | PrecisionConfig,
+                   direction: Literal["forward", "adjoint", "normal"],
+                   coords: tuple[int, int] = (0, 0)) -> str:
+    """The order an operator runs a product in: the normal operator output chunk after
+    output chunk; the forward and the adjoint output after output where rank ``coords``'s
+    reduction moves at least as many bytes as its gather (the rows of the other ranks of
+    each communicator, in stage 5's and stage 1's precision), else input after input (each
+    gather waited for late)."""
+    from .layout import Layout
+
+    if direction not in DIRECTIONS:
+        raise FFTMatvecValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+    if direction == "normal":
+        return "output"
+    pr, pc = (int(v) for v in grid)
+    lay = Layout(nd, nm, pr, pc)
+    r, c = _coords(coords, pr, pc)
+    size = _itemsizes(precision)
+    w1, w5 = size["real1"], size["real5"]
+    # rows of the other ranks of the column (parameters) and of the row (sensors)
+    params = _span(lay.cols(c)) - _span(lay.param_range(r, c))
+    obs = _span(lay.rows(r)) - _span(lay.obs_range(r, c))
+    if direction == "forward":
+        return "output" if obs * w5 >= params * w1 else "input"
+    return "output" if params * w5 >= obs * w1 else "input"
