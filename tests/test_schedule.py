@@ -377,3 +377,24 @@ def test_the_operator_takes_the_cost_models_chunks(rng):
         assert _emulated(K, vgrid, network=slow, batch=batch, overlap=False).blocks == (1, 1)
     assert differ == 2
     assert _emulated(K, (2, 2), network=FAST).blocks == (1, 1)  # free communication
+
+
+def test_compare_cuts_script_orders_the_options(capsys):
+    """scripts/compare_cuts.py: for every case its own cuts predict no more than the joint
+    cut, and the joint cut no more than the forward's cut for both (each the least of what
+    it minimises over); it prints a row a case and its summary."""
+    import runpy
+    from pathlib import Path
+
+    mod = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / "compare_cuts.py"),
+                         run_name="compare")
+    slow = MachineModel("slow", 8, 1e-6, 1e8, 1e-6, 8e8)
+    for grid, k in (((1, 4), 4), ((4, 2), 4), ((2, 2), 1)):
+        r = mod["compare"](64, 256, 32, k, "ddddd", grid, slow, 20e9, 1)
+        assert r["own"] <= r["joint_t"] * (1 + 1e-12) and r["joint_t"] <= r["fwd_cut"]
+        assert r["joint_t"] <= r["one"] and r["normal_own"] <= r["normal"]
+    capsys.readouterr()
+    assert mod["main"](["--model", "h100", "--k", "8", "--precision", "dssdd",
+                        "--grid", "8x1"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("| h100 |") == 2 and "at most" in out
