@@ -47,13 +47,17 @@ gather, else input chunk after input chunk (each gather waited for late); the no
 runs both halves output after output. Every rank starts the collectives of each communicator
 in the same order (the gathers first, then the reductions in chunk order). On the CPU, MPI is
 driven between the steps; on a GPU the steps are queued on the compute stream and the
-transport starts each collective behind an event (:mod:`.comm`).
+transport starts each collective behind an event (host-staged MPI: on its helper thread, which
+waits for the staging copy, posts the collective and copies the result back, while the calling
+thread queues the next blocks; :mod:`.comm`). The product waits for every collective, in
+order, before its closing sync point.
 
 The number of chunks of each axis is :func:`.schedule.choose_chunks`'s: the product's time
 predicted from the bytes of each step at the device's bandwidth and each collective's
 latency-bandwidth time on the network's model (the emulated network's, else
-:data:`.schedule.NETWORK` of the device), for the ``batch`` the operator is built for; an axis
-is cut only where its communicator has more than one rank. ``chunks`` forces a count;
+:data:`.schedule.NETWORK` of the device), for the ``batch`` the operator is built for, summed
+over a forward and an adjoint product (one cut serves both: the chunk-major ``Khat`` is cut
+once); an axis is cut only where its communicator has more than one rank. ``chunks`` forces a count;
 ``overlap=False`` (or one chunk an axis) runs gather, compute, reduce (the baseline the
 benchmark compares with).
 
