@@ -19,6 +19,9 @@ of ranks p = 1, 2, 4, ... up to the communicator's size (the first p ranks), it 
 are of similar size) and ``hidden`` the share of the shorter of compute and comm that the
 overlap hid: (compute + comm - overlap) / min(compute, comm). Strong scaling keeps the problem
 fixed; weak scaling (``--weak``) grows Nm with p. Times are medians over ranks' maxima.
+``helper`` says whether the MPI transport posted its collectives from its helper thread
+(host-staged MPI on a GPU, where MPI's thread level allows it); ``--no-helper`` turns it off,
+so that two runs show what the thread changes.
 
 ``--replicas R`` times instead one batch of ``--k`` vectors through ``matmat`` on all the
 ranks, one replica against ``R`` replica groups (``ratio`` below 1: the replicas help).
@@ -104,12 +107,15 @@ def _array_module(device):
 
 
 def _pair(comm, grid, nd, nm, nt, k, precision, mode, device, repeat, chunks, min_chunk,
-          **transport):
+          helper=True, **transport):
     """The operators overlapped and compute-then-communicate on ``grid`` (each rank makes only
     its block of a random kernel), a random local input, and three times: overlapped,
     compute-then-communicate and the local product alone (the ctc operator's whole block).
-    ``transport``: further arguments of the operators (the emulated network's)."""
+    ``helper=False``: an MPI transport without its helper thread (host-staged MPI then driven
+    from the calling thread). ``transport``: further arguments of the operators (the emulated
+    network's)."""
     from fftmatvec import DistributedBlockToeplitz
+    from fftmatvec.distributed.comm import MPITransport
 
     xp, sync = _array_module(device)
     rng = np.random.default_rng(1)
@@ -122,6 +128,10 @@ def _pair(comm, grid, nd, nm, nt, k, precision, mode, device, repeat, chunks, mi
                                         device=device, overlap=ov, chunks=chunks,
                                         min_chunk=min_chunk, **transport)
            for ov in (True, False)}
+    for o in ops.values():
+        if not helper and o.transport.name == "mpi" and o.transport.helper:
+            o.close()
+            o.transport = MPITransport(xp, reason=o.transport.reason, helper=False)
     space = "obs" if mode == "adjoint" else "param"
     X = xp.asarray(rng.standard_normal((k,) + ops[True].local_shape(space)))
     prods = {ov: {"forward": o.matmat, "adjoint": o.rmatmat,
@@ -137,12 +147,13 @@ def _pair(comm, grid, nd, nm, nt, k, precision, mode, device, repeat, chunks, mi
     return ops, prods, X, (t_ov, t_ctc, t_comp)
 
 
-def bench(comm, nd, nm, nt, k, precision, mode, device, repeat, chunks, min_chunk):
+def bench(comm, nd, nm, nt, k, precision, mode, device, repeat, chunks, min_chunk,
+          helper=True):
     from fftmatvec import ProcessGrid
 
     xp, sync = _array_module(device)
     ops, _, _, (t_ov, t_ctc, t_comp) = _pair(comm, ProcessGrid(comm), nd, nm, nt, k, precision,
-                                             mode, device, repeat, chunks, min_chunk)
+                                             mode, device, repeat, chunks, min_chunk, helper)
     op, loc = ops[True], ops[False].local_operator
     space = "obs" if mode == "adjoint" else "param"
     # the collectives alone, on the sizes of the product
@@ -168,7 +179,8 @@ def bench(comm, nd, nm, nt, k, precision, mode, device, repeat, chunks, min_chun
     t_comm = _timed(comm, comm_only, repeat, sync)
     hidden = (t_comp + t_comm - t_ov) / max(min(t_comp, t_comm), 1e-12)
     return dict(grid=f"{g.rows}x{g.cols}", blocks="x".join(map(str, op.blocks)), overlap=t_ov,
-                ctc=t_ctc, compute=t_comp, comm=t_comm, ratio=t_ov / t_ctc, hidden=hidden)
+                ctc=t_ctc, compute=t_comp, comm=t_comm, ratio=t_ov / t_ctc, hidden=hidden,
+                helper="on" if getattr(t, "helper", False) else "off")
 
 
 def bench_replicas(comm, nd, nm, nt, k, precision, device, repeat, replicas):
@@ -369,6 +381,9 @@ def main(argv=None) -> int:
                     help="a virtual grid of --emulate (repeat for several)")
     ap.add_argument("--bandwidth", type=float, default=None,
                     help="device bandwidth in GB/s for the cost model (default: measured)")
+    ap.add_argument("--no-helper", action="store_true",
+                    help="host-staged MPI without its helper thread (the collectives driven "
+                         "from the calling thread), to compare with the default")
     ap.add_argument("--chunk-cost", type=_grid, action="append", metavar="SxP",
                     help="one process, nothing to communicate: the pipeline forced into SxP "
                          "chunks against the whole-block product (repeat for several)")
@@ -412,20 +427,22 @@ def main(argv=None) -> int:
               f"min_chunk={args.min_chunk}; times in ms (slowest rank, median of "
               f"{args.repeat})")
         print(f"{'k':>4} {'p':>4} {'grid':>6} {'blocks':>6} {'Nm':>7} | {'overlap':>9} "
-              f"{'ctc':>9} {'compute':>9} {'comm':>9} | {'ratio':>6} {'hidden':>6}")
+              f"{'ctc':>9} {'compute':>9} {'comm':>9} | {'ratio':>6} {'hidden':>6} "
+              f"{'helper':>6}")
     for k in args.k:
         for p in sizes:
             sub = world.Split(0 if world.rank < p else MPI.UNDEFINED, world.rank)
             if sub != MPI.COMM_NULL:
                 nm = args.nm * (p if args.weak else 1)
                 r = bench(sub, args.nd, nm, args.nt, k, args.precision, args.mode,
-                          args.device, args.repeat, args.chunks, args.min_chunk)
+                          args.device, args.repeat, args.chunks, args.min_chunk,
+                          not args.no_helper)
                 if sub.rank == 0:
                     print(f"{k:>4} {p:>4} {r['grid']:>6} {r['blocks']:>6} {nm:>7} | "
                           f"{r['overlap'] * 1e3:>9.3f} "
                           f"{r['ctc'] * 1e3:>9.3f} {r['compute'] * 1e3:>9.3f} "
-                          f"{r['comm'] * 1e3:>9.3f} | {r['ratio']:>6.2f} {r['hidden']:>6.2f}",
-                          flush=True)
+                          f"{r['comm'] * 1e3:>9.3f} | {r['ratio']:>6.2f} {r['hidden']:>6.2f} "
+                          f"{r['helper']:>6}", flush=True)
                 sub.Free()
             world.Barrier()
     return 0

@@ -450,8 +450,9 @@ class MPITransport:
             with xp.cuda.Device(self._device_id):
                 if self._landing is None:
                     self._landing = xp.cuda.Stream(non_blocking=True)
-                out.set(a, stream=self._landing)
-                self._landing.synchronize()
+                if a.size:
+                    out.set(a, stream=self._landing)
+                    self._landing.synchronize()
             return out
 
         return land
