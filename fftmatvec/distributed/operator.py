@@ -57,8 +57,8 @@ predicted from the bytes of each step at the device's bandwidth and each collect
 latency-bandwidth time on the network's model (the emulated network's, else
 :data:`.schedule.NETWORK` of the device), for the ``batch`` the operator is built for, summed
 over a forward and an adjoint product (one cut serves both: the chunk-major ``Khat`` is cut
-once); an axis is cut only where its communicator has more than one rank. ``chunks`` forces a count;
-``overlap=False`` (or one chunk an axis) runs gather, compute, reduce (the baseline the
+once); an axis is cut only where its communicator has more than one rank. ``chunks`` forces a
+count; ``overlap=False`` (or one chunk an axis) runs gather, compute, reduce (the baseline the
 benchmark compares with).
 
 Scaling (:mod:`fftmatvec._scaling`): the spectra of an output chunk's blocks are summed, so all
@@ -929,63 +929,71 @@ class DistributedBlockToeplitz(_Distributed):
             # pending collectives, inputs from the wire, input spectra, output spectra being
             # summed and complete outputs, each by (half, axis, chunk); blocks run per input
             pend, data, spectra, acc, outs, used = {}, {}, {}, {}, {}, {}
-            for step in schedule(len(self._scut), len(self._pcut), mode, order):
-                kind, half = step.kind, step.half
-                if kind == "block":
-                    i, j, adj = step.sensor, step.param, step.adjoint
-                    (ia, ii), (oa, oi) = ((("sensor", i), ("param", j)) if adj
-                                          else (("param", j), ("sensor", i)))
-                    ikey, okey = (half, ia, ii), (half, oa, oi)
-                    beta = int(okey in acc)
-                    if not beta:
-                        acc[okey] = xp.empty((k, _len(cut[oa][oi].span), self.nf), dtype=cd)
-                    self._kept(lambda: self._stage3(spectra[ikey], acc[okey], i, j, adj, beta),
-                               lambda: acc[okey].fill(0) if not beta else None)
-                    used[ikey] = used.get(ikey, 0) + 1
-                    if used[ikey] == len(cut[oa]):  # the input's last block
-                        del spectra[ikey]
-                else:
-                    axis, idx = step.chunk
-                    ch, key = cut[axis][idx], (half, axis, idx)
-                    n = _len(ch.span)
-                    if kind == "gather":  # the input on the wire already scaled
-                        a, b = ch.mine
-                        x = X[:, a:b] if not s_in[0] else xp.ldexp(X[:, a:b], s_in[0])
-                        pend[key] = t.allgatherv(comm[axis], x.transpose(1, 0, 2),
-                                                 ch.counts, w1)
-                    elif kind in ("gather_wait", "allreduce_wait"):
-                        # gathers and all-reduces start in the first half
-                        wire = w1 if kind == "gather_wait" else w5
-                        got = self._kept(pend.pop((0, axis, idx)).wait,
-                                         lambda: xp.zeros((n, k, self.nt), wire))
-                        data[key] = self._input(got, weight if half else None, ch,
-                                                s_mid if half else 0)
-                    elif kind == "fft":
-                        x, e = data.pop(key), exps(half, axis, idx)[0]
-                        spectra[key] = self._kept(
-                            lambda: self._pad_fft(x, e),
-                            lambda: xp.zeros((k, n, self.nf), op.precision.complex_dtype("fft")))
-                    elif kind == "ifft":
-                        yh, e = acc.pop(key), exps(half, axis, idx)[1]
-                        outs[key] = self._kept(lambda: self._ifft_unpad(yh, e),
-                                               lambda: xp.zeros((k, n, self.nt), self.dtype))
-                    elif kind == "reduce":
-                        pend[key] = t.reduce_scatter(comm[axis], outs.pop(key).transpose(1, 0, 2),
-                                                     ch.counts, w5, **kw)
-                    elif kind == "allreduce":
-                        pend[key] = t.allreduce(comm[axis], outs.pop(key).transpose(1, 0, 2), w5)
-                    else:  # reduce_wait: this rank's rows of the output chunk, unscaled
-                        a, b = ch.mine
-                        ym = np if on_host else xp  # Y in pinned host memory, or not
-                        Y[:, a:b] = self._kept(pend.pop(key).wait,
-                                               lambda: ym.zeros((b - a, k, self.nt), w5)
-                                               ).transpose(1, 0, 2)
-                        if s_out[half]:
-                            ym.ldexp(Y[:, a:b], -s_out[half], out=Y[:, a:b])
-                # start the collectives whose data the device has written, move those in flight
-                t.progress()
-            # every collective has been waited for; a helper thread holds none now
-            failed = t.drain() if hasattr(t, "drain") else None
+            drain = getattr(t, "drain", None)
+            failed = None
+            try:
+                for step in schedule(len(self._scut), len(self._pcut), mode, order):
+                    kind, half = step.kind, step.half
+                    if kind == "block":
+                        i, j, adj = step.sensor, step.param, step.adjoint
+                        (ia, ii), (oa, oi) = ((("sensor", i), ("param", j)) if adj
+                                              else (("param", j), ("sensor", i)))
+                        ikey, okey = (half, ia, ii), (half, oa, oi)
+                        beta = int(okey in acc)
+                        if not beta:
+                            acc[okey] = xp.empty((k, _len(cut[oa][oi].span), self.nf), dtype=cd)
+                        self._kept(lambda: self._stage3(spectra[ikey], acc[okey], i, j, adj, beta),
+                                   lambda: acc[okey].fill(0) if not beta else None)
+                        used[ikey] = used.get(ikey, 0) + 1
+                        if used[ikey] == len(cut[oa]):  # the input's last block
+                            del spectra[ikey]
+                    else:
+                        axis, idx = step.chunk
+                        ch, key = cut[axis][idx], (half, axis, idx)
+                        n = _len(ch.span)
+                        if kind == "gather":  # the input on the wire already scaled
+                            a, b = ch.mine
+                            x = X[:, a:b] if not s_in[0] else xp.ldexp(X[:, a:b], s_in[0])
+                            pend[key] = t.allgatherv(comm[axis], x.transpose(1, 0, 2),
+                                                     ch.counts, w1)
+                        elif kind in ("gather_wait", "allreduce_wait"):
+                            # gathers and all-reduces start in the first half
+                            wire = w1 if kind == "gather_wait" else w5
+                            got = self._kept(pend.pop((0, axis, idx)).wait,
+                                             lambda: xp.zeros((n, k, self.nt), wire))
+                            data[key] = self._input(got, weight if half else None, ch,
+                                                    s_mid if half else 0)
+                        elif kind == "fft":
+                            x, e = data.pop(key), exps(half, axis, idx)[0]
+                            spectra[key] = self._kept(
+                                lambda: self._pad_fft(x, e),
+                                lambda: xp.zeros((k, n, self.nf),
+                                                 op.precision.complex_dtype("fft")))
+                        elif kind == "ifft":
+                            yh, e = acc.pop(key), exps(half, axis, idx)[1]
+                            outs[key] = self._kept(lambda: self._ifft_unpad(yh, e),
+                                                   lambda: xp.zeros((k, n, self.nt), self.dtype))
+                        elif kind == "reduce":
+                            pend[key] = t.reduce_scatter(comm[axis],
+                                                         outs.pop(key).transpose(1, 0, 2),
+                                                         ch.counts, w5, **kw)
+                        elif kind == "allreduce":
+                            pend[key] = t.allreduce(comm[axis],
+                                                    outs.pop(key).transpose(1, 0, 2), w5)
+                        else:  # reduce_wait: this rank's rows of the output chunk, unscaled
+                            a, b = ch.mine
+                            ym = np if on_host else xp  # Y in pinned host memory, or not
+                            Y[:, a:b] = self._kept(pend.pop(key).wait,
+                                                   lambda: ym.zeros((b - a, k, self.nt), w5)
+                                                   ).transpose(1, 0, 2)
+                            if s_out[half]:
+                                ym.ldexp(Y[:, a:b], -s_out[half], out=Y[:, a:b])
+                    # start the collectives whose data the device has written, move those in flight
+                    t.progress()
+            finally:
+                # every collective has been waited for (unless a step raised): the helper
+                # thread, if any, holds none once this returns, so no other thread calls MPI
+                failed = drain() if drain is not None else None
             if failed is not None and self._exc is None:
                 self._exc = failed
             if on_host:
