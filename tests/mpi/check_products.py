@@ -84,6 +84,9 @@ def check_transport(op):
         assert t.name == "nccl", t.name
     elif shared_device(comm.allgather(device_key())):
         assert t.name == "mpi" and "share GPU" in t.reason, (t.name, t.reason)
+    if GPU and t.name == "mpi":  # host-staged: the helper thread where MPI's level allows it
+        want = t.staging == "host" and MPI.Query_thread() >= MPI.THREAD_SERIALIZED
+        assert t.helper == want, (t.staging, t.helper, MPI.Query_thread(), t.reason)
     cases += 1
 
 
