@@ -288,7 +288,7 @@ class SpectralConv(torch.nn.Module):
                               "(pip install neuraloperator)") from exc
         w = self.weight.detach()
         layer = Theirs(self.in_channels, self.out_channels, list(self._n_modes),
-                       bias=self.bias is not None, device=w.device)
+                       bias=self.bias is not None).to(w.device)
         theirs = layer.weight if torch.is_tensor(layer.weight) else layer.weight.tensor
         if tuple(theirs.shape) != tuple(w.shape):  # n_modes they keep otherwise on the last
             raise FFTMatvecValueError(
