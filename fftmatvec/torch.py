@@ -6,8 +6,8 @@ output's gradient), through a ``torch.autograd.Function`` whose backward is itse
 differentiable (a second derivative goes through ``F`` again); ``torch.compile`` leaves it
 out of its graphs and calls it as it is (the products run outside PyTorch). The tensors are
 read and written without a copy through DLPack (fftmatvec/_interop.py): CPU tensors through
-NumPy, GPU tensors through CuPy on PyTorch's current stream. Gradients with respect to the kernel are not
-computed: the operator is a fixed linear map.
+NumPy, GPU tensors through CuPy on PyTorch's current stream. Gradients with respect to the
+kernel are not computed: the operator is a fixed linear map.
 """
 
 from __future__ import annotations

@@ -315,7 +315,7 @@ def _record(op):
 
 def _expected(op, direction):
     """The steps :func:`schedule` gives for the operator's cut, in the log's form."""
-    order = "output" if direction == "normal" or op._out_major(direction) else "input"
+    order = op._order(direction)
     ns, np_ = op.blocks
     rows = {"sensor": [b - a for a, b in (ch.span for ch in op._scut)],
             "param": [b - a for a, b in (ch.span for ch in op._pcut)]}

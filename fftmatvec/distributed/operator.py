@@ -870,14 +870,13 @@ class DistributedBlockToeplitz(_Distributed):
 
         return self._kept(run, lambda: xp.zeros((x.shape[1], x.shape[0], self.nt), self.dtype))
 
-    def _out_major(self, mode: str) -> bool:
-        """Forward and adjoint: output chunk after output chunk where the reduction moves at
-        least as many bytes as the gather (this rank's share of each), else input after input
-        (:func:`.schedule.pipeline_order`)."""
+    def _order(self, mode: str) -> str:
+        """The order this rank runs a product in (:func:`.schedule.pipeline_order`): output
+        chunk after output chunk, or input after input."""
         from .schedule import pipeline_order
 
         return pipeline_order(self.nd, self.nm, self.grid.shape, self.precision, mode,
-                              self.coords) == "output"
+                              self.coords)
 
     def _run(self, mode: str, X, weight=None, scales=(0, 0, 0, 0)):
         """Run the product's block pipeline, step after step of :func:`.schedule.schedule`, on
@@ -900,7 +899,7 @@ class DistributedBlockToeplitz(_Distributed):
         on_host = (xp is not np and t.staging == "host"
                    and comm["param" if mode != "forward" else "sensor"].Get_size() > 1)
         kw = {"device": False} if on_host else {}
-        order = "output" if mode == "normal" or self._out_major(mode) else "input"
+        order = self._order(mode)
         cd = op.precision.complex_dtype("ifft")
         cols = self._col_exps
         s_in, s_out = scales[0::2], scales[1::2]

@@ -349,7 +349,7 @@ def choose_chunks(nd: int, nm: int, nt: int, k: int, precision: str | PrecisionC
     pr, pc = (int(v) for v in grid)
     lay = Layout(nd, nm, pr, pc)
     r, c = _coords(coords, pr, pc)
-    nd_r, nm_c = (b - a for a, b in (lay.rows(r), lay.cols(c)))
+    nd_r, nm_c = _span(lay.rows(r)), _span(lay.cols(c))
     orders = [order or pipeline_order(nd, nm, grid, precision, d, coords) for d in directions]
 
     def options(n, ranks):
