@@ -144,7 +144,7 @@ def section_of(name: str) -> str:
     FFT precision and complex type, the fused adjoints by storage, input and FFT precision,
     the stage-3 families by storage, and the small stage-1/5 kernels together."""
     parts = name.split("_")
-    if name.startswith(("pad_", "unpad_", "scale_rows_", "reduce_", "amax_")):
+    if name.startswith(("pad_", "unpad_", "scale_rows_", "reduce_", "amax_", "clock_")):
         return "MISC"
     if name.startswith("rfft_pad_") and len(parts) >= 7:  # rfft_pad_<in>_<s1>_<F>_<C>_r<M>
         return f"ROWFFT_{parts[4]}_{parts[5]}".upper()

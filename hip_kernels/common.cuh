@@ -11,6 +11,27 @@ typedef long long i64;
 // The dynamic shared memory of every kernel that takes some (one declaration for the unit).
 extern __shared__ uint4 fftmatvec_dynamic_smem[];
 
+// ---- a device clock ---------------------------------------------------------------------------
+// device_clock(): a counter of constant rate, the same on every multiprocessor: %globaltimer
+// (nanoseconds) on NVIDIA, wall_clock64() on AMD (its rate is the device's; the host measures
+// it). clock_pause(): a short sleep of the calling thread between two reads of the clock.
+__device__ __forceinline__ unsigned long long device_clock() {
+#if defined(FFTMATVEC_HIP)
+  return (unsigned long long)wall_clock64();
+#else
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+#endif
+}
+__device__ __forceinline__ void clock_pause() {
+#if defined(FFTMATVEC_HIP)
+  __builtin_amdgcn_s_sleep(8);  // 8 x 64 clock cycles
+#else
+  asm volatile("nanosleep.u32 500;");  // nanoseconds, at most about twice that
+#endif
+}
+
 // ---- complex arithmetic on double2 / float2 ------------------------------------------------
 template <typename T> struct Complex;
 template <> struct Complex<double> { typedef double2 type; };

@@ -367,6 +367,23 @@ FFTMATVEC_AMAX(f64, double)
 FFTMATVEC_AMAX(f32, float)
 #endif
 
+// ---- the emulated network's device clock (fftmatvec/distributed/emulated.py) ----------------
+// clock_mark: slot[0] = the clock now. clock_wait: returns once the clock has passed
+// slot[0] + ticks, so that a collective's copy and this wait take the model's duration on the
+// stream. clock_since: out[0] = the ticks since slot[0] (the clock's rate is measured from it).
+// One thread of one block; the wait sleeps between reads, leaving its multiprocessor to the
+// kernels it overlaps.
+#if FFTMATVEC_IN_SECTION(MISC)
+extern "C" __global__ void clock_mark(unsigned long long* slot) { slot[0] = device_clock(); }
+extern "C" __global__ void clock_wait(const unsigned long long* slot, unsigned long long ticks) {
+  const unsigned long long until = slot[0] + ticks;
+  while (device_clock() < until) clock_pause();
+}
+extern "C" __global__ void clock_since(const unsigned long long* slot, unsigned long long* out) {
+  out[0] = device_clock() - slot[0];
+}
+#endif
+
 // ---- split-K reduction ----------------------------------------------------------------------
 #define FFTMATVEC_REDUCE(NAME, TIN, TOUT)                                                      \
   extern "C" __global__ void reduce_##NAME(const TIN* __restrict__ part, TOUT* __restrict__ y, \

@@ -170,6 +170,34 @@ def test_gpu_collective_runs_on_its_stream(rng):
     np.testing.assert_array_equal(cp.asnumpy(y), 2.0 * np.concatenate([a.get(), a.get()]))
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not backend.gpu_available(), reason="no GPU (CuPy missing or no device)")
+def test_device_clock_waits_on_the_stream():
+    """The device clock's rate as measured is its rate (nanoseconds on NVIDIA), and a wait of
+    0.1 s queued after a mark holds its stream that long while the host goes on."""
+    from fftmatvec.distributed.emulated import CUDA_CLOCK_RATE, DeviceClock
+
+    cp = backend.cupy
+    clock = DeviceClock(cp)
+    rate = clock.measure_rate()
+    if backend.is_hip():
+        assert rate > 0 and clock.rate > 0
+    else:
+        assert clock.rate == CUDA_CLOCK_RATE and rate == pytest.approx(CUDA_CLOCK_RATE, rel=0.02)
+    stream = cp.cuda.Stream(non_blocking=True)
+    poison = cp.full(4, cp.nan)
+    t0 = time.perf_counter()
+    clock.mark(stream)
+    clock.wait(stream, 0.1)
+    with stream:
+        poison[...] = 1.0  # behind the wait
+    host = time.perf_counter() - t0
+    assert not stream.done and host < 0.05
+    stream.synchronize()
+    assert time.perf_counter() - t0 >= 0.1
+    assert bool((poison == 1.0).all())
+
+
 # ---- one rank of a virtual grid ---------------------------------------------------------------
 def _operator(xp, K, **kw):
     from mpi4py import MPI

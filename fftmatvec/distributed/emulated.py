@@ -9,9 +9,10 @@ products, and in place of every collective an :class:`EmulatedTransport` operati
 * copies, on the device, the bytes the collective would move (on a GPU on a communication
   stream of its own, ordered after the compute stream by an event);
 * then waits for the rest of the collective's duration under the :class:`MachineModel`
-  (on a GPU a host function on that stream sleeps until the duration has passed since the
-  stream reached the collective; on the CPU a helper thread does the copy and sleeps), so that
-  the product's kernels overlap with communication-shaped work as they would on the machine.
+  (on a GPU a kernel of one thread on that stream waits on the device's clock until the
+  duration has passed since the stream reached the collective, :class:`DeviceClock`; on the
+  CPU a helper thread does the copy and sleeps), so that the product's kernels overlap with
+  communication-shaped work as they would on the machine, and the host takes no part in it.
 
 The collectives run one after another, as on one communication stream. What they return
 stands in for the data of the other ranks (which do not exist): an all-gather returns this
@@ -54,12 +55,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import backend, kernels
 from .._errors import FFTMatvecTypeError, FFTMatvecValueError
 from .comm import Pending, _alone
 from .layout import check_fit
 
 __all__ = ["MachineModel", "FRONTIER", "H100_CLUSTER", "MODELS", "machine_model",
-           "EmulatedTransport", "VirtualComm", "VirtualGrid", "COLLECTIVES", "ALGORITHMS"]
+           "DeviceClock", "EmulatedTransport", "VirtualComm", "VirtualGrid", "COLLECTIVES", "ALGORITHMS"]
 
 COLLECTIVES = ("allgather", "reduce_scatter", "allreduce")
 ALGORITHMS = ("ring", "tree")
@@ -332,6 +334,51 @@ def _sleep_until(deadline: float) -> None:
         time.sleep(rest)
 
 
+#: Ticks a second of the device clock on NVIDIA GPUs (``%globaltimer``, nanoseconds).
+CUDA_CLOCK_RATE = 1e9
+#: Seconds over which the rate of an AMD GPU's clock (``wall_clock64``) is measured.
+RATE_INTERVAL = 0.02
+
+
+class DeviceClock:
+    """The device clock of the kernels (``device_clock`` in ``hip_kernels/common.cuh``) on the
+    current CuPy device: :meth:`mark` queues a kernel that notes the clock, :meth:`wait` one
+    that returns once a time has passed since the last mark, each on a stream, one thread of
+    one block. ``rate``: the clock's ticks a second (:data:`CUDA_CLOCK_RATE` on NVIDIA,
+    :meth:`measure_rate` on AMD)."""
+
+    def __init__(self, cp):
+        self.cp = cp
+        self._slots = cp.zeros(2, dtype=cp.uint64)  # the mark, and a span read back
+        self._mark = kernels.get_function("clock_mark")
+        self._wait = kernels.get_function("clock_wait")
+        self.rate = self.measure_rate() if backend.is_hip() else CUDA_CLOCK_RATE
+
+    def mark(self, stream) -> None:
+        """Note the clock when ``stream`` reaches this point."""
+        self._mark((1,), (1,), (self._slots,), stream=stream)
+
+    def wait(self, stream, seconds: float) -> None:
+        """Hold ``stream`` until ``seconds`` have passed since its last :meth:`mark`."""
+        ticks = np.uint64(max(0, round(seconds * self.rate)))
+        self._wait((1,), (1,), (self._slots, ticks), stream=stream)
+
+    def measure_rate(self, interval: float = RATE_INTERVAL) -> float:
+        """The clock's ticks a second: the ticks between a mark and a read ``interval`` seconds
+        of the host's clock later (each launched on an idle stream)."""
+        cp = self.cp
+        stream = cp.cuda.Stream(non_blocking=True)
+        self.mark(stream)
+        stream.synchronize()
+        t0 = time.perf_counter()
+        _sleep_until(t0 + interval)
+        elapsed = time.perf_counter() - t0
+        kernels.get_function("clock_since")((1,), (1,), (self._slots, self._slots[1:]),
+                                            stream=stream)
+        stream.synchronize()
+        return int(self._slots[1].get()) / elapsed
+
+
 class EmulatedTransport:
     """Collectives of a virtual grid replaced by a device copy of their bytes and a wait for
     the rest of their :class:`MachineModel` duration (the module's notes).
@@ -352,6 +399,7 @@ class EmulatedTransport:
         self.reason = reason or f"transport='emulated' on the {self.network.name!r} model"
         self.log: list = []
         self._indices: dict = {}  # (counts, rank) -> the all-gather's rows, on the device
+        self._clock = None  # the DeviceClock, made on the first collective on a GPU
         if xp is np:
             # one helper thread: the collectives run one after another, as on one stream
             self._pool = ThreadPoolExecutor(max_workers=1,
@@ -371,7 +419,8 @@ class EmulatedTransport:
 
     def _start(self, collective, comm, nbytes, own, work):
         """Run ``work()`` (the device copy; returns the result) then wait for the rest of the
-        collective's duration, on the helper thread or the communication stream."""
+        collective's duration, on the helper thread or the communication stream (its clock
+        marked when the stream reaches the collective, waited on after the copy)."""
         duration = self.network.time(collective, comm.members, nbytes, own)
         self.log.append((collective, comm.Get_size(), int(nbytes), duration))
         xp = self.xp
@@ -384,14 +433,15 @@ class EmulatedTransport:
 
             fut = self._pool.submit(run)
             return Pending(None, fut.result, (fut,))
+        if self._clock is None:
+            self._clock = DeviceClock(xp)
         compute = xp.cuda.get_current_stream()
         stream = self.stream
         stream.wait_event(compute.record())
-        start = [0.0]
-        stream.launch_host_func(lambda _: start.__setitem__(0, time.perf_counter()), None)
+        self._clock.mark(stream)
         with stream:
             out = work()
-        stream.launch_host_func(lambda _: _sleep_until(start[0] + duration), None)
+        self._clock.wait(stream, duration)
         done = stream.record()
 
         def finish():
