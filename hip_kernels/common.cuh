@@ -71,9 +71,8 @@ __device__ __forceinline__ void cfma_conj(C& acc, C a, C b) {
 }
 
 // ---- Khat loads: each element is read exactly once per product ------------------------------
-// On NVIDIA through the read-only data path (ld.global.nc). On an H200 the one-vector complex128
-// products ran 2-7 % faster with it than with the evict-first loads (__ldcs) used before
-// (docs/benchmarks.md, twelfth run).
+// On NVIDIA through the read-only data path (ld.global.nc), which the one-vector products ran
+// faster with than with evict-first loads (__ldcs) (docs/benchmarks.md, twelfth run).
 template <typename T>
 __device__ __forceinline__ T load_khat(const T* p) {
 #if defined(FFTMATVEC_HIP)

@@ -201,8 +201,8 @@ FFTMATVEC_ROWFFT_FAMILIES(f32, float, c64, float2)
   FFTMATVEC_FNO_PLANE_WARP_AHEAD(P, 4)                                                           \
   FFTMATVEC_FNO_PLANE_WARP_AHEAD(P, 8)
 // fno_modes_cgemm_f32_b<NB>: the paired modes' channel product, rows in tiles of NB, the
-// weight UR pairs of k-steps ahead (fno.cuh; NB = 16: UR = 4, 134 against 149 µs with UR = 2 at
-// (2112, 16, 128, 128) on an H100 before it went into the package; NB = 8: UR = 2).
+// weight UR pairs of k-steps ahead (fno.cuh; NB = 16: UR = 4, the faster of 2 and 4 when it was
+// written; NB = 8: UR = 2).
 #define FFTMATVEC_FNO_MODES_CGEMM(NB, UR)                                                       \
   extern "C" __global__ void FNO_PRODUCT_BOUNDS(NB) fno_modes_cgemm_f32_b##NB(                 \
       const float2* __restrict__ X, const float2* __restrict__ W, float2* __restrict__ Y, int M, \
@@ -302,9 +302,8 @@ FFTMATVEC_FNO_PLANE_DIRECT(16)
 // ---- stages 3-5 of an adjoint in one kernel (fused.cuh) -------------------------------------
 // sbgemv_irfft_<storage>_<input>_<FFT>_<stage 5>_<output>_n<ND>: complex128 or complex64 Khat,
 // up to ND sensors (keep in sync with fftmatvec/_gpu.py: FUSED_ND, FUSED_STORES), every radix of
-// _rowfft.FAMILIES. The host takes the smallest ND that holds Nd: on an H200 the ND = 10
-// kernel ran the complex128 adjoint of (100000, 10, 100) in 0.454 ms, the ND = 12 one in 0.494
-// (twenty-third run).
+// _rowfft.FAMILIES. The host takes the smallest ND that holds Nd, a kernel for a larger ND
+// running slower on the same problem (docs/benchmarks.md, twenty-third run).
 #define FFTMATVEC_SBGEMV_IRFFT(NAME, ND, STORE, CIN, R, TMID, TOUT)                            \
   extern "C" __global__ void FUSED_BOUNDS sbgemv_irfft_##NAME##_n##ND(                          \
       const STORE::elem* __restrict__ kh, const CIN* __restrict__ x, TOUT* __restrict__ out,     \

@@ -278,7 +278,7 @@ __device__ __forceinline__ void fno_plane_irfft_body(
 // frequency; one more shuffle puts the bins in natural order: lane l, register k2 holds bin
 // P l + k2). A row or a column makes no pass through shared memory and waits on no barrier: the
 // pass form's rows ran latency-bound in their shared-memory passes and barriers, and this form
-// ran 1.2-2.1x faster (docs/benchmarks.md, fortieth run).
+// ran faster (docs/benchmarks.md, fortieth run).
 // Shared memory holds the kept columns T (m1 rows of n0 + 1 values, as in the pass form) and
 // the plane's 2 m0 m1 modes, staged so that global memory is read and written in whole rows.
 // Lanes of 32 on AMD's 64-wide wavefronts too (the shuffles' width is 32). The results are the
@@ -460,9 +460,9 @@ __device__ __forceinline__ void warp_row_rfft(float2 (&v)[P], const Lanes32<-1>&
 // The rows r = r0, r0 + step, ... below n (a group's) of base (rows of 64 P reals) in steps of
 // R: each step loads its R rows, then transforms them; or with PIPE, R rows always in flight:
 // each row's slot is loaded again with the row R steps on before the row is transformed, so
-// that the next rows' loads run under this row's FFT (the planes' kernels: the 64² and 128²
-// forwards 1.3 and 9.9 µs faster; the one-kernel layer and the row kernels 2.1 and 3.5 µs
-// slower so: docs/benchmarks.md, fifty-fifth run). row(r, k, X[k]) for every bin.
+// that the next rows' loads run under this row's FFT (the planes' kernels take it: their
+// forwards ran faster so; the one-kernel layer and the row kernels ran slower so, and do not:
+// docs/benchmarks.md, fifty-fifth run). row(r, k, X[k]) for every bin.
 template <int P, int R, typename Row, bool ORDERED = true, bool PIPE = false>
 __device__ __forceinline__ void warp_rows_rfft(const float* __restrict__ base, int r0, int step,
                                                int n, const Lanes32<-1>& lanes,
@@ -778,9 +778,8 @@ __device__ __forceinline__ void fno_irfft_warp_body(const float* __restrict__ y,
 // rpb rows a block of rpb R threads, their kept bins staged (BinStage) so that the spectral
 // side moves in whole runs of its layout.
 // Launch bounds: on NVIDIA, registers for B blocks of the most threads a multiprocessor: the
-// forward two (96 registers; at three, 80, it ran up to 26 % slower on an H100), the inverse
-// three (80; 4-10 % faster than at two, 128 registers, on rows of 1024-4096 points)
-// (docs/history.md, forty-fifth run).
+// forward two (96 registers; three, 80, ran slower), the inverse three (80; faster than two,
+// 128 registers, on rows of 1024-4096 points) (docs/history.md, forty-fifth run).
 // The inverse also with R a template argument RC (16, 32, 64, 128: rows of 1024-8192 points; 0:
 // R read at run time): a thread's 64 stores R apart then take their offsets in the instruction,
 // where a run-time R costs a 64-bit address sum each; 4-12 % faster on an H100 (docs/history.md,

@@ -7,6 +7,7 @@ own partial sum), so the oracle is the dense float64 product of the local kernel
 repeated input, restricted to the rows this rank owns.
 """
 
+import threading
 import time
 
 import numpy as np
@@ -121,6 +122,14 @@ def test_collective_waits_its_duration_and_returns_copies(rng):
     one = VirtualComm([0], 0)
     np.testing.assert_array_equal(t.allgatherv(one, a, [2], np.float64).wait(), a)
     assert len(t.log) == 3
+    # close waits for the collectives started and ends the helper thread; a later one makes
+    # another
+    pend = t.allreduce(comm, b, np.float64)
+    t.close()
+    np.testing.assert_array_equal(pend.wait(), b)
+    assert not [th for th in threading.enumerate() if th.name.startswith("fftmatvec-emulated")]
+    np.testing.assert_array_equal(t.allreduce(comm, b, np.float64).wait(), b)
+    t.close()
 
 
 def test_communication_overlaps_compute_on_a_thread(rng):

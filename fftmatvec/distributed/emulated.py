@@ -400,14 +400,10 @@ class EmulatedTransport:
         self.log: list = []
         self._indices: dict = {}  # (counts, rank) -> the all-gather's rows, on the device
         self._clock = None  # the DeviceClock, made on the first collective on a GPU
-        if xp is np:
-            # one helper thread: the collectives run one after another, as on one stream
-            self._pool = ThreadPoolExecutor(max_workers=1,
-                                            thread_name_prefix="fftmatvec-emulated")
-            self.stream = None
-        else:
-            self._pool = None
-            self.stream = xp.cuda.Stream(non_blocking=True)
+        # on the CPU one helper thread, made on the first collective: the collectives run one
+        # after another, as on one stream
+        self._pool = None
+        self.stream = None if xp is np else xp.cuda.Stream(non_blocking=True)
 
     @property
     def modelled(self) -> float:
@@ -416,6 +412,13 @@ class EmulatedTransport:
 
     def progress(self) -> None:
         """Nothing to drive: the emulated collectives move by themselves."""
+
+    def close(self) -> None:
+        """On the CPU, wait for the collectives started and end the helper thread (a later
+        collective makes another); on a GPU nothing to end."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
     def _start(self, collective, comm, nbytes, own, work):
         """Run ``work()`` (the device copy; returns the result) then wait for the rest of the
@@ -431,6 +434,9 @@ class EmulatedTransport:
                 _sleep_until(t0 + duration)
                 return out
 
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=1,
+                                                thread_name_prefix="fftmatvec-emulated")
             fut = self._pool.submit(run)
             return Pending(None, fut.result, (fut,))
         if self._clock is None:
