@@ -72,7 +72,7 @@ __device__ __forceinline__ void cfma_conj(C& acc, C a, C b) {
 
 // ---- Khat loads: each element is read exactly once per product ------------------------------
 // On NVIDIA through the read-only data path (ld.global.nc), which the one-vector products ran
-// faster with than with evict-first loads (__ldcs) (docs/benchmarks.md, twelfth run).
+// faster with than with evict-first loads (__ldcs).
 template <typename T>
 __device__ __forceinline__ T load_khat(const T* p) {
 #if defined(FFTMATVEC_HIP)
@@ -85,7 +85,7 @@ __device__ __forceinline__ T load_khat(const T* p) {
 // ---- where a frequency of Khat lies -------------------------------------------------------
 // Khat may be stored in blocks of 2^fsh frequencies, [f >> fsh][Nd][Nm][f & (2^fsh - 1)], so
 // that a tile of a block's frequencies reads one contiguous run down the reduction instead of
-// short runs a row apart (fftmatvec/_gpu.py: KHAT_BLOCK; docs/benchmarks.md, seventeenth run).
+// short runs a row apart (fftmatvec/_gpu.py: KHAT_BLOCK).
 // Element (o, r, f) is at o * so + r * sr + khat_foff(f, fsh, sb): the strides so and sr are
 // those of one block's (Nd, Nm) rows, sb the elements between blocks. fsh = KHAT_ONE_BLOCK is
 // the unblocked layout (Nd, Nm, Nfp), one block holding every frequency. Every kernel's runs of

@@ -20,9 +20,9 @@
 //                     same complex value of Khat), and the 16 right-hand sides as N = 32 real
 //                     columns: [Yr of b 0-7 | Yr of b 8-15 | Yi of b 0-7 | Yi of b 8-15].
 //   complex64  (`s`): either the complex128 kernel's DMMAs on the values converted to float64
-//                     (exact), summed in float64 (`c64dmma`: 1-12 % faster on an H200 than
-//                     TF32, docs/benchmarks.md, nineteenth run; the conversions run on the XU
-//                     pipe, not the FP64 one), or TF32 m16n8k8 with the operands split hi + lo
+//                     (exact), summed in float64 (`c64dmma`: faster than 3xTF32 on every case
+//                     compared where the FP64 tensor cores are fast; the conversions run on the
+//                     XU pipe, not the FP64 one), or TF32 m16n8k8 with the operands split hi + lo
 //                     ("3xTF32": A_hi B_hi + A_hi B_lo + A_lo B_hi), each k-step's sum added in
 //                     float32 FMA units (below): GPUs whose FP64 tensor cores are slow.
 //   float16    (`h`): TF32 m16n8k8; float16 values are exact in TF32, so only X is split
@@ -54,7 +54,7 @@ template <typename T, typename U> struct Select<false, T, U> { typedef U type; }
 // A (16 rows x 8) B (8 x 8) on one MMA: A's columns t and t + 4 are the real and imaginary parts
 // of Khat at reduction row t, so lane (g, t) holds them as the complex values of rows g (ag)
 // and g + 8 (ag8); b0 and b1 are B's rows t and t + 4 at column g. m16n8k8 in float64 is an
-// sm_90 instruction (66 TFLOP/s on an H200, docs/benchmarks.md); elsewhere it is the four
+// sm_90 instruction; elsewhere it is the four
 // m8n8k4 it stands for (rows g and g + 8, columns 0-3 and 4-7).
 // d: d0, d1 = D[g][2t, 2t + 1]; d2, d3 = D[g + 8][2t, 2t + 1].
 __device__ __forceinline__ void mma_f64_k8(double (&d)[4], double2 ag, double2 ag8, double b0,
@@ -124,7 +124,7 @@ __device__ __forceinline__ unsigned tf32_neg(unsigned v) { return v ^ 0x80000000
 // conj(Khat)) as two MMAs, B = [Xr; -s Xi] and [Xi; s Xr]. a[m][j][v]: Khat at row 16m + 8j + g,
 // reduction row t; x[h][v]: right-hand side g + 8h, row t. acc[v][m][2h]: Yr, [2h + 1]: Yi
 // (mma_f64_k8's d). neg_r / neg_i: the sign bit where -s / s is negative (both passed: deriving
-// one from the other here made the 127-register few-row tile spill).
+// one from the other here made the few-row tile, at its register bound already, spill).
 template <int MT, int V>
 __device__ __forceinline__ void mma_kstep_f64(double (&acc)[V][MT][4][4],
                                               const double2 (&a)[MT][2][V],
@@ -222,8 +222,8 @@ struct PipePlace {
 // one 16-byte value per (vector, row), so stored directly every lane would write its own 16
 // bytes; staged as tile[b][row][f] (rows RS = F + 1 apart where that fits: no bank conflicts
 // between the lanes g of one write), the block stores runs of F contiguous frequencies per
-// (vector, row): 8-37 % faster complex128 adjoints with 16 vectors (docs/benchmarks.md, tenth
-// run). NB vectors at a time: 16, or 8 in two passes where the tile of 16 would not fit the
+// (vector, row), which made the complex128 adjoints with 16 vectors faster than direct stores.
+// NB vectors at a time: 16, or 8 in two passes where the tile of 16 would not fit the
 // pipeline's shared memory (complex64 storage, whose stages are smaller).
 template <typename TOut, int MT, int V, int R, int F, int RS, int NT, int NB>
 __device__ __forceinline__ void mma_store_f64_staged(
@@ -356,7 +356,7 @@ __device__ __forceinline__ void zero_fill(A (&acc)[N]) {
 // vectors (16 x KS segments) into shared memory with cp.async, NS - 1 stages ahead of the
 // tensor cores, so that enough bytes are in flight to stream Khat at the memory's rate (loading
 // the MMA fragments straight from global memory, one k-step ahead in registers, was bound by
-// latency at a third of it: docs/benchmarks.md). Segments are stored as
+// latency well short of it). Segments are stored as
 // 16-byte chunks, the chunk index XOR-swizzled per (row, reduction row) so that the eight
 // lanes of each 16-byte read phase (rows g, g + 1 x reduction rows t = 0..3) hit distinct
 // banks. Rows past n_out, reduction rows past the split's end, frequencies past Khat's padded

@@ -122,9 +122,8 @@ __device__ __forceinline__ void sbgemv_store(const C (&acc)[RT][KB][W * V], TOut
 
 // W > 1 (one right-hand side): a thread owns W groups of V consecutive frequencies, blockDim.x
 // groups apart, so a block reads W runs of blockDim.x x 16 contiguous bytes per row and step,
-// and a thread has RT x W loads of 16 bytes in flight, issued for one step at a time. Measured on
-// an H200 it streams complex128 Khat 4-8 % faster than the tiles of one group, which unroll two
-// steps instead (docs/benchmarks.md, twelfth run).
+// and a thread has RT x W loads of 16 bytes in flight, issued for one step at a time. It streams
+// complex128 Khat faster than the tiles of one group, which unroll two steps instead.
 template <typename Store, typename TIn, typename TOut, int RT, int KB, int V, int W = 1>
 __device__ __forceinline__ void sbgemv_body(
     const typename Store::elem* __restrict__ kh, const float* __restrict__ scale,
@@ -352,11 +351,10 @@ __device__ __forceinline__ void reduce_splits_body(const TIn* __restrict__ part,
 // The same sum with one thread per output adding the splits in order, REDUCE_BATCH loads in
 // flight: for products with many outputs and few splits (batches, one vector over many sensors
 // and frequencies), where the lanes above leave most of their threads idle and a block's 32
-// outputs are too little work for a block: alone, 1.2-2.1x as fast on an H200 over 200 000
-// outputs or more and 4-16 splits; below 100 000 outputs both cost a launch. Its
-// sum is the one of adding the splits in order, to the last bit. The engine picks it by the
-// splits and outputs (fftmatvec/_gpu.py: REDUCE_SERIAL_MAX_SPLITS, REDUCE_SERIAL_MIN_OUTPUTS;
-// docs/benchmarks.md, twenty-eighth run).
+// outputs are too little work for a block: alone, it was the faster over many outputs and few
+// splits, and over few outputs both cost about a launch. Its sum is the one of adding the
+// splits in order, to the last bit. The engine picks it by the splits and outputs
+// (fftmatvec/_gpu.py: REDUCE_SERIAL_MAX_SPLITS, REDUCE_SERIAL_MIN_OUTPUTS).
 constexpr int REDUCE_BATCH = 8;
 template <typename TIn, typename TOut>
 __device__ __forceinline__ void reduce_splits_serial_body(const TIn* __restrict__ part,

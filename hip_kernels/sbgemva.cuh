@@ -7,11 +7,11 @@
 // per thread), and the staged one's barriers drain its loads every chunk. Here every thread
 // copies the Khat chunks it will itself consume into shared memory, NS - 1 stages of J
 // reduction steps ahead, with cp.async: no registers wait on memory, and the barrier that lets
-// the block share the staged vectors does not empty the pipe. Measured on an H200 it is 5-6 %
-// faster for float16 storage, where the register kernels spend the most registers per byte,
-// 7-27 % faster on forward products with at most 16 outputs (narrow tiles, many splits), and
-// otherwise as fast as the others for complex128 and complex64 (docs/benchmarks.md, fifth run);
-// the engine's defaults (fftmatvec/_gpu.py: ASYNC_MIN_RED, ASYNC_FEW_ROWS) follow those sweeps.
+// the block share the staged vectors does not empty the pipe. It is faster than the register
+// kernels for float16 storage, where they spend the most registers per byte, and on forward
+// products with at most 16 outputs (narrow tiles, many splits), and otherwise as fast as the
+// others for complex128 and complex64; the engine's defaults (fftmatvec/_gpu.py: ASYNC_MIN_RED,
+// ASYNC_FEW_ROWS) follow those sweeps.
 //
 // Layout of one stage (NT = 32 x TY threads, V = 16 / sizeof(Khat element) frequencies per
 // chunk, W chunks per thread and row, 32 V apart, so a block covers FT = 32 V W frequencies and
@@ -24,11 +24,10 @@
 // Reduction steps past the split's end, rows past n_out and frequencies past the padded
 // length are zero-filled by the copy (src-size 0), so the arithmetic runs without branches.
 //
-// W = 2 serves float16 forward products by default, 1-4 % faster than W = 1 on an H200. With
-// its arithmetic taken out this kernel read Khat at 3.8-4.1 TB/s, against 4.45-4.58 for one
-// linear stream; bulk copies (TMA) or persistent blocks in its place did no better. Blocks that
-// each read many runs of 0.5-4 KB spread over Khat leave about a tenth of the bandwidth unused,
-// whatever issues the loads (docs/benchmarks.md, thirteenth run).
+// W = 2 serves float16 forward products by default, faster there than W = 1. With its
+// arithmetic taken out this kernel reads Khat more slowly than one linear stream does, and bulk
+// copies (TMA) or persistent blocks in its place did no better: blocks that each read many short
+// runs spread over Khat leave part of the bandwidth unused, whatever issues the loads.
 #pragma once
 #include "common.cuh"
 #include "sbgemm.cuh"

@@ -21,13 +21,12 @@
 // registers: the registers go to the input (BG x ND complex values). Sensors past nd, rows past
 // the block's and frequencies past the padded length are zero-filled (src-size 0).
 //
-// On an H200 (docs/benchmarks.md, twenty-fourth run), at k = 16 on (Nm, Nd, Nt) =
-// (100000, 10, 100), it ran the complex128 adjoint 1.17-1.18x as fast as the tensor-core kernels
-// (0.85 of cuBLAS's ZGEMM time), complex64 1.38x and float16 1.05-1.06x; at k = 8 1.33x, 1.36x and
-// 1.47x. The same kernel with Khat loaded into registers, one or two rows at a time, had too few
-// bytes in flight: 0.56-0.75x the tensor cores in complex128. Its mirror for forward products
-// with few outputs (the sums over a split of the reduction in registers, Khat and the vectors
-// through shared memory) ran at 0.60-0.70x, and is not built.
+// At k = 16 and k = 8 on (Nm, Nd, Nt) = (100000, 10, 100) it ran the adjoint faster than the
+// tensor-core kernels in complex128, complex64 and float16 storage. The same kernel with Khat
+// loaded into registers, one or two rows at a time, had too few bytes in flight and was slower
+// than the tensor cores in complex128. Its mirror for forward products with few outputs (the
+// sums over a split of the reduction in registers, Khat and the vectors through shared memory)
+// was slower than them too, and is not built.
 #pragma once
 #include "common.cuh"
 #include "sbgemm.cuh"
