@@ -166,7 +166,7 @@ FFTMATVEC_ROWFFT_FAMILIES(f32, float, c64, float2)
   FFTMATVEC_FNO_PLANE_AS(M, p, true)
 // fno_plane_rfft_f32_w<P>x<Q>, fno_plane_irfft_f32_w<P>x<Q>: the warp form, rows of 32 P complex
 // values (P = 1, 2, 4: rows of 64 to 256 reals), columns of 32 Q (Q = 1, 2, 4, 8);
-// fno_plane_rfft_f32_w<P>x<Q>a (P = 1, 2; rows of 256 reals spill with it, those of 64 spill 16
+// fno_plane_rfft_f32_w<P>x<Q>a (P = 1, 2; rows of 256 reals spill with it, those of 64 a few
 // bytes on sm_90): its rows loaded FNO_WARP_AHEAD(P) at a time.
 #define FFTMATVEC_FNO_PLANE_WARP_AHEAD(P, Q)                                                    \
   extern "C" __global__ void FNO_WARP_BOUNDS(Q) fno_plane_rfft_f32_w##P##x##Q##a(              \
@@ -303,7 +303,7 @@ FFTMATVEC_FNO_PLANE_DIRECT(16)
 // sbgemv_irfft_<storage>_<input>_<FFT>_<stage 5>_<output>_n<ND>: complex128 or complex64 Khat,
 // up to ND sensors (keep in sync with fftmatvec/_gpu.py: FUSED_ND, FUSED_STORES), every radix of
 // _rowfft.FAMILIES. The host takes the smallest ND that holds Nd, a kernel for a larger ND
-// running slower on the same problem (docs/benchmarks.md, twenty-third run).
+// running slower on the same problem.
 #define FFTMATVEC_SBGEMV_IRFFT(NAME, ND, STORE, CIN, R, TMID, TOUT)                            \
   extern "C" __global__ void FUSED_BOUNDS sbgemv_irfft_##NAME##_n##ND(                          \
       const STORE::elem* __restrict__ kh, const CIN* __restrict__ x, TOUT* __restrict__ out,     \

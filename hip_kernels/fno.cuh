@@ -778,13 +778,13 @@ __device__ __forceinline__ void fno_irfft_warp_body(const float* __restrict__ y,
 // rpb rows a block of rpb R threads, their kept bins staged (BinStage) so that the spectral
 // side moves in whole runs of its layout.
 // Launch bounds: on NVIDIA, registers for B blocks of the most threads a multiprocessor: the
-// forward two (96 registers; three, 80, ran slower), the inverse three (80; faster than two,
-// 128 registers, on rows of 1024-4096 points) (docs/history.md, forty-fifth run).
+// forward two (three ran slower), the inverse three (faster than two on rows of 1024-4096
+// points).
 // The inverse also with R a template argument RC (16, 32, 64, 128: rows of 1024-8192 points; 0:
 // R read at run time): a thread's 64 stores R apart then take their offsets in the instruction,
-// where a run-time R costs a 64-bit address sum each; 4-12 % faster on an H100 (docs/history.md,
-// fifty-fourth run). The forward so built ran 1-37 % slower, 12-30 % with only its loads'
-// offsets fixed, slower again at fewer blocks a multiprocessor: it reads R at run time.
+// where a run-time R costs a 64-bit address sum each, which made it faster (docs/benchmarks.md,
+// fifty-fourth run). The forward so built ran slower, also with only its loads' offsets fixed,
+// and slower again at fewer blocks a multiprocessor: it reads R at run time.
 #define FNO_COLS_THREADS 256
 #if defined(FFTMATVEC_HIP)
 #define FNO_COLS_BOUNDS(B) __launch_bounds__(FNO_COLS_THREADS)
@@ -1013,8 +1013,8 @@ __device__ __forceinline__ void fno_irfft_cols_body(const float* __restrict__ y,
 // ---- the paired modes' channel product for small batches (fftmatvec/fno/_product.py) --------
 // Y[m] = X[m] W[m] for every mode m: X (M, B, C), W (M, C, O), Y (M, B, O) complex64, each
 // matrix row-major (the paired layout: fftmatvec/fno/_dft.py, PairedChain). For batches of a few
-// rows, where cuBLAS's batched complex GEMM runs tiles of 32 x 64 on 16 rows (196 µs, 58 % of
-// the bytes' time, at (2112, 16, 128, 128) on an H100; this kernel 139). A block takes mpb
+// rows, where cuBLAS's batched complex GEMM runs tiles of 32 x 64 on 16 rows and takes longer
+// than this kernel, well short of the bytes' rate. A block takes mpb
 // modes (blockDim.x = mpb O / 2 threads), a thread two output columns of NB rows (blockIdx.y:
 // the rows' tile); the weight streams from global memory, UR pairs of k-steps ahead; the block's
 // rows of X go through shared memory in chunks of FNO_PRODUCT_KC columns ([mode][row][k], two
@@ -1115,9 +1115,8 @@ __device__ __forceinline__ void fno_modes_cgemm_body(const float2* __restrict__ 
 // ---- a one-axis layer in one kernel (fftmatvec/fno/_fused1d.py) -------------------------------
 // y = S(X W + b), X = F x, for a one-axis layer whose rows hold L = 64 P points (the warp form's
 // rows) and C = O = 64 CQ channels: where the paired chain runs the analysis's row kernel, the
-// complex GEMM of the modes and the synthesis's row kernel, each through global memory (the
-// (1024, 64, 128, 64) forward: 33 + 38 + 33 µs on an H100), a block takes NB batch rows (a
-// multiple of 4) from x to y, its modes in shared memory between:
+// complex GEMM of the modes and the synthesis's row kernel, each through global memory, a
+// block takes NB batch rows (a multiple of 4) from x to y, its modes in shared memory between:
 // 1. the real FFTs of its NB C rows (the warp form's), the kept bins k < m into
 //    S[k kp + b C + c] (kp = NB C + 1, odd: a row's bins on distinct banks);
 // 2. the channel product, a group of 32 lanes an item (mode k, RB batch rows b = RB h ..
@@ -1132,8 +1131,8 @@ __device__ __forceinline__ void fno_modes_cgemm_body(const float2* __restrict__ 
 //    its number mod 4: where the items are not a multiple of 4 (33 modes of 8 rows), one
 //    scheduler would issue one item more than the others, so the last (items mod 4) are split
 //    into quarters of RB / 4 rows, a quarter each scheduler (FNO_L1_BALANCE, where the groups
-//    are a multiple of 4): the (1024, 64, 128, 64) kernel 67.2-67.7 -> 66.2-66.5 µs on an
-//    H100 (docs/benchmarks.md, fifty-fifth run);
+//    are a multiple of 4), which made the (1024, 64, 128, 64) kernel faster
+//    (docs/benchmarks.md, fifty-fifth run);
 // 3. the inverse real FFTs of the NB O output rows from S (zero from m; the imaginary parts of
 //    DC and Nyquist dropped), written to y.
 // One block a multiprocessor (S is NB C m complex values: 135 KB at NB = 8, C = 64, m = 33),
@@ -1182,8 +1181,8 @@ __device__ __forceinline__ void fno_modes_cgemm_body(const float2* __restrict__ 
 // whose multiprocessors have 4 schedulers; off on AMD, for the same reason). FNO_L1_ORDERED
 // false: the analysis's and the synthesis's FFTs leave their lanes in bit-reversed order
 // (group_fft), two shuffles a register fewer, the bins going to shared memory and the outputs
-// to y from whichever lane holds them (0.3-0.5 µs off the (1024, 64, 128, 64) kernel on an
-// H100; NVIDIA only, the AMD build as it was).
+// to y from whichever lane holds them, which made the (1024, 64, 128, 64) kernel faster
+// (docs/benchmarks.md, fifty-fifth run; NVIDIA only, the AMD build as it was).
 
 // The channel product of one item of fno_layer1d_body: a0, a1 += the RB rows xs[j C + c]
 // (c < C) times the weight columns of this lane, w[c C / 2 + 32 q] (two complex values each).

@@ -13,13 +13,12 @@
 // of Khat for U rows, one per sensor, are all issued before their arithmetic; consecutive threads
 // read consecutive frequencies of one row of Khat, so every load is coalesced.
 //
-// On an H200 (docs/benchmarks.md, twenty-third run) it made the adjoint of (Nm, Nd, Nt) =
-// (100000, 10, 100) 1.18-1.20x as fast with complex128 Khat, at 0.88 of its floor, and 1.04x
-// with complex64. With float16 Khat it was 0.97-0.98x the stages apart (also with 16-byte loads
-// and the input in shared memory). The same fusion of stages 1-3 forward was slower (0.59
-// against 0.57 ms there, with or without L2 prefetches of Khat): its running sums and the FFT's
-// passes share the registers, and too few of Khat's bytes were in flight. The engine takes
-// this kernel for complex128 and complex64 storage (fftmatvec/_gpu.py:
+// It made the adjoint of (Nm, Nd, Nt) = (100000, 10, 100) faster than the stages apart with
+// complex128 and complex64 Khat; with float16 Khat it was slower than them (also with 16-byte
+// loads and the input in shared memory). The same fusion of stages 1-3 forward was slower, with
+// or without L2 prefetches of Khat: its running sums and the FFT's passes share the registers,
+// and too few of Khat's bytes were in flight (docs/benchmarks.md, twenty-third run). The engine
+// takes this kernel for complex128 and complex64 storage (fftmatvec/_gpu.py:
 // KernelEngine.fused_adjoint).
 #pragma once
 #include "common.cuh"
@@ -36,9 +35,9 @@ template <typename Store, typename R> struct Handoff {
 };
 
 // The kernels' launch bounds: 128 threads, and registers for 4 blocks per multiprocessor on
-// NVIDIA (the complex128 kernels then take 116-128 registers, with 4 bytes of spills for 12
-// sensors; unbounded, their FFT passes took them past 160; with 5 blocks, 76-192 bytes of
-// spills made them slower). Under HIP, where a second bound means something else, only the first.
+// NVIDIA (the complex128 kernels then spill little; unbounded, their FFT passes took more
+// registers than 4 blocks leave; with 5 blocks, their spills made them slower). Under HIP, where a
+// second bound means something else, only the first.
 #define FUSED_MAX_THREADS 128
 #define FUSED_MIN_BLOCKS 4
 #if defined(FFTMATVEC_HIP)

@@ -1,14 +1,14 @@
 // Stages 1+2 and 4+5 as one kernel each: the real FFTs of the time axis, with the padding,
 // unpadding and precision casts around them, for 5-smooth lengths L.
 //
-// cuFFT with the pad and unpad as callbacks ran these transforms at 0.16-0.44 of their memory
-// floor at the lengths the operator uses (L = 2000, 1000, 200 on an H200: docs/benchmarks.md,
-// twenty-first run). Here a block reads `rpb` rows once, transforms them in shared memory and
+// cuFFT with the pad and unpad as callbacks ran these transforms far below their memory floor
+// at the lengths the operator uses (L = 2000, 1000, 200: docs/benchmarks.md, twenty-ninth
+// run). Here a block reads `rpb` rows once, transforms them in shared memory and
 // writes them out once. The first Stockham pass of an even L loads its butterflies' inputs from
 // global memory itself (fft_first_pass), forward always and inverse from complex64 spectra,
 // instead of after a copy of the rows into shared memory (complex128 spectra are packed as they
-// are loaded: irfft_unpad_body): on an H200 that made the forward transforms of 5000-100000
-// rows 3-18 % faster (float64 FFTs 10-18 %; docs/benchmarks.md, twenty-ninth run).
+// are loaded: irfft_unpad_body): that made the forward transforms of 5000-100000 rows faster,
+// the float64 ones the most.
 //
 // * The real input of a row is packed as N complex values z[n] = x[2n] + i x[2n+1] and
 //   transformed by a complex FFT of length N (Stockham passes between two shared-memory
@@ -137,8 +137,8 @@ __host__ __device__ constexpr int inv_mod(int a, int m, int x = 1) {
 // mod R (e1 = B^-1 mod A, e2 = A^-1 mod B), the DFT of length R is B DFTs of length A followed
 // by A DFTs of length B with no twiddles between them, and in registers the two index maps are
 // only renamings. A pass of radix 6 or 10 takes the place of two passes of 2 and 3 or 5, one
-// round trip through shared memory fewer. (Radices 12-40 this way were slower on an H200: their
-// registers cost more blocks than their passes saved; docs/benchmarks.md, twenty-second run.)
+// round trip through shared memory fewer. (Radices 12-40 this way were slower: their registers
+// cost more blocks than their passes saved.)
 template <int A, int B, int S, typename C> struct Pfa {
   static __device__ __forceinline__ void run(C* v) {
     constexpr int R = A * B, E1 = inv_mod(B % A, A), E2 = inv_mod(A % B, B);
@@ -167,17 +167,16 @@ template <int S, typename C> struct Dft<10, S, C> : Pfa<2, 5, S, C> {};
 // in registers, or loads all RAD - 1 from the pass's table. The loads go through the L1 pipe
 // that the shared-memory passes keep busy; the products add a few units in the last place.
 // complex128 takes the powers (the FP64 units have room). complex64 keeps the table: the powers
-// gained it 1-4 % on an H200, for errors half as large again (docs/benchmarks.md, twenty-second
-// run).
+// gained it little, for larger errors.
 template <typename C> struct TwiddlePowers { static constexpr bool value = false; };
 template <> struct TwiddlePowers<double2> { static constexpr bool value = true; };
 
 // The kernels' launch bounds: at most ROWFFT_MAX_THREADS threads a block (_rowfft.THREADS), and
 // on NVIDIA registers for ROWFFT_MIN_BLOCKS blocks per multiprocessor, as many as the blocks'
 // 32 KB of shared memory allow there (_rowfft.ROWS_BYTES). Without them the complex128 kernels
-// took 80 registers (6 blocks) in _r8 and 106-118 in _r10; with them 68-70 without spills, and
-// 72 with 24 (forward) and 116 (inverse) bytes of spills. Under HIP, where a second bound means
-// something else, only the first applies.
+// took more registers than that many blocks leave, _r10 the most; with them most fit without
+// spills, and the rest spill a few bytes. Under HIP, where a second bound means something else,
+// only the first applies.
 #define ROWFFT_MAX_THREADS 128
 #define ROWFFT_MIN_BLOCKS 7
 #if defined(FFTMATVEC_HIP)
@@ -619,11 +618,11 @@ __device__ __forceinline__ void pack_spectra(const CIn* __restrict__ yb, C* __re
 
 // Stages 4 and 5: out[r, c] (c < nt) is sample c of the unnormalised inverse real FFT of row r
 // of y (rows, N + 1) in CIn, computed in R, rounded to stage 5's precision TMid, in TOut.
-// Complex64 spectra of an even L take irfft_loaded: on an H200 that made the inverse transforms
-// of 5000-100000 rows 1.5-7 % faster in float32 and 2-3 % in float64 (`ddhdd`). From complex128
-// spectra, where its doubled loads cost spills, it was 0-4 % slower; those are packed as they
-// are loaded instead (pack_spectra), one pass through shared memory fewer than the copy and
-// irfft_rows' packing, 3-7 % faster (docs/benchmarks.md, twenty-ninth run).
+// Complex64 spectra of an even L take irfft_loaded, which made the inverse transforms of
+// 5000-100000 rows faster in float32 and in float64 (`ddhdd`). From complex128 spectra, where its
+// doubled loads cost spills, it was slower; those are packed as they are loaded instead
+// (pack_spectra), one pass through shared memory fewer than the copy and irfft_rows' packing,
+// and faster than them (docs/benchmarks.md, twenty-ninth run).
 template <int MAXR, typename CIn, typename R, typename TMid, typename TOut>
 __device__ __forceinline__ void irfft_unpad_body(const CIn* __restrict__ y, TOut* __restrict__ out,
                                                  const typename Complex<R>::type* __restrict__ tw,
