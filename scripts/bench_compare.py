@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Two source trees of fftmatvec timed by their own bench_matvec.py, case by case, on one device.
 
-A product timed in two separate runs moves by several per cent between the runs (waited-for
-single products by up to 10 %), more than a refactor should change it. So the two trees are
+A product timed in two separate runs moves between the runs (waited-for single products the
+most), more than a refactor should change it. So the two trees are
 run in interleaved rounds, each run a fresh process of the tree's own
 ``scripts/bench_matvec.py`` with ``PYTHONPATH`` and the working directory set to that tree:
 before, after, after, before, before, after, ... (``--order abba``, the default: a drift of

@@ -389,7 +389,7 @@ def _plan_setting(text: str) -> tuple[str, str]:
 
 def interleaved(time_own, time_other, rounds: int = 3) -> tuple[float, float]:
     """(best, best) of ``rounds`` alternating calls of two timers (each a median): a product
-    timed in separate runs moved by 4 %."""
+    timed in separate runs moves between them."""
     own, other = [], []
     for _ in range(rounds):
         own.append(time_own())

@@ -7,9 +7,8 @@ at most 12 sensors the input-in-registers kernel's frequencies and rows per bloc
 fastest per case, as a fraction of the floor. Used to set the defaults in fftmatvec/_gpu.py.
 
 Every launch of a case is made first, then timed in two passes, the second in the reverse
-order, keeping its faster time: in one pass the first launches of a sweep ran 2-6 % slower
-than the same launches later in it (docs/history.md, twenty-fifth run), which favoured
-whatever came last.
+order, keeping its faster time: in one pass the first launches of a sweep ran slower than the
+same launches later in it, which favoured whatever came last.
 
 Usage: python scripts/tune_sbgemv.py [--sizes 5000x100x1000,...]
 """

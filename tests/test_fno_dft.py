@@ -131,8 +131,8 @@ def test_dft_from_neuralop(shape, n_modes):
         assert _rel(a, b) < 1e-5
 
 
-#: measured relative errors (max |error| / max |exact|, output and gradients, 1-D to 3-D, three
-#: seeds) on the CPU: bfloat16 2e-3 to 1.1e-2, float16 2e-4 to 1.2e-3; the bounds leave about 3x
+#: bounds on the relative errors (max |error| / max |exact|, output and gradients, 1-D to 3-D),
+#: about 3x the largest seen on the CPU over three seeds
 SIXTEEN_BOUNDS = {"bfloat16": 3e-2, "float16": 4e-3}
 
 

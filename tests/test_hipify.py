@@ -385,8 +385,7 @@ AMD_EXPECTED = [t for t in EXPECTED if t.startswith("gfx")]
 @pytest.mark.skipif(not AMD_EXPECTED, reason="no AMD code object in FFTMATVEC_EXPECT_CODE_OBJECTS")
 def test_installed_amd_code_objects_do_not_spill(tmp_path):
     """No kernel of an installed AMD code object spills registers or uses scratch memory: that
-    hardware is not here to time them, and a spill is what would show first in their time
-    (docs/benchmarks.md, twenty-seventh run, has the registers and occupancy of each family)."""
+    hardware is not here to time them, and a spill is what would show first in their time."""
     readelf = llvm_readelf()
     assert readelf is not None, ("llvm-readelf not found (hipcc's LLVM installs it): the AMD "
                                  "code objects' metadata cannot be read")

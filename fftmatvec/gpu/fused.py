@@ -137,7 +137,7 @@ class _FusedProduct:
     forward FFT, stage 3 (without its split-K sum where the inverse FFT adds the splits:
     :attr:`FusedPlans.split_sum`) and the inverse FFT, or the forward FFT and stages 3-5 as one
     kernel (:class:`_GemvIrfft`), in a fraction of the host time of the
-    stages one by one (docs/history.md).
+    stages one by one.
 
     The intermediate arrays are held per stream where they are small next to ``Khat``
     (:data:`HOLD_MAX_BYTES`, :data:`HOLD_KHAT_FRACTION`), else taken from CuPy's pool at each

@@ -177,7 +177,7 @@ class LaunchBuilders:
 
     def _tile(self, kb: int, n_out: int, adjoint: bool) -> tuple[int, int]:
         """(RT, V) for a launch of ``kb`` right-hand sides (defaults from the sweeps of
-        scripts/tune_sbgemv.py; see docs/history.md)."""
+        scripts/tune_sbgemv.py; see docs/gpu.md)."""
         if kb > 1:
             # several right-hand sides: the product becomes arithmetic-bound; the largest
             # register tile keeps the vector reads per multiply-add low
@@ -357,7 +357,7 @@ class LaunchBuilders:
         # Adjoints whose row tiles outnumber the resident blocks take the frequency tiles of a
         # row tile together: a round of blocks in the row order would read 128-byte runs of one
         # frequency tile, far apart. Forward products keep the row order: their row tiles share
-        # the large vectors' tiles in L2 (the measurements: docs/history.md).
+        # the large vectors' tiles in L2.
         freq_major = bool(adjoint) and math.ceil(n_out / rows) > resident
         if self.rules.pipe_freq_major is not None:
             freq_major = bool(self.rules.pipe_freq_major)

@@ -244,7 +244,7 @@ class Planner:
 
     def _use_staged(self, kb: int, n_red: int, adjoint: bool) -> bool:
         """Whether one right-hand side goes through the staged kernel. From the sweeps of
-        scripts/tune_sbgemv.py (docs/history.md): for `s` forward and `h` both
+        scripts/tune_sbgemv.py: for `s` forward and `h` both
         ways, where the vector entries per byte of `Khat` are many; `d` streams as fast
         unstaged. Adjoints with less than one chunk of reduction rows stay unstaged.
         ``staged=0`` / ``=1`` never / always stages."""

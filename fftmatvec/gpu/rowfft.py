@@ -33,13 +33,13 @@ MAX_PASSES = 10  # 6 bits per pass in one 64-bit kernel argument
 # family that takes all of its passes.
 FAMILIES = (8, 10)
 # The largest radix by default, per (FFT precision, kind): more registers per butterfly, fewer
-# passes (scripts/bench_row_fft.py --radices; docs/history.md): radix 10 in float32 and in the
+# passes (scripts/bench_row_fft.py --radices): radix 10 in float32 and in the
 # float64 forward transforms; the float64 inverse ones, whose radix-10 kernels spill their
 # registers, up to radix 8.
 MAX_RADIX = {(np.dtype(np.float64), "r2c"): 10, (np.dtype(np.float64), "c2r"): 8,
              (np.dtype(np.float32), "r2c"): 10, (np.dtype(np.float32), "c2r"): 10}
 # A block holds whole rows, about ROWS_BYTES bytes of them per buffer, with THREADS threads
-# (scripts/bench_row_fft.py --sweep; docs/history.md).
+# (scripts/bench_row_fft.py --sweep).
 ROWS_BYTES = 16 * 1024
 THREADS = 128
 MAX_THREADS = 128  # the kernels' launch bound (rowfft.cuh: ROWFFT_MAX_THREADS)
