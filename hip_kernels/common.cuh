@@ -85,13 +85,13 @@ __device__ __forceinline__ T load_khat(const T* p) {
 // ---- where a frequency of Khat lies -------------------------------------------------------
 // Khat may be stored in blocks of 2^fsh frequencies, [f >> fsh][Nd][Nm][f & (2^fsh - 1)], so
 // that a tile of a block's frequencies reads one contiguous run down the reduction instead of
-// short runs a row apart (fftmatvec/_gpu.py: KHAT_BLOCK).
+// short runs a row apart (fftmatvec/gpu/rules.py: KHAT_BLOCK).
 // Element (o, r, f) is at o * so + r * sr + khat_foff(f, fsh, sb): the strides so and sr are
 // those of one block's (Nd, Nm) rows, sb the elements between blocks. fsh = KHAT_ONE_BLOCK is
 // the unblocked layout (Nd, Nm, Nfp), one block holding every frequency. Every kernel's runs of
 // frequencies (16-byte chunks, tiles of F frequencies) lie inside one block: the host keeps
 // blocks a multiple of them.
-constexpr int KHAT_ONE_BLOCK = 62;  // (fftmatvec/_gpu.py: _ONE_BLOCK_SHIFT)
+constexpr int KHAT_ONE_BLOCK = 62;  // (fftmatvec/gpu/rules.py: _ONE_BLOCK_SHIFT)
 __device__ __forceinline__ i64 khat_foff(i64 f, int fsh, i64 sb) {
   return (f >> fsh) * sb + (f & ((1LL << fsh) - 1));
 }
@@ -153,7 +153,7 @@ struct StoreC64 {
   }
 };
 // Complex64 storage whose tensor-core kernels run on FP64 MMAs (sbgemm.cuh): its values are
-// exact in float64. Kernel names `c64dmma`; the engine takes them on sm_90 (fftmatvec/_gpu.py:
+// exact in float64. Kernel names `c64dmma`; the engine takes them on sm_90 (fftmatvec/gpu/rules.py:
 // DMMA_C64_ARCHS).
 struct StoreC64Dmma : StoreC64 {
   static constexpr bool f64_mma = true;

@@ -70,7 +70,7 @@ __device__ double2 fmv_yhat_load(void* dataIn, unsigned long long offset, void* 
 // zero, as the serial sum kernel adds them (hip_kernels/sbgemv.cuh), rounded to the type that
 // kernel would write (FMV_TYHAT), then widened to the FFT's complex type FMV_TFFTC: to the bit
 // the values that kernel would hand the inverse FFT. Any number of splits; the engine folds
-// only a few (fftmatvec/_gpu.py: FOLD_MAX_SPLITS).
+// only a few (fftmatvec/gpu/rules.py: FOLD_MAX_SPLITS).
 __device__ FMV_TFFTC fmv_split_load(void* dataIn, unsigned long long offset, void* callerInfo,
                                     void* sharedPointer) {
   const FMV_TPART* p = static_cast<const FMV_TPART*>(dataIn) + offset;

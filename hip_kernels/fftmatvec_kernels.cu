@@ -82,7 +82,7 @@ FFTMATVEC_STAGE15(f32, float, f32, float, f32, float)
 // input's largest magnitude: amax_finish): the output is complex64, or complex128 from a
 // float64 FFT; irfft_unpad_<input>_<FFT>_<stage 5>_<output>_r<M>: the input is complex64, or
 // complex128 into a float64 FFT. M is the largest radix the kernel takes (a family of
-// _rowfft.FAMILIES: its registers are its largest butterfly's).
+// fftmatvec/gpu/rowfft.py's FAMILIES: its registers are its largest butterfly's).
 #define FFTMATVEC_RFFT(NAME, M, TIN, TMID, R, COUT)                                            \
   extern "C" __global__ void ROWFFT_BOUNDS rfft_pad_##NAME##_r##M(                             \
       const TIN* __restrict__ x, COUT* __restrict__ out,                                       \
@@ -301,9 +301,9 @@ FFTMATVEC_FNO_PLANE_DIRECT(16)
 
 // ---- stages 3-5 of an adjoint in one kernel (fused.cuh) -------------------------------------
 // sbgemv_irfft_<storage>_<input>_<FFT>_<stage 5>_<output>_n<ND>: complex128 or complex64 Khat,
-// up to ND sensors (keep in sync with fftmatvec/_gpu.py: FUSED_ND, FUSED_STORES), every radix of
-// _rowfft.FAMILIES. The host takes the smallest ND that holds Nd, a kernel for a larger ND
-// running slower on the same problem.
+// up to ND sensors (keep in sync with fftmatvec/gpu/rules.py: FUSED_ND, FUSED_STORES), every
+// radix of fftmatvec/gpu/rowfft.py's FAMILIES. The host takes the smallest ND that holds Nd, a
+// kernel for a larger ND running slower on the same problem.
 #define FFTMATVEC_SBGEMV_IRFFT(NAME, ND, STORE, CIN, R, TMID, TOUT)                            \
   extern "C" __global__ void FUSED_BOUNDS sbgemv_irfft_##NAME##_n##ND(                          \
       const STORE::elem* __restrict__ kh, const CIN* __restrict__ x, TOUT* __restrict__ out,     \
@@ -323,7 +323,7 @@ FFTMATVEC_FNO_PLANE_DIRECT(16)
   FFTMATVEC_SBGEMV_IRFFT_ND(S##_##C##_##F##_f32_f64, STORE, CT, R, float, double)  \
   FFTMATVEC_SBGEMV_IRFFT_ND(S##_##C##_##F##_f32_f32, STORE, CT, R, float, float)
 // the input is the forward FFT's output: complex128 or complex64 into complex128 sums,
-// complex64 into complex64 ones (_gpu.py: xhat_dtype)
+// complex64 into complex64 ones (fftmatvec/gpu/ffts.py: xhat_dtype)
 #if FFTMATVEC_IN_SECTION(FUSED_C128_C128_F64)
 FFTMATVEC_SBGEMV_IRFFT_IO(c128, StoreC128, c128, double2, f64, double)
 #endif
@@ -425,7 +425,7 @@ FFTMATVEC_REDUCE(c64_c64, float2, float2)
   FFTMATVEC_SBGEMV_ENTRY(sbgemv_##SNAME##_##INAME##_##ONAME##_r##RT##_k##KB##_v##V, STORE, \
                          TIN, TOUT, RT, KB, V, 1)
 
-// The tiles compiled for each storage (keep in sync with fftmatvec/_gpu.py: TILES).
+// The tiles compiled for each storage (keep in sync with fftmatvec/gpu/rules.py: TILES).
 #define FFTMATVEC_SBGEMV_IO(SNAME, STORE, RT, KB, V) \
   FFTMATVEC_FOR_IO(FFTMATVEC_SBGEMV, SNAME, STORE, RT, KB, V)
 
@@ -474,7 +474,7 @@ FFTMATVEC_SBGEMV_IO(c32h, StoreC32h, 4, 16, 1)
 #define FFTMATVEC_SBGEMVW_IO(SNAME, STORE, RT, V, W) \
   FFTMATVEC_FOR_IO(FFTMATVEC_SBGEMVW, SNAME, STORE, RT, V, W)
 
-// (keep in sync with fftmatvec/_gpu.py: WIDE_TILES)
+// (keep in sync with fftmatvec/gpu/rules.py: WIDE_TILES)
 #if FFTMATVEC_IN_SECTION(GEMV_C128)
 FFTMATVEC_SBGEMVW_IO(c128, StoreC128, 2, 1, 4)
 FFTMATVEC_SBGEMVW_IO(c128, StoreC128, 1, 1, 8)
@@ -503,7 +503,7 @@ FFTMATVEC_SBGEMVW_IO(c64, StoreC64, 4, 2, 2)
 #define FFTMATVEC_SBGEMVS_IO(SNAME, STORE, RT, V) \
   FFTMATVEC_FOR_IO(FFTMATVEC_SBGEMVS, SNAME, STORE, RT, V)
 
-// (keep in sync with fftmatvec/_gpu.py: STAGED_TILES)
+// (keep in sync with fftmatvec/gpu/rules.py: STAGED_TILES)
 #if FFTMATVEC_IN_SECTION(GEMV_C128)
 FFTMATVEC_SBGEMVS_IO(c128, StoreC128, 1, 1)
 FFTMATVEC_SBGEMVS_IO(c128, StoreC128, 2, 1)
@@ -550,7 +550,7 @@ FFTMATVEC_SBGEMVS_IO(c32h, StoreC32h, 4, 2)
 #define FFTMATVEC_SBGEMVAW_IO(SNAME, STORE, RT, TY, J, NS, W) \
   FFTMATVEC_FOR_IO(FFTMATVEC_SBGEMVAW, SNAME, STORE, RT, TY, J, NS, W)
 
-// The tiles of every storage (keep in sync with fftmatvec/_gpu.py: ASYNC_TILES).
+// The tiles of every storage (keep in sync with fftmatvec/gpu/rules.py: ASYNC_TILES).
 #define FFTMATVEC_SBGEMVA_TILES(SNAME, STORE)    \
   FFTMATVEC_SBGEMVA_IO(SNAME, STORE, 4, 8, 2, 3) \
   FFTMATVEC_SBGEMVA_IO(SNAME, STORE, 4, 4, 2, 4) \
@@ -596,7 +596,7 @@ FFTMATVEC_SBGEMVAW_IO(c32h, StoreC32h, 2, 4, 2, 4, 2)
 #define FFTMATVEC_SBGEMMP_IO(SNAME, STORE, MT, V, WR, WF, KS, NS) \
   FFTMATVEC_FOR_IO(FFTMATVEC_SBGEMMP, SNAME, STORE, MT, V, WR, WF, KS, NS)
 
-// (keep in sync with fftmatvec/_gpu.py: PIPE_TILES)
+// (keep in sync with fftmatvec/gpu/rules.py: PIPE_TILES)
 #if FFTMATVEC_IN_SECTION(MMA_C128)
 FFTMATVEC_SBGEMMP_IO(c128, StoreC128, 4, 1, 1, 8, 4, 4)
 FFTMATVEC_SBGEMMP_IO(c128, StoreC128, 2, 2, 2, 4, 4, 4)
@@ -629,7 +629,7 @@ FFTMATVEC_SBGEMMP_IO(c32h, StoreC32h, 1, 2, 1, 8, 4, 2)
 // most ND reduction rows, the input in registers and Khat streamed through shared memory (see
 // sbgemvx.cuh): blocks of FW x ceil(kb / BG) threads own FW frequencies and BG right-hand sides
 // per thread, RS rows per stage, NS stages. NVIDIA sm_80 and newer only.
-// (keep in sync with fftmatvec/_gpu.py: XREG_ND, XREG_TILES)
+// (keep in sync with fftmatvec/gpu/rules.py: XREG_ND, XREG_TILES)
 #if defined(FFTMATVEC_MMA)
 #define FFTMATVEC_SBGEMVX(SNAME, STORE, INAME, TIN, ONAME, TOUT, ND, BG, FW, RS, NS, MINB)         \
   extern "C" __global__ void __launch_bounds__(FW * 16 / BG, MINB)                                \

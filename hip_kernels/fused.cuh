@@ -18,8 +18,8 @@
 // loads and the input in shared memory). The same fusion of stages 1-3 forward was slower, with
 // or without L2 prefetches of Khat: its running sums and the FFT's passes share the registers,
 // and too few of Khat's bytes were in flight (docs/benchmarks.md, twenty-third run). The engine
-// takes this kernel for complex128 and complex64 storage (fftmatvec/_gpu.py:
-// KernelEngine.fused_adjoint).
+// takes this kernel for complex128 and complex64 storage (fftmatvec/gpu/planner.py:
+// Planner.fused_adjoint_takes).
 #pragma once
 #include "common.cuh"
 #include "rowfft.cuh"
@@ -27,7 +27,7 @@
 template <bool B, typename T, typename F> struct IfType { typedef T type; };
 template <typename T, typename F> struct IfType<false, T, F> { typedef F type; };
 
-// The complex type stage 3 hands an FFT in R (fftmatvec/_gpu.py: yhat_dtype): complex64 where
+// The complex type stage 3 hands an FFT in R (fftmatvec/gpu/ffts.py: yhat_dtype): complex64 where
 // stage 3 or the FFT computes in float32, else complex128.
 template <typename Store, typename R> struct Handoff {
   typedef typename IfType<sizeof(typename Store::real) == 8 && sizeof(R) == 8, double2,

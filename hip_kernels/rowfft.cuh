@@ -30,7 +30,7 @@
 // precision: exp(-2 pi i k / 2N) for k <= N / 2 (the w^k above, for an even L), then each
 // pass's table (fft_pass; complex128 passes read only its first row: TwiddlePowers).
 // Nothing here depends on the warp size; indices inside a block are 32-bit (a block holds at
-// most a few thousand values), row offsets 64-bit. The host (fftmatvec/_rowfft.py) picks the
+// most a few thousand values), row offsets 64-bit. The host (fftmatvec/gpu/rowfft.py) picks the
 // radices, the rows per block and the block size.
 #pragma once
 #include "common.cuh"
@@ -171,12 +171,12 @@ template <int S, typename C> struct Dft<10, S, C> : Pfa<2, 5, S, C> {};
 template <typename C> struct TwiddlePowers { static constexpr bool value = false; };
 template <> struct TwiddlePowers<double2> { static constexpr bool value = true; };
 
-// The kernels' launch bounds: at most ROWFFT_MAX_THREADS threads a block (_rowfft.THREADS), and
-// on NVIDIA registers for ROWFFT_MIN_BLOCKS blocks per multiprocessor, as many as the blocks'
-// 32 KB of shared memory allow there (_rowfft.ROWS_BYTES). Without them the complex128 kernels
-// took more registers than that many blocks leave, _r10 the most; with them most fit without
-// spills, and the rest spill a few bytes. Under HIP, where a second bound means something else,
-// only the first applies.
+// The kernels' launch bounds: at most ROWFFT_MAX_THREADS threads a block (fftmatvec/gpu/rowfft.py:
+// THREADS), and on NVIDIA registers for ROWFFT_MIN_BLOCKS blocks per multiprocessor, as many as
+// the blocks' 32 KB of shared memory allow there (ROWS_BYTES there). Without them the complex128
+// kernels took more registers than that many blocks leave, _r10 the most; with them most fit
+// without spills, and the rest spill a few bytes. Under HIP, where a second bound means something
+// else, only the first applies.
 #define ROWFFT_MAX_THREADS 128
 #define ROWFFT_MIN_BLOCKS 7
 #if defined(FFTMATVEC_HIP)
@@ -239,8 +239,9 @@ __device__ __forceinline__ void fft_pass(const C* __restrict__ src, C* __restric
 
 // The complex FFT of `rows` rows of length n in a, through b and back as the passes alternate;
 // returns the buffer that holds the result. radices: 6 bits per pass, first pass lowest (the
-// host's _rowfft.RADICES are the values it may hold), none above MAXR: a kernel's registers are
-// those of its largest butterfly, so each family of kernels (_rowfft.FAMILIES) compiles the
+// host's RADICES in fftmatvec/gpu/rowfft.py are the values it may hold), none above MAXR: a
+// kernel's registers are those of its largest butterfly, so each family of kernels (FAMILIES
+// there) compiles the
 // radices up to its own MAXR only. The passes' twiddle tables follow each other from twp.
 template <int MAXR, int S, typename C>
 __device__ __forceinline__ C* fft_rows(C* a, C* b, const C* __restrict__ twp, int n, int rows,

@@ -36,7 +36,7 @@
 // blockIdx.y splits the reduction (split-K) like the GEMV kernels.
 //
 // The engine uses these kernels for launches of up to 16 right-hand sides in both directions,
-// from a per-storage count where they beat the GEMV kernels (MMA_MIN_KB in fftmatvec/_gpu.py,
+// from a per-storage count where they beat the GEMV kernels (MMA_MIN_KB in fftmatvec/gpu/rules.py,
 // docs/benchmarks.md); smaller batches stay on the GEMV kernels (a launch costs about the same
 // for any kb: it always computes 16 columns).
 //

@@ -354,7 +354,7 @@ __device__ __forceinline__ void reduce_splits_body(const TIn* __restrict__ part,
 // outputs are too little work for a block: alone, it was the faster over many outputs and few
 // splits, and over few outputs both cost about a launch. Its sum is the one of adding the
 // splits in order, to the last bit. The engine picks it by the splits and outputs
-// (fftmatvec/_gpu.py: REDUCE_SERIAL_MAX_SPLITS, REDUCE_SERIAL_MIN_OUTPUTS).
+// (fftmatvec/gpu/rules.py: REDUCE_SERIAL_MAX_SPLITS, REDUCE_SERIAL_MIN_OUTPUTS).
 constexpr int REDUCE_BATCH = 8;
 template <typename TIn, typename TOut>
 __device__ __forceinline__ void reduce_splits_serial_body(const TIn* __restrict__ part,

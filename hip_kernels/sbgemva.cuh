@@ -10,8 +10,8 @@
 // the block share the staged vectors does not empty the pipe. It is faster than the register
 // kernels for float16 storage, where they spend the most registers per byte, and on forward
 // products with at most 16 outputs (narrow tiles, many splits), and otherwise as fast as the
-// others for complex128 and complex64; the engine's defaults (fftmatvec/_gpu.py: ASYNC_MIN_RED,
-// ASYNC_FEW_ROWS) follow those sweeps.
+// others for complex128 and complex64; the engine's defaults (fftmatvec/gpu/rules.py:
+// ASYNC_MIN_RED, ASYNC_FEW_ROWS) follow those sweeps.
 //
 // Layout of one stage (NT = 32 x TY threads, V = 16 / sizeof(Khat element) frequencies per
 // chunk, W chunks per thread and row, 32 V apart, so a block covers FT = 32 V W frequencies and

@@ -4,7 +4,7 @@ split-K target; for one right-hand side also the staged kernel's RT, V and TY an
 kernel's (RT, TY, J, NS) and split-K target; for several the
 tensor-core kernel's tiles (MT, V, WR, WF, KS, NS) and split-K target, and for adjoints over
 at most 12 sensors the input-in-registers kernel's frequencies and rows per block) and print the
-fastest per case, as a fraction of the floor. Used to set the defaults in fftmatvec/_gpu.py.
+fastest per case, as a fraction of the floor. Used to set the defaults in fftmatvec/gpu/rules.py.
 
 Every launch of a case is made first, then timed in two passes, the second in the reverse
 order, keeping its faster time: in one pass the first launches of a sweep ran slower than the

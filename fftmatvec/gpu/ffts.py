@@ -51,7 +51,7 @@ def yhat_dtype(compute, prec: PrecisionConfig) -> np.dtype:
 
 def _row_blocks(rows: int, L: int, fft_dtype) -> int:
     """Blocks of a transform of ``rows`` rows of length ``L`` at the row FFT kernels' default
-    rows per block (:func:`fftmatvec._rowfft.default_rows_per_block`)."""
+    rows per block (:func:`fftmatvec.gpu.rowfft.default_rows_per_block`)."""
     return -(-rows // _rowfft.default_rows_per_block(L, fft_dtype))
 
 
@@ -208,7 +208,7 @@ class FFTStages:
 
     def _row_fft_fwd(self, prec: PrecisionConfig, adjoint: bool, k: int, in_dtype):
         """:meth:`fused_plans`' forward transform on the row FFT kernels
-        (:class:`fftmatvec._rowfft.RowFFT`)."""
+        (:class:`fftmatvec.gpu.rowfft.RowFFT`)."""
         n_in = self.nd if adjoint else self.nm
         scaled = self.khat_store.scales_input(adjoint)
         return _rowfft.RowFFT("r2c", self.fft_len, self.nt, k * n_in, in_dtype, prec.pad_dtype,

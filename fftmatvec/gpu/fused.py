@@ -89,7 +89,7 @@ class _GemvIrfft:
     ``plan(x_ptr, y_ptr, stream)`` from the forward FFT's output ``(1, Nd, Nf)`` (in
     :func:`~fftmatvec.gpu.ffts.xhat_dtype`) to the unpadded output ``(1, Nm, Nt)``. Each block
     takes the
-    rows of a block of the row FFT kernels (:func:`fftmatvec._rowfft.default_rows_per_block`,
+    rows of a block of the row FFT kernels (:func:`fftmatvec.gpu.rowfft.default_rows_per_block`,
     fewer where they would pass :data:`FUSED_MAX_SMEM`), one thread per frequency."""
 
     @staticmethod
