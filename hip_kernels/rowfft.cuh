@@ -1,7 +1,7 @@
 // Stages 1+2 and 4+5 as one kernel each: the real FFTs of the time axis, with the padding,
 // unpadding and precision casts around them, for 5-smooth lengths L.
 //
-// cuFFT with the pad and unpad as callbacks ran these transforms far below their memory floor
+// cuFFT with the pad and unpad as callbacks ran these transforms far from their memory floor
 // at the lengths the operator uses (L = 2000, 1000, 200: docs/benchmarks.md, twenty-ninth
 // run). Here a block reads `rpb` rows once, transforms them in shared memory and
 // writes them out once. The first Stockham pass of an even L loads its butterflies' inputs from
