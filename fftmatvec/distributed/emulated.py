@@ -61,7 +61,8 @@ from .comm import Pending, _alone
 from .layout import check_fit
 
 __all__ = ["MachineModel", "FRONTIER", "H100_CLUSTER", "MODELS", "machine_model",
-           "DeviceClock", "EmulatedTransport", "VirtualComm", "VirtualGrid", "COLLECTIVES", "ALGORITHMS"]
+           "DeviceClock", "EmulatedTransport", "VirtualComm", "VirtualGrid", "COLLECTIVES",
+           "ALGORITHMS"]
 
 COLLECTIVES = ("allgather", "reduce_scatter", "allreduce")
 ALGORITHMS = ("ring", "tree")
