@@ -350,7 +350,8 @@ class DeviceClock:
 
     def __init__(self, cp):
         self.cp = cp
-        self._slots = cp.zeros(2, dtype=cp.uint64)  # the mark, and a span read back
+        # the mark, and a span read back: each written by a kernel before any kernel reads it
+        self._slots = cp.empty(2, dtype=cp.uint64)
         self._mark = kernels.get_function("clock_mark")
         self._wait = kernels.get_function("clock_wait")
         self.rate = self.measure_rate() if backend.is_hip() else CUDA_CLOCK_RATE
