@@ -293,7 +293,7 @@ def bench_emulated(network, shape, nd, nm, nt, k, precision, mode, device, repea
     from mpi4py import MPI
 
     from fftmatvec import ProcessGrid
-    from fftmatvec.distributed.schedule import MAX_CHUNKS, choose_chunks, predict
+    from fftmatvec.distributed.schedule import HOST_STEP, MAX_CHUNKS, choose_chunks, predict
 
     _, sync = _array_module(device)
     comm = MPI.COMM_SELF
@@ -308,10 +308,11 @@ def bench_emulated(network, shape, nd, nm, nt, k, precision, mode, device, repea
     t_comm = sum(e[3] for e in log)
     s, p = op.blocks
     args = (nd, nm, nt, k, precision, shape, network, bandwidth)
-    whole = predict(*args, 1, 1, mode)
-    model = predict(*args, s, p, mode) / whole
-    best = choose_chunks(*args, mode, min_chunk=min_chunk, max_chunks=MAX_CHUNKS)
-    best_ratio = predict(*args, *best, mode) / whole
+    host = HOST_STEP["cpu" if device == "cpu" else "gpu"]
+    whole = predict(*args, 1, 1, mode, host=host)
+    model = predict(*args, s, p, mode, host=host) / whole
+    best = choose_chunks(*args, mode, min_chunk=min_chunk, max_chunks=MAX_CHUNKS, host=host)
+    best_ratio = predict(*args, *best, mode, host=host) / whole
     # less than a microsecond communicated (one rank, the free network): nothing to hide
     hidden = ((t_comp + t_comm - t_ov) / min(t_comp, t_comm) if t_comm > 1e-6
               else float("nan"))

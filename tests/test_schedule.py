@@ -184,6 +184,36 @@ def test_choose_chunks_behaves():
     assert s <= 3 and p <= 3 and s <= (nd // 4) // 4
 
 
+def test_predict_counts_the_hosts_time():
+    """A host that takes ``h`` seconds a step: one chunk by hand (the device waits for the
+    host before each step); a cut whose blocks take the device less than ``h`` predicted
+    host-bound (a step's host time each), and not chosen where one chunk is faster."""
+    nd, nm, nt, k, h = 8, 16, 10, 2, 1e-3
+    L = 32
+    # five steps (the gather's start, FFT, block, inverse FFT, the reduction's start), each
+    # issued h after the one before: the device waits for the host before each step (which
+    # takes it microseconds) and the product ends with the reduction started at 5 h, of no
+    # time on the free network
+    got = predict(nd, nm, nt, k, "ddddd", (1, 1), FAST, BW, 1, 1, fft_len=L, host=h)
+    assert got == pytest.approx(5 * h, rel=1e-9)
+    # 2 x 2 chunks on a 2 x 2 grid, free network: 2 FFTs, 4 blocks, 2 inverse FFTs and the
+    # 4 collectives' starts each take the host h: the device ends after the last step's issue
+    two = predict(nd, nm, nt, k, "ddddd", (2, 2), FAST, BW, 2, 2, fft_len=L, host=h)
+    assert two >= 12 * h
+    # the host's time cannot make a product faster, and without it the old prediction
+    for cut in ((1, 1), (2, 2), (4, 2)):
+        base = predict(64, 4096, 256, 8, "ddddd", (4, 4), "h100", BW, *cut)
+        assert predict(64, 4096, 256, 8, "ddddd", (4, 4), "h100", BW, *cut, host=0.0) == base
+        assert predict(64, 4096, 256, 8, "ddddd", (4, 4), "h100", BW, *cut, host=h) >= base
+    # a slow network of the order of the compute: chunks without the host's time, one chunk
+    # where each step costs the host more than the whole product's compute
+    slow = MachineModel("slow", 8, 1e-6, 64e9, 1e-6, 512e9)
+    assert choose_chunks(64, 4096, 256, 8, "ddddd", (4, 4), slow, BW) != (1, 1)
+    assert choose_chunks(64, 4096, 256, 8, "ddddd", (4, 4), slow, BW, host=1.0) == (1, 1)
+    with pytest.raises(FFTMatvecValueError, match="host must be a number of seconds"):
+        predict(nd, nm, nt, k, "ddddd", (1, 1), FAST, BW, 1, 1, host=-1.0)
+
+
 def test_pipeline_order_by_hand():
     """Output after output where the reduction moves at least the gather's bytes, else input
     after input; the normal operator always output after output."""
@@ -359,21 +389,21 @@ def test_the_operator_takes_the_cost_models_chunks(rng):
     its batch on its (here emulated) network, one cut for its forward and its adjoint (here
     other than the forward's own, on two of the grids); without overlap, or on one rank, not
     at all."""
-    from fftmatvec.distributed.schedule import BANDWIDTH, MAX_CHUNKS
+    from fftmatvec.distributed.schedule import BANDWIDTH, HOST_STEP, MAX_CHUNKS
 
     nd, nm, nt = 64, 256, 32
     K = rng.standard_normal((nd, nm, nt))
     slow = MachineModel("slow", 8, 1e-6, 1e8, 1e-6, 8e8)  # 100 MB/s a rank
     differ = 0
-    for vgrid, batch in (((2, 2), 1), ((4, 2), 8), ((2, 4), 4)):
+    for vgrid, batch in (((2, 2), 1), ((4, 2), 8), ((2, 4), 8)):
         op = _emulated(K, vgrid, network=slow, batch=batch)
         args = (nd, nm, nt, batch, "ddddd", vgrid, slow, BANDWIDTH["cpu"])
         want = choose_chunks(*args, OPERATOR_DIRECTIONS, order=None, max_chunks=MAX_CHUNKS,
-                             min_chunk=1)
+                             min_chunk=1, host=HOST_STEP["cpu"])
         assert op.blocks == want, (vgrid, batch, op.blocks, want)
         assert op.blocks != (1, 1)  # this network is slow enough to cut
         differ += want != choose_chunks(*args, "forward", order=None, max_chunks=MAX_CHUNKS,
-                                        min_chunk=1)
+                                        min_chunk=1, host=HOST_STEP["cpu"])
         assert _emulated(K, vgrid, network=slow, batch=batch, overlap=False).blocks == (1, 1)
     assert differ == 2
     assert _emulated(K, (2, 2), network=FAST).blocks == (1, 1)  # free communication

@@ -53,7 +53,8 @@ thread queues the next blocks; :mod:`.comm`). The product waits for every collec
 order, before its closing sync point.
 
 The number of chunks of each axis is :func:`.schedule.choose_chunks`'s: the product's time
-predicted from the bytes of each step at the device's bandwidth and each collective's
+predicted from the bytes of each step at the device's bandwidth, the host's time to issue
+each step (:data:`.schedule.HOST_STEP`) and each collective's
 latency-bandwidth time on the network's model (the emulated network's, else
 :data:`.schedule.NETWORK` of the device), for the ``batch`` the operator is built for, summed
 over a forward and an adjoint product (one cut serves both: the chunk-major ``Khat`` is cut
@@ -684,7 +685,7 @@ class DistributedBlockToeplitz(_Distributed):
         model or :data:`.schedule.NETWORK` of the device, at :data:`.schedule.BANDWIDTH`. The
         choice is rank ``(0, 0)``'s on every rank: the ranks of a row (a column) must cut
         their sensors (parameters) alike, for their collectives are chunk by chunk."""
-        from .schedule import (BANDWIDTH, MAX_CHUNKS, NETWORK, OPERATOR_DIRECTIONS,
+        from .schedule import (BANDWIDTH, HOST_STEP, MAX_CHUNKS, NETWORK, OPERATOR_DIRECTIONS,
                                choose_chunks)
 
         if not self.overlap:
@@ -699,7 +700,8 @@ class DistributedBlockToeplitz(_Distributed):
         net = network if transport == "emulated" else NETWORK[where]
         return choose_chunks(self.nd, self.nm, self.nt, batch, self.precision, self.grid.shape,
                              net, BANDWIDTH[where], OPERATOR_DIRECTIONS, order=None,
-                             coords=(0, 0), max_chunks=MAX_CHUNKS, min_chunk=self.min_chunk)
+                             coords=(0, 0), max_chunks=MAX_CHUNKS, min_chunk=self.min_chunk,
+                             host=HOST_STEP[where])
 
     def _chunk_major_operator(self, block, fft_len) -> BlockToeplitz:
         """The operator of the local block with its sensors and parameters in chunk-major

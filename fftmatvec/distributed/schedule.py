@@ -25,12 +25,15 @@ FFT are done, so it moves while the next chunks are computed; the waits come las
 
 The cost model
 --------------
-:func:`predict` runs a schedule on two resources: the device computes the steps in order,
-each taking its bytes at the device's ``bandwidth`` plus ``launch`` seconds; the network moves
-the collectives one after another, each starting once its data exists (a reduction after its
-inverse FFT, a gather at once) and taking the :class:`~.emulated.MachineModel`'s time for its
-bytes; a wait holds the device until its collective has ended. The product's time is when the
-device has finished. Bytes of the steps, for ``k`` right-hand sides, a chunk of ``n`` rows, FFT
+:func:`predict` runs a schedule on three resources: the host issues the steps in order, each
+taking it ``host`` seconds (its share of the pipeline's Python and the launches: a step cannot
+start before the host has issued it, so small blocks leave the device waiting for the host);
+the device computes the steps in order, each taking its bytes at the device's ``bandwidth``
+plus ``launch`` seconds; the network moves the collectives one after another, each starting
+once its data exists (a reduction after its inverse FFT, a gather at once) and the host has
+started it, and taking the :class:`~.emulated.MachineModel`'s time for its bytes; a wait holds
+the device until its collective has ended. The product's time is when the device has
+finished. Bytes of the steps, for ``k`` right-hand sides, a chunk of ``n`` rows, FFT
 length ``L`` and ``F = L // 2 + 1`` frequencies (itemsizes of the stage's precision)::
 
     FFT            k n (L real_1 + F complex_2)
@@ -67,7 +70,7 @@ from .emulated import H100_CLUSTER, MachineModel
 from .layout import chunk_pieces
 
 __all__ = ["Step", "schedule", "DIRECTIONS", "ORDERS", "KINDS", "predict", "choose_chunks",
-           "pipeline_order", "LAUNCH", "BANDWIDTH", "NETWORK", "MAX_CHUNKS",
+           "pipeline_order", "LAUNCH", "HOST_STEP", "BANDWIDTH", "NETWORK", "MAX_CHUNKS",
            "OPERATOR_DIRECTIONS"]
 
 DIRECTIONS = ("forward", "adjoint", "normal")
@@ -79,6 +82,12 @@ COLLECTIVE_KINDS = ("gather", "reduce", "allreduce")
 
 # seconds the device spends on a step besides its bytes (a kernel launch and its tail)
 LAUNCH = 5e-6
+
+# seconds the host spends issuing one step of the pipeline (the operator's Python for the step,
+# the argument checks and launches of its kernels), by where the operator runs: an operator's
+# choice of chunks counts them, so that a cut whose blocks take the device less time than the
+# host takes to issue them is not chosen (docs/emulated_network.md)
+HOST_STEP = {"cpu": 2e-5, "gpu": 1e-4}
 
 # bytes per second a device streams from its memory, for the compute times of an operator's
 # choice of chunks: a CPU socket's DRAM, a data-centre GPU's HBM
@@ -229,7 +238,7 @@ def _itemsizes(precision) -> dict:
 def predict(nd: int, nm: int, nt: int, k: int, precision, grid, network, bandwidth: float,
             sensor_chunks: int, param_chunks: int, direction: str = "forward",
             order: str = "output", coords=(0, 0), launch: float = LAUNCH,
-            fft_len: int | None = None) -> float:
+            fft_len: int | None = None, host: float = 0.0) -> float:
     """Predicted seconds of one product of rank ``coords`` (the module's notes).
 
     Parameters
@@ -256,6 +265,8 @@ def predict(nd: int, nm: int, nt: int, k: int, precision, grid, network, bandwid
         Seconds a device step costs besides its bytes.
     fft_len : int, optional
         Default: the operator's (:func:`fftmatvec.operator.fft_length`).
+    host : float
+        Seconds the host takes to issue a step (:data:`HOST_STEP`); 0: the host always ahead.
     """
     from ..operator import fft_length
     from .emulated import machine_model
@@ -305,10 +316,13 @@ def predict(nd: int, nm: int, nt: int, k: int, precision, grid, network, bandwid
                 "allreduce": "allreduce"}[step.kind]
         return net.time(kind, members[axis], rows[axis][idx] * per, mine[axis][idx] * per)
 
-    t_dev, t_net, ends = 0.0, 0.0, {}
+    if isinstance(host, bool) or not isinstance(host, (int, float, np.number)) or not host >= 0:
+        raise FFTMatvecValueError(f"host must be a number of seconds >= 0, got {host!r}")
+    t_host, t_dev, t_net, ends = 0.0, 0.0, 0.0, {}
     for step in schedule(len(scut), len(pcut), direction, order):
         if step.kind in COLLECTIVE_KINDS:
-            start = max(t_net, 0.0 if step.kind == "gather" else t_dev)
+            t_host += host
+            start = max(t_net, t_host, 0.0 if step.kind == "gather" else t_dev)
             t_net = start + collective(step)
             ends[(step.kind, step.chunk, step.half)] = t_net
         elif step.kind.endswith("_wait"):
@@ -316,7 +330,8 @@ def predict(nd: int, nm: int, nt: int, k: int, precision, grid, network, bandwid
             # gathers and all-reduces start in the first half, reductions in their own
             t_dev = max(t_dev, ends[(base, step.chunk, step.half if base == "reduce" else 0)])
         else:
-            t_dev += compute(step)
+            t_host += host
+            t_dev = max(t_dev, t_host) + compute(step)
     return t_dev
 
 
@@ -326,7 +341,7 @@ def choose_chunks(nd: int, nm: int, nt: int, k: int, precision: str | PrecisionC
                   direction: str | tuple[str, ...] = "forward",
                   order: Literal["output", "input"] | None = "output",
                   coords: tuple[int, int] = (0, 0), max_chunks: int = 16, min_chunk: int = 1,
-                  launch: float = LAUNCH) -> tuple[int, int]:
+                  launch: float = LAUNCH, host: float = 0.0) -> tuple[int, int]:
     """``(sensor_chunks, param_chunks)`` of least :func:`predict`-ed time, each at most
     ``max_chunks`` and leaving about ``min_chunk`` rows a chunk; an axis whose communicator
     has one rank is not cut. Ties go to fewer blocks. Arguments as for :func:`predict`, but
@@ -361,7 +376,7 @@ def choose_chunks(nd: int, nm: int, nt: int, k: int, precision: str | PrecisionC
     for s in options(nd_r, pc):
         for p in options(nm_c, pr):
             t = sum(predict(nd, nm, nt, k, precision, grid, network, bandwidth, s, p, d, o,
-                            coords, launch) for d, o in zip(directions, orders))
+                            coords, launch, host=host) for d, o in zip(directions, orders))
             key = (t, s * p)
             if best is None or key < best[0]:
                 best = (key, (s, p))
