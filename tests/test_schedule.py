@@ -345,7 +345,7 @@ def _record(op):
 
 def _expected(op, direction):
     """The steps :func:`schedule` gives for the operator's cut, in the log's form."""
-    order = op._order(direction)
+    order = pipeline_order(op.nd, op.nm, op.grid.shape, op.precision, direction, op.coords)
     ns, np_ = op.blocks
     rows = {"sensor": [b - a for a, b in (ch.span for ch in op._scut)],
             "param": [b - a for a, b in (ch.span for ch in op._pcut)]}

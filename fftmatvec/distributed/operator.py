@@ -634,6 +634,7 @@ class DistributedBlockToeplitz(_Distributed):
             cs, cp = (cs if pc > 1 else 1), (cp if pr > 1 else 1)
         self._pcut = _chunks(self._param_counts, r, cp, self.min_chunk)
         self._scut = _chunks(self._obs_counts, c, cs, self.min_chunk)
+        self._steps: dict = {}  # direction -> (order, the schedule's steps): fixed by the cut
         self._device = None
         self._wire = (self.precision.pad_dtype, self.precision.reduce_dtype)
         self.transport = None
@@ -872,21 +873,26 @@ class DistributedBlockToeplitz(_Distributed):
 
         return self._kept(run, lambda: xp.zeros((x.shape[1], x.shape[0], self.nt), self.dtype))
 
-    def _order(self, mode: str) -> str:
-        """The order this rank runs a product in (:func:`.schedule.pipeline_order`): output
-        chunk after output chunk, or input after input."""
-        from .schedule import pipeline_order
+    def _schedule(self, mode: str) -> tuple:
+        """``(order, steps)`` of a ``mode`` product: :func:`.schedule.pipeline_order` and the
+        steps of :func:`.schedule.schedule` on this rank's cut, made once per direction (both
+        are functions of the sizes, the grid, the precision and the cut, fixed at
+        construction)."""
+        hit = self._steps.get(mode)
+        if hit is None:
+            from .schedule import pipeline_order, schedule
 
-        return pipeline_order(self.nd, self.nm, self.grid.shape, self.precision, mode,
-                              self.coords)
+            order = pipeline_order(self.nd, self.nm, self.grid.shape, self.precision, mode,
+                                   self.coords)
+            hit = self._steps[mode] = (order, tuple(schedule(len(self._scut), len(self._pcut),
+                                                             mode, order)))
+        return hit
 
     def _run(self, mode: str, X, weight=None, scales=(0, 0, 0, 0)):
         """Run the product's block pipeline, step after step of :func:`.schedule.schedule`, on
         the checked local input ``X`` ``(k, n, Nt)`` (None on a rank whose check failed: zeros
         of the right size take its place); ``scales``: the powers of two of each half's input
         and of its output on the wire (:meth:`_scales`). Returns ``(Y, exception or None)``."""
-        from .schedule import schedule
-
         self._exc = None
         xp, op, t = self._xp, self._op, self.transport
         w1, w5 = self._wire
@@ -901,7 +907,7 @@ class DistributedBlockToeplitz(_Distributed):
         on_host = (xp is not np and t.staging == "host"
                    and comm["param" if mode != "forward" else "sensor"].Get_size() > 1)
         kw = {"device": False} if on_host else {}
-        order = self._order(mode)
+        steps = self._schedule(mode)[1]
         cd = op.precision.complex_dtype("ifft")
         cols = self._col_exps
         s_in, s_out = scales[0::2], scales[1::2]
@@ -933,7 +939,7 @@ class DistributedBlockToeplitz(_Distributed):
             drain = getattr(t, "drain", None)
             failed = None
             try:
-                for step in schedule(len(self._scut), len(self._pcut), mode, order):
+                for step in steps:
                     kind, half = step.kind, step.half
                     if kind == "block":
                         i, j, adj = step.sensor, step.param, step.adjoint
