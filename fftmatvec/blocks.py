@@ -128,13 +128,21 @@ def stage3_block(F: BlockToeplitz, xhat: Array, yhat: Array, rows: slice | tuple
         raise FFTMatvecValueError(f"yhat must be a C-contiguous {np.dtype(out_dtype).name} "
                                   f"array of shape {(xhat.shape[0], n_out, F.nf)}, got "
                                   f"{yhat.dtype} {yhat.shape}")
+    return _stage3_unchecked(F, xhat, yhat, i0, i1, j0, j1, bool(adjoint), beta)
+
+
+def _stage3_unchecked(F: BlockToeplitz, xhat, yhat, i0: int, i1: int, j0: int, j1: int,
+                      adjoint: bool, beta: int):
+    """:func:`stage3_block` on arguments already checked (the distributed pipeline's, which it
+    made itself): the block ``Khat[i0:i1, j0:j1]``, ``xhat`` and ``yhat`` of its shapes and
+    dtypes, ``beta`` 0 or 1."""
     eng = F._engine
     with F._on_device():
         if eng.name == "kernels":
             from .gpu.blocks import stage3_into
 
-            return stage3_into(eng.block(i0, i1, j0, j1), xhat, yhat, bool(adjoint), beta)
-        return _stage3_matmul(eng, xhat, yhat, i0, i1, j0, j1, bool(adjoint), beta)
+            return stage3_into(eng.block(i0, i1, j0, j1), xhat, yhat, adjoint, beta)
+        return _stage3_matmul(eng, xhat, yhat, i0, i1, j0, j1, adjoint, beta)
 
 
 def _stage3_matmul(eng, xhat, yhat, i0, i1, j0, j1, adjoint: bool, beta: int):

@@ -91,7 +91,7 @@ from .._typing import Array, PathLike
 from .._errors import FFTMatvecDistributedError, FFTMatvecTypeError, FFTMatvecValueError
 from ..operator import (BlockToeplitz, _OperatorBase, _check_dtype, _fingerprint,
                         _resolve_precision)
-from ..blocks import ifft_unpad, pad_fft, stage3_block
+from ..blocks import _stage3_unchecked, ifft_unpad, pad_fft
 from ..precision import PrecisionConfig
 from .comm import make_transport, sync
 from .emulated import MachineModel
@@ -825,9 +825,10 @@ class DistributedBlockToeplitz(_Distributed):
     def _stage3(self, xhat, yhat, i: int, j: int, adjoint: bool, beta: int):
         """Stage 3 of block ``(i, j)`` (sensor chunk ``i``, parameter chunk ``j``) of the
         local ``Khat``: :func:`fftmatvec.blocks.stage3_block` on the block's rows and columns
-        of the chunk-major operator, into (``beta=0``) or added to (``beta=1``) ``yhat``."""
-        return stage3_block(self._op, xhat, yhat, self._scut[i].span, self._pcut[j].span,
-                            adjoint=adjoint, beta=beta)
+        of the chunk-major operator, into (``beta=0``) or added to (``beta=1``) ``yhat``,
+        without its argument checks (the pipeline made ``xhat`` and ``yhat`` itself)."""
+        (i0, i1), (j0, j1) = self._scut[i].span, self._pcut[j].span
+        return _stage3_unchecked(self._op, xhat, yhat, i0, i1, j0, j1, adjoint, beta)
 
     def _pad_fft(self, x, exp):
         """Stages 1 and 2 of an input chunk ``x`` ``(k, n, Nt)`` times ``2**exp`` (an int, or
