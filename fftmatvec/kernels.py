@@ -142,7 +142,8 @@ def section_of(name: str) -> str:
     """The section of the kernel source that defines the entry point ``name`` (its
     ``FFTMATVEC_SECTION_*`` in ``fftmatvec_kernels.cu``), read off the name: the row FFTs by
     FFT precision and complex type, the fused adjoints by storage, input and FFT precision,
-    the stage-3 families by storage, and the small stage-1/5 kernels together."""
+    the stage-3 families by storage, and the small stage-1/5 kernels and the emulated
+    network's clock together."""
     parts = name.split("_")
     if name.startswith(("pad_", "unpad_", "scale_rows_", "reduce_", "amax_", "clock_")):
         return "MISC"

@@ -634,7 +634,7 @@ class DistributedBlockToeplitz(_Distributed):
             cs, cp = (cs if pc > 1 else 1), (cp if pr > 1 else 1)
         self._pcut = _chunks(self._param_counts, r, cp, self.min_chunk)
         self._scut = _chunks(self._obs_counts, c, cs, self.min_chunk)
-        self._steps: dict = {}  # direction -> (order, the schedule's steps): fixed by the cut
+        self._steps: dict = {}  # direction -> the schedule's steps (fixed by the cut)
         self._device = None
         self._wire = (self.precision.pad_dtype, self.precision.reduce_dtype)
         self.transport = None
@@ -875,19 +875,18 @@ class DistributedBlockToeplitz(_Distributed):
         return self._kept(run, lambda: xp.zeros((x.shape[1], x.shape[0], self.nt), self.dtype))
 
     def _schedule(self, mode: str) -> tuple:
-        """``(order, steps)`` of a ``mode`` product: :func:`.schedule.pipeline_order` and the
-        steps of :func:`.schedule.schedule` on this rank's cut, made once per direction (both
-        are functions of the sizes, the grid, the precision and the cut, fixed at
-        construction)."""
-        hit = self._steps.get(mode)
-        if hit is None:
+        """The steps of a ``mode`` product: :func:`.schedule.schedule` on this rank's cut in
+        the order of :func:`.schedule.pipeline_order`, made once per direction (functions of
+        the sizes, the grid, the precision and the cut, fixed at construction)."""
+        steps = self._steps.get(mode)
+        if steps is None:
             from .schedule import pipeline_order, schedule
 
             order = pipeline_order(self.nd, self.nm, self.grid.shape, self.precision, mode,
                                    self.coords)
-            hit = self._steps[mode] = (order, tuple(schedule(len(self._scut), len(self._pcut),
-                                                             mode, order)))
-        return hit
+            steps = self._steps[mode] = tuple(schedule(len(self._scut), len(self._pcut), mode,
+                                                       order))
+        return steps
 
     def _run(self, mode: str, X, weight=None, scales=(0, 0, 0, 0)):
         """Run the product's block pipeline, step after step of :func:`.schedule.schedule`, on
@@ -908,7 +907,7 @@ class DistributedBlockToeplitz(_Distributed):
         on_host = (xp is not np and t.staging == "host"
                    and comm["param" if mode != "forward" else "sensor"].Get_size() > 1)
         kw = {"device": False} if on_host else {}
-        steps = self._schedule(mode)[1]
+        steps = self._schedule(mode)
         cd = op.precision.complex_dtype("ifft")
         cols = self._col_exps
         s_in, s_out = scales[0::2], scales[1::2]
