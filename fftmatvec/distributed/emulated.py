@@ -401,11 +401,11 @@ class EmulatedTransport:
         self.reason = reason or f"transport='emulated' on the {self.network.name!r} model"
         self.log: list = []
         self._indices: dict = {}  # (counts, rank) -> the all-gather's rows, on the device
-        self._clock = None  # the DeviceClock, made on the first collective on a GPU
         # on the CPU one helper thread, made on the first collective: the collectives run one
-        # after another, as on one stream
+        # after another, as on one stream; on a GPU one stream and its clock
         self._pool = None
         self.stream = None if xp is np else xp.cuda.Stream(non_blocking=True)
+        self._clock = None if xp is np else DeviceClock(xp)
 
     @property
     def modelled(self) -> float:
@@ -441,8 +441,6 @@ class EmulatedTransport:
                                                 thread_name_prefix="fftmatvec-emulated")
             fut = self._pool.submit(run)
             return Pending(None, fut.result, (fut,))
-        if self._clock is None:
-            self._clock = DeviceClock(xp)
         compute = xp.cuda.get_current_stream()
         stream = self.stream
         stream.wait_event(compute.record())

@@ -226,6 +226,11 @@ def _coords(coords, pr: int, pc: int) -> tuple[int, int]:
     return r, c
 
 
+def _is_number(value) -> bool:
+    """Whether ``value`` is a real number (not a bool)."""
+    return not isinstance(value, bool) and isinstance(value, (int, float, np.number))
+
+
 def _itemsizes(precision) -> dict:
     p = PrecisionConfig(precision)
     khat = 4 if p.stage_letter("sbgemv") == "h" else p.sbgemv_dtype.itemsize
@@ -276,9 +281,10 @@ def predict(nd: int, nm: int, nt: int, k: int, precision, grid, network, bandwid
     pr, pc = (int(v) for v in grid)
     lay = Layout(nd, nm, pr, pc)
     r, c = _coords(coords, pr, pc)
-    if (isinstance(bandwidth, bool) or not isinstance(bandwidth, (int, float, np.number))
-            or not bandwidth > 0):
+    if not _is_number(bandwidth) or not bandwidth > 0:
         raise FFTMatvecValueError(f"bandwidth must be a positive number, got {bandwidth!r}")
+    if not _is_number(host) or not host >= 0:
+        raise FFTMatvecValueError(f"host must be a number of seconds >= 0, got {host!r}")
     L = fft_length(nt) if fft_len is None else int(fft_len)
     F = L // 2 + 1
     size = _itemsizes(precision)
@@ -316,8 +322,6 @@ def predict(nd: int, nm: int, nt: int, k: int, precision, grid, network, bandwid
                 "allreduce": "allreduce"}[step.kind]
         return net.time(kind, members[axis], rows[axis][idx] * per, mine[axis][idx] * per)
 
-    if isinstance(host, bool) or not isinstance(host, (int, float, np.number)) or not host >= 0:
-        raise FFTMatvecValueError(f"host must be a number of seconds >= 0, got {host!r}")
     t_host, t_dev, t_net, ends = 0.0, 0.0, 0.0, {}
     for step in schedule(len(scut), len(pcut), direction, order):
         if step.kind in COLLECTIVE_KINDS:
